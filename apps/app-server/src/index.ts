@@ -1,0 +1,2 @@
+// Filled in by the package issue; nothing is exported yet.
+export {};

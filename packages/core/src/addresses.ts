@@ -1,0 +1,121 @@
+import { z } from 'zod';
+import { UnsupportedAddressTypeError } from './errors.js';
+
+/** A name that refers to configuration (connections, endpoints): letters, digits, `_`, `-`, `.`. */
+export const NameSchema = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(
+    /^[A-Za-z][A-Za-z0-9_.-]*$/,
+    'must start with a letter and contain only letters, digits, ".", "_", "-"',
+  );
+
+/** A SQL identifier, optionally schema-qualified (`schema.table`). */
+export const SqlIdentifierSchema = z
+  .string()
+  .min(1)
+  .max(127)
+  .regex(/^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$/, 'must be a plain SQL identifier');
+
+const PathSchema = z
+  .string()
+  .min(1)
+  .max(4096)
+  .refine((p) => !p.includes('\0'), { message: 'must not contain NUL bytes' });
+
+export const FileFormat = { jsonl: 'jsonl', csv: 'csv' } as const;
+export type FileFormat = (typeof FileFormat)[keyof typeof FileFormat];
+
+/** A file on the node's file system, confined to the configured roots when it comes from a request. */
+export const FileAddressSchema = z.strictObject({
+  type: z.literal('file'),
+  path: PathSchema,
+  format: z.enum(['jsonl', 'csv']).default('jsonl'),
+  /** Keep reading as the file grows (sources only). */
+  follow: z.boolean().optional(),
+});
+export type FileAddress = z.output<typeof FileAddressSchema>;
+
+const KeySchema = z.union([z.string().min(1).max(127), z.array(z.string().min(1).max(127)).min(1).max(16)]);
+
+/** A PostgreSQL table (or, as a source, a query) on a configured connection. */
+export const PostgresAddressSchema = z
+  .strictObject({
+    type: z.literal('postgres'),
+    connection: NameSchema,
+    table: SqlIdentifierSchema.optional(),
+    query: z.string().min(1).max(16_384).optional(),
+    key: KeySchema.optional(),
+    /** Monotonic column used for incremental reads after the snapshot (e.g. `updated_at`). */
+    cursor: z.string().min(1).max(127).optional(),
+  })
+  .refine((a) => (a.table === undefined) !== (a.query === undefined), {
+    message: 'exactly one of "table" or "query" is required',
+    path: ['table'],
+  });
+export type PostgresAddress = z.output<typeof PostgresAddressSchema>;
+
+/** A NATS JetStream stream and subject, optionally on a configured connection. */
+export const JetStreamAddressSchema = z.strictObject({
+  type: z.literal('jetstream'),
+  stream: z
+    .string()
+    .min(1)
+    .max(255)
+    .regex(/^[^\s.*>]+$/, 'must not contain spaces, ".", "*" or ">"'),
+  subject: z
+    .string()
+    .min(1)
+    .max(255)
+    .regex(/^[^\s]+$/, 'must not contain spaces'),
+  connection: NameSchema.optional(),
+  /** The field of each record used as its key (for dedupe ids and cache keys). */
+  key: KeySchema.optional(),
+});
+export type JetStreamAddress = z.output<typeof JetStreamAddressSchema>;
+
+/** A local endpoint's cache (destination only). */
+export const EndpointAddressSchema = z.strictObject({
+  type: z.literal('endpoint'),
+  endpoint: NameSchema,
+});
+export type EndpointAddress = z.output<typeof EndpointAddressSchema>;
+
+export const SourceAddressSchema = z.discriminatedUnion('type', [
+  FileAddressSchema,
+  PostgresAddressSchema,
+  JetStreamAddressSchema,
+]);
+export type SourceAddress = z.output<typeof SourceAddressSchema>;
+
+export const DestinationAddressSchema = z.discriminatedUnion('type', [
+  FileAddressSchema,
+  PostgresAddressSchema,
+  JetStreamAddressSchema,
+  EndpointAddressSchema,
+]);
+export type DestinationAddress = z.output<typeof DestinationAddressSchema>;
+
+export type DataAddress = SourceAddress | DestinationAddress;
+
+export const SOURCE_TYPES: ReadonlySet<string> = new Set(['file', 'postgres', 'jetstream']);
+export const DESTINATION_TYPES: ReadonlySet<string> = new Set(['file', 'postgres', 'jetstream', 'endpoint']);
+
+/**
+ * Refuses an address whose `type` is a string this node does not know, before schema validation, so
+ * that an unknown type is a 422 `UNSUPPORTED_ADDRESS_TYPE` rather than a generic validation failure.
+ */
+export function assertKnownAddressType(role: 'source' | 'destination', address: unknown): void {
+  if (typeof address !== 'object' || address === null) return;
+  const type = (address as { type?: unknown }).type;
+  if (typeof type !== 'string') return;
+  const known = role === 'source' ? SOURCE_TYPES : DESTINATION_TYPES;
+  if (!known.has(type)) throw new UnsupportedAddressTypeError(role, type.slice(0, 64));
+}
+
+/** The key fields of an address's `key` option as a list. */
+export function keyFields(key: string | string[] | undefined): string[] {
+  if (key === undefined) return [];
+  return Array.isArray(key) ? key : [key];
+}

@@ -1,0 +1,269 @@
+import { z } from 'zod';
+import { NameSchema, SourceAddressSchema } from './addresses.js';
+import { DEFAULT_QUERY_LIMITS, filterSchema } from './query.js';
+import { parseConfigOrThrow } from './validation.js';
+
+const UrlString = z.string().min(1).max(2048);
+
+export const FieldType = {
+  string: 'string',
+  integer: 'integer',
+  number: 'number',
+  boolean: 'boolean',
+  timestamp: 'timestamp',
+  json: 'json',
+} as const;
+export type FieldType = (typeof FieldType)[keyof typeof FieldType];
+export const FieldTypeSchema = z.enum(['string', 'integer', 'number', 'boolean', 'timestamp', 'json']);
+
+const FieldName = z
+  .string()
+  .min(1)
+  .max(256)
+  .refine((f) => !f.startsWith('$') && f !== '__proto__' && f !== 'constructor' && f !== 'prototype', {
+    message: 'not a valid field name',
+  });
+
+/** One endpoint: a source materialized into a cache behind an alias of the same name. */
+export const EndpointConfigSchema = z
+  .strictObject({
+    name: NameSchema,
+    source: SourceAddressSchema,
+    primaryKey: z.array(FieldName).min(1).max(8),
+    /** Field types; inferred from the data when absent. */
+    fields: z.record(FieldName, FieldTypeSchema).optional(),
+    indexes: z.array(z.array(FieldName).min(1).max(8)).max(32).default([]),
+    filter: filterSchema(DEFAULT_QUERY_LIMITS).optional(),
+    /** Projection: a list of fields to keep, or `{ newName: "sourceField" }` to rename. */
+    select: z.union([z.array(FieldName).min(1), z.record(FieldName, FieldName)]).optional(),
+  })
+  .superRefine((endpoint, ctx) => {
+    if (endpoint.fields) {
+      endpoint.primaryKey.forEach((field, i) => {
+        if (!endpoint.fields?.[field])
+          ctx.addIssue({ code: 'custom', path: ['primaryKey', i], message: `"${field}" is not in fields` });
+      });
+      endpoint.indexes.forEach((index, i) => {
+        index.forEach((field, j) => {
+          if (!endpoint.fields?.[field])
+            ctx.addIssue({ code: 'custom', path: ['indexes', i, j], message: `"${field}" is not in fields` });
+        });
+      });
+    }
+    if (Array.isArray(endpoint.select)) {
+      endpoint.primaryKey.forEach((field, i) => {
+        if (!(endpoint.select as string[]).includes(field))
+          ctx.addIssue({ code: 'custom', path: ['primaryKey', i], message: `"${field}" is not selected` });
+      });
+    }
+  });
+export type EndpointConfig = z.output<typeof EndpointConfigSchema>;
+
+const TlsSchema = z.strictObject({
+  caFile: z.string().optional(),
+  certFile: z.string().optional(),
+  keyFile: z.string().optional(),
+  rejectUnauthorized: z.boolean().default(true),
+});
+
+/** NATS connection options: a URL, or servers plus credentials and TLS. */
+export const NatsConfigSchema = z.union([
+  UrlString,
+  z.strictObject({
+    servers: z.union([UrlString, z.array(UrlString).min(1)]),
+    user: z.string().optional(),
+    pass: z.string().optional(),
+    token: z.string().optional(),
+    /** An nkey seed (starts with `SU`). */
+    nkeySeed: z.string().optional(),
+    credsFile: z.string().optional(),
+    tls: TlsSchema.optional(),
+  }),
+]);
+export type NatsConfig = z.output<typeof NatsConfigSchema>;
+
+/** A named connection a request may refer to (requests never carry URLs or credentials). */
+export const ConnectionConfigSchema = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('postgres'), url: UrlString }),
+  z.strictObject({ type: z.literal('nats'), nats: NatsConfigSchema }),
+]);
+export type ConnectionConfig = z.output<typeof ConnectionConfigSchema>;
+
+const JwtAuthSchema = z.strictObject({
+  /** HS256 shared secret. */
+  jwtSecret: z.string().min(16, 'must be at least 16 characters'),
+  issuer: z.string().optional(),
+  audience: z.string().optional(),
+});
+
+export const ControlAuthSchema = z.strictObject({
+  tokens: z.array(z.string().min(16, 'must be at least 16 characters')).optional(),
+  jwtSecret: z.string().min(16, 'must be at least 16 characters').optional(),
+});
+
+export const LimitsSchema = z.strictObject({
+  bodyBytes: z
+    .number()
+    .int()
+    .min(1024)
+    .max(64 * 1024 * 1024)
+    .default(1024 * 1024),
+  maxConcurrentTransfers: z.number().int().min(1).max(1024).default(4),
+  queueSize: z.number().int().min(0).max(100_000).default(100),
+  fireAndForgetConcurrency: z.number().int().min(1).max(1024).default(8),
+  leaseMs: z.number().int().min(500).max(3_600_000).default(15_000),
+  heartbeatMs: z.number().int().min(100).max(600_000).default(5_000),
+  ownerWaitMs: z.number().int().min(10).max(60_000).default(2_000),
+  sweepIntervalMs: z.number().int().min(100).max(600_000).default(5_000),
+  shutdownGraceMs: z.number().int().min(0).max(600_000).default(10_000),
+  pageSizeMax: z.number().int().min(1).max(10_000).default(500),
+  queryLimitMax: z.number().int().min(1).max(100_000).default(DEFAULT_QUERY_LIMITS.maxLimit),
+  queryLimitDefault: z.number().int().min(1).max(100_000).default(DEFAULT_QUERY_LIMITS.defaultLimit),
+  inMax: z.number().int().min(1).max(100_000).default(DEFAULT_QUERY_LIMITS.maxIn),
+  depthMax: z.number().int().min(1).max(64).default(DEFAULT_QUERY_LIMITS.maxDepth),
+  retentionDays: z.number().min(0).max(36_500).default(30),
+});
+export type Limits = z.output<typeof LimitsSchema>;
+
+/**
+ * The schema of `sluice.yaml`, shared by the app-server and the api-servers of a host. Every key has a
+ * default that runs embedded: SQLite and LMDB under `./.sluice/`, no NATS.
+ */
+export const SluiceConfigSchema = z.strictObject({
+  node: z
+    .strictObject({
+      id: NameSchema.default('local'),
+      host: z.string().min(1).default('127.0.0.1'),
+      port: z.number().int().min(0).max(65_535).default(7070),
+      advertisedUrl: UrlString.optional(),
+    })
+    .prefault({}),
+  cluster: z.strictObject({ name: NameSchema.default('sluice') }).prefault({}),
+  store: z
+    .string()
+    .min(1)
+    .refine((s) => s.startsWith('sqlite:') || s.startsWith('postgres://') || s.startsWith('postgresql://'), {
+      message: 'must be "sqlite:<path>" or a postgres:// URL',
+    })
+    .default('sqlite:./.sluice/store.db'),
+  nats: NatsConfigSchema.optional(),
+  backplane: z
+    .strictObject({ strategy: z.enum(['auto', 'nats', 'direct', 'single']).default('auto') })
+    .prefault({}),
+  dataDir: z.string().min(1).default('./.sluice'),
+  files: z.strictObject({ roots: z.array(z.string().min(1)).default([]) }).prefault({}),
+  connections: z.record(NameSchema, ConnectionConfigSchema).default({}),
+  api: z
+    .strictObject({
+      host: z.string().min(1).default('127.0.0.1'),
+      port: z.number().int().min(0).max(65_535).default(8080),
+      auth: JwtAuthSchema.optional(),
+      cors: z.strictObject({ origins: z.union([z.literal(true), z.array(z.string())]) }).optional(),
+      reconcileMs: z.number().int().min(100).max(600_000).default(5_000),
+    })
+    .prefault({}),
+  control: z.strictObject({ auth: ControlAuthSchema.optional() }).prefault({}),
+  limits: LimitsSchema.prefault({}),
+  cache: z
+    .strictObject({
+      gcGraceMs: z
+        .number()
+        .int()
+        .min(0)
+        .max(7 * 24 * 3_600_000)
+        .default(60_000),
+      scanCap: z.number().int().min(1).max(100_000_000).default(100_000),
+    })
+    .prefault({}),
+  pipeline: z
+    .strictObject({
+      commitEveryRecords: z.number().int().min(1).max(10_000_000).default(10_000),
+      commitEveryMs: z.number().int().min(10).max(3_600_000).default(1_000),
+    })
+    .prefault({}),
+  endpoints: z
+    .array(EndpointConfigSchema)
+    .max(256)
+    .default([])
+    .superRefine((endpoints, ctx) => {
+      const seen = new Set<string>();
+      endpoints.forEach((e, i) => {
+        if (seen.has(e.name))
+          ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `duplicate endpoint "${e.name}"` });
+        seen.add(e.name);
+      });
+    }),
+  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+});
+export type SluiceConfig = z.output<typeof SluiceConfigSchema>;
+export type SluiceConfigInput = z.input<typeof SluiceConfigSchema>;
+
+/** Environment variables that override configuration keys. */
+export const ENV_OVERRIDES = {
+  SLUICE_NODE_ID: 'node.id',
+  SLUICE_PORT: 'node.port',
+  SLUICE_ADVERTISED_URL: 'node.advertisedUrl',
+  SLUICE_STORE_URL: 'store',
+  SLUICE_NATS_URL: 'nats',
+  SLUICE_DATA_DIR: 'dataDir',
+  SLUICE_FILE_ROOTS: 'files.roots',
+  SLUICE_API_PORT: 'api.port',
+  SLUICE_LOG_LEVEL: 'logLevel',
+} as const;
+
+const NUMERIC_PATHS = new Set(['node.port', 'api.port']);
+
+function setPath(target: Record<string, unknown>, path: string, value: unknown): void {
+  const parts = path.split('.');
+  let cursor = target;
+  for (const part of parts.slice(0, -1)) {
+    const next = cursor[part];
+    if (typeof next !== 'object' || next === null || Array.isArray(next)) cursor[part] = {};
+    cursor = cursor[part] as Record<string, unknown>;
+  }
+  cursor[parts[parts.length - 1]!] = value;
+}
+
+/**
+ * Validates a raw configuration (parsed YAML, or `{}` for embedded defaults) after applying environment
+ * overrides. A bad value throws `CONFIG_INVALID` naming the exact path, e.g. `endpoints[0].primaryKey`.
+ *
+ * @example
+ * ```ts
+ * const config = resolveConfig(YAML.parse(text) ?? {}, process.env);
+ * ```
+ */
+export function resolveConfig(raw: unknown, env: Record<string, string | undefined> = {}): SluiceConfig {
+  const base = raw === null || raw === undefined ? {} : raw;
+  if (typeof base !== 'object' || Array.isArray(base)) return parseConfigOrThrow(SluiceConfigSchema, base);
+  const merged = structuredClone(base) as Record<string, unknown>;
+  for (const [variable, path] of Object.entries(ENV_OVERRIDES)) {
+    const value = env[variable];
+    if (value === undefined || value === '') continue;
+    if (NUMERIC_PATHS.has(path)) setPath(merged, path, /^\d+$/.test(value) ? Number(value) : value);
+    else if (path === 'files.roots')
+      setPath(
+        merged,
+        path,
+        value.split(':').filter((p) => p !== ''),
+      );
+    else setPath(merged, path, value);
+  }
+  const config = parseConfigOrThrow(SluiceConfigSchema, merged);
+  if (config.node.advertisedUrl === undefined) {
+    const host = config.node.host === '0.0.0.0' || config.node.host === '::' ? '127.0.0.1' : config.node.host;
+    config.node.advertisedUrl = `http://${host}:${config.node.port}`;
+  }
+  return config;
+}
+
+/** The query limits a configuration asks for. */
+export function queryLimitsOf(config: SluiceConfig) {
+  return {
+    maxLimit: config.limits.queryLimitMax,
+    defaultLimit: Math.min(config.limits.queryLimitDefault, config.limits.queryLimitMax),
+    maxIn: config.limits.inMax,
+    maxDepth: config.limits.depthMax,
+    maxSkip: DEFAULT_QUERY_LIMITS.maxSkip,
+  };
+}

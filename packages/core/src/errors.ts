@@ -1,0 +1,347 @@
+/**
+ * Typed errors with stable codes. Every failure a user can cause has its own class and `code`; the HTTP layer
+ * maps them to RFC 9457 problem details with {@link toProblem}.
+ */
+
+/** Stable, documented error codes. Clients match on these, never on messages. */
+export const ErrorCode = {
+  VALIDATION_FAILED: 'VALIDATION_FAILED',
+  MALFORMED_JSON: 'MALFORMED_JSON',
+  UNSUPPORTED_MEDIA_TYPE: 'UNSUPPORTED_MEDIA_TYPE',
+  PAYLOAD_TOO_LARGE: 'PAYLOAD_TOO_LARGE',
+  IDEMPOTENCY_KEY_MISMATCH: 'IDEMPOTENCY_KEY_MISMATCH',
+  IDEMPOTENCY_CONFLICT: 'IDEMPOTENCY_CONFLICT',
+  UNSUPPORTED_ADDRESS_TYPE: 'UNSUPPORTED_ADDRESS_TYPE',
+  UNKNOWN_CONNECTION: 'UNKNOWN_CONNECTION',
+  PATH_NOT_ALLOWED: 'PATH_NOT_ALLOWED',
+  TRANSFER_NOT_FOUND: 'TRANSFER_NOT_FOUND',
+  STALE_EPOCH: 'STALE_EPOCH',
+  ILLEGAL_TRANSITION: 'ILLEGAL_TRANSITION',
+  QUEUE_FULL: 'QUEUE_FULL',
+  UNKNOWN_ENDPOINT: 'UNKNOWN_ENDPOINT',
+  INVALID_QUERY: 'INVALID_QUERY',
+  CURSOR_EXPIRED: 'CURSOR_EXPIRED',
+  RECORD_NOT_FOUND: 'RECORD_NOT_FOUND',
+  UNAUTHORIZED: 'UNAUTHORIZED',
+  FORBIDDEN: 'FORBIDDEN',
+  NOT_FOUND: 'NOT_FOUND',
+  CONFIG_INVALID: 'CONFIG_INVALID',
+  STORE_UNAVAILABLE: 'STORE_UNAVAILABLE',
+  BACKPLANE_UNAVAILABLE: 'BACKPLANE_UNAVAILABLE',
+  CACHE_NOT_FOUND: 'CACHE_NOT_FOUND',
+  CACHE_SCHEMA_MISMATCH: 'CACHE_SCHEMA_MISMATCH',
+  CACHE_DISK_FULL: 'CACHE_DISK_FULL',
+  CACHE_CONFLICT: 'CACHE_CONFLICT',
+  CACHE_CLOSED: 'CACHE_CLOSED',
+  BAD_RECORD: 'BAD_RECORD',
+  SOURCE_FAILED: 'SOURCE_FAILED',
+  SINK_FAILED: 'SINK_FAILED',
+  TRANSFER_TERMINATED: 'TRANSFER_TERMINATED',
+  INTERNAL: 'INTERNAL',
+} as const;
+export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
+
+/** One failing location of a validation error: the path of the bad field and why. */
+export interface FieldIssue {
+  /** Path of the field, e.g. `source.path` or `endpoints[0].primaryKey`. */
+  path: string;
+  message: string;
+}
+
+const BRAND = Symbol.for('sluice.error');
+
+export interface SluiceErrorOptions {
+  cause?: unknown;
+  /** Extra machine-readable details, copied into the problem body. */
+  details?: Record<string, unknown>;
+}
+
+/**
+ * Base of every Sluice error: a stable `code`, the HTTP `status` it maps to, an optional `cause`.
+ *
+ * @example
+ * ```ts
+ * try { await store.transition(id, epoch, 'COMPLETED') }
+ * catch (err) { if (SluiceError.isInstance(err) && err.code === 'STALE_EPOCH') stopWork() }
+ * ```
+ */
+export class SluiceError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly details: Record<string, unknown> | undefined;
+  readonly [BRAND] = true;
+
+  constructor(code: ErrorCode, message: string, status = 500, options: SluiceErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.status = status;
+    this.details = options.details;
+  }
+
+  /** True for any Sluice error, even one thrown by another copy of this package. */
+  static isInstance(value: unknown): value is SluiceError {
+    return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[BRAND] === true;
+  }
+
+  /** True when `value` is a Sluice error with the given code. */
+  static hasCode(value: unknown, code: ErrorCode): value is SluiceError {
+    return SluiceError.isInstance(value) && value.code === code;
+  }
+}
+
+/** Input failed schema validation; `errors` names each failing path. */
+export class ValidationError extends SluiceError {
+  readonly errors: FieldIssue[];
+  constructor(message: string, errors: FieldIssue[], options: SluiceErrorOptions = {}) {
+    super(ErrorCode.VALIDATION_FAILED, message, 400, options);
+    this.errors = errors;
+  }
+}
+
+export class MalformedJsonError extends SluiceError {
+  constructor(message = 'The body is not valid JSON', options: SluiceErrorOptions = {}) {
+    super(ErrorCode.MALFORMED_JSON, message, 400, options);
+  }
+}
+
+export class UnsupportedMediaTypeError extends SluiceError {
+  constructor(contentType: string | undefined) {
+    super(
+      ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+      `Content type ${contentType ? `"${contentType}"` : '(none)'} is not supported; send application/json`,
+      415,
+    );
+  }
+}
+
+export class PayloadTooLargeError extends SluiceError {
+  constructor(limitBytes: number) {
+    super(ErrorCode.PAYLOAD_TOO_LARGE, `The body exceeds the limit of ${limitBytes} bytes`, 413, {
+      details: { limitBytes },
+    });
+  }
+}
+
+export class IdempotencyKeyMismatchError extends SluiceError {
+  constructor(headerKey: string, bodyId: string) {
+    super(
+      ErrorCode.IDEMPOTENCY_KEY_MISMATCH,
+      `The Idempotency-Key header "${headerKey}" differs from the body id "${bodyId}"`,
+      400,
+    );
+  }
+}
+
+/** The idempotency key was used before with a different request body. */
+export class IdempotencyConflictError extends SluiceError {
+  constructor(id: string) {
+    super(
+      ErrorCode.IDEMPOTENCY_CONFLICT,
+      `Transfer "${id}" already exists with a different request body; use a new id for a different request`,
+      422,
+      { details: { id } },
+    );
+  }
+}
+
+export class UnsupportedAddressTypeError extends SluiceError {
+  constructor(role: 'source' | 'destination', type: string) {
+    super(ErrorCode.UNSUPPORTED_ADDRESS_TYPE, `Unsupported ${role} type "${type}"`, 422, {
+      details: { role, type },
+    });
+  }
+}
+
+export class UnknownConnectionError extends SluiceError {
+  constructor(name: string) {
+    super(ErrorCode.UNKNOWN_CONNECTION, `No connection named "${name}" is configured on this node`, 422, {
+      details: { connection: name },
+    });
+  }
+}
+
+export class PathNotAllowedError extends SluiceError {
+  constructor(path: string) {
+    super(ErrorCode.PATH_NOT_ALLOWED, `Path "${path}" is outside the configured file roots`, 403, {
+      details: { path },
+    });
+  }
+}
+
+export class TransferNotFoundError extends SluiceError {
+  constructor(id: string) {
+    super(ErrorCode.TRANSFER_NOT_FOUND, `Transfer "${id}" does not exist`, 404, { details: { id } });
+  }
+}
+
+/** A write was fenced off: the caller's epoch is no longer the record's epoch (another node took over). */
+export class StaleEpochError extends SluiceError {
+  constructor(id: string, expectedEpoch: number, options: SluiceErrorOptions = {}) {
+    super(
+      ErrorCode.STALE_EPOCH,
+      `Transfer "${id}" is no longer at epoch ${expectedEpoch}; another owner took it over`,
+      409,
+      { ...options, details: { id, expectedEpoch, ...options.details } },
+    );
+  }
+}
+
+export class IllegalTransitionError extends SluiceError {
+  constructor(id: string, from: string, to: string) {
+    super(ErrorCode.ILLEGAL_TRANSITION, `Transfer "${id}" cannot move from ${from} to ${to}`, 409, {
+      details: { id, from, to },
+    });
+  }
+}
+
+/** The node's transfer queue is full; retry after `retryAfterSeconds`. */
+export class QueueFullError extends SluiceError {
+  readonly retryAfterSeconds: number;
+  constructor(retryAfterSeconds: number) {
+    super(ErrorCode.QUEUE_FULL, 'This node is at its transfer capacity; retry later', 429, {
+      details: { retryAfterSeconds },
+    });
+    this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+
+export class UnknownEndpointError extends SluiceError {
+  constructor(name: string) {
+    super(ErrorCode.UNKNOWN_ENDPOINT, `No endpoint named "${name}"`, 404, { details: { endpoint: name } });
+  }
+}
+
+/** A query is malformed or exceeds a limit; `errors` names each failing path. */
+export class InvalidQueryError extends SluiceError {
+  readonly errors: FieldIssue[];
+  constructor(message: string, errors: FieldIssue[] = [], options: SluiceErrorOptions = {}) {
+    super(ErrorCode.INVALID_QUERY, message, 400, options);
+    this.errors = errors;
+  }
+}
+
+/** A pagination cursor refers to a cache generation that no longer serves. */
+export class CursorExpiredError extends SluiceError {
+  constructor(
+    message = 'The cursor belongs to a cache generation that is no longer served; restart the query',
+  ) {
+    super(ErrorCode.CURSOR_EXPIRED, message, 410);
+  }
+}
+
+export class RecordNotFoundError extends SluiceError {
+  constructor(endpoint: string, key: string) {
+    super(ErrorCode.RECORD_NOT_FOUND, `No record with key "${key}" in endpoint "${endpoint}"`, 404, {
+      details: { endpoint, key },
+    });
+  }
+}
+
+export class UnauthorizedError extends SluiceError {
+  constructor(message = 'A valid bearer token is required') {
+    super(ErrorCode.UNAUTHORIZED, message, 401);
+  }
+}
+
+export class ForbiddenError extends SluiceError {
+  constructor(message = 'The token does not grant access to this resource') {
+    super(ErrorCode.FORBIDDEN, message, 403);
+  }
+}
+
+export class NotFoundError extends SluiceError {
+  constructor(message: string) {
+    super(ErrorCode.NOT_FOUND, message, 404);
+  }
+}
+
+/** The configuration is invalid; `errors` names each bad field. */
+export class ConfigError extends SluiceError {
+  readonly errors: FieldIssue[];
+  constructor(message: string, errors: FieldIssue[] = [], options: SluiceErrorOptions = {}) {
+    super(ErrorCode.CONFIG_INVALID, message, 500, options);
+    this.errors = errors;
+  }
+}
+
+export class StoreUnavailableError extends SluiceError {
+  constructor(message: string, options: SluiceErrorOptions = {}) {
+    super(ErrorCode.STORE_UNAVAILABLE, message, 503, options);
+  }
+}
+
+export class BackplaneUnavailableError extends SluiceError {
+  constructor(message: string, options: SluiceErrorOptions = {}) {
+    super(ErrorCode.BACKPLANE_UNAVAILABLE, message, 503, options);
+  }
+}
+
+export class CacheNotFoundError extends SluiceError {
+  constructor(name: string) {
+    super(ErrorCode.CACHE_NOT_FOUND, `Cache or alias "${name}" does not exist`, 404, { details: { name } });
+  }
+}
+
+/** An existing cache was created with another schema (fields, primary key or indexes). */
+export class SchemaMismatchError extends SluiceError {
+  constructor(cache: string, expectedHash: string, actualHash: string) {
+    super(
+      ErrorCode.CACHE_SCHEMA_MISMATCH,
+      `Cache "${cache}" has schema ${actualHash}, expected ${expectedHash}`,
+      409,
+      { details: { cache, expectedHash, actualHash } },
+    );
+  }
+}
+
+export class DiskFullError extends SluiceError {
+  constructor(message: string, options: SluiceErrorOptions = {}) {
+    super(ErrorCode.CACHE_DISK_FULL, message, 507, options);
+  }
+}
+
+/** A cache write hit its conflict policy (insert of an existing key, update of a missing one). */
+export class CacheConflictError extends SluiceError {
+  constructor(message: string, options: SluiceErrorOptions = {}) {
+    super(ErrorCode.CACHE_CONFLICT, message, 409, options);
+  }
+}
+
+export class CacheClosedError extends SluiceError {
+  constructor(name: string) {
+    super(ErrorCode.CACHE_CLOSED, `Cache "${name}" is closed`, 503, { details: { name } });
+  }
+}
+
+/** A source record could not be parsed or typed; carries where it was found. */
+export class BadRecordError extends SluiceError {
+  constructor(message: string, location: { line?: number; offset?: number; source?: string }) {
+    super(ErrorCode.BAD_RECORD, message, 422, { details: location });
+  }
+}
+
+export class SourceError extends SluiceError {
+  constructor(message: string, options: SluiceErrorOptions = {}) {
+    super(ErrorCode.SOURCE_FAILED, message, 502, options);
+  }
+}
+
+export class SinkError extends SluiceError {
+  constructor(message: string, options: SluiceErrorOptions = {}) {
+    super(ErrorCode.SINK_FAILED, message, 502, options);
+  }
+}
+
+export class TransferTerminatedError extends SluiceError {
+  constructor(id: string) {
+    super(ErrorCode.TRANSFER_TERMINATED, `Transfer "${id}" was terminated`, 409, { details: { id } });
+  }
+}
+
+/** Wraps anything that is not a SluiceError, so callers always get a code. */
+export function asSluiceError(err: unknown): SluiceError {
+  if (SluiceError.isInstance(err)) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  return new SluiceError(ErrorCode.INTERNAL, message, 500, { cause: err });
+}

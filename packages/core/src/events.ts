@@ -1,0 +1,55 @@
+import { z } from 'zod';
+import { PipelineCheckpointSchema } from './checkpoint.js';
+
+const ShortString = z.string().min(1).max(512);
+
+/** Published when an endpoint's alias moves to a new cache generation. */
+export const AliasRedirectedSchema = z.object({
+  type: z.literal('AliasRedirected'),
+  alias: ShortString,
+  from: ShortString.nullable(),
+  to: ShortString,
+  checkpoint: PipelineCheckpointSchema.nullable(),
+  /** Version of the alias table entry after the redirect. */
+  version: z.number().int().nonnegative().optional(),
+  at: z.string(),
+});
+export type AliasRedirected = z.output<typeof AliasRedirectedSchema>;
+
+/** Published when one source of an endpoint has finished its snapshot into a cache. */
+export const SnapshottingDoneSchema = z.object({
+  type: z.literal('SnapshottingDone'),
+  endpoint: ShortString,
+  cache: ShortString,
+  source: ShortString,
+  at: z.string(),
+});
+export type SnapshottingDone = z.output<typeof SnapshottingDoneSchema>;
+
+export const SluiceEventSchema = z.discriminatedUnion('type', [
+  AliasRedirectedSchema,
+  SnapshottingDoneSchema,
+]);
+export type SluiceEvent = z.output<typeof SluiceEventSchema>;
+export type SluiceEventType = SluiceEvent['type'];
+
+/**
+ * Builds an `AliasRedirected` event stamped now.
+ *
+ * @example
+ * ```ts
+ * await events.publish(aliasRedirected({ alias: 'items', from: 'items-01', to: 'items-02', checkpoint }));
+ * ```
+ */
+export function aliasRedirected(
+  input: Omit<AliasRedirected, 'type' | 'at'> & { at?: string },
+): AliasRedirected {
+  return { type: 'AliasRedirected', ...input, at: input.at ?? new Date().toISOString() };
+}
+
+/** Builds a `SnapshottingDone` event stamped now. */
+export function snapshottingDone(
+  input: Omit<SnapshottingDone, 'type' | 'at'> & { at?: string },
+): SnapshottingDone {
+  return { type: 'SnapshottingDone', ...input, at: input.at ?? new Date().toISOString() };
+}

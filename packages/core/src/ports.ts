@@ -1,0 +1,206 @@
+/**
+ * Port interfaces: what the apps and the pipeline need from the store, the backplane and the clock.
+ * `@sluice/store` and `@sluice/backplane` implement them; the pipeline sees only these.
+ */
+import type { SluiceEvent, SluiceEventType } from './events.js';
+import type {
+  TransferFailure,
+  TransferRecord,
+  TransferRequest,
+  TransferResult,
+  TransferState,
+} from './transfer.js';
+
+/** Time source; injected so leases and timeouts can be tested. */
+export interface Clock {
+  now(): Date;
+}
+
+export const systemClock: Clock = { now: () => new Date() };
+
+/** A node's identity as an owner: its id, its advertised address, and its process incarnation. */
+export interface OwnerIdentity {
+  nodeId: string;
+  address: string;
+  /** Unique per process start, so a restarted node does not heartbeat the transfers of its previous life. */
+  instanceId: string;
+}
+
+export interface SubmitInput {
+  request: TransferRequest;
+  requestHash: string;
+  owner: OwnerIdentity;
+  leaseMs: number;
+}
+
+export interface SubmitOutcome {
+  record: TransferRecord;
+  /** True when this call inserted the record (and so owns it at epoch 1, state RECEIVED). */
+  created: boolean;
+}
+
+export interface TransitionInput {
+  /** The state to move to; must be legal from the current one. */
+  to: TransferState;
+  error?: TransferFailure;
+  result?: TransferResult;
+}
+
+export interface ListTransfersInput {
+  state?: TransferState;
+  ownerNodeId?: string;
+  /** Opaque cursor from a previous page's `next`. */
+  cursor?: string;
+  limit?: number;
+}
+
+export interface TransferPage {
+  records: TransferRecord[];
+  next: string | null;
+}
+
+export interface NodeInfo {
+  nodeId: string;
+  address: string;
+  instanceId: string;
+  startedAt: Date;
+  lastSeenAt: Date;
+}
+
+/**
+ * The durable data-plane store. Every operation is atomic; every owner write is conditional on the caller's
+ * epoch (fencing) and throws `STALE_EPOCH` when another node took the transfer over.
+ */
+export interface DataPlaneStore extends AsyncDisposable {
+  /**
+   * Inserts the request if its id is absent, owned by `owner` at epoch 1 in state `RECEIVED` with a lease.
+   * Same id with another hash → `IDEMPOTENCY_CONFLICT`, nothing changes. Of N concurrent submits exactly one
+   * gets `created: true`.
+   */
+  submit(input: SubmitInput): Promise<SubmitOutcome>;
+  /**
+   * Takes a non-terminal transfer over: compare-and-set on `expectedEpoch`; sets the owner, increments the
+   * epoch and attempts, renews the lease. Exactly one of N concurrent callers wins; the others get `STALE_EPOCH`.
+   */
+  takeOver(id: string, expectedEpoch: number, owner: OwnerIdentity, leaseMs: number): Promise<TransferRecord>;
+  /** Moves the transfer along the state machine, fenced by `epoch`. */
+  transition(id: string, epoch: number, input: TransitionInput): Promise<TransferRecord>;
+  /** Writes the pipeline checkpoint into the record, fenced by `epoch` (and renews the lease). */
+  saveCheckpoint(id: string, epoch: number, checkpoint: unknown, leaseMs?: number): Promise<void>;
+  /**
+   * Extends the leases of every non-terminal transfer owned by this owner instance, in one statement.
+   * Returns the ids extended (the caller stops work on anything it runs that is missing: it was fenced).
+   */
+  heartbeat(owner: OwnerIdentity, leaseMs: number): Promise<string[]>;
+  /** Expires the lease of a transfer this owner holds, so another node can take it at once (graceful handback). */
+  release(id: string, epoch: number): Promise<void>;
+  /**
+   * Takes over up to `limit` transfers whose lease expired, oldest first, atomically: two sweepers never get
+   * the same row. Returns the records now owned by `owner`.
+   */
+  recoverExpired(owner: OwnerIdentity, leaseMs: number, limit: number): Promise<TransferRecord[]>;
+  get(id: string): Promise<TransferRecord | null>;
+  list(input?: ListTransfersInput): Promise<TransferPage>;
+  /** Deletes terminal records last updated before `olderThan`; returns how many. */
+  purge(olderThan: Date): Promise<number>;
+  /** Registers (or re-registers) a node and its advertised address. */
+  registerNode(node: Omit<NodeInfo, 'lastSeenAt' | 'startedAt'> & { startedAt?: Date }): Promise<void>;
+  /** Marks a node as seen now. */
+  touchNode(nodeId: string): Promise<void>;
+  listNodes(): Promise<NodeInfo[]>;
+  /** Round trip to the database, for readiness probes. */
+  ping(): Promise<void>;
+}
+
+/** Where a pipeline keeps a transfer's progress checkpoint (the store record, fenced by the epoch). */
+export interface CheckpointPort {
+  load(): Promise<unknown | null>;
+  save(checkpoint: unknown): Promise<void>;
+}
+
+/** What the owner of a transfer reports about it. */
+export interface OwnerReport {
+  nodeId: string;
+  address: string;
+  epoch: number;
+  /** Free-form progress (records read/written, phase). */
+  progress?: Record<string, unknown>;
+}
+
+/** The three honest answers to "who runs transfer X?". */
+export type OwnerAnswer =
+  | { status: 'owner'; owner: OwnerReport }
+  | { status: 'nobody' }
+  /** The backplane could not be asked; never to be read as "nobody". */
+  | { status: 'unknown'; reason: string };
+
+export type TerminateAnswer =
+  | { status: 'terminated'; by: string }
+  | { status: 'not-running' }
+  | { status: 'unknown'; reason: string };
+
+/** What a node that runs a transfer answers for it on the backplane. */
+export interface TransferResponder {
+  /** Called for every owner query; must be cheap. */
+  report(): OwnerReport;
+  /** Stop the work; resolve once it has stopped. */
+  terminate(): Promise<void>;
+}
+
+export interface WhoRunsOptions {
+  /** How long to wait for an owner that is alive but slow. */
+  timeoutMs: number;
+  /** The owner's advertised address from the store (the direct-address strategy asks it). */
+  ownerAddress?: string | null;
+}
+
+export type BackplaneStatus = 'connected' | 'reconnecting' | 'disconnected' | 'closed';
+
+/** An active registration or subscription; dispose to end it. */
+export interface Registration extends AsyncDisposable {
+  close(): Promise<void>;
+}
+
+export interface EventPublisher {
+  publish(event: SluiceEvent): Promise<void>;
+}
+
+export interface SubscribeOptions {
+  /** Only these event types (default: all). */
+  types?: SluiceEventType[];
+}
+
+export interface EventSubscriber {
+  /** Calls `handler` for each valid event; malformed messages are logged and dropped. */
+  subscribe(
+    handler: (event: SluiceEvent) => void | Promise<void>,
+    options?: SubscribeOptions,
+  ): Promise<Registration>;
+  /** The latest `AliasRedirected` per alias, for processes that (re)connect late. Empty when not kept. */
+  latestAliasEvents(): Promise<SluiceEvent[]>;
+}
+
+/**
+ * How nodes find the owner of a transfer, route terminations to it, and fan out events.
+ */
+export interface Backplane extends EventPublisher, EventSubscriber, AsyncDisposable {
+  /** Answer for `transferId` while this node runs it. Must be answering before the record says IN_PROGRESS. */
+  serve(transferId: string, responder: TransferResponder): Promise<Registration>;
+  whoRuns(transferId: string, options: WhoRunsOptions): Promise<OwnerAnswer>;
+  terminate(transferId: string, options: WhoRunsOptions): Promise<TerminateAnswer>;
+  status(): BackplaneStatus;
+  /** Called on every status change (for readiness and metrics; and to reconcile after a reconnect). */
+  onStatus(listener: (status: BackplaneStatus) => void): () => void;
+  close(): Promise<void>;
+}
+
+/** Minimal structured logger (pino-compatible). */
+export interface Logger {
+  debug(obj: object | string, msg?: string): void;
+  info(obj: object | string, msg?: string): void;
+  warn(obj: object | string, msg?: string): void;
+  error(obj: object | string, msg?: string): void;
+}
+
+/** A logger that drops everything. */
+export const silentLogger: Logger = { debug() {}, info() {}, warn() {}, error() {} };

@@ -1,0 +1,303 @@
+import { z } from 'zod';
+import { FORBIDDEN_KEYS, type JsonScalar, JsonScalarSchema } from './json.js';
+import { parseQueryOrThrow } from './validation.js';
+
+/** Limits applied to every query; the api-server takes them from configuration. */
+export interface QueryLimits {
+  /** Largest `$limit` accepted. */
+  maxLimit: number;
+  /** `$limit` when none is given. */
+  defaultLimit: number;
+  /** Largest `$in` list. */
+  maxIn: number;
+  /** Deepest nesting of `$and` / `$or`. */
+  maxDepth: number;
+  /** Largest `$skip`. */
+  maxSkip: number;
+}
+
+export const DEFAULT_QUERY_LIMITS: QueryLimits = {
+  maxLimit: 1000,
+  defaultLimit: 50,
+  maxIn: 1000,
+  maxDepth: 8,
+  maxSkip: 100_000,
+};
+
+export const COMPARISON_OPERATORS = ['$eq', '$ne', '$lt', '$lte', '$gt', '$gte', '$in', '$contains'] as const;
+export type ComparisonOperator = (typeof COMPARISON_OPERATORS)[number];
+
+/** Operators on one field; several are ANDed. */
+export interface FieldCondition {
+  $eq?: JsonScalar;
+  $ne?: JsonScalar;
+  $lt?: JsonScalar;
+  $lte?: JsonScalar;
+  $gt?: JsonScalar;
+  $gte?: JsonScalar;
+  $in?: JsonScalar[];
+  $contains?: JsonScalar;
+}
+
+/** A filter: field conditions (a bare value means `$eq`) and `$and` / `$or` lists. */
+export interface Filter {
+  $and?: Filter[];
+  $or?: Filter[];
+  [field: string]: JsonScalar | FieldCondition | Filter[] | undefined;
+}
+
+export type SortDirection = 'asc' | 'desc';
+
+/** A parsed query, with defaults applied. */
+export interface Query {
+  filter: Filter;
+  orderBy: Array<{ field: string; direction: SortDirection }>;
+  limit: number;
+  skip: number;
+  after: string | null;
+}
+
+const FieldNameSchema = z
+  .string()
+  .min(1)
+  .max(256)
+  .refine((f) => !f.startsWith('$'), { message: 'unknown operator' })
+  .refine((f) => !FORBIDDEN_KEYS.has(f), { message: 'reserved field name' });
+
+function conditionSchema(limits: QueryLimits) {
+  return z.strictObject({
+    $eq: JsonScalarSchema.optional(),
+    $ne: JsonScalarSchema.optional(),
+    $lt: JsonScalarSchema.optional(),
+    $lte: JsonScalarSchema.optional(),
+    $gt: JsonScalarSchema.optional(),
+    $gte: JsonScalarSchema.optional(),
+    $in: z.array(JsonScalarSchema).max(limits.maxIn, `at most ${limits.maxIn} values`).optional(),
+    $contains: JsonScalarSchema.optional(),
+  });
+}
+
+/** The zod schema of a filter under the given limits (nesting depth is checked while parsing). */
+export function filterSchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS): z.ZodType<Filter> {
+  const condition = conditionSchema(limits);
+  const build = (depth: number): z.ZodType<Filter> =>
+    z.lazy(() =>
+      z.record(z.string(), z.unknown()).superRefine((obj, ctx) => {
+        const keys = Object.keys(obj);
+        if (keys.length > 256)
+          ctx.addIssue({ code: 'custom', message: 'at most 256 keys in one filter object' });
+        for (const key of keys) {
+          const value = obj[key];
+          if (key === '$and' || key === '$or') {
+            if (depth >= limits.maxDepth) {
+              ctx.addIssue({
+                code: 'custom',
+                path: [key],
+                message: `nesting deeper than ${limits.maxDepth}`,
+              });
+              continue;
+            }
+            const list = z
+              .array(build(depth + 1))
+              .min(1)
+              .max(256)
+              .safeParse(value);
+            if (!list.success) {
+              for (const issue of list.error.issues)
+                ctx.addIssue({ ...issue, path: [key, ...issue.path] } as never);
+            }
+            continue;
+          }
+          if (key.startsWith('$')) {
+            ctx.addIssue({ code: 'custom', path: [key], message: `unknown operator "${key.slice(0, 64)}"` });
+            continue;
+          }
+          const name = FieldNameSchema.safeParse(key);
+          if (!name.success) {
+            ctx.addIssue({
+              code: 'custom',
+              path: [key.slice(0, 64)],
+              message: name.error.issues[0]?.message ?? 'bad field',
+            });
+            continue;
+          }
+          const isObject = typeof value === 'object' && value !== null && !Array.isArray(value);
+          const parsed = isObject ? condition.safeParse(value) : JsonScalarSchema.safeParse(value);
+          if (!parsed.success) {
+            for (const issue of parsed.error.issues) {
+              const message =
+                issue.code === 'unrecognized_keys'
+                  ? `unknown operator ${issue.keys.map((k) => `"${k.slice(0, 64)}"`).join(', ')}`
+                  : isObject
+                    ? issue.message
+                    : 'expected a string, number, boolean, null or an operator object';
+              ctx.addIssue({ code: 'custom', path: [key, ...issue.path], message });
+            }
+          }
+        }
+      }),
+    ) as unknown as z.ZodType<Filter>;
+  return build(0);
+}
+
+/** The zod schema of a wire query (`$filter`, `$order_by`, `$limit`, `$skip` | `$after`). */
+export function querySchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS) {
+  return z
+    .strictObject({
+      $filter: filterSchema(limits).optional(),
+      $order_by: z
+        .record(FieldNameSchema, z.enum(['asc', 'desc']))
+        .refine((o) => Object.keys(o).length <= 8, { message: 'at most 8 sort fields' })
+        .optional(),
+      $limit: z.number().int().min(0).max(limits.maxLimit, `must be at most ${limits.maxLimit}`).optional(),
+      $skip: z.number().int().min(0).max(limits.maxSkip, `must be at most ${limits.maxSkip}`).optional(),
+      $after: z.string().min(1).max(4096).optional(),
+    })
+    .refine((q) => q.$skip === undefined || q.$after === undefined, {
+      message: '"$skip" and "$after" cannot be combined',
+      path: ['$after'],
+    });
+}
+
+/** The wire form of a query. */
+export type WireQuery = z.input<ReturnType<typeof querySchema>>;
+
+/**
+ * Parses an untrusted wire query into a {@link Query}, throwing `INVALID_QUERY` with the failing path.
+ *
+ * @example
+ * ```ts
+ * const q = parseQuery({ $filter: { value: { $gte: 10, $lt: 20 } }, $order_by: { value: 'asc' }, $limit: 5 });
+ * ```
+ */
+export function parseQuery(input: unknown, limits: QueryLimits = DEFAULT_QUERY_LIMITS): Query {
+  const wire = parseQueryOrThrow(querySchema(limits), input ?? {});
+  return {
+    filter: (wire.$filter ?? {}) as Filter,
+    orderBy: Object.entries(wire.$order_by ?? {}).map(([field, direction]) => ({ field, direction })),
+    limit: wire.$limit ?? limits.defaultLimit,
+    skip: wire.$skip ?? 0,
+    after: wire.$after ?? null,
+  };
+}
+
+/** Parses the body of a count request (`{"$filter": ...}`). */
+export function parseCountQuery(input: unknown, limits: QueryLimits = DEFAULT_QUERY_LIMITS): Filter {
+  const schema = z.strictObject({ $filter: filterSchema(limits).optional() });
+  return (parseQueryOrThrow(schema, input ?? {}).$filter ?? {}) as Filter;
+}
+
+/** Parses a filter alone (configuration, token row filters). */
+export function parseFilter(input: unknown, limits: QueryLimits = DEFAULT_QUERY_LIMITS): Filter {
+  return parseQueryOrThrow(filterSchema(limits), input) as Filter;
+}
+
+/** Type-aware ordering: null < booleans < numbers < strings. Returns -1, 0 or 1. */
+export function compareScalars(a: unknown, b: unknown): number {
+  const rank = (v: unknown) =>
+    v === null || v === undefined
+      ? 0
+      : typeof v === 'boolean'
+        ? 1
+        : typeof v === 'number'
+          ? 2
+          : typeof v === 'string'
+            ? 3
+            : 4;
+  const ra = rank(a);
+  const rb = rank(b);
+  if (ra !== rb) return ra < rb ? -1 : 1;
+  if (ra === 0) return 0;
+  if (ra === 4) {
+    const sa = JSON.stringify(a);
+    const sb = JSON.stringify(b);
+    return sa < sb ? -1 : sa > sb ? 1 : 0;
+  }
+  return (a as number) < (b as number) ? -1 : (a as number) > (b as number) ? 1 : 0;
+}
+
+function sameType(a: unknown, b: unknown): boolean {
+  return (
+    typeof a === typeof b && a !== null && b !== null && (typeof a === 'number' || typeof a === 'string')
+  );
+}
+
+function equals(a: unknown, b: unknown): boolean {
+  return (a === undefined ? null : a) === b;
+}
+
+function matchesCondition(value: unknown, condition: FieldCondition | JsonScalar): boolean {
+  if (condition === null || typeof condition !== 'object') return equals(value, condition);
+  for (const [op, operand] of Object.entries(condition)) {
+    switch (op as ComparisonOperator) {
+      case '$eq':
+        if (!equals(value, operand)) return false;
+        break;
+      case '$ne':
+        if (equals(value, operand)) return false;
+        break;
+      case '$lt':
+        if (!sameType(value, operand) || !((value as number) < (operand as number))) return false;
+        break;
+      case '$lte':
+        if (!sameType(value, operand) || !((value as number) <= (operand as number))) return false;
+        break;
+      case '$gt':
+        if (!sameType(value, operand) || !((value as number) > (operand as number))) return false;
+        break;
+      case '$gte':
+        if (!sameType(value, operand) || !((value as number) >= (operand as number))) return false;
+        break;
+      case '$in':
+        if (!(operand as JsonScalar[]).some((candidate) => equals(value, candidate))) return false;
+        break;
+      case '$contains':
+        if (typeof value === 'string' && typeof operand === 'string') {
+          if (!value.includes(operand)) return false;
+        } else if (Array.isArray(value)) {
+          if (!value.some((item) => equals(item, operand))) return false;
+        } else return false;
+        break;
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+/**
+ * Compiles a parsed filter into a predicate over records. Semantics (shared by the cache planner and the
+ * pipeline's filter processor): a missing field equals `null`; range operators compare numbers with numbers
+ * and strings with strings only; `$contains` is substring on strings and membership on arrays.
+ *
+ * @example
+ * ```ts
+ * const keep = compileFilter({ category: { $ne: 'hidden' }, value: { $gte: 10 } });
+ * keep({ category: 'a', value: 12 }); // true
+ * ```
+ */
+export function compileFilter(filter: Filter): (record: Record<string, unknown>) => boolean {
+  const parts: Array<(record: Record<string, unknown>) => boolean> = [];
+  for (const [key, value] of Object.entries(filter)) {
+    if (value === undefined) continue;
+    if (key === '$and') {
+      const subs = (value as Filter[]).map(compileFilter);
+      parts.push((r) => subs.every((f) => f(r)));
+    } else if (key === '$or') {
+      const subs = (value as Filter[]).map(compileFilter);
+      parts.push((r) => subs.some((f) => f(r)));
+    } else {
+      const condition = value as FieldCondition | JsonScalar;
+      parts.push((r) => matchesCondition(Object.hasOwn(r, key) ? r[key] : undefined, condition));
+    }
+  }
+  return (record) => parts.every((p) => p(record));
+}
+
+/** ANDs filters together (e.g. a token's row filter into a user's query). */
+export function andFilters(...filters: Array<Filter | undefined>): Filter {
+  const present = filters.filter((f): f is Filter => f !== undefined && Object.keys(f).length > 0);
+  if (present.length === 0) return {};
+  if (present.length === 1) return present[0]!;
+  return { $and: present };
+}

@@ -1,0 +1,123 @@
+import { z } from 'zod';
+import { assertKnownAddressType, DestinationAddressSchema, SourceAddressSchema } from './addresses.js';
+import { IdempotencyKeyMismatchError, ValidationError } from './errors.js';
+import { hashJson, JsonScalarSchema, SafeKeySchema } from './json.js';
+import { parseOrThrow } from './validation.js';
+
+/** The idempotency key / transfer id: 1–200 chars of `[A-Za-z0-9._:-]`. */
+export const TransferIdSchema = z
+  .string()
+  .min(1, 'must be 1 to 200 characters')
+  .max(200, 'must be 1 to 200 characters')
+  .regex(/^[A-Za-z0-9._:-]+$/, 'may contain only letters, digits, ".", "_", ":", "-"');
+
+export const TransferMode = { idempotent: 'idempotent', fireAndForget: 'fire-and-forget' } as const;
+export type TransferMode = (typeof TransferMode)[keyof typeof TransferMode];
+
+export const BadRecordPolicy = { skip: 'skip', fail: 'fail' } as const;
+export type BadRecordPolicy = (typeof BadRecordPolicy)[keyof typeof BadRecordPolicy];
+
+export const TransferOptionsSchema = z.strictObject({
+  /** Throttle: at most this many records per second. */
+  maxRecordsPerSecond: z.number().int().positive().max(10_000_000).optional(),
+  /** What to do with a record that cannot be parsed or typed: skip and report (default), or fail the run. */
+  onBadRecord: z.enum(['skip', 'fail']).default('skip'),
+  /** Records per checkpoint commit. */
+  batchSize: z.number().int().min(1).max(100_000).optional(),
+});
+export type TransferOptions = z.output<typeof TransferOptionsSchema>;
+
+export const PropertiesSchema = z
+  .record(SafeKeySchema, JsonScalarSchema)
+  .refine((p) => Object.keys(p).length <= 64, { message: 'at most 64 properties' });
+
+/** A transfer request as it arrives on the wire. */
+export const TransferRequestSchema = z.strictObject({
+  id: TransferIdSchema,
+  mode: z.enum(['idempotent', 'fire-and-forget']).default('idempotent'),
+  source: SourceAddressSchema,
+  destination: DestinationAddressSchema,
+  properties: PropertiesSchema.default({}),
+  options: TransferOptionsSchema.default({ onBadRecord: 'skip' }),
+});
+export type TransferRequest = z.output<typeof TransferRequestSchema>;
+export type TransferRequestInput = z.input<typeof TransferRequestSchema>;
+
+/**
+ * Parses a transfer request from an untrusted body, taking the id from an `Idempotency-Key` header when
+ * the body has none. Unknown address types are reported as `UNSUPPORTED_ADDRESS_TYPE`.
+ *
+ * @example
+ * ```ts
+ * const request = parseTransferRequest(req.body, req.headers['idempotency-key']);
+ * ```
+ */
+export function parseTransferRequest(body: unknown, idempotencyKey?: string): TransferRequest {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new ValidationError('Invalid transfer request: the body must be a JSON object', [
+      { path: '(root)', message: 'expected an object' },
+    ]);
+  }
+  const input = { ...(body as Record<string, unknown>) };
+  if (idempotencyKey !== undefined) {
+    if (input.id === undefined) input.id = idempotencyKey;
+    else if (input.id !== idempotencyKey)
+      throw new IdempotencyKeyMismatchError(idempotencyKey, String(input.id));
+  }
+  assertKnownAddressType('source', input.source);
+  assertKnownAddressType('destination', input.destination);
+  return parseOrThrow(TransferRequestSchema, input, 'Invalid transfer request');
+}
+
+/** The hash that tells "same request again" from "same key, other request". */
+export function requestHash(request: TransferRequest): string {
+  return hashJson(request);
+}
+
+export const TransferState = {
+  RECEIVED: 'RECEIVED',
+  IN_PROGRESS: 'IN_PROGRESS',
+  COMPLETED: 'COMPLETED',
+  FAILED: 'FAILED',
+  TERMINATED: 'TERMINATED',
+} as const;
+export type TransferState = (typeof TransferState)[keyof typeof TransferState];
+export const TransferStateSchema = z.enum(['RECEIVED', 'IN_PROGRESS', 'COMPLETED', 'FAILED', 'TERMINATED']);
+
+/** What a completed (or partially run) transfer read and wrote. */
+export const TransferResultSchema = z.object({
+  recordsRead: z.number().int().nonnegative(),
+  recordsWritten: z.number().int().nonnegative(),
+  badRecords: z.number().int().nonnegative().default(0),
+  durationMs: z.number().nonnegative().optional(),
+});
+export type TransferResult = z.output<typeof TransferResultSchema>;
+
+/** Why a transfer failed. */
+export const TransferFailureSchema = z.object({
+  code: z.string(),
+  message: z.string(),
+});
+export type TransferFailure = z.output<typeof TransferFailureSchema>;
+
+/** The durable record of an idempotent transfer. */
+export interface TransferRecord {
+  id: string;
+  requestHash: string;
+  request: TransferRequest;
+  state: TransferState;
+  ownerNodeId: string | null;
+  ownerAddress: string | null;
+  /** Identifies the owner's process incarnation (a restarted node is a new owner). */
+  ownerInstance: string | null;
+  /** Fencing epoch: increments on every change of owner. */
+  epoch: number;
+  leaseExpiresAt: Date | null;
+  attempts: number;
+  error: TransferFailure | null;
+  result: TransferResult | null;
+  /** The pipeline's progress checkpoint, written fenced by the epoch. */
+  checkpoint: unknown | null;
+  createdAt: Date;
+  updatedAt: Date;
+}

@@ -1,0 +1,61 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+
+/** The server tests use; `SLUICE_TEST_PG_URL` overrides. */
+export function testPostgresUrl(): string {
+  return process.env.SLUICE_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+}
+
+export interface TestDatabase extends AsyncDisposable {
+  /** URL of the fresh database. */
+  readonly url: string;
+  readonly name: string;
+  drop(): Promise<void>;
+}
+
+function withDatabase(url: string, database: string): string {
+  const parsed = new URL(url);
+  parsed.pathname = `/${database}`;
+  return parsed.toString();
+}
+
+/**
+ * Creates a fresh, empty PostgreSQL database for one test file and drops it on dispose. Fails loudly
+ * when the server is unreachable (tests never skip silently).
+ *
+ * @example
+ * ```ts
+ * await using db = await createTestDatabase();
+ * const store = await openStore(db.url);
+ * ```
+ */
+export async function createTestDatabase(prefix = 'sluice_test'): Promise<TestDatabase> {
+  const adminUrl = testPostgresUrl();
+  const name = `${prefix}_${Date.now().toString(36)}_${randomBytes(4).toString('hex')}`.toLowerCase();
+  const admin = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 5_000 });
+  try {
+    await admin.connect();
+  } catch (err) {
+    throw new Error(
+      `PostgreSQL is not reachable at ${adminUrl} (${(err as Error).message}); start it or set SLUICE_TEST_PG_URL`,
+    );
+  }
+  try {
+    await admin.query(`CREATE DATABASE "${name}"`);
+  } finally {
+    await admin.end();
+  }
+  let dropped = false;
+  const drop = async () => {
+    if (dropped) return;
+    dropped = true;
+    const client = new pg.Client({ connectionString: adminUrl, connectionTimeoutMillis: 5_000 });
+    await client.connect();
+    try {
+      await client.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+    } finally {
+      await client.end();
+    }
+  };
+  return { url: withDatabase(adminUrl, name), name, drop, [Symbol.asyncDispose]: drop };
+}

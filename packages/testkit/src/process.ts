@@ -1,0 +1,156 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+
+export interface SpawnOptions {
+  cwd?: string;
+  env?: Record<string, string | undefined>;
+  /** Keep at most this many output lines in memory. */
+  maxLines?: number;
+  /** Echo the child's output to this process's stderr (debugging). */
+  echo?: boolean;
+}
+
+/** A child process with its output captured line by line. */
+export interface ChildHandle extends AsyncDisposable {
+  readonly child: ChildProcess;
+  readonly pid: number;
+  /** stdout and stderr lines, in arrival order. */
+  readonly lines: string[];
+  /** Resolves with the exit code (or the signal name) once the process has exited. */
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Resolves with the first line matching `pattern` (including lines already seen). */
+  waitForLine(pattern: RegExp, timeoutMs?: number): Promise<string>;
+  kill(signal?: NodeJS.Signals): void;
+  /** Sends `signal` (default SIGTERM) and waits for exit; SIGKILLs after `timeoutMs`. */
+  stop(
+    signal?: NodeJS.Signals,
+    timeoutMs?: number,
+  ): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  output(): string;
+}
+
+/** Spawns `command` with its output captured; killed with SIGKILL on dispose if still running. */
+export function spawnProcess(command: string, args: string[], options: SpawnOptions = {}): ChildHandle {
+  const child = spawn(command, args, {
+    cwd: options.cwd,
+    env: { ...process.env, ...options.env } as NodeJS.ProcessEnv,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: string[] = [];
+  const maxLines = options.maxLines ?? 20_000;
+  const waiters = new Set<{ pattern: RegExp; resolve: (line: string) => void }>();
+  let exitInfo: { code: number | null; signal: NodeJS.Signals | null } | null = null;
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on('exit', (code, signal) => {
+      exitInfo = { code, signal };
+      resolve(exitInfo);
+    });
+    child.on('error', (err) => {
+      lines.push(`[spawn error] ${err.message}`);
+      exitInfo = { code: -1, signal: null };
+      resolve(exitInfo);
+    });
+  });
+  const onData = (stream: NodeJS.ReadableStream) => {
+    let buffer = '';
+    stream.setEncoding('utf8');
+    stream.on('data', (chunk: string) => {
+      buffer += chunk;
+      let index = buffer.indexOf('\n');
+      while (index >= 0) {
+        const line = buffer.slice(0, index);
+        buffer = buffer.slice(index + 1);
+        if (options.echo) process.stderr.write(`[${child.pid}] ${line}\n`);
+        lines.push(line);
+        if (lines.length > maxLines) lines.splice(0, lines.length - maxLines);
+        for (const waiter of waiters) {
+          if (waiter.pattern.test(line)) {
+            waiters.delete(waiter);
+            waiter.resolve(line);
+          }
+        }
+        index = buffer.indexOf('\n');
+      }
+    });
+  };
+  onData(child.stdout!);
+  onData(child.stderr!);
+
+  const handle: ChildHandle = {
+    child,
+    pid: child.pid ?? -1,
+    lines,
+    exited,
+    waitForLine(pattern, timeoutMs = 30_000) {
+      const seen = lines.find((line) => pattern.test(line));
+      if (seen !== undefined) return Promise.resolve(seen);
+      return new Promise<string>((resolve, reject) => {
+        const waiter = {
+          pattern,
+          resolve: (line: string) => {
+            clearTimeout(timer);
+            resolve(line);
+          },
+        };
+        const timer = setTimeout(() => {
+          waiters.delete(waiter);
+          reject(
+            new Error(
+              `Timed out after ${timeoutMs} ms waiting for ${pattern} from ${command}; output:\n${lines.slice(-40).join('\n')}`,
+            ),
+          );
+        }, timeoutMs);
+        waiters.add(waiter);
+        void exited.then((info) => {
+          if (!waiters.has(waiter)) return;
+          waiters.delete(waiter);
+          clearTimeout(timer);
+          reject(
+            new Error(
+              `${command} exited (${info.code ?? info.signal}) before printing ${pattern}; output:\n${lines.slice(-40).join('\n')}`,
+            ),
+          );
+        });
+      });
+    },
+    kill(signal = 'SIGTERM') {
+      if (exitInfo === null) child.kill(signal);
+    },
+    async stop(signal = 'SIGTERM', timeoutMs = 10_000) {
+      if (exitInfo !== null) return exitInfo;
+      child.kill(signal);
+      const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+      const info = await exited;
+      clearTimeout(timer);
+      return info;
+    },
+    output: () => lines.join('\n'),
+    async [Symbol.asyncDispose]() {
+      if (exitInfo === null) {
+        child.kill('SIGKILL');
+        await exited;
+      }
+    },
+  };
+  return handle;
+}
+
+const require = createRequire(import.meta.url);
+
+/** Path of the tsx loader, so children can run TypeScript sources. */
+export function tsxLoaderPath(): string {
+  return join(dirname(require.resolve('tsx/package.json')), 'dist', 'loader.mjs');
+}
+
+/**
+ * Spawns `node` on a TypeScript file with workspace packages resolved to their sources
+ * (`--conditions=@sluice/source`), exactly as tests need for child processes.
+ */
+export function spawnTs(file: string, args: string[] = [], options: SpawnOptions = {}): ChildHandle {
+  return spawnProcess(
+    process.execPath,
+    ['--conditions=@sluice/source', '--import', tsxLoaderPath(), file, ...args],
+    options,
+  );
+}

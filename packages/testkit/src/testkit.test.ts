@@ -1,0 +1,111 @@
+import { existsSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import {
+  createTestDatabase,
+  freePort,
+  spawnProcess,
+  spawnTs,
+  startNatsServer,
+  tempDir,
+  waitFor,
+} from './index.js';
+
+function canConnect(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ port, host: '127.0.0.1' });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+describe('testkit', () => {
+  it('finds free ports that can be bound', async () => {
+    const port = await freePort();
+    expect(port).toBeGreaterThan(0);
+    expect(await canConnect(port)).toBe(false);
+  });
+
+  it('creates temp dirs and removes them on dispose', async () => {
+    let path = '';
+    {
+      await using dir = await tempDir();
+      path = dir.path;
+      await writeFile(join(path, 'x'), 'y');
+      expect(existsSync(join(path, 'x'))).toBe(true);
+    }
+    expect(existsSync(path)).toBe(false);
+  });
+
+  it('spawns nats-server, kills it and restarts it on the same port', async () => {
+    await using nats = await startNatsServer();
+    expect(await canConnect(nats.port)).toBe(true);
+    await nats.kill();
+    expect(nats.running).toBe(false);
+    expect(await canConnect(nats.port)).toBe(false);
+    await nats.start();
+    expect(await canConnect(nats.port)).toBe(true);
+    await nats.restart();
+    expect(await canConnect(nats.port)).toBe(true);
+  });
+
+  it('creates a fresh PostgreSQL database and drops it', async () => {
+    let name = '';
+    {
+      await using db = await createTestDatabase();
+      name = db.name;
+      const client = new pg.Client({ connectionString: db.url });
+      await client.connect();
+      await client.query('CREATE TABLE t (id int primary key)');
+      await client.query('INSERT INTO t VALUES (1), (2)');
+      const { rows } = await client.query('SELECT count(*)::int AS n FROM t');
+      expect(rows[0].n).toBe(2);
+      await client.end();
+    }
+    const admin = new pg.Client({
+      connectionString: process.env.SLUICE_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
+    });
+    await admin.connect();
+    const { rowCount } = await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
+    await admin.end();
+    expect(rowCount).toBe(0);
+  });
+
+  it('spawns a process, reads its lines, and kills it with SIGKILL', async () => {
+    await using child = spawnProcess(process.execPath, [
+      '-e',
+      'console.log("ready"); setInterval(() => {}, 1000)',
+    ]);
+    await child.waitForLine(/^ready$/);
+    child.kill('SIGKILL');
+    const exit = await child.exited;
+    expect(exit.signal).toBe('SIGKILL');
+  });
+
+  it('runs TypeScript children against workspace sources', async () => {
+    await using dir = await tempDir();
+    const file = join(dir.path, 'child.ts');
+    await writeFile(
+      file,
+      [
+        "import { canTransition } from '@sluice/core';",
+        'const n: number = 1;',
+        "console.log('ok', canTransition('IN_PROGRESS', 'COMPLETED'), n);",
+      ].join('\n'),
+    );
+    await using child = spawnTs(file, [], { cwd: process.cwd() });
+    const exit = await child.exited;
+    expect(child.output()).toContain('ok true 1');
+    expect(exit.code).toBe(0);
+  });
+
+  it('waitFor times out with a clear message', async () => {
+    await expect(waitFor(() => false, { timeoutMs: 100, what: 'never' })).rejects.toThrow(/never/);
+  });
+});
