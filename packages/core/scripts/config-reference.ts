@@ -1,0 +1,106 @@
+// Generates docs/configuration.md from the zod config schema, so the reference can never drift from what
+// the servers accept. Run: pnpm --filter @sluice/core docs:config
+import { writeFileSync } from 'node:fs';
+import { z } from 'zod';
+import { ENV_OVERRIDES, SluiceConfigSchema } from '../src/index.ts';
+
+type JsonSchema = {
+  type?: string | string[];
+  properties?: Record<string, JsonSchema>;
+  items?: JsonSchema;
+  anyOf?: JsonSchema[];
+  oneOf?: JsonSchema[];
+  enum?: unknown[];
+  const?: unknown;
+  default?: unknown;
+  description?: string;
+  required?: string[];
+  additionalProperties?: JsonSchema | boolean;
+  minimum?: number;
+  maximum?: number;
+  minLength?: number;
+  maxLength?: number;
+  pattern?: string;
+};
+
+function typeOf(schema: JsonSchema): string {
+  if (schema.const !== undefined) return JSON.stringify(schema.const);
+  if (schema.enum) return schema.enum.map((v) => JSON.stringify(v)).join(' \\| ');
+  const variants = schema.anyOf ?? schema.oneOf;
+  if (variants) return variants.map(typeOf).join(' \\| ');
+  if (schema.type === 'array') return `${schema.items ? typeOf(schema.items) : 'any'}[]`;
+  if (
+    schema.type === 'object' &&
+    schema.additionalProperties &&
+    typeof schema.additionalProperties === 'object' &&
+    !schema.properties
+  )
+    return `map of name → ${typeOf(schema.additionalProperties)}`;
+  if (Array.isArray(schema.type)) return schema.type.join(' \\| ');
+  return schema.type ?? 'any';
+}
+
+function constraints(schema: JsonSchema): string {
+  const parts: string[] = [];
+  if (schema.minimum !== undefined) parts.push(`≥ ${schema.minimum}`);
+  if (schema.maximum !== undefined) parts.push(`≤ ${schema.maximum}`);
+  if (schema.minLength !== undefined && schema.minLength > 1) parts.push(`length ≥ ${schema.minLength}`);
+  if (schema.maxLength !== undefined) parts.push(`length ≤ ${schema.maxLength}`);
+  return parts.join(', ');
+}
+
+const rows: string[] = [];
+function walk(schema: JsonSchema, path: string): void {
+  if (path !== '') {
+    const env = Object.entries(ENV_OVERRIDES).find(([, p]) => p === path)?.[0];
+    const def = schema.default === undefined ? '' : `\`${JSON.stringify(schema.default)}\``;
+    rows.push(
+      `| \`${path}\` | ${typeOf(schema)} | ${def} | ${[constraints(schema), env ? `env \`${env}\`` : '', schema.description ?? ''].filter(Boolean).join('; ')} |`,
+    );
+  }
+  if (schema.properties && path.split('.').length < 3) {
+    for (const [key, child] of Object.entries(schema.properties))
+      walk(child, path === '' ? key : `${path}.${key}`);
+  }
+}
+
+const json = z.toJSONSchema(SluiceConfigSchema, { io: 'input', unrepresentable: 'any' }) as JsonSchema;
+walk(json, '');
+const out = [
+  '# Configuration reference (`sluice.yaml`)',
+  '',
+  'Generated from the zod schema in `@sluice/core` (`pnpm --filter @sluice/core docs:config`); do not edit by hand.',
+  'The app-server and the api-servers of a host read the same file. Every key is optional: with no file at all',
+  'Sluice runs embedded (SQLite store and LMDB caches under `./.sluice/`, no NATS). Unknown keys are rejected,',
+  'and a bad value stops the server at start with the exact path of the field and the reason.',
+  '',
+  '| key | type | default | notes |',
+  '|---|---|---|---|',
+  ...rows,
+  '',
+  '## Endpoints',
+  '',
+  '`endpoints` is a list of `{ name, source, primaryKey, fields?, indexes?, filter?, select? }`:',
+  '',
+  '- `name`: the endpoint and its alias; letters, digits, `.`, `_`, `-`, starting with a letter.',
+  '- `source`: `{type: file, path, format: jsonl|csv, follow?}`, `{type: postgres, connection, table | query, key, cursor?}`',
+  '  or `{type: jetstream, stream, subject, connection?}`. Configuration is trusted: endpoint source paths are not',
+  '  confined to `files.roots`.',
+  '- `primaryKey`: one or more fields; `fields`: `{field: string|integer|number|boolean|timestamp|json}`, inferred',
+  '  from the data when absent; `indexes`: a list of field lists; `filter`: a query filter; `select`: a list of',
+  '  fields to keep or a `{newName: sourceField}` map.',
+  '',
+  'Changing `fields`, `primaryKey` or `indexes` of an endpoint builds a new cache generation (blue/green).',
+  '',
+  '## Environment overrides',
+  '',
+  '| variable | key |',
+  '|---|---|',
+  ...Object.entries(ENV_OVERRIDES).map(([env, path]) => `| \`${env}\` | \`${path}\` |`),
+  '',
+  '`SLUICE_FILE_ROOTS` is colon-separated.',
+  '',
+].join('\n');
+const target = new URL('../../../docs/configuration.md', import.meta.url);
+writeFileSync(target, out);
+console.log(`wrote ${target.pathname} (${rows.length} keys)`);
