@@ -1,2 +1,35 @@
-// Filled in by the package issue; nothing is exported yet.
-export {};
+export {
+  type ApiApp,
+  type BuildAppOptions,
+  buildApp,
+  CACHE_HEADER,
+  CHECKPOINT_HEADER,
+  formatCheckpointHeader,
+} from './app.js';
+export {
+  OPEN_SCOPE,
+  TokenAuthenticator,
+  type TokenClaims,
+  TokenClaimsSchema,
+  type TokenScope,
+} from './auth.js';
+export type { CacheDirectory, ServedCache, ServedCacheSchema } from './cache-port.js';
+export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.js';
+export { unwrapCursor, wrapCursor } from './cursor.js';
+export {
+  convertKeyComponent,
+  formatKeySegment,
+  MAX_KEY_SEGMENT,
+  parseKeySegment,
+  rawKeySegment,
+} from './keys.js';
+export { createLogger } from './logger.js';
+export { type ApiMetrics, createMetrics } from './metrics.js';
+export {
+  type AliasEventSource,
+  EndpointRegistry,
+  type Generation,
+  type Lease,
+  type RegistryOptions,
+  type SwitchReason,
+} from './registry.js';

@@ -1,0 +1,403 @@
+import cors from '@fastify/cors';
+import jwt from '@fastify/jwt';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import {
+  andFilters,
+  compileFilter,
+  type Filter,
+  MalformedJsonError,
+  NotFoundError,
+  PayloadTooLargeError,
+  PROBLEM_CONTENT_TYPE,
+  parseCountQuery,
+  parseQuery,
+  type QueryLimits,
+  RecordNotFoundError,
+  type SluiceConfig,
+  SluiceError,
+  toProblem,
+  UnsupportedMediaTypeError,
+  ValidationError,
+} from '@sluice/core';
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import { jsonSchemaTransform, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import type { Logger as PinoLogger } from 'pino';
+import type { z } from 'zod';
+import { OPEN_SCOPE, TokenAuthenticator, type TokenScope } from './auth.js';
+import type { ServedCache } from './cache-port.js';
+import { unwrapCursor, wrapCursor } from './cursor.js';
+import { parseKeySegment, rawKeySegment } from './keys.js';
+import type { ApiMetrics } from './metrics.js';
+import type { EndpointRegistry, Generation, Lease } from './registry.js';
+import {
+  CountBodySchema,
+  CountResultSchema,
+  type EndpointInfo,
+  EndpointInfoSchema,
+  EndpointListSchema,
+  EndpointParamsSchema,
+  HealthSchema,
+  ProblemSchema,
+  QueryResultSchema,
+  queryBodySchema,
+  ReadySchema,
+  RecordParamsSchema,
+  RecordSchema,
+} from './schemas.js';
+
+/** The fastify instance of an api-server. */
+export type ApiApp = Awaited<ReturnType<typeof buildApp>>;
+
+/** Response header naming the concrete cache generation that answered. */
+export const CACHE_HEADER = 'sluice-cache';
+/** Response header with the commit checkpoint of that cache (read before the data, so data ⊇ checkpoint). */
+export const CHECKPOINT_HEADER = 'sluice-checkpoint';
+
+export interface BuildAppOptions {
+  config: SluiceConfig;
+  registry: EndpointRegistry;
+  metrics: ApiMetrics;
+  limits: QueryLimits;
+  logger: PinoLogger;
+  /** Readiness is withdrawn (503) once this returns true (graceful shutdown). */
+  isStopping: () => boolean;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    sluiceScope?: TokenScope;
+    sluiceEndpoint?: string;
+  }
+}
+
+/**
+ * Formats the `sluice-checkpoint` header: `epoch=<n>, at="<checkpoint instant>", committed-at="<instant>"`
+ * (an RFC 8941 dictionary), or `none` for a cache that has not committed a checkpoint yet.
+ */
+export function formatCheckpointHeader(state: ReturnType<ServedCache['commitState']>): string {
+  const checkpoint = state.checkpoint;
+  if (!checkpoint) return state.committedAt ? `none, committed-at="${state.committedAt}"` : 'none';
+  const committed = state.committedAt ? `, committed-at="${state.committedAt}"` : '';
+  return `epoch=${checkpoint.epoch}, at="${checkpoint.at}"${committed}`;
+}
+
+function describe(generation: Generation): EndpointInfo {
+  const state = generation.cache.commitState();
+  return {
+    name: generation.alias,
+    cache: generation.name,
+    version: generation.version,
+    checkpoint: state.checkpoint,
+    committedAt: state.committedAt,
+    recordCount: state.recordCount,
+    schema: generation.cache.schema,
+  };
+}
+
+/** Maps framework errors (body parser, validation, routing) onto core's typed errors. */
+function normalizeError(err: unknown, bodyLimit: number, request: FastifyRequest): SluiceError {
+  if (SluiceError.isInstance(err)) return err;
+  const e = err as { code?: string; statusCode?: number; message?: string; validation?: unknown };
+  switch (e.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new PayloadTooLargeError(bodyLimit);
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new UnsupportedMediaTypeError(request.headers['content-type']);
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new MalformedJsonError('The body is empty; send a JSON object (or no Content-Type at all)');
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+      return new MalformedJsonError();
+    default:
+      break;
+  }
+  if (err instanceof SyntaxError && e.statusCode === 400)
+    return new MalformedJsonError(`The body is not valid JSON: ${e.message ?? ''}`.trim());
+  if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
+    if (e.statusCode === 404) return new NotFoundError(e.message ?? 'Not found');
+    if (e.statusCode === 413) return new PayloadTooLargeError(bodyLimit);
+    return new ValidationError(e.message ?? 'Bad request', [{ path: '(request)', message: e.message ?? '' }]);
+  }
+  return new SluiceError('INTERNAL', e.message ?? String(err), 500, { cause: err });
+}
+
+/**
+ * Builds the fastify application of the api-server (routes, auth, CORS, OpenAPI, metrics, problem details).
+ * `startApiServer` wires it to the cache manager and the backplane; tests and embedders may use it directly.
+ *
+ * @example
+ * ```ts
+ * const app = await buildApp({ config, registry, metrics, limits: queryLimitsOf(config), logger, isStopping });
+ * await app.listen({ port: 8080 });
+ * ```
+ */
+export async function buildApp(options: BuildAppOptions) {
+  const { config, registry, metrics, limits } = options;
+  const bodyLimit = config.limits.bodyBytes;
+  const app = Fastify({
+    loggerInstance: options.logger,
+    disableRequestLogging: true,
+    bodyLimit,
+    // 8 KiB keys plus the rest of the path.
+    maxParamLength: 9_000,
+    onProtoPoisoning: 'error',
+    onConstructorPoisoning: 'error',
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+  }).withTypeProvider<ZodTypeProvider>();
+
+  // Route params are checked with their zod schemas; bodies are parsed in the handlers by core's query
+  // parser, which applies the configured limits and names the failing path.
+  app.setValidatorCompiler(({ schema, httpPart }) => {
+    if (httpPart === 'body') return (data: unknown) => ({ value: data });
+    const zod = schema as z.ZodType;
+    return (data: unknown) => {
+      const parsed = zod.safeParse(data);
+      if (parsed.success) return { value: parsed.data };
+      const errors = parsed.error.issues.map((issue) => ({
+        path: [httpPart ?? 'request', ...issue.path.map(String)].join('.'),
+        message: issue.message,
+      }));
+      return {
+        error: new ValidationError(`Invalid ${httpPart}: ${errors[0]?.path}: ${errors[0]?.message}`, errors),
+      };
+    };
+  });
+  // Plain JSON: records are arbitrary objects, which a schema-driven serializer would have to drop fields from.
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
+
+  app.setErrorHandler((err, request, reply) => {
+    const error = normalizeError(err, bodyLimit, request);
+    if (error.status >= 500) request.log.error({ err }, 'request failed');
+    const { status, body } = toProblem(error, request.url.length > 512 ? undefined : request.url);
+    void reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const { status, body } = toProblem(
+      new NotFoundError(`No route ${request.method} ${request.url.slice(0, 256)}`),
+    );
+    void reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
+  });
+
+  // Metrics: one counter increment and one histogram observation per request.
+  app.addHook('onResponse', (request, reply, done) => {
+    const route = request.routeOptions.url ?? '(unmatched)';
+    const name = request.sluiceEndpoint;
+    const endpoint = name !== undefined && registry.has(name) ? name : '';
+    metrics.requests.inc({ route, endpoint, status: String(reply.statusCode) });
+    metrics.duration.observe({ route, endpoint }, reply.elapsedTime / 1000);
+    done();
+  });
+
+  if (config.api.cors) {
+    await app.register(cors, {
+      origin: config.api.cors.origins === true ? true : config.api.cors.origins,
+      methods: ['GET', 'POST', 'OPTIONS'],
+      allowedHeaders: ['authorization', 'content-type'],
+      exposedHeaders: [CACHE_HEADER, CHECKPOINT_HEADER],
+      maxAge: 600,
+    });
+  }
+
+  let authenticator: TokenAuthenticator | null = null;
+  const auth = config.api.auth;
+  if (auth) {
+    await app.register(jwt, {
+      secret: auth.jwtSecret,
+      verify: {
+        algorithms: ['HS256'],
+        ...(auth.issuer ? { allowedIss: auth.issuer } : {}),
+        ...(auth.audience ? { allowedAud: auth.audience } : {}),
+      },
+    });
+    const verify = (token: string) => app.jwt.verify(token);
+    authenticator = new TokenAuthenticator(verify, limits);
+  }
+  const scopeOf = (request: FastifyRequest): TokenScope => {
+    if (!authenticator) return OPEN_SCOPE;
+    const scope = authenticator.authenticate(request.headers.authorization);
+    request.sluiceScope = scope;
+    return scope;
+  };
+  /** Auth check + lease on the endpoint's current generation (the caller releases it). */
+  const open = (request: FastifyRequest, name: string): { lease: Lease; rowFilter: Filter | undefined } => {
+    request.sluiceEndpoint = name;
+    const scope = scopeOf(request);
+    authenticator?.authorize(scope, name);
+    return { lease: registry.acquire(name), rowFilter: scope.rowFilter(name) };
+  };
+  const stamp = (reply: FastifyReply, lease: Lease): void => {
+    reply.header(CACHE_HEADER, lease.generation.name);
+    reply.header(CHECKPOINT_HEADER, formatCheckpointHeader(lease.cache.commitState()));
+  };
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Sluice query API',
+        version: '1',
+        description:
+          'Read endpoints (materialized views behind aliases). Every data response carries `sluice-cache` (the cache generation that answered) and `sluice-checkpoint`.',
+      },
+      ...(auth
+        ? {
+            components: {
+              securitySchemes: { bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' } },
+            },
+            security: [{ bearer: [] }],
+          }
+        : {}),
+    },
+    transform: jsonSchemaTransform,
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs' });
+
+  const problems = { 400: ProblemSchema, 401: ProblemSchema, 403: ProblemSchema, 404: ProblemSchema };
+
+  app.get('/healthz', { schema: { hide: true, response: { 200: HealthSchema } } as never }, async () => ({
+    status: 'ok',
+  }));
+  app.get(
+    '/readyz',
+    { schema: { hide: true, response: { 200: ReadySchema, 503: ReadySchema } } as never },
+    async (_request, reply) => {
+      const stopping = options.isStopping();
+      const ready = registry.ready && !stopping;
+      return reply.code(ready ? 200 : 503).send(<never>{
+        status: stopping ? 'stopping' : ready ? 'ready' : 'starting',
+        endpoints: registry.names().length,
+        backplane: registry.eventStatus(),
+      });
+    },
+  );
+  app.get('/metrics', { schema: { hide: true } as never }, async (_request, reply) => {
+    const text = await metrics.registry.metrics();
+    return reply.type(metrics.registry.contentType).send(text);
+  });
+
+  app.get(
+    '/v1/endpoints',
+    {
+      schema: {
+        summary: 'List endpoints with their serving cache, checkpoint, record count and schema',
+        response: { 200: EndpointListSchema, 401: ProblemSchema },
+      },
+    },
+    async (request) => {
+      const scope = scopeOf(request);
+      const endpoints: EndpointInfo[] = [];
+      for (const name of registry.names().sort()) {
+        if (!scope.allows(name)) continue;
+        const generation = registry.current(name);
+        if (generation) endpoints.push(describe(generation));
+      }
+      return { endpoints };
+    },
+  );
+
+  app.get(
+    '/v1/endpoints/:name',
+    {
+      schema: {
+        summary: 'One endpoint: serving cache, checkpoint, record count, schema',
+        params: EndpointParamsSchema,
+        response: { 200: EndpointInfoSchema, ...problems },
+      },
+    },
+    async (request, reply) => {
+      const { lease } = open(request, request.params.name);
+      try {
+        stamp(reply, lease);
+        return describe(lease.generation);
+      } finally {
+        lease.release();
+      }
+    },
+  );
+
+  app.get(
+    '/v1/endpoints/:name/records/:key',
+    {
+      schema: {
+        summary: 'One record by primary key',
+        params: RecordParamsSchema,
+        response: { 200: RecordSchema, ...problems },
+      },
+    },
+    async (request, reply) => {
+      const name = request.params.name;
+      const { lease, rowFilter } = open(request, name);
+      try {
+        stamp(reply, lease);
+        const raw = rawKeySegment(request.url);
+        const key = parseKeySegment(raw, lease.cache.schema);
+        const record = lease.cache.get(key);
+        // A record outside the token's row filter does not exist for that token.
+        if (record === undefined || (rowFilter && !compileFilter(rowFilter)(record)))
+          throw new RecordNotFoundError(name, safeDecode(raw));
+        return record;
+      } finally {
+        lease.release();
+      }
+    },
+  );
+
+  app.post(
+    '/v1/endpoints/:name/query',
+    {
+      schema: {
+        summary: 'Query records: $filter, $order_by, $limit, $skip | $after → {records, next}',
+        params: EndpointParamsSchema,
+        body: queryBodySchema(limits).optional(),
+        response: { 200: QueryResultSchema, 410: ProblemSchema, 413: ProblemSchema, ...problems },
+      },
+    },
+    async (request, reply) => {
+      const { lease, rowFilter } = open(request, request.params.name);
+      try {
+        stamp(reply, lease);
+        const query = parseQuery(request.body ?? {}, limits);
+        const generation = lease.generation.name;
+        if (query.after !== null) query.after = unwrapCursor(query.after, generation);
+        query.filter = andFilters(query.filter, rowFilter);
+        const result = lease.cache.query(query);
+        return { records: result.records, next: wrapCursor(generation, result.next) };
+      } finally {
+        lease.release();
+      }
+    },
+  );
+
+  app.post(
+    '/v1/endpoints/:name/count',
+    {
+      schema: {
+        summary: 'Count records matching $filter → {count}',
+        params: EndpointParamsSchema,
+        body: CountBodySchema.optional(),
+        response: { 200: CountResultSchema, 413: ProblemSchema, ...problems },
+      },
+    },
+    async (request, reply) => {
+      const { lease, rowFilter } = open(request, request.params.name);
+      try {
+        stamp(reply, lease);
+        const filter = parseCountQuery(request.body ?? {}, limits);
+        return { count: lease.cache.count(andFilters(filter, rowFilter)) };
+      } finally {
+        lease.release();
+      }
+    },
+  );
+
+  return app;
+}
+
+function safeDecode(raw: string): string {
+  try {
+    return decodeURIComponent(raw).slice(0, 256);
+  } catch {
+    return raw.slice(0, 256);
+  }
+}

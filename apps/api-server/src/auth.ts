@@ -1,0 +1,132 @@
+import {
+  andFilters,
+  type Filter,
+  ForbiddenError,
+  parseFilter,
+  type QueryLimits,
+  SluiceError,
+  UnauthorizedError,
+} from '@sluice/core';
+import { z } from 'zod';
+
+/**
+ * The claims an api-server token carries (HS256 JWT signed with `api.auth.jwtSecret`):
+ * - `endpoints`: the endpoints it may read, or `"*"` for all;
+ * - `filter`: an optional row filter ANDed into every query of every endpoint;
+ * - `filters`: optional row filters per endpoint name, ANDed as well.
+ *
+ * @example
+ * ```json
+ * { "sub": "eu-analyst", "endpoints": ["orders"], "filters": { "orders": { "region": "eu" } }, "exp": 1893456000 }
+ * ```
+ */
+export const TokenClaimsSchema = z.object({
+  endpoints: z.union([z.literal('*'), z.array(z.string().min(1).max(256)).max(1024)]),
+  filter: z.record(z.string(), z.unknown()).optional(),
+  filters: z.record(z.string(), z.record(z.string(), z.unknown())).optional(),
+});
+export type TokenClaims = z.output<typeof TokenClaimsSchema>;
+
+/** What a verified token lets a request do. */
+export interface TokenScope {
+  readonly subject: string | null;
+  allows(endpoint: string): boolean;
+  /** The row filter to AND into queries of `endpoint` (`undefined` when none). */
+  rowFilter(endpoint: string): Filter | undefined;
+}
+
+/** Everything, for servers running without auth. */
+export const OPEN_SCOPE: TokenScope = {
+  subject: null,
+  allows: () => true,
+  rowFilter: () => undefined,
+};
+
+function scopeOf(claims: TokenClaims, subject: string | null, limits: QueryLimits): TokenScope {
+  const all = claims.endpoints === '*';
+  const allowed = new Set(all ? [] : (claims.endpoints as string[]));
+  const common = claims.filter ? parseFilter(claims.filter, limits) : undefined;
+  const perEndpoint = new Map<string, Filter | undefined>();
+  for (const [endpoint, filter] of Object.entries(claims.filters ?? {}))
+    perEndpoint.set(endpoint, andFilters(common, parseFilter(filter, limits)));
+  const commonOnly = common === undefined ? undefined : andFilters(common);
+  return {
+    subject,
+    allows: (endpoint) => all || allowed.has(endpoint),
+    rowFilter: (endpoint) => (perEndpoint.has(endpoint) ? perEndpoint.get(endpoint) : commonOnly),
+  };
+}
+
+/**
+ * Turns an `Authorization` header into a {@link TokenScope}: no or malformed header, bad signature, expired
+ * token or claims that are not Sluice claims → `UNAUTHORIZED` (401). Verified scopes are cached per token.
+ *
+ * @example
+ * ```ts
+ * const auth = new TokenAuthenticator((token) => app.jwt.verify(token), limits);
+ * const scope = auth.authenticate(request.headers.authorization);
+ * auth.authorize(scope, 'items'); // throws FORBIDDEN when out of scope
+ * ```
+ */
+export class TokenAuthenticator {
+  private readonly cache = new Map<string, { scope: TokenScope; expiresAt: number }>();
+
+  constructor(
+    private readonly verify: (token: string) => unknown,
+    private readonly limits: QueryLimits,
+    private readonly maxCached = 10_000,
+  ) {}
+
+  authenticate(header: string | string[] | undefined): TokenScope {
+    if (typeof header !== 'string' || header.length === 0) throw new UnauthorizedError();
+    const match = /^Bearer\s+([A-Za-z0-9_\-.=]{1,8192})$/i.exec(header.trim());
+    if (!match) throw new UnauthorizedError('The Authorization header must be "Bearer <token>"');
+    const token = match[1]!;
+    const cached = this.cache.get(token);
+    if (cached && cached.expiresAt > Date.now()) return cached.scope;
+    let payload: unknown;
+    try {
+      payload = this.verify(token);
+    } catch (err) {
+      throw new UnauthorizedError(`The bearer token is not valid: ${tokenProblem(err)}`);
+    }
+    const claims = TokenClaimsSchema.safeParse(payload);
+    if (!claims.success)
+      throw new UnauthorizedError('The bearer token does not carry Sluice claims ("endpoints")');
+    let scope: TokenScope;
+    try {
+      const sub = (payload as { sub?: unknown }).sub;
+      scope = scopeOf(claims.data, typeof sub === 'string' ? sub : null, this.limits);
+    } catch (err) {
+      if (SluiceError.isInstance(err))
+        throw new UnauthorizedError(`The bearer token's row filter is invalid: ${err.message}`);
+      throw err;
+    }
+    const exp = (payload as { exp?: unknown }).exp;
+    // Cached at most 60 s and never past the token's own expiry.
+    const expiresAt = Math.min(
+      Date.now() + 60_000,
+      typeof exp === 'number' ? exp * 1000 : Number.POSITIVE_INFINITY,
+    );
+    if (this.cache.size >= this.maxCached) this.cache.clear();
+    this.cache.set(token, { scope, expiresAt });
+    return scope;
+  }
+
+  /** Throws `FORBIDDEN` (403) when the scope does not include `endpoint`. */
+  authorize(scope: TokenScope, endpoint: string): void {
+    if (!scope.allows(endpoint))
+      throw new ForbiddenError(`The token does not grant access to endpoint "${endpoint}"`);
+  }
+}
+
+function tokenProblem(err: unknown): string {
+  const code = (err as { code?: unknown }).code;
+  if (code === 'FAST_JWT_EXPIRED') return 'expired';
+  if (code === 'FAST_JWT_INVALID_SIGNATURE') return 'bad signature';
+  if (code === 'FAST_JWT_INVALID_ALGORITHM') return 'algorithm not allowed';
+  if (code === 'FAST_JWT_INACTIVE') return 'not active yet';
+  if (code === 'FAST_JWT_INVALID_CLAIM_VALUE' || code === 'FAST_JWT_MISSING_REQUIRED_CLAIM')
+    return 'issuer or audience not accepted';
+  return 'malformed';
+}

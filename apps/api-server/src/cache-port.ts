@@ -1,0 +1,33 @@
+import type { Filter, PipelineCheckpoint, Query } from '@sluice/core';
+
+/**
+ * The slice of `@sluice/cache` the api-server reads through. `CacheManager` (opened with `readOnly: true`)
+ * and `RoCache` satisfy these structurally; keeping the registry on this narrow port documents exactly what
+ * the serving path depends on.
+ */
+export interface ServedCacheSchema {
+  fields: Record<string, string>;
+  primaryKey: string[];
+  indexes: string[][];
+}
+
+/** What the api-server needs from one read-only cache generation. */
+export interface ServedCache {
+  readonly name: string;
+  readonly endpoint: string;
+  readonly schema: ServedCacheSchema;
+  get(key: unknown[]): Record<string, unknown> | undefined;
+  query(query: Query): { records: Record<string, unknown>[]; next: string | null; plan?: unknown };
+  count(filter: Filter): number;
+  commitState(): { checkpoint: PipelineCheckpoint | null; committedAt: string | null; recordCount: number };
+  close(): Promise<void>;
+}
+
+/** What the api-server needs from the cache manager: aliases and read-only opens. */
+export interface CacheDirectory {
+  openRo(nameOrAlias: string): Promise<ServedCache>;
+  resolveAlias(alias: string): { cache: string; version: number } | null;
+  listAliases(): Array<{ alias: string; cache: string; version: number }>;
+  aliasTableVersion(): number;
+  close(): Promise<void>;
+}

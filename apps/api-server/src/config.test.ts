@@ -1,0 +1,56 @@
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { SluiceError } from '@sluice/core';
+import { tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { loadConfig } from './config.js';
+
+describe('loadConfig', () => {
+  it('reads sluice.yaml, applies env overrides and resolves dataDir against the file', async () => {
+    await using dir = await tempDir();
+    const file = join(dir.path, 'sluice.yaml');
+    await writeFile(
+      file,
+      'dataDir: ./data\napi: { port: 9000, reconcileMs: 1000 }\nnats: nats://10.0.0.1:4222\n',
+    );
+    const plain = loadConfig({ configPath: file, cwd: '/' });
+    expect(plain.config.api.port).toBe(9000);
+    expect(plain.config.api.reconcileMs).toBe(1000);
+    expect(plain.dataDir).toBe(join(dir.path, 'data'));
+    const env = { SLUICE_API_PORT: '9100', SLUICE_NATS_URL: 'nats://127.0.0.1:5222', SLUICE_DATA_DIR: 'rel' };
+    const overridden = loadConfig({ configPath: file, cwd: '/srv', env });
+    expect(overridden.config.api.port).toBe(9100);
+    expect(overridden.config.nats).toBe('nats://127.0.0.1:5222');
+    expect(overridden.dataDir).toBe('/srv/rel');
+  });
+
+  it('falls back to ./sluice.yaml, then to embedded defaults', async () => {
+    await using dir = await tempDir();
+    expect(loadConfig({ cwd: dir.path }).path).toBeNull();
+    expect(loadConfig({ cwd: dir.path }).config.api.port).toBe(8080);
+    await writeFile(join(dir.path, 'sluice.yaml'), 'api: { port: 8181 }\n');
+    expect(loadConfig({ cwd: dir.path }).config.api.port).toBe(8181);
+  });
+
+  it('rejects bad files with CONFIG_INVALID naming the path', async () => {
+    await using dir = await tempDir();
+    const file = join(dir.path, 'bad.yaml');
+    await writeFile(file, 'api: { port: "eighty" }\n');
+    const fail = (fn: () => unknown) => {
+      try {
+        fn();
+      } catch (err) {
+        return SluiceError.isInstance(err) ? err : null;
+      }
+      return null;
+    };
+    const invalid = fail(() => loadConfig({ configPath: file }));
+    expect(invalid?.code).toBe('CONFIG_INVALID');
+    expect((invalid as unknown as { errors: Array<{ path: string }> }).errors[0]?.path).toBe('api.port');
+    expect(fail(() => loadConfig({ configPath: join(dir.path, 'missing.yaml') }))?.code).toBe(
+      'CONFIG_INVALID',
+    );
+    await writeFile(file, 'api: [unclosed\n');
+    expect(fail(() => loadConfig({ configPath: file }))?.code).toBe('CONFIG_INVALID');
+  });
+});

@@ -1,0 +1,102 @@
+import { ValidationError } from '@sluice/core';
+import type { ServedCacheSchema } from './cache-port.js';
+
+/** Longest raw key segment accepted in a URL. */
+export const MAX_KEY_SEGMENT = 8_192;
+
+function bad(message: string, path = 'key'): ValidationError {
+  return new ValidationError(`Invalid key: ${message}`, [{ path, message }]);
+}
+
+function decode(raw: string, path: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    throw bad('not valid percent-encoding', path);
+  }
+}
+
+/** Converts one decoded key component to the primary key field's declared type. */
+export function convertKeyComponent(text: string, type: string | undefined, path = 'key'): unknown {
+  switch (type) {
+    case 'integer': {
+      if (!/^-?\d{1,16}$/.test(text)) throw bad(`"${text.slice(0, 64)}" is not an integer`, path);
+      const value = Number(text);
+      if (!Number.isSafeInteger(value)) throw bad(`"${text.slice(0, 64)}" is out of range`, path);
+      return value;
+    }
+    case 'number': {
+      const value = text.trim() === '' ? Number.NaN : Number(text);
+      if (!Number.isFinite(value)) throw bad(`"${text.slice(0, 64)}" is not a number`, path);
+      return value;
+    }
+    case 'boolean':
+      if (text === 'true') return true;
+      if (text === 'false') return false;
+      throw bad(`"${text.slice(0, 64)}" is not true or false`, path);
+    case 'json':
+      try {
+        return JSON.parse(text);
+      } catch {
+        throw bad('not valid JSON', path);
+      }
+    default:
+      // string, timestamp (kept in its ISO text form) and untyped fields.
+      return text;
+  }
+}
+
+/**
+ * Decodes the `:key` segment of `/v1/endpoints/:name/records/:key` (still percent-encoded, as it appears in
+ * the URL) into primary-key values in `primaryKey` order, each converted to its field's type.
+ *
+ * Encoding: a single-field key is the percent-encoded value (`/records/42`, `/records/a%2Fb`). A composite key
+ * joins its percent-encoded components with a literal comma in primary-key order (`/records/eu,42`); a comma
+ * inside a component is sent as `%2C` (`encodeURIComponent` does this), so splitting is never ambiguous.
+ *
+ * @example
+ * ```ts
+ * parseKeySegment('eu,42', { fields: { region: 'string', id: 'integer' }, primaryKey: ['region', 'id'], indexes: [] });
+ * // → ['eu', 42]
+ * ```
+ */
+export function parseKeySegment(raw: string, schema: ServedCacheSchema): unknown[] {
+  if (raw.length === 0) throw bad('empty');
+  if (raw.length > MAX_KEY_SEGMENT) throw bad(`longer than ${MAX_KEY_SEGMENT} characters`);
+  const fields = schema.primaryKey;
+  if (fields.length === 1) return [convertKeyComponent(decode(raw, 'key'), schema.fields[fields[0]!], 'key')];
+  const parts = raw.split(',');
+  if (parts.length !== fields.length)
+    throw bad(
+      `expected ${fields.length} comma-separated components (${fields.join(', ')}), got ${parts.length}`,
+    );
+  return parts.map((part, i) => {
+    const path = `key.${fields[i]}`;
+    return convertKeyComponent(decode(part, path), schema.fields[fields[i]!], path);
+  });
+}
+
+/**
+ * Encodes primary-key values as the `:key` URL segment (the inverse of {@link parseKeySegment}).
+ *
+ * @example
+ * ```ts
+ * formatKeySegment(['eu, west', 42]); // 'eu%2C%20west,42'
+ * ```
+ */
+export function formatKeySegment(values: unknown[]): string {
+  return values
+    .map((value) => encodeURIComponent(typeof value === 'string' ? value : JSON.stringify(value)))
+    .join(',');
+}
+
+/**
+ * The raw (undecoded) key segment of a request URL: everything after the last `/records/`, before `?`.
+ * Fastify hands route parameters over already decoded, which would make `%2C` indistinguishable from `,`.
+ */
+export function rawKeySegment(url: string): string {
+  const end = url.indexOf('?');
+  const path = end === -1 ? url : url.slice(0, end);
+  const marker = path.lastIndexOf('/records/');
+  return marker === -1 ? '' : path.slice(marker + '/records/'.length);
+}

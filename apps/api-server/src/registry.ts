@@ -1,0 +1,389 @@
+import {
+  type AliasRedirected,
+  type BackplaneStatus,
+  type EventSubscriber,
+  type Logger,
+  type Registration,
+  type SluiceEvent,
+  silentLogger,
+  UnknownEndpointError,
+} from '@sluice/core';
+import type { CacheDirectory, ServedCache } from './cache-port.js';
+
+/** Where alias events come from: a backplane (NATS) or nothing at all (embedded mode). */
+export interface AliasEventSource extends EventSubscriber {
+  status?(): BackplaneStatus;
+  onStatus?(listener: (status: BackplaneStatus) => void): () => void;
+}
+
+/** One open cache generation behind an alias, with the requests currently reading it. */
+export interface Generation {
+  readonly alias: string;
+  readonly cache: ServedCache;
+  /** The concrete cache name (what the `sluice-cache` header reports). */
+  readonly name: string;
+  /** The alias-table version that pointed the alias at this cache. */
+  version: number;
+  /** Requests in flight on this generation. */
+  refs: number;
+  /** Set once a newer generation replaced this one; it closes when `refs` reaches zero. */
+  retired: boolean;
+  readonly openedAt: number;
+}
+
+/** A request's hold on one generation; release it exactly once when the response is built. */
+export interface Lease {
+  readonly generation: Generation;
+  readonly cache: ServedCache;
+  release(): void;
+}
+
+/** Why a switch happened (a metrics label). */
+export type SwitchReason = 'event' | 'reconcile' | 'watch' | 'initial';
+
+export interface RegistryOptions {
+  caches: CacheDirectory;
+  /** Alias events (NATS). Absent → the registry watches the alias table's version instead. */
+  events?: AliasEventSource;
+  logger?: Logger;
+  /** Full reconcile with the alias table this often (`api.reconcileMs`). */
+  reconcileMs?: number;
+  /** How often the alias table version is polled while no connected event source exists. */
+  watchMs?: number;
+  /** Called after every switch (metrics). */
+  onSwitch?: (info: { alias: string; from: string | null; to: string; reason: SwitchReason }) => void;
+  /** Called when opening a new generation fails (metrics). */
+  onSwitchFailure?: (info: { alias: string; to: string; error: unknown }) => void;
+}
+
+interface Slot {
+  current: Generation | null;
+  /** Serializes switches of one alias. */
+  chain: Promise<void>;
+}
+
+/**
+ * The endpoints this api-server serves: alias → the cache generation currently answering, swapped atomically
+ * when the alias moves. Subscribes to `AliasRedirected` BEFORE opening anything (an event published while the
+ * initial aliases are opened is buffered, not lost), reconciles with the alias table on every backplane
+ * reconnect and every `reconcileMs`, and polls `aliasTableVersion()` whenever no event source is connected.
+ * A replaced generation stays open until the last request reading it releases its lease, then closes.
+ *
+ * @example
+ * ```ts
+ * await using registry = await EndpointRegistry.start({ caches, events: backplane, reconcileMs: 5_000 });
+ * const lease = registry.acquire('items');
+ * try { return lease.cache.get([42]); } finally { lease.release(); }
+ * ```
+ */
+export class EndpointRegistry implements AsyncDisposable {
+  private readonly slots = new Map<string, Slot>();
+  private readonly caches: CacheDirectory;
+  private readonly events: AliasEventSource | undefined;
+  private readonly logger: Logger;
+  private readonly options: RegistryOptions;
+  private registration: Registration | null = null;
+  private unsubscribeStatus: (() => void) | null = null;
+  private readonly timers: NodeJS.Timeout[] = [];
+  private pending: AliasRedirected[] | null = [];
+  private seenTableVersion = -1;
+  private lastStatus: BackplaneStatus | null = null;
+  private closed = false;
+  private readonly closing = new Set<Promise<void>>();
+  private reconciling: Promise<void> | null = null;
+  private started = false;
+  private open = 0;
+
+  private constructor(options: RegistryOptions) {
+    this.options = options;
+    this.caches = options.caches;
+    this.events = options.events;
+    this.logger = options.logger ?? silentLogger;
+  }
+
+  /** Subscribes to alias events, then opens every aliased cache, then starts the reconcile timers. */
+  static async start(options: RegistryOptions): Promise<EndpointRegistry> {
+    const registry = new EndpointRegistry(options);
+    try {
+      await registry.init();
+    } catch (err) {
+      await registry.close();
+      throw err;
+    }
+    return registry;
+  }
+
+  private async init(): Promise<void> {
+    if (this.events) {
+      // Subscribe first: an event that arrives while the initial aliases are opened is buffered in `pending`.
+      this.registration = await this.events.subscribe((event) => this.onEvent(event), {
+        types: ['AliasRedirected'],
+      });
+      this.lastStatus = this.events.status?.() ?? null;
+      this.unsubscribeStatus =
+        this.events.onStatus?.((status) => {
+          const previous = this.lastStatus;
+          this.lastStatus = status;
+          if (status === 'connected' && previous !== 'connected') {
+            this.logger.info({ previous }, 'backplane reconnected; reconciling aliases');
+            void this.reconcile('reconcile');
+          }
+        }) ?? null;
+    }
+    await this.reconcile('initial');
+    // Events the backplane kept while we were away (JetStream KV) may be newer than what the table shows us
+    // only if the table is lagging; applying them through `sync` is idempotent either way.
+    if (this.events) {
+      try {
+        for (const event of await this.events.latestAliasEvents()) this.onEvent(event);
+      } catch (err) {
+        this.logger.warn({ err }, 'could not read the latest alias events; relying on the alias table');
+      }
+    }
+    const buffered = this.pending ?? [];
+    this.pending = null;
+    for (const event of buffered) this.dispatch(event);
+    this.started = true;
+    const reconcileMs = this.options.reconcileMs ?? 5_000;
+    this.timers.push(setInterval(() => void this.reconcile('reconcile'), reconcileMs));
+    const watchMs = this.options.watchMs ?? 200;
+    this.timers.push(setInterval(() => this.watchTable(), watchMs));
+    for (const timer of this.timers) timer.unref();
+  }
+
+  /** True once the initial aliases are open. */
+  get ready(): boolean {
+    return this.started && !this.closed;
+  }
+
+  /** The backplane's status, or `null` without one. */
+  eventStatus(): BackplaneStatus | null {
+    return this.events ? (this.events.status?.() ?? this.lastStatus) : null;
+  }
+
+  /** Cache generations open for reading: the serving ones plus retired ones still draining. */
+  openGenerations(): number {
+    return this.open;
+  }
+
+  /** Endpoint names currently served. */
+  names(): string[] {
+    return [...this.slots.entries()].filter(([, slot]) => slot.current !== null).map(([alias]) => alias);
+  }
+
+  has(alias: string): boolean {
+    return this.slots.get(alias)?.current != null;
+  }
+
+  /** The generation currently serving `alias`, or `null` (no lease taken: for listings and tests). */
+  current(alias: string): Generation | null {
+    return this.slots.get(alias)?.current ?? null;
+  }
+
+  /**
+   * Takes a lease on the generation serving `alias` right now. Synchronous, so it can never observe a
+   * half-done swap; the generation stays open until the lease is released.
+   */
+  acquire(alias: string): Lease {
+    const generation = this.slots.get(alias)?.current;
+    if (!generation || this.closed) throw new UnknownEndpointError(alias);
+    generation.refs += 1;
+    let released = false;
+    return {
+      generation,
+      cache: generation.cache,
+      release: () => {
+        if (released) return;
+        released = true;
+        generation.refs -= 1;
+        if (generation.retired && generation.refs === 0) this.closeGeneration(generation);
+      },
+    };
+  }
+
+  private onEvent(event: SluiceEvent): void {
+    if (event.type !== 'AliasRedirected' || this.closed) return;
+    if (this.pending) {
+      this.pending.push(event);
+      return;
+    }
+    this.dispatch(event);
+  }
+
+  private dispatch(event: AliasRedirected): void {
+    this.logger.debug({ alias: event.alias, to: event.to, version: event.version }, 'AliasRedirected');
+    void this.sync(event.alias, 'event', event);
+  }
+
+  private watchTable(): void {
+    if (this.closed) return;
+    if (this.events && this.eventStatus() === 'connected') return;
+    let version: number;
+    try {
+      version = this.caches.aliasTableVersion();
+    } catch (err) {
+      this.logger.warn({ err }, 'could not read the alias table version');
+      return;
+    }
+    if (version !== this.seenTableVersion) void this.reconcile('watch');
+  }
+
+  /**
+   * Brings every alias in line with the alias table (new endpoints are opened, moved aliases switched).
+   * Concurrent calls share one run.
+   */
+  reconcile(reason: SwitchReason = 'reconcile'): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    if (this.reconciling) {
+      // A run is in progress and may have read the table before the change we are told about: run again after.
+      this.reconcileAgain = true;
+      return this.reconciling;
+    }
+    const run = (async () => {
+      do {
+        this.reconcileAgain = false;
+        await this.reconcileOnce(reason);
+      } while (this.reconcileAgain && !this.closed);
+    })();
+    this.reconciling = run;
+    const clear = () => {
+      if (this.reconciling === run) this.reconciling = null;
+    };
+    void run.then(clear, clear);
+    return run;
+  }
+
+  private reconcileAgain = false;
+
+  private async reconcileOnce(reason: SwitchReason): Promise<void> {
+    try {
+      // Read the version first: a redirect that lands while we list is seen by the next watch tick.
+      const version = this.caches.aliasTableVersion();
+      const aliases = this.caches.listAliases();
+      await Promise.all(aliases.map((entry) => this.sync(entry.alias, reason)));
+      this.seenTableVersion = version;
+    } catch (err) {
+      if (reason === 'initial') throw err;
+      this.logger.warn({ err }, 'alias reconcile failed; will retry');
+    }
+  }
+
+  /** Switches `alias` to its newest known target (alias table, or the event when the table lags behind it). */
+  private sync(alias: string, reason: SwitchReason, hint?: AliasRedirected): Promise<void> {
+    let slot = this.slots.get(alias);
+    if (!slot) {
+      slot = { current: null, chain: Promise.resolve() };
+      this.slots.set(alias, slot);
+    }
+    const target = slot;
+    const next = target.chain.then(() => this.syncNow(alias, target, reason, hint));
+    target.chain = next.catch(() => undefined);
+    return next;
+  }
+
+  private async syncNow(
+    alias: string,
+    slot: Slot,
+    reason: SwitchReason,
+    hint: AliasRedirected | undefined,
+  ): Promise<void> {
+    if (this.closed) return;
+    const entry = this.caches.resolveAlias(alias);
+    let target: { cache: string; version: number } | null = entry;
+    if (hint && hint.version !== undefined && (!entry || hint.version > entry.version)) {
+      // The event is ahead of what this process can see of the table yet: trust its version.
+      target = { cache: hint.to, version: hint.version };
+    }
+    if (!target) return;
+    const current = slot.current;
+    if (current && current.name === target.cache) {
+      if (target.version > current.version) current.version = target.version;
+      if (hint && hint.version === undefined && hint.to !== current.name) this.recheckSoon();
+      return;
+    }
+    if (current && target.version <= current.version) return; // a stale event or table read
+    let cache: ServedCache;
+    try {
+      cache = await this.caches.openRo(target.cache);
+    } catch (err) {
+      this.logger.warn({ err, alias, cache: target.cache }, 'could not open the aliased cache; will retry');
+      this.options.onSwitchFailure?.({ alias, to: target.cache, error: err });
+      if (reason === 'event') this.recheckSoon();
+      return;
+    }
+    if (this.closed) {
+      await cache.close();
+      return;
+    }
+    this.open += 1;
+    const generation: Generation = {
+      alias,
+      cache,
+      name: cache.name,
+      version: target.version,
+      refs: 0,
+      retired: false,
+      openedAt: Date.now(),
+    };
+    // The swap itself: one assignment. Requests that took a lease before it finish on `current`.
+    slot.current = generation;
+    if (current) this.retire(current);
+    this.logger.info(
+      { alias, from: current?.name ?? null, to: generation.name, version: generation.version, reason },
+      current ? 'switched endpoint to a new cache generation' : 'opened endpoint',
+    );
+    this.options.onSwitch?.({ alias, from: current?.name ?? null, to: generation.name, reason });
+  }
+
+  private recheckTimer: NodeJS.Timeout | null = null;
+
+  /** A versionless event disagreed with the table (or an open failed): look again shortly. */
+  private recheckSoon(): void {
+    if (this.recheckTimer || this.closed) return;
+    this.recheckTimer = setTimeout(() => {
+      this.recheckTimer = null;
+      void this.reconcile('reconcile');
+    }, 250);
+    this.recheckTimer.unref();
+  }
+
+  private retire(generation: Generation): void {
+    generation.retired = true;
+    if (generation.refs === 0) this.closeGeneration(generation);
+  }
+
+  private closeGeneration(generation: Generation): void {
+    const done = generation.cache
+      .close()
+      .catch((err: unknown) => this.logger.warn({ err, cache: generation.name }, 'closing a cache failed'))
+      .then(() => {
+        this.open -= 1;
+        this.closing.delete(done);
+      });
+    this.closing.add(done);
+  }
+
+  /** Unsubscribes, stops the timers and closes every generation (after its in-flight requests). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const timer of this.timers) clearInterval(timer);
+    if (this.recheckTimer) clearTimeout(this.recheckTimer);
+    this.unsubscribeStatus?.();
+    try {
+      await this.registration?.close();
+    } catch (err) {
+      this.logger.warn({ err }, 'unsubscribing from alias events failed');
+    }
+    await Promise.allSettled([...this.slots.values()].map((slot) => slot.chain));
+    for (const slot of this.slots.values()) {
+      if (slot.current) this.retire(slot.current);
+      slot.current = null;
+    }
+    await Promise.allSettled([...this.closing]);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
