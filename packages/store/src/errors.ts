@@ -1,0 +1,114 @@
+import {
+  ErrorCode,
+  IllegalTransitionError,
+  SluiceError,
+  StoreUnavailableError,
+  type TransferState,
+} from '@sluice/core';
+
+/** Error codes (PostgreSQL SQLSTATE, Node socket, SQLite) that mean "the database cannot be reached now". */
+const UNAVAILABLE_CODES: ReadonlySet<string> = new Set([
+  // Node sockets / DNS
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EAI_AGAIN',
+  // PostgreSQL: connection exceptions, operator intervention, resources
+  '08000',
+  '08001',
+  '08003',
+  '08004',
+  '08006',
+  '57P01', // admin_shutdown (pg_terminate_backend, server stopping)
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now (starting up / shutting down)
+  '57P05', // idle_session_timeout
+  '53300', // too_many_connections
+  '53100', // disk_full
+  '40001', // serialization_failure: retryable
+  '40P01', // deadlock_detected: retryable
+  '3D000', // database does not exist (dropped under us)
+  // SQLite
+  'SQLITE_BUSY',
+  'SQLITE_BUSY_SNAPSHOT',
+  'SQLITE_BUSY_RECOVERY',
+  'SQLITE_BUSY_TIMEOUT',
+  'SQLITE_LOCKED',
+  'SQLITE_CANTOPEN',
+  'SQLITE_FULL',
+  'SQLITE_NOTADB',
+  'SQLITE_CORRUPT',
+  'SQLITE_READONLY',
+  'SQLITE_READONLY_DBMOVED',
+]);
+
+/** Driver messages without a code that mean the connection or pool is gone. */
+const UNAVAILABLE_MESSAGES: readonly RegExp[] = [
+  /connection terminated/i,
+  /terminating connection/i,
+  /timeout exceeded when trying to connect/i,
+  /connection timeout/i,
+  /cannot use a pool after calling end/i,
+  /client has encountered a connection error/i,
+  /client was closed/i,
+  /not queryable/i,
+  /database connection is not open/i,
+  /driver has already been destroyed/i,
+  /server closed the connection/i,
+  /connect ECONNREFUSED/i,
+  /query read timeout/i,
+];
+
+/** True when `err` (or its cause chain) says the database is unreachable rather than the request wrong. */
+export function isUnavailableError(err: unknown): boolean {
+  for (let current = err, depth = 0; current && depth < 5; depth++) {
+    if (typeof current !== 'object') return false;
+    const { code, message } = current as { code?: unknown; message?: unknown };
+    if (typeof code === 'string' && (UNAVAILABLE_CODES.has(code) || code.startsWith('SQLITE_IOERR'))) {
+      return true;
+    }
+    if (typeof message === 'string' && UNAVAILABLE_MESSAGES.some((re) => re.test(message))) return true;
+    // AggregateError from a multi-address connect (e.g. localhost → ::1 and 127.0.0.1)
+    const errors = (current as { errors?: unknown }).errors;
+    if (Array.isArray(errors) && errors.some((inner) => isUnavailableError(inner))) return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
+/**
+ * Turns anything a driver throws into a typed Sluice error: Sluice errors pass through, unreachable
+ * databases become `STORE_UNAVAILABLE`, the rest `INTERNAL` with the driver error as `cause`.
+ */
+export function toStoreError(err: unknown, operation: string): SluiceError {
+  if (SluiceError.isInstance(err)) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  if (isUnavailableError(err)) {
+    return new StoreUnavailableError(`The transfer store is unavailable (${operation}): ${message}`, {
+      cause: err,
+    });
+  }
+  return new SluiceError(ErrorCode.INTERNAL, `The transfer store failed (${operation}): ${message}`, 500, {
+    cause: err,
+  });
+}
+
+/**
+ * A write on a transfer in a terminal state (`COMPLETED`, `FAILED`, `TERMINATED`): terminal states are
+ * final. Carries the `ILLEGAL_TRANSITION` code.
+ */
+export class TransferFinalError extends IllegalTransitionError {
+  constructor(id: string, state: TransferState, operation: string) {
+    super(id, state, state);
+    this.message = `Transfer "${id}" is ${state}, a final state; ${operation} refused`;
+  }
+}
+
+/** Thrown by every operation after `close()`. */
+export function closedStoreError(): StoreUnavailableError {
+  return new StoreUnavailableError('The transfer store is closed');
+}

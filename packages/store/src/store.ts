@@ -1,0 +1,659 @@
+import {
+  ACTIVE_STATES,
+  type Clock,
+  canTransition,
+  type DataPlaneStore,
+  IdempotencyConflictError,
+  IllegalTransitionError,
+  isTerminal,
+  type ListTransfersInput,
+  type Logger,
+  NameSchema,
+  type NodeInfo,
+  NotFoundError,
+  type OwnerIdentity,
+  parseOrThrow,
+  StaleEpochError,
+  type SubmitInput,
+  type SubmitOutcome,
+  TERMINAL_STATES,
+  TransferNotFoundError,
+  type TransferPage,
+  type TransferRecord,
+  type TransferState,
+  type TransitionInput,
+  ValidationError,
+} from '@sluice/core';
+import { type CompiledQuery, type Kysely, sql } from 'kysely';
+import type { StoreDialect } from './dialect.js';
+import { closedStoreError, TransferFinalError, toStoreError } from './errors.js';
+import { type PreparedQuery, param, prepareQuery } from './prepared.js';
+import { rowToNode, rowToRecord } from './record.js';
+import type { StoreDatabase, TransferRow } from './schema.js';
+import {
+  boundedJson,
+  encodeCursor,
+  STORE_LIMITS,
+  validDate,
+  validEpoch,
+  validFailure,
+  validHash,
+  validId,
+  validLeaseMs,
+  validLimit,
+  validListInput,
+  validOwner,
+  validRequest,
+  validResult,
+  validState,
+} from './validate.js';
+
+type InsertNames = 'id' | 'hash' | 'request' | 'nodeId' | 'address' | 'instance' | 'lease' | 'now';
+type SubmitValues = Record<InsertNames, string | number>;
+type Row<T> = { rows: T[]; numAffectedRows?: bigint };
+type StateEpoch = Pick<TransferRow, 'state' | 'epoch'>;
+/** What submit's single PostgreSQL statement returns: the row, and whether this statement inserted it. */
+type SubmitRow = TransferRow & { created: number };
+
+const ACTIVE = ACTIVE_STATES as TransferState[];
+const TERMINAL = TERMINAL_STATES as TransferState[];
+/** A submit retries when the row vanished between its insert and its read (purged at that instant). */
+const SUBMIT_ATTEMPTS = 3;
+
+/** The queries the store runs, compiled once per store. */
+function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
+  const getById = prepareQuery<'id', TransferRow>(
+    db.selectFrom('transfers').selectAll().where('id', '=', param<string>('id')),
+  );
+  const stateById = prepareQuery<'id', StateEpoch>(
+    db.selectFrom('transfers').select(['state', 'epoch']).where('id', '=', param<string>('id')),
+  );
+  const insertValues = {
+    id: param<string>('id'),
+    request_hash: param<string>('hash'),
+    request: param<string>('request'),
+    state: 'RECEIVED' as const,
+    owner_node_id: param<string>('nodeId'),
+    owner_address: param<string>('address'),
+    owner_instance: param<string>('instance'),
+    epoch: 1,
+    lease_expires_at: param<number>('lease'),
+    attempts: 1,
+    error: null,
+    result: null,
+    checkpoint: null,
+    created_at: param<number>('now'),
+    updated_at: param<number>('now'),
+  };
+  // SQLite: in-process and cheap to read, so look first and insert only when absent.
+  const insert = prepareQuery<InsertNames, never>(
+    db
+      .insertInto('transfers')
+      .values(insertValues)
+      .onConflict((oc) => oc.column('id').doNothing()),
+  );
+  // PostgreSQL: one round trip that inserts or returns the existing row.
+  const submitPg = prepareQuery<InsertNames, SubmitRow>(
+    db
+      .with('ins', (qc) =>
+        qc
+          .insertInto('transfers')
+          .values(insertValues)
+          .onConflict((oc) => oc.column('id').doNothing())
+          .returningAll(),
+      )
+      .selectFrom('ins')
+      .select(sql<number>`1`.as('created'))
+      .selectAll('ins')
+      .unionAll((eb) =>
+        eb
+          .selectFrom('transfers')
+          .select(sql<number>`0`.as('created'))
+          .selectAll('transfers')
+          .where('transfers.id', '=', param<string>('id'))
+          .where(({ not, exists, selectFrom }) => not(exists(selectFrom('ins').select('ins.id')))),
+      ),
+  );
+  const takeOver = prepareQuery<
+    'id' | 'epoch' | 'nodeId' | 'address' | 'instance' | 'lease' | 'now',
+    TransferRow
+  >(
+    db
+      .updateTable('transfers')
+      .set((eb) => ({
+        owner_node_id: param<string>('nodeId'),
+        owner_address: param<string>('address'),
+        owner_instance: param<string>('instance'),
+        epoch: eb('epoch', '+', 1),
+        attempts: eb('attempts', '+', 1),
+        lease_expires_at: param<number>('lease'),
+        updated_at: param<number>('now'),
+      }))
+      .where('id', '=', param<string>('id'))
+      .where('epoch', '=', param<number>('epoch'))
+      .where('state', 'in', ACTIVE)
+      .returningAll(),
+  );
+  const transitions = new Map<
+    TransferState,
+    PreparedQuery<'id' | 'epoch' | 'error' | 'result' | 'now', TransferRow>
+  >();
+  for (const to of [...ACTIVE, ...TERMINAL]) {
+    const from = [...ACTIVE, ...TERMINAL].filter((state) => canTransition(state, to));
+    if (from.length === 0) continue; // nothing leads there (RECEIVED): always illegal
+    transitions.set(
+      to,
+      prepareQuery(
+        db
+          .updateTable('transfers')
+          .set({
+            state: to,
+            error: param<string | null>('error'),
+            result: param<string | null>('result'),
+            updated_at: param<number>('now'),
+            // A final record holds no lease: nobody may recover or heartbeat it.
+            ...(isTerminal(to) ? { lease_expires_at: null } : {}),
+          })
+          .where('id', '=', param<string>('id'))
+          .where('epoch', '=', param<number>('epoch'))
+          .where('state', 'in', from)
+          .returningAll(),
+      ),
+    );
+  }
+  const saveCheckpoint = prepareQuery<'id' | 'epoch' | 'checkpoint' | 'now', never>(
+    db
+      .updateTable('transfers')
+      .set({ checkpoint: param<string>('checkpoint'), updated_at: param<number>('now') })
+      .where('id', '=', param<string>('id'))
+      .where('epoch', '=', param<number>('epoch'))
+      .where('state', 'in', ACTIVE),
+  );
+  const saveCheckpointAndLease = prepareQuery<'id' | 'epoch' | 'checkpoint' | 'now' | 'lease', never>(
+    db
+      .updateTable('transfers')
+      .set({
+        checkpoint: param<string>('checkpoint'),
+        updated_at: param<number>('now'),
+        lease_expires_at: param<number>('lease'),
+      })
+      .where('id', '=', param<string>('id'))
+      .where('epoch', '=', param<number>('epoch'))
+      .where('state', 'in', ACTIVE),
+  );
+  const heartbeat = prepareQuery<'nodeId' | 'instance' | 'lease', { id: string }>(
+    db
+      .updateTable('transfers')
+      .set({ lease_expires_at: param<number>('lease') })
+      .where('owner_instance', '=', param<string>('instance'))
+      .where('owner_node_id', '=', param<string>('nodeId'))
+      .where('state', 'in', ACTIVE)
+      .returning('id'),
+  );
+  const release = prepareQuery<'id' | 'epoch' | 'now', never>(
+    db
+      .updateTable('transfers')
+      .set({ lease_expires_at: param<number>('now'), updated_at: param<number>('now') })
+      .where('id', '=', param<string>('id'))
+      .where('epoch', '=', param<number>('epoch'))
+      .where('state', 'in', ACTIVE),
+  );
+  const recoverSet = {
+    owner_node_id: param<string>('nodeId'),
+    owner_address: param<string>('address'),
+    owner_instance: param<string>('instance'),
+    lease_expires_at: param<number>('lease'),
+    updated_at: param<number>('now'),
+  };
+  type RecoverNames = 'nodeId' | 'address' | 'instance' | 'lease' | 'now' | 'limit';
+  const recover =
+    dialect === 'postgres'
+      ? // Lock the oldest expired rows, skipping rows another sweeper holds: no row goes to two sweepers,
+        // and a row committed by another sweeper meanwhile is re-checked (its lease is no longer expired).
+        prepareQuery<RecoverNames, TransferRow>(
+          db
+            .updateTable('transfers as t')
+            .set((eb) => ({
+              ...recoverSet,
+              epoch: eb('t.epoch', '+', 1),
+              attempts: eb('t.attempts', '+', 1),
+            }))
+            .from(
+              db
+                .selectFrom('transfers')
+                .select('id')
+                .where('state', 'in', ACTIVE)
+                .where('lease_expires_at', '<=', param<number>('now'))
+                .orderBy('lease_expires_at')
+                .orderBy('id')
+                .limit(param<number>('limit'))
+                .forUpdate()
+                .skipLocked()
+                .as('c'),
+            )
+            .whereRef('t.id', '=', 'c.id')
+            .returningAll('t'),
+        )
+      : // SQLite: one statement holds the database's single write lock from the pick to the update.
+        prepareQuery<RecoverNames, TransferRow>(
+          db
+            .updateTable('transfers')
+            .set((eb) => ({
+              ...recoverSet,
+              epoch: eb('epoch', '+', 1),
+              attempts: eb('attempts', '+', 1),
+            }))
+            .where('id', 'in', (eb) =>
+              eb
+                .selectFrom('transfers')
+                .select('id')
+                .where('state', 'in', ACTIVE)
+                .where('lease_expires_at', '<=', param<number>('now'))
+                .orderBy('lease_expires_at')
+                .orderBy('id')
+                .limit(param<number>('limit')),
+            )
+            .returningAll(),
+        );
+  return {
+    getById,
+    stateById,
+    insert,
+    submitPg,
+    takeOver,
+    transitions,
+    saveCheckpoint,
+    saveCheckpointAndLease,
+    heartbeat,
+    release,
+    recover,
+  };
+}
+
+type Queries = ReturnType<typeof prepareQueries>;
+
+/**
+ * The durable {@link DataPlaneStore} on kysely, for SQLite (embedded) and PostgreSQL (clusters). Every
+ * operation is one atomic statement; every owner write is conditional on the caller's epoch. Open it with
+ * `openStore()`.
+ *
+ * @example
+ * ```ts
+ * await using store = await openStore('sqlite:./.sluice/store.db');
+ * const { record, created } = await store.submit({ request, requestHash: requestHash(request), owner, leaseMs: 30_000 });
+ * if (created) await store.transition(record.id, record.epoch, { to: 'IN_PROGRESS' });
+ * ```
+ */
+export class SqlDataPlaneStore implements DataPlaneStore {
+  readonly dialect: StoreDialect;
+  readonly #db: Kysely<StoreDatabase>;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #q: Queries;
+  #closing: Promise<void> | null = null;
+
+  /** @internal Use `openStore()`: it validates the URL and runs the migrations. */
+  constructor(db: Kysely<StoreDatabase>, dialect: StoreDialect, clock: Clock, logger: Logger) {
+    this.#db = db;
+    this.dialect = dialect;
+    this.#clock = clock;
+    this.#logger = logger;
+    this.#q = prepareQueries(db, dialect);
+  }
+
+  /** True once `close()` was called. */
+  get closed(): boolean {
+    return this.#closing !== null;
+  }
+
+  async submit(input: SubmitInput): Promise<SubmitOutcome> {
+    return this.#guard('submit', async () => {
+      if (typeof input !== 'object' || input === null) {
+        throw new ValidationError('Invalid submit input: expected an object', [
+          { path: '(root)', message: 'expected an object' },
+        ]);
+      }
+      const { request, json } = validRequest(input.request);
+      const requestHash = validHash(input.requestHash);
+      const owner = validOwner(input.owner);
+      const leaseMs = validLeaseMs(input.leaseMs);
+      const now = this.#now();
+      const values: SubmitValues = {
+        id: request.id,
+        hash: requestHash,
+        request: json,
+        nodeId: owner.nodeId,
+        address: owner.address,
+        instance: owner.instanceId,
+        lease: now + leaseMs,
+        now,
+      };
+      const fresh: TransferRecord = {
+        id: request.id,
+        requestHash,
+        request,
+        state: 'RECEIVED',
+        ownerNodeId: owner.nodeId,
+        ownerAddress: owner.address,
+        ownerInstance: owner.instanceId,
+        epoch: 1,
+        leaseExpiresAt: new Date(values.lease),
+        attempts: 1,
+        error: null,
+        result: null,
+        checkpoint: null,
+        createdAt: new Date(now),
+        updatedAt: new Date(now),
+      };
+      for (let attempt = 1; ; attempt++) {
+        const outcome =
+          this.dialect === 'postgres'
+            ? await this.#submitPostgres(values)
+            : await this.#submitSqlite(values, fresh);
+        if (outcome) {
+          if (!outcome.created && outcome.record.requestHash !== requestHash) {
+            throw new IdempotencyConflictError(request.id);
+          }
+          return outcome;
+        }
+        if (attempt >= SUBMIT_ATTEMPTS) {
+          throw new Error(`transfer "${request.id}" kept vanishing between insert and read`);
+        }
+      }
+    });
+  }
+
+  async #submitSqlite(values: SubmitValues, fresh: TransferRecord): Promise<SubmitOutcome | null> {
+    const existing = await this.#one(this.#q.getById.bind({ id: values.id }));
+    if (existing) return { record: rowToRecord(existing), created: false };
+    const inserted = await this.#exec(this.#q.insert.bind(values));
+    // The insert wrote exactly the values of `fresh`.
+    if (inserted.numAffectedRows === 1n) return { record: fresh, created: true };
+    const winner = await this.#one(this.#q.getById.bind({ id: values.id }));
+    return winner ? { record: rowToRecord(winner), created: false } : null;
+  }
+
+  async #submitPostgres(values: SubmitValues): Promise<SubmitOutcome | null> {
+    const row = await this.#one(this.#q.submitPg.bind(values));
+    if (row) {
+      const { created, ...record } = row;
+      return { record: rowToRecord(record), created: Number(created) === 1 };
+    }
+    // Another node inserted the id after this statement's snapshot was taken: read it now.
+    const winner = await this.#one(this.#q.getById.bind({ id: values.id }));
+    return winner ? { record: rowToRecord(winner), created: false } : null;
+  }
+
+  async takeOver(
+    id: string,
+    expectedEpoch: number,
+    owner: OwnerIdentity,
+    leaseMs: number,
+  ): Promise<TransferRecord> {
+    return this.#guard('takeOver', async () => {
+      const o = validOwner(owner);
+      const lease = validLeaseMs(leaseMs);
+      const now = this.#now();
+      const values = {
+        id: validId(id),
+        epoch: validEpoch(expectedEpoch),
+        nodeId: o.nodeId,
+        address: o.address,
+        instance: o.instanceId,
+        lease: now + lease,
+        now,
+      };
+      const row = await this.#one(this.#q.takeOver.bind(values));
+      if (row) return rowToRecord(row);
+      throw await this.#whyRefused(values.id, values.epoch, 'a takeover');
+    });
+  }
+
+  async transition(id: string, epoch: number, input: TransitionInput): Promise<TransferRecord> {
+    return this.#guard('transition', async () => {
+      const validated = { id: validId(id), epoch: validEpoch(epoch) };
+      if (typeof input !== 'object' || input === null) {
+        throw new ValidationError('Invalid transition: expected an object', [
+          { path: '(root)', message: 'expected an object' },
+        ]);
+      }
+      const to = validState(input.to, 'target state');
+      const error = input.error === undefined || input.error === null ? null : validFailure(input.error);
+      const result = input.result === undefined || input.result === null ? null : validResult(input.result);
+      const query = this.#q.transitions.get(to);
+      if (query) {
+        const row = await this.#one(
+          query.bind({
+            ...validated,
+            error: error === null ? null : JSON.stringify(error),
+            result: result === null ? null : JSON.stringify(result),
+            now: this.#now(),
+          }),
+        );
+        if (row) return rowToRecord(row);
+      }
+      const current = await this.#one(this.#q.stateById.bind({ id: validated.id }));
+      if (!current) throw new TransferNotFoundError(validated.id);
+      if (Number(current.epoch) !== validated.epoch) {
+        throw new StaleEpochError(validated.id, validated.epoch, {
+          details: { epoch: Number(current.epoch) },
+        });
+      }
+      throw new IllegalTransitionError(validated.id, current.state, to);
+    });
+  }
+
+  async saveCheckpoint(id: string, epoch: number, checkpoint: unknown, leaseMs?: number): Promise<void> {
+    return this.#guard('saveCheckpoint', async () => {
+      const validated = {
+        id: validId(id),
+        epoch: validEpoch(epoch),
+        checkpoint: boundedJson(checkpoint, 'checkpoint', STORE_LIMITS.maxCheckpointBytes),
+        now: this.#now(),
+      };
+      const query =
+        leaseMs === undefined
+          ? this.#q.saveCheckpoint.bind(validated)
+          : this.#q.saveCheckpointAndLease.bind({
+              ...validated,
+              lease: validated.now + validLeaseMs(leaseMs),
+            });
+      const { numAffectedRows } = await this.#exec(query);
+      if (numAffectedRows === 1n) return;
+      throw await this.#whyRefused(validated.id, validated.epoch, 'a checkpoint');
+    });
+  }
+
+  async heartbeat(owner: OwnerIdentity, leaseMs: number): Promise<string[]> {
+    return this.#guard('heartbeat', async () => {
+      const o = validOwner(owner);
+      const lease = this.#now() + validLeaseMs(leaseMs);
+      const { rows } = await this.#exec(
+        this.#q.heartbeat.bind({ nodeId: o.nodeId, instance: o.instanceId, lease }),
+      );
+      return rows.map((row) => row.id).sort();
+    });
+  }
+
+  async release(id: string, epoch: number): Promise<void> {
+    return this.#guard('release', async () => {
+      const validated = { id: validId(id), epoch: validEpoch(epoch), now: this.#now() };
+      const { numAffectedRows } = await this.#exec(this.#q.release.bind(validated));
+      if (numAffectedRows === 1n) return;
+      const refusal = await this.#whyRefused(validated.id, validated.epoch, 'a release');
+      // Handing back a transfer that has just finished is a no-op: it holds no lease any more.
+      if (refusal instanceof TransferFinalError) return;
+      throw refusal;
+    });
+  }
+
+  async recoverExpired(owner: OwnerIdentity, leaseMs: number, limit: number): Promise<TransferRecord[]> {
+    return this.#guard('recoverExpired', async () => {
+      const o = validOwner(owner);
+      const now = this.#now();
+      const values = {
+        nodeId: o.nodeId,
+        address: o.address,
+        instance: o.instanceId,
+        lease: now + validLeaseMs(leaseMs),
+        now,
+        limit: validLimit(limit, STORE_LIMITS.maxRecoverBatch),
+      };
+      const { rows } = await this.#exec(this.#q.recover.bind(values));
+      const records = rows.map(rowToRecord);
+      // Statement order is unspecified on both dialects: hand them out oldest request first.
+      return records.sort(
+        (a, b) => a.createdAt.getTime() - b.createdAt.getTime() || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0),
+      );
+    });
+  }
+
+  async get(id: string): Promise<TransferRecord | null> {
+    return this.#guard('get', async () => {
+      const row = await this.#one(this.#q.getById.bind({ id: validId(id) }));
+      return row ? rowToRecord(row) : null;
+    });
+  }
+
+  async list(input?: ListTransfersInput): Promise<TransferPage> {
+    return this.#guard('list', async () => {
+      const { state, ownerNodeId, after, limit } = validListInput(input);
+      let query = this.#db
+        .selectFrom('transfers')
+        .selectAll()
+        .orderBy('id')
+        .limit(limit + 1);
+      if (state !== undefined) query = query.where('state', '=', state);
+      if (ownerNodeId !== undefined) query = query.where('owner_node_id', '=', ownerNodeId);
+      if (after !== undefined) query = query.where('id', '>', after);
+      const rows = await query.execute();
+      const page = rows.slice(0, limit);
+      const last = page[page.length - 1];
+      return {
+        records: page.map(rowToRecord),
+        next: rows.length > limit && last ? encodeCursor(last.id) : null,
+      };
+    });
+  }
+
+  async purge(olderThan: Date): Promise<number> {
+    return this.#guard('purge', async () => {
+      const before = validDate(olderThan, 'olderThan').getTime();
+      const result = await this.#db
+        .deleteFrom('transfers')
+        .where('state', 'in', TERMINAL)
+        .where('updated_at', '<', before)
+        .executeTakeFirst();
+      return Number(result.numDeletedRows);
+    });
+  }
+
+  async registerNode(node: Omit<NodeInfo, 'lastSeenAt' | 'startedAt'> & { startedAt?: Date }): Promise<void> {
+    return this.#guard('registerNode', async () => {
+      if (typeof node !== 'object' || node === null) {
+        throw new ValidationError('Invalid node: expected an object', [
+          { path: '(root)', message: 'expected an object' },
+        ]);
+      }
+      const identity = validOwner(node, 'node');
+      const now = this.#now();
+      const startedAt =
+        node.startedAt === undefined ? now : validDate(node.startedAt, 'node.startedAt').getTime();
+      const row = {
+        node_id: identity.nodeId,
+        address: identity.address,
+        instance_id: identity.instanceId,
+        started_at: startedAt,
+        last_seen_at: now,
+      };
+      await this.#db
+        .insertInto('nodes')
+        .values(row)
+        .onConflict((oc) =>
+          oc.column('node_id').doUpdateSet({
+            address: row.address,
+            instance_id: row.instance_id,
+            started_at: row.started_at,
+            last_seen_at: row.last_seen_at,
+          }),
+        )
+        .execute();
+    });
+  }
+
+  async touchNode(nodeId: string): Promise<void> {
+    return this.#guard('touchNode', async () => {
+      const id = parseOrThrow(NameSchema, nodeId, 'Invalid node id');
+      const result = await this.#db
+        .updateTable('nodes')
+        .set({ last_seen_at: this.#now() })
+        .where('node_id', '=', id)
+        .executeTakeFirst();
+      if (result.numUpdatedRows === 0n) throw new NotFoundError(`Node "${id}" is not registered`);
+    });
+  }
+
+  async listNodes(): Promise<NodeInfo[]> {
+    return this.#guard('listNodes', async () => {
+      const rows = await this.#db.selectFrom('nodes').selectAll().orderBy('node_id').execute();
+      return rows.map(rowToNode);
+    });
+  }
+
+  async ping(): Promise<void> {
+    return this.#guard('ping', async () => {
+      await sql`select 1`.execute(this.#db);
+    });
+  }
+
+  /** Closes the connections. Idempotent; every later operation throws `STORE_UNAVAILABLE`. */
+  async close(): Promise<void> {
+    if (this.#closing === null) {
+      this.#closing = this.#db.destroy().catch((err: unknown) => {
+        this.#logger.warn({ err: (err as Error).message }, 'store: closing the database failed');
+      });
+    }
+    await this.#closing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  #now(): number {
+    return this.#clock.now().getTime();
+  }
+
+  async #guard<T>(operation: string, run: () => Promise<T>): Promise<T> {
+    if (this.#closing !== null) throw closedStoreError();
+    try {
+      return await run();
+    } catch (err) {
+      const mapped = toStoreError(err, operation);
+      if (mapped.code === 'INTERNAL')
+        this.#logger.error({ err: mapped.message, operation }, 'store: unexpected failure');
+      throw mapped;
+    }
+  }
+
+  #exec<R>(query: CompiledQuery<R>): Promise<Row<R>> {
+    return this.#db.executeQuery(query) as Promise<Row<R>>;
+  }
+
+  async #one<R>(query: CompiledQuery<R>): Promise<R | undefined> {
+    const { rows } = await this.#exec(query);
+    return rows[0];
+  }
+
+  /** Explains why a fenced write on `id` changed nothing. */
+  async #whyRefused(id: string, epoch: number, operation: string): Promise<Error> {
+    const current = await this.#one(this.#q.stateById.bind({ id }));
+    if (!current) return new TransferNotFoundError(id);
+    if (Number(current.epoch) !== epoch) {
+      return new StaleEpochError(id, epoch, { details: { epoch: Number(current.epoch) } });
+    }
+    if (isTerminal(current.state)) return new TransferFinalError(id, current.state, operation);
+    // Same epoch, active state, yet nothing changed: the record moved between the two statements.
+    return new StaleEpochError(id, epoch);
+  }
+}
