@@ -1,2 +1,51 @@
-// Filled in by the package issue; nothing is exported yet.
-export {};
+export { type ConnectionContext, sinkFor, sourceFor } from './addresses.js';
+export {
+  BadRecordCollector,
+  type BadRecordPolicy,
+  type BadRecordReport,
+  MAX_BAD_RECORD_REPORTS,
+} from './bad-records.js';
+export type {
+  CacheCommitState,
+  CacheInfoLike,
+  CacheManagerLike,
+  CacheRecordOp,
+  RoCacheLike,
+  RwCacheLike,
+} from './cache-port.js';
+export { dagHash, decideRestart, nodeHandles, type RestartPlan } from './dag.js';
+export { keyOf, keyString, type RecordLocation, type RecordOp, type RecordSchema, type Row } from './ops.js';
+export { filterProcessor, functionProcessor, type RecordFunction, selectProcessor } from './processors.js';
+export { ProgressTracker } from './progress.js';
+export { type RunPipelineOptions, type RunPipelineResult, runPipeline } from './run.js';
+export { checkRecord, convertCsvCell, inferCsvFields, inferFields, typeMismatch } from './schema.js';
+export { type CacheSinkOptions, createCacheSink, createEndpointTransferSink } from './sinks/cache.js';
+export { createFileSink, type FileSinkOptions } from './sinks/file.js';
+export { createJetStreamSink, type JetStreamSinkOptions } from './sinks/jetstream.js';
+export { createPostgresSink, type PostgresSinkOptions, SINK_CHECKPOINT_TABLE } from './sinks/postgres.js';
+export { formatCsvRecord, parseCsvRecord } from './sources/csv.js';
+export { createFileSource, type FilePosition, type FileSourceOptions } from './sources/file.js';
+export {
+  createJetStreamSource,
+  type JetStreamPosition,
+  type JetStreamSourceOptions,
+  OP_HEADER,
+} from './sources/jetstream.js';
+export {
+  createPostgresSource,
+  type PostgresPosition,
+  type PostgresSourceOptions,
+} from './sources/postgres.js';
+export { runTransfer, type TransferContext, type TransferOutcome } from './transfer.js';
+export type {
+  PipelineProcessor,
+  PipelineSink,
+  PipelineSource,
+  ReadOptions,
+  ResumeCheck,
+  RunMode,
+  SnapshotDoneMark,
+  SourceBatch,
+  SourceBranch,
+  SourceItem,
+} from './types.js';

@@ -1,0 +1,134 @@
+import { isAbsolute, resolve } from 'node:path';
+import {
+  type ConnectionConfig,
+  type DestinationAddress,
+  type FieldType,
+  keyFields,
+  type NatsConfig,
+  type SourceAddress,
+  UnknownConnectionError,
+  ValidationError,
+} from '@sluice/core';
+import type { CacheManagerLike } from './cache-port.js';
+import { createEndpointTransferSink } from './sinks/cache.js';
+import { createFileSink } from './sinks/file.js';
+import { createJetStreamSink } from './sinks/jetstream.js';
+import { createPostgresSink } from './sinks/postgres.js';
+import { createFileSource } from './sources/file.js';
+import { createJetStreamSource } from './sources/jetstream.js';
+import { createPostgresSource } from './sources/postgres.js';
+import type { PipelineSink, PipelineSource } from './types.js';
+
+export interface ConnectionContext {
+  connections: Record<string, ConnectionConfig>;
+  /** NATS used by JetStream addresses that name no connection (the node's `nats:` setting). */
+  nats?: NatsConfig;
+  /** Relative file paths resolve against this directory. */
+  baseDir?: string;
+}
+
+function postgresUrl(ctx: ConnectionContext, name: string): string {
+  const connection = ctx.connections[name];
+  if (connection?.type !== 'postgres') throw new UnknownConnectionError(name);
+  return connection.url;
+}
+
+function natsConfig(ctx: ConnectionContext, name: string | undefined): NatsConfig {
+  if (name !== undefined) {
+    const connection = ctx.connections[name];
+    if (connection?.type !== 'nats') throw new UnknownConnectionError(name);
+    return connection.nats;
+  }
+  if (ctx.nats !== undefined) return ctx.nats;
+  const only = Object.values(ctx.connections).filter((c) => c.type === 'nats');
+  if (only.length === 1 && only[0]!.type === 'nats') return only[0]!.nats;
+  throw new UnknownConnectionError('(default NATS)');
+}
+
+const filePath = (ctx: ConnectionContext, path: string) =>
+  isAbsolute(path) || ctx.baseDir === undefined ? path : resolve(ctx.baseDir, path);
+
+/** Builds the source node for an address. */
+export function sourceFor(
+  address: SourceAddress,
+  handle: string,
+  ctx: ConnectionContext,
+  options: { fields?: Record<string, FieldType>; key?: string[]; chunkBytes?: number } = {},
+): PipelineSource {
+  switch (address.type) {
+    case 'file':
+      return createFileSource({
+        handle,
+        path: filePath(ctx, address.path),
+        format: address.format,
+        ...(address.follow !== undefined ? { follow: address.follow } : {}),
+        ...(options.fields ? { fields: options.fields } : {}),
+        ...(options.chunkBytes ? { chunkBytes: options.chunkBytes } : {}),
+      });
+    case 'postgres': {
+      const key = keyFields(address.key);
+      return createPostgresSource({
+        handle,
+        url: postgresUrl(ctx, address.connection),
+        ...(address.table !== undefined ? { table: address.table } : {}),
+        ...(address.query !== undefined ? { query: address.query } : {}),
+        ...(key.length > 0 ? { key } : options.key ? { key: options.key } : {}),
+        ...(address.cursor !== undefined ? { cursor: address.cursor } : {}),
+      });
+    }
+    case 'jetstream': {
+      const key = keyFields(address.key);
+      return createJetStreamSource({
+        handle,
+        nats: natsConfig(ctx, address.connection),
+        stream: address.stream,
+        subject: address.subject,
+        ...(key.length > 0 ? { key } : options.key ? { key: options.key } : {}),
+      });
+    }
+  }
+}
+
+/** Builds the sink node of a transfer for its destination. */
+export function sinkFor(
+  address: DestinationAddress,
+  handle: string,
+  writerId: string,
+  ctx: ConnectionContext & { caches?: CacheManagerLike },
+  sourceKey: string[],
+): PipelineSink {
+  switch (address.type) {
+    case 'file':
+      return createFileSink({ handle, path: filePath(ctx, address.path), format: address.format, writerId });
+    case 'postgres': {
+      if (address.table === undefined)
+        throw new ValidationError('A PostgreSQL destination needs a table', [
+          { path: 'destination.table', message: 'required for a destination' },
+        ]);
+      const key = keyFields(address.key);
+      return createPostgresSink({
+        handle,
+        url: postgresUrl(ctx, address.connection),
+        table: address.table,
+        writerId,
+        ...(key.length > 0 ? { key } : {}),
+      });
+    }
+    case 'jetstream': {
+      const key = keyFields(address.key);
+      return createJetStreamSink({
+        handle,
+        nats: natsConfig(ctx, address.connection),
+        subject: address.subject,
+        writerId,
+        ...(key.length > 0 ? { key } : sourceKey.length > 0 ? { key: sourceKey } : {}),
+      });
+    }
+    case 'endpoint':
+      if (!ctx.caches)
+        throw new ValidationError('This node has no caches for an endpoint destination', [
+          { path: 'destination.endpoint', message: 'no cache manager' },
+        ]);
+      return createEndpointTransferSink({ handle, endpoint: address.endpoint, caches: ctx.caches });
+  }
+}

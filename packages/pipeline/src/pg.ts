@@ -1,0 +1,61 @@
+import pg from 'pg';
+
+/** pg type OIDs the pipeline reads differently from the driver's defaults. */
+const INT8 = 20;
+const NUMERIC = 1700;
+const TIMESTAMP = 1114;
+const TIMESTAMPTZ = 1184;
+
+/**
+ * Type parsers that keep records JSON-friendly: 64-bit integers become numbers when they fit, timestamps
+ * ISO strings (UTC), and nothing becomes a `Date`.
+ */
+const types = {
+  getTypeParser(oid: number, format?: string) {
+    if (oid === INT8)
+      return (text: string) => {
+        const value = Number(text);
+        return Number.isSafeInteger(value) ? value : text;
+      };
+    if (oid === NUMERIC)
+      return (text: string) => {
+        const value = Number(text);
+        return Number.isFinite(value) && String(value) === text ? value : text;
+      };
+    if (oid === TIMESTAMPTZ) return (text: string) => new Date(text).toISOString();
+    if (oid === TIMESTAMP) return (text: string) => new Date(`${text.replace(' ', 'T')}Z`).toISOString();
+    return pg.types.getTypeParser(oid, format as 'text');
+  },
+};
+
+/** A pg client with the pipeline's type parsers. */
+export async function connectPostgres(url: string): Promise<pg.Client> {
+  const client = new pg.Client({
+    connectionString: url,
+    types: types as never,
+    connectionTimeoutMillis: 10_000,
+  });
+  await client.connect();
+  client.on('error', () => {}); // a dropped connection surfaces on the next query
+  return client;
+}
+
+/** Quotes an identifier (`schema.table` is split and quoted per part). */
+export function quoteIdent(name: string): string {
+  return name
+    .split('.')
+    .map((part) => `"${part.replace(/"/g, '""')}"`)
+    .join('.');
+}
+
+/** The primary-key columns of a table, in order. */
+export async function primaryKeyOf(client: pg.Client, table: string): Promise<string[]> {
+  const result = await client.query<{ attname: string }>(
+    `SELECT a.attname FROM pg_index i
+       JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+      WHERE i.indrelid = $1::regclass AND i.indisprimary
+      ORDER BY array_position(i.indkey, a.attnum)`,
+    [quoteIdent(table)],
+  );
+  return result.rows.map((r) => r.attname);
+}

@@ -1,0 +1,264 @@
+import { setTimeout as delay } from 'node:timers/promises';
+import { type FieldType, type Logger, type PipelineCheckpoint, silentLogger } from '@sluice/core';
+import type { BadRecordCollector } from './bad-records.js';
+import type { RestartPlan } from './dag.js';
+import { mergeSources } from './merge.js';
+import { keyOf, type RecordOp } from './ops.js';
+import { ProgressTracker } from './progress.js';
+import { checkRecord } from './schema.js';
+import type { PipelineSink, RunMode, SourceBranch, SourceItem } from './types.js';
+
+export interface RunPipelineOptions {
+  /** Name used in logs (the transfer id or endpoint name). */
+  name: string;
+  dag: string;
+  branches: SourceBranch[];
+  sink: PipelineSink;
+  mode: RunMode;
+  plan: RestartPlan;
+  badRecords: BadRecordCollector;
+  signal: AbortSignal;
+  /** Called after the sink committed an epoch (the transfer's checkpoint port). */
+  saveCheckpoint?: (checkpoint: PipelineCheckpoint) => Promise<void>;
+  /** Checked on every record after the processors: values of the wrong type are bad records. */
+  fields?: Record<string, FieldType>;
+  commitEveryRecords?: number;
+  commitEveryMs?: number;
+  /** Largest batch a source reads at once. Default: min(commitEveryRecords, 1000). */
+  batchSize?: number;
+  maxRecordsPerSecond?: number;
+  progress?: ProgressTracker;
+  onProgress?: (progress: ReturnType<ProgressTracker['snapshot']>) => void;
+  /** Called after each commit (after the sink and the checkpoint port). */
+  onCommit?: (checkpoint: PipelineCheckpoint) => void;
+  logger?: Logger;
+}
+
+export interface RunPipelineResult {
+  /** `true` when the run ended because `signal` was aborted. */
+  aborted: boolean;
+  checkpoint: PipelineCheckpoint | null;
+  progress: ProgressTracker;
+}
+
+/** Counters carried in the sink's checkpoint position, so totals survive a resume. */
+interface SinkPosition {
+  written: number;
+  read: number;
+  bad: number;
+}
+
+const TIMER = Symbol('timer');
+const ABORTED = Symbol('aborted');
+
+/**
+ * Runs a DAG: pulls batches from the sources (so a slow sink slows them), passes every operation through
+ * its branch's processors, writes to the sink, and every `commitEveryRecords` records or `commitEveryMs`
+ * milliseconds commits an epoch: a checkpoint barrier holding every node's position, committed by the sink
+ * with its data and then saved through `saveCheckpoint`.
+ */
+export async function runPipeline(options: RunPipelineOptions): Promise<RunPipelineResult> {
+  const logger = options.logger ?? silentLogger;
+  const { sink, branches, signal } = options;
+  const commitEveryRecords = options.commitEveryRecords ?? 10_000;
+  const commitEveryMs = options.commitEveryMs ?? 1_000;
+  const batchSize = options.batchSize ?? Math.max(1, Math.min(commitEveryRecords, 1_000));
+  const progress = options.progress ?? new ProgressTracker();
+  const start = options.plan.checkpoint;
+
+  const positions: Record<string, unknown> = {};
+  const processed: Record<string, number> = {};
+  for (const { source, processors } of branches) {
+    positions[source.handle] = start ? (start.positions[source.handle] ?? null) : null;
+    for (const p of processors) {
+      const previous = start?.positions[p.handle] as { processed?: number } | undefined;
+      processed[p.handle] = previous?.processed ?? 0;
+    }
+  }
+  const previousSink = (start?.positions[sink.handle] ?? null) as SinkPosition | null;
+  progress.recordsRead = previousSink?.read ?? 0;
+  progress.recordsWritten = previousSink?.written ?? 0;
+  progress.badRecords = previousSink?.bad ?? 0;
+  progress.epoch = start?.epoch ?? 0;
+  let lastCheckpoint: PipelineCheckpoint | null = start;
+  let dirty = 0;
+  let lastCommitAt = Date.now();
+  const report = () => {
+    progress.lag = branches.reduce<number | null>((sum, b) => {
+      const lag = b.source.lag?.() ?? null;
+      return lag === null ? sum : (sum ?? 0) + lag;
+    }, null);
+    options.onProgress?.(progress.snapshot());
+  };
+
+  const commit = async () => {
+    const checkpointPositions: Record<string, unknown> = { ...positions };
+    for (const [handle, count] of Object.entries(processed))
+      checkpointPositions[handle] = { processed: count };
+    checkpointPositions[sink.handle] = {
+      written: progress.recordsWritten,
+      read: progress.recordsRead,
+      bad: progress.badRecords,
+    } satisfies SinkPosition;
+    const checkpoint: PipelineCheckpoint = {
+      dag: options.dag,
+      epoch: progress.epoch + 1,
+      positions: checkpointPositions,
+      at: new Date().toISOString(),
+    };
+    await sink.commit(checkpoint);
+    await options.saveCheckpoint?.(checkpoint);
+    progress.epoch = checkpoint.epoch;
+    lastCheckpoint = checkpoint;
+    dirty = 0;
+    lastCommitAt = Date.now();
+    progress.sample();
+    report();
+    options.onCommit?.(checkpoint);
+  };
+
+  const keyFields = sink.keyFields;
+  const fields = options.fields;
+  const handleRecords = async (branch: SourceBranch, item: Extract<SourceItem, { kind: 'records' }>) => {
+    for (const bad of item.bad) {
+      options.badRecords.add(bad);
+      progress.badRecords++;
+    }
+    const out: RecordOp[] = [];
+    for (const op of item.ops) {
+      let ops: RecordOp[] = [op];
+      for (const processor of branch.processors) {
+        const next: RecordOp[] = [];
+        for (const current of ops) {
+          const result = processor.process(current);
+          if (result === null) continue;
+          if (Array.isArray(result)) next.push(...result);
+          else next.push(result);
+        }
+        processed[processor.handle] = (processed[processor.handle] ?? 0) + ops.length;
+        ops = next;
+      }
+      for (const current of ops) {
+        if (current.op !== 'delete') {
+          const problem =
+            keyFields.length > 0 && keyOf(current.record, keyFields) === undefined
+              ? `missing primary key field(s) ${keyFields.join(', ')}`
+              : fields
+                ? checkRecord(current.record, fields)
+                : null;
+          if (problem !== null) {
+            options.badRecords.add({ source: branch.source.handle, ...current.at, reason: problem });
+            progress.badRecords++;
+            continue;
+          }
+        }
+        out.push(current);
+      }
+    }
+    progress.recordsRead += item.read;
+    if (out.length > 0) await sink.write(out);
+    progress.recordsWritten += out.length;
+    positions[branch.source.handle] = item.position;
+    dirty += Math.max(1, item.read);
+  };
+
+  const abortPromise = new Promise<typeof ABORTED>((resolve) => {
+    if (signal.aborted) resolve(ABORTED);
+    else signal.addEventListener('abort', () => resolve(ABORTED), { once: true });
+  });
+
+  const controller = new AbortController();
+  const stopSources = () => controller.abort();
+  signal.addEventListener('abort', stopSources, { once: true });
+  const readOptions = { signal: controller.signal, mode: options.mode, batchSize };
+  const streams = branches.map((b) => b.source.read(positions[b.source.handle] ?? null, readOptions));
+  const iterator = mergeSources(streams)[Symbol.asyncIterator]();
+  const done = new Set<string>();
+  progress.phase = 'snapshotting';
+  report();
+  logger.info(
+    {
+      pipeline: options.name,
+      decision: options.plan.decision,
+      reason: options.plan.reason,
+      epoch: progress.epoch,
+    },
+    'pipeline started',
+  );
+  const throttleStart = Date.now();
+  const throttleBase = progress.recordsRead;
+  let timer: AbortController | null = null;
+
+  try {
+    for (;;) {
+      const next = iterator.next();
+      let result: IteratorResult<{ branch: number; item: SourceItem }> | typeof TIMER | typeof ABORTED;
+      for (;;) {
+        if (dirty > 0) {
+          const wait = commitEveryMs - (Date.now() - lastCommitAt);
+          if (wait <= 0) {
+            await commit();
+            continue;
+          }
+          timer = new AbortController();
+          const tick: Promise<typeof TIMER> = delay(wait, undefined, { signal: timer.signal }).then(
+            () => TIMER,
+            () => TIMER,
+          );
+          result = await Promise.race([next, abortPromise, tick]);
+          timer.abort();
+        } else result = await Promise.race([next, abortPromise]);
+        if (result === TIMER) {
+          await commit();
+          continue;
+        }
+        break;
+      }
+      if (result === ABORTED) {
+        void next.catch(() => {});
+        return { aborted: true, checkpoint: lastCheckpoint, progress };
+      }
+      if (result.done) break;
+      const { branch: index, item } = result.value;
+      const branch = branches[index]!;
+      if (item.kind === 'records') {
+        await handleRecords(branch, item);
+        if (dirty >= commitEveryRecords) await commit();
+        if (options.maxRecordsPerSecond) {
+          const due =
+            throttleStart + ((progress.recordsRead - throttleBase) * 1000) / options.maxRecordsPerSecond;
+          const ahead = due - Date.now();
+          if (ahead > 0) await Promise.race([delay(ahead), abortPromise]);
+        }
+        progress.sample();
+        report();
+      } else {
+        positions[branch.source.handle] = item.position;
+        dirty++;
+        await commit();
+        await sink.snapshotDone?.(branch.source.handle, lastCheckpoint);
+        done.add(branch.source.handle);
+        logger.info({ pipeline: options.name, source: branch.source.handle }, 'snapshot done');
+        if (done.size === branches.length && options.mode === 'endpoint') {
+          progress.phase = 'streaming';
+          report();
+        }
+      }
+    }
+    if (signal.aborted) return { aborted: true, checkpoint: lastCheckpoint, progress };
+    if (dirty > 0) await commit();
+    if (options.mode === 'transfer') await sink.finish();
+    progress.phase = options.mode === 'transfer' ? 'completed' : 'stopped';
+    report();
+    return { aborted: false, checkpoint: lastCheckpoint, progress };
+  } catch (err) {
+    progress.phase = 'failed';
+    report();
+    throw err;
+  } finally {
+    timer?.abort();
+    signal.removeEventListener('abort', stopSources);
+    controller.abort();
+    void iterator.return?.(undefined).catch(() => {});
+  }
+}

@@ -1,0 +1,163 @@
+import {
+  aliasRedirected,
+  type EventPublisher,
+  type Logger,
+  type PipelineCheckpoint,
+  SinkError,
+  silentLogger,
+  snapshottingDone,
+} from '@sluice/core';
+import type { CacheManagerLike, CacheRecordOp, RwCacheLike } from '../cache-port.js';
+import type { RecordOp, RecordSchema } from '../ops.js';
+import type { PipelineSink } from '../types.js';
+
+export interface CacheSinkOptions {
+  handle: string;
+  /** The endpoint (and alias) name. */
+  endpoint: string;
+  caches: CacheManagerLike;
+  /** The cache generation written to: the alias target (resume in place) or a green one being built. */
+  cache: RwCacheLike;
+  schema: RecordSchema;
+  /** Every source handle of the endpoint; the alias moves only when all of them finished their snapshot. */
+  sources: readonly string[];
+  events?: EventPublisher;
+  logger?: Logger;
+  /** Called once the alias points at `cache`. */
+  onRedirected?: (event: { from: string | null; to: string; version: number }) => void;
+}
+
+/**
+ * The blue/green cache sink. Writes keyed upserts and deletes into one cache generation and commits them
+ * with the pipeline checkpoint in one LMDB transaction. When the generation is not (yet) the alias
+ * target, the alias moves to it only once every source reported `SnapshottingDone` (and that is committed),
+ * then `AliasRedirected` is published once; the previous generation is retired by the redirect. A crash
+ * before that leaves the alias on the old generation.
+ *
+ * @example
+ * ```ts
+ * const sink = createCacheSink({ handle: 'items.cache', endpoint: 'items', caches, cache: green, schema,
+ *   sources: ['items.source'], events });
+ * ```
+ */
+export function createCacheSink(options: CacheSinkOptions): PipelineSink & { readonly redirected: boolean } {
+  const logger = options.logger ?? silentLogger;
+  const { cache, caches } = options;
+  let redirected = caches.resolveAlias(options.endpoint)?.cache === cache.name;
+  const done = new Set(cache.commitState().snapshottingDone);
+  let redirecting: Promise<void> | null = null;
+
+  const redirectWhenReady = async (checkpoint: PipelineCheckpoint | null) => {
+    if (redirected || !options.sources.every((s) => done.has(s))) return;
+    redirecting ??= (async () => {
+      const { from, version } = await caches.redirect(options.endpoint, cache.name);
+      redirected = true;
+      logger.info({ endpoint: options.endpoint, from, to: cache.name, version }, 'alias redirected');
+      options.onRedirected?.({ from, to: cache.name, version });
+      if (options.events) {
+        try {
+          await options.events.publish(
+            aliasRedirected({ alias: options.endpoint, from, to: cache.name, checkpoint, version }),
+          );
+        } catch (err) {
+          // Readers also reconcile from the alias table, so a lost event delays them, never misleads them.
+          logger.warn({ err, endpoint: options.endpoint }, 'could not publish AliasRedirected');
+        }
+      }
+    })();
+    await redirecting;
+  };
+
+  return {
+    handle: options.handle,
+    description: { type: 'cache', endpoint: options.endpoint, schema: options.schema },
+    keyFields: options.schema.primaryKey,
+    keepsCheckpoint: true,
+    get redirected() {
+      return redirected;
+    },
+    async committed() {
+      return cache.commitState().checkpoint;
+    },
+    async prepare({ decision }) {
+      if (decision === 'from-scratch' && cache.commitState().recordCount > 0) await cache.clear();
+      if (decision === 'from-scratch') done.clear();
+    },
+    async write(ops: RecordOp[]) {
+      const out: CacheRecordOp[] = new Array(ops.length);
+      for (let i = 0; i < ops.length; i++) {
+        const op = ops[i]!;
+        out[i] = op.op === 'delete' ? { op: 'delete', key: op.key } : { op: 'upsert', record: op.record };
+      }
+      try {
+        cache.apply(out, { onConflict: 'overwrite' });
+      } catch (err) {
+        throw new SinkError(`Cache ${cache.name}: ${(err as Error).message}`, { cause: err });
+      }
+    },
+    async commit(checkpoint: PipelineCheckpoint) {
+      await cache.commit(checkpoint);
+    },
+    async snapshotDone(source: string, checkpoint: PipelineCheckpoint | null) {
+      if (!done.has(source)) {
+        await cache.markSnapshottingDone(source);
+        done.add(source);
+        if (options.events) {
+          await options.events
+            .publish(snapshottingDone({ endpoint: options.endpoint, cache: cache.name, source }))
+            .catch((err) =>
+              logger.warn({ err, endpoint: options.endpoint }, 'could not publish SnapshottingDone'),
+            );
+        }
+      }
+      await redirectWhenReady(checkpoint);
+    },
+    async finish() {},
+    async close() {
+      await cache.close();
+    },
+  };
+}
+
+/**
+ * A transfer into an endpoint's cache: keyed upserts into the generation the alias points at. It keeps
+ * the endpoint's own checkpoint untouched (so the endpoint pipeline still resumes) and relies on replays
+ * being idempotent; the transfer's progress lives in its checkpoint port.
+ */
+export function createEndpointTransferSink(options: {
+  handle: string;
+  endpoint: string;
+  caches: CacheManagerLike;
+}): PipelineSink {
+  let cache: RwCacheLike | null = null;
+  return {
+    handle: options.handle,
+    description: { type: 'endpoint', endpoint: options.endpoint },
+    get keyFields() {
+      return cache?.schema.primaryKey ?? [];
+    },
+    keepsCheckpoint: false,
+    committed: async () => null,
+    async prepare() {
+      const target = options.caches.resolveAlias(options.endpoint);
+      if (target === null) throw new SinkError(`Endpoint "${options.endpoint}" has no cache yet`);
+      cache = await options.caches.openRw(target.cache);
+    },
+    async write(ops) {
+      cache!.apply(
+        ops.map((op) =>
+          op.op === 'delete' ? { op: 'delete', key: op.key } : { op: 'upsert', record: op.record },
+        ),
+        { onConflict: 'overwrite' },
+      );
+    },
+    async commit() {
+      await cache!.commit(cache!.commitState().checkpoint);
+    },
+    async finish() {},
+    async close() {
+      await cache?.close();
+      cache = null;
+    },
+  };
+}

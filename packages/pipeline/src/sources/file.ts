@@ -1,0 +1,298 @@
+import { createHash } from 'node:crypto';
+import { open, stat } from 'node:fs/promises';
+import { setTimeout as delay } from 'node:timers/promises';
+import { type FieldType, SourceError } from '@sluice/core';
+import { z } from 'zod';
+import type { BadRecordReport } from '../bad-records.js';
+import type { RecordOp, Row } from '../ops.js';
+import { convertCsvCell } from '../schema.js';
+import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../types.js';
+import { parseCsvRecord } from './csv.js';
+import { type Line, readLines } from './lines.js';
+
+const HEAD_BYTES = 4096;
+
+/** Where a file source stands: byte offset, line count, and a fingerprint of the content read so far. */
+export const FilePositionSchema = z.object({
+  offset: z.number().int().nonnegative(),
+  line: z.number().int().nonnegative(),
+  read: z.number().int().nonnegative(),
+  /** SHA-256 of the first `headLength` bytes. */
+  head: z.string(),
+  headLength: z.number().int().nonnegative(),
+  /** SHA-256 of the `tailLength` bytes just before `offset` (the last line read). */
+  tail: z.string(),
+  tailLength: z.number().int().nonnegative(),
+  header: z.array(z.string()).nullable(),
+});
+export type FilePosition = z.output<typeof FilePositionSchema>;
+
+export interface FileSourceOptions {
+  handle: string;
+  path: string;
+  format: 'jsonl' | 'csv';
+  /** Keep reading as the file grows (endpoints only; a transfer stops at the end). */
+  follow?: boolean;
+  /** Field types CSV cells are converted to (by column name); other columns stay strings. */
+  fields?: Record<string, FieldType>;
+  /** Lines longer than this are bad records. Default 8 MiB. */
+  maxLineBytes?: number;
+  /** How often a following source looks for growth. Default 200 ms. */
+  pollMs?: number;
+  /** Read size; smaller reads mean smaller batches. Default 256 KiB. */
+  chunkBytes?: number;
+}
+
+const sha256 = (data: Buffer | string) => createHash('sha256').update(data).digest('hex');
+
+async function hashRange(path: string, start: number, length: number): Promise<string> {
+  const handle = await open(path, 'r');
+  try {
+    const buffer = Buffer.alloc(length);
+    const { bytesRead } = await handle.read(buffer, 0, length, start);
+    return sha256(buffer.subarray(0, bytesRead));
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * A JSON Lines or CSV file. Resumes by byte offset when the file's fingerprint (its first 4 KiB and the
+ * last line read) is unchanged; a file that only grew resumes, a rewritten one starts from scratch.
+ *
+ * @example
+ * ```ts
+ * const source = createFileSource({ handle: 'items.source', path: '/data/items.jsonl', format: 'jsonl' });
+ * ```
+ */
+export function createFileSource(options: FileSourceOptions): PipelineSource {
+  const maxLineBytes = options.maxLineBytes ?? 8 * 1024 * 1024;
+  const pollMs = options.pollMs ?? 200;
+  const fields = options.fields;
+  let lastSize: number | null = null;
+  let lastOffset = 0;
+
+  async function canResume(raw: unknown): Promise<ResumeCheck> {
+    const parsed = FilePositionSchema.safeParse(raw);
+    if (!parsed.success) return { ok: false, reason: 'the checkpointed file position is malformed' };
+    const position = parsed.data;
+    let size: number;
+    try {
+      size = (await stat(options.path)).size;
+    } catch {
+      return { ok: false, reason: `file ${options.path} no longer exists` };
+    }
+    if (size < position.offset)
+      return {
+        ok: false,
+        reason: `file ${options.path} shrank below the checkpointed offset ${position.offset}`,
+      };
+    if ((await hashRange(options.path, 0, position.headLength)) !== position.head)
+      return {
+        ok: false,
+        reason: `file ${options.path} changed (its beginning differs from the checkpoint)`,
+      };
+    if (
+      (await hashRange(options.path, position.offset - position.tailLength, position.tailLength)) !==
+      position.tail
+    )
+      return {
+        ok: false,
+        reason: `file ${options.path} changed (the last line read differs from the checkpoint)`,
+      };
+    return { ok: true };
+  }
+
+  async function* read(from: unknown | null, readOptions: ReadOptions): AsyncGenerator<SourceItem> {
+    let position: FilePosition;
+    if (from === null) {
+      let size: number;
+      try {
+        size = (await stat(options.path)).size;
+      } catch (err) {
+        throw new SourceError(`Cannot read file ${options.path}: ${(err as Error).message}`, { cause: err });
+      }
+      const headLength = Math.min(HEAD_BYTES, size);
+      position = {
+        offset: 0,
+        line: 0,
+        read: 0,
+        head: await hashRange(options.path, 0, headLength),
+        headLength,
+        tail: sha256(''),
+        tailLength: 0,
+        header: null,
+      };
+    } else position = FilePositionSchema.parse(from);
+
+    const follow = options.follow === true && readOptions.mode === 'endpoint';
+    let snapshotDone = false;
+    for (;;) {
+      const size = (await stat(options.path).catch(() => null))?.size;
+      if (size === undefined) throw new SourceError(`File ${options.path} disappeared`);
+      if (size < position.offset)
+        throw new SourceError(`File ${options.path} was truncated below offset ${position.offset}`);
+      lastSize = size;
+      if (size > position.offset) {
+        for await (const item of readFrom(position, readOptions, !follow)) {
+          position = item.position as FilePosition;
+          lastOffset = position.offset;
+          yield item;
+        }
+      }
+      if (!snapshotDone) {
+        snapshotDone = true;
+        yield { kind: 'snapshot-done', position };
+      }
+      if (!follow) return;
+      // Follow: wait for growth.
+      try {
+        await delay(pollMs, undefined, { signal: readOptions.signal });
+      } catch {
+        return;
+      }
+    }
+  }
+
+  async function* readFrom(
+    start: FilePosition,
+    readOptions: ReadOptions,
+    includePartialLast: boolean,
+  ): AsyncGenerator<SourceItem> {
+    let position = { ...start };
+    let header = position.header;
+    let continued = null as { text: string; first: Line } | null; // a CSV record spanning lines
+    let ops: RecordOp[] = [];
+    let bad: BadRecordReport[] = [];
+    let read = 0;
+    let lastLine: Line | null = null;
+
+    const at = (line: Line) => ({ source: options.handle, line: line.number, offset: line.start });
+    const reject = (line: Line, reason: string) => {
+      read++;
+      bad.push({ ...at(line), reason });
+    };
+
+    /** Closes the current batch at the last complete record; its position is where the next read starts. */
+    const flush = async (): Promise<SourceItem | null> => {
+      if (lastLine === null) return null;
+      // A CSV record still open across lines is re-read from its first line on resume.
+      const boundary = continued ? continued.first : null;
+      const end = boundary ? boundary.start : lastLine.end;
+      if (end === position.offset && ops.length === 0 && bad.length === 0) return null;
+      const endLine = boundary ? boundary.number - 1 : lastLine.number;
+      const next: FilePosition = {
+        ...position,
+        offset: end,
+        line: endLine,
+        read: position.read + read,
+        header,
+      };
+      if (!boundary) {
+        next.tailLength = lastLine.end - lastLine.start;
+        next.tail = await hashRange(options.path, lastLine.start, next.tailLength);
+      }
+      position = next;
+      const item: SourceItem = { kind: 'records', ops, bad, read, position };
+      ops = [];
+      bad = [];
+      read = 0;
+      return item;
+    };
+
+    for await (const lines of readLines(options.path, {
+      start: position.offset,
+      firstLineNumber: position.line + 1,
+      maxLineBytes,
+      includePartialLast,
+      signal: readOptions.signal,
+      ...(options.chunkBytes ? { highWaterMark: options.chunkBytes } : {}),
+    })) {
+      for (const line of lines) {
+        if (ops.length + bad.length >= readOptions.batchSize && continued === null) {
+          const item = await flush();
+          if (item) yield item;
+        }
+        lastLine = line;
+        if (line.oversized) {
+          continued = null;
+          reject(line, `line longer than ${maxLineBytes} bytes`);
+          continue;
+        }
+        if (options.format === 'jsonl') {
+          if (line.text.trim() === '') continue;
+          let value: unknown;
+          try {
+            value = JSON.parse(line.text);
+          } catch (err) {
+            reject(line, `malformed JSON: ${(err as Error).message}`);
+            continue;
+          }
+          if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+            reject(line, 'a JSON Lines record must be an object');
+            continue;
+          }
+          read++;
+          ops.push({ op: 'upsert', record: value as Row, at: at(line) });
+        } else {
+          const text: string = continued ? `${continued.text}\n${line.text}` : line.text;
+          const first: Line = continued?.first ?? line;
+          if (text.length > maxLineBytes) {
+            continued = null;
+            reject(first, `CSV record longer than ${maxLineBytes} bytes`);
+            continue;
+          }
+          const cells = parseCsvRecord(text);
+          if (cells === null) {
+            continued = { text, first };
+            continue;
+          }
+          continued = null;
+          if (header === null) {
+            header = cells.map((c) => c.trim());
+            continue;
+          }
+          if (cells.length === 1 && cells[0] === '') continue;
+          if (cells.length !== header.length) {
+            reject(first, `expected ${header.length} columns, got ${cells.length}`);
+            continue;
+          }
+          const record: Row = {};
+          let problem: string | null = null;
+          for (let i = 0; i < header.length; i++) {
+            const name = header[i]!;
+            try {
+              record[name] = convertCsvCell(cells[i]!, fields?.[name]);
+            } catch (message) {
+              problem = `column "${name}": ${String(message)}`;
+              break;
+            }
+          }
+          if (problem !== null) {
+            reject(first, problem);
+            continue;
+          }
+          read++;
+          ops.push({ op: 'upsert', record, at: at(first) });
+        }
+      }
+      const item = await flush();
+      if (item) yield item;
+    }
+  }
+
+  return {
+    handle: options.handle,
+    description: {
+      type: 'file',
+      path: options.path,
+      format: options.format,
+      follow: options.follow === true,
+      fields: fields ?? null,
+    },
+    canResume,
+    read,
+    lag: () => (lastSize === null ? null : Math.max(0, lastSize - lastOffset)),
+    close: async () => {},
+  };
+}

@@ -1,0 +1,182 @@
+import { DeliverPolicy, type JetStreamManager, jetstream, jetstreamManager } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { type NatsConfig, SourceError } from '@sluice/core';
+import { z } from 'zod';
+import type { BadRecordReport } from '../bad-records.js';
+import { connectNats } from '../nats.js';
+import { keyOf, type RecordOp, type Row } from '../ops.js';
+import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../types.js';
+
+export const JetStreamPositionSchema = z.object({
+  /** Stream sequence of the last message read (0 = none). */
+  seq: z.number().int().nonnegative(),
+  /** The stream's creation time: a recreated stream of the same name is another stream. */
+  created: z.string(),
+  read: z.number().int().nonnegative(),
+});
+export type JetStreamPosition = z.output<typeof JetStreamPositionSchema>;
+
+/** Header marking a message as a delete of the record's key. */
+export const OP_HEADER = 'Sluice-Op';
+
+export interface JetStreamSourceOptions {
+  handle: string;
+  nats: NatsConfig;
+  stream: string;
+  subject: string;
+  /** Key fields, needed to turn `Sluice-Op: delete` messages into deletes. */
+  key?: string[];
+  /** How long one fetch waits for messages. Default 1 s. */
+  fetchExpiresMs?: number;
+}
+
+/**
+ * A JetStream stream read with an ordered consumer from a start sequence. It resumes from the next
+ * sequence while the stream still retains it, and says it cannot resume once the stream discarded it (or
+ * was recreated) — the natural from-scratch case. The snapshot is everything up to the last sequence at start.
+ *
+ * @example
+ * ```ts
+ * createJetStreamSource({ handle: 'items.source', nats: 'nats://127.0.0.1:4222', stream: 'ITEMS', subject: 'items.>' });
+ * ```
+ */
+export function createJetStreamSource(options: JetStreamSourceOptions): PipelineSource {
+  let nc: NatsConnection | null = null;
+  let jsm: JetStreamManager | null = null;
+  let lastSeq = 0;
+  let readSeq = 0;
+  const decoder = new TextDecoder();
+
+  const manager = async () => {
+    if (jsm) return jsm;
+    try {
+      nc = await connectNats(options.nats, `sluice-source-${options.handle}`);
+      jsm = await jetstreamManager(nc);
+    } catch (err) {
+      throw new SourceError(`Cannot connect to NATS for ${options.handle}: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+    return jsm;
+  };
+  const streamInfo = async () => {
+    const m = await manager();
+    try {
+      return await m.streams.info(options.stream);
+    } catch (err) {
+      throw new SourceError(`Stream ${options.stream} is not available: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+  };
+
+  async function canResume(raw: unknown): Promise<ResumeCheck> {
+    const parsed = JetStreamPositionSchema.safeParse(raw);
+    if (!parsed.success) return { ok: false, reason: 'the checkpointed stream position is malformed' };
+    let info: Awaited<ReturnType<typeof streamInfo>>;
+    try {
+      info = await streamInfo();
+    } catch (err) {
+      return { ok: false, reason: (err as Error).message };
+    }
+    if (info.created !== parsed.data.created)
+      return { ok: false, reason: `stream ${options.stream} was recreated` };
+    const next = parsed.data.seq + 1;
+    if (info.state.first_seq > next && info.state.messages > 0)
+      return {
+        ok: false,
+        reason: `stream ${options.stream} no longer retains sequence ${next} (first retained: ${info.state.first_seq})`,
+      };
+    if (info.state.messages === 0 && info.state.last_seq > parsed.data.seq)
+      return { ok: false, reason: `stream ${options.stream} was purged past sequence ${parsed.data.seq}` };
+    return { ok: true };
+  }
+
+  const toOp = (data: Uint8Array, seq: number, isDelete: boolean): RecordOp | BadRecordReport => {
+    const at = { source: options.handle, offset: seq };
+    let value: unknown;
+    try {
+      value = JSON.parse(decoder.decode(data));
+    } catch (err) {
+      return { ...at, reason: `malformed JSON: ${(err as Error).message}` };
+    }
+    if (typeof value !== 'object' || value === null || Array.isArray(value))
+      return { ...at, reason: 'a message must be a JSON object' };
+    if (isDelete) {
+      const key = options.key ? keyOf(value as Row, options.key) : undefined;
+      if (key === undefined) return { ...at, reason: 'a delete message needs the key fields' };
+      return { op: 'delete', key, at };
+    }
+    return { op: 'upsert', record: value as Row, at };
+  };
+
+  async function* read(from: unknown | null, readOptions: ReadOptions): AsyncGenerator<SourceItem> {
+    const info = await streamInfo();
+    const js = jetstream(nc!);
+    let position: JetStreamPosition =
+      from === null ? { seq: 0, created: info.created, read: 0 } : JetStreamPositionSchema.parse(from);
+    const endSeq = info.state.last_seq;
+    lastSeq = endSeq;
+    readSeq = position.seq;
+    let snapshotDone = false;
+    if (position.seq >= endSeq || info.state.messages === 0) {
+      snapshotDone = true;
+      yield { kind: 'snapshot-done', position };
+      if (readOptions.mode === 'transfer') return;
+    }
+    const consumer = await js.consumers.get(options.stream, {
+      filter_subjects: options.subject,
+      deliver_policy: DeliverPolicy.StartSequence,
+      opt_start_seq: Math.max(1, position.seq + 1),
+    });
+    try {
+      while (!readOptions.signal.aborted) {
+        const messages = await consumer.fetch({
+          max_messages: readOptions.batchSize,
+          expires: options.fetchExpiresMs ?? 1_000,
+        });
+        const ops: RecordOp[] = [];
+        const bad: BadRecordReport[] = [];
+        let pending = -1;
+        let count = 0;
+        for await (const m of messages) {
+          count++;
+          pending = m.info.pending;
+          const result = toOp(m.data, m.seq, m.headers?.get(OP_HEADER) === 'delete');
+          if ('reason' in result) bad.push(result);
+          else ops.push(result);
+          position = { ...position, seq: m.seq, read: position.read + 1 };
+        }
+        readSeq = position.seq;
+        lastSeq = Math.max(lastSeq, position.seq + Math.max(0, pending));
+        if (count > 0) yield { kind: 'records', ops, bad, read: count, position };
+        if (!snapshotDone && (count === 0 || pending === 0 || position.seq >= endSeq)) {
+          snapshotDone = true;
+          yield { kind: 'snapshot-done', position };
+          if (readOptions.mode === 'transfer') return;
+        }
+      }
+    } finally {
+      await consumer.delete().catch(() => {});
+    }
+  }
+
+  return {
+    handle: options.handle,
+    description: {
+      type: 'jetstream',
+      stream: options.stream,
+      subject: options.subject,
+      key: options.key ?? null,
+    },
+    canResume,
+    read,
+    lag: () => Math.max(0, lastSeq - readSeq),
+    close: async () => {
+      const c = nc;
+      nc = null;
+      jsm = null;
+      await c?.drain().catch(() => {});
+    },
+  };
+}

@@ -1,0 +1,95 @@
+import { createReadStream } from 'node:fs';
+
+/** One line of a file: its text (without the newline), 1-based number, and byte offsets. */
+export interface Line {
+  text: string;
+  number: number;
+  /** Byte offset of the line's first byte. */
+  start: number;
+  /** Byte offset just after the line's newline (where the next line starts). */
+  end: number;
+  /** The line was longer than the limit; `text` is empty. */
+  oversized: boolean;
+}
+
+/**
+ * Reads complete lines from `path` starting at byte `start` (which must be a line start), as arrays of
+ * lines per chunk read, so the consumer's pace drives the reads (backpressure). An unterminated last line
+ * is returned only when `includePartialLast` is set (a growing file may still be writing it).
+ */
+export async function* readLines(
+  path: string,
+  options: {
+    start: number;
+    firstLineNumber: number;
+    maxLineBytes: number;
+    includePartialLast: boolean;
+    signal: AbortSignal;
+    highWaterMark?: number;
+  },
+): AsyncGenerator<Line[]> {
+  const stream = createReadStream(path, {
+    start: options.start,
+    highWaterMark: options.highWaterMark ?? 256 * 1024,
+  });
+  let pending: Buffer | null = null; // bytes of an unfinished line
+  let pendingStart = options.start;
+  let skipping = false; // inside an oversized line, discarding until its newline
+  let lineNumber = options.firstLineNumber;
+  let position = options.start; // byte offset of the start of `chunk`
+  try {
+    for await (const chunk of stream as AsyncIterable<Buffer>) {
+      if (options.signal.aborted) return;
+      const lines: Line[] = [];
+      let from = 0;
+      for (;;) {
+        const nl = chunk.indexOf(10, from);
+        if (nl < 0) break;
+        const end = position + nl + 1;
+        if (skipping) {
+          lines.push({ text: '', number: lineNumber++, start: pendingStart, end, oversized: true });
+          skipping = false;
+        } else {
+          let text: string;
+          const bytes = (pending?.length ?? 0) + (nl - from);
+          if (pending !== null) {
+            const whole = Buffer.concat([pending, chunk.subarray(from, nl)]);
+            text = decodeLine(whole, 0, whole.length);
+            pending = null;
+          } else {
+            pendingStart = position + from;
+            text = decodeLine(chunk, from, nl);
+          }
+          if (bytes > options.maxLineBytes)
+            lines.push({ text: '', number: lineNumber++, start: pendingStart, end, oversized: true });
+          else lines.push({ text, number: lineNumber++, start: pendingStart, end, oversized: false });
+        }
+        from = nl + 1;
+        pendingStart = end;
+      }
+      if (from < chunk.length && !skipping) {
+        const rest = chunk.subarray(from);
+        if (pending === null) pendingStart = position + from;
+        const size = (pending?.length ?? 0) + rest.length;
+        if (size > options.maxLineBytes) {
+          pending = null;
+          skipping = true;
+        } else pending = pending === null ? Buffer.from(rest) : Buffer.concat([pending, rest]);
+      }
+      position += chunk.length;
+      if (lines.length > 0) yield lines;
+    }
+    if (options.includePartialLast && (pending !== null || skipping)) {
+      const text = pending === null ? '' : decodeLine(pending, 0, pending.length);
+      yield [{ text, number: lineNumber, start: pendingStart, end: position, oversized: skipping }];
+    }
+  } finally {
+    stream.destroy();
+  }
+}
+
+function decodeLine(buffer: Buffer, from: number, to: number): string {
+  // Tolerate CRLF files.
+  const end = to > from && buffer[to - 1] === 13 ? to - 1 : to;
+  return buffer.toString('utf8', from, end);
+}

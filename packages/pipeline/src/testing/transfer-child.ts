@@ -1,0 +1,37 @@
+/**
+ * A child process that runs one transfer (tests SIGKILL it mid-run). argv[2] = JSON
+ * `{ request, checkpointFile, connections, commitEveryRecords, fileChunkBytes, nats }`.
+ * Prints `COMMIT <epoch> <written>` after each commit and `DONE <json>` at the end.
+ */
+import { runTransfer } from '../transfer.js';
+import { fileCheckpointPort } from './file-checkpoint.js';
+
+const input = JSON.parse(process.argv[2]!);
+const port = fileCheckpointPort(input.checkpointFile);
+const save = port.save;
+port.save = async (checkpoint: unknown) => {
+  await save(checkpoint);
+  const c = checkpoint as { epoch: number; positions: Record<string, { written?: number }> };
+  const sink = c.positions[`${input.request.id}.sink`];
+  process.stdout.write(`COMMIT ${c.epoch} ${sink?.written ?? 0}\n`);
+};
+const controller = new AbortController();
+try {
+  const result = await runTransfer(input.request, {
+    checkpoint: port,
+    connections: input.connections ?? {},
+    signal: controller.signal,
+    commitEveryRecords: input.commitEveryRecords ?? 100,
+    commitEveryMs: 60_000,
+    ...(input.fileChunkBytes ? { fileChunkBytes: input.fileChunkBytes } : {}),
+    ...(input.nats ? { nats: input.nats } : {}),
+    onDecision: (plan) => process.stdout.write(`DECISION ${plan.decision} ${plan.reason}\n`),
+  });
+  process.stdout.write(
+    `DONE ${JSON.stringify({ ...result, badRecordReports: undefined, checkpoint: undefined })}\n`,
+  );
+  process.exit(0);
+} catch (err) {
+  process.stdout.write(`FAILED ${(err as Error).message}\n`);
+  process.exit(1);
+}

@@ -1,0 +1,185 @@
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { SluiceError, type TransferRequest } from '@sluice/core';
+import { tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { memoryCheckpointPort } from './testing/file-checkpoint.js';
+import { runTransfer } from './transfer.js';
+
+const jsonl = (n: number, from = 0) =>
+  Array.from(
+    { length: n },
+    (_, i) => `${JSON.stringify({ id: from + i, name: `item-${from + i}`, value: (from + i) * 1.5 })}\n`,
+  ).join('');
+
+function request(
+  id: string,
+  source: string,
+  destination: string,
+  extra: Partial<TransferRequest> = {},
+): TransferRequest {
+  return {
+    id,
+    mode: 'idempotent',
+    source: { type: 'file', path: source, format: source.endsWith('.csv') ? 'csv' : 'jsonl' },
+    destination: { type: 'file', path: destination, format: 'jsonl' },
+    properties: {},
+    options: { onBadRecord: 'skip' },
+    ...extra,
+  };
+}
+
+const readIds = async (path: string) =>
+  (await readFile(path, 'utf8'))
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => (JSON.parse(line) as { id: number }).id);
+
+describe('file → file transfers', () => {
+  it('copies every record and reports counts', async () => {
+    await using dir = await tempDir();
+    const src = join(dir.path, 'in.jsonl');
+    const out = join(dir.path, 'out', 'copy.jsonl');
+    await writeFile(src, jsonl(2_500));
+    const port = memoryCheckpointPort();
+    const result = await runTransfer(request('t-copy', src, out), {
+      checkpoint: port,
+      connections: {},
+      signal: new AbortController().signal,
+      commitEveryRecords: 1000,
+    });
+    expect(result).toMatchObject({
+      recordsRead: 2500,
+      recordsWritten: 2500,
+      badRecords: 0,
+      decision: 'from-scratch',
+    });
+    expect(await readIds(out)).toEqual(Array.from({ length: 2500 }, (_, i) => i));
+    expect((port.value as { epoch: number }).epoch).toBeGreaterThanOrEqual(3);
+  });
+
+  it('resumes after a termination and writes each record once', async () => {
+    await using dir = await tempDir();
+    const src = join(dir.path, 'in.jsonl');
+    const out = join(dir.path, 'copy.jsonl');
+    await writeFile(src, jsonl(5_000));
+    const port = memoryCheckpointPort();
+    const controller = new AbortController();
+    const first = runTransfer(request('t-resume', src, out), {
+      checkpoint: port,
+      connections: {},
+      signal: controller.signal,
+      commitEveryRecords: 500,
+      fileChunkBytes: 4096,
+      onProgress: (p) => {
+        if (p.epoch >= 3) controller.abort();
+      },
+    });
+    await expect(first).rejects.toMatchObject({ code: 'TRANSFER_TERMINATED' });
+    const written = (port.value as { epoch: number }).epoch;
+    expect(written).toBeGreaterThanOrEqual(3);
+    await expect(readFile(out)).rejects.toThrow(); // nothing visible before completion
+
+    const second = await runTransfer(request('t-resume', src, out), {
+      checkpoint: port,
+      connections: {},
+      signal: new AbortController().signal,
+      commitEveryRecords: 500,
+      fileChunkBytes: 4096,
+    });
+    expect(second.decision).toBe('resume');
+    expect(second.recordsWritten).toBe(5000);
+    expect(await readIds(out)).toEqual(Array.from({ length: 5000 }, (_, i) => i));
+  });
+
+  it('starts from scratch when the source file changed', async () => {
+    await using dir = await tempDir();
+    const src = join(dir.path, 'in.jsonl');
+    const out = join(dir.path, 'copy.jsonl');
+    await writeFile(src, jsonl(3_000));
+    const port = memoryCheckpointPort();
+    const controller = new AbortController();
+    await expect(
+      runTransfer(request('t-changed', src, out), {
+        checkpoint: port,
+        connections: {},
+        signal: controller.signal,
+        commitEveryRecords: 500,
+        fileChunkBytes: 4096,
+        onProgress: (p) => {
+          if (p.epoch >= 2) controller.abort();
+        },
+      }),
+    ).rejects.toMatchObject({ code: 'TRANSFER_TERMINATED' });
+    await writeFile(src, jsonl(1_000, 10_000)); // rewritten with other content
+    const result = await runTransfer(request('t-changed', src, out), {
+      checkpoint: port,
+      connections: {},
+      signal: new AbortController().signal,
+    });
+    expect(result.decision).toBe('from-scratch');
+    expect(result.reason).toMatch(/changed|shrank/);
+    expect(await readIds(out)).toEqual(Array.from({ length: 1000 }, (_, i) => 10_000 + i));
+  });
+
+  it('skips and reports malformed JSON lines with their line and offset', async () => {
+    await using dir = await tempDir();
+    const src = join(dir.path, 'in.jsonl');
+    const out = join(dir.path, 'copy.jsonl');
+    const lines = ['{"id":1}', '{"id":2', '[1,2]', '{"id":3}', 'not json', '{"id":4}'];
+    await writeFile(src, `${lines.join('\n')}\n`);
+    const result = await runTransfer(request('t-bad', src, out), {
+      checkpoint: memoryCheckpointPort(),
+      connections: {},
+      signal: new AbortController().signal,
+    });
+    expect(result).toMatchObject({ recordsRead: 6, recordsWritten: 3, badRecords: 3 });
+    const offsetOf = (n: number) => lines.slice(0, n - 1).reduce((sum, l) => sum + l.length + 1, 0);
+    expect(result.badRecordReports.map((r) => [r.line, r.offset])).toEqual([
+      [2, offsetOf(2)],
+      [3, offsetOf(3)],
+      [5, offsetOf(5)],
+    ]);
+    expect(result.badRecordReports[0]!.reason).toMatch(/malformed JSON/);
+    expect(await readIds(out)).toEqual([1, 3, 4]);
+  });
+
+  it('fails the run on the first bad record with policy "fail", writing nothing', async () => {
+    await using dir = await tempDir();
+    const src = join(dir.path, 'in.jsonl');
+    const out = join(dir.path, 'copy.jsonl');
+    await writeFile(src, '{"id":1}\n{"id":2}\n{oops\n{"id":4}\n');
+    const error = await runTransfer(request('t-fail', src, out, { options: { onBadRecord: 'fail' } }), {
+      checkpoint: memoryCheckpointPort(),
+      connections: {},
+      signal: new AbortController().signal,
+    }).catch((e: unknown) => e);
+    expect(SluiceError.hasCode(error, 'BAD_RECORD')).toBe(true);
+    expect((error as SluiceError).details).toMatchObject({ line: 3, offset: 18 });
+    await expect(readFile(out)).rejects.toThrow();
+  });
+
+  it('reads CSV with quoted cells and reports rows with the wrong column count', async () => {
+    await using dir = await tempDir();
+    const src = join(dir.path, 'in.csv');
+    const out = join(dir.path, 'copy.jsonl');
+    await writeFile(src, 'id,name,note\n1,a,"x, y"\n2,b\n3,"multi\nline","say ""hi"""\n4,d,e,f\n5,e,\n');
+    const result = await runTransfer(request('t-csv', src, out), {
+      checkpoint: memoryCheckpointPort(),
+      connections: {},
+      signal: new AbortController().signal,
+    });
+    expect(result).toMatchObject({ recordsRead: 5, recordsWritten: 3, badRecords: 2 });
+    expect(result.badRecordReports.map((r) => r.line)).toEqual([3, 6]);
+    expect(result.badRecordReports[0]!.reason).toMatch(/expected 3 columns, got 2/);
+    const rows = (await readFile(out, 'utf8'))
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
+    expect(rows).toEqual([
+      { id: '1', name: 'a', note: 'x, y' },
+      { id: '3', name: 'multi\nline', note: 'say "hi"' },
+      { id: '5', name: 'e', note: '' },
+    ]);
+  });
+});

@@ -1,0 +1,140 @@
+import {
+  asSluiceError,
+  type CheckpointPort,
+  type ConnectionConfig,
+  type EventPublisher,
+  keyFields,
+  type Logger,
+  type NatsConfig,
+  type PipelineCheckpoint,
+  PipelineCheckpointSchema,
+  type PipelineProgress,
+  parseOrThrow,
+  silentLogger,
+  type TransferRequest,
+  TransferRequestSchema,
+  type TransferResult,
+  TransferTerminatedError,
+} from '@sluice/core';
+import { sinkFor, sourceFor } from './addresses.js';
+import { BadRecordCollector, type BadRecordReport } from './bad-records.js';
+import type { CacheManagerLike } from './cache-port.js';
+import { dagHash, decideRestart, type RestartPlan } from './dag.js';
+import { runPipeline } from './run.js';
+import type { SourceBranch } from './types.js';
+
+export interface TransferContext {
+  /** Loads and saves the transfer's checkpoint (fenced by the app-server). */
+  checkpoint: CheckpointPort;
+  connections: Record<string, ConnectionConfig>;
+  /** For destination `{type: 'endpoint'}`. */
+  caches?: CacheManagerLike;
+  events?: EventPublisher;
+  /** Abort = terminate: the run stops promptly and throws `TransferTerminatedError`. */
+  signal: AbortSignal;
+  onProgress?: (progress: PipelineProgress) => void;
+  logger?: Logger;
+  commitEveryRecords?: number;
+  commitEveryMs?: number;
+  /** NATS for JetStream addresses that name no connection. */
+  nats?: NatsConfig;
+  /** Called once with the restart decision, before any record moves. */
+  onDecision?: (plan: { decision: 'resume' | 'from-scratch'; reason: string }) => void;
+  /** Read size of file sources (smaller = smaller batches; tests use it to stop mid-file). */
+  fileChunkBytes?: number;
+}
+
+/** What a transfer did, including up to 1000 bad-record reports (line / offset and reason). */
+export interface TransferOutcome extends TransferResult {
+  decision: 'resume' | 'from-scratch';
+  reason: string;
+  badRecordReports: BadRecordReport[];
+  checkpoint: PipelineCheckpoint | null;
+}
+
+/**
+ * Runs a transfer to completion: reads the source, writes the destination, commits an epoch (sink data
+ * plus checkpoint, then the checkpoint port) every `commitEveryRecords` records or `commitEveryMs` ms.
+ * Started again with the same checkpoint port it resumes where the last commit left off when the DAG and
+ * source allow it, and starts from scratch otherwise; either way each record reaches the destination once.
+ *
+ * @example
+ * ```ts
+ * const result = await runTransfer(request, {
+ *   checkpoint: { load: () => store.get(id).then((r) => r?.checkpoint ?? null), save: (c) => store.saveCheckpoint(id, epoch, c) },
+ *   connections: config.connections, signal: controller.signal,
+ * });
+ * ```
+ */
+export async function runTransfer(request: TransferRequest, ctx: TransferContext): Promise<TransferOutcome> {
+  const parsed = parseOrThrow(TransferRequestSchema, request, 'Invalid transfer request');
+  const logger = ctx.logger ?? silentLogger;
+  const started = Date.now();
+  const sourceKey = 'key' in parsed.source ? keyFields(parsed.source.key) : [];
+  const connections = {
+    connections: ctx.connections,
+    ...(ctx.nats !== undefined ? { nats: ctx.nats } : {}),
+  };
+  const source = sourceFor(parsed.source, `${parsed.id}.source`, connections, {
+    ...(ctx.fileChunkBytes ? { chunkBytes: ctx.fileChunkBytes } : {}),
+  });
+  const sink = sinkFor(
+    parsed.destination,
+    `${parsed.id}.sink`,
+    parsed.id,
+    { ...connections, ...(ctx.caches ? { caches: ctx.caches } : {}) },
+    sourceKey,
+  );
+  const branches: SourceBranch[] = [{ source, processors: [] }];
+  const dag = dagHash(branches, sink);
+  const commitEveryRecords = parsed.options.batchSize ?? ctx.commitEveryRecords ?? 10_000;
+  const badRecords = new BadRecordCollector(parsed.options.onBadRecord, (report) =>
+    logger.warn({ transfer: parsed.id, ...report }, 'bad record'),
+  );
+  try {
+    if (ctx.signal.aborted) throw new TransferTerminatedError(parsed.id);
+    const loaded = PipelineCheckpointSchema.safeParse(await ctx.checkpoint.load());
+    const plan: RestartPlan = await decideRestart({
+      dag,
+      branches,
+      sink,
+      checkpoint: loaded.success ? loaded.data : null,
+    });
+    logger.info({ transfer: parsed.id, decision: plan.decision, reason: plan.reason }, 'restart decision');
+    ctx.onDecision?.({ decision: plan.decision, reason: plan.reason });
+    await sink.prepare(plan);
+    const result = await runPipeline({
+      name: parsed.id,
+      dag,
+      branches,
+      sink,
+      mode: 'transfer',
+      plan,
+      badRecords,
+      signal: ctx.signal,
+      saveCheckpoint: (checkpoint) => ctx.checkpoint.save(checkpoint),
+      commitEveryRecords,
+      ...(ctx.commitEveryMs !== undefined ? { commitEveryMs: ctx.commitEveryMs } : {}),
+      ...(parsed.options.maxRecordsPerSecond !== undefined
+        ? { maxRecordsPerSecond: parsed.options.maxRecordsPerSecond }
+        : {}),
+      ...(ctx.onProgress ? { onProgress: ctx.onProgress } : {}),
+      logger,
+    });
+    if (result.aborted) throw new TransferTerminatedError(parsed.id);
+    return {
+      recordsRead: result.progress.recordsRead,
+      recordsWritten: result.progress.recordsWritten,
+      badRecords: result.progress.badRecords,
+      durationMs: Date.now() - started,
+      decision: plan.decision,
+      reason: plan.reason,
+      badRecordReports: badRecords.reports,
+      checkpoint: result.checkpoint,
+    };
+  } catch (err) {
+    throw asSluiceError(err);
+  } finally {
+    await Promise.allSettled([source.close(), sink.close()]);
+  }
+}

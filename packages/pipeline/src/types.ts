@@ -1,0 +1,91 @@
+import type { PipelineCheckpoint } from '@sluice/core';
+import type { BadRecordReport } from './bad-records.js';
+import type { RecordOp } from './ops.js';
+
+/** How a pipeline runs: a transfer reads each source to its end; an endpoint keeps following. */
+export type RunMode = 'transfer' | 'endpoint';
+
+/** A batch of operations read from a source, with the source's position after the last of them. */
+export interface SourceBatch {
+  kind: 'records';
+  ops: RecordOp[];
+  /** Records the source read for this batch (including bad ones). */
+  read: number;
+  bad: BadRecordReport[];
+  /** Position after this batch; resuming from it reads what follows. */
+  position: unknown;
+}
+
+/** The source has read everything that existed when it started (its snapshot). */
+export interface SnapshotDoneMark {
+  kind: 'snapshot-done';
+  position: unknown;
+}
+
+export type SourceItem = SourceBatch | SnapshotDoneMark;
+
+/** The answer of a source asked whether it can continue from a checkpointed position. */
+export type ResumeCheck = { ok: true } | { ok: false; reason: string };
+
+export interface ReadOptions {
+  signal: AbortSignal;
+  mode: RunMode;
+  /** Upper bound of operations in one batch. */
+  batchSize: number;
+}
+
+/**
+ * A source node. `read` is pulled (async iteration), so a slow consumer slows the source and memory stays
+ * bounded by one batch per source.
+ */
+export interface PipelineSource {
+  /** Derived from configuration, stable across restarts. */
+  readonly handle: string;
+  /** The configuration that identifies this source (part of the DAG hash). */
+  readonly description: unknown;
+  canResume(position: unknown): Promise<ResumeCheck>;
+  /** Reads from `position` (`null` = from the beginning). */
+  read(position: unknown | null, options: ReadOptions): AsyncIterable<SourceItem>;
+  /** How far the source is ahead of what was read (records), when it can tell. */
+  lag?(): number | null;
+  close(): Promise<void>;
+}
+
+/** A processor node: maps one operation to zero, one or several. Must be pure (no own state to checkpoint). */
+export interface PipelineProcessor {
+  readonly handle: string;
+  readonly description: unknown;
+  process(op: RecordOp): RecordOp | RecordOp[] | null;
+}
+
+/** A sink node. Writes are staged; `commit` makes them durable together with the checkpoint. */
+export interface PipelineSink {
+  readonly handle: string;
+  readonly description: unknown;
+  /** Primary-key fields the sink needs on every record (records without them are bad records). */
+  readonly keyFields: readonly string[];
+  /**
+   * `true` when the sink stores the checkpoint atomically with its data (`committed()` is then
+   * authoritative); `false` when its writes are idempotent on replay and it keeps no checkpoint.
+   */
+  readonly keepsCheckpoint: boolean;
+  committed(): Promise<PipelineCheckpoint | null>;
+  /** Called once before writing: `from-scratch` discards whatever the sink staged in earlier runs. */
+  prepare(decision: {
+    decision: 'resume' | 'from-scratch';
+    checkpoint: PipelineCheckpoint | null;
+  }): Promise<void>;
+  write(ops: RecordOp[]): Promise<void>;
+  commit(checkpoint: PipelineCheckpoint): Promise<void>;
+  /** A source has finished its snapshot and everything it read is committed. */
+  snapshotDone?(sourceHandle: string, checkpoint: PipelineCheckpoint | null): Promise<void>;
+  /** Every source ended (transfers): make the result visible. */
+  finish(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** One source with its chain of processors. */
+export interface SourceBranch {
+  source: PipelineSource;
+  processors: PipelineProcessor[];
+}
