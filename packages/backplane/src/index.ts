@@ -1,2 +1,16 @@
-// Filled in by the package issue; nothing is exported yet.
-export {};
+export {
+  createDirectBackplane,
+  DirectBackplane,
+  type DirectBackplaneOptions,
+} from './direct/direct-backplane.js';
+export { matchInternalRoute, ownerPath, terminatePath } from './direct/routes.js';
+export type { ReconnectPolicy } from './nats/connection-options.js';
+export { createNatsBackplane, NatsBackplane, type NatsBackplaneOptions } from './nats/nats-backplane.js';
+export { defaultKvBucket, Subjects } from './nats/subjects.js';
+export { kvKey, subjectToken } from './shared/encoding.js';
+export { OwnerReportSchema } from './shared/wire.js';
+export {
+  createSingleNodeBackplane,
+  SingleNodeBackplane,
+  type SingleNodeBackplaneOptions,
+} from './single-node.js';

@@ -1,0 +1,172 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { freePort } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { capturingLogger, countingResponder } from '../../test/helpers.js';
+import { createDirectBackplane, type DirectBackplane } from './direct-backplane.js';
+
+interface HttpNode extends AsyncDisposable {
+  url: string;
+  requests: string[];
+}
+
+/** A real HTTP server; `handler` answers everything (or the backplane's routes when given a backplane). */
+async function httpNode(
+  handler: DirectBackplane | ((req: IncomingMessage, res: ServerResponse) => void),
+): Promise<HttpNode> {
+  const requests: string[] = [];
+  const listener =
+    typeof handler === 'function'
+      ? handler
+      : (() => {
+          const routes = handler.requestListener();
+          return (req: IncomingMessage, res: ServerResponse) => {
+            if (!routes(req, res)) res.writeHead(404).end();
+          };
+        })();
+  const server: Server = createServer((req, res) => {
+    requests.push(`${req.method} ${req.url}`);
+    listener(req, res);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    async [Symbol.asyncDispose]() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+const report = (nodeId: string, epoch = 1) => ({
+  nodeId,
+  address: `http://${nodeId}:7070`,
+  epoch,
+  progress: { read: 5 },
+});
+
+describe('direct-address backplane', () => {
+  it('finds the owner over HTTP at its advertised address; another node answers nobody', async () => {
+    await using owner = createDirectBackplane({ nodeId: 'owner' });
+    await using idle = createDirectBackplane({ nodeId: 'idle' });
+    await using asker = createDirectBackplane({ nodeId: 'asker' });
+    await using ownerHttp = await httpNode(owner);
+    await using idleHttp = await httpNode(idle);
+    await using _r = await owner.serve('orders.2026:12', countingResponder(report('owner', 4)));
+
+    expect(await asker.whoRuns('orders.2026:12', { timeoutMs: 1_000, ownerAddress: ownerHttp.url })).toEqual({
+      status: 'owner',
+      owner: report('owner', 4),
+    });
+    // A trailing slash in the advertised URL is fine.
+    expect(
+      (await asker.whoRuns('orders.2026:12', { timeoutMs: 1_000, ownerAddress: `${ownerHttp.url}/` })).status,
+    ).toBe('owner');
+    expect(await asker.whoRuns('orders.2026:12', { timeoutMs: 1_000, ownerAddress: idleHttp.url })).toEqual({
+      status: 'nobody',
+    });
+    expect(ownerHttp.requests[0]).toBe('GET /v1/internal/transfers/orders.2026%3A12/owner');
+    expect(owner.handleOwnerQuery('orders.2026:12')).toEqual(report('owner', 4));
+    expect(owner.handleOwnerQuery('other')).toBeNull();
+  });
+
+  it('a node that is down (refused) means not running there; so does a timeout', async () => {
+    await using asker = createDirectBackplane({ nodeId: 'asker' });
+    const downUrl = `http://127.0.0.1:${await freePort()}`;
+    const started = performance.now();
+    expect(await asker.whoRuns('t1', { timeoutMs: 2_000, ownerAddress: downUrl })).toEqual({
+      status: 'nobody',
+    });
+    expect(performance.now() - started).toBeLessThan(500);
+    expect(await asker.terminate('t1', { timeoutMs: 2_000, ownerAddress: downUrl })).toEqual({
+      status: 'not-running',
+    });
+
+    // Accepts the connection but never answers.
+    await using hung = await httpNode(() => {});
+    const hungStart = performance.now();
+    expect(await asker.whoRuns('t1', { timeoutMs: 300, ownerAddress: hung.url })).toEqual({
+      status: 'nobody',
+    });
+    expect(performance.now() - hungStart).toBeGreaterThanOrEqual(290);
+    // A terminate that times out may be an owner still stopping: unknown.
+    expect((await asker.terminate('t1', { timeoutMs: 300, ownerAddress: hung.url })).status).toBe('unknown');
+  });
+
+  it('answers unknown (never nobody) when the owner address fails otherwise or is missing', async () => {
+    const logger = capturingLogger();
+    await using asker = createDirectBackplane({ nodeId: 'asker', logger });
+    await using broken = await httpNode((_req, res) => res.writeHead(500).end('boom'));
+    await using garbage = await httpNode((_req, res) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"nodeId": 3'),
+    );
+    await using huge = await httpNode((_req, res) => res.writeHead(200).end(`"${'x'.repeat(100_000)}"`));
+    for (const url of [broken.url, garbage.url, huge.url]) {
+      expect((await asker.whoRuns('t1', { timeoutMs: 1_000, ownerAddress: url })).status).toBe('unknown');
+    }
+    expect((await asker.whoRuns('t1', { timeoutMs: 1_000 })).status).toBe('unknown');
+    expect((await asker.whoRuns('t1', { timeoutMs: 1_000, ownerAddress: 'ftp://x' })).status).toBe('unknown');
+    expect(
+      logger.warnings().some((w) => /not JSON/.test(String((w.obj as { reason?: string }).reason))),
+    ).toBe(true);
+  });
+
+  it('routes terminate to the owner, which stops exactly once and acknowledges', async () => {
+    await using owner = createDirectBackplane({ nodeId: 'owner' });
+    await using a = createDirectBackplane({ nodeId: 'a' });
+    await using b = createDirectBackplane({ nodeId: 'b' });
+    await using ownerHttp = await httpNode(owner);
+    const responder = countingResponder(report('owner'), { stopMs: 100 });
+    await using _r = await owner.serve('t-term', responder);
+    const options = { timeoutMs: 3_000, ownerAddress: ownerHttp.url };
+    const answers = await Promise.all([a.terminate('t-term', options), b.terminate('t-term', options)]);
+    expect(answers).toEqual([
+      { status: 'terminated', by: 'owner' },
+      { status: 'terminated', by: 'owner' },
+    ]);
+    expect(await a.terminate('t-term', options)).toEqual({ status: 'terminated', by: 'owner' });
+    expect(responder.terminations).toBe(1);
+    expect(ownerHttp.requests.filter((r) => r.startsWith('POST'))).toHaveLength(3);
+    expect(await a.terminate('t-other', options)).toEqual({ status: 'not-running' });
+  });
+
+  it('the request listener validates ids and methods', async () => {
+    await using owner = createDirectBackplane({ nodeId: 'owner' });
+    await using ownerHttp = await httpNode(owner);
+    const bad = await fetch(`${ownerHttp.url}/v1/internal/transfers/${encodeURIComponent('a b')}/owner`);
+    expect(bad.status).toBe(400);
+    expect(bad.headers.get('content-type')).toBe('application/problem+json');
+    expect(await bad.json()).toMatchObject({ code: 'VALIDATION_FAILED' });
+    const wrongMethod = await fetch(`${ownerHttp.url}/v1/internal/transfers/t1/terminate`);
+    expect(wrongMethod.status).toBe(405);
+    const elsewhere = await fetch(`${ownerHttp.url}/v1/other`);
+    expect(elsewhere.status).toBe(404);
+  });
+
+  it('events stay in-process: subscribers get each event, the latest redirect per alias is kept', async () => {
+    await using bp = createDirectBackplane({ nodeId: 'n' });
+    const seen: unknown[] = [];
+    await using _s = await bp.subscribe((e) => void seen.push(e), { types: ['AliasRedirected'] });
+    const v2 = {
+      type: 'AliasRedirected' as const,
+      alias: 'items',
+      from: 'a',
+      to: 'b',
+      checkpoint: null,
+      version: 2,
+      at: 't2',
+    };
+    const v1 = { ...v2, to: 'a', from: null, version: 1, at: 't1' };
+    await bp.publish(v2);
+    await bp.publish(v1);
+    await bp.publish({ type: 'SnapshottingDone', endpoint: 'items', cache: 'b', source: 's', at: 't' });
+    await expect(bp.publish({ type: 'Nope' } as never)).rejects.toMatchObject({ code: 'VALIDATION_FAILED' });
+    expect(seen).toEqual([v2, v1]);
+    expect(await bp.latestAliasEvents()).toEqual([v2]);
+    await bp.close();
+    expect(bp.status()).toBe('closed');
+    expect((await bp.whoRuns('t', { timeoutMs: 10 })).status).toBe('unknown');
+  });
+});

@@ -1,0 +1,253 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type {
+  Backplane,
+  BackplaneStatus,
+  Logger,
+  OwnerAnswer,
+  OwnerReport,
+  Registration,
+  SluiceEvent,
+  SubscribeOptions,
+  TerminateAnswer,
+  TransferResponder,
+  WhoRunsOptions,
+} from '@sluice/core';
+import { BackplaneUnavailableError, SluiceError, silentLogger, toProblem } from '@sluice/core';
+import { z } from 'zod';
+import { LocalEventBus } from '../shared/local-events.js';
+import { LocalRegistry } from '../shared/local-registry.js';
+import { StatusTracker } from '../shared/status.js';
+import {
+  checkTimeout,
+  checkTransferId,
+  DEFAULT_MAX_MESSAGE_BYTES,
+  decodeJson,
+  logDropped,
+  OwnerReportSchema,
+} from '../shared/wire.js';
+import { callHttp, HttpCallError } from './http-client.js';
+import { joinUrl, matchInternalRoute, ownerPath, terminatePath } from './routes.js';
+
+const TerminatedBodySchema = z.object({ terminated: z.literal(true), by: z.string().min(1).max(256) });
+
+export interface DirectBackplaneOptions {
+  nodeId: string;
+  logger?: Logger;
+  /** Upper bound of any HTTP call, even when a caller allows more (default 5000 ms). */
+  fetchTimeoutMs?: number;
+  /** Extra headers on node-to-node calls, e.g. `authorization` for the internal routes. */
+  headers?: Record<string, string>;
+  /** Largest reply accepted from a peer (default 64 KiB). */
+  maxReplyBytes?: number;
+}
+
+/**
+ * Asks the owner's advertised URL directly over HTTP (`GET …/owner`, `POST …/terminate`). A refused connection
+ * or a timeout means "not running there"; any other failure is `unknown`. Events stay in-process.
+ * {@link DirectBackplane.handleOwnerQuery} and {@link DirectBackplane.handleTerminate} are what a node's HTTP
+ * server calls for those two routes ({@link DirectBackplane.requestListener} mounts them on `node:http`).
+ */
+export class DirectBackplane implements Backplane {
+  readonly nodeId: string;
+  readonly #registry = new LocalRegistry();
+  readonly #events: LocalEventBus;
+  readonly #status: StatusTracker;
+  readonly #logger: Logger;
+  readonly #fetchTimeoutMs: number;
+  readonly #headers: Record<string, string>;
+  readonly #maxReplyBytes: number;
+
+  constructor(options: DirectBackplaneOptions) {
+    this.nodeId = options.nodeId;
+    this.#logger = options.logger ?? silentLogger;
+    this.#fetchTimeoutMs = options.fetchTimeoutMs ?? 5_000;
+    this.#headers = options.headers ?? {};
+    this.#maxReplyBytes = options.maxReplyBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+    this.#events = new LocalEventBus(this.#logger);
+    this.#status = new StatusTracker('connected', this.#logger);
+  }
+
+  async serve(transferId: string, responder: TransferResponder): Promise<Registration> {
+    this.#assertOpen();
+    const id = checkTransferId(transferId);
+    const remove = this.#registry.add(id, responder);
+    const close = async () => remove();
+    return { close, [Symbol.asyncDispose]: close };
+  }
+
+  /** What `GET /v1/internal/transfers/:id/owner` answers: this node's report, or null (→ 404). */
+  handleOwnerQuery(transferId: string): OwnerReport | null {
+    return this.#registry.report(checkTransferId(transferId));
+  }
+
+  /** What `POST /v1/internal/transfers/:id/terminate` does: true once stopped here (→ 200), false (→ 404). */
+  handleTerminate(transferId: string): Promise<boolean> {
+    return this.#registry.terminate(checkTransferId(transferId));
+  }
+
+  /**
+   * A `node:http` request listener serving the two internal routes; returns false (without answering) for any
+   * other request so the caller can route it elsewhere.
+   *
+   * @example
+   * ```ts
+   * const listener = backplane.requestListener();
+   * http.createServer((req, res) => { if (!listener(req, res)) { res.statusCode = 404; res.end(); } });
+   * ```
+   */
+  requestListener(): (req: IncomingMessage, res: ServerResponse) => boolean {
+    return (req, res) => {
+      const route = matchInternalRoute(new URL(req.url ?? '/', 'http://x').pathname);
+      if (!route) return false;
+      const expected = route.action === 'owner' ? 'GET' : 'POST';
+      if (req.method !== expected) {
+        res.writeHead(405, { allow: expected }).end();
+        return true;
+      }
+      req.resume();
+      void this.#answerRoute(route.transferId, route.action, res);
+      return true;
+    };
+  }
+
+  async #answerRoute(transferId: string, action: 'owner' | 'terminate', res: ServerResponse): Promise<void> {
+    const send = (status: number, body: unknown, type = 'application/json') => {
+      if (res.headersSent) return;
+      res.writeHead(status, { 'content-type': type }).end(JSON.stringify(body));
+    };
+    try {
+      if (action === 'owner') {
+        const report = this.handleOwnerQuery(transferId);
+        if (report) send(200, report);
+        else send(404, { code: 'TRANSFER_NOT_FOUND', detail: 'not running on this node' });
+        return;
+      }
+      if (await this.handleTerminate(transferId)) send(200, { terminated: true, by: this.nodeId });
+      else send(404, { code: 'TRANSFER_NOT_FOUND', detail: 'not running on this node' });
+    } catch (err) {
+      if (!SluiceError.isInstance(err))
+        this.#logger.error({ err, transferId, action }, 'internal route failed');
+      const problem = toProblem(err);
+      send(problem.status, problem.body, 'application/problem+json');
+    }
+  }
+
+  async whoRuns(transferId: string, options: WhoRunsOptions): Promise<OwnerAnswer> {
+    const id = checkTransferId(transferId);
+    const timeoutMs = Math.min(checkTimeout(options.timeoutMs), this.#fetchTimeoutMs);
+    if (this.#status.get() === 'closed') return { status: 'unknown', reason: 'backplane closed' };
+    try {
+      const local = this.#registry.report(id);
+      if (local) return { status: 'owner', owner: local };
+    } catch (err) {
+      this.#logger.error({ err, transferId: id }, 'local responder produced an invalid report');
+      return { status: 'unknown', reason: 'the owner produced an invalid report' };
+    }
+    if (!options.ownerAddress) return { status: 'unknown', reason: 'no owner address to ask' };
+    const url = joinUrl(options.ownerAddress, ownerPath(id));
+    try {
+      const { status, body } = await this.#call(url, 'GET', timeoutMs);
+      if (status === 404) return { status: 'nobody' };
+      if (status !== 200) return { status: 'unknown', reason: `owner address answered HTTP ${status}` };
+      const decoded = decodeJson(body, OwnerReportSchema, this.#maxReplyBytes);
+      if (!decoded.ok) {
+        logDropped(this.#logger, url, decoded.reason, body);
+        return { status: 'unknown', reason: `malformed owner report (${decoded.reason})` };
+      }
+      return { status: 'owner', owner: decoded.value as OwnerReport };
+    } catch (err) {
+      const kind = err instanceof HttpCallError ? err.kind : 'error';
+      // The contract of this strategy: a refusal or a timeout means the transfer is not running there.
+      if (kind === 'unreachable' || kind === 'timeout') return { status: 'nobody' };
+      return { status: 'unknown', reason: (err as Error).message };
+    }
+  }
+
+  async terminate(transferId: string, options: WhoRunsOptions): Promise<TerminateAnswer> {
+    const id = checkTransferId(transferId);
+    const timeoutMs = Math.min(checkTimeout(options.timeoutMs), this.#fetchTimeoutMs);
+    if (this.#status.get() === 'closed') return { status: 'unknown', reason: 'backplane closed' };
+    if (this.#registry.has(id)) {
+      try {
+        if (await this.#registry.terminate(id)) return { status: 'terminated', by: this.nodeId };
+      } catch (err) {
+        return { status: 'unknown', reason: `the owner failed to stop: ${(err as Error).message}` };
+      }
+    }
+    if (!options.ownerAddress) return { status: 'unknown', reason: 'no owner address to ask' };
+    const url = joinUrl(options.ownerAddress, terminatePath(id));
+    try {
+      const { status, body } = await this.#call(url, 'POST', timeoutMs);
+      if (status === 404) return { status: 'not-running' };
+      if (status !== 200) return { status: 'unknown', reason: `owner address answered HTTP ${status}` };
+      const decoded = decodeJson(body, TerminatedBodySchema, this.#maxReplyBytes);
+      if (!decoded.ok) {
+        logDropped(this.#logger, url, decoded.reason, body);
+        return { status: 'unknown', reason: `malformed terminate reply (${decoded.reason})` };
+      }
+      return { status: 'terminated', by: decoded.value.by };
+    } catch (err) {
+      const kind = err instanceof HttpCallError ? err.kind : 'error';
+      if (kind === 'unreachable') return { status: 'not-running' };
+      // A timeout here may be an owner still stopping: we cannot say it is not running.
+      return { status: 'unknown', reason: (err as Error).message };
+    }
+  }
+
+  #call(url: string, method: 'GET' | 'POST', timeoutMs: number) {
+    return callHttp(url, method, { timeoutMs, headers: this.#headers, maxBytes: this.#maxReplyBytes });
+  }
+
+  async publish(event: SluiceEvent): Promise<void> {
+    this.#assertOpen();
+    this.#events.publish(event);
+  }
+
+  async subscribe(
+    handler: (event: SluiceEvent) => void | Promise<void>,
+    options?: SubscribeOptions,
+  ): Promise<Registration> {
+    this.#assertOpen();
+    return this.#events.subscribe(handler, options);
+  }
+
+  async latestAliasEvents(): Promise<SluiceEvent[]> {
+    return this.#events.latest();
+  }
+
+  status(): BackplaneStatus {
+    return this.#status.get();
+  }
+
+  onStatus(listener: (status: BackplaneStatus) => void): () => void {
+    return this.#status.on(listener);
+  }
+
+  async close(): Promise<void> {
+    if (this.#status.get() === 'closed') return;
+    this.#status.set('closed');
+    this.#registry.clear();
+    this.#events.clear();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  #assertOpen(): void {
+    if (this.#status.get() === 'closed') throw new BackplaneUnavailableError('The backplane is closed');
+  }
+}
+
+/**
+ * Creates the direct-address backplane.
+ *
+ * @example
+ * ```ts
+ * const backplane = createDirectBackplane({ nodeId: 'n2', fetchTimeoutMs: 2000 });
+ * const answer = await backplane.whoRuns('t-1', { timeoutMs: 500, ownerAddress: record.ownerAddress });
+ * ```
+ */
+export function createDirectBackplane(options: DirectBackplaneOptions): DirectBackplane {
+  return new DirectBackplane(options);
+}
