@@ -1,0 +1,323 @@
+import { IdempotencyConflictError, requestHash, type SluiceError, TransferNotFoundError } from '@sluice/core';
+import { describe, expect, it } from 'vitest';
+import { createCheckpointPort } from './checkpoint.js';
+import {
+  allRecords,
+  codeOf,
+  DIALECTS,
+  LEASE_MS,
+  makeRequest,
+  newId,
+  owner,
+  storeFixture,
+  submitInput,
+} from './test-fixtures.js';
+
+describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
+  it('submit inserts a new id at epoch 1, RECEIVED, owned by the caller with a lease', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    expect(store.dialect).toBe(dialect);
+    const request = makeRequest();
+    const { record, created } = await store.submit(submitInput(request, owner('node-a')));
+    expect(created).toBe(true);
+    expect(record).toMatchObject({
+      id: request.id,
+      requestHash: requestHash(request),
+      request,
+      state: 'RECEIVED',
+      ownerNodeId: 'node-a',
+      ownerAddress: 'http://node-a.test:7070',
+      ownerInstance: 'node-a-i1',
+      epoch: 1,
+      attempts: 1,
+      error: null,
+      result: null,
+      checkpoint: null,
+    });
+    expect(record.leaseExpiresAt?.getTime()).toBe(fx.clock.now().getTime() + LEASE_MS);
+    expect(record.createdAt.getTime()).toBe(fx.clock.now().getTime());
+    // What submit returned is exactly what is stored.
+    expect(await store.get(request.id)).toEqual(record);
+  });
+
+  it('submit of the same id and body returns the stored record, created=false, and changes nothing', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const request = makeRequest();
+    const first = await store.submit(submitInput(request, owner('node-a')));
+    fx.clock.advance(1_000);
+    const again = await store.submit(submitInput(request, owner('node-b')));
+    expect(again.created).toBe(false);
+    expect(again.record).toEqual(first.record);
+    expect(await store.get(request.id)).toEqual(first.record);
+  });
+
+  it('submit of the same id with another body → IDEMPOTENCY_CONFLICT, nothing changes', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const id = newId();
+    const first = await store.submit(submitInput(makeRequest(id, { v: 1 })));
+    const other = makeRequest(id, { v: 2 });
+    const err = await store.submit(submitInput(other, owner('node-b'))).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(IdempotencyConflictError);
+    expect((err as SluiceError).code).toBe('IDEMPOTENCY_CONFLICT');
+    expect(await store.get(id)).toEqual(first.record);
+    expect(await allRecords(store)).toHaveLength(1);
+  });
+
+  it('get returns null for an unknown id; operations on it → TRANSFER_NOT_FOUND', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    expect(await store.get('nope')).toBeNull();
+    await expect(store.transition('nope', 1, { to: 'IN_PROGRESS' })).rejects.toBeInstanceOf(
+      TransferNotFoundError,
+    );
+    expect(await codeOf(store.takeOver('nope', 1, owner(), LEASE_MS))).toBe('TRANSFER_NOT_FOUND');
+    expect(await codeOf(store.saveCheckpoint('nope', 1, { a: 1 }))).toBe('TRANSFER_NOT_FOUND');
+    expect(await codeOf(store.release('nope', 1))).toBe('TRANSFER_NOT_FOUND');
+    expect(await allRecords(store)).toHaveLength(0);
+  });
+
+  it('takeOver sets the new owner, increments epoch and attempts, renews the lease', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const { record } = await store.submit(submitInput(makeRequest(), owner('node-a')));
+    fx.clock.advance(5_000);
+    const taken = await store.takeOver(record.id, 1, owner('node-b'), 10_000);
+    expect(taken).toMatchObject({
+      state: 'RECEIVED',
+      ownerNodeId: 'node-b',
+      ownerAddress: 'http://node-b.test:7070',
+      ownerInstance: 'node-b-i1',
+      epoch: 2,
+      attempts: 2,
+    });
+    expect(taken.leaseExpiresAt?.getTime()).toBe(fx.clock.now().getTime() + 10_000);
+    expect(taken.updatedAt.getTime()).toBe(fx.clock.now().getTime());
+    expect(taken.createdAt).toEqual(record.createdAt);
+    expect(await store.get(record.id)).toEqual(taken);
+  });
+
+  it('transition records the result and error, and a final state drops the lease', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const a = (await store.submit(submitInput(makeRequest()))).record;
+    const running = await store.transition(a.id, 1, { to: 'IN_PROGRESS' });
+    expect(running.state).toBe('IN_PROGRESS');
+    expect(running.leaseExpiresAt).toEqual(a.leaseExpiresAt);
+    const done = await store.transition(a.id, 1, {
+      to: 'COMPLETED',
+      result: { recordsRead: 10, recordsWritten: 9, badRecords: 1 },
+    });
+    expect(done).toMatchObject({
+      state: 'COMPLETED',
+      leaseExpiresAt: null,
+      result: { recordsRead: 10, recordsWritten: 9, badRecords: 1 },
+      error: null,
+    });
+    const b = (await store.submit(submitInput(makeRequest()))).record;
+    await store.transition(b.id, 1, { to: 'IN_PROGRESS' });
+    const failed = await store.transition(b.id, 1, {
+      to: 'FAILED',
+      error: { code: 'SOURCE_FAILED', message: 'x'.repeat(100_000) },
+    });
+    expect(failed.state).toBe('FAILED');
+    expect(failed.error?.code).toBe('SOURCE_FAILED');
+    // Long failure messages are cut, never refused: a failing run must still be recorded.
+    expect(failed.error?.message.length).toBe(16 * 1024);
+    expect(await store.get(b.id)).toEqual(failed);
+  });
+
+  it('saveCheckpoint writes the checkpoint (and renews the lease when asked); the port reads it back', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const { record } = await store.submit(submitInput(makeRequest()));
+    const checkpoint = { dag: 'abc', epoch: 3, positions: { 'source:file': { offset: 1234 } }, at: 'now' };
+    const port = createCheckpointPort(store, record.id, record.epoch, 60_000);
+    expect(await port.load()).toBeNull();
+    fx.clock.advance(1_000);
+    await port.save(checkpoint);
+    expect(await port.load()).toEqual(checkpoint);
+    const stored = await store.get(record.id);
+    expect(stored?.leaseExpiresAt?.getTime()).toBe(fx.clock.now().getTime() + 60_000);
+    expect(stored?.updatedAt.getTime()).toBe(fx.clock.now().getTime());
+    await store.saveCheckpoint(record.id, 1, { step: 2 });
+    expect((await store.get(record.id))?.leaseExpiresAt).toEqual(stored?.leaseExpiresAt);
+    expect((await store.get(record.id))?.checkpoint).toEqual({ step: 2 });
+  });
+
+  it('heartbeat extends the leases of every active transfer of that owner instance, and only those', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const mine = owner('node-a', 'a-1');
+    const ids = [];
+    for (let i = 0; i < 5; i++) ids.push((await store.submit(submitInput(makeRequest(), mine))).record.id);
+    // Another incarnation of the same node, another node, and a finished one of mine.
+    const oldLife = (await store.submit(submitInput(makeRequest(), owner('node-a', 'a-0')))).record;
+    const other = (await store.submit(submitInput(makeRequest(), owner('node-b')))).record;
+    const finished = (await store.submit(submitInput(makeRequest(), mine))).record;
+    await store.transition(finished.id, 1, { to: 'TERMINATED' });
+    fx.clock.advance(20_000);
+    const extended = await store.heartbeat(mine, 45_000);
+    expect(extended).toEqual([...ids].sort());
+    for (const id of ids) {
+      expect((await store.get(id))?.leaseExpiresAt?.getTime()).toBe(fx.clock.now().getTime() + 45_000);
+    }
+    expect((await store.get(oldLife.id))?.leaseExpiresAt).toEqual(oldLife.leaseExpiresAt);
+    expect((await store.get(other.id))?.leaseExpiresAt).toEqual(other.leaseExpiresAt);
+    expect((await store.get(finished.id))?.leaseExpiresAt).toBeNull();
+    expect(await store.heartbeat(owner('node-c'), 45_000)).toEqual([]);
+  });
+
+  it('release expires the lease at once so a sweeper can recover it; releasing a final record is a no-op', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const { record } = await store.submit(submitInput(makeRequest(), owner('node-a')));
+    expect(await store.recoverExpired(owner('node-b'), LEASE_MS, 10)).toEqual([]);
+    await store.release(record.id, 1);
+    const recovered = await store.recoverExpired(owner('node-b'), LEASE_MS, 10);
+    expect(recovered.map((r) => [r.id, r.epoch, r.ownerNodeId])).toEqual([[record.id, 2, 'node-b']]);
+    await store.transition(record.id, 2, { to: 'TERMINATED' });
+    await store.release(record.id, 2);
+    expect((await store.get(record.id))?.state).toBe('TERMINATED');
+  });
+
+  it('recoverExpired takes over expired active transfers, oldest lease first, up to the limit', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const dead = owner('node-dead');
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      ids.push((await store.submit(submitInput(makeRequest(), dead))).record.id);
+      fx.clock.advance(1_000); // each one's lease expires 1 s after the previous one's
+    }
+    const live = (await store.submit({ ...submitInput(makeRequest(), dead), leaseMs: 10 * 60_000 })).record;
+    expect(await store.recoverExpired(owner('node-b'), LEASE_MS, 10)).toEqual([]);
+    fx.clock.advance(LEASE_MS - 2_000); // the first three leases have expired
+    const first = await store.recoverExpired(owner('node-b'), LEASE_MS, 2);
+    expect(first.map((r) => r.id)).toEqual(ids.slice(0, 2));
+    fx.clock.advance(10_000);
+    const rest = await store.recoverExpired(owner('node-c'), LEASE_MS, 100);
+    expect(rest.map((r) => r.id)).toEqual(ids.slice(2));
+    for (const r of [...first, ...rest]) {
+      expect(r.epoch).toBe(2);
+      expect(r.attempts).toBe(2);
+      expect(r.leaseExpiresAt?.getTime()).toBe(
+        fx.clock.now().getTime() + LEASE_MS - (first.includes(r) ? 10_000 : 0),
+      );
+    }
+    expect(rest.every((r) => r.ownerNodeId === 'node-c' && r.ownerInstance === 'node-c-i1')).toBe(true);
+    expect((await store.get(live.id))?.epoch).toBe(1);
+  });
+
+  it('list filters by state and owner and pages with an opaque cursor', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const ids: string[] = [];
+    for (let i = 0; i < 25; i++) {
+      const id = `list-${String(i).padStart(2, '0')}`;
+      ids.push(id);
+      await store.submit(submitInput(makeRequest(id), owner(i % 2 === 0 ? 'node-a' : 'node-b')));
+      if (i % 5 === 0) await store.transition(id, 1, { to: 'TERMINATED' });
+    }
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    let pages = 0;
+    do {
+      const page = await store.list({ limit: 10, cursor });
+      seen.push(...page.records.map((r) => r.id));
+      cursor = page.next ?? undefined;
+      pages++;
+    } while (cursor);
+    expect(pages).toBe(3);
+    expect(seen).toEqual(ids);
+    const terminated = await store.list({ state: 'TERMINATED' });
+    expect(terminated.records.map((r) => r.id)).toEqual([
+      'list-00',
+      'list-05',
+      'list-10',
+      'list-15',
+      'list-20',
+    ]);
+    expect(terminated.next).toBeNull();
+    const ofB = await store.list({ ownerNodeId: 'node-b', state: 'RECEIVED', limit: 5 });
+    expect(ofB.records.map((r) => r.id)).toEqual(['list-01', 'list-03', 'list-07', 'list-09', 'list-11']);
+    const ofB2 = await store.list({ ownerNodeId: 'node-b', state: 'RECEIVED', limit: 5, cursor: ofB.next! });
+    expect(ofB2.records.map((r) => r.id)).toEqual(['list-13', 'list-17', 'list-19', 'list-21', 'list-23']);
+    expect(ofB2.next).toBeNull();
+  });
+
+  it('purge deletes only final records last updated before the cutoff', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const old = (await store.submit(submitInput(makeRequest()))).record;
+    await store.transition(old.id, 1, { to: 'TERMINATED' });
+    const oldActive = (await store.submit(submitInput(makeRequest()))).record;
+    fx.clock.advance(60_000);
+    const cutoff = fx.clock.now();
+    fx.clock.advance(1);
+    const recent = (await store.submit(submitInput(makeRequest()))).record;
+    await store.transition(recent.id, 1, { to: 'TERMINATED' });
+    expect(await store.purge(cutoff)).toBe(1);
+    expect(await store.get(old.id)).toBeNull();
+    expect(await store.get(oldActive.id)).not.toBeNull();
+    expect(await store.get(recent.id)).not.toBeNull();
+    expect(await store.purge(cutoff)).toBe(0);
+    // A purged id can be submitted afresh.
+    expect((await store.submit(submitInput(old.request))).created).toBe(true);
+  });
+
+  it('registers, touches and lists nodes', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const startedAt = new Date(fx.clock.now().getTime() - 5_000);
+    await store.registerNode({ nodeId: 'node-b', address: 'http://b:7070', instanceId: 'b-1', startedAt });
+    await store.registerNode({ nodeId: 'node-a', address: 'http://a:7070', instanceId: 'a-1' });
+    fx.clock.advance(3_000);
+    await store.touchNode('node-b');
+    // Re-registering after a restart replaces address and instance.
+    await store.registerNode({ nodeId: 'node-a', address: 'http://a2:7070', instanceId: 'a-2' });
+    const nodes = await store.listNodes();
+    expect(nodes).toEqual([
+      {
+        nodeId: 'node-a',
+        address: 'http://a2:7070',
+        instanceId: 'a-2',
+        startedAt: fx.clock.now(),
+        lastSeenAt: fx.clock.now(),
+      },
+      {
+        nodeId: 'node-b',
+        address: 'http://b:7070',
+        instanceId: 'b-1',
+        startedAt,
+        lastSeenAt: fx.clock.now(),
+      },
+    ]);
+    expect(await codeOf(store.touchNode('node-z'))).toBe('NOT_FOUND');
+  });
+
+  it('keeps its data across a reopen and migrates idempotently; several nodes may migrate at once', async () => {
+    await using fx = await storeFixture(dialect);
+    // Five nodes start together on an empty database.
+    const stores = await Promise.all([1, 2, 3, 4, 5].map(() => fx.open()));
+    const { record } = await stores[0]!.submit(submitInput(makeRequest()));
+    for (const s of stores) expect(await s.get(record.id)).toEqual(record);
+    await Promise.all(stores.map((s) => s.close()));
+    const reopened = await fx.open();
+    expect(await reopened.get(record.id)).toEqual(record);
+    await reopened.ping();
+  });
+
+  it('after close every operation → STORE_UNAVAILABLE; close is idempotent', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    await store.close();
+    await store.close();
+    expect(store.closed).toBe(true);
+    expect(await codeOf(store.ping())).toBe('STORE_UNAVAILABLE');
+    expect(await codeOf(store.get('a'))).toBe('STORE_UNAVAILABLE');
+    expect(await codeOf(store.submit(submitInput(makeRequest())))).toBe('STORE_UNAVAILABLE');
+  });
+});

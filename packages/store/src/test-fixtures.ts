@@ -1,0 +1,133 @@
+/**
+ * Shared fixtures of the store's tests (not part of the package API): one fresh database per test on each
+ * dialect, a manual clock, and request/owner builders.
+ */
+import {
+  type Clock,
+  type OwnerIdentity,
+  parseTransferRequest,
+  requestHash,
+  type SubmitInput,
+  type TransferRequest,
+} from '@sluice/core';
+import { createTestDatabase, tempDir } from '@sluice/testkit';
+import { type OpenStoreOptions, openStore } from './open.js';
+import type { SqlDataPlaneStore } from './store.js';
+
+export const DIALECTS = ['sqlite', 'postgres'] as const;
+export type TestDialect = (typeof DIALECTS)[number];
+
+/** A clock the test moves by hand, so lease expiry is exact and instant. */
+export class ManualClock implements Clock {
+  #ms: number;
+  constructor(start = Date.parse('2026-06-01T12:00:00.000Z')) {
+    this.#ms = start;
+  }
+  now(): Date {
+    return new Date(this.#ms);
+  }
+  advance(ms: number): void {
+    this.#ms += ms;
+  }
+}
+
+export interface StoreFixture extends AsyncDisposable {
+  readonly dialect: TestDialect;
+  readonly url: string;
+  /** The PostgreSQL database name (postgres only). */
+  readonly databaseName: string | null;
+  readonly clock: ManualClock;
+  /** Opens another store instance (its own connection/pool, like another node); closed on dispose. */
+  open(options?: OpenStoreOptions): Promise<SqlDataPlaneStore>;
+}
+
+/**
+ * A fresh, empty store location: a SQLite file in a temp dir, or a new PostgreSQL database.
+ *
+ * @example
+ * ```ts
+ * await using fx = await storeFixture('postgres');
+ * const store = await fx.open();
+ * ```
+ */
+export async function storeFixture(dialect: TestDialect): Promise<StoreFixture> {
+  const clock = new ManualClock();
+  const opened: SqlDataPlaneStore[] = [];
+  let url: string;
+  let databaseName: string | null = null;
+  let cleanup: () => Promise<void>;
+  if (dialect === 'sqlite') {
+    const dir = await tempDir('sluice-store-');
+    url = `sqlite:${dir.path}/nested/store.db`;
+    cleanup = dir.remove;
+  } else {
+    const db = await createTestDatabase('sluice_store');
+    url = db.url;
+    databaseName = db.name;
+    cleanup = db.drop;
+  }
+  return {
+    dialect,
+    url,
+    databaseName,
+    clock,
+    async open(options = {}) {
+      const store = await openStore(url, { clock, poolSize: 4, ...options });
+      opened.push(store);
+      return store;
+    },
+    async [Symbol.asyncDispose]() {
+      await Promise.all(opened.map((store) => store.close()));
+      await cleanup();
+    },
+  };
+}
+
+let counter = 0;
+
+/** A unique, valid transfer id. */
+export function newId(prefix = 't'): string {
+  counter += 1;
+  return `${prefix}-${process.pid}-${counter.toString().padStart(5, '0')}`;
+}
+
+export function makeRequest(id = newId(), properties: Record<string, string | number> = {}): TransferRequest {
+  return parseTransferRequest({
+    id,
+    source: { type: 'file', path: '/data/in.jsonl', format: 'jsonl' },
+    destination: { type: 'file', path: '/data/out.jsonl', format: 'jsonl' },
+    properties,
+  });
+}
+
+export function owner(nodeId = 'node-a', instanceId = `${nodeId}-i1`): OwnerIdentity {
+  return { nodeId, address: `http://${nodeId}.test:7070`, instanceId };
+}
+
+export const LEASE_MS = 30_000;
+
+export function submitInput(request: TransferRequest, who: OwnerIdentity = owner()): SubmitInput {
+  return { request, requestHash: requestHash(request), owner: who, leaseMs: LEASE_MS };
+}
+
+/** The code of a rejected promise's error (fails the test when it resolves). */
+export async function codeOf(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+  } catch (err) {
+    return (err as { code?: string }).code ?? `untyped: ${(err as Error).message}`;
+  }
+  throw new Error('expected the operation to fail, but it succeeded');
+}
+
+/** Every record in the store (all pages). */
+export async function allRecords(store: SqlDataPlaneStore) {
+  const records = [];
+  let cursor: string | undefined;
+  do {
+    const page = await store.list({ cursor, limit: 1000 });
+    records.push(...page.records);
+    cursor = page.next ?? undefined;
+  } while (cursor);
+  return records;
+}
