@@ -92,4 +92,3 @@ export function logDropped(logger: Logger, where: string, reason: string, data: 
   const text = typeof data === 'string' ? data : Buffer.from(data.subarray(0, 200)).toString('utf8');
   logger.warn({ where, reason, preview: text.slice(0, 200) }, 'backplane dropped a malformed message');
 }
-
