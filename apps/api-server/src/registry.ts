@@ -79,7 +79,7 @@ interface Slot {
 export class EndpointRegistry implements AsyncDisposable {
   private readonly slots = new Map<string, Slot>();
   private readonly caches: CacheDirectory;
-  private readonly events: AliasEventSource | undefined;
+  private events: AliasEventSource | undefined;
   private readonly logger: Logger;
   private readonly options: RegistryOptions;
   private registration: Registration | null = null;
@@ -114,32 +114,10 @@ export class EndpointRegistry implements AsyncDisposable {
   }
 
   private async init(): Promise<void> {
-    if (this.events) {
-      // Subscribe first: an event that arrives while the initial aliases are opened is buffered in `pending`.
-      this.registration = await this.events.subscribe((event) => this.onEvent(event), {
-        types: ['AliasRedirected'],
-      });
-      this.lastStatus = this.events.status?.() ?? null;
-      this.unsubscribeStatus =
-        this.events.onStatus?.((status) => {
-          const previous = this.lastStatus;
-          this.lastStatus = status;
-          if (status === 'connected' && previous !== 'connected') {
-            this.logger.info({ previous }, 'backplane reconnected; reconciling aliases');
-            void this.reconcile('reconcile');
-          }
-        }) ?? null;
-    }
+    // Subscribe first: an event that arrives while the initial aliases are opened is buffered in `pending`.
+    if (this.options.events) await this.subscribe(this.options.events);
     await this.reconcile('initial');
-    // Events the backplane kept while we were away (JetStream KV) may be newer than what the table shows us
-    // only if the table is lagging; applying them through `sync` is idempotent either way.
-    if (this.events) {
-      try {
-        for (const event of await this.events.latestAliasEvents()) this.onEvent(event);
-      } catch (err) {
-        this.logger.warn({ err }, 'could not read the latest alias events; relying on the alias table');
-      }
-    }
+    await this.replayLatest();
     const buffered = this.pending ?? [];
     this.pending = null;
     for (const event of buffered) this.dispatch(event);
@@ -149,6 +127,47 @@ export class EndpointRegistry implements AsyncDisposable {
     const watchMs = this.options.watchMs ?? 200;
     this.timers.push(setInterval(() => this.watchTable(), watchMs));
     for (const timer of this.timers) timer.unref();
+  }
+
+  private async subscribe(events: AliasEventSource): Promise<void> {
+    this.registration = await events.subscribe((event) => this.onEvent(event), {
+      types: ['AliasRedirected'],
+    });
+    this.events = events;
+    this.lastStatus = events.status?.() ?? null;
+    this.unsubscribeStatus =
+      events.onStatus?.((status) => {
+        const previous = this.lastStatus;
+        this.lastStatus = status;
+        if (status === 'connected' && previous !== 'connected') {
+          this.logger.info({ previous }, 'backplane reconnected; reconciling aliases');
+          void this.reconcile('reconcile');
+        }
+      }) ?? null;
+  }
+
+  /**
+   * The latest redirect per alias kept by the backplane (JetStream KV). The table is the truth; these only
+   * matter if this process's view of the table lags, and `sync` ignores anything older than what it serves.
+   */
+  private async replayLatest(): Promise<void> {
+    if (!this.events) return;
+    try {
+      for (const event of await this.events.latestAliasEvents()) this.onEvent(event);
+    } catch (err) {
+      this.logger.warn({ err }, 'could not read the latest alias events; relying on the alias table');
+    }
+  }
+
+  /**
+   * Attaches an event source after start (the backplane was unreachable when the server started): subscribes,
+   * then reconciles, so nothing that moved in between is missed.
+   */
+  async attachEvents(events: AliasEventSource): Promise<void> {
+    if (this.closed || this.events) return;
+    await this.subscribe(events);
+    await this.reconcile('reconcile');
+    await this.replayLatest();
   }
 
   /** True once the initial aliases are open. */
