@@ -6,9 +6,14 @@ const NUMERIC = 1700;
 const TIMESTAMP = 1114;
 const TIMESTAMPTZ = 1184;
 
+/** PostgreSQL's timestamp text as ISO 8601, keeping its microseconds and zone (`+00` → `+00:00`). */
+function isoTimestamp(text: string): string {
+  return text.replace(' ', 'T').replace(/([+-]\d{2})$/, '$1:00');
+}
+
 /**
  * Type parsers that keep records JSON-friendly: 64-bit integers become numbers when they fit, timestamps
- * ISO strings (UTC), and nothing becomes a `Date`.
+ * ISO 8601 strings (full precision), and nothing becomes a `Date`.
  */
 const types = {
   getTypeParser(oid: number, format?: string) {
@@ -22,8 +27,7 @@ const types = {
         const value = Number(text);
         return Number.isFinite(value) && String(value) === text ? value : text;
       };
-    if (oid === TIMESTAMPTZ) return (text: string) => new Date(text).toISOString();
-    if (oid === TIMESTAMP) return (text: string) => new Date(`${text.replace(' ', 'T')}Z`).toISOString();
+    if (oid === TIMESTAMPTZ || oid === TIMESTAMP) return isoTimestamp;
     return pg.types.getTypeParser(oid, format as 'text');
   },
 };
