@@ -1,3 +1,53 @@
 #!/usr/bin/env node
-// The CLI entry is added with the app issue.
-export {};
+import { SluiceError } from '@sluice/core';
+import { Command } from 'commander';
+import { loadConfig } from './config.js';
+import { startNode } from './node.js';
+
+const program = new Command()
+  .name('sluice-app-server')
+  .description('A Sluice data-plane node: control API, idempotent transfers, endpoint pipelines.')
+  .option('-c, --config <file>', 'YAML configuration file (embedded defaults when absent)')
+  .option('--check', 'validate the configuration, print it, and exit')
+  .showHelpAfterError();
+
+async function main(): Promise<void> {
+  program.parse();
+  const options = program.opts<{ config?: string; check?: boolean }>();
+  const config = await loadConfig(options.config, process.env);
+  if (options.check) {
+    process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
+    return;
+  }
+  const node = await startNode(config);
+  let stopping = false;
+  const stop = (signal: NodeJS.Signals) => {
+    if (stopping) return;
+    stopping = true;
+    const hardStop = setTimeout(() => {
+      process.stderr.write(`sluice-app-server: shutdown took too long after ${signal}, exiting\n`);
+      process.exit(1);
+    }, config.limits.shutdownGraceMs + 10_000);
+    hardStop.unref();
+    node.close().then(
+      () => process.exit(0),
+      (err) => {
+        process.stderr.write(`sluice-app-server: shutdown failed: ${(err as Error).message}\n`);
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.once('SIGINT', () => stop('SIGINT'));
+}
+
+main().catch((err: unknown) => {
+  if (SluiceError.isInstance(err)) {
+    process.stderr.write(`sluice-app-server: ${err.code}: ${err.message}\n`);
+    const issues = (err as { errors?: Array<{ path: string; message: string }> }).errors ?? [];
+    for (const issue of issues) process.stderr.write(`  - ${issue.path}: ${issue.message}\n`);
+  } else {
+    process.stderr.write(`sluice-app-server: ${(err as Error)?.stack ?? String(err)}\n`);
+  }
+  process.exit(1);
+});

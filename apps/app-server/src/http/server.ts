@@ -1,0 +1,297 @@
+import fastifyJwt from '@fastify/jwt';
+import fastifySwagger from '@fastify/swagger';
+import fastifySwaggerUi from '@fastify/swagger-ui';
+import {
+  MalformedJsonError,
+  NameSchema,
+  NotFoundError,
+  PROBLEM_CONTENT_TYPE,
+  parseTransferRequest,
+  QueueFullError,
+  SluiceError,
+  TransferIdSchema,
+  TransferRequestSchema,
+  TransferStateSchema,
+  toProblem,
+  ValidationError,
+} from '@sluice/core';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import {
+  jsonSchemaTransform,
+  serializerCompiler,
+  validatorCompiler,
+  type ZodTypeProvider,
+} from 'fastify-type-provider-zod';
+import type pino from 'pino';
+import { z } from 'zod';
+import type { EndpointManager } from '../endpoints.js';
+import type { NodeMetrics } from '../metrics.js';
+import type { TransferCoordinator } from '../transfers/coordinator.js';
+import { type AuthSettings, bearerCheck } from './auth.js';
+import { normalizeHttpError } from './errors.js';
+
+/** What the internal routes of the direct-address backplane call (a DirectBackplane). */
+export interface DirectRoutesTarget {
+  handleOwnerQuery(id: string): unknown | null;
+  handleTerminate(id: string): Promise<boolean>;
+}
+
+export interface ServerOptions {
+  logger: pino.Logger;
+  bodyLimit: number;
+  pageSizeMax: number;
+  auth: AuthSettings | undefined;
+  coordinator: TransferCoordinator;
+  endpoints: EndpointManager;
+  metrics: NodeMetrics;
+  nodes: () => Promise<unknown[]>;
+  readiness: () => Promise<{ ready: boolean; checks: Record<string, string> }>;
+  direct: DirectRoutesTarget | null;
+  nodeId: string;
+}
+
+/** Routes that stay open when auth is enabled (probes, and node-to-node routes of the direct backplane). */
+const OPEN_PATHS = new Set(['/healthz', '/readyz']);
+const INTERNAL_PREFIX = '/v1/internal/';
+
+const IdParams = z.object({ id: TransferIdSchema });
+const NameParams = z.object({ name: NameSchema });
+
+/** Accepts the body as-is: the transfer route parses it with core's `parseTransferRequest` (422 vs 400). */
+const passThrough = () => (data: unknown) => ({ value: data });
+
+/**
+ * Builds the control API: `/v1/transfers`, `/v1/endpoints`, `/v1/nodes`, probes, metrics, OpenAPI docs, with
+ * RFC 9457 problem details for every error and optional bearer auth.
+ *
+ * @example
+ * ```ts
+ * const app = await buildServer({ logger, bodyLimit: 1 << 20, ... });
+ * await app.listen({ port: 7070 });
+ * ```
+ */
+export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: options.logger as FastifyBaseLogger,
+    disableRequestLogging: true,
+    bodyLimit: options.bodyLimit,
+    return503OnClosing: true,
+    forceCloseConnections: 'idle',
+  });
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+
+  // JSON only: every other media type is a 415 (fastify would otherwise accept text/plain).
+  app.removeAllContentTypeParsers();
+  const parseJson = (
+    _request: unknown,
+    body: string | Buffer,
+    done: (err: Error | null, value?: unknown) => void,
+  ) => {
+    const text = typeof body === 'string' ? body : body.toString('utf8');
+    if (text.trim() === '') {
+      done(new MalformedJsonError('The body is empty; send a JSON object'), undefined);
+      return;
+    }
+    try {
+      done(null, JSON.parse(text));
+    } catch (err) {
+      done(new MalformedJsonError(`The body is not valid JSON: ${(err as Error).message}`), undefined);
+    }
+  };
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, parseJson);
+  app.addContentTypeParser(/^application\/[a-z0-9.-]+\+json$/, { parseAs: 'string' }, parseJson);
+
+  app.setErrorHandler((rawError, request, reply) => {
+    const error = normalizeHttpError(rawError, {
+      contentType: request.headers['content-type'],
+      bodyLimit: options.bodyLimit,
+    });
+    const { status, body } = toProblem(error, request.url.split('?')[0]);
+    if (status >= 500) request.log.error({ err: rawError, url: request.url }, 'request failed');
+    if (error instanceof QueueFullError) reply.header('retry-after', String(error.retryAfterSeconds));
+    if (SluiceError.hasCode(error, 'UNAUTHORIZED')) reply.header('www-authenticate', 'Bearer');
+    return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const { status, body } = toProblem(
+      new NotFoundError(`No route ${request.method} ${request.url.split('?')[0]}`),
+      request.url.split('?')[0],
+    );
+    return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
+  });
+
+  if (options.auth && (options.auth.tokens?.length || options.auth.jwtSecret)) {
+    const jwtSecret = options.auth.jwtSecret;
+    if (jwtSecret) await app.register(fastifyJwt, { secret: jwtSecret, verify: { algorithms: ['HS256'] } });
+    const check = bearerCheck(
+      options.auth,
+      jwtSecret
+        ? async (token) => {
+            try {
+              app.jwt.verify(token);
+              return true;
+            } catch {
+              return false;
+            }
+          }
+        : null,
+    );
+    app.addHook('onRequest', async (request) => {
+      const path = request.url.split('?')[0] ?? '';
+      if (OPEN_PATHS.has(path) || path.startsWith(INTERNAL_PREFIX)) return;
+      await check(request.headers.authorization);
+    });
+  }
+
+  await app.register(fastifySwagger, {
+    openapi: {
+      info: {
+        title: 'Sluice app-server control API',
+        version: '0.1.0',
+        description: 'Transfers (idempotent and fire-and-forget), endpoints, nodes, probes.',
+      },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+    },
+    transform: jsonSchemaTransform,
+  });
+  await app.register(fastifySwaggerUi, { routePrefix: '/docs' });
+
+  const api = app.withTypeProvider<ZodTypeProvider>();
+  const { coordinator } = options;
+
+  api.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+
+  api.post(
+    '/v1/transfers',
+    {
+      schema: {
+        summary: 'Submit a transfer (idempotent by id, or fire-and-forget)',
+        description:
+          '201 created here; 200 stored outcome of a finished transfer; 202 running on the node in `owner` (with `resumed: true` when this node took it over); 202 fire-and-forget accepted. Errors are RFC 9457 problem details with a `code`.',
+        headers: z.object({ 'idempotency-key': TransferIdSchema.optional() }),
+        body: TransferRequestSchema,
+      },
+      validatorCompiler: passThrough,
+    },
+    async (request, reply) => {
+      const header = request.headers['idempotency-key'];
+      if (Array.isArray(header))
+        throw new ValidationError('Send one Idempotency-Key header', [
+          { path: 'headers.idempotency-key', message: 'given more than once' },
+        ]);
+      if (header !== undefined) {
+        const parsed = TransferIdSchema.safeParse(header);
+        if (!parsed.success)
+          throw new ValidationError(`Invalid Idempotency-Key header: ${parsed.error.issues[0]?.message}`, [
+            { path: 'headers.idempotency-key', message: parsed.error.issues[0]?.message ?? 'invalid' },
+          ]);
+      }
+      if (request.body === undefined)
+        throw new ValidationError('A transfer request body is required', [
+          { path: '(root)', message: 'expected a JSON object' },
+        ]);
+      const transfer = parseTransferRequest(request.body, header);
+      const result = await coordinator.submit(transfer);
+      return reply.code(result.status).send(result.body);
+    },
+  );
+
+  api.get(
+    '/v1/transfers/:id',
+    { schema: { summary: 'Get a transfer record', params: IdParams } },
+    async (request) => coordinator.get(request.params.id),
+  );
+
+  api.get(
+    '/v1/transfers',
+    {
+      schema: {
+        summary: 'List transfers (paginated)',
+        querystring: z.strictObject({
+          state: TransferStateSchema.optional(),
+          owner: NameSchema.optional(),
+          cursor: z.string().min(1).max(1024).optional(),
+          limit: z.coerce.number().int().min(1).max(options.pageSizeMax).optional(),
+        }),
+      },
+    },
+    async (request) => coordinator.list(request.query),
+  );
+
+  api.post(
+    '/v1/transfers/:id/terminate',
+    { schema: { summary: 'Terminate a transfer (routed to its owner)', params: IdParams } },
+    async (request) => coordinator.terminate(request.params.id),
+  );
+
+  api.get(
+    '/v1/endpoints',
+    { schema: { summary: 'Endpoints of this host and their pipelines' } },
+    async () => ({
+      endpoints: await options.endpoints.status(),
+    }),
+  );
+
+  api.post(
+    '/v1/endpoints/:name/rebuild',
+    { schema: { summary: 'Force a blue/green rebuild of an endpoint', params: NameParams } },
+    async (request, reply) => {
+      await options.endpoints.rebuild(request.params.name);
+      return reply.code(202).send({ endpoint: request.params.name, rebuild: 'started' });
+    },
+  );
+
+  api.get('/v1/nodes', { schema: { summary: 'Cluster members and when they were last seen' } }, async () => ({
+    nodes: await options.nodes(),
+  }));
+
+  api.get('/healthz', { schema: { summary: 'Liveness: the process is up' } }, async () => ({
+    status: 'ok',
+    node: options.nodeId,
+  }));
+
+  api.get(
+    '/readyz',
+    { schema: { summary: 'Readiness: store reachable, backplane connected' } },
+    async (_request, reply) => {
+      const readiness = await options.readiness();
+      return reply
+        .code(readiness.ready ? 200 : 503)
+        .send({ status: readiness.ready ? 'ready' : 'not-ready', ...readiness.checks });
+    },
+  );
+
+  api.get('/metrics', { schema: { summary: 'Prometheus metrics' } }, async (_request, reply) => {
+    const text = await options.metrics.registry.metrics();
+    return reply.type(options.metrics.registry.contentType).send(text);
+  });
+
+  const direct = options.direct;
+  if (direct) {
+    api.get(
+      '/v1/internal/transfers/:id/owner',
+      { schema: { hide: true, params: IdParams } },
+      async (request, reply) => {
+        const report = direct.handleOwnerQuery(request.params.id);
+        if (report === null)
+          return reply.code(404).type(PROBLEM_CONTENT_TYPE).send(notRunning(request.params.id));
+        return report;
+      },
+    );
+    api.post(
+      '/v1/internal/transfers/:id/terminate',
+      { schema: { hide: true, params: IdParams } },
+      async (request, reply) => {
+        const stopped = await direct.handleTerminate(request.params.id);
+        if (!stopped) return reply.code(404).type(PROBLEM_CONTENT_TYPE).send(notRunning(request.params.id));
+        return { terminated: true, by: options.nodeId };
+      },
+    );
+  }
+  return app;
+}
+
+function notRunning(id: string) {
+  return toProblem(new NotFoundError(`Transfer "${id}" is not running on this node`)).body;
+}

@@ -1,0 +1,92 @@
+import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
+
+/** What a node reports about its endpoint pipelines when metrics are scraped. */
+export interface PipelineSample {
+  endpoint: string;
+  recordsRead: number;
+  recordsWritten: number;
+  rate: number;
+  lag: number | null;
+}
+
+/**
+ * The node's Prometheus metrics, in a registry of its own (several nodes can live in one process in tests).
+ *
+ * @example
+ * ```ts
+ * const metrics = createMetrics({ transfers: () => ({ running: 1, queued: 0 }), pipelines: () => [] });
+ * metrics.submits.inc({ outcome: 'created' });
+ * const text = await metrics.registry.metrics();
+ * ```
+ */
+export function createMetrics(sources: {
+  transfers: () => { running: number; queued: number; fireAndForget: number };
+  pipelines: () => PipelineSample[];
+}) {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'sluice_node_' });
+  const submits = new Counter({
+    name: 'sluice_submits_total',
+    help: 'Transfer submissions by outcome',
+    labelNames: ['outcome'] as const,
+    registers: [registry],
+  });
+  const finished = new Counter({
+    name: 'sluice_transfers_finished_total',
+    help: 'Transfers this node ended, by final state',
+    labelNames: ['state'] as const,
+    registers: [registry],
+  });
+  const takeovers = new Counter({
+    name: 'sluice_takeovers_total',
+    help: 'Transfers this node took over from a crashed owner, by trigger',
+    labelNames: ['via'] as const,
+    registers: [registry],
+  });
+  const fenced = new Counter({
+    name: 'sluice_transfers_fenced_total',
+    help: 'Local runs stopped because another node took the transfer over',
+    registers: [registry],
+  });
+  new Gauge({
+    name: 'sluice_transfers',
+    help: 'Transfers on this node by local state',
+    labelNames: ['state'] as const,
+    registers: [registry],
+    collect() {
+      const now = sources.transfers();
+      this.set({ state: 'running' }, now.running);
+      this.set({ state: 'queued' }, now.queued);
+      this.set({ state: 'fire_and_forget' }, now.fireAndForget);
+    },
+  });
+  const pipelineGauge = (name: string, help: string, pick: (s: PipelineSample) => number | null) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['endpoint'] as const,
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const sample of sources.pipelines()) {
+          const value = pick(sample);
+          if (value !== null) this.set({ endpoint: sample.endpoint }, value);
+        }
+      },
+    });
+  pipelineGauge(
+    'sluice_pipeline_records_read',
+    'Records read by the endpoint pipeline',
+    (s) => s.recordsRead,
+  );
+  pipelineGauge(
+    'sluice_pipeline_records_written',
+    'Records written by the endpoint pipeline',
+    (s) => s.recordsWritten,
+  );
+  pipelineGauge('sluice_pipeline_rate', 'Endpoint pipeline records per second', (s) => s.rate);
+  pipelineGauge('sluice_pipeline_lag', 'Endpoint pipeline lag behind its source', (s) => s.lag);
+  return { registry, submits, finished, takeovers, fenced };
+}
+
+export type NodeMetrics = ReturnType<typeof createMetrics>;

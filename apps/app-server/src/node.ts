@@ -1,0 +1,222 @@
+import { createHmac, randomUUID } from 'node:crypto';
+import { createDirectBackplane, createNatsBackplane, createSingleNodeBackplane } from '@sluice/backplane';
+import { type Backplane, type Clock, type SluiceConfig, systemClock } from '@sluice/core';
+import { runTransfer } from '@sluice/pipeline';
+import { openStore } from '@sluice/store';
+import type { FastifyInstance } from 'fastify';
+import type pino from 'pino';
+import { backplaneKind } from './config.js';
+import { buildServer, type DirectRoutesTarget } from './http/server.js';
+import { asPortLogger, createLogger } from './logger.js';
+import { createMetrics } from './metrics.js';
+import { openServingPlane } from './serving.js';
+import { RequestPolicy } from './transfers/confinement.js';
+import { TransferCoordinator } from './transfers/coordinator.js';
+
+/** A running app-server node. */
+export interface SluiceNode extends AsyncDisposable {
+  readonly nodeId: string;
+  readonly instanceId: string;
+  /** The URL the node listens on (its advertised URL unless configured otherwise). */
+  readonly url: string;
+  readonly server: FastifyInstance;
+  readonly coordinator: TransferCoordinator;
+  /** Graceful stop: stop accepting, hand transfers back, stop pipelines, close everything. */
+  close(): Promise<void>;
+}
+
+export interface StartNodeOptions {
+  logger?: pino.Logger;
+  clock?: Clock;
+  /** Working directory that relative paths (store, dataDir, file roots, endpoint sources) resolve against. */
+  cwd?: string;
+}
+
+/** An HS256 JWT this node presents to its peers' internal routes when auth is JWT-only. */
+function peerJwt(secret: string, nodeId: string): string {
+  const encode = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
+  const body = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ sub: `node:${nodeId}`, iat: Math.floor(Date.now() / 1000) })}`;
+  return `${body}.${createHmac('sha256', secret).update(body).digest('base64url')}`;
+}
+
+/**
+ * Starts an app-server node from a resolved configuration: store, backplane (NATS when configured, else
+ * single-node on SQLite, else direct-address), LMDB caches, endpoint pipelines, the transfer coordinator
+ * (heartbeats, sweeper) and the HTTP control API.
+ *
+ * @example
+ * ```ts
+ * const node = await startNode(await loadConfig('sluice.yaml'));
+ * process.once('SIGTERM', () => void node.close());
+ * ```
+ */
+export async function startNode(config: SluiceConfig, options: StartNodeOptions = {}): Promise<SluiceNode> {
+  const logger = options.logger ?? createLogger({ level: config.logLevel, nodeId: config.node.id });
+  const log = asPortLogger(logger);
+  const clock = options.clock ?? systemClock;
+  const cwd = options.cwd ?? process.cwd();
+  const instanceId = randomUUID();
+  const nodeId = config.node.id;
+  const identity = { nodeId, address: config.node.advertisedUrl ?? '', instanceId };
+  const cleanups: Array<() => Promise<unknown>> = [];
+  const unwind = async () => {
+    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+  };
+
+  try {
+    const store = await openStore(config.store, { clock, logger: log });
+    cleanups.push(() => store[Symbol.asyncDispose]());
+
+    const kind = backplaneKind(config);
+    const auth = config.control.auth;
+    const peerToken = auth?.tokens?.[0] ?? (auth?.jwtSecret ? peerJwt(auth.jwtSecret, nodeId) : undefined);
+    let direct: DirectRoutesTarget | null = null;
+    let backplane: Backplane;
+    if (kind === 'nats') {
+      backplane = await createNatsBackplane({
+        nats: config.nats!,
+        clusterName: config.cluster.name,
+        nodeId,
+        logger: log,
+      });
+    } else if (kind === 'single') {
+      backplane = createSingleNodeBackplane({ nodeId, logger: log });
+    } else {
+      const directBackplane = createDirectBackplane({
+        nodeId,
+        logger: log,
+        fetchTimeoutMs: Math.max(config.limits.ownerWaitMs, 30_000),
+        ...(peerToken ? { headers: { authorization: `Bearer ${peerToken}` } } : {}),
+      });
+      direct = directBackplane;
+      backplane = directBackplane;
+    }
+    cleanups.push(() => backplane.close());
+
+    const serving = await openServingPlane(config, { events: backplane, logger: log, cwd });
+    cleanups.push(() => serving.close());
+    const { caches, endpoints } = serving;
+
+    const policy = new RequestPolicy({
+      roots: config.files.roots,
+      connections: config.connections,
+      endpoints: endpoints.names(),
+      cwd,
+    });
+    let coordinator: TransferCoordinator | null = null;
+    const metrics = createMetrics({
+      transfers: () => coordinator?.stats() ?? { running: 0, queued: 0, fireAndForget: 0 },
+      pipelines: () => endpoints.samples(),
+    });
+    coordinator = new TransferCoordinator({
+      store,
+      backplane,
+      identity,
+      limits: config.limits,
+      policy,
+      metrics,
+      logger: log,
+      clock,
+      execute: async (request, context) => {
+        const outcome = await runTransfer(request, {
+          checkpoint: context.checkpoint,
+          connections: config.connections,
+          ...(caches ? { caches } : {}),
+          ...(config.nats !== undefined ? { nats: config.nats } : {}),
+          events: backplane,
+          signal: context.signal,
+          onProgress: context.onProgress,
+          logger: log,
+          commitEveryRecords: config.pipeline.commitEveryRecords,
+          commitEveryMs: config.pipeline.commitEveryMs,
+        });
+        return {
+          recordsRead: outcome.recordsRead,
+          recordsWritten: outcome.recordsWritten,
+          badRecords: outcome.badRecords,
+          ...(outcome.durationMs !== undefined ? { durationMs: outcome.durationMs } : {}),
+        };
+      },
+    });
+    const activeCoordinator = coordinator;
+
+    const server = await buildServer({
+      logger,
+      bodyLimit: config.limits.bodyBytes,
+      pageSizeMax: config.limits.pageSizeMax,
+      auth,
+      coordinator: activeCoordinator,
+      endpoints,
+      metrics,
+      nodeId,
+      direct,
+      nodes: async () =>
+        (await store.listNodes()).map((node) => ({
+          nodeId: node.nodeId,
+          address: node.address,
+          instanceId: node.instanceId,
+          startedAt: node.startedAt.toISOString(),
+          lastSeenAt: node.lastSeenAt.toISOString(),
+          alive: clock.now().getTime() - node.lastSeenAt.getTime() <= config.limits.leaseMs,
+        })),
+      readiness: async () => {
+        const checks: Record<string, string> = {};
+        let ready = true;
+        try {
+          await store.ping();
+          checks.store = 'up';
+        } catch {
+          checks.store = 'down';
+          ready = false;
+        }
+        const status = backplane.status();
+        checks.backplane = status === 'connected' ? 'up' : status;
+        checks.backplaneKind = kind;
+        if (status !== 'connected') ready = false;
+        return { ready, checks };
+      },
+    });
+    cleanups.push(() => server.close());
+
+    const address = await server.listen({ host: config.node.host, port: config.node.port });
+    const listening = new URL(address);
+    if (config.node.port === 0 || identity.address === '') {
+      identity.address = `http://${config.node.host === '0.0.0.0' ? '127.0.0.1' : config.node.host}:${listening.port}`;
+    }
+    await store.registerNode({ nodeId, address: identity.address, instanceId });
+    activeCoordinator.start();
+    logger.info(
+      { url: identity.address, store: config.store.split('@').pop(), backplane: kind, instanceId },
+      'app-server ready',
+    );
+
+    let closing: Promise<void> | null = null;
+    const close = () => {
+      closing ??= (async () => {
+        logger.info('shutting down: handing transfers back');
+        // Stop accepting first (in-flight requests finish), then hand work back, then close the rest.
+        const serverClosed = server.close();
+        await activeCoordinator.shutdown();
+        await serverClosed;
+        cleanups.pop();
+        await unwind();
+        logger.info('app-server stopped');
+      })();
+      return closing;
+    };
+    return {
+      nodeId,
+      instanceId,
+      get url() {
+        return identity.address;
+      },
+      server,
+      coordinator: activeCoordinator,
+      close,
+      [Symbol.asyncDispose]: close,
+    };
+  } catch (err) {
+    await unwind();
+    throw err;
+  }
+}

@@ -1,0 +1,86 @@
+import { mkdir, symlink, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { type TransferRequest, TransferRequestSchema } from '@sluice/core';
+import { tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { RequestPolicy } from './confinement.js';
+
+function request(source: unknown, destination: unknown): TransferRequest {
+  return TransferRequestSchema.parse({ id: 't1', source, destination });
+}
+
+const file = (path: string) => ({ type: 'file', path, format: 'jsonl' });
+
+describe('RequestPolicy', () => {
+  it('allows paths inside the roots and returns their real paths', async () => {
+    await using dir = await tempDir();
+    await mkdir(join(dir.path, 'data'));
+    await writeFile(join(dir.path, 'data', 'in.jsonl'), '{}\n');
+    const policy = new RequestPolicy({ roots: ['data'], connections: {}, endpoints: [], cwd: dir.path });
+    const confined = policy.confine(
+      request(file('data/in.jsonl'), file(join(dir.path, 'data/new/out.jsonl'))),
+    );
+    expect(confined.source).toMatchObject({ path: join(policy.roots[0]!, 'in.jsonl') });
+    expect(confined.destination).toMatchObject({ path: join(policy.roots[0]!, 'new', 'out.jsonl') });
+  });
+
+  it('refuses "..", absolute escapes and symlinks that leave the roots', async () => {
+    await using dir = await tempDir();
+    await using outside = await tempDir();
+    await mkdir(join(dir.path, 'data'));
+    await symlink(outside.path, join(dir.path, 'data', 'link'));
+    await symlink(join(outside.path, 'secret.jsonl'), join(dir.path, 'data', 'file-link.jsonl'));
+    const policy = new RequestPolicy({ roots: ['data'], connections: {}, endpoints: [], cwd: dir.path });
+    const ok = file('data/a.jsonl');
+    for (const path of [
+      'data/../x.jsonl',
+      '/etc/passwd',
+      'data/link/x.jsonl',
+      'data/file-link.jsonl',
+      `${dir.path}/data-sibling/x.jsonl`,
+    ]) {
+      expect(() => policy.confine(request(file(path), ok)), path).toThrow(
+        expect.objectContaining({ code: 'PATH_NOT_ALLOWED', status: 403 }),
+      );
+      expect(() => policy.confine(request(ok, file(path))), path).toThrow(
+        expect.objectContaining({ code: 'PATH_NOT_ALLOWED' }),
+      );
+    }
+  });
+
+  it('defaults the roots to the working directory', async () => {
+    await using dir = await tempDir();
+    const policy = new RequestPolicy({ roots: [], connections: {}, endpoints: [], cwd: dir.path });
+    expect(() => policy.confine(request(file('in.jsonl'), file('out.jsonl')))).not.toThrow();
+    expect(() => policy.confine(request(file('../in.jsonl'), file('out.jsonl')))).toThrow(/outside/);
+  });
+
+  it('refuses unknown connections and endpoints with 422', () => {
+    const policy = new RequestPolicy({
+      roots: ['/tmp'],
+      connections: { warehouse: { type: 'postgres', url: 'postgres://x@y/z' } },
+      endpoints: ['items'],
+      cwd: '/tmp',
+    });
+    const pg = (connection: string) => ({ type: 'postgres', connection, table: 't' });
+    expect(() =>
+      policy.confine(request(pg('warehouse'), { type: 'endpoint', endpoint: 'items' })),
+    ).not.toThrow();
+    expect(() => policy.confine(request(pg('other'), file('/tmp/o.jsonl')))).toThrow(
+      expect.objectContaining({ code: 'UNKNOWN_CONNECTION', status: 422 }),
+    );
+    expect(() =>
+      policy.confine(
+        request(file('/tmp/i.jsonl'), {
+          type: 'jetstream',
+          stream: 's',
+          subject: 'a',
+          connection: 'warehouse',
+        }),
+      ),
+    ).toThrow(expect.objectContaining({ code: 'UNKNOWN_CONNECTION' }));
+    expect(() =>
+      policy.confine(request(file('/tmp/i.jsonl'), { type: 'endpoint', endpoint: 'nope' })),
+    ).toThrow(expect.objectContaining({ code: 'UNKNOWN_ENDPOINT', status: 422 }));
+  });
+});

@@ -1,0 +1,108 @@
+/**
+ * Bounded concurrency with a bounded FIFO queue: at most `concurrency` jobs run, at most `queueSize` wait.
+ * `tryReserve` is the admission check (a reservation holds a place until the job is started or dropped), so
+ * a node can refuse work (429) before it writes anything.
+ *
+ * @example
+ * ```ts
+ * const scheduler = new Scheduler({ concurrency: 4, queueSize: 100 });
+ * const ticket = scheduler.tryReserve();
+ * if (!ticket) throw new QueueFullError(1);
+ * scheduler.start(ticket, async () => runIt());
+ * ```
+ */
+export class Scheduler {
+  readonly #concurrency: number;
+  readonly #queueSize: number;
+  #running = 0;
+  #reserved = 0;
+  readonly #queue: Array<() => void> = [];
+  #idleWaiters: Array<() => void> = [];
+
+  constructor(options: { concurrency: number; queueSize: number }) {
+    this.#concurrency = options.concurrency;
+    this.#queueSize = options.queueSize;
+  }
+
+  /** Jobs running now. */
+  get running(): number {
+    return this.#running;
+  }
+
+  /** Jobs waiting for a slot. */
+  get queued(): number {
+    return this.#queue.length;
+  }
+
+  /** Places left for new work (running + waiting + reserved below capacity). */
+  get free(): number {
+    return Math.max(
+      0,
+      this.#concurrency + this.#queueSize - this.#running - this.#queue.length - this.#reserved,
+    );
+  }
+
+  /** Reserves a place, or returns null when full. Release it with `start` or `cancel`. */
+  tryReserve(): Ticket | null {
+    if (this.free <= 0) return null;
+    this.#reserved++;
+    let used = false;
+    return {
+      use: () => {
+        if (used) return false;
+        used = true;
+        this.#reserved--;
+        return true;
+      },
+    };
+  }
+
+  /** Drops a reservation that will not be used. */
+  cancel(ticket: Ticket): void {
+    ticket.use();
+  }
+
+  /** Runs `job` on the reservation: now if a slot is free, else when one frees up. */
+  start(ticket: Ticket, job: () => Promise<void>): void {
+    if (!ticket.use()) throw new Error('ticket already used');
+    const run = () => {
+      this.#running++;
+      void job()
+        .catch(() => {})
+        .finally(() => {
+          this.#running--;
+          const next = this.#queue.shift();
+          if (next) next();
+          else if (this.#running === 0) this.#notifyIdle();
+        });
+    };
+    if (this.#running < this.#concurrency) run();
+    else this.#queue.push(run);
+  }
+
+  /** Removes queued (not yet started) jobs, returning how many; their owners must be told separately. */
+  clearQueue(): number {
+    const count = this.#queue.length;
+    this.#queue.length = 0;
+    if (this.#running === 0) this.#notifyIdle();
+    return count;
+  }
+
+  /** Resolves once nothing runs. */
+  idle(): Promise<void> {
+    if (this.#running === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#idleWaiters.push(resolve));
+  }
+
+  #notifyIdle(): void {
+    const waiters = this.#idleWaiters;
+    this.#idleWaiters = [];
+    for (const resolve of waiters) resolve();
+  }
+}
+
+/** A place reserved in a {@link Scheduler}. */
+export interface Ticket {
+  /** Consumes the reservation; false if it was already consumed. */
+  use(): boolean;
+}

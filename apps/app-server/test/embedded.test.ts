@@ -1,0 +1,319 @@
+/**
+ * One real app-server process on embedded defaults (SQLite + LMDB + single-node backplane, no PostgreSQL, no
+ * NATS): every bad-input class is refused with the right problem and writes nothing; idempotence holds across a
+ * process restart; probes, metrics and the OpenAPI document.
+ */
+import { existsSync } from 'node:fs';
+import { mkdir, readdir, symlink, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { openStore } from '@sluice/store';
+import { spawnTs, tempDir } from '@sluice/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  BIN,
+  call,
+  exactlyOnce,
+  fileTransfer,
+  type NodeProcess,
+  startNodeProcess,
+  waitForState,
+  writeRecords,
+} from './harness.js';
+
+let dir: Awaited<ReturnType<typeof tempDir>>;
+let outside: Awaited<ReturnType<typeof tempDir>>;
+let node: NodeProcess;
+let roots: string[];
+let storeUrl: string;
+
+async function start(): Promise<NodeProcess> {
+  return startNodeProcess({
+    nodeId: 'solo',
+    dir: join(dir.path, 'node'),
+    store: storeUrl,
+    roots,
+    limits: { bodyBytes: 4096, maxConcurrentTransfers: 1, queueSize: 1 },
+    extraYaml: [
+      'connections: { warehouse: { type: postgres, url: "postgres://nobody@127.0.0.1:1/none" } }',
+    ].join('\n'),
+  });
+}
+
+/** Number of transfer records in the store (read through the API). */
+async function recordCount(): Promise<number> {
+  const reply = await call(`${node.url}/v1/transfers?limit=500`);
+  expect(reply.status).toBe(200);
+  return reply.body.records.length;
+}
+
+beforeAll(async () => {
+  dir = await tempDir('sluice-app-embedded-');
+  outside = await tempDir('sluice-app-outside-');
+  roots = [join(dir.path, 'in'), join(dir.path, 'out')];
+  await mkdir(roots[0]!, { recursive: true });
+  await mkdir(roots[1]!, { recursive: true });
+  storeUrl = `sqlite:${join(dir.path, 'node', '.sluice', 'store.db')}`;
+  node = await start();
+}, 60_000);
+
+afterAll(async () => {
+  await node?.child.stop('SIGKILL');
+  await dir?.remove();
+  await outside?.remove();
+});
+
+describe('app-server on embedded defaults', () => {
+  it('refuses every bad-input class with a problem+json body and writes nothing', async () => {
+    const source = await writeRecords(join(roots[0]!, 'ok.jsonl'), 10);
+    const out = (name: string) => join(roots[1]!, name);
+    await symlink(outside.path, join(roots[1]!, 'escape'));
+    await writeFile(join(outside.path, 'secret.jsonl'), '{"id":1}\n');
+    const url = `${node.url}/v1/transfers`;
+    const valid = fileTransfer('bad-1', source, out('bad-1.jsonl'));
+    const cases: Array<{
+      name: string;
+      init: Parameters<typeof call>[1];
+      status: number;
+      code: string;
+      path?: string;
+    }> = [
+      {
+        name: 'invalid body',
+        init: { json: { ...valid, source: { type: 'file' } } },
+        status: 400,
+        code: 'VALIDATION_FAILED',
+        path: 'source.path',
+      },
+      {
+        name: 'bad id',
+        init: { json: { ...valid, id: 'has space' } },
+        status: 400,
+        code: 'VALIDATION_FAILED',
+        path: 'id',
+      },
+      {
+        name: 'unknown field',
+        init: { json: { ...valid, extra: 1 } },
+        status: 400,
+        code: 'VALIDATION_FAILED',
+      },
+      {
+        name: 'unknown source type',
+        init: { json: { ...valid, source: { type: 'ftp', path: 'x' } } },
+        status: 422,
+        code: 'UNSUPPORTED_ADDRESS_TYPE',
+      },
+      {
+        name: 'unknown destination type',
+        init: { json: { ...valid, destination: { type: 's3', bucket: 'x' } } },
+        status: 422,
+        code: 'UNSUPPORTED_ADDRESS_TYPE',
+      },
+      {
+        name: 'body over the limit',
+        init: { json: { ...valid, properties: { big: 'x'.repeat(5_000) } } },
+        status: 413,
+        code: 'PAYLOAD_TOO_LARGE',
+      },
+      {
+        name: 'malformed JSON',
+        init: { raw: '{"id": "x",', contentType: 'application/json' },
+        status: 400,
+        code: 'MALFORMED_JSON',
+      },
+      {
+        name: 'empty JSON',
+        init: { raw: '', contentType: 'application/json' },
+        status: 400,
+        code: 'MALFORMED_JSON',
+      },
+      {
+        name: 'text/plain',
+        init: { raw: JSON.stringify(valid), contentType: 'text/plain' },
+        status: 415,
+        code: 'UNSUPPORTED_MEDIA_TYPE',
+      },
+      {
+        name: 'form content type',
+        init: { raw: 'id=1', contentType: 'application/x-www-form-urlencoded' },
+        status: 415,
+        code: 'UNSUPPORTED_MEDIA_TYPE',
+      },
+      {
+        name: 'path outside the roots',
+        init: { json: { ...valid, source: { type: 'file', path: '/etc/passwd', format: 'jsonl' } } },
+        status: 403,
+        code: 'PATH_NOT_ALLOWED',
+      },
+      {
+        name: 'escape through ..',
+        init: {
+          json: {
+            ...valid,
+            destination: { type: 'file', path: `${roots[1]}/../../x.jsonl`, format: 'jsonl' },
+          },
+        },
+        status: 403,
+        code: 'PATH_NOT_ALLOWED',
+      },
+      {
+        name: 'escape through a symlink',
+        init: {
+          json: {
+            ...valid,
+            destination: { type: 'file', path: out('escape/stolen.jsonl'), format: 'jsonl' },
+          },
+        },
+        status: 403,
+        code: 'PATH_NOT_ALLOWED',
+      },
+      {
+        name: 'unknown connection',
+        init: { json: { ...valid, source: { type: 'postgres', connection: 'nope', table: 't' } } },
+        status: 422,
+        code: 'UNKNOWN_CONNECTION',
+      },
+      {
+        name: 'header and body ids differ',
+        init: { json: valid, headers: { 'idempotency-key': 'other-id' } },
+        status: 400,
+        code: 'IDEMPOTENCY_KEY_MISMATCH',
+      },
+      {
+        name: 'bad Idempotency-Key header',
+        init: { json: { ...valid, id: undefined }, headers: { 'idempotency-key': 'bad key!' } },
+        status: 400,
+        code: 'VALIDATION_FAILED',
+      },
+      {
+        name: 'array body',
+        init: { json: [valid] },
+        status: 400,
+        code: 'VALIDATION_FAILED',
+      },
+    ];
+    for (const testCase of cases) {
+      const reply = await call(url, testCase.init);
+      expect(reply.status, testCase.name).toBe(testCase.status);
+      expect(reply.headers.get('content-type'), testCase.name).toMatch(/^application\/problem\+json/);
+      expect(reply.body, testCase.name).toMatchObject({
+        code: testCase.code,
+        status: testCase.status,
+        type: expect.any(String),
+        title: expect.any(String),
+        detail: expect.any(String),
+      });
+      if (testCase.path) {
+        expect(
+          reply.body.errors.map((e: { path: string }) => e.path),
+          testCase.name,
+        ).toContain(testCase.path);
+      }
+    }
+    expect(await recordCount()).toBe(0);
+    expect(await readdir(roots[1]!)).toEqual(['escape']);
+    expect(await readdir(outside.path)).toEqual(['secret.jsonl']);
+    expect((await call(`${node.url}/v1/transfers/bad-1`)).status).toBe(404);
+    expect((await call(`${node.url}/v1/transfers/bad-1`)).body.code).toBe('TRANSFER_NOT_FOUND');
+    expect((await call(`${node.url}/v1/transfers?state=NOPE`)).status).toBe(400);
+    expect((await call(`${node.url}/v1/nope`)).body.code).toBe('NOT_FOUND');
+    // The Idempotency-Key header alone can carry the id.
+    const byHeader = await call(url, {
+      json: { ...fileTransfer('x', source, out('hdr.jsonl')), id: undefined },
+      headers: { 'idempotency-key': 'by-header-1' },
+    });
+    expect(byHeader.status).toBe(201);
+    expect(byHeader.body.id).toBe('by-header-1');
+    await waitForState(node.url, 'by-header-1', 'COMPLETED');
+    expect(await exactlyOnce(out('hdr.jsonl'), 10)).toBeNull();
+  });
+
+  it('answers 429 with Retry-After when its transfer queue is full, fire-and-forget runs without a record', async () => {
+    const source = await writeRecords(join(roots[0]!, 'slow.jsonl'), 400);
+    const replies = [];
+    for (let i = 0; i < 3; i++)
+      replies.push(
+        await call(`${node.url}/v1/transfers`, {
+          json: fileTransfer(`q-${i}`, source, join(roots[1]!, `q-${i}.jsonl`), 400),
+        }),
+      );
+    expect(replies.map((r) => r.status)).toEqual([201, 201, 429]);
+    expect(replies[2]!.headers.get('retry-after')).toBe('1');
+    expect(replies[2]!.body.code).toBe('QUEUE_FULL');
+    expect((await call(`${node.url}/v1/transfers/q-2`)).status).toBe(404);
+    const queued = await call(`${node.url}/v1/transfers/q-1`);
+    expect(queued.body.state).toBe('IN_PROGRESS');
+    await waitForState(node.url, 'q-1', 'COMPLETED');
+    const fire = await call(`${node.url}/v1/transfers`, {
+      json: { ...fileTransfer('ff-1', source, join(roots[1]!, 'ff.jsonl')), mode: 'fire-and-forget' },
+    });
+    expect(fire.status).toBe(202);
+    expect(fire.body).toMatchObject({ id: 'ff-1', mode: 'fire-and-forget', accepted: true });
+    await node.child.waitForLine(/fire-and-forget transfer completed/, 10_000);
+    expect(await exactlyOnce(join(roots[1]!, 'ff.jsonl'), 400)).toBeNull();
+    expect((await call(`${node.url}/v1/transfers/ff-1`)).status).toBe(404);
+  });
+
+  it('keeps the idempotence guarantees across a process restart (no PostgreSQL, no NATS)', async () => {
+    const source = await writeRecords(join(roots[0]!, 'restart.jsonl'), 3_000);
+    const destination = join(roots[1]!, 'restart-out.jsonl');
+    const body = fileTransfer('restart-1', source, destination, 1_000);
+    const first = await call(`${node.url}/v1/transfers`, { json: body });
+    expect(first.status).toBe(201);
+    await waitForState(node.url, 'restart-1', 'IN_PROGRESS');
+    const store = await openStore(storeUrl);
+    try {
+      const deadline = Date.now() + 15_000;
+      while (!(await store.get('restart-1'))?.checkpoint && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 50));
+    } finally {
+      await store[Symbol.asyncDispose]();
+    }
+    await node.child.stop('SIGKILL');
+    node = await start();
+    const resubmit = await call(`${node.url}/v1/transfers`, { json: body });
+    expect([200, 202]).toContain(resubmit.status);
+    if (resubmit.status === 202) expect(resubmit.body.owner.nodeId).toBe('solo');
+    const done = await waitForState(node.url, 'restart-1', 'COMPLETED');
+    expect(done.attempts).toBe(2);
+    expect(await exactlyOnce(destination, 3_000)).toBeNull();
+    const again = await call(`${node.url}/v1/transfers`, { json: body });
+    expect(again.status).toBe(200);
+    expect(again.body.result.recordsWritten).toBe(3_000);
+    const conflict = await call(`${node.url}/v1/transfers`, { json: { ...body, properties: { x: 1 } } });
+    expect(conflict.status).toBe(422);
+    expect(conflict.body.code).toBe('IDEMPOTENCY_CONFLICT');
+  });
+
+  it('serves probes, metrics, the OpenAPI document and docs; SIGTERM exits 0', async () => {
+    expect((await call(`${node.url}/healthz`)).body.status).toBe('ok');
+    const ready = await call(`${node.url}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(ready.body).toMatchObject({ store: 'up', backplane: 'up', backplaneKind: 'single' });
+    const metrics = await call(`${node.url}/metrics`);
+    expect(metrics.body).toMatch(/sluice_transfers\{state="running"\}/);
+    expect(metrics.body).toMatch(/sluice_takeovers_total\{via="(restart|resubmit|sweeper)"\} 1/);
+    const openapi = await call(`${node.url}/openapi.json`);
+    expect(openapi.body.openapi).toMatch(/^3\./);
+    expect(Object.keys(openapi.body.paths)).toEqual(
+      expect.arrayContaining(['/v1/transfers', '/v1/transfers/{id}', '/v1/endpoints', '/v1/nodes']),
+    );
+    const requestBody = openapi.body.paths['/v1/transfers'].post.requestBody;
+    expect(JSON.stringify(requestBody)).toContain('destination');
+    const docs = await fetch(`${node.url}/docs`);
+    expect(docs.status).toBe(200);
+    const exit = await node.child.stop('SIGTERM');
+    expect(exit.code).toBe(0);
+    expect(existsSync(join(dir.path, 'node', '.sluice', 'store.db'))).toBe(true);
+  });
+
+  it('fails at start on a bad configuration, naming the field', async () => {
+    const file = join(dir.path, 'bad.yaml');
+    await writeFile(file, 'node: { id: n1, port: 70000 }\n');
+    const child = spawnTs(BIN, ['--config', file], { cwd: dir.path });
+    const exit = await child.exited;
+    expect(exit.code).toBe(1);
+    expect(child.output()).toMatch(/CONFIG_INVALID/);
+    expect(child.output()).toMatch(/node\.port/);
+  });
+});

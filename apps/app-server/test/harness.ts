@@ -1,0 +1,177 @@
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type ChildHandle, freePort, spawnTs, waitFor } from '@sluice/testkit';
+
+/** The CLI entry the tests run as real processes. */
+export const BIN = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'bin.ts');
+
+export interface NodeSpec {
+  nodeId: string;
+  /** Where the node keeps its config file and LMDB caches. */
+  dir: string;
+  store: string;
+  nats?: string;
+  roots: string[];
+  port?: number;
+  /** Extra top-level YAML (already formatted), e.g. limits or endpoints. */
+  extraYaml?: string;
+  limits?: Record<string, number>;
+  env?: Record<string, string>;
+}
+
+/** A running app-server process. */
+export interface NodeProcess extends AsyncDisposable {
+  readonly nodeId: string;
+  readonly url: string;
+  readonly port: number;
+  readonly child: ChildHandle;
+  readonly spec: NodeSpec;
+}
+
+/** Short timings so that leases expire and sweepers run within a test's patience. */
+export const FAST_LIMITS = {
+  leaseMs: 2_000,
+  heartbeatMs: 300,
+  ownerWaitMs: 500,
+  sweepIntervalMs: 300,
+  shutdownGraceMs: 5_000,
+};
+
+function yamlLimits(limits: Record<string, number>): string {
+  return `limits:\n${Object.entries(limits)
+    .map(([key, value]) => `  ${key}: ${value}`)
+    .join('\n')}\n`;
+}
+
+/** Writes the node's YAML configuration and spawns `src/bin.ts --config <file>`; resolves once it is ready. */
+export async function startNodeProcess(spec: NodeSpec): Promise<NodeProcess> {
+  const port = spec.port ?? (await freePort());
+  await mkdir(spec.dir, { recursive: true });
+  const configFile = join(spec.dir, 'sluice.yaml');
+  const lines = [
+    `node: { id: ${spec.nodeId}, port: ${port}, advertisedUrl: "http://127.0.0.1:${port}" }`,
+    `store: "${spec.store}"`,
+    spec.nats ? `nats: "${spec.nats}"` : '',
+    `dataDir: "${join(spec.dir, 'data')}"`,
+    `files: { roots: [${spec.roots.map((r) => JSON.stringify(r)).join(', ')}] }`,
+    'pipeline: { commitEveryRecords: 50, commitEveryMs: 5000 }',
+    'logLevel: info',
+    yamlLimits({ ...FAST_LIMITS, ...spec.limits }),
+    spec.extraYaml ?? '',
+  ];
+  await writeFile(configFile, lines.filter((l) => l !== '').join('\n'));
+  const child = spawnTs(BIN, ['--config', configFile], { cwd: spec.dir, env: spec.env ?? {} });
+  try {
+    await child.waitForLine(/app-server ready/, 60_000);
+  } catch (err) {
+    await child[Symbol.asyncDispose]();
+    throw err;
+  }
+  return {
+    nodeId: spec.nodeId,
+    url: `http://127.0.0.1:${port}`,
+    port,
+    child,
+    spec: { ...spec, port },
+    [Symbol.asyncDispose]: () => child[Symbol.asyncDispose](),
+  };
+}
+
+export interface HttpReply {
+  status: number;
+  headers: Headers;
+  // biome-ignore lint/suspicious/noExplicitAny: test replies are asserted field by field
+  body: any;
+}
+
+/** One HTTP call with a JSON body (or a raw string body with its own content type). */
+export async function call(
+  url: string,
+  init: {
+    method?: string;
+    json?: unknown;
+    raw?: string;
+    contentType?: string;
+    headers?: Record<string, string>;
+  } = {},
+): Promise<HttpReply> {
+  const headers: Record<string, string> = { ...init.headers };
+  let body: string | undefined;
+  if (init.json !== undefined) {
+    body = JSON.stringify(init.json);
+    headers['content-type'] = init.contentType ?? 'application/json';
+  } else if (init.raw !== undefined) {
+    body = init.raw;
+    if (init.contentType) headers['content-type'] = init.contentType;
+  }
+  const response = await fetch(url, {
+    method: init.method ?? (body === undefined ? 'GET' : 'POST'),
+    headers,
+    body,
+  });
+  const text = await response.text();
+  let parsed: unknown = text;
+  try {
+    parsed = text === '' ? null : JSON.parse(text);
+  } catch {}
+  return { status: response.status, headers: response.headers, body: parsed };
+}
+
+/** Writes `count` JSONL records `{id, value, category}` and returns the path. */
+export async function writeRecords(path: string, count: number): Promise<string> {
+  await mkdir(dirname(path), { recursive: true });
+  const lines: string[] = [];
+  for (let i = 1; i <= count; i++)
+    lines.push(JSON.stringify({ id: i, value: i * 1.5, category: i % 3 === 0 ? 'c' : 'a' }));
+  await writeFile(path, `${lines.join('\n')}\n`);
+  return path;
+}
+
+/** Reads a JSONL file and returns how many times each id appears. */
+export async function idCounts(path: string): Promise<Map<number, number>> {
+  const text = await readFile(path, 'utf8');
+  const counts = new Map<number, number>();
+  for (const line of text.split('\n')) {
+    if (line.trim() === '') continue;
+    const id = (JSON.parse(line) as { id: number }).id;
+    counts.set(id, (counts.get(id) ?? 0) + 1);
+  }
+  return counts;
+}
+
+/** Asserts-ready summary: ids 1..count each exactly once (returns a description of what is wrong, or null). */
+export async function exactlyOnce(path: string, count: number): Promise<string | null> {
+  const counts = await idCounts(path);
+  const problems: string[] = [];
+  for (let i = 1; i <= count; i++) {
+    const n = counts.get(i) ?? 0;
+    if (n !== 1) problems.push(`id ${i} × ${n}`);
+    if (problems.length > 10) break;
+  }
+  if (counts.size !== count) problems.push(`${counts.size} distinct ids, expected ${count}`);
+  return problems.length === 0 ? null : problems.join(', ');
+}
+
+/** A transfer request body: JSONL file → JSONL file, optionally throttled. */
+export function fileTransfer(id: string, source: string, destination: string, maxRecordsPerSecond?: number) {
+  return {
+    id,
+    mode: 'idempotent',
+    source: { type: 'file', path: source, format: 'jsonl' },
+    destination: { type: 'file', path: destination, format: 'jsonl' },
+    properties: { test: 'app-server' },
+    options: maxRecordsPerSecond ? { maxRecordsPerSecond } : {},
+  };
+}
+
+/** Polls the transfer until it reaches `state` on `url`. */
+export async function waitForState(url: string, id: string, state: string, timeoutMs = 30_000) {
+  return waitFor(
+    async () => {
+      const reply = await call(`${url}/v1/transfers/${id}`);
+      return reply.status === 200 && reply.body.state === state ? reply.body : null;
+    },
+    { timeoutMs, intervalMs: 100, what: `transfer ${id} to become ${state}` },
+  );
+}
