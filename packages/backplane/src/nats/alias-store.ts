@@ -42,10 +42,10 @@ export class AliasStore {
   #open(): Promise<KV> {
     if (!this.#kv) {
       const kvm = new Kvm(jetstream(this.#nc, { timeout: this.#timeoutMs }));
-      const opening = kvm.create(this.#bucket, {
-        history: 1,
-        description: 'Sluice: latest AliasRedirected per alias',
-      });
+      // An operator may have created the bucket with other settings: bind to it rather than fail.
+      const opening = kvm
+        .create(this.#bucket, { history: 1, description: 'Sluice: latest AliasRedirected per alias' })
+        .catch(() => kvm.open(this.#bucket));
       opening.catch(() => {
         if (this.#kv === opening) this.#kv = null;
       });

@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { nkeys } from '@nats-io/transport-node';
-import { startNatsServer, tempDir } from '@sluice/testkit';
+import { startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { countingResponder } from '../../test/helpers.js';
 import { createNatsBackplane } from './nats-backplane.js';
@@ -179,5 +179,24 @@ describe('NATS credentials and TLS pass through from config', () => {
         kvBucket: 'bad.name',
       }),
     ).rejects.toMatchObject({ code: 'CONFIG_INVALID' });
+  });
+});
+
+describe('NATS without JetStream', () => {
+  it('owner queries and events work; storing the alias state fails loudly with BACKPLANE_UNAVAILABLE', async () => {
+    await using server = await startNatsServer({ jetstream: false });
+    await using a = await createNatsBackplane({ nats: server.url, clusterName: 'nojs', nodeId: 'a' });
+    await using b = await createNatsBackplane({ nats: server.url, clusterName: 'nojs', nodeId: 'b' });
+    await using _r = await a.serve('t1', countingResponder(report));
+    expect((await b.whoRuns('t1', { timeoutMs: 1_000 })).status).toBe('owner');
+    const seen: string[] = [];
+    await using _s = await b.subscribe((e) => void seen.push(e.type));
+    await a.publish({ type: 'SnapshottingDone', endpoint: 'e', cache: 'c', source: 's', at: 'now' });
+    await expect(
+      a.publish({ type: 'AliasRedirected', alias: 'x', from: null, to: 'y', checkpoint: null, at: 'now' }),
+    ).rejects.toMatchObject({ code: 'BACKPLANE_UNAVAILABLE' });
+    await expect(b.latestAliasEvents()).rejects.toMatchObject({ code: 'BACKPLANE_UNAVAILABLE' });
+    await waitFor(() => seen.length === 2, { what: 'both events to be fanned out' });
+    expect(seen).toEqual(['SnapshottingDone', 'AliasRedirected']);
   });
 });
