@@ -162,11 +162,6 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
     dirty += Math.max(1, item.read);
   };
 
-  const abortPromise = new Promise<typeof ABORTED>((resolve) => {
-    if (signal.aborted) resolve(ABORTED);
-    else signal.addEventListener('abort', () => resolve(ABORTED), { once: true });
-  });
-
   const controller = new AbortController();
   const stopSources = () => controller.abort();
   signal.addEventListener('abort', stopSources, { once: true });
@@ -187,27 +182,21 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
   );
   const throttleStart = Date.now();
   const throttleBase = progress.recordsRead;
-  let timer: AbortController | null = null;
 
   try {
     for (;;) {
       const next = iterator.next();
       let result: IteratorResult<{ branch: number; item: SourceItem }> | typeof TIMER | typeof ABORTED;
       for (;;) {
+        let wait: number | undefined;
         if (dirty > 0) {
-          const wait = commitEveryMs - (Date.now() - lastCommitAt);
+          wait = commitEveryMs - (Date.now() - lastCommitAt);
           if (wait <= 0) {
             await commit();
             continue;
           }
-          timer = new AbortController();
-          const tick: Promise<typeof TIMER> = delay(wait, undefined, { signal: timer.signal }).then(
-            () => TIMER,
-            () => TIMER,
-          );
-          result = await Promise.race([next, abortPromise, tick]);
-          timer.abort();
-        } else result = await Promise.race([next, abortPromise]);
+        }
+        result = await settleOrAbort(next, signal, wait);
         if (result === TIMER) {
           await commit();
           continue;
@@ -228,7 +217,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
           const due =
             throttleStart + ((progress.recordsRead - throttleBase) * 1000) / options.maxRecordsPerSecond;
           const ahead = due - Date.now();
-          if (ahead > 0) await Promise.race([delay(ahead), abortPromise]);
+          if (ahead > 0) await settleOrAbort(delay(ahead), signal);
         }
         progress.sample();
         report();
@@ -256,9 +245,50 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
     report();
     throw err;
   } finally {
-    timer?.abort();
     signal.removeEventListener('abort', stopSources);
     controller.abort();
     void iterator.return?.(undefined).catch(() => {});
   }
+}
+
+/**
+ * Waits for `promise`, or for `signal` to abort, or for `timeoutMs`. Listeners are removed every time:
+ * racing against one long-lived promise would pin every settled value (each batch) in memory.
+ */
+function settleOrAbort<T>(
+  promise: Promise<T>,
+  signal: AbortSignal,
+  timeoutMs?: number,
+): Promise<T | typeof ABORTED | typeof TIMER> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) {
+      resolve(ABORTED);
+      return;
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const cleanup = () => {
+      if (timer !== undefined) clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+    };
+    const onAbort = () => {
+      cleanup();
+      resolve(ABORTED);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    if (timeoutMs !== undefined)
+      timer = setTimeout(() => {
+        cleanup();
+        resolve(TIMER);
+      }, timeoutMs);
+    promise.then(
+      (value) => {
+        cleanup();
+        resolve(value);
+      },
+      (err: unknown) => {
+        cleanup();
+        reject(err);
+      },
+    );
+  });
 }

@@ -1,0 +1,451 @@
+import { setTimeout as delay } from 'node:timers/promises';
+import {
+  type CheckpointPort,
+  type ConnectionConfig,
+  type EndpointConfig,
+  EndpointConfigSchema,
+  type EventPublisher,
+  type FieldType,
+  type Logger,
+  type NatsConfig,
+  type PipelineCheckpoint,
+  PipelineCheckpointSchema,
+  type PipelineProgress,
+  parseConfigOrThrow,
+  SchemaMismatchError,
+  SluiceError,
+  silentLogger,
+} from '@sluice/core';
+import { sourceFor } from './addresses.js';
+import { BadRecordCollector } from './bad-records.js';
+import type { CacheManagerLike, RwCacheLike } from './cache-port.js';
+import { dagHash, decideRestart, type RestartPlan } from './dag.js';
+import type { RecordSchema, Row } from './ops.js';
+import { filterProcessor, selectProcessor } from './processors.js';
+import { ProgressTracker } from './progress.js';
+import { runPipeline } from './run.js';
+import { inferCsvFields, inferFields } from './schema.js';
+import { createCacheSink } from './sinks/cache.js';
+import type { PipelineProcessor, PipelineSink, SourceBranch } from './types.js';
+
+export interface EndpointContext {
+  caches: CacheManagerLike;
+  events: EventPublisher;
+  connections: Record<string, ConnectionConfig>;
+  /** Relative source paths resolve against this directory. */
+  baseDir?: string;
+  logger?: Logger;
+  commitEveryRecords?: number;
+  commitEveryMs?: number;
+  /** NATS for JetStream sources that name no connection. */
+  nats?: NatsConfig;
+  /**
+   * Where the pipeline keeps its own checkpoint, compared with the cache's commit checkpoint on start.
+   * Without it the cache's commit checkpoint is the pipeline checkpoint.
+   */
+  checkpoint?: CheckpointPort;
+  /** Records sampled to infer field types when `fields` is not configured. Default 1000. */
+  inferSample?: number;
+  /** Wait before re-planning after a failed run (doubles up to 30 s). Default 1 s. */
+  retryMs?: number;
+  /** Read size of file sources (tests use small reads to stop mid-file). */
+  fileChunkBytes?: number;
+}
+
+export interface EndpointStatus {
+  endpoint: string;
+  alias: string;
+  servingCache: string | null;
+  buildingCache: string | null;
+  checkpoint: PipelineCheckpoint | null;
+  progress: PipelineProgress;
+  /** The last failure of the pipeline, when it is waiting to retry. */
+  error: { code: string; message: string } | null;
+}
+
+export interface EndpointPipeline extends AsyncDisposable {
+  /** The restart decision of the latest start (or rebuild) and its reason. */
+  readonly decision: { decision: 'resume' | 'from-scratch'; reason: string };
+  status(): EndpointStatus;
+  /** Forces a blue/green rebuild: a new generation is built while the current one keeps serving. */
+  rebuild(): Promise<void>;
+  stop(): Promise<void>;
+  /** Resolves once the alias points at a generation whose every source finished its snapshot. */
+  whenServing(options?: { timeoutMs?: number }): Promise<string>;
+}
+
+interface Run {
+  controller: AbortController;
+  finished: Promise<void>;
+  cache: RwCacheLike;
+  sink: PipelineSink & { readonly redirected: boolean };
+}
+
+/**
+ * Starts the pipeline that materializes an endpoint into a cache behind the alias `endpoint.name`.
+ * On start it compares the pipeline checkpoint with the cache's commit checkpoint and asks the source
+ * whether it can resume: consistent and resumable → continue in place (restart case 1); otherwise a new
+ * generation (green) is built while the alias keeps pointing at the old one (blue), and the alias moves,
+ * with one `AliasRedirected` event, only when every source finished its snapshot (case 4). A changed
+ * schema, key or index set takes the same path. A failed run is retried after a back-off.
+ *
+ * @example
+ * ```ts
+ * const pipeline = await startEndpointPipeline(config.endpoints[0], { caches, events: backplane, connections: config.connections });
+ * logger.info(pipeline.decision, 'endpoint pipeline started');
+ * await pipeline.stop();
+ * ```
+ */
+export async function startEndpointPipeline(
+  input: EndpointConfig,
+  ctx: EndpointContext,
+): Promise<EndpointPipeline> {
+  const endpoint = parseConfigOrThrow(EndpointConfigSchema, input);
+  const logger = ctx.logger ?? silentLogger;
+  const name = endpoint.name;
+  const { caches } = ctx;
+  const progress = new ProgressTracker();
+  const connections = {
+    connections: ctx.connections,
+    ...(ctx.nats !== undefined ? { nats: ctx.nats } : {}),
+    ...(ctx.baseDir !== undefined ? { baseDir: ctx.baseDir } : {}),
+  };
+  const renames: Record<string, string> =
+    endpoint.select && !Array.isArray(endpoint.select) ? endpoint.select : {};
+  const sourceName = (field: string) => renames[field] ?? field;
+  const sourceKey = endpoint.primaryKey.map(sourceName);
+
+  const processors: PipelineProcessor[] = [];
+  if (endpoint.filter) processors.push(filterProcessor(`${name}.filter`, endpoint.filter, sourceKey));
+  if (endpoint.select) processors.push(selectProcessor(`${name}.select`, endpoint.select));
+
+  const buildBranch = (csvFields?: Record<string, FieldType>): SourceBranch => ({
+    source: sourceFor(endpoint.source, `${name}.source`, connections, {
+      ...(csvFields ? { fields: csvFields } : {}),
+      key: sourceKey,
+      ...(ctx.fileChunkBytes ? { chunkBytes: ctx.fileChunkBytes } : {}),
+    }),
+    processors,
+  });
+  const isCsv = endpoint.source.type === 'file' && endpoint.source.format === 'csv';
+  const csvFieldsOf = (fields: Record<string, FieldType>) => {
+    const out: Record<string, FieldType> = {};
+    for (const [field, type] of Object.entries(fields)) out[sourceName(field)] = type;
+    return out;
+  };
+
+  /** Reads the first records (without checkpointing anything) to infer field types. */
+  const sample = async (): Promise<{ raw: Row[]; processed: Row[] }> => {
+    const branch = buildBranch();
+    const controller = new AbortController();
+    const raw: Row[] = [];
+    const processed: Row[] = [];
+    const limit = ctx.inferSample ?? 1_000;
+    try {
+      for await (const item of branch.source.read(null, {
+        signal: controller.signal,
+        mode: 'transfer',
+        batchSize: Math.min(limit, 1_000),
+      })) {
+        if (item.kind !== 'records') break;
+        for (const op of item.ops) {
+          if (op.op === 'delete') continue;
+          raw.push(op.record);
+          let current: Row | null = op.record;
+          for (const p of processors) {
+            const out = p.process({ op: 'upsert', record: current });
+            current = out !== null && !Array.isArray(out) && out.op !== 'delete' ? out.record : null;
+            if (current === null) break;
+          }
+          if (current) processed.push(current);
+        }
+        if (raw.length >= limit) break;
+      }
+    } finally {
+      controller.abort();
+      await branch.source.close();
+    }
+    return { raw, processed };
+  };
+
+  /** The cache schema: configured fields, else the current generation's when its key and indexes match, else inferred. */
+  const resolveSchema = async (
+    reuse: boolean,
+  ): Promise<{ schema: RecordSchema; csvFields?: Record<string, FieldType> }> => {
+    const base = { primaryKey: endpoint.primaryKey, indexes: endpoint.indexes };
+    if (endpoint.fields) {
+      const schema = { fields: endpoint.fields, ...base };
+      return isCsv ? { schema, csvFields: csvFieldsOf(endpoint.fields) } : { schema };
+    }
+    const target = caches.resolveAlias(name);
+    if (reuse && target) {
+      const info = await caches.info(target.cache);
+      if (
+        info &&
+        sameJson(info.schema.primaryKey, base.primaryKey) &&
+        sameJson(info.schema.indexes, base.indexes)
+      )
+        return isCsv
+          ? { schema: info.schema, csvFields: csvFieldsOf(info.schema.fields) }
+          : { schema: info.schema };
+    }
+    const { raw, processed } = await sample();
+    let fields: Record<string, FieldType>;
+    let csvFields: Record<string, FieldType> | undefined;
+    if (isCsv) {
+      const header = raw.length > 0 ? Object.keys(raw[0]!) : [];
+      csvFields = inferCsvFields(
+        header,
+        raw.map((r) => header.map((h) => String(r[h] ?? ''))),
+      );
+      fields = {};
+      for (const out of processed.length > 0 ? Object.keys(processed[0]!) : []) {
+        fields[out] = csvFields[sourceName(out)] ?? 'string';
+      }
+    } else fields = inferFields(processed);
+    for (const field of [...endpoint.primaryKey, ...endpoint.indexes.flat()]) fields[field] ??= 'string';
+    return { schema: { fields, ...base }, ...(csvFields ? { csvFields } : {}) };
+  };
+
+  let branch: SourceBranch | null = null;
+  let current: Run | null = null;
+  let decision: { decision: 'resume' | 'from-scratch'; reason: string } = {
+    decision: 'from-scratch',
+    reason: 'not started',
+  };
+  let lastCheckpoint: PipelineCheckpoint | null = null;
+  let lastError: { code: string; message: string } | null = null;
+  let stopped = false;
+  let supervisor: Promise<void> | null = null;
+  const supervisorController = new AbortController();
+  const servingWaiters = new Set<() => void>();
+
+  const loadPipelineCheckpoint = async (fallback: PipelineCheckpoint | null) => {
+    if (!ctx.checkpoint) return fallback;
+    const parsed = PipelineCheckpointSchema.safeParse(await ctx.checkpoint.load());
+    return parsed.success ? parsed.data : null;
+  };
+
+  /** Chooses the generation to write and how (the restart decision). */
+  const plan = async (
+    force: boolean,
+  ): Promise<{ cache: RwCacheLike; plan: RestartPlan; sink: Run['sink'] }> => {
+    const { schema, csvFields } = await resolveSchema(!force);
+    await branch?.source.close();
+    branch = buildBranch(csvFields);
+    const sources = [branch.source.handle];
+    const makeSink = (cache: RwCacheLike) =>
+      createCacheSink({
+        handle: `${name}.cache`,
+        endpoint: name,
+        caches,
+        cache,
+        schema,
+        sources,
+        events: ctx.events,
+        logger,
+        onRedirected: () => {
+          for (const wake of servingWaiters) wake();
+        },
+      });
+    const tryResume = async (cacheName: string, label: string) => {
+      let cache: RwCacheLike;
+      try {
+        cache = await caches.openRw(cacheName, schema);
+      } catch (err) {
+        if (SluiceError.hasCode(err, 'CACHE_SCHEMA_MISMATCH') || err instanceof SchemaMismatchError)
+          return { reason: `the schema, key or indexes changed (${(err as Error).message})` };
+        throw err;
+      }
+      const sink = makeSink(cache);
+      const committed = cache.commitState().checkpoint;
+      const restart = await decideRestart({
+        dag: dagHash([branch!], sink),
+        branches: [branch!],
+        sink,
+        checkpoint: await loadPipelineCheckpoint(committed),
+        sinkCheckpoint: committed,
+      });
+      if (restart.decision === 'resume')
+        return { run: { cache, sink, plan: { ...restart, reason: `${label}: ${restart.reason}` } } };
+      return { reason: restart.reason, cache, sink };
+    };
+
+    const target = caches.resolveAlias(name);
+    let reason = target ? '' : 'the endpoint has no cache yet';
+    if (target && !force) {
+      const attempt = await tryResume(target.cache, `continuing in place in ${target.cache}`);
+      if (attempt.run) return attempt.run;
+      await attempt.cache?.close();
+      reason = attempt.reason;
+    }
+    if (force) reason = 'rebuild requested';
+    // A green generation left by an interrupted rebuild: resume it, or rebuild into it.
+    const greens = (await caches.list())
+      .filter((c) => c.endpoint === name && c.state === 'building' && c.name !== target?.cache)
+      .sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
+    for (const green of greens.slice(0, 1)) {
+      const attempt = await tryResume(green.name, `continuing the rebuild in ${green.name}`);
+      if (attempt.run && !force) return attempt.run;
+      if (attempt.cache && attempt.sink)
+        return {
+          cache: attempt.cache,
+          sink: attempt.sink,
+          plan: {
+            decision: 'from-scratch',
+            reason: `${reason}; rebuilding into ${green.name}`,
+            checkpoint: null,
+          },
+        };
+      await attempt.run?.cache.close();
+    }
+    const cache = await caches.create({ endpoint: name, schema });
+    return {
+      cache,
+      sink: makeSink(cache),
+      plan: { decision: 'from-scratch', reason: `${reason}; building ${cache.name}`, checkpoint: null },
+    };
+  };
+
+  const launch = async (force: boolean) => {
+    const chosen = await plan(force);
+    decision = { decision: chosen.plan.decision, reason: chosen.plan.reason };
+    logger.info({ endpoint: name, ...decision, cache: chosen.cache.name }, 'endpoint restart decision');
+    await chosen.sink.prepare(chosen.plan);
+    lastCheckpoint = chosen.plan.checkpoint;
+    const controller = new AbortController();
+    const badRecords = new BadRecordCollector('skip', (report) =>
+      logger.warn({ endpoint: name, ...report }, 'bad record'),
+    );
+    const activeBranch = branch!;
+    const finished = runPipeline({
+      name,
+      dag: dagHash([activeBranch], chosen.sink),
+      branches: [activeBranch],
+      sink: chosen.sink,
+      mode: 'endpoint',
+      plan: chosen.plan,
+      badRecords,
+      signal: controller.signal,
+      ...(ctx.checkpoint ? { saveCheckpoint: (c: PipelineCheckpoint) => ctx.checkpoint!.save(c) } : {}),
+      ...(endpoint.fields ? { fields: endpoint.fields } : {}),
+      ...(ctx.commitEveryRecords !== undefined ? { commitEveryRecords: ctx.commitEveryRecords } : {}),
+      ...(ctx.commitEveryMs !== undefined ? { commitEveryMs: ctx.commitEveryMs } : {}),
+      progress,
+      onCommit: (checkpoint) => {
+        lastCheckpoint = checkpoint;
+      },
+      logger,
+    }).then(() => {});
+    current = { controller, finished, cache: chosen.cache, sink: chosen.sink };
+    lastError = null;
+  };
+
+  const halt = async () => {
+    const run = current;
+    current = null;
+    if (!run) return;
+    run.controller.abort();
+    await run.finished.catch(() => {});
+    await run.sink.close().catch(() => {});
+  };
+
+  /** Keeps the pipeline running: a failed run is re-planned after a back-off. */
+  const supervise = async () => {
+    let backoff = ctx.retryMs ?? 1_000;
+    while (!stopped) {
+      const run = current;
+      if (!run) return;
+      try {
+        await run.finished;
+        backoff = ctx.retryMs ?? 1_000;
+        return; // every source ended (a non-following file): idle, serving what was built
+      } catch (err) {
+        if (stopped || current !== run) return;
+        lastError = {
+          code: SluiceError.isInstance(err) ? err.code : 'INTERNAL',
+          message: (err as Error).message,
+        };
+        logger.error({ endpoint: name, err }, 'endpoint pipeline failed; retrying');
+        await halt();
+        try {
+          await delay(backoff, undefined, { signal: supervisorController.signal });
+        } catch {
+          return;
+        }
+        backoff = Math.min(backoff * 2, 30_000);
+        try {
+          await launch(false);
+        } catch (launchErr) {
+          lastError = { code: 'INTERNAL', message: (launchErr as Error).message };
+          logger.error({ endpoint: name, err: launchErr }, 'endpoint pipeline could not restart');
+        }
+      }
+    }
+  };
+
+  await launch(false);
+  supervisor = supervise();
+
+  const stop = async () => {
+    if (stopped) return;
+    stopped = true;
+    supervisorController.abort();
+    await halt();
+    await supervisor?.catch(() => {});
+    await branch?.source.close();
+    for (const wake of servingWaiters) wake();
+  };
+
+  const servingCache = () => caches.resolveAlias(name)?.cache ?? null;
+
+  return {
+    get decision() {
+      return decision;
+    },
+    status() {
+      const building = current && !current.sink.redirected ? current.cache.name : null;
+      return {
+        endpoint: name,
+        alias: name,
+        servingCache: servingCache(),
+        buildingCache: building,
+        checkpoint: lastCheckpoint,
+        progress: progress.snapshot(),
+        error: lastError,
+      };
+    },
+    async rebuild() {
+      if (stopped) throw new SluiceError('INTERNAL', `Endpoint pipeline "${name}" is stopped`);
+      await halt();
+      await supervisor?.catch(() => {});
+      await launch(true);
+      supervisor = supervise();
+    },
+    stop,
+    async whenServing(options = {}) {
+      const deadline = Date.now() + (options.timeoutMs ?? 60_000);
+      for (;;) {
+        if (current?.sink.redirected) return current.cache.name;
+        if (stopped) throw new SluiceError('INTERNAL', `Endpoint pipeline "${name}" stopped`);
+        const remaining = deadline - Date.now();
+        if (remaining <= 0)
+          throw new SluiceError('INTERNAL', `Endpoint "${name}" did not finish its snapshot in time`);
+        await new Promise<void>((resolve) => {
+          const wake = () => {
+            servingWaiters.delete(wake);
+            clearTimeout(timer);
+            resolve();
+          };
+          const timer = setTimeout(wake, Math.min(remaining, 200));
+          servingWaiters.add(wake);
+        });
+      }
+    },
+    [Symbol.asyncDispose]: stop,
+  };
+}
+
+function sameJson(a: unknown, b: unknown): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
