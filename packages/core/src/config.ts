@@ -1,5 +1,7 @@
 import { z } from 'zod';
 import { NameSchema, SourceAddressSchema } from './addresses.js';
+import { ConfigError } from './errors.js';
+import { refuseProtoKey } from './json.js';
 import { DEFAULT_QUERY_LIMITS, filterSchema } from './query.js';
 import { parseConfigOrThrow } from './validation.js';
 
@@ -31,21 +33,29 @@ export const EndpointConfigSchema = z
     source: SourceAddressSchema,
     primaryKey: z.array(FieldName).min(1).max(8),
     /** Field types; inferred from the data when absent. */
-    fields: z.record(FieldName, FieldTypeSchema).optional(),
+    fields: refuseProtoKey(z.record(FieldName, FieldTypeSchema), 'not a valid field name').optional(),
     indexes: z.array(z.array(FieldName).min(1).max(8)).max(32).default([]),
     filter: filterSchema(DEFAULT_QUERY_LIMITS).optional(),
     /** Projection: a list of fields to keep, or `{ newName: "sourceField" }` to rename. */
-    select: z.union([z.array(FieldName).min(1), z.record(FieldName, FieldName)]).optional(),
+    select: z
+      .union([
+        z.array(FieldName).min(1),
+        refuseProtoKey(z.record(FieldName, FieldName), 'not a valid field name'),
+      ])
+      .optional(),
   })
   .superRefine((endpoint, ctx) => {
-    if (endpoint.fields) {
+    const fields = endpoint.fields;
+    if (fields) {
+      // Own keys only: "toString" must not count as declared because every object inherits it.
+      const declared = (field: string) => Object.hasOwn(fields, field);
       endpoint.primaryKey.forEach((field, i) => {
-        if (!endpoint.fields?.[field])
+        if (!declared(field))
           ctx.addIssue({ code: 'custom', path: ['primaryKey', i], message: `"${field}" is not in fields` });
       });
       endpoint.indexes.forEach((index, i) => {
         index.forEach((field, j) => {
-          if (!endpoint.fields?.[field])
+          if (!declared(field))
             ctx.addIssue({ code: 'custom', path: ['indexes', i, j], message: `"${field}" is not in fields` });
         });
       });
@@ -152,7 +162,7 @@ export const SluiceConfigSchema = z.strictObject({
     .prefault({}),
   dataDir: z.string().min(1).default('./.sluice'),
   files: z.strictObject({ roots: z.array(z.string().min(1)).default([]) }).prefault({}),
-  connections: z.record(NameSchema, ConnectionConfigSchema).default({}),
+  connections: refuseProtoKey(z.record(NameSchema, ConnectionConfigSchema)).default({}),
   api: z
     .strictObject({
       host: z.string().min(1).default('127.0.0.1'),
@@ -213,12 +223,17 @@ export const ENV_OVERRIDES = {
 
 const NUMERIC_PATHS = new Set(['node.port', 'api.port']);
 
+/**
+ * Sets `path` in `target`, creating missing parent objects. A parent that is present but not an object
+ * (`node: 5`) is left alone, so validation reports it instead of the override silently replacing it.
+ */
 function setPath(target: Record<string, unknown>, path: string, value: unknown): void {
   const parts = path.split('.');
   let cursor = target;
   for (const part of parts.slice(0, -1)) {
     const next = cursor[part];
-    if (typeof next !== 'object' || next === null || Array.isArray(next)) cursor[part] = {};
+    if (next === undefined || next === null) cursor[part] = {};
+    else if (typeof next !== 'object' || Array.isArray(next)) return;
     cursor = cursor[part] as Record<string, unknown>;
   }
   cursor[parts[parts.length - 1]!] = value;
@@ -236,7 +251,16 @@ function setPath(target: Record<string, unknown>, path: string, value: unknown):
 export function resolveConfig(raw: unknown, env: Record<string, string | undefined> = {}): SluiceConfig {
   const base = raw === null || raw === undefined ? {} : raw;
   if (typeof base !== 'object' || Array.isArray(base)) return parseConfigOrThrow(SluiceConfigSchema, base);
-  const merged = structuredClone(base) as Record<string, unknown>;
+  let merged: Record<string, unknown>;
+  try {
+    merged = structuredClone(base) as Record<string, unknown>;
+  } catch (cause) {
+    throw new ConfigError(
+      'Invalid configuration: (root): not plain data',
+      [{ path: '(root)', message: 'must be plain data (objects, arrays, strings, numbers, booleans)' }],
+      { cause },
+    );
+  }
   for (const [variable, path] of Object.entries(ENV_OVERRIDES)) {
     const value = env[variable];
     if (value === undefined || value === '') continue;
@@ -252,7 +276,9 @@ export function resolveConfig(raw: unknown, env: Record<string, string | undefin
   const config = parseConfigOrThrow(SluiceConfigSchema, merged);
   if (config.node.advertisedUrl === undefined) {
     const host = config.node.host === '0.0.0.0' || config.node.host === '::' ? '127.0.0.1' : config.node.host;
-    config.node.advertisedUrl = `http://${host}:${config.node.port}`;
+    // An IPv6 literal needs brackets in a URL (`http://[::1]:7070`).
+    const urlHost = host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
+    config.node.advertisedUrl = `http://${urlHost}:${config.node.port}`;
   }
   return config;
 }

@@ -50,6 +50,12 @@ export interface FieldIssue {
 
 const BRAND = Symbol.for('sluice.error');
 
+/** Caller-supplied text echoed in a message is clipped: a 1 MB key must not become a 1 MB error message. */
+function q(text: string): string {
+  const value = String(text);
+  return JSON.stringify(value.length > 200 ? `${value.slice(0, 200)}…` : value);
+}
+
 export interface SluiceErrorOptions {
   cause?: unknown;
   /** Extra machine-readable details, copied into the problem body. */
@@ -109,7 +115,7 @@ export class UnsupportedMediaTypeError extends SluiceError {
   constructor(contentType: string | undefined) {
     super(
       ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-      `Content type ${contentType ? `"${contentType}"` : '(none)'} is not supported; send application/json`,
+      `Content type ${contentType ? q(contentType) : '(none)'} is not supported; send application/json`,
       415,
     );
   }
@@ -127,7 +133,7 @@ export class IdempotencyKeyMismatchError extends SluiceError {
   constructor(headerKey: string, bodyId: string) {
     super(
       ErrorCode.IDEMPOTENCY_KEY_MISMATCH,
-      `The Idempotency-Key header "${headerKey}" differs from the body id "${bodyId}"`,
+      `The Idempotency-Key header ${q(headerKey)} differs from the body id ${q(bodyId)}`,
       400,
     );
   }
@@ -138,7 +144,7 @@ export class IdempotencyConflictError extends SluiceError {
   constructor(id: string) {
     super(
       ErrorCode.IDEMPOTENCY_CONFLICT,
-      `Transfer "${id}" already exists with a different request body; use a new id for a different request`,
+      `Transfer ${q(id)} already exists with a different request body; use a new id for a different request`,
       422,
       { details: { id } },
     );
@@ -147,7 +153,7 @@ export class IdempotencyConflictError extends SluiceError {
 
 export class UnsupportedAddressTypeError extends SluiceError {
   constructor(role: 'source' | 'destination', type: string) {
-    super(ErrorCode.UNSUPPORTED_ADDRESS_TYPE, `Unsupported ${role} type "${type}"`, 422, {
+    super(ErrorCode.UNSUPPORTED_ADDRESS_TYPE, `Unsupported ${role} type ${q(type)}`, 422, {
       details: { role, type },
     });
   }
@@ -155,7 +161,7 @@ export class UnsupportedAddressTypeError extends SluiceError {
 
 export class UnknownConnectionError extends SluiceError {
   constructor(name: string) {
-    super(ErrorCode.UNKNOWN_CONNECTION, `No connection named "${name}" is configured on this node`, 422, {
+    super(ErrorCode.UNKNOWN_CONNECTION, `No connection named ${q(name)} is configured on this node`, 422, {
       details: { connection: name },
     });
   }
@@ -163,7 +169,7 @@ export class UnknownConnectionError extends SluiceError {
 
 export class PathNotAllowedError extends SluiceError {
   constructor(path: string) {
-    super(ErrorCode.PATH_NOT_ALLOWED, `Path "${path}" is outside the configured file roots`, 403, {
+    super(ErrorCode.PATH_NOT_ALLOWED, `Path ${q(path)} is outside the configured file roots`, 403, {
       details: { path },
     });
   }
@@ -171,7 +177,7 @@ export class PathNotAllowedError extends SluiceError {
 
 export class TransferNotFoundError extends SluiceError {
   constructor(id: string) {
-    super(ErrorCode.TRANSFER_NOT_FOUND, `Transfer "${id}" does not exist`, 404, { details: { id } });
+    super(ErrorCode.TRANSFER_NOT_FOUND, `Transfer ${q(id)} does not exist`, 404, { details: { id } });
   }
 }
 
@@ -180,7 +186,7 @@ export class StaleEpochError extends SluiceError {
   constructor(id: string, expectedEpoch: number, options: SluiceErrorOptions = {}) {
     super(
       ErrorCode.STALE_EPOCH,
-      `Transfer "${id}" is no longer at epoch ${expectedEpoch}; another owner took it over`,
+      `Transfer ${q(id)} is no longer at epoch ${expectedEpoch}; another owner took it over`,
       409,
       { ...options, details: { id, expectedEpoch, ...options.details } },
     );
@@ -189,7 +195,7 @@ export class StaleEpochError extends SluiceError {
 
 export class IllegalTransitionError extends SluiceError {
   constructor(id: string, from: string, to: string) {
-    super(ErrorCode.ILLEGAL_TRANSITION, `Transfer "${id}" cannot move from ${from} to ${to}`, 409, {
+    super(ErrorCode.ILLEGAL_TRANSITION, `Transfer ${q(id)} cannot move from ${from} to ${to}`, 409, {
       details: { id, from, to },
     });
   }
@@ -208,7 +214,7 @@ export class QueueFullError extends SluiceError {
 
 export class UnknownEndpointError extends SluiceError {
   constructor(name: string) {
-    super(ErrorCode.UNKNOWN_ENDPOINT, `No endpoint named "${name}"`, 404, { details: { endpoint: name } });
+    super(ErrorCode.UNKNOWN_ENDPOINT, `No endpoint named ${q(name)}`, 404, { details: { endpoint: name } });
   }
 }
 
@@ -232,7 +238,7 @@ export class CursorExpiredError extends SluiceError {
 
 export class RecordNotFoundError extends SluiceError {
   constructor(endpoint: string, key: string) {
-    super(ErrorCode.RECORD_NOT_FOUND, `No record with key "${key}" in endpoint "${endpoint}"`, 404, {
+    super(ErrorCode.RECORD_NOT_FOUND, `No record with key ${q(key)} in endpoint ${q(endpoint)}`, 404, {
       details: { endpoint, key },
     });
   }
@@ -279,7 +285,7 @@ export class BackplaneUnavailableError extends SluiceError {
 
 export class CacheNotFoundError extends SluiceError {
   constructor(name: string) {
-    super(ErrorCode.CACHE_NOT_FOUND, `Cache or alias "${name}" does not exist`, 404, { details: { name } });
+    super(ErrorCode.CACHE_NOT_FOUND, `Cache or alias ${q(name)} does not exist`, 404, { details: { name } });
   }
 }
 
@@ -288,7 +294,7 @@ export class SchemaMismatchError extends SluiceError {
   constructor(cache: string, expectedHash: string, actualHash: string) {
     super(
       ErrorCode.CACHE_SCHEMA_MISMATCH,
-      `Cache "${cache}" has schema ${actualHash}, expected ${expectedHash}`,
+      `Cache ${q(cache)} has schema ${actualHash}, expected ${expectedHash}`,
       409,
       { details: { cache, expectedHash, actualHash } },
     );
@@ -310,7 +316,7 @@ export class CacheConflictError extends SluiceError {
 
 export class CacheClosedError extends SluiceError {
   constructor(name: string) {
-    super(ErrorCode.CACHE_CLOSED, `Cache "${name}" is closed`, 503, { details: { name } });
+    super(ErrorCode.CACHE_CLOSED, `Cache ${q(name)} is closed`, 503, { details: { name } });
   }
 }
 
@@ -335,13 +341,19 @@ export class SinkError extends SluiceError {
 
 export class TransferTerminatedError extends SluiceError {
   constructor(id: string) {
-    super(ErrorCode.TRANSFER_TERMINATED, `Transfer "${id}" was terminated`, 409, { details: { id } });
+    super(ErrorCode.TRANSFER_TERMINATED, `Transfer ${q(id)} was terminated`, 409, { details: { id } });
   }
 }
 
 /** Wraps anything that is not a SluiceError, so callers always get a code. */
 export function asSluiceError(err: unknown): SluiceError {
   if (SluiceError.isInstance(err)) return err;
-  const message = err instanceof Error ? err.message : String(err);
+  let message: string;
+  try {
+    message = err instanceof Error ? err.message : String(err);
+  } catch {
+    // e.g. an object without a prototype, or whose toString throws
+    message = 'non-error value thrown';
+  }
   return new SluiceError(ErrorCode.INTERNAL, message, 500, { cause: err });
 }

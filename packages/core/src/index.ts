@@ -103,6 +103,7 @@ export {
   type JsonScalar,
   JsonScalarSchema,
   type JsonValue,
+  refuseProtoKey,
   SafeKeySchema,
 } from './json.js';
 export {

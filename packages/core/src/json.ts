@@ -10,7 +10,12 @@ export type JsonScalar = string | number | boolean | null;
 export type JsonValue = JsonScalar | JsonValue[] | { [key: string]: JsonValue };
 
 /** A finite-number-or-string-or-boolean-or-null schema. */
-export const JsonScalarSchema = z.union([z.string().max(65_536), z.number().finite(), z.boolean(), z.null()]);
+export const JsonScalarSchema = z.union(
+  [z.string().max(65_536), z.number().finite(), z.boolean(), z.null()],
+  {
+    error: 'expected a string, number, boolean or null',
+  },
+);
 
 /** A key that is safe to copy into a plain object. */
 export const SafeKeySchema = z
@@ -24,6 +29,13 @@ export const SafeKeySchema = z
  * (the basis of request hashes and checkpoint comparison).
  */
 export function canonicalJson(value: unknown): string {
+  // Like JSON.stringify, honour toJSON (a Date is its ISO string, not `{}`), so distinct values never collide.
+  if (
+    value !== null &&
+    typeof value === 'object' &&
+    typeof (value as { toJSON?: unknown }).toJSON === 'function'
+  )
+    value = (value as { toJSON(): unknown }).toJSON();
   if (value === null || typeof value !== 'object') {
     const out = JSON.stringify(value);
     return out === undefined ? 'null' : out;
@@ -38,4 +50,28 @@ export function canonicalJson(value: unknown): string {
 /** SHA-256 (hex) of the canonical JSON of `value`. */
 export function hashJson(value: unknown): string {
   return createHash('sha256').update(canonicalJson(value)).digest('hex');
+}
+
+/**
+ * Wraps a record schema so that an own `__proto__` key is refused with a path instead of being silently
+ * dropped (zod skips such keys to avoid prototype pollution, which would quietly change what the input means:
+ * a filter `{"__proto__": {...}}` would match everything). Output and input types are those of `schema`.
+ *
+ * @example
+ * ```ts
+ * const Labels = refuseProtoKey(z.record(z.string(), z.string()));
+ * Labels.safeParse(JSON.parse('{"__proto__": "x"}')).success; // false, path ["__proto__"]
+ * ```
+ */
+export function refuseProtoKey<S extends z.ZodType>(
+  schema: S,
+  message = 'reserved key name',
+): z.ZodType<z.output<S>, z.input<S>> {
+  return z
+    .unknown()
+    .superRefine((raw, ctx) => {
+      if (typeof raw === 'object' && raw !== null && Object.hasOwn(raw, '__proto__'))
+        ctx.addIssue({ code: 'custom', path: ['__proto__'], message });
+    })
+    .pipe(schema) as unknown as z.ZodType<z.output<S>, z.input<S>>;
 }

@@ -49,20 +49,28 @@ const TITLES: Record<number, string> = {
  */
 export function toProblem(err: unknown, instance?: string): { status: number; body: ProblemDetails } {
   const error: SluiceError = asSluiceError(err);
-  const status = error.status;
+  // A branded error may come from another copy of this package or be a plain object carrying the brand;
+  // read its fields defensively so mapping an error never throws.
+  const code =
+    typeof error.code === 'string' && /^[A-Z][A-Z0-9_]{0,63}$/.test(error.code) ? error.code : 'INTERNAL';
+  const status =
+    Number.isInteger(error.status) && error.status >= 400 && error.status <= 599 ? error.status : 500;
   const body: ProblemDetails = {
-    type: `https://sluice.dev/problems/${error.code.toLowerCase().replaceAll('_', '-')}`,
+    type: `https://sluice.dev/problems/${code.toLowerCase().replaceAll('_', '-')}`,
     title: TITLES[status] ?? 'Error',
     status,
-    detail: error.code === 'INTERNAL' ? 'An internal error occurred' : error.message,
-    code: error.code,
+    detail:
+      code === 'INTERNAL' || typeof error.message !== 'string' ? 'An internal error occurred' : error.message,
+    code,
   };
   if (instance !== undefined) body.instance = instance;
   if (error instanceof ValidationError || error instanceof InvalidQueryError) body.errors = error.errors;
   else if (Array.isArray((error as { errors?: unknown }).errors))
     body.errors = (error as unknown as ValidationError).errors;
-  if (error.details) {
-    for (const [key, value] of Object.entries(error.details)) {
+  const details: unknown = error.details;
+  if (typeof details === 'object' && details !== null && !Array.isArray(details)) {
+    for (const [key, value] of Object.entries(details)) {
+      // Never let details override the standard members (nor reach the prototype through "__proto__").
       if (!(key in body)) body[key] = value;
     }
   }

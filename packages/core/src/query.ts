@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { FORBIDDEN_KEYS, type JsonScalar, JsonScalarSchema } from './json.js';
+import { FORBIDDEN_KEYS, type JsonScalar, JsonScalarSchema, refuseProtoKey } from './json.js';
 import { parseQueryOrThrow } from './validation.js';
 
 /** Limits applied to every query; the api-server takes them from configuration. */
@@ -82,7 +82,7 @@ export function filterSchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS): z.ZodT
   const condition = conditionSchema(limits);
   const build = (depth: number): z.ZodType<Filter> =>
     z.lazy(() =>
-      z.record(z.string(), z.unknown()).superRefine((obj, ctx) => {
+      refuseProtoKey(z.record(z.string(), z.unknown()), 'reserved field name').superRefine((obj, ctx) => {
         const keys = Object.keys(obj);
         if (keys.length > 256)
           ctx.addIssue({ code: 'custom', message: 'at most 256 keys in one filter object' });
@@ -128,7 +128,7 @@ export function filterSchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS): z.ZodT
               const message =
                 issue.code === 'unrecognized_keys'
                   ? `unknown operator ${issue.keys.map((k) => `"${k.slice(0, 64)}"`).join(', ')}`
-                  : isObject
+                  : isObject || issue.code !== 'invalid_union'
                     ? issue.message
                     : 'expected a string, number, boolean, null or an operator object';
               ctx.addIssue({ code: 'custom', path: [key, ...issue.path], message });
@@ -145,10 +145,12 @@ export function querySchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS) {
   return z
     .strictObject({
       $filter: filterSchema(limits).optional(),
-      $order_by: z
-        .record(FieldNameSchema, z.enum(['asc', 'desc']))
-        .refine((o) => Object.keys(o).length <= 8, { message: 'at most 8 sort fields' })
-        .optional(),
+      $order_by: refuseProtoKey(
+        z
+          .record(FieldNameSchema, z.enum(['asc', 'desc']))
+          .refine((o) => Object.keys(o).length <= 8, { message: 'at most 8 sort fields' }),
+        'reserved field name',
+      ).optional(),
       $limit: z.number().int().min(0).max(limits.maxLimit, `must be at most ${limits.maxLimit}`).optional(),
       $skip: z.number().int().min(0).max(limits.maxSkip, `must be at most ${limits.maxSkip}`).optional(),
       $after: z.string().min(1).max(4096).optional(),
@@ -229,6 +231,8 @@ function equals(a: unknown, b: unknown): boolean {
 function matchesCondition(value: unknown, condition: FieldCondition | JsonScalar): boolean {
   if (condition === null || typeof condition !== 'object') return equals(value, condition);
   for (const [op, operand] of Object.entries(condition)) {
+    // An absent operator (`{ $eq: undefined }` built in code) constrains nothing, as an absent field does.
+    if (operand === undefined) continue;
     switch (op as ComparisonOperator) {
       case '$eq':
         if (!equals(value, operand)) return false;

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { assertKnownAddressType, DestinationAddressSchema, SourceAddressSchema } from './addresses.js';
 import { IdempotencyKeyMismatchError, ValidationError } from './errors.js';
-import { hashJson, JsonScalarSchema, SafeKeySchema } from './json.js';
+import { hashJson, JsonScalarSchema, refuseProtoKey, SafeKeySchema } from './json.js';
 import { parseOrThrow } from './validation.js';
 
 /** The idempotency key / transfer id: 1–200 chars of `[A-Za-z0-9._:-]`. */
@@ -37,7 +37,7 @@ export const TransferRequestSchema = z.strictObject({
   mode: z.enum(['idempotent', 'fire-and-forget']).default('idempotent'),
   source: SourceAddressSchema,
   destination: DestinationAddressSchema,
-  properties: PropertiesSchema.default({}),
+  properties: refuseProtoKey(PropertiesSchema).default({}),
   options: TransferOptionsSchema.default({ onBadRecord: 'skip' }),
 });
 export type TransferRequest = z.output<typeof TransferRequestSchema>;
@@ -61,8 +61,9 @@ export function parseTransferRequest(body: unknown, idempotencyKey?: string): Tr
   const input = { ...(body as Record<string, unknown>) };
   if (idempotencyKey !== undefined) {
     if (input.id === undefined) input.id = idempotencyKey;
-    else if (input.id !== idempotencyKey)
-      throw new IdempotencyKeyMismatchError(idempotencyKey, String(input.id));
+    // A non-string body id is a plain validation failure at `id`, reported by the schema below.
+    else if (typeof input.id === 'string' && input.id !== idempotencyKey)
+      throw new IdempotencyKeyMismatchError(idempotencyKey, input.id);
   }
   assertKnownAddressType('source', input.source);
   assertKnownAddressType('destination', input.destination);

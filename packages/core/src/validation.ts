@@ -1,28 +1,113 @@
 import type { z } from 'zod';
 import { ConfigError, type FieldIssue, InvalidQueryError, ValidationError } from './errors.js';
 
-/** Renders a zod issue path as `a.b[0].c`. */
+/** At most this many issues are reported for one input (a hostile body can produce thousands). */
+export const MAX_REPORTED_ISSUES = 100;
+/** Longest path segment / message echoed back, so a huge key or value is never reflected in full. */
+const MAX_SEGMENT_CHARS = 128;
+const MAX_MESSAGE_CHARS = 512;
+
+function clip(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max)}…` : text;
+}
+
+/**
+ * Renders a zod issue path as `a.b[0].c`; the empty path is `(root)`. An empty key renders as `[""]`, and
+ * over-long keys are clipped.
+ */
 export function formatPath(path: ReadonlyArray<PropertyKey>): string {
   let out = '';
   for (const segment of path) {
     if (typeof segment === 'number') out += `[${segment}]`;
-    else out += out === '' ? String(segment) : `.${String(segment)}`;
+    else if (segment === '') out += '[""]';
+    else {
+      const name = clip(String(segment), MAX_SEGMENT_CHARS);
+      out += out === '' ? name : `.${name}`;
+    }
   }
   return out === '' ? '(root)' : out;
 }
 
-/** Converts zod issues into Sluice field issues with exact paths. */
-export function issuesOf(error: z.ZodError, prefix: ReadonlyArray<PropertyKey> = []): FieldIssue[] {
-  return error.issues.map((issue) => ({
-    path: formatPath([...prefix, ...issue.path]),
-    message: issue.message,
-  }));
+type ZodIssue = z.ZodError['issues'][number];
+
+/**
+ * Of a failed union, the issues of the one alternative that matched the input's shape (every other
+ * alternative failed on the type of the value itself), or `undefined` when that is ambiguous.
+ */
+function closestAlternative(issue: ZodIssue): ZodIssue[] | undefined {
+  if (issue.code !== 'invalid_union' || !Array.isArray(issue.errors)) return undefined;
+  const isTypeMismatch = (issues: ZodIssue[]) =>
+    issues.every(
+      (i) =>
+        i.path.length === 0 &&
+        (i.code === 'invalid_type' || i.code === 'invalid_value' || i.code === 'invalid_union'),
+    );
+  const candidates = issue.errors.filter((issues) => issues.length > 0 && !isTypeMismatch(issues));
+  return candidates.length === 1 ? candidates[0] : undefined;
 }
 
-function summary(what: string, issues: FieldIssue[]): string {
+function messageOf(issue: ZodIssue): string {
+  // A bad record key hides its reason ("reserved key name") one level down; surface it.
+  if (issue.code === 'invalid_key' && issue.issues[0]) return `invalid key: ${issue.issues[0].message}`;
+  // zod's bare "Invalid input" for a union of types says nothing; name the types it accepts.
+  if (issue.code === 'invalid_union' && issue.message === 'Invalid input' && Array.isArray(issue.errors)) {
+    const expected = new Set<string>();
+    for (const alternative of issue.errors)
+      for (const i of alternative) {
+        if (i.path.length > 0) continue;
+        if (i.code === 'invalid_type') expected.add(i.expected);
+        else if (i.code === 'invalid_value')
+          for (const v of i.values) expected.add(JSON.stringify(v) ?? String(v));
+      }
+    if (expected.size > 0) return `Invalid input: expected ${[...expected].join(' or ')}`;
+  }
+  return issue.message;
+}
+
+function collect(issues: ZodIssue[], prefix: ReadonlyArray<PropertyKey>, out: FieldIssue[]): void {
+  for (const issue of issues) {
+    if (out.length >= MAX_REPORTED_ISSUES) return;
+    const here = [...prefix, ...issue.path];
+    if (issue.code === 'unrecognized_keys') {
+      for (const key of issue.keys.slice(0, MAX_REPORTED_ISSUES - out.length)) {
+        out.push({
+          path: formatPath([...here, key]),
+          message: `Unrecognized key: ${JSON.stringify(clip(key, MAX_SEGMENT_CHARS))}`,
+        });
+      }
+      continue;
+    }
+    const alternative = closestAlternative(issue);
+    if (alternative) {
+      collect(alternative, here, out);
+      continue;
+    }
+    out.push({ path: formatPath(here), message: clip(messageOf(issue), MAX_MESSAGE_CHARS) });
+  }
+}
+
+/**
+ * Converts zod issues into Sluice field issues with exact paths. An unknown key is reported at its own path
+ * (`api.prot`, not `api`); a failed union reports the alternative that matched the input's shape (so
+ * `nats.servers`, not `nats`); messages are clipped and at most {@link MAX_REPORTED_ISSUES} issues are kept.
+ */
+export function issuesOf(error: z.ZodError, prefix: ReadonlyArray<PropertyKey> = []): FieldIssue[] {
+  const out: FieldIssue[] = [];
+  collect(error.issues, prefix, out);
+  return out;
+}
+
+function countIssues(error: z.ZodError): number {
+  return error.issues.reduce(
+    (n, issue) => n + (issue.code === 'unrecognized_keys' ? issue.keys.length : 1),
+    0,
+  );
+}
+
+function summary(what: string, issues: FieldIssue[], total = issues.length): string {
   const first = issues[0];
   const head = first ? `${first.path}: ${first.message}` : 'invalid';
-  return issues.length > 1 ? `${what}: ${head} (and ${issues.length - 1} more)` : `${what}: ${head}`;
+  return total > 1 ? `${what}: ${head} (and ${total - 1} more)` : `${what}: ${head}`;
 }
 
 /**
@@ -41,7 +126,9 @@ export function parseOrThrow<S extends z.ZodType>(
   const result = schema.safeParse(input);
   if (result.success) return result.data;
   const issues = issuesOf(result.error);
-  throw new ValidationError(summary(what, issues), issues, { cause: result.error });
+  throw new ValidationError(summary(what, issues, countIssues(result.error)), issues, {
+    cause: result.error,
+  });
 }
 
 /** Like {@link parseOrThrow} but for queries: throws {@link InvalidQueryError}. */
@@ -49,7 +136,9 @@ export function parseQueryOrThrow<S extends z.ZodType>(schema: S, input: unknown
   const result = schema.safeParse(input);
   if (result.success) return result.data;
   const issues = issuesOf(result.error);
-  throw new InvalidQueryError(summary('Invalid query', issues), issues, { cause: result.error });
+  throw new InvalidQueryError(summary('Invalid query', issues, countIssues(result.error)), issues, {
+    cause: result.error,
+  });
 }
 
 /** Like {@link parseOrThrow} but for configuration: throws {@link ConfigError}. */
@@ -57,5 +146,7 @@ export function parseConfigOrThrow<S extends z.ZodType>(schema: S, input: unknow
   const result = schema.safeParse(input);
   if (result.success) return result.data;
   const issues = issuesOf(result.error);
-  throw new ConfigError(summary('Invalid configuration', issues), issues, { cause: result.error });
+  throw new ConfigError(summary('Invalid configuration', issues, countIssues(result.error)), issues, {
+    cause: result.error,
+  });
 }
