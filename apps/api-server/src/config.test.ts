@@ -6,17 +6,18 @@ import { describe, expect, it } from 'vitest';
 import { loadConfig } from './config.js';
 
 describe('loadConfig', () => {
-  it('reads sluice.yaml, applies env overrides and resolves dataDir against the file', async () => {
+  it('reads sluice.yaml, applies env overrides and resolves dataDir against the working directory (as the app-server does)', async () => {
     await using dir = await tempDir();
     const file = join(dir.path, 'sluice.yaml');
     await writeFile(
       file,
       'dataDir: ./data\napi: { port: 9000, reconcileMs: 1000 }\nnats: nats://10.0.0.1:4222\n',
     );
-    const plain = loadConfig({ configPath: file, cwd: '/' });
+    const plain = loadConfig({ configPath: file, cwd: dir.path });
     expect(plain.config.api.port).toBe(9000);
     expect(plain.config.api.reconcileMs).toBe(1000);
     expect(plain.dataDir).toBe(join(dir.path, 'data'));
+    expect(loadConfig({ configPath: file, cwd: '/srv' }).dataDir).toBe('/srv/data');
     const env = { SLUICE_API_PORT: '9100', SLUICE_NATS_URL: 'nats://127.0.0.1:5222', SLUICE_DATA_DIR: 'rel' };
     const overridden = loadConfig({ configPath: file, cwd: '/srv', env });
     expect(overridden.config.api.port).toBe(9100);

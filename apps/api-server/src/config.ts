@@ -1,5 +1,5 @@
 import { existsSync, readFileSync } from 'node:fs';
-import { dirname, isAbsolute, resolve } from 'node:path';
+import { isAbsolute, resolve } from 'node:path';
 import { ConfigError, resolveConfig, type SluiceConfig } from '@sluice/core';
 import YAML from 'yaml';
 
@@ -10,7 +10,7 @@ export interface LoadedConfig {
   config: SluiceConfig;
   /** The file read, or `null` when running on defaults. */
   path: string | null;
-  /** Directory that relative paths in the configuration (`dataDir`) are resolved against. */
+  /** Directory that relative paths in the configuration (`dataDir`) are resolved against (the working directory). */
   baseDir: string;
   /** `dataDir` as an absolute path. */
   dataDir: string;
@@ -25,10 +25,9 @@ export interface LoadConfigOptions {
 
 /**
  * Reads `sluice.yaml` (the same file as the host's app-server) and validates it with core's `resolveConfig`,
- * after the environment overrides (`SLUICE_API_PORT`, `SLUICE_DATA_DIR`, `SLUICE_NATS_URL`, ...). Relative
- * `dataDir` values resolve against the configuration file's directory (the working directory without a file
- * or when set through `SLUICE_DATA_DIR`),
- * so every process of a host finds the same caches whatever directory it was started from.
+ * after the environment overrides (`SLUICE_API_PORT`, `SLUICE_DATA_DIR`, `SLUICE_NATS_URL`, ...). A relative
+ * `dataDir` resolves against the working directory, exactly as the app-server resolves it, so an app-server
+ * and api-servers started from the same directory with the same file find the same caches.
  *
  * @example
  * ```ts
@@ -64,9 +63,7 @@ export function loadConfig(options: LoadConfigOptions = {}): LoadedConfig {
     }
   }
   const config = resolveConfig(raw, env);
-  const baseDir = path === null ? cwd : dirname(path);
-  // A relative SLUICE_DATA_DIR is the operator's shell talking: resolve it against the working directory.
-  const dataDirBase = env.SLUICE_DATA_DIR ? cwd : baseDir;
-  const dataDir = isAbsolute(config.dataDir) ? config.dataDir : resolve(dataDirBase, config.dataDir);
+  const baseDir = cwd;
+  const dataDir = isAbsolute(config.dataDir) ? config.dataDir : resolve(baseDir, config.dataDir);
   return { config, path, baseDir, dataDir };
 }

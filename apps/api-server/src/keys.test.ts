@@ -28,6 +28,10 @@ describe('key segments', () => {
     expect(parseKeySegment('a%2Fb%2Cc', single('string'))).toEqual(['a/b,c']);
     expect(parseKeySegment('42', single('string'))).toEqual(['42']);
     expect(parseKeySegment('%7B%22a%22%3A1%7D', single('json'))).toEqual([{ a: 1 }]);
+    expect(parseKeySegment('2026-12-02T10%3A00%3A00Z', single('timestamp'))).toEqual([
+      '2026-12-02T10:00:00Z',
+    ]);
+    expect(parseKeySegment('1764669600000', single('timestamp'))).toEqual([1764669600000]);
   });
 
   it('rejects values that cannot have the key type with a typed error naming the path', () => {
@@ -41,6 +45,7 @@ describe('key segments', () => {
     );
     expect(failure(() => parseKeySegment('NaN', single('number'))).code).toBe('VALIDATION_FAILED');
     expect(failure(() => parseKeySegment('yes', single('boolean'))).code).toBe('VALIDATION_FAILED');
+    expect(failure(() => parseKeySegment('soon', single('timestamp'))).code).toBe('VALIDATION_FAILED');
     expect(failure(() => parseKeySegment('%E0%A4%A', single('string'))).code).toBe('VALIDATION_FAILED');
     expect(failure(() => parseKeySegment('x'.repeat(9000), single('string'))).code).toBe('VALIDATION_FAILED');
   });

@@ -40,8 +40,13 @@ export function convertKeyComponent(text: string, type: string | undefined, path
       } catch {
         throw bad('not valid JSON', path);
       }
+    case 'timestamp':
+      // Timestamps are stored as ISO text or as epoch numbers: digits mean the number.
+      if (/^-?\d{1,16}(\.\d+)?$/.test(text)) return Number(text);
+      if (Number.isNaN(Date.parse(text))) throw bad(`"${text.slice(0, 64)}" is not a timestamp`, path);
+      return text;
     default:
-      // string, timestamp (kept in its ISO text form) and untyped fields.
+      // string and untyped fields.
       return text;
   }
 }
