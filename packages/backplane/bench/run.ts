@@ -40,6 +40,32 @@ async function measure(iterations: number, op: (i: number) => Promise<unknown>):
   return stats(samples);
 }
 
+/**
+ * Measures several operations in interleaved rounds, so load from other processes on a shared machine hits them
+ * all alike and the ratios stay meaningful.
+ */
+async function measureInterleaved<K extends string>(
+  iterations: number,
+  ops: Record<K, (i: number) => Promise<unknown>>,
+  rounds = 10,
+): Promise<Record<K, Stats>> {
+  const names = Object.keys(ops) as K[];
+  const samples = Object.fromEntries(names.map((n) => [n, [] as number[]])) as Record<K, number[]>;
+  for (const name of names) for (let i = 0; i < WARMUP; i++) await ops[name](i);
+  const perRound = Math.ceil(iterations / rounds);
+  for (let round = 0; round < rounds; round++) {
+    for (const name of names) {
+      for (let j = 0; j < perRound; j++) {
+        const i = round * perRound + j;
+        const started = performance.now();
+        await ops[name](i);
+        samples[name].push((performance.now() - started) * 1000);
+      }
+    }
+  }
+  return Object.fromEntries(names.map((n) => [n, stats(samples[n])])) as Record<K, Stats>;
+}
+
 const us = (v: number) => `${v.toFixed(0)} µs`;
 const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}×`;
 
@@ -84,28 +110,26 @@ const http = createServer((req, res) => {
 await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
 const ownerAddress = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
 
-const raw = await measure(QUERIES, () => rawClient.request('raw.echo', Empty, { timeout: 5_000 }));
-const rawNoResponders = await measure(QUERIES, () =>
-  rawClient.request('raw.nobody', Empty, { timeout: 5_000 }).then(
-    () => {
-      throw new Error('unexpected responder');
-    },
-    () => undefined,
-  ),
-);
-const found = await measure(QUERIES, async () =>
-  expectStatus(await asker.whoRuns('bench-transfer', { timeoutMs: 5_000 }), 'owner'),
-);
-const nobody = await measure(QUERIES, async (i) =>
-  expectStatus(await asker.whoRuns(`absent-${i}`, { timeoutMs: 5_000 }), 'nobody'),
-);
-const directFound = await measure(Math.min(QUERIES, 1_000), async () =>
+const directQueries = Math.min(QUERIES, 1_000);
+const { raw, rawNoResponders, found, nobody } = await measureInterleaved(QUERIES, {
+  raw: () => rawClient.request('raw.echo', Empty, { timeout: 5_000 }),
+  rawNoResponders: () =>
+    rawClient.request('raw.nobody', Empty, { timeout: 5_000 }).then(
+      () => {
+        throw new Error('unexpected responder');
+      },
+      () => undefined,
+    ),
+  found: async () => expectStatus(await asker.whoRuns('bench-transfer', { timeoutMs: 5_000 }), 'owner'),
+  nobody: async (i) => expectStatus(await asker.whoRuns(`absent-${i}`, { timeoutMs: 5_000 }), 'nobody'),
+});
+const directFound = await measure(directQueries, async () =>
   expectStatus(await directAsker.whoRuns('bench-transfer', { timeoutMs: 5_000, ownerAddress }), 'owner'),
 );
 
 console.log('### Owner query latency\n');
 console.log(
-  `${QUERIES} sequential queries after ${WARMUP} warm-up, one process, private nats-server on loopback.\n`,
+  `${QUERIES} sequential queries per NATS row, interleaved in 10 rounds so machine noise hits all rows alike; ${directQueries} for HTTP; ${WARMUP} warm-up each; one process, private nats-server on loopback.\n`,
 );
 console.log('| operation | p50 | p99 | p50 vs raw NATS request/reply |');
 console.log('|---|---|---|---|');
@@ -145,15 +169,6 @@ async function fanOut(subscribers: number): Promise<{ backplane: Stats; raw: Sta
     nodeId: 'pub',
   });
   const event = snapshottingDone({ endpoint: 'items', cache: 'items-2', source: 'file' });
-  const backplane = await measure(EVENTS, async () => {
-    pending = subscribers;
-    const all = new Promise<void>((resolve) => {
-      wake = resolve;
-    });
-    await publisher.publish(event);
-    await all;
-  });
-
   const rawConns: NatsConnection[] = [];
   for (let i = 0; i < subscribers; i++) {
     const nc = await connect({ servers: nats.url });
@@ -162,21 +177,31 @@ async function fanOut(subscribers: number): Promise<{ backplane: Stats; raw: Sta
     rawConns.push(nc);
   }
   const payload = JSON.stringify(event);
-  const rawStats = await measure(EVENTS, async () => {
-    pending = subscribers;
-    const all = new Promise<void>((resolve) => {
+  const waitAll = () =>
+    new Promise<void>((resolve) => {
       wake = resolve;
     });
-    rawClient.publish(`rawfan${subscribers}`, payload);
-    await all;
+  const result = await measureInterleaved(EVENTS, {
+    backplane: async () => {
+      pending = subscribers;
+      const all = waitAll();
+      await publisher.publish(event);
+      await all;
+    },
+    raw: async () => {
+      pending = subscribers;
+      const all = waitAll();
+      rawClient.publish(`rawfan${subscribers}`, payload);
+      await all;
+    },
   });
   await Promise.all([...nodes.map((n) => n.close()), publisher.close(), ...rawConns.map((c) => c.close())]);
-  return { backplane, raw: rawStats };
+  return result;
 }
 
 console.log('### Event fan-out latency\n');
 console.log(
-  `Time from \`publish()\` until every subscriber's handler has the event; ${EVENTS} events after ${WARMUP} warm-up, each subscriber on its own connection.\n`,
+  `Time from \`publish()\` until every subscriber's handler has the event; ${EVENTS} events per row (interleaved with raw), ${WARMUP} warm-up, each subscriber on its own connection; the backplane's \`publish()\` also waits for the server to confirm (a flush).\n`,
 );
 console.log('| subscribers | backplane p50 | backplane p99 | raw NATS p50 | raw NATS p99 | p50 ratio |');
 console.log('|---|---|---|---|---|---|');
