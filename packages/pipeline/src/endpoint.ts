@@ -50,6 +50,8 @@ export interface EndpointContext {
   retryMs?: number;
   /** Read size of file sources (tests use small reads to stop mid-file). */
   fileChunkBytes?: number;
+  /** Called on every progress report (after each batch and each commit). */
+  onProgress?: (progress: PipelineProgress) => void;
 }
 
 export interface EndpointStatus {
@@ -229,7 +231,7 @@ export async function startEndpointPipeline(
   /** Chooses the generation to write and how (the restart decision). */
   const plan = async (
     force: boolean,
-  ): Promise<{ cache: RwCacheLike; plan: RestartPlan; sink: Run['sink'] }> => {
+  ): Promise<{ cache: RwCacheLike; plan: RestartPlan; sink: Run['sink']; schema: RecordSchema }> => {
     const { schema, csvFields } = await resolveSchema(!force);
     await branch?.source.close();
     branch = buildBranch(csvFields);
@@ -267,7 +269,7 @@ export async function startEndpointPipeline(
         sinkCheckpoint: committed,
       });
       if (restart.decision === 'resume')
-        return { run: { cache, sink, plan: { ...restart, reason: `${label}: ${restart.reason}` } } };
+        return { run: { cache, sink, schema, plan: { ...restart, reason: `${label}: ${restart.reason}` } } };
       return { reason: restart.reason, cache, sink };
     };
 
@@ -291,6 +293,7 @@ export async function startEndpointPipeline(
         return {
           cache: attempt.cache,
           sink: attempt.sink,
+          schema,
           plan: {
             decision: 'from-scratch',
             reason: `${reason}; rebuilding into ${green.name}`,
@@ -303,6 +306,7 @@ export async function startEndpointPipeline(
     return {
       cache,
       sink: makeSink(cache),
+      schema,
       plan: { decision: 'from-scratch', reason: `${reason}; building ${cache.name}`, checkpoint: null },
     };
   };
@@ -328,10 +332,12 @@ export async function startEndpointPipeline(
       badRecords,
       signal: controller.signal,
       ...(ctx.checkpoint ? { saveCheckpoint: (c: PipelineCheckpoint) => ctx.checkpoint!.save(c) } : {}),
-      ...(endpoint.fields ? { fields: endpoint.fields } : {}),
+      // The cache refuses values of another type than its schema's; here they become bad records instead.
+      fields: chosen.schema.fields,
       ...(ctx.commitEveryRecords !== undefined ? { commitEveryRecords: ctx.commitEveryRecords } : {}),
       ...(ctx.commitEveryMs !== undefined ? { commitEveryMs: ctx.commitEveryMs } : {}),
       progress,
+      ...(ctx.onProgress ? { onProgress: ctx.onProgress } : {}),
       onCommit: (checkpoint) => {
         lastCheckpoint = checkpoint;
       },

@@ -1,0 +1,130 @@
+import { appendFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import type { SourceItem } from '../types.js';
+import { createFileSource } from './file.js';
+
+async function collect(
+  source: ReturnType<typeof createFileSource>,
+  from: unknown | null,
+  options: { mode?: 'transfer' | 'endpoint'; until?: (items: SourceItem[]) => boolean } = {},
+) {
+  const controller = new AbortController();
+  const items: SourceItem[] = [];
+  try {
+    for await (const item of source.read(from, {
+      signal: controller.signal,
+      mode: options.mode ?? 'transfer',
+      batchSize: 2,
+    })) {
+      items.push(item);
+      if (options.until?.(items)) break;
+    }
+  } finally {
+    controller.abort();
+  }
+  return items;
+}
+const records = (items: SourceItem[]) =>
+  items.flatMap((i) =>
+    i.kind === 'records' ? i.ops.map((op) => (op.op === 'delete' ? op.key : op.record)) : [],
+  );
+const lastPosition = (items: SourceItem[]) => items[items.length - 1]!.position;
+
+describe('file source', () => {
+  it('resumes from a byte offset when the file only grew, and refuses a rewritten or truncated file', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'a.jsonl');
+    await writeFile(path, '{"id":1}\n{"id":2}\n{"id":3}\n');
+    const source = createFileSource({ handle: 's', path, format: 'jsonl' });
+    const first = await collect(source, null);
+    expect(records(first)).toEqual([{ id: 1 }, { id: 2 }, { id: 3 }]);
+    const position = lastPosition(first);
+    expect(position).toMatchObject({ offset: 27, line: 3, read: 3 });
+
+    await appendFile(path, '{"id":4}\n');
+    expect(await source.canResume(position)).toEqual({ ok: true });
+    const second = await collect(source, position);
+    expect(records(second)).toEqual([{ id: 4 }]);
+    expect(second.find((i) => i.kind === 'records')).toMatchObject({
+      ops: [{ at: { line: 4, offset: 27 } }],
+    });
+
+    await writeFile(path, '{"id":1}\n{"id":2}\n{"id":9}\n{"id":4}\n'); // same length, one line differs
+    expect(await source.canResume(position)).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/changed/),
+    });
+    await writeFile(path, '{"id":1}\n');
+    expect(await source.canResume(position)).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/shrank/),
+    });
+  });
+
+  it('types CSV columns from the schema and reports cells that do not convert', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'a.csv');
+    await writeFile(
+      path,
+      'id,price,ok,when\r\n1,2.5,true,2026-01-02\r\n2,abc,false,2026-01-03\r\n3,,1,nope\r\n4,7,0,\r\n',
+    );
+    const source = createFileSource({
+      handle: 's',
+      path,
+      format: 'csv',
+      fields: { id: 'integer', price: 'number', ok: 'boolean', when: 'timestamp' },
+    });
+    const items = await collect(source, null);
+    expect(records(items)).toEqual([
+      { id: 1, price: 2.5, ok: true, when: '2026-01-02' },
+      { id: 4, price: 7, ok: false, when: null },
+    ]);
+    const bad = items.flatMap((i) => (i.kind === 'records' ? i.bad : []));
+    expect(bad.map((b) => [b.line, b.reason])).toEqual([
+      [3, 'column "price": expected a number, got "abc"'],
+      [4, 'column "when": expected an ISO timestamp, got "nope"'],
+    ]);
+  });
+
+  it('reports over-long lines as bad records and keeps going', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'a.jsonl');
+    await writeFile(path, `{"id":1}\n{"id":2,"pad":"${'x'.repeat(5000)}"}\n{"id":3}\n`);
+    const source = createFileSource({
+      handle: 's',
+      path,
+      format: 'jsonl',
+      maxLineBytes: 1024,
+      chunkBytes: 512,
+    });
+    const items = await collect(source, null);
+    expect(records(items)).toEqual([{ id: 1 }, { id: 3 }]);
+    const bad = items.flatMap((i) => (i.kind === 'records' ? i.bad : []));
+    expect(bad).toMatchObject([{ line: 2, offset: 9, reason: 'line longer than 1024 bytes' }]);
+  });
+
+  it('follows a growing file, holding back a line still being written', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'a.jsonl');
+    await writeFile(path, '{"id":1}\n');
+    const source = createFileSource({ handle: 's', path, format: 'jsonl', follow: true, pollMs: 20 });
+    const seen: SourceItem[] = [];
+    const reading = collect(source, null, {
+      mode: 'endpoint',
+      until: (items) => {
+        seen.splice(0, seen.length, ...items);
+        return records(items).length >= 3;
+      },
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    expect(seen.map((i) => i.kind)).toEqual(['records', 'snapshot-done']);
+    await appendFile(path, '{"id":2}\n{"id":');
+    await new Promise((r) => setTimeout(r, 100));
+    expect(records(seen)).toEqual([{ id: 1 }, { id: 2 }]);
+    await appendFile(path, '3}\n');
+    const items = await reading;
+    expect(records(items)).toEqual([{ id: 1 }, { id: 2 }, { id: 3 }]);
+  });
+});
