@@ -14,6 +14,12 @@ export type {
   RwCacheLike,
 } from './cache-port.js';
 export { dagHash, decideRestart, nodeHandles, type RestartPlan } from './dag.js';
+export {
+  type EndpointContext,
+  type EndpointPipeline,
+  type EndpointStatus,
+  startEndpointPipeline,
+} from './endpoint.js';
 export { keyOf, keyString, type RecordLocation, type RecordOp, type RecordSchema, type Row } from './ops.js';
 export { filterProcessor, functionProcessor, type RecordFunction, selectProcessor } from './processors.js';
 export { ProgressTracker } from './progress.js';
