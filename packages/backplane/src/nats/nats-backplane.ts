@@ -496,8 +496,7 @@ export class NatsBackplane implements Backplane {
   }
 
   async #shutdown(): Promise<void> {
-    this.#registry.clear();
-    this.#eventSubs.clear();
+    // Responders stay registered while draining, so queries already routed here are still answered.
     if (!this.#nc.isClosed()) {
       try {
         if (this.#status.get() === 'connected') {
@@ -514,6 +513,8 @@ export class NatsBackplane implements Backplane {
       }
       if (!this.#nc.isClosed()) await this.#nc.close().catch(() => undefined);
     }
+    this.#registry.clear();
+    this.#eventSubs.clear();
     await this.#statusLoop;
     this.#status.set('closed');
   }
