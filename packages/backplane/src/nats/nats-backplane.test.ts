@@ -416,6 +416,9 @@ describe('NATS backplane: outages', () => {
       SluiceError.hasCode(err, 'BACKPLANE_UNAVAILABLE'),
     );
 
+    // A transfer started during the outage registers now and answers once NATS is back.
+    await using _during = await b.serve('t-during', countingResponder(report('b', 2)));
+
     await server.start();
     await waitFor(() => a.status() === 'connected' && b.status() === 'connected', {
       timeoutMs: 10_000,
@@ -429,6 +432,10 @@ describe('NATS backplane: outages', () => {
     });
     await waitFor(async () => (await a.whoRuns('t-never-served', { timeoutMs: 1_000 })).status === 'nobody', {
       what: 'nobody to be certain again after settling',
+    });
+    expect(await a.whoRuns('t-during', { timeoutMs: 1_000 })).toEqual({
+      status: 'owner',
+      owner: report('b', 2),
     });
     await b.publish(event);
     await waitFor(() => seen.length === 1, { what: 'the restored event subscription to deliver' });
