@@ -176,6 +176,9 @@ describe('parseQuery: refused queries name the failing path', () => {
     ]);
     expect(queryPaths({ $filter: { a: 'x'.repeat(65_537) } })).toEqual(['$filter.a']);
     expect(queryPaths({ $filter: { a: { $eq: 'x'.repeat(65_537) } } })).toEqual(['$filter.a.$eq']);
+    expect(queryIssues({ $filter: { a: {} } })).toEqual([
+      { path: '$filter.a', message: 'expected at least one operator' },
+    ]);
     expect(queryPaths({ $filter: 'a = 1' })).toEqual(['$filter']);
     expect(queryPaths({ $filter: [{ a: 1 }] })).toEqual(['$filter']);
   });

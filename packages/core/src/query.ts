@@ -122,6 +122,11 @@ export function filterSchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS): z.ZodT
             continue;
           }
           const isObject = typeof value === 'object' && value !== null && !Array.isArray(value);
+          if (isObject && Object.keys(value).length === 0) {
+            // `{"price": {}}` would otherwise match every record: refuse it rather than guess what was meant.
+            ctx.addIssue({ code: 'custom', path: [key], message: 'expected at least one operator' });
+            continue;
+          }
           const parsed = isObject ? condition.safeParse(value) : JsonScalarSchema.safeParse(value);
           if (!parsed.success) {
             for (const issue of parsed.error.issues) {
