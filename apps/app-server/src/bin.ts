@@ -2,6 +2,7 @@
 import { SluiceError } from '@sluice/core';
 import { Command } from 'commander';
 import { loadConfig } from './config.js';
+import { isDatabaseConnectionLoss } from './crash-guard.js';
 import { startNode } from './node.js';
 
 const program = new Command()
@@ -20,6 +21,16 @@ async function main(): Promise<void> {
     return;
   }
   const node = await startNode(config);
+  process.on('uncaughtException', (err) => {
+    if (isDatabaseConnectionLoss(err)) {
+      process.stderr.write(
+        `${JSON.stringify({ level: 40, node: config.node.id, err: (err as Error).message, msg: 'a PostgreSQL connection was lost; it will be replaced' })}\n`,
+      );
+      return;
+    }
+    process.stderr.write(`sluice-app-server: uncaught exception: ${(err as Error)?.stack ?? String(err)}\n`);
+    process.exit(1);
+  });
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {
     if (stopping) return;

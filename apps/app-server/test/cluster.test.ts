@@ -15,6 +15,7 @@ import {
   tempDir,
   waitFor,
 } from '@sluice/testkit';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   call,
@@ -236,6 +237,58 @@ describe('app-server cluster (PostgreSQL + NATS)', () => {
     const owner = await call(`${node('n3').url}/v1/transfers/nats-1`);
     expect(owner.body.state).toBe('COMPLETED');
   });
+
+  it('the store and NATS restarting under load: no transfer lost or duplicated', async () => {
+    const ids = Array.from({ length: 6 }, (_, i) => `load-${i}`);
+    const source = await writeRecords(files('load-in.jsonl'), 2_000);
+    const urls = ['n1', 'n2', 'n3'].map((id) => node(id).url);
+    const replies = await Promise.all(
+      ids.map((id, i) =>
+        call(`${urls[i % 3]}/v1/transfers`, { json: fileTransfer(id, source, files(`${id}.jsonl`), 700) }),
+      ),
+    );
+    expect(replies.map((r) => r.status)).toEqual(ids.map(() => 201));
+    await Promise.all(ids.map(waitForCheckpoint));
+    const killConnections = async () => {
+      const admin = new pg.Client({ connectionString: db.url });
+      await admin.connect();
+      try {
+        const { rowCount } = await admin.query(
+          'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+          [db.name],
+        );
+        return rowCount ?? 0;
+      } finally {
+        await admin.end();
+      }
+    };
+    expect(await killConnections()).toBeGreaterThan(0);
+    await nats.restart();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(await killConnections()).toBeGreaterThan(0);
+    for (const id of ids) {
+      const done = await waitForState(urls[0]!, id, 'COMPLETED', 60_000).catch((err) => {
+        for (const n of nodes.values()) console.log(n.nodeId, n.child.output().slice(-4000));
+        throw err;
+      });
+      expect(done.result.recordsWritten, id).toBe(2_000);
+      expect(await exactlyOnce(files(`${id}.jsonl`), 2_000), id).toBeNull();
+    }
+    const listed = await call(`${urls[1]}/v1/transfers?limit=500`).catch((err) => {
+      for (const n of nodes.values())
+        console.log(
+          n.nodeId,
+          n.child.lines
+            .filter((l) => !l.includes('"level":30'))
+            .join('\n')
+            .slice(-5000),
+        );
+      throw err;
+    });
+    const loadRecords = listed.body.records.filter((r: { id: string }) => r.id.startsWith('load-'));
+    expect(loadRecords.map((r: { id: string }) => r.id).sort()).toEqual(ids);
+    await waitFor(async () => (await call(`${urls[2]}/readyz`)).status === 200, { timeoutMs: 20_000 });
+  }, 120_000);
 
   it('lists transfers by state and owner, pages with a cursor, and shows the nodes', async () => {
     const page1 = await call(`${node('n1').url}/v1/transfers?state=COMPLETED&limit=2`);

@@ -464,8 +464,9 @@ export class TransferCoordinator {
       }
       const error = asSluiceError(err);
       if (error.code === 'STORE_UNAVAILABLE') {
-        // Not the transfer's fault: leave the record to its lease; a sweeper resumes it from the checkpoint.
-        logger.warn({ transferId: id, err }, 'store unavailable mid-transfer; leaving it to lease recovery');
+        // Not the transfer's fault. It stays ours in the store: once the store answers again the heartbeat
+        // finds it orphaned and runs it again from its checkpoint (or its lease lapses and a sweeper does).
+        logger.warn({ transferId: id, err }, 'store unavailable mid-transfer; will resume when it is back');
         run.stopReason = 'lease-lost';
         await this.#settleStopped(run, err);
         return;
@@ -655,6 +656,8 @@ export class TransferCoordinator {
         if (extended.has(run.id)) run.leaseDeadline = startedMono + this.#o.limits.leaseMs;
         else this.#stop(run, 'fenced');
       }
+      const orphans = [...extended].filter((id) => !this.#runs.has(id) && !this.#claiming.has(id));
+      if (orphans.length > 0) await this.#resumeOrphans(orphans);
       await this.#o.store.touchNode(this.#o.identity.nodeId);
     } catch (err) {
       this.#o.logger.warn({ err }, 'heartbeat failed');
@@ -677,6 +680,25 @@ export class TransferCoordinator {
   #claimed(run: LocalRun, claimStartedAt: number): void {
     run.claimedAt = Date.now();
     run.leaseDeadline = claimStartedAt + this.#o.limits.leaseMs;
+  }
+
+  /**
+   * Transfers the store says this process owns but nothing here runs (a run dropped while the store was
+   * unreachable): run them again from their checkpoint, or hand them back when there is no room.
+   */
+  async #resumeOrphans(ids: string[]): Promise<void> {
+    for (const id of ids) {
+      const record = await this.#o.store.get(id);
+      if (!record || isTerminal(record.state) || record.ownerInstance !== this.#o.identity.instanceId)
+        continue;
+      if (this.#runs.has(id) || this.#claiming.has(id) || this.#closing) continue;
+      const ticket = this.#scheduler.tryReserve();
+      if (!ticket) {
+        await this.#o.store.release(id, record.epoch).catch(() => {});
+        continue;
+      }
+      await this.#adopt(record, ticket, 'orphan', performance.now());
+    }
   }
 
   /** Takes over transfers whose lease expired (as many as there is room for) and resumes them. */
@@ -713,7 +735,7 @@ export class TransferCoordinator {
   async #adopt(
     record: TransferRecord,
     ticket: Ticket,
-    via: 'sweeper' | 'restart',
+    via: 'sweeper' | 'orphan',
     claimStartedAt: number,
   ): Promise<void> {
     const run = this.#newRun(record.id, record.requestHash);
@@ -729,8 +751,8 @@ export class TransferCoordinator {
       return;
     }
     this.#replaceLocal(run);
-    this.#o.metrics.takeovers.inc({ via });
-    this.#o.logger.info({ transferId: record.id, epoch: record.epoch, via }, 'recovered an expired transfer');
+    if (via === 'sweeper') this.#o.metrics.takeovers.inc({ via });
+    this.#o.logger.info({ transferId: record.id, epoch: record.epoch, via }, 'resuming a transfer');
     this.#schedule(run, ticket, record);
   }
 
