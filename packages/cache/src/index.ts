@@ -1,2 +1,17 @@
-// Filled in by the package issue; nothing is exported yet.
-export {};
+export { CacheManager, openCacheManager } from './manager.js';
+export { RoCache } from './ro-cache.js';
+export { RwCache } from './rw-cache.js';
+export { CacheSchemaSchema, parseCacheSchema, schemaHash } from './schema.js';
+export {
+  type AliasEntry,
+  type ApplyOptions,
+  type CacheInfo,
+  type CacheManagerOptions,
+  type CacheSchema,
+  CacheState,
+  type CommitState,
+  type ConflictPolicy,
+  type QueryPlan,
+  type QueryResult,
+  type RecordOp,
+} from './types.js';

@@ -1,0 +1,97 @@
+import type { Database } from 'lmdb';
+import type { SharedEnv } from './lmdb-env.js';
+import type { AliasEntry, CacheSchema, CacheState } from './types.js';
+
+/** What the alias environment records about each cache generation. */
+export interface CacheMeta {
+  name: string;
+  endpoint: string;
+  createdAt: string;
+  schemaHash: string;
+  schema: CacheSchema;
+  state: CacheState;
+  retiredAt: string | null;
+  /** Set before the files are removed; a cache marked deleting is finished off by the next `gc`. */
+  deleting?: boolean;
+}
+
+interface StoredAlias {
+  cache: string;
+  version: number;
+  at: string;
+}
+
+/** The alias environment: alias → cache, cache metadata, and a table version bumped on every redirect. */
+export class AliasTable {
+  readonly env: SharedEnv;
+  private readonly aliases: Database<StoredAlias, string>;
+  private readonly caches: Database<CacheMeta, string>;
+  private readonly meta: Database<number, string>;
+
+  constructor(env: SharedEnv) {
+    this.env = env;
+    this.aliases = env.db<StoredAlias, string>('aliases');
+    this.caches = env.db<CacheMeta, string>('caches');
+    this.meta = env.db<number, string>('meta');
+  }
+
+  /** Reads in a snapshot taken now (sees other processes' latest commits). */
+  read<T>(fn: (options: { transaction: import('lmdb').Transaction }) => T): T {
+    this.env.root.resetReadTxn();
+    const transaction = this.env.root.useReadTransaction();
+    try {
+      return fn({ transaction });
+    } finally {
+      transaction.done();
+    }
+  }
+
+  /** Runs `fn` in one write transaction (across processes, LMDB serializes writers). */
+  write<T>(fn: () => T): T {
+    return this.env.root.transactionSync(fn);
+  }
+
+  version(options?: { transaction: import('lmdb').Transaction }): number {
+    return this.meta.get('version', options) ?? 0;
+  }
+
+  bumpVersion(): number {
+    const next = this.version() + 1;
+    this.meta.putSync('version', next);
+    return next;
+  }
+
+  alias(name: string, options?: { transaction: import('lmdb').Transaction }): AliasEntry | null {
+    const stored = this.aliases.get(name, options);
+    return stored ? { alias: name, cache: stored.cache, version: stored.version } : null;
+  }
+
+  aliasList(options?: { transaction: import('lmdb').Transaction }): AliasEntry[] {
+    const out: AliasEntry[] = [];
+    for (const { key, value } of this.aliases.getRange(options))
+      out.push({ alias: key, cache: value.cache, version: value.version });
+    return out;
+  }
+
+  setAlias(name: string, cache: string, version: number): void {
+    this.aliases.putSync(name, { cache, version, at: new Date().toISOString() });
+  }
+
+  cache(name: string, options?: { transaction: import('lmdb').Transaction }): CacheMeta | null {
+    return this.caches.get(name, options) ?? null;
+  }
+
+  cacheList(options?: { transaction: import('lmdb').Transaction }): CacheMeta[] {
+    const out: CacheMeta[] = [];
+    for (const { value } of this.caches.getRange(options)) out.push(value);
+    return out;
+  }
+
+  putCache(meta: CacheMeta): void {
+    this.caches.putSync(meta.name, meta);
+  }
+
+  removeCache(name: string): void {
+    this.caches.removeSync(name);
+  }
+}

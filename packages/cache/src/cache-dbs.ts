@@ -1,0 +1,86 @@
+import { createHash } from 'node:crypto';
+import type { Database } from 'lmdb';
+import { encodeKey, stringBudget } from './key-codec.js';
+import type { SharedEnv } from './lmdb-env.js';
+import { indexId } from './schema.js';
+import type { CacheSchema, CommitState } from './types.js';
+
+/** One secondary index: its fields, its database, and the string budget of its keys. */
+export interface IndexDb {
+  readonly id: string;
+  readonly fields: readonly string[];
+  readonly db: Database<Buffer, Buffer>;
+  /** Per-string-component budget so that index values + primary key fit LMDB's key limit. */
+  readonly budget: number;
+}
+
+/** The databases of one cache environment, typed. */
+export interface CacheDbs {
+  readonly env: SharedEnv;
+  /** Records by encoded primary key. */
+  readonly data: Database<Record<string, unknown>, Buffer>;
+  /** `schema` and `commit` entries. */
+  readonly meta: Database<unknown, string>;
+  readonly indexes: readonly IndexDb[];
+  /** Per-string-component budget of data keys. */
+  readonly keyBudget: number;
+}
+
+/** What the `schema` meta entry of a cache holds. */
+export interface StoredSchema {
+  name: string;
+  endpoint: string;
+  schema: CacheSchema;
+  schemaHash: string;
+  createdAt: string;
+}
+
+export const EMPTY_COMMIT: CommitState = {
+  checkpoint: null,
+  committedAt: null,
+  recordCount: 0,
+  snapshottingDone: [],
+};
+
+function indexDbName(fields: readonly string[]): string {
+  return `index:${createHash('sha256').update(indexId(fields)).digest('hex').slice(0, 24)}`;
+}
+
+/** Opens (creating, in a writable environment) the databases a cache with `schema` uses. */
+export function cacheDbs(env: SharedEnv, schema: CacheSchema): CacheDbs {
+  const components = schema.primaryKey.length;
+  return {
+    env,
+    data: env.db<Record<string, unknown>, Buffer>('data', { keyEncoding: 'binary' }),
+    meta: env.db<unknown, string>('meta'),
+    indexes: schema.indexes.map((fields) => ({
+      id: indexId(fields),
+      fields,
+      db: env.db<Buffer, Buffer>(indexDbName(fields), { keyEncoding: 'binary', encoding: 'binary' }),
+      budget: stringBudget(fields.length + components),
+    })),
+    keyBudget: stringBudget(components),
+  };
+}
+
+/** The value of `field` in a record; a missing field is null (the query language's rule). */
+export function fieldValue(record: Record<string, unknown>, field: string): unknown {
+  return Object.hasOwn(record, field) ? record[field] : null;
+}
+
+/** The data key of a record with primary-key values `key`. */
+export function dataKey(dbs: CacheDbs, key: readonly unknown[]): Buffer {
+  return encodeKey(key, dbs.keyBudget);
+}
+
+/** The key of `record` in `index`: its index values followed by its primary key. */
+export function indexKey(
+  index: IndexDb,
+  record: Record<string, unknown>,
+  primaryKey: readonly string[],
+): Buffer {
+  const values: unknown[] = [];
+  for (const field of index.fields) values.push(fieldValue(record, field));
+  for (const field of primaryKey) values.push(record[field]);
+  return encodeKey(values, index.budget);
+}

@@ -1,0 +1,125 @@
+import { createHash } from 'node:crypto';
+import { CursorExpiredError, InvalidQueryError } from '@sluice/core';
+import { z } from 'zod';
+
+/** Largest cursor accepted (the wire query allows 4096 characters). */
+const MAX_CURSOR_CHARS = 4096;
+/** Sort values longer than this (as text) are abbreviated in cursors, which must stay small. */
+const ABBREVIATE_OVER = 48;
+
+/** A long sort value in a cursor: its first characters and a hash of the whole. */
+export interface Abbreviated {
+  $p: string;
+  $h: string;
+  /** True for a JSON (non-string) value, whose order is by its JSON text. */
+  $j?: true;
+}
+
+const AbbreviatedSchema = z.strictObject({
+  $p: z.string().max(ABBREVIATE_OVER),
+  $h: z.string().max(64),
+  $j: z.literal(true).optional(),
+});
+
+const CursorSchema = z.strictObject({
+  /** The cache generation the position belongs to. */
+  c: z.string().min(1).max(512),
+  /** The order the position is in (see {@link orderSignature}). */
+  o: z.string().max(2048),
+  /** Sort values then primary-key values of the last record returned (long ones abbreviated). */
+  k: z.array(z.unknown()).max(64),
+  /** Data key of that record (base64url), present when a value was abbreviated. */
+  d: z.string().max(4096).optional(),
+});
+
+/** A decoded `$after` position. */
+export interface DecodedCursor {
+  tuple: unknown[];
+  /** Indexes of abbreviated tuple entries. */
+  abbreviated: number[];
+  dataKey: Buffer | null;
+}
+
+/** A stable description of an ordering, so a cursor is only accepted for the order it was made for. */
+export function orderSignature(orderBy: ReadonlyArray<{ field: string; direction: string }>): string {
+  return orderBy.map((o) => `${o.field}:${o.direction === 'desc' ? 'd' : 'a'}`).join(',');
+}
+
+export function valueHash(value: unknown): string {
+  const text = typeof value === 'string' ? value : JSON.stringify(value);
+  return createHash('sha256').update(text).digest('base64url').slice(0, 22);
+}
+
+function abbreviate(value: unknown): { value: unknown; abbreviated: boolean } {
+  if (typeof value === 'string') {
+    if (value.length <= ABBREVIATE_OVER) return { value, abbreviated: false };
+    return { value: { $p: value.slice(0, ABBREVIATE_OVER), $h: valueHash(value) }, abbreviated: true };
+  }
+  if (value !== null && typeof value === 'object') {
+    const text = JSON.stringify(value);
+    if (text.length <= ABBREVIATE_OVER) return { value, abbreviated: false };
+    return {
+      value: { $p: text.slice(0, ABBREVIATE_OVER), $h: valueHash(value), $j: true },
+      abbreviated: true,
+    };
+  }
+  return { value, abbreviated: false };
+}
+
+/** Encodes a position (the sort tuple of the last record, and its data key) as an opaque cursor. */
+export function encodeCursor(
+  cache: string,
+  order: string,
+  tuple: readonly unknown[],
+  dataKey: Buffer,
+): string {
+  let any = false;
+  const k = tuple.map((value) => {
+    const out = abbreviate(value);
+    any ||= out.abbreviated;
+    return out.value;
+  });
+  const body: Record<string, unknown> = { c: cache, o: order, k };
+  if (any) body.d = dataKey.toString('base64url');
+  return Buffer.from(JSON.stringify(body), 'utf8').toString('base64url');
+}
+
+/**
+ * Decodes a cursor for `cache` and `order`. Malformed → `INVALID_QUERY`; made by another cache generation →
+ * `CURSOR_EXPIRED`; made for another order → `INVALID_QUERY`.
+ */
+export function decodeCursor(
+  cursor: string,
+  cache: string,
+  order: string,
+  tupleLength: number,
+): DecodedCursor {
+  const invalid = (why: string) =>
+    new InvalidQueryError(`Invalid query: $after: ${why}`, [{ path: '$after', message: why }]);
+  if (typeof cursor !== 'string' || cursor.length === 0 || cursor.length > MAX_CURSOR_CHARS)
+    throw invalid('not a cursor');
+  let raw: unknown;
+  try {
+    raw = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+  } catch {
+    throw invalid('not a cursor');
+  }
+  const parsed = CursorSchema.safeParse(raw);
+  if (!parsed.success) throw invalid('not a cursor');
+  if (parsed.data.c !== cache) throw new CursorExpiredError();
+  if (parsed.data.o !== order) throw invalid('the cursor was made for another $order_by');
+  if (parsed.data.k.length !== tupleLength) throw invalid('not a cursor');
+  const abbreviated: number[] = [];
+  parsed.data.k.forEach((value, i) => {
+    if (value !== null && typeof value === 'object' && !Array.isArray(value) && '$h' in value) {
+      if (!AbbreviatedSchema.safeParse(value).success) throw invalid('not a cursor');
+      abbreviated.push(i);
+    }
+  });
+  if (abbreviated.length > 0 && parsed.data.d === undefined) throw invalid('not a cursor');
+  return {
+    tuple: parsed.data.k,
+    abbreviated,
+    dataKey: parsed.data.d === undefined ? null : Buffer.from(parsed.data.d, 'base64url'),
+  };
+}

@@ -1,0 +1,409 @@
+import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import {
+  CacheNotFoundError,
+  ForbiddenError,
+  type Logger,
+  NameSchema,
+  parseOrThrow,
+  SchemaMismatchError,
+  silentLogger,
+} from '@sluice/core';
+import { AliasTable, type CacheMeta } from './alias-table.js';
+import { type CacheDbs, cacheDbs, EMPTY_COMMIT, type StoredSchema } from './cache-dbs.js';
+import { translateWriteError } from './errors.js';
+import { acquireEnv, isEnvOpen, otherReaderPids, releaseEnv } from './lmdb-env.js';
+import { newCacheName } from './names.js';
+import { type CacheHandleInit, type ReadSettings, RoCache } from './ro-cache.js';
+import { RwCache } from './rw-cache.js';
+import { parseCacheSchema, schemaHash } from './schema.js';
+import type { AliasEntry, CacheInfo, CacheManagerOptions, CacheSchema, CommitState } from './types.js';
+
+const DEFAULTS = { gcGraceMs: 10 * 60_000, scanCap: 50_000, defaultLimit: 50, maxLimit: 1000 } as const;
+
+/**
+ * Owns the caches under one root directory: `<root>/caches/<name>/` (one LMDB environment per cache) and
+ * `<root>/aliases` (alias table + cache metadata). One process writes (the app-server); others open the same
+ * root with `readOnly: true` and see every commit and redirect without restarting.
+ *
+ * @example
+ * ```ts
+ * await using caches = await openCacheManager('./.sluice');
+ * const green = await caches.create({ endpoint: 'items', schema });
+ * green.apply(ops);
+ * await green.commit(checkpoint);
+ * const { from } = await caches.redirect('items', green.name);
+ * ```
+ */
+export class CacheManager implements AsyncDisposable {
+  readonly rootDir: string;
+  readonly readOnly: boolean;
+  private readonly table: AliasTable;
+  private readonly settings: ReadSettings;
+  private readonly gcGraceMs: number;
+  private readonly logger: Logger;
+  private readonly handles = new Set<RoCache>();
+  private closed = false;
+
+  /** Use {@link openCacheManager}. */
+  constructor(rootDir: string, table: AliasTable, options: CacheManagerOptions) {
+    this.rootDir = rootDir;
+    this.table = table;
+    this.readOnly = options.readOnly ?? false;
+    this.gcGraceMs = options.gcGraceMs ?? DEFAULTS.gcGraceMs;
+    this.logger = options.logger ?? silentLogger;
+    const maxLimit = options.maxLimit ?? DEFAULTS.maxLimit;
+    this.settings = {
+      scanCap: options.scanCap ?? DEFAULTS.scanCap,
+      maxLimit,
+      defaultLimit: Math.min(options.defaultLimit ?? DEFAULTS.defaultLimit, maxLimit),
+    };
+  }
+
+  private cachePath(name: string): string {
+    return join(this.rootDir, 'caches', name);
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new ForbiddenError('The cache manager is closed');
+  }
+
+  private assertWritable(what: string): void {
+    this.assertOpen();
+    if (this.readOnly) throw new ForbiddenError(`The cache manager is read-only; cannot ${what}`);
+  }
+
+  /** Creates a cache generation for `endpoint` (unique time-sortable name, state `building`). */
+  async create(input: { endpoint: string; schema: CacheSchema }): Promise<RwCache> {
+    this.assertWritable('create a cache');
+    const endpoint = parseOrThrow(NameSchema, input?.endpoint, 'Invalid endpoint name');
+    const schema = parseCacheSchema(input?.schema);
+    const name = newCacheName(endpoint);
+    const meta: CacheMeta = {
+      name,
+      endpoint,
+      createdAt: new Date().toISOString(),
+      schemaHash: schemaHash(schema),
+      schema,
+      state: 'building',
+      retiredAt: null,
+    };
+    try {
+      // Metadata first: a directory without metadata is garbage that gc may remove.
+      this.table.write(() => this.table.putCache(meta));
+      const path = this.cachePath(name);
+      mkdirSync(path, { recursive: true });
+      const env = acquireEnv(path, false);
+      try {
+        const dbs = cacheDbs(env, schema);
+        const stored: StoredSchema = {
+          name,
+          endpoint,
+          schema,
+          schemaHash: meta.schemaHash,
+          createdAt: meta.createdAt,
+        };
+        env.root.transactionSync(() => {
+          dbs.meta.putSync('schema', stored);
+          dbs.meta.putSync('commit', EMPTY_COMMIT);
+        });
+        return this.handle((init) => new RwCache(init), name, endpoint, schema, dbs);
+      } catch (err) {
+        await releaseEnv(path);
+        throw err;
+      }
+    } catch (err) {
+      throw translateWriteError(err, `Creating a cache for "${endpoint}" failed`);
+    }
+  }
+
+  /** Opens an existing cache for writing; with `expectedSchema`, a different schema is `CACHE_SCHEMA_MISMATCH`. */
+  async openRw(name: string, expectedSchema?: CacheSchema): Promise<RwCache> {
+    this.assertWritable('open a cache for writing');
+    const meta = this.liveMeta(name);
+    if (!meta) throw new CacheNotFoundError(String(name).slice(0, 256));
+    if (expectedSchema !== undefined) {
+      const expected = schemaHash(parseCacheSchema(expectedSchema));
+      if (expected !== meta.schemaHash) throw new SchemaMismatchError(name, expected, meta.schemaHash);
+    }
+    const { dbs, stored } = this.openEnv(meta, false);
+    return this.handle((init) => new RwCache(init), name, stored.endpoint, stored.schema, dbs);
+  }
+
+  /** Opens a cache (by name, or by alias: its current target) for reading. */
+  async openRo(nameOrAlias: string): Promise<RoCache> {
+    this.assertOpen();
+    const target = this.resolveAlias(nameOrAlias)?.cache ?? nameOrAlias;
+    const meta = this.liveMeta(target);
+    if (!meta) throw new CacheNotFoundError(String(nameOrAlias).slice(0, 256));
+    const { dbs, stored } = this.openEnv(meta, this.readOnly);
+    return this.handle((init) => new RoCache(init), target, stored.endpoint, stored.schema, dbs);
+  }
+
+  /** The cache an alias points to and the alias's version, or null. */
+  resolveAlias(alias: string): { cache: string; version: number } | null {
+    this.assertOpen();
+    if (typeof alias !== 'string') return null;
+    const entry = this.table.read((options) => this.table.alias(alias, options));
+    return entry ? { cache: entry.cache, version: entry.version } : null;
+  }
+
+  listAliases(): AliasEntry[] {
+    this.assertOpen();
+    return this.table.read((options) => this.table.aliasList(options));
+  }
+
+  /** Changes on every redirect of any alias; other processes poll it to notice redirects. */
+  aliasTableVersion(): number {
+    this.assertOpen();
+    return this.table.read((options) => this.table.version(options));
+  }
+
+  /**
+   * Points `alias` at cache `to` atomically and returns the previous target and the alias's new version.
+   * `to` becomes `serving`; the previous target becomes `retired` (unless another alias still points to it),
+   * and `gc` deletes it after the grace period.
+   */
+  async redirect(alias: string, to: string): Promise<{ from: string | null; version: number }> {
+    this.assertWritable('redirect an alias');
+    const name = parseOrThrow(NameSchema, alias, 'Invalid alias');
+    try {
+      return this.table.write(() => {
+        const target = this.table.cache(to);
+        if (!target || target.deleting) throw new CacheNotFoundError(String(to).slice(0, 256));
+        const previous = this.table.alias(name);
+        const version = (previous?.version ?? 0) + 1;
+        this.table.setAlias(name, to, version);
+        this.table.putCache({ ...target, state: 'serving', retiredAt: null });
+        const from = previous?.cache ?? null;
+        if (from !== null && from !== to) {
+          const old = this.table.cache(from);
+          const stillTarget = this.table.aliasList().some((a) => a.cache === from);
+          if (old && !stillTarget)
+            this.table.putCache({ ...old, state: 'retired', retiredAt: new Date().toISOString() });
+        }
+        this.table.bumpVersion();
+        return { from, version };
+      });
+    } catch (err) {
+      throw translateWriteError(err, `Redirecting "${name}" failed`);
+    }
+  }
+
+  /** Every cache generation with its size, record count and commit checkpoint. */
+  async list(): Promise<CacheInfo[]> {
+    this.assertOpen();
+    const metas = this.table.read((options) => this.table.cacheList(options));
+    const out: CacheInfo[] = [];
+    for (const meta of metas) {
+      if (meta.deleting) continue;
+      out.push(await this.describe(meta));
+    }
+    return out;
+  }
+
+  async info(name: string): Promise<CacheInfo | null> {
+    this.assertOpen();
+    const meta = this.liveMeta(name);
+    return meta ? this.describe(meta) : null;
+  }
+
+  /**
+   * Deletes retired generations whose grace period has passed (and abandoned `building` generations that a newer
+   * generation of the same endpoint superseded), never an alias target, never a cache open in this process or
+   * in another one. Deletion marks the cache first, so a crash mid-delete is finished by the next `gc`.
+   * Returns the names deleted.
+   */
+  async gc(now: Date = new Date()): Promise<string[]> {
+    this.assertWritable('collect garbage');
+    const deleted: string[] = [];
+    const metas = this.table.read((options) => this.table.cacheList(options));
+    const targets = new Set(this.listAliases().map((a) => a.cache));
+    const newest = new Map<string, string>();
+    for (const meta of metas) {
+      const seen = newest.get(meta.endpoint);
+      if (seen === undefined || meta.name.slice(-26) > seen.slice(-26)) newest.set(meta.endpoint, meta.name);
+    }
+    for (const meta of metas) {
+      if (meta.deleting) {
+        this.removeFiles(meta.name);
+        deleted.push(meta.name);
+        continue;
+      }
+      if (targets.has(meta.name) || isEnvOpen(this.cachePath(meta.name))) continue;
+      const since =
+        meta.state === 'retired'
+          ? meta.retiredAt
+          : meta.state === 'building' && newest.get(meta.endpoint) !== meta.name
+            ? meta.createdAt
+            : null;
+      if (since === null || Date.parse(since) + this.gcGraceMs > now.getTime()) continue;
+      if (await this.openElsewhere(meta.name)) {
+        this.logger.info({ cache: meta.name }, 'cache gc: still open in another process, kept');
+        continue;
+      }
+      const marked = this.table.write(() => {
+        const current = this.table.cache(meta.name);
+        if (!current || this.table.aliasList().some((a) => a.cache === meta.name)) return false;
+        this.table.putCache({ ...current, deleting: true });
+        return true;
+      });
+      if (!marked) continue;
+      this.removeFiles(meta.name);
+      deleted.push(meta.name);
+      this.logger.info({ cache: meta.name }, 'cache gc: deleted');
+    }
+    this.removeOrphans();
+    return deleted;
+  }
+
+  /** Closes every handle this manager opened, then the alias table. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const handle of [...this.handles]) await handle.close();
+    await releaseEnv(this.table.env.path);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  private liveMeta(name: string): CacheMeta | null {
+    if (typeof name !== 'string' || name.length === 0 || name.length > 512) return null;
+    const meta = this.table.read((options) => this.table.cache(name, options));
+    return meta && !meta.deleting ? meta : null;
+  }
+
+  private openEnv(meta: CacheMeta, readOnly: boolean) {
+    const path = this.cachePath(meta.name);
+    if (!existsSync(join(path, 'data.mdb'))) throw new CacheNotFoundError(meta.name);
+    const env = acquireEnv(path, readOnly);
+    try {
+      const stored = env.db<StoredSchema, string>('meta').get('schema');
+      const schema = stored?.schema ?? meta.schema;
+      return {
+        dbs: cacheDbs(env, schema),
+        stored: stored ?? {
+          name: meta.name,
+          endpoint: meta.endpoint,
+          schema,
+          schemaHash: meta.schemaHash,
+          createdAt: meta.createdAt,
+        },
+      };
+    } catch (err) {
+      void releaseEnv(path);
+      throw err;
+    }
+  }
+
+  /** Builds a handle this manager tracks (closed with the manager). */
+  private handle<T extends RoCache>(
+    make: (init: CacheHandleInit) => T,
+    name: string,
+    endpoint: string,
+    schema: CacheSchema,
+    dbs: CacheDbs,
+  ): T {
+    const ref: { handle?: RoCache } = {};
+    const handle = make({
+      name,
+      endpoint,
+      schema,
+      dbs,
+      settings: this.settings,
+      onClose: () => {
+        if (ref.handle) this.handles.delete(ref.handle);
+      },
+    });
+    ref.handle = handle;
+    this.handles.add(handle);
+    return handle;
+  }
+
+  private async describe(meta: CacheMeta): Promise<CacheInfo> {
+    const path = this.cachePath(meta.name);
+    let commit: CommitState = EMPTY_COMMIT;
+    let sizeBytes = 0;
+    if (existsSync(join(path, 'data.mdb'))) {
+      sizeBytes = statSync(join(path, 'data.mdb')).size;
+      const env = acquireEnv(path, this.readOnly);
+      try {
+        env.root.resetReadTxn();
+        commit =
+          (env.db<CommitState, string>('meta').get('commit') as CommitState | undefined) ?? EMPTY_COMMIT;
+      } finally {
+        await releaseEnv(path);
+      }
+    }
+    return {
+      name: meta.name,
+      endpoint: meta.endpoint,
+      createdAt: meta.createdAt,
+      schemaHash: meta.schemaHash,
+      schema: meta.schema,
+      state: meta.state,
+      retiredAt: meta.retiredAt,
+      sizeBytes,
+      recordCount: commit.recordCount,
+      checkpoint: commit.checkpoint,
+      committedAt: commit.committedAt,
+    };
+  }
+
+  /** True when another live process holds a reader slot in the cache's environment. */
+  private async openElsewhere(name: string): Promise<boolean> {
+    const path = this.cachePath(name);
+    if (!existsSync(join(path, 'data.mdb'))) return false;
+    const env = acquireEnv(path, false);
+    try {
+      return otherReaderPids(env).length > 0;
+    } finally {
+      await releaseEnv(path);
+    }
+  }
+
+  private removeFiles(name: string): void {
+    rmSync(this.cachePath(name), { recursive: true, force: true });
+    this.table.write(() => this.table.removeCache(name));
+  }
+
+  /** Removes cache directories that have no metadata (left by a crash mid-delete). */
+  private removeOrphans(): void {
+    const dir = join(this.rootDir, 'caches');
+    if (!existsSync(dir)) return;
+    const known = new Set(this.table.read((options) => this.table.cacheList(options)).map((m) => m.name));
+    for (const entry of readdirSync(dir)) {
+      if (!known.has(entry) && !isEnvOpen(this.cachePath(entry))) {
+        rmSync(this.cachePath(entry), { recursive: true, force: true });
+        this.logger.info({ cache: entry }, 'cache gc: removed leftover directory');
+      }
+    }
+  }
+}
+
+/**
+ * Opens the cache manager over `rootDir` (created if missing).
+ *
+ * @example
+ * ```ts
+ * // app-server (writer) and api-server (reader) on the same host:
+ * const writer = await openCacheManager('/var/lib/sluice');
+ * const reader = await openCacheManager('/var/lib/sluice', { readOnly: true });
+ * ```
+ */
+export async function openCacheManager(
+  rootDir: string,
+  options: CacheManagerOptions = {},
+): Promise<CacheManager> {
+  const root = resolve(rootDir);
+  mkdirSync(join(root, 'caches'), { recursive: true });
+  const env = acquireEnv(join(root, 'aliases'), options.readOnly ?? false);
+  try {
+    return new CacheManager(root, new AliasTable(env), options);
+  } catch (err) {
+    await releaseEnv(env.path);
+    throw err;
+  }
+}

@@ -1,0 +1,175 @@
+import {
+  DEFAULT_QUERY_LIMITS,
+  type FieldIssue,
+  type FieldType,
+  type Filter,
+  filterSchema,
+  InvalidQueryError,
+  issuesOf,
+  type JsonScalar,
+  type Query,
+  type QueryLimits,
+  type SortDirection,
+} from '@sluice/core';
+import { z } from 'zod';
+import type { CacheSchema } from './types.js';
+
+/** A query after checking it against a cache's schema and limits. */
+export interface CheckedQuery {
+  filter: Filter;
+  orderBy: Array<{ field: string; direction: SortDirection }>;
+  limit: number;
+  skip: number;
+  after: string | null;
+}
+
+const OrderBySchema = z
+  .array(z.strictObject({ field: z.string().min(1).max(256), direction: z.enum(['asc', 'desc']) }))
+  .max(8);
+
+function fail(issues: FieldIssue[]): never {
+  const first = issues[0]!;
+  const more = issues.length > 1 ? ` (and ${issues.length - 1} more)` : '';
+  throw new InvalidQueryError(`Invalid query: ${first.path}: ${first.message}${more}`, issues);
+}
+
+type Kind = 'string' | 'number' | 'boolean' | 'null' | 'other';
+
+function kindOf(value: unknown): Kind {
+  if (value === null) return 'null';
+  if (typeof value === 'string') return 'string';
+  if (typeof value === 'number') return 'number';
+  if (typeof value === 'boolean') return 'boolean';
+  return 'other';
+}
+
+/** Scalar kinds a field of each type can hold (what `$eq`, `$ne`, `$in` may compare it with). */
+const EQUAL_KINDS: Record<FieldType, ReadonlySet<Kind>> = {
+  string: new Set(['string', 'null']),
+  integer: new Set(['number', 'null']),
+  number: new Set(['number', 'null']),
+  boolean: new Set(['boolean', 'null']),
+  timestamp: new Set(['string', 'number', 'null']),
+  json: new Set(['string', 'number', 'boolean', 'null']),
+};
+
+/** Kinds a range operator (`$lt` …) may use on each type; booleans have no order to range over. */
+const RANGE_KINDS: Record<FieldType, ReadonlySet<Kind>> = {
+  string: new Set(['string']),
+  integer: new Set(['number']),
+  number: new Set(['number']),
+  boolean: new Set(),
+  timestamp: new Set(['string', 'number']),
+  json: new Set(['string', 'number']),
+};
+
+const RANGE_OPS = new Set(['$lt', '$lte', '$gt', '$gte']);
+
+function checkCondition(path: string, type: FieldType, condition: unknown, issues: FieldIssue[]): void {
+  if (condition === null || typeof condition !== 'object') {
+    if (!EQUAL_KINDS[type].has(kindOf(condition)))
+      issues.push({ path, message: `expected a ${type} value, got ${kindOf(condition)}` });
+    return;
+  }
+  for (const [op, operand] of Object.entries(condition as Record<string, unknown>)) {
+    const at = `${path}.${op}`;
+    if (op === '$eq' || op === '$ne') {
+      if (!EQUAL_KINDS[type].has(kindOf(operand)))
+        issues.push({ path: at, message: `expected a ${type} value, got ${kindOf(operand)}` });
+    } else if (op === '$in') {
+      (operand as unknown[]).forEach((value, i) => {
+        if (!EQUAL_KINDS[type].has(kindOf(value)))
+          issues.push({ path: `${at}[${i}]`, message: `expected a ${type} value, got ${kindOf(value)}` });
+      });
+    } else if (RANGE_OPS.has(op)) {
+      if (!RANGE_KINDS[type].has(kindOf(operand)))
+        issues.push({
+          path: at,
+          message:
+            type === 'boolean'
+              ? `${op} cannot be used on a boolean field`
+              : `expected a ${type} value, got ${kindOf(operand)}`,
+        });
+    } else if (op === '$contains') {
+      const ok = type === 'string' ? typeof operand === 'string' : type === 'json';
+      if (!ok)
+        issues.push({
+          path: at,
+          message:
+            type === 'string'
+              ? `expected a string, got ${kindOf(operand)}`
+              : `$contains needs a string or json field, "${path.split('.').pop()}" is ${type}`,
+        });
+    }
+  }
+}
+
+function checkFields(filter: Filter, schema: CacheSchema, path: string, issues: FieldIssue[]): void {
+  for (const [key, value] of Object.entries(filter)) {
+    if (value === undefined) continue;
+    if (key === '$and' || key === '$or') {
+      (value as Filter[]).forEach((sub, i) => {
+        checkFields(sub, schema, `${path}.${key}[${i}]`, issues);
+      });
+      continue;
+    }
+    const type = Object.hasOwn(schema.fields, key) ? schema.fields[key] : undefined;
+    if (type === undefined) {
+      issues.push({ path: `${path}.${key.slice(0, 64)}`, message: `unknown field "${key.slice(0, 64)}"` });
+      continue;
+    }
+    checkCondition(`${path}.${key}`, type, value, issues);
+  }
+}
+
+/**
+ * Checks a parsed query against a schema and limits: the filter's shape and limits (again, since a `Query` may
+ * be built by hand), every field known, every operand of the field's type, limit/skip in range.
+ * Throws `INVALID_QUERY` naming each failing path.
+ */
+export function checkQuery(
+  input: Partial<Query> | null | undefined,
+  schema: CacheSchema,
+  limits: { defaultLimit: number; maxLimit: number },
+): CheckedQuery {
+  if (typeof input !== 'object' || input === null) fail([{ path: '(root)', message: 'expected a query' }]);
+  const filter = checkFilter(input.filter ?? {}, schema, limits);
+  const issues: FieldIssue[] = [];
+  const orderBy = OrderBySchema.safeParse(input.orderBy ?? []);
+  if (!orderBy.success) fail(issuesOf(orderBy.error, ['$order_by']));
+  const seen = new Set<string>();
+  for (const { field } of orderBy.data) {
+    if (!Object.hasOwn(schema.fields, field))
+      issues.push({
+        path: `$order_by.${field.slice(0, 64)}`,
+        message: `unknown field "${field.slice(0, 64)}"`,
+      });
+    if (seen.has(field)) issues.push({ path: `$order_by.${field}`, message: 'listed twice' });
+    seen.add(field);
+  }
+  const limit = input.limit ?? limits.defaultLimit;
+  if (!Number.isInteger(limit) || limit < 0 || limit > limits.maxLimit)
+    issues.push({ path: '$limit', message: `must be an integer from 0 to ${limits.maxLimit}` });
+  const skip = input.skip ?? 0;
+  if (!Number.isInteger(skip) || skip < 0 || skip > DEFAULT_QUERY_LIMITS.maxSkip)
+    issues.push({ path: '$skip', message: `must be an integer from 0 to ${DEFAULT_QUERY_LIMITS.maxSkip}` });
+  const after = input.after ?? null;
+  if (after !== null && typeof after !== 'string') issues.push({ path: '$after', message: 'not a cursor' });
+  if (after !== null && skip > 0)
+    issues.push({ path: '$after', message: '"$skip" and "$after" cannot be combined' });
+  if (issues.length > 0) fail(issues);
+  return { filter, orderBy: orderBy.data, limit, skip, after };
+}
+
+/** Checks a filter alone (shape, limits, fields, operand types). */
+export function checkFilter(filter: unknown, schema: CacheSchema, limits: Partial<QueryLimits> = {}): Filter {
+  const shaped = filterSchema({ ...DEFAULT_QUERY_LIMITS, ...limits }).safeParse(filter ?? {});
+  if (!shaped.success) fail(issuesOf(shaped.error, ['$filter']));
+  const issues: FieldIssue[] = [];
+  checkFields(shaped.data, schema, '$filter', issues);
+  if (issues.length > 0) fail(issues);
+  return shaped.data;
+}
+
+/** Narrowing helper for conditions: the scalar operands of a field condition. */
+export type Operand = JsonScalar;

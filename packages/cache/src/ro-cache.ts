@@ -1,0 +1,145 @@
+import { CacheClosedError, type Filter, InvalidQueryError, type Query } from '@sluice/core';
+import { type CacheDbs, dataKey, EMPTY_COMMIT } from './cache-dbs.js';
+import { releaseEnv } from './lmdb-env.js';
+import { checkFilter, checkQuery } from './query-check.js';
+import { type ReadContext, runCount, runQuery } from './query-exec.js';
+import { keyProblem } from './schema.js';
+import type { CacheSchema, CommitState, QueryResult } from './types.js';
+
+/** Settings a cache handle reads queries with. */
+export interface ReadSettings {
+  scanCap: number;
+  defaultLimit: number;
+  maxLimit: number;
+}
+
+/** Everything a handle needs; built by the manager. */
+export interface CacheHandleInit {
+  name: string;
+  endpoint: string;
+  schema: CacheSchema;
+  dbs: CacheDbs;
+  settings: ReadSettings;
+  /** Called once when the handle closes (the manager forgets it). */
+  onClose?: () => void;
+}
+
+/**
+ * A read-only view of one cache generation. Every call reads the latest commit, in one snapshot, so records,
+ * counts and the commit state always agree; another process's commits are visible without reopening.
+ * Readers never block the writer.
+ *
+ * @example
+ * ```ts
+ * await using cache = await manager.openRo('items');
+ * cache.get([42]);
+ * const { records, next } = cache.query(parseQuery({ $filter: { value: { $gte: 10 } }, $order_by: { value: 'asc' } }));
+ * ```
+ */
+export class RoCache implements AsyncDisposable {
+  readonly name: string;
+  readonly schema: CacheSchema;
+  readonly endpoint: string;
+  protected readonly dbs: CacheDbs;
+  protected readonly settings: ReadSettings;
+  protected closed = false;
+  private readonly onClose: (() => void) | undefined;
+
+  constructor(init: CacheHandleInit) {
+    this.name = init.name;
+    this.endpoint = init.endpoint;
+    this.schema = init.schema;
+    this.dbs = init.dbs;
+    this.settings = init.settings;
+    this.onClose = init.onClose;
+  }
+
+  /** True once {@link close} was called. */
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  protected assertOpen(): void {
+    if (this.closed) throw new CacheClosedError(this.name);
+  }
+
+  /**
+   * The record with these primary-key values (in primary-key order), or undefined.
+   * A key of the wrong shape or type is an `INVALID_QUERY`.
+   */
+  get(key: unknown[]): Record<string, unknown> | undefined {
+    this.assertOpen();
+    const problem = keyProblem(this.schema, key);
+    if (problem) throw new InvalidQueryError(`Invalid key: ${problem}`, [{ path: 'key', message: problem }]);
+    const record = this.dbs.data.get(dataKey(this.dbs, key));
+    if (record === undefined) return undefined;
+    // Long keys are stored as prefix + hash: make sure this is the record asked for.
+    const pk = this.schema.primaryKey;
+    for (let i = 0; i < pk.length; i++) if (record[pk[i]!] !== key[i]) return undefined;
+    return record;
+  }
+
+  /**
+   * Answers a query (core's `parseQuery` output): filter, order (ties broken by primary key), `limit`, and
+   * `skip` or an `after` cursor. Uses an index when one fits; otherwise scans at most `scanCap` records and
+   * says `plan.capped` rather than failing or silently truncating.
+   */
+  query(query: Query | Partial<Query>): QueryResult {
+    this.assertOpen();
+    const checked = checkQuery(query, this.schema, this.settings);
+    return this.read((ctx) => runQuery(ctx, checked));
+  }
+
+  /** How many records match `filter`. */
+  count(filter: Filter = {}): number {
+    this.assertOpen();
+    const checked = checkFilter(filter, this.schema);
+    return this.read((ctx) => {
+      if (Object.keys(checked).length === 0) return this.readCommit(ctx.transaction).recordCount;
+      return runCount(ctx, checked);
+    });
+  }
+
+  /** The checkpoint, commit instant, record count and snapshot flags of the latest commit. */
+  commitState(): CommitState {
+    this.assertOpen();
+    return this.read((ctx) => this.readCommit(ctx.transaction));
+  }
+
+  protected readCommit(transaction?: ReadContext['transaction']): CommitState {
+    const state = this.dbs.meta.get('commit', transaction ? { transaction } : undefined) as
+      | CommitState
+      | undefined;
+    return state ? { ...state, snapshottingDone: [...state.snapshottingDone] } : { ...EMPTY_COMMIT };
+  }
+
+  /** Runs `fn` in a fresh read snapshot. */
+  protected read<T>(fn: (ctx: ReadContext) => T): T {
+    // Start from the latest commit, even one made by another process earlier in this event turn.
+    this.dbs.env.root.resetReadTxn();
+    const transaction = this.dbs.env.root.useReadTransaction();
+    try {
+      return fn({
+        dbs: this.dbs,
+        cache: this.name,
+        primaryKey: this.schema.primaryKey,
+        transaction,
+        scanCap: this.settings.scanCap,
+      });
+    } finally {
+      transaction.done();
+    }
+  }
+
+  /** Closes the handle (the environment closes when its last handle does). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.onClose?.();
+    await releaseEnv(this.dbs.env.path);
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}

@@ -1,0 +1,247 @@
+import {
+  BadRecordError,
+  CacheConflictError,
+  type PipelineCheckpoint,
+  PipelineCheckpointSchema,
+  parseOrThrow,
+} from '@sluice/core';
+import { z } from 'zod';
+import { dataKey, indexKey } from './cache-dbs.js';
+import { translateWriteError } from './errors.js';
+import { RoCache } from './ro-cache.js';
+import { checkRecord, keyOf, keyProblem } from './schema.js';
+import type { ApplyOptions, CommitState, RecordOp } from './types.js';
+
+/** A staged change of one primary key: the new record, or null for a delete. */
+interface Staged {
+  key: Buffer;
+  record: Record<string, unknown> | null;
+}
+
+const CheckpointInput = PipelineCheckpointSchema.nullable();
+const SourceHandle = z.string().min(1).max(512);
+const MAX_OPS_PER_APPLY = 1_000_000;
+
+/**
+ * The writable handle of a cache generation (one writer process per cache). Writes are staged by `apply` and
+ * become visible together at `commit`, which writes the records, every secondary index, the checkpoint and the
+ * commit instant in one LMDB transaction: a reader never sees records that disagree with the checkpoint it
+ * reads, and a crash mid-commit leaves the previous commit intact.
+ *
+ * @example
+ * ```ts
+ * await using cache = await manager.create({ endpoint: 'items', schema });
+ * cache.apply([{ op: 'upsert', record: { id: 1, value: 10 } }]);
+ * await cache.commit(checkpoint);
+ * ```
+ */
+export class RwCache extends RoCache {
+  private staged = new Map<string, Staged>();
+  /** The batch being committed (visible to conflict checks until it lands). */
+  private committing: Map<string, Staged> | null = null;
+  private writing: Promise<unknown> = Promise.resolve();
+
+  /** Number of primary keys with staged, uncommitted changes. */
+  get pendingCount(): number {
+    return this.staged.size;
+  }
+
+  /**
+   * Stages inserts, updates, upserts and deletes, all or nothing: a bad record (`BAD_RECORD`) or a conflict
+   * under `onConflict: 'fail'` (`CACHE_CONFLICT`) rejects the whole batch and stages nothing. Conflicts are
+   * judged against the committed state plus everything staged before.
+   */
+  apply(ops: RecordOp[], options: ApplyOptions = {}): void {
+    this.assertOpen();
+    const policy = options.onConflict ?? 'fail';
+    if (policy !== 'fail' && policy !== 'skip' && policy !== 'overwrite')
+      throw new BadRecordError(`Unknown conflict policy "${String(policy)}"`, {});
+    if (!Array.isArray(ops)) throw new BadRecordError('apply expects an array of operations', {});
+    if (ops.length > MAX_OPS_PER_APPLY)
+      throw new BadRecordError(`At most ${MAX_OPS_PER_APPLY} operations per apply`, {});
+    const batch = new Map<string, Staged>();
+    const exists = (id: string, key: Buffer): boolean => {
+      const own = batch.get(id) ?? this.staged.get(id) ?? this.committing?.get(id);
+      if (own) return own.record !== null;
+      return this.dbs.data.doesExist(key);
+    };
+    ops.forEach((op, i) => {
+      if (typeof op !== 'object' || op === null)
+        throw new BadRecordError(`Operation ${i} is not an object`, { offset: i });
+      if (op.op === 'delete') {
+        const problem = keyProblem(this.schema, op.key);
+        if (problem) throw new BadRecordError(`Operation ${i}: ${problem}`, { offset: i });
+        const key = dataKey(this.dbs, op.key);
+        const id = key.toString('latin1');
+        if (!exists(id, key)) {
+          if (policy === 'fail')
+            throw new CacheConflictError(`Operation ${i}: delete of a key that does not exist`, {
+              details: { index: i, key: op.key },
+            });
+          return;
+        }
+        batch.set(id, { key, record: null });
+        return;
+      }
+      if (op.op !== 'insert' && op.op !== 'update' && op.op !== 'upsert')
+        throw new BadRecordError(`Operation ${i}: unknown op "${String((op as { op?: unknown }).op)}"`, {
+          offset: i,
+        });
+      let record: Record<string, unknown>;
+      try {
+        record = { ...checkRecord(this.schema, op.record) };
+      } catch (err) {
+        throw new BadRecordError(`Operation ${i}: ${(err as Error).message}`, { offset: i });
+      }
+      const pk = keyOf(this.schema, record);
+      const key = dataKey(this.dbs, pk);
+      const id = key.toString('latin1');
+      if (op.op !== 'upsert' && policy !== 'overwrite') {
+        const present = exists(id, key);
+        if ((op.op === 'insert' && present) || (op.op === 'update' && !present)) {
+          if (policy === 'fail')
+            throw new CacheConflictError(
+              `Operation ${i}: ${op.op} of a key that ${present ? 'already exists' : 'does not exist'}`,
+              { details: { index: i, key: pk } },
+            );
+          return;
+        }
+      }
+      batch.set(id, { key, record });
+    });
+    for (const [id, change] of batch) {
+      this.staged.delete(id); // keep insertion order = latest change last
+      this.staged.set(id, change);
+    }
+  }
+
+  /**
+   * Makes everything staged visible, with `checkpoint` and the commit instant, in one transaction. On failure
+   * nothing is written and the changes stay staged (a full disk is `CACHE_DISK_FULL`).
+   */
+  async commit(checkpoint: PipelineCheckpoint | null): Promise<void> {
+    this.assertOpen();
+    const parsed = parseOrThrow(
+      CheckpointInput,
+      checkpoint,
+      'Invalid checkpoint',
+    ) as PipelineCheckpoint | null;
+    await this.serialized(() => {
+      this.assertOpen();
+      const batch = this.staged;
+      this.staged = new Map();
+      this.committing = batch;
+      try {
+        this.write((state) => {
+          let count = state.recordCount;
+          for (const change of batch.values()) count += this.writeChange(change);
+          return {
+            ...state,
+            checkpoint: parsed,
+            committedAt: new Date().toISOString(),
+            recordCount: count,
+          };
+        }, 'commit');
+      } catch (err) {
+        // Keep the batch staged (older than anything staged since), so a retry commits it.
+        const restored = new Map(batch);
+        for (const [id, change] of this.staged) {
+          restored.delete(id);
+          restored.set(id, change);
+        }
+        this.staged = restored;
+        throw err;
+      } finally {
+        this.committing = null;
+      }
+    });
+  }
+
+  /** Records that `source` finished its snapshot into this cache (kept in the commit state). */
+  async markSnapshottingDone(source: string): Promise<void> {
+    this.assertOpen();
+    const handle = parseOrThrow(SourceHandle, source, 'Invalid source handle');
+    await this.serialized(() =>
+      this.write(
+        (state) =>
+          state.snapshottingDone.includes(handle)
+            ? state
+            : { ...state, snapshottingDone: [...state.snapshottingDone, handle] },
+        'markSnapshottingDone',
+      ),
+    );
+  }
+
+  /**
+   * Drops every record and index entry and resets the commit state (no checkpoint, no snapshot flags), in one
+   * transaction; staged changes are discarded. Used when a rebuild restarts a cache from scratch.
+   */
+  async clear(): Promise<void> {
+    this.assertOpen();
+    await this.serialized(() => {
+      this.staged = new Map();
+      this.write(() => {
+        this.dbs.data.clearSync();
+        for (const index of this.dbs.indexes) index.db.clearSync();
+        return {
+          checkpoint: null,
+          committedAt: new Date().toISOString(),
+          recordCount: 0,
+          snapshottingDone: [],
+        };
+      }, 'clear');
+    });
+  }
+
+  /** Discards staged changes on close. */
+  override async close(): Promise<void> {
+    if (this.closed) return;
+    await this.writing.catch(() => undefined);
+    this.staged = new Map();
+    await super.close();
+  }
+
+  /** Applies one staged change inside the write transaction; returns the record-count delta. */
+  private writeChange(change: Staged): number {
+    const { data } = this.dbs;
+    const pk = this.schema.primaryKey;
+    const old = data.get(change.key);
+    const oldKeys = old === undefined ? [] : this.dbs.indexes.map((index) => indexKey(index, old, pk));
+    if (change.record === null) {
+      if (old === undefined) return 0;
+      data.removeSync(change.key);
+      this.dbs.indexes.forEach((index, i) => {
+        index.db.removeSync(oldKeys[i]!);
+      });
+      return -1;
+    }
+    const record = change.record;
+    data.putSync(change.key, record);
+    this.dbs.indexes.forEach((index, i) => {
+      const key = indexKey(index, record, pk);
+      const before = oldKeys[i];
+      if (before?.equals(key)) return;
+      if (before) index.db.removeSync(before);
+      index.db.putSync(key, change.key);
+    });
+    return old === undefined ? 1 : 0;
+  }
+
+  /** Runs `update` on the commit state in one synchronous write transaction. */
+  private write(update: (state: CommitState) => CommitState, what: string): void {
+    try {
+      this.dbs.env.root.transactionSync(() => {
+        const next = update(this.readCommit());
+        this.dbs.meta.putSync('commit', next);
+      });
+    } catch (err) {
+      throw translateWriteError(err, `Cache "${this.name}": ${what} failed`);
+    }
+  }
+
+  private serialized<T>(fn: () => T): Promise<T> {
+    const run = this.writing.then(fn, fn);
+    this.writing = run.catch(() => undefined);
+    return run;
+  }
+}

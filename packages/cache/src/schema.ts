@@ -1,0 +1,152 @@
+import {
+  BadRecordError,
+  type FieldType,
+  FieldTypeSchema,
+  FORBIDDEN_KEYS,
+  hashJson,
+  parseOrThrow,
+} from '@sluice/core';
+import { z } from 'zod';
+import type { CacheSchema } from './types.js';
+
+const FieldNameSchema = z
+  .string()
+  .min(1)
+  .max(256)
+  .refine((f) => !f.startsWith('$') && !FORBIDDEN_KEYS.has(f), { message: 'not a valid field name' });
+
+const FieldListSchema = z
+  .array(FieldNameSchema)
+  .min(1)
+  .max(8)
+  .refine((list) => new Set(list).size === list.length, { message: 'a field is listed twice' });
+
+/** Field types a primary key may use (a key is a scalar). */
+const KEY_TYPES: ReadonlySet<FieldType> = new Set(['string', 'integer', 'number', 'boolean', 'timestamp']);
+
+/** The zod schema of a {@link CacheSchema}: every key and index field must be a declared field. */
+export const CacheSchemaSchema = z
+  .strictObject({
+    fields: z
+      .record(FieldNameSchema, FieldTypeSchema)
+      .refine((fields) => Object.keys(fields).length <= 512, { message: 'at most 512 fields' }),
+    primaryKey: FieldListSchema,
+    indexes: z.array(FieldListSchema).max(32),
+  })
+  .superRefine((schema, ctx) => {
+    schema.primaryKey.forEach((field, i) => {
+      const type = schema.fields[field];
+      if (type === undefined)
+        ctx.addIssue({ code: 'custom', path: ['primaryKey', i], message: `"${field}" is not in fields` });
+      else if (!KEY_TYPES.has(type))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['primaryKey', i],
+          message: `"${field}" has type ${type}, which cannot be part of a key`,
+        });
+    });
+    const seen = new Set<string>();
+    schema.indexes.forEach((index, i) => {
+      index.forEach((field, j) => {
+        if (schema.fields[field] === undefined)
+          ctx.addIssue({ code: 'custom', path: ['indexes', i, j], message: `"${field}" is not in fields` });
+      });
+      const id = indexId(index);
+      if (seen.has(id)) ctx.addIssue({ code: 'custom', path: ['indexes', i], message: 'duplicate index' });
+      seen.add(id);
+    });
+  });
+
+/** Validates an untrusted schema, throwing `VALIDATION_FAILED` with the failing paths. */
+export function parseCacheSchema(input: unknown): CacheSchema {
+  const parsed = parseOrThrow(CacheSchemaSchema, input, 'Invalid cache schema');
+  return { fields: { ...parsed.fields }, primaryKey: [...parsed.primaryKey], indexes: parsed.indexes };
+}
+
+/** A stable identifier of an index: its fields joined by ",". */
+export function indexId(fields: readonly string[]): string {
+  return fields.join(',');
+}
+
+/**
+ * A short, stable hash of a schema: equal for equal fields, primary key and index set (index order does not
+ * matter; field order inside an index and the key does).
+ *
+ * @example
+ * ```ts
+ * schemaHash({ fields: { id: 'integer' }, primaryKey: ['id'], indexes: [] }); // '3f1c…' (16 hex chars)
+ * ```
+ */
+export function schemaHash(schema: CacheSchema): string {
+  const indexes = schema.indexes.map((index) => indexId(index)).sort();
+  return hashJson({ fields: schema.fields, primaryKey: schema.primaryKey, indexes }).slice(0, 16);
+}
+
+function typeMatches(type: FieldType, value: unknown): boolean {
+  switch (type) {
+    case 'string':
+      return typeof value === 'string';
+    case 'integer':
+      return typeof value === 'number' && Number.isInteger(value);
+    case 'number':
+      return typeof value === 'number' && Number.isFinite(value);
+    case 'boolean':
+      return typeof value === 'boolean';
+    case 'timestamp':
+      return (
+        (typeof value === 'string' && !Number.isNaN(Date.parse(value))) ||
+        (typeof value === 'number' && Number.isFinite(value))
+      );
+    case 'json':
+      return true;
+  }
+}
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'number' && !Number.isFinite(value)) return String(value);
+  return typeof value;
+}
+
+/**
+ * Checks a record against the schema: an object, every declared field either absent/null or of its type,
+ * every primary-key field present and non-null. Extra fields are kept as they are.
+ * Throws `BAD_RECORD` naming the field.
+ */
+export function checkRecord(schema: CacheSchema, record: unknown): Record<string, unknown> {
+  if (typeof record !== 'object' || record === null || Array.isArray(record))
+    throw new BadRecordError(`A record must be an object, got ${describe(record)}`, {});
+  const object = record as Record<string, unknown>;
+  for (const [field, type] of Object.entries(schema.fields)) {
+    const value = Object.hasOwn(object, field) ? object[field] : undefined;
+    if (value === undefined || value === null) continue;
+    if (!typeMatches(type, value))
+      throw new BadRecordError(`Field "${field}" must be ${type}, got ${describe(value)}`, {});
+  }
+  for (const field of schema.primaryKey) {
+    const value = Object.hasOwn(object, field) ? object[field] : undefined;
+    if (value === undefined || value === null)
+      throw new BadRecordError(`Primary key field "${field}" is missing`, {});
+  }
+  return object;
+}
+
+/** The primary-key values of a checked record, in primary-key order. */
+export function keyOf(schema: CacheSchema, record: Record<string, unknown>): unknown[] {
+  return schema.primaryKey.map((field) => record[field]);
+}
+
+/** What is wrong with primary-key values given by a caller (`get`, `delete`), or null: count and types. */
+export function keyProblem(schema: CacheSchema, key: unknown): string | null {
+  if (!Array.isArray(key) || key.length !== schema.primaryKey.length)
+    return `a key is an array of ${schema.primaryKey.length} value(s): ${schema.primaryKey.join(', ')}`;
+  for (let i = 0; i < key.length; i++) {
+    const field = schema.primaryKey[i]!;
+    const type = schema.fields[field]!;
+    const value: unknown = key[i];
+    if (value === null || value === undefined || !typeMatches(type, value))
+      return `key field "${field}" must be ${type}, got ${describe(value)}`;
+  }
+  return null;
+}

@@ -1,0 +1,94 @@
+import type { FieldType, Logger, PipelineCheckpoint } from '@sluice/core';
+
+/**
+ * The shape of a cache: typed fields, a primary key of one or more fields, and secondary indexes (each a list
+ * of fields). Two caches with equal schemas have equal {@link schemaHash}es.
+ */
+export interface CacheSchema {
+  fields: Record<string, FieldType>;
+  primaryKey: string[];
+  indexes: string[][];
+}
+
+/** Lifecycle of a cache generation: filled while `building`, read while `serving`, deleted after `retired`. */
+export const CacheState = { building: 'building', serving: 'serving', retired: 'retired' } as const;
+export type CacheState = (typeof CacheState)[keyof typeof CacheState];
+
+/** What a cache's list entry says about it. */
+export interface CacheInfo {
+  name: string;
+  endpoint: string;
+  createdAt: string;
+  schemaHash: string;
+  schema: CacheSchema;
+  state: CacheState;
+  retiredAt: string | null;
+  /** Bytes on disk of the cache's LMDB files. */
+  sizeBytes: number;
+  recordCount: number;
+  checkpoint: PipelineCheckpoint | null;
+  committedAt: string | null;
+}
+
+/** The state written by the last commit, read in the same snapshot as the data it describes. */
+export interface CommitState {
+  checkpoint: PipelineCheckpoint | null;
+  committedAt: string | null;
+  recordCount: number;
+  /** Handles of the sources that reported their snapshot complete into this cache. */
+  snapshottingDone: string[];
+}
+
+/** One write: insert/update/upsert a whole record, or delete by primary-key values (in primary-key order). */
+export type RecordOp =
+  | { op: 'insert' | 'update' | 'upsert'; record: Record<string, unknown> }
+  | { op: 'delete'; key: unknown[] };
+
+/**
+ * What happens when an op meets the existing state: `insert` of a present key or `update`/`delete` of an
+ * absent one. `fail` (default) rejects the whole batch with `CACHE_CONFLICT`; `skip` ignores the op;
+ * `overwrite` turns the op into an upsert (or a no-op delete).
+ */
+export type ConflictPolicy = 'fail' | 'skip' | 'overwrite';
+
+export interface ApplyOptions {
+  onConflict?: ConflictPolicy;
+}
+
+/** How a query was answered. */
+export interface QueryPlan {
+  /** The index used (its fields joined by ","), `"primary"` for the primary key, or null for a full scan. */
+  index: string | null;
+  /** Records examined. */
+  scanned: number;
+  /** True when the scan stopped at the configured cap: the page may be incomplete (see `next`). */
+  capped: boolean;
+}
+
+export interface QueryResult {
+  records: Record<string, unknown>[];
+  /** Opaque `$after` cursor for the next page, bound to this cache; null when there is nothing more. */
+  next: string | null;
+  plan: QueryPlan;
+}
+
+export interface CacheManagerOptions {
+  /** How long a retired generation is kept before `gc` deletes it (default 10 minutes). */
+  gcGraceMs?: number;
+  /** Most records a query examines before it answers with `capped: true` (default 50 000). */
+  scanCap?: number;
+  /** `limit` applied when a query has none (default 50). */
+  defaultLimit?: number;
+  /** Largest accepted `limit` (default 1000). */
+  maxLimit?: number;
+  /** Open for reading only (api-server): writes are refused and caches are opened read-only. */
+  readOnly?: boolean;
+  logger?: Logger;
+}
+
+/** An alias table entry. */
+export interface AliasEntry {
+  alias: string;
+  cache: string;
+  version: number;
+}
