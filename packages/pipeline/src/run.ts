@@ -5,7 +5,7 @@ import type { RestartPlan } from './dag.js';
 import { mergeSources } from './merge.js';
 import { keyOf, type RecordOp } from './ops.js';
 import { ProgressTracker } from './progress.js';
-import { checkRecord } from './schema.js';
+import { checkRecord, typeMismatch } from './schema.js';
 import type { PipelineSink, RunMode, SourceBranch, SourceItem } from './types.js';
 
 export interface RunPipelineOptions {
@@ -139,7 +139,14 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
         ops = next;
       }
       for (const current of ops) {
-        if (current.op !== 'delete') {
+        if (current.op === 'delete') {
+          const problem = fields ? keyProblem(current.key, keyFields, fields) : null;
+          if (problem !== null) {
+            options.badRecords.add({ source: branch.source.handle, ...current.at, reason: problem });
+            progress.badRecords++;
+            continue;
+          }
+        } else {
           const problem =
             keyFields.length > 0 && keyOf(current.record, keyFields) === undefined
               ? `missing primary key field(s) ${keyFields.join(', ')}`
@@ -291,4 +298,20 @@ function settleOrAbort<T>(
       },
     );
   });
+}
+
+/** Why a delete's key does not fit the key fields' types, or null. */
+function keyProblem(
+  key: readonly unknown[],
+  keyFields: readonly string[],
+  fields: Record<string, FieldType>,
+): string | null {
+  if (key.length !== keyFields.length) return `a delete needs ${keyFields.length} key value(s)`;
+  for (let i = 0; i < key.length; i++) {
+    const type = fields[keyFields[i]!];
+    if (key[i] === null || key[i] === undefined) return `key field "${keyFields[i]}" is missing`;
+    const problem = type ? typeMismatch(key[i], type) : null;
+    if (problem !== null) return `key field "${keyFields[i]}": ${problem}`;
+  }
+  return null;
 }
