@@ -1,23 +1,77 @@
-// TEMPORARY (not committed): stands in until @sluice/cache lands.
+import { resolve } from 'node:path';
+import { type CacheManager, openCacheManager } from '@sluice/cache';
 import type { EventPublisher, Logger, SluiceConfig } from '@sluice/core';
+import { startEndpointPipeline } from '@sluice/pipeline';
 import { EndpointManager } from './endpoints.js';
 
+/** The serving plane of this host: its LMDB caches and the endpoint pipelines that fill them. */
 export interface ServingPlane {
-  caches: undefined;
+  caches: CacheManager;
   endpoints: EndpointManager;
   close(): Promise<void>;
 }
 
+/**
+ * Opens the host's caches under `dataDir` (the root the api-servers of this host read) and starts one
+ * pipeline per configured endpoint (alias exists → resume into its cache or rebuild blue/green; else create
+ * cache + alias), publishing `AliasRedirected` through `events`. Retired generations are garbage-collected
+ * after `cache.gcGraceMs`.
+ *
+ * @example
+ * ```ts
+ * const serving = await openServingPlane(config, { events: backplane, logger, cwd: process.cwd() });
+ * console.log(await serving.endpoints.status());
+ * await serving.close();
+ * ```
+ */
 export async function openServingPlane(
   config: SluiceConfig,
   context: { events: EventPublisher; logger: Logger; cwd: string },
 ): Promise<ServingPlane> {
-  const endpoints = await EndpointManager.start(config.endpoints, {
-    caches: { resolveAlias: () => null, info: async () => null },
-    startPipeline: async () => {
-      throw new Error('endpoint pipelines are not available yet');
-    },
+  const caches = await openCacheManager(resolve(context.cwd, config.dataDir), {
+    gcGraceMs: config.cache.gcGraceMs,
+    scanCap: config.cache.scanCap,
     logger: context.logger,
   });
-  return { caches: undefined, endpoints, close: () => endpoints.stop() };
+  let endpoints: EndpointManager;
+  try {
+    endpoints = await EndpointManager.start(config.endpoints, {
+      caches,
+      logger: context.logger,
+      startPipeline: (endpoint) =>
+        startEndpointPipeline(endpoint, {
+          caches,
+          events: context.events,
+          connections: config.connections,
+          baseDir: context.cwd,
+          logger: context.logger,
+          commitEveryRecords: config.pipeline.commitEveryRecords,
+          commitEveryMs: config.pipeline.commitEveryMs,
+          ...(config.nats !== undefined ? { nats: config.nats } : {}),
+        }),
+    });
+  } catch (err) {
+    await caches.close();
+    throw err;
+  }
+  const gcEveryMs = Math.min(Math.max(config.cache.gcGraceMs, 1_000), 60_000);
+  const gcTimer = setInterval(() => {
+    caches.gc().then(
+      (removed) => {
+        if (removed.length > 0)
+          context.logger.info({ removed }, 'garbage-collected retired cache generations');
+      },
+      (err) => context.logger.warn({ err }, 'cache garbage collection failed'),
+    );
+  }, gcEveryMs);
+  gcTimer.unref();
+  return {
+    caches,
+    endpoints,
+    async close() {
+      clearInterval(gcTimer);
+      await endpoints.stop();
+      await caches.close();
+    },
+  };
 }

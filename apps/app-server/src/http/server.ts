@@ -15,7 +15,7 @@ import {
   toProblem,
   ValidationError,
 } from '@sluice/core';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import {
   jsonSchemaTransform,
   serializerCompiler,
@@ -50,9 +50,8 @@ export interface ServerOptions {
   nodeId: string;
 }
 
-/** Routes that stay open when auth is enabled (probes, and node-to-node routes of the direct backplane). */
+/** Routes that stay open when auth is enabled: the probes. (Peers present a token on the internal routes.) */
 const OPEN_PATHS = new Set(['/healthz', '/readyz']);
-const INTERNAL_PREFIX = '/v1/internal/';
 
 const IdParams = z.object({ id: TransferIdSchema });
 const NameParams = z.object({ name: NameSchema });
@@ -73,7 +72,7 @@ const passThrough = () => (data: unknown) => ({ value: data });
 export async function buildServer(options: ServerOptions): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: options.logger as FastifyBaseLogger,
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: options.bodyLimit,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
@@ -139,7 +138,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     );
     app.addHook('onRequest', async (request) => {
       const path = request.url.split('?')[0] ?? '';
-      if (OPEN_PATHS.has(path) || path.startsWith(INTERNAL_PREFIX)) return;
+      if (OPEN_PATHS.has(path)) return;
       await check(request.headers.authorization);
     });
   }

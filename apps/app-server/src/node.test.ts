@@ -1,0 +1,91 @@
+import { createHmac } from 'node:crypto';
+import { join } from 'node:path';
+import { resolveConfig } from '@sluice/core';
+import { tempDir } from '@sluice/testkit';
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import { startNode } from './node.js';
+
+function hs256(payload: object, secret: string): string {
+  const encode = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
+  const body = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode(payload)}`;
+  return `${body}.${createHmac('sha256', secret).update(body).digest('base64url')}`;
+}
+
+const TOKEN = 'a-static-control-token-0123456789';
+const SECRET = 'a-jwt-secret-of-sufficient-length';
+
+describe('startNode (in process)', () => {
+  it('requires a bearer token (listed or HS256 JWT) on every route but the probes', async () => {
+    await using dir = await tempDir();
+    const config = resolveConfig({
+      node: { id: 'auth1', port: 0 },
+      store: `sqlite:${join(dir.path, 'store.db')}`,
+      dataDir: join(dir.path, 'data'),
+      control: { auth: { tokens: [TOKEN], jwtSecret: SECRET } },
+    });
+    await using node = await startNode(config, { logger: pino({ level: 'silent' }), cwd: dir.path });
+    const get = (path: string, authorization?: string) =>
+      fetch(`${node.url}${path}`, { headers: authorization ? { authorization } : {} });
+
+    expect((await get('/healthz')).status).toBe(200);
+    expect((await get('/readyz')).status).toBe(200);
+    for (const path of ['/v1/transfers', '/v1/nodes', '/v1/endpoints', '/metrics', '/openapi.json']) {
+      const denied = await get(path);
+      expect(denied.status, path).toBe(401);
+      expect(denied.headers.get('www-authenticate')).toBe('Bearer');
+      expect(denied.headers.get('content-type')).toMatch(/application\/problem\+json/);
+      expect(((await denied.json()) as { code: string }).code).toBe('UNAUTHORIZED');
+    }
+    expect((await get('/v1/transfers', `Bearer ${TOKEN}`)).status).toBe(200);
+    expect((await get('/v1/transfers', `Bearer ${TOKEN}x`)).status).toBe(401);
+    expect((await get('/v1/transfers', TOKEN)).status).toBe(401);
+    const jwt = hs256({ sub: 'ops', exp: Math.floor(Date.now() / 1000) + 60 }, SECRET);
+    expect((await get('/v1/nodes', `Bearer ${jwt}`)).status).toBe(200);
+    const forged = hs256({ sub: 'ops' }, 'another-secret-of-some-length');
+    expect((await get('/v1/nodes', `Bearer ${forged}`)).status).toBe(401);
+    const expired = hs256({ sub: 'ops', exp: Math.floor(Date.now() / 1000) - 60 }, SECRET);
+    expect((await get('/v1/nodes', `Bearer ${expired}`)).status).toBe(401);
+    const none = `${Buffer.from('{"alg":"none","typ":"JWT"}').toString('base64url')}.${Buffer.from('{"sub":"x"}').toString('base64url')}.`;
+    expect((await get('/v1/nodes', `Bearer ${none}`)).status).toBe(401);
+  });
+
+  it('releases what it owns on close so another node can take it over at once', async () => {
+    await using dir = await tempDir();
+    const config = resolveConfig({
+      node: { id: 'solo', port: 0 },
+      store: `sqlite:${join(dir.path, 'store.db')}`,
+      dataDir: join(dir.path, 'data'),
+      files: { roots: [dir.path] },
+      limits: { leaseMs: 60_000, heartbeatMs: 1_000 },
+    });
+    const lines = Array.from({ length: 2_000 }, (_, i) => JSON.stringify({ id: i + 1 })).join('\n');
+    const { writeFile } = await import('node:fs/promises');
+    await writeFile(join(dir.path, 'in.jsonl'), `${lines}\n`);
+    const node = await startNode(config, { logger: pino({ level: 'silent' }), cwd: dir.path });
+    const submitted = await fetch(`${node.url}/v1/transfers`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        id: 'handback-1',
+        source: { type: 'file', path: 'in.jsonl' },
+        destination: { type: 'file', path: 'out.jsonl' },
+        options: { maxRecordsPerSecond: 200 },
+      }),
+    });
+    expect(submitted.status).toBe(201);
+    await node.close();
+    const { openStore } = await import('@sluice/store');
+    await using store = await openStore(config.store);
+    const record = await store.get('handback-1');
+    expect(record?.state).toBe('IN_PROGRESS');
+    // The lease was 60 s; handback expired it, so any node may recover it now.
+    expect(record!.leaseExpiresAt!.getTime()).toBeLessThanOrEqual(Date.now());
+    const recovered = await store.recoverExpired(
+      { nodeId: 'other', address: 'http://127.0.0.1:1', instanceId: 'i2' },
+      10_000,
+      10,
+    );
+    expect(recovered.map((r) => r.id)).toEqual(['handback-1']);
+  });
+});
