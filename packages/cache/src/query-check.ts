@@ -161,9 +161,22 @@ export function checkQuery(
   return { filter, orderBy: orderBy.data, limit, skip, after };
 }
 
+const schemas = new Map<string, ReturnType<typeof filterSchema>>();
+
+/** Building a filter schema is costly; build one per distinct set of limits. */
+function filterSchemaFor(limits: QueryLimits): ReturnType<typeof filterSchema> {
+  const id = `${limits.maxIn}/${limits.maxDepth}`;
+  let schema = schemas.get(id);
+  if (!schema) {
+    schema = filterSchema(limits);
+    if (schemas.size < 16) schemas.set(id, schema);
+  }
+  return schema;
+}
+
 /** Checks a filter alone (shape, limits, fields, operand types). */
 export function checkFilter(filter: unknown, schema: CacheSchema, limits: Partial<QueryLimits> = {}): Filter {
-  const shaped = filterSchema({ ...DEFAULT_QUERY_LIMITS, ...limits }).safeParse(filter ?? {});
+  const shaped = filterSchemaFor({ ...DEFAULT_QUERY_LIMITS, ...limits }).safeParse(filter ?? {});
   if (!shaped.success) fail(issuesOf(shaped.error, ['$filter']));
   const issues: FieldIssue[] = [];
   checkFields(shaped.data, schema, '$filter', issues);
