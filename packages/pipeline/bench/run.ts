@@ -1,0 +1,126 @@
+/**
+ * `pnpm --filter @sluice/pipeline bench [records...]` (default: 1000000 5000000).
+ *
+ * Records per second from a JSON Lines file into an endpoint cache with two secondary indexes (the whole
+ * pipeline: read, parse, type-check, index, commit, alias switch), next to raw `lmdb` batched puts of the
+ * same records (the limit) and PostgreSQL `COPY` into a table with the same two indexes (the peer), all in
+ * this run on this machine. Each case runs in its own process; peak memory is that process's max RSS.
+ */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createWriteStream } from 'node:fs';
+import { chmod, mkdir, mkdtemp, rm, stat } from 'node:fs/promises';
+import { cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createTestDatabase, tsxLoaderPath } from '@sluice/testkit';
+
+const CASE = fileURLToPath(new URL('./case.ts', import.meta.url));
+const sizes = process.argv
+  .slice(2)
+  .map(Number)
+  .filter((n) => n > 0);
+const RECORD_COUNTS = sizes.length > 0 ? sizes : [1_000_000, 5_000_000];
+const CATEGORIES = Array.from({ length: 20 }, (_, i) => `cat-${i}`);
+
+async function writeFiles(jsonl: string, csv: string, n: number) {
+  const a = createWriteStream(jsonl);
+  const b = createWriteStream(csv);
+  let ja: string[] = [];
+  let cb: string[] = [];
+  const at = '2026-12-02T10:00:00.000Z';
+  for (let i = 0; i < n; i++) {
+    const category = CATEGORIES[i % CATEGORIES.length]!;
+    const value = ((i * 7919) % 100_000) / 10;
+    ja.push(`{"id":${i},"name":"item-${i}","category":"${category}","value":${value},"at":"${at}"}\n`);
+    cb.push(`${i},item-${i},${category},${value},${at}\n`);
+    if (ja.length === 20_000) {
+      const okA = a.write(ja.join(''));
+      const okB = b.write(cb.join(''));
+      ja = [];
+      cb = [];
+      // Listen before awaiting either: one stream may drain while we wait for the other.
+      const drains: Array<Promise<unknown>> = [];
+      if (!okA) drains.push(once(a, 'drain'));
+      if (!okB) drains.push(once(b, 'drain'));
+      await Promise.all(drains);
+    }
+  }
+  a.end(ja.join(''));
+  b.end(cb.join(''));
+  await Promise.all([
+    new Promise<void>((r) => a.once('finish', () => r())),
+    new Promise<void>((r) => b.once('finish', () => r())),
+  ]);
+}
+
+function runCase(args: string[]): Promise<{ ms: number; maxRssMB: number | null }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(
+      process.execPath,
+      ['--conditions=@sluice/source', '--import', tsxLoaderPath(), CASE, ...args],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+    });
+    child.on('exit', (code) => {
+      const line = out.split('\n').find((l) => l.startsWith('RESULT '));
+      if (code === 0 && line) resolve(JSON.parse(line.slice(7)));
+      else reject(new Error(`case ${args[0]} failed (${code}): ${out}`));
+    });
+  });
+}
+
+const rate = (n: number, ms: number) => Math.round((n * 1000) / ms);
+const fmt = (n: number) => n.toLocaleString('en-US');
+
+const root = await mkdtemp('/tmp/sluice-pipeline-bench-');
+await chmod(root, 0o755); // PostgreSQL's server process reads the CSV for COPY
+await using db = await createTestDatabase('sluice_pipeline_bench');
+console.log(
+  `machine: ${cpus().length} cores (${cpus()[0]?.model}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`,
+);
+const rows: string[] = [];
+try {
+  for (const n of RECORD_COUNTS) {
+    const dir = join(root, String(n));
+    await mkdir(dir, { recursive: true });
+    await chmod(dir, 0o755);
+    const jsonl = join(dir, 'items.jsonl');
+    const csv = join(dir, 'items.csv');
+    await writeFiles(jsonl, csv, n);
+    await chmod(csv, 0o644);
+    const size = (await stat(jsonl)).size;
+    console.log(`\n${fmt(n)} records, ${(size / 2 ** 20).toFixed(0)} MiB of JSON Lines`);
+    const pipeline = await runCase(['pipeline', jsonl, String(n), dir]);
+    await rm(join(dir, 'pipeline'), { recursive: true, force: true });
+    const lmdb = await runCase(['lmdb', jsonl, String(n), dir]);
+    await rm(join(dir, 'raw-lmdb'), { recursive: true, force: true });
+    const copy = await runCase(['pgcopy', jsonl, String(n), dir, db.url, csv]);
+    const line = (name: string, r: { ms: number; maxRssMB: number | null }, ratio: string) =>
+      `| ${fmt(n)} | ${name} | ${fmt(rate(n, r.ms))} | ${(r.ms / 1000).toFixed(1)} s | ${r.maxRssMB ?? 'n/a (server)'} | ${ratio} |`;
+    const result = [
+      line('pipeline → cache (2 indexes)', pipeline, '1.00'),
+      line(
+        'raw lmdb batched puts (limit)',
+        lmdb,
+        `${(pipeline.ms / lmdb.ms).toFixed(2)}× faster than pipeline`,
+      ),
+      line(
+        'PostgreSQL COPY, 2 indexes (peer)',
+        copy,
+        `${(pipeline.ms / copy.ms).toFixed(2)}× the pipeline's speed`,
+      ),
+    ];
+    for (const r of result) console.log(r);
+    rows.push(...result);
+    await rm(dir, { recursive: true, force: true });
+  }
+} finally {
+  await rm(root, { recursive: true, force: true });
+}
+console.log('\n| records | case | records/s | time | peak RSS (MiB) | ratio |');
+console.log('|---|---|---|---|---|---|');
+for (const r of rows) console.log(r);

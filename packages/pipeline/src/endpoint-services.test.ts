@@ -1,0 +1,128 @@
+import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import { openCacheManager } from '@sluice/cache';
+import type { SluiceEvent } from '@sluice/core';
+import { createTestDatabase, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { startEndpointPipeline } from './endpoint.js';
+
+function collector() {
+  const events: SluiceEvent[] = [];
+  return { events, publish: async (event: SluiceEvent) => void events.push(event) };
+}
+
+describe('endpoints over JetStream and PostgreSQL', () => {
+  it('JetStream: resumes while the stream retains the next sequence, rebuilds once it was purged', async () => {
+    await using nats = await startNatsServer();
+    await using dir = await tempDir();
+    const nc = await connect({ servers: nats.url });
+    try {
+      const jsm = await jetstreamManager(nc);
+      await jsm.streams.add({ name: 'ITEMS', subjects: ['items.>'] });
+      const js = jsm.jetstream();
+      const publish = async (from: number, n: number) => {
+        await Promise.all(
+          Array.from({ length: n }, (_, i) =>
+            js.publish('items.upsert', JSON.stringify({ id: from + i, v: from + i })),
+          ),
+        );
+      };
+      await publish(0, 300);
+      const events = collector();
+      const config = {
+        name: 'items',
+        source: { type: 'jetstream' as const, stream: 'ITEMS', subject: 'items.>', key: 'id' },
+        primaryKey: ['id'],
+        fields: { id: 'integer' as const, v: 'integer' as const },
+        indexes: [['v']],
+      };
+      await using caches = await openCacheManager(join(dir.path, 'data'));
+      const ctx = { caches, events, connections: {}, nats: nats.url, commitEveryMs: 50 };
+      const first = await startEndpointPipeline(config, ctx);
+      const blue = await first.whenServing();
+      await publish(300, 50); // streamed after the snapshot
+      await waitFor(async () => {
+        const cache = await caches.openRo('items');
+        try {
+          return cache.count({}) === 350;
+        } finally {
+          await cache.close();
+        }
+      });
+      await first.stop();
+
+      await publish(350, 10);
+      const second = await startEndpointPipeline(config, ctx);
+      expect(second.decision.decision).toBe('resume');
+      await waitFor(() => second.status().progress.recordsWritten >= 360, { what: 'resumed stream read' });
+      expect(caches.resolveAlias('items')?.cache).toBe(blue);
+      await second.stop();
+
+      await publish(360, 40);
+      await jsm.streams.purge('ITEMS', { keep: 20 }); // discards sequences the checkpoint still needs
+      const third = await startEndpointPipeline(config, ctx);
+      expect(third.decision.decision).toBe('from-scratch');
+      expect(third.decision.reason).toMatch(/no longer retains sequence/);
+      const green = await third.whenServing();
+      expect(green).not.toBe(blue);
+      const cache = await caches.openRo('items');
+      try {
+        expect(cache.count({})).toBe(20);
+        expect(cache.get([399])).toEqual({ id: 399, v: 399 });
+      } finally {
+        await cache.close();
+      }
+      expect(events.events.filter((e) => e.type === 'AliasRedirected')).toHaveLength(2);
+      await third.stop();
+    } finally {
+      await nc.close();
+    }
+  });
+
+  it('PostgreSQL: snapshot by keyset, then changed rows by the cursor column', async () => {
+    await using db = await createTestDatabase('sluice_pipeline_ep');
+    await using dir = await tempDir();
+    const client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    try {
+      await client.query('CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, rev bigserial)');
+      await client.query('INSERT INTO items (id, v) SELECT g, g FROM generate_series(1, 500) g');
+      await using caches = await openCacheManager(join(dir.path, 'data'));
+      const pipeline = await startEndpointPipeline(
+        {
+          name: 'items',
+          source: { type: 'postgres', connection: 'db', table: 'items', key: 'id', cursor: 'rev' },
+          primaryKey: ['id'],
+          indexes: [['v']],
+          select: ['id', 'v'],
+        },
+        {
+          caches,
+          events: collector(),
+          connections: { db: { type: 'postgres', url: db.url } },
+          commitEveryMs: 50,
+        },
+      );
+      await pipeline.whenServing();
+      await client.query(`UPDATE items SET v = -v, rev = nextval('items_rev_seq') WHERE id <= 10`);
+      await client.query('INSERT INTO items (id, v) VALUES (501, 501)');
+      await waitFor(
+        async () => {
+          const cache = await caches.openRo('items');
+          try {
+            return cache.count({}) === 501 && cache.get([5])?.v === -5 && cache.get([501])?.v === 501;
+          } finally {
+            await cache.close();
+          }
+        },
+        { timeoutMs: 15_000, what: 'incremental changes' },
+      );
+      expect(pipeline.status().progress.phase).toBe('streaming');
+      await pipeline.stop();
+    } finally {
+      await client.end();
+    }
+  });
+});

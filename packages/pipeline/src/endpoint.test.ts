@@ -1,0 +1,231 @@
+import { appendFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { openCacheManager } from '@sluice/cache';
+import { parseQuery, type SluiceEvent } from '@sluice/core';
+import { tempDir, waitFor } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { startEndpointPipeline } from './endpoint.js';
+import { memoryCheckpointPort } from './testing/file-checkpoint.js';
+
+interface Item {
+  id: number;
+  value: number;
+  category: string;
+}
+const items = (n: number, from = 0, tag = 'a'): Item[] =>
+  Array.from({ length: n }, (_, i) => ({
+    id: from + i,
+    value: (from + i) % 50,
+    category: `${tag}${(from + i) % 3}`,
+  }));
+const jsonl = (rows: object[]) => rows.map((r) => `${JSON.stringify(r)}\n`).join('');
+
+function collector() {
+  const events: SluiceEvent[] = [];
+  return { events, publish: async (event: SluiceEvent) => void events.push(event) };
+}
+
+const endpoint = (path: string, extra: Record<string, unknown> = {}) => ({
+  name: 'items',
+  source: { type: 'file' as const, path, format: 'jsonl' as const },
+  primaryKey: ['id'],
+  fields: { id: 'integer' as const, value: 'number' as const, category: 'string' as const },
+  indexes: [['value'], ['category', 'value']],
+  ...extra,
+});
+
+async function allRecords(caches: Awaited<ReturnType<typeof openCacheManager>>, alias: string) {
+  const cache = await caches.openRo(alias);
+  try {
+    const out: Record<string, unknown>[] = [];
+    let after: string | null = null;
+    do {
+      const page: { records: Record<string, unknown>[]; next: string | null } = cache.query(
+        parseQuery({ $order_by: { id: 'asc' }, $limit: 1000, ...(after ? { $after: after } : {}) }),
+      );
+      out.push(...page.records);
+      after = page.next;
+    } while (after);
+    return out;
+  } finally {
+    await cache.close();
+  }
+}
+
+describe('endpoint pipelines (blue/green)', () => {
+  it('builds the first generation, then resumes in place without a new cache', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'items.jsonl');
+    await writeFile(path, jsonl(items(1000)));
+    const events = collector();
+    {
+      await using caches = await openCacheManager(join(dir.path, 'data'));
+      const pipeline = await startEndpointPipeline(endpoint(path), { caches, events, connections: {} });
+      expect(pipeline.decision.decision).toBe('from-scratch');
+      expect(caches.resolveAlias('items')).toBeNull(); // nothing is served before the snapshot is complete
+      const built = await pipeline.whenServing();
+      expect(caches.resolveAlias('items')?.cache).toBe(built);
+      expect(await allRecords(caches, 'items')).toEqual(items(1000));
+      await pipeline.stop();
+    }
+    const redirects = events.events.filter((e) => e.type === 'AliasRedirected');
+    expect(redirects).toHaveLength(1);
+    expect(redirects[0]).toMatchObject({ alias: 'items', from: null });
+    expect(events.events.filter((e) => e.type === 'SnapshottingDone')).toHaveLength(1);
+    const first = redirects[0]!.type === 'AliasRedirected' ? redirects[0]!.to : '';
+
+    // Restart on an unchanged, then grown, file: case 1 — continue in place.
+    await appendFile(path, jsonl(items(200, 1000)));
+    await using caches = await openCacheManager(join(dir.path, 'data'));
+    const pipeline = await startEndpointPipeline(endpoint(path), { caches, events, connections: {} });
+    expect(pipeline.decision.decision).toBe('resume');
+    expect(pipeline.decision.reason).toMatch(/in place/);
+    await waitFor(async () => (await allRecords(caches, 'items')).length === 1200, {
+      what: 'appended records',
+    });
+    expect(caches.resolveAlias('items')?.cache).toBe(first);
+    expect((await caches.list()).filter((c: { endpoint: string }) => c.endpoint === 'items')).toHaveLength(1);
+    expect(events.events.filter((e) => e.type === 'AliasRedirected')).toHaveLength(1);
+    await pipeline.stop();
+  });
+
+  it('rebuilds into a green cache when the file changed, while blue keeps serving', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'items.jsonl');
+    await writeFile(path, jsonl(items(500)));
+    const events = collector();
+    await using caches = await openCacheManager(join(dir.path, 'data'));
+    const first = await startEndpointPipeline(endpoint(path), { caches, events, connections: {} });
+    const blue = await first.whenServing();
+    await first.stop();
+
+    await writeFile(path, jsonl(items(20_000, 0, 'b'))); // rewritten: other content
+    const second = await startEndpointPipeline(endpoint(path), {
+      caches,
+      events,
+      connections: {},
+      commitEveryRecords: 1000,
+      fileChunkBytes: 8192,
+    });
+    expect(second.decision.decision).toBe('from-scratch');
+    expect(second.decision.reason).toMatch(/changed/);
+    // Blue answers queries during the rebuild with its complete, old content.
+    const during = second.status();
+    expect(during.servingCache).toBe(blue);
+    expect(during.buildingCache).not.toBeNull();
+    expect(await allRecords(caches, 'items')).toEqual(items(500));
+    const green = await second.whenServing();
+    expect(green).not.toBe(blue);
+    expect(await allRecords(caches, 'items')).toEqual(items(20_000, 0, 'b'));
+    const redirects = events.events.filter((e) => e.type === 'AliasRedirected');
+    expect(redirects).toHaveLength(2);
+    expect(redirects[1]).toMatchObject({ alias: 'items', from: blue, to: green });
+    expect((await caches.info(blue))?.state).toBe('retired');
+    await second.stop();
+  });
+
+  it('rebuilds when the schema, key or indexes change', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'items.jsonl');
+    await writeFile(path, jsonl(items(300)));
+    const events = collector();
+    await using caches = await openCacheManager(join(dir.path, 'data'));
+    const first = await startEndpointPipeline(endpoint(path), { caches, events, connections: {} });
+    const blue = await first.whenServing();
+    await first.stop();
+    const second = await startEndpointPipeline(endpoint(path, { indexes: [['category']] }), {
+      caches,
+      events,
+      connections: {},
+    });
+    expect(second.decision.decision).toBe('from-scratch');
+    expect(second.decision.reason).toMatch(/schema/);
+    const green = await second.whenServing();
+    expect(green).not.toBe(blue);
+    expect((await caches.info(green))?.schema.indexes).toEqual([['category']]);
+    expect(await allRecords(caches, 'items')).toEqual(items(300));
+    await second.stop();
+  });
+
+  it('rebuilds when the pipeline checkpoint and the cache checkpoint disagree', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'items.jsonl');
+    await writeFile(path, jsonl(items(300)));
+    await using caches = await openCacheManager(join(dir.path, 'data'));
+    const port = memoryCheckpointPort();
+    const events = collector();
+    const first = await startEndpointPipeline(endpoint(path), {
+      caches,
+      events,
+      connections: {},
+      checkpoint: port,
+    });
+    await first.whenServing();
+    await first.stop();
+    const saved = port.value as { epoch: number };
+    expect(saved.epoch).toBeGreaterThan(0);
+    port.value = { ...saved, epoch: saved.epoch + 5 };
+    const second = await startEndpointPipeline(endpoint(path), {
+      caches,
+      events,
+      connections: {},
+      checkpoint: port,
+    });
+    expect(second.decision.decision).toBe('from-scratch');
+    expect(second.decision.reason).toMatch(/inconsistent/);
+    await second.whenServing();
+    expect(events.events.filter((e) => e.type === 'AliasRedirected')).toHaveLength(2);
+    await second.stop();
+  });
+
+  it('infers field types, filters, projects, follows a growing file and skips values of the wrong type', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'items.jsonl');
+    await writeFile(
+      path,
+      jsonl([
+        { id: 1, value: 1.5, category: 'x', secret: 's' },
+        { id: 2, value: 2, category: 'hidden', secret: 's' },
+        { id: 3, value: 3, category: 'y', secret: 's' },
+      ]),
+    );
+    await using caches = await openCacheManager(join(dir.path, 'data'));
+    const events = collector();
+    const pipeline = await startEndpointPipeline(
+      {
+        name: 'items',
+        source: { type: 'file', path, format: 'jsonl', follow: true },
+        primaryKey: ['id'],
+        indexes: [['category']],
+        filter: { category: { $ne: 'hidden' } },
+        select: ['id', 'value', 'category'],
+      },
+      { caches, events, connections: {}, commitEveryMs: 50 },
+    );
+    const cache = await pipeline.whenServing();
+    expect((await caches.info(cache))?.schema.fields).toEqual({
+      id: 'integer',
+      value: 'number',
+      category: 'string',
+    });
+    expect(await allRecords(caches, 'items')).toEqual([
+      { id: 1, value: 1.5, category: 'x' },
+      { id: 3, value: 3, category: 'y' },
+    ]);
+    // Follow: new lines arrive; an update that leaves the filter removes the record; a wrong type is skipped.
+    await appendFile(
+      path,
+      jsonl([
+        { id: 4, value: 4, category: 'z' },
+        { id: 1, value: 1.5, category: 'hidden' },
+        { id: 5, value: 'not a number', category: 'z' },
+      ]),
+    );
+    await waitFor(async () => (await allRecords(caches, 'items')).map((r) => r.id).join() === '3,4', {
+      what: 'followed changes',
+    });
+    await waitFor(() => pipeline.status().progress.badRecords === 1, { what: 'bad record counted' });
+    expect(pipeline.status().progress.phase).toBe('streaming');
+    await pipeline.stop();
+  });
+});
