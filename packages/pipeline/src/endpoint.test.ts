@@ -6,6 +6,7 @@ import { tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { startEndpointPipeline } from './endpoint.js';
 import { memoryCheckpointPort } from './testing/file-checkpoint.js';
+import { runTransfer } from './transfer.js';
 
 interface Item {
   id: number;
@@ -227,5 +228,53 @@ describe('endpoint pipelines (blue/green)', () => {
     await waitFor(() => pipeline.status().progress.badRecords === 1, { what: 'bad record counted' });
     expect(pipeline.status().progress.phase).toBe('streaming');
     await pipeline.stop();
+  });
+});
+
+describe('endpoint pipelines: rebuild on demand and transfers into an endpoint', () => {
+  it('rebuild() builds a new generation and switches once; a transfer upserts into the served cache', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'items.jsonl');
+    await writeFile(path, jsonl(items(100)));
+    const events = collector();
+    await using caches = await openCacheManager(join(dir.path, 'data'));
+    const pipeline = await startEndpointPipeline(endpoint(path), { caches, events, connections: {} });
+    const blue = await pipeline.whenServing();
+    await pipeline.rebuild();
+    expect(pipeline.decision).toMatchObject({
+      decision: 'from-scratch',
+      reason: expect.stringMatching(/rebuild requested/),
+    });
+    const green = await pipeline.whenServing();
+    expect(green).not.toBe(blue);
+    expect(events.events.filter((e) => e.type === 'AliasRedirected')).toHaveLength(2);
+    expect(await allRecords(caches, 'items')).toEqual(items(100));
+    const checkpointBefore = pipeline.status().checkpoint;
+
+    // A transfer into the endpoint: keyed upserts into the served generation; bad types are skipped.
+    const extra = join(dir.path, 'extra.jsonl');
+    await writeFile(extra, jsonl([...items(5, 100, 'z'), { id: 'oops', value: 1, category: 'z' }]));
+    const result = await runTransfer(
+      {
+        id: 'into-endpoint',
+        mode: 'idempotent',
+        source: { type: 'file', path: extra, format: 'jsonl' },
+        destination: { type: 'endpoint', endpoint: 'items' },
+        properties: {},
+        options: { onBadRecord: 'skip' },
+      },
+      { checkpoint: memoryCheckpointPort(), connections: {}, caches, signal: new AbortController().signal },
+    );
+    expect(result).toMatchObject({ recordsWritten: 5, badRecords: 1 });
+    expect(await allRecords(caches, 'items')).toEqual([...items(100), ...items(5, 100, 'z')]);
+    await pipeline.stop();
+
+    // The endpoint's own checkpoint is untouched: the next start continues in place.
+    const cache = await caches.openRo('items');
+    expect(cache.commitState().checkpoint).toEqual(checkpointBefore);
+    await cache.close();
+    const again = await startEndpointPipeline(endpoint(path), { caches, events, connections: {} });
+    expect(again.decision.decision).toBe('resume');
+    await again.stop();
   });
 });

@@ -118,7 +118,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
   };
 
   const keyFields = sink.keyFields;
-  const fields = options.fields;
+  const fields = options.fields ?? sink.fields;
   const handleRecords = async (branch: SourceBranch, item: Extract<SourceItem, { kind: 'records' }>) => {
     for (const bad of item.bad) {
       options.badRecords.add(bad);

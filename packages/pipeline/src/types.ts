@@ -1,4 +1,4 @@
-import type { PipelineCheckpoint } from '@sluice/core';
+import type { FieldType, PipelineCheckpoint } from '@sluice/core';
 import type { BadRecordReport } from './bad-records.js';
 import type { RecordOp } from './ops.js';
 
@@ -64,6 +64,8 @@ export interface PipelineSink {
   readonly description: unknown;
   /** Primary-key fields the sink needs on every record (records without them are bad records). */
   readonly keyFields: readonly string[];
+  /** Field types the sink requires (a cache's schema): records with other types become bad records. */
+  readonly fields?: Record<string, FieldType>;
   /**
    * `true` when the sink stores the checkpoint atomically with its data (`committed()` is then
    * authoritative); `false` when its writes are idempotent on replay and it keeps no checkpoint.

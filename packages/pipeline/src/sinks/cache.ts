@@ -136,6 +136,9 @@ export function createEndpointTransferSink(options: {
     get keyFields() {
       return cache?.schema.primaryKey ?? [];
     },
+    get fields() {
+      return cache?.schema.fields;
+    },
     keepsCheckpoint: false,
     committed: async () => null,
     async prepare() {
