@@ -33,3 +33,4 @@ export {
   type RegistryOptions,
   type SwitchReason,
 } from './registry.js';
+export { type ApiServer, type StartApiServerOptions, startApiServer } from './server.js';

@@ -1,0 +1,203 @@
+/**
+ * api-server benchmark: point lookups and an indexed range query (limit 50) per second with p50/p99, under
+ * autocannon, next to (a) a bare fastify route returning a fixed record of the same size — the limit of an
+ * HTTP JSON server on this machine — and (b) fastify + pg answering the same lookups/queries from PostgreSQL
+ * (the peer a user would pick instead). Every server runs as its own process; autocannon runs in this one.
+ *
+ *   pnpm --filter @sluice/api-server bench            (RECORDS=100000 DURATION=8 CONNECTIONS=32 to change)
+ */
+import { fileURLToPath } from 'node:url';
+import { openCacheManager } from '@sluice/cache';
+import { createTestDatabase, freePort, spawnTs, tempDir } from '@sluice/testkit';
+import autocannon from 'autocannon';
+import pg from 'pg';
+import { ITEMS_SCHEMA, item } from '../test/fixtures/data.js';
+import { writeConfig } from '../test/helpers.js';
+
+const RECORDS = Number(process.env.RECORDS ?? 100_000);
+const DURATION = Number(process.env.DURATION ?? 8);
+const CONNECTIONS = Number(process.env.CONNECTIONS ?? 32);
+const API_BIN = fileURLToPath(new URL('../src/bin.ts', import.meta.url));
+const PEERS = fileURLToPath(new URL('./peers.ts', import.meta.url));
+
+interface Figures {
+  rps: number;
+  p50: number;
+  p99: number;
+  non2xx: number;
+  errors: number;
+}
+
+function randomId(): number {
+  return 1 + Math.floor(Math.random() * RECORDS);
+}
+
+async function measure(
+  label: string,
+  url: string,
+  kind: 'lookup' | 'query',
+  paths: { lookup: (id: number) => string; query: string; body: (from: number) => string },
+): Promise<Figures> {
+  const result = await autocannon({
+    url,
+    connections: CONNECTIONS,
+    duration: DURATION,
+    pipelining: 1,
+    requests: [
+      kind === 'lookup'
+        ? {
+            method: 'GET',
+            setupRequest: (request) => ({ ...request, path: paths.lookup(randomId()) }),
+          }
+        : {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            setupRequest: (request) => ({
+              ...request,
+              path: paths.query,
+              body: paths.body(Math.floor(Math.random() * RECORDS * 0.9)),
+            }),
+          },
+    ],
+  });
+  const figures = {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    non2xx: result.non2xx,
+    errors: result.errors,
+  };
+  console.log(
+    `  ${label.padEnd(26)} ${kind.padEnd(7)} ${Math.round(figures.rps).toString().padStart(7)} req/s  p50 ${figures.p50} ms  p99 ${figures.p99} ms  non-2xx ${figures.non2xx}  errors ${figures.errors}`,
+  );
+  return figures;
+}
+
+async function main(): Promise<void> {
+  await using dir = await tempDir('sluice-api-bench-');
+  console.log(`api-server benchmark: ${RECORDS} records, ${CONNECTIONS} connections, ${DURATION} s per run`);
+
+  // The data: one generation of `items`, as the app-server would build it (record = item(id, 1)).
+  const started = Date.now();
+  {
+    await using manager = await openCacheManager(dir.path);
+    const cache = await manager.create({
+      endpoint: 'items',
+      schema: {
+        fields: { ...ITEMS_SCHEMA.fields },
+        primaryKey: ['id'],
+        indexes: [['value'], ['category', 'value']],
+      },
+    });
+    for (let start = 1; start <= RECORDS; start += 10_000) {
+      const ops = [];
+      for (let id = start; id < Math.min(start + 10_000, RECORDS + 1); id += 1)
+        ops.push({ op: 'upsert' as const, record: item(id, 1) });
+      cache.apply(ops);
+      await cache.commit({ dag: 'bench', epoch: start, positions: {}, at: new Date().toISOString() });
+    }
+    await manager.redirect('items', cache.name);
+    await cache.close();
+  }
+  console.log(`  loaded the cache in ${Date.now() - started} ms`);
+
+  await using db = await createTestDatabase('sluice_api_bench');
+  {
+    const client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    await client.query(
+      'CREATE TABLE items (id integer PRIMARY KEY, gen integer, value double precision, category text, tags jsonb)',
+    );
+    for (let start = 1; start <= RECORDS; start += 5_000) {
+      const rows = [];
+      for (let id = start; id < Math.min(start + 5_000, RECORDS + 1); id += 1) rows.push(item(id, 1));
+      await client.query(
+        `INSERT INTO items SELECT * FROM jsonb_to_recordset($1::jsonb) AS t(id integer, gen integer, value double precision, category text, tags jsonb)`,
+        [JSON.stringify(rows)],
+      );
+    }
+    await client.query('CREATE INDEX items_value ON items (value)');
+    await client.query('ANALYZE items');
+    await client.end();
+  }
+
+  const apiPort = await freePort();
+  const config = await writeConfig(dir.path, { dataDir: dir.path, logLevel: 'warn', api: { port: apiPort } });
+  await using api = spawnTs(API_BIN, ['--config', config], { env: { SLUICE_LOG_LEVEL: 'info' } });
+  await api.waitForLine(/api-server listening/, 60_000);
+  const barePort = await freePort();
+  await using bare = spawnTs(PEERS, ['bare', String(barePort), JSON.stringify(item(4242, 1))]);
+  await bare.waitForLine(/peer listening/, 60_000);
+  const pgPort = await freePort();
+  await using pgPeer = spawnTs(PEERS, ['pg', String(pgPort), db.url]);
+  await pgPeer.waitForLine(/peer listening/, 60_000);
+
+  const sluicePaths = {
+    lookup: (id: number) => `/v1/endpoints/items/records/${id}`,
+    query: '/v1/endpoints/items/query',
+    body: (from: number) =>
+      JSON.stringify({ $filter: { value: { $gte: from } }, $order_by: { value: 'asc' }, $limit: 50 }),
+  };
+  const peerPaths = {
+    lookup: (id: number) => `/records/${id}`,
+    query: '/query',
+    body: (from: number) => JSON.stringify({ from }),
+  };
+  const targets = [
+    { label: 'sluice api-server', url: `http://127.0.0.1:${apiPort}`, paths: sluicePaths },
+    { label: 'bare fastify (limit)', url: `http://127.0.0.1:${barePort}`, paths: peerPaths },
+    { label: 'fastify + pg (peer)', url: `http://127.0.0.1:${pgPort}`, paths: peerPaths },
+  ];
+  // Warm every server (JIT, page cache, pg plans) before measuring.
+  for (const target of targets)
+    for (const kind of ['lookup', 'query'] as const)
+      await autocannon({
+        url: target.url,
+        connections: 8,
+        duration: 1,
+        requests: [
+          {
+            method: kind === 'lookup' ? 'GET' : 'POST',
+            path: kind === 'lookup' ? target.paths.lookup(1) : target.paths.query,
+            headers: { 'content-type': 'application/json' },
+            body: kind === 'query' ? target.paths.body(10) : undefined,
+          },
+        ],
+      });
+
+  const results: Record<string, Record<string, Figures>> = {};
+  for (const kind of ['lookup', 'query'] as const) {
+    for (const target of targets) {
+      results[target.label] ??= {};
+      results[target.label]![kind] = await measure(target.label, target.url, kind, target.paths);
+    }
+  }
+  const sluice = results['sluice api-server']!;
+  const bareFigures = results['bare fastify (limit)']!;
+  const pgFigures = results['fastify + pg (peer)']!;
+  console.log('');
+  console.log(
+    '| run | sluice req/s | p50 / p99 ms | bare fastify req/s (limit) | ratio vs limit | fastify+pg req/s (peer) | ratio vs peer |',
+  );
+  console.log('|---|---|---|---|---|---|---|');
+  for (const kind of ['lookup', 'query'] as const) {
+    const s = sluice[kind]!;
+    const b = bareFigures[kind]!;
+    const p = pgFigures[kind]!;
+    console.log(
+      `| ${kind === 'lookup' ? 'point lookup' : 'indexed range query, limit 50'} | ${Math.round(s.rps)} | ${s.p50} / ${s.p99} | ${Math.round(b.rps)} | ${(s.rps / b.rps).toFixed(2)} | ${Math.round(p.rps)} (p50 ${p.p50} / p99 ${p.p99}) | ${(s.rps / p.rps).toFixed(2)}× |`,
+    );
+  }
+  const failures = Object.values(results)
+    .flatMap((r) => Object.values(r))
+    .reduce((n, f) => n + f.non2xx + f.errors, 0);
+  if (failures > 0) console.log(`WARNING: ${failures} non-2xx responses or errors during the runs`);
+  await api.stop();
+  await bare.stop();
+  await pgPeer.stop();
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

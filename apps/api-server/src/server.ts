@@ -1,0 +1,181 @@
+import { randomBytes } from 'node:crypto';
+import { resolve } from 'node:path';
+import { createNatsBackplane } from '@sluice/backplane';
+import { openCacheManager } from '@sluice/cache';
+import { type Logger, queryLimitsOf, type SluiceConfig } from '@sluice/core';
+import type { Logger as PinoLogger } from 'pino';
+import { type ApiApp, buildApp } from './app.js';
+import type { CacheDirectory } from './cache-port.js';
+import { createLogger } from './logger.js';
+import { type ApiMetrics, createMetrics } from './metrics.js';
+import { type AliasEventSource, EndpointRegistry } from './registry.js';
+
+export interface StartApiServerOptions {
+  config: SluiceConfig;
+  /** Absolute LMDB root of this host (default: `config.dataDir` resolved against the working directory). */
+  dataDir?: string;
+  logger?: PinoLogger;
+  /** Overrides `api.host` / `api.port` (port 0 = any free port). */
+  host?: string;
+  port?: number;
+  /** How often the alias table version is polled while no backplane is connected (ms, default 200). */
+  watchMs?: number;
+}
+
+/** A running api-server. */
+export interface ApiServer extends AsyncDisposable {
+  /** `http://host:port`. */
+  readonly url: string;
+  readonly port: number;
+  readonly app: ApiApp;
+  readonly registry: EndpointRegistry;
+  readonly metrics: ApiMetrics;
+  /** Graceful: stops accepting, finishes requests in flight, closes every cache and the backplane. */
+  close(): Promise<void>;
+}
+
+/**
+ * Starts an api-server: opens the host's caches read-only, subscribes to alias events (NATS, when configured)
+ * before opening any endpoint, and serves the query API.
+ *
+ * @example
+ * ```ts
+ * const { config, dataDir } = loadConfig({ configPath: 'sluice.yaml', env: process.env });
+ * await using server = await startApiServer({ config, dataDir });
+ * console.log(server.url);
+ * ```
+ */
+export async function startApiServer(options: StartApiServerOptions): Promise<ApiServer> {
+  const { config } = options;
+  const logger = options.logger ?? createLogger(config.logLevel);
+  const coreLogger = logger as unknown as Logger;
+  const dataDir = options.dataDir ?? resolve(config.dataDir);
+  const limits = queryLimitsOf(config);
+  const metrics = createMetrics();
+  const disposers: Array<() => Promise<void>> = [];
+  let stopping = false;
+  let registryRef: EndpointRegistry | null = null;
+  try {
+    const caches = (await openCacheManager(dataDir, {
+      readOnly: true,
+      logger: coreLogger,
+      scanCap: config.cache.scanCap,
+      defaultLimit: limits.defaultLimit,
+      maxLimit: limits.maxLimit,
+    })) as unknown as CacheDirectory;
+    disposers.unshift(() => caches.close());
+
+    // The backplane is optional for correctness (the alias table is the truth): when NATS cannot be reached at
+    // start, serve from the table, watch its version, and keep trying to connect in the background.
+    let events: AliasEventSource | undefined;
+    let connectLater: (() => void) | null = null;
+    if (config.nats !== undefined) {
+      const nats = config.nats;
+      const connectBackplane = async () => {
+        const backplane = await createNatsBackplane({
+          nats,
+          clusterName: config.cluster.name,
+          nodeId: `${config.node.id}-api-${process.pid}-${randomBytes(3).toString('hex')}`,
+          logger: coreLogger,
+        });
+        metrics.backplaneConnected.set(backplane.status() === 'connected' ? 1 : 0);
+        backplane.onStatus((status: string) =>
+          metrics.backplaneConnected.set(status === 'connected' ? 1 : 0),
+        );
+        return backplane;
+      };
+      try {
+        const backplane = await connectBackplane();
+        disposers.unshift(() => backplane.close());
+        events = backplane;
+      } catch (err) {
+        logger.warn(
+          { err },
+          'NATS is unreachable; serving from the alias table and retrying in the background',
+        );
+        connectLater = () => {
+          let delay = 500;
+          let timer: NodeJS.Timeout | null = null;
+          let cancelled = false;
+          const attempt = async () => {
+            timer = null;
+            try {
+              const backplane = await connectBackplane();
+              if (cancelled) {
+                await backplane.close();
+                return;
+              }
+              disposers.splice(disposers.length - 1, 0, () => backplane.close());
+              await registryRef?.attachEvents(backplane);
+              logger.info('connected to NATS; following alias events');
+            } catch (retryErr) {
+              if (cancelled) return;
+              logger.debug({ err: retryErr }, 'NATS still unreachable');
+              delay = Math.min(delay * 2, 10_000);
+              timer = setTimeout(() => void attempt(), delay);
+              timer.unref();
+            }
+          };
+          timer = setTimeout(() => void attempt(), delay);
+          timer.unref();
+          disposers.unshift(async () => {
+            cancelled = true;
+            if (timer) clearTimeout(timer);
+          });
+        };
+      }
+    }
+
+    const registry = await EndpointRegistry.start({
+      caches,
+      events,
+      logger: coreLogger,
+      reconcileMs: config.api.reconcileMs,
+      watchMs: options.watchMs,
+      onSwitch: ({ alias, from, reason }) => {
+        if (from !== null) metrics.switches.inc({ endpoint: alias, reason });
+      },
+      onSwitchFailure: ({ alias }) => metrics.switchFailures.inc({ endpoint: alias }),
+    });
+    disposers.unshift(() => registry.close());
+    registryRef = registry;
+    connectLater?.();
+    metrics.observe({
+      endpoints: () => registry.names().length,
+      generationsOpen: () => registry.openGenerations(),
+    });
+
+    const app = await buildApp({ config, registry, metrics, limits, logger, isStopping: () => stopping });
+    disposers.unshift(() => app.close());
+    const host = options.host ?? config.api.host;
+    await app.listen({ host, port: options.port ?? config.api.port });
+    const address = app.server.address();
+    const port = typeof address === 'object' && address ? address.port : (options.port ?? config.api.port);
+    const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+    logger.info(
+      { url, dataDir, nats: config.nats !== undefined, endpoints: registry.names() },
+      'api-server listening',
+    );
+
+    let closing: Promise<void> | null = null;
+    const close = () => {
+      closing ??= (async () => {
+        stopping = true;
+        for (const dispose of disposers) {
+          try {
+            await dispose();
+          } catch (err) {
+            logger.warn({ err }, 'error during shutdown');
+          }
+        }
+        logger.info('api-server stopped');
+        logger.flush?.();
+      })();
+      return closing;
+    };
+    return { url, port, app, registry, metrics, close, [Symbol.asyncDispose]: close };
+  } catch (err) {
+    for (const dispose of disposers) await dispose().catch(() => undefined);
+    throw err;
+  }
+}

@@ -1,0 +1,196 @@
+import { writeFile } from 'node:fs/promises';
+import { Agent, request as httpRequest } from 'node:http';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type ChildHandle, freePort, spawnTs } from '@sluice/testkit';
+import YAML from 'yaml';
+
+export const API_BIN = fileURLToPath(new URL('../src/bin.ts', import.meta.url));
+export const WRITER = fileURLToPath(new URL('./fixtures/writer.ts', import.meta.url));
+
+export interface SpawnedApiServer extends AsyncDisposable {
+  readonly url: string;
+  readonly child: ChildHandle;
+}
+
+/** Writes a sluice.yaml into `dir` and returns its path. */
+export async function writeConfig(
+  dir: string,
+  config: Record<string, unknown>,
+  file = 'sluice.yaml',
+): Promise<string> {
+  const path = join(dir, file);
+  await writeFile(path, YAML.stringify(config));
+  return path;
+}
+
+/** Runs `sluice-api-server --config <path>` as a real child process and waits until it listens. */
+export async function spawnApiServer(
+  configPath: string,
+  env: Record<string, string> = {},
+): Promise<SpawnedApiServer> {
+  const port = await freePort();
+  const child = spawnTs(API_BIN, ['--config', configPath], {
+    env: { SLUICE_API_PORT: String(port), ...env },
+  });
+  try {
+    await child.waitForLine(/api-server listening/, 60_000);
+  } catch (err) {
+    await child[Symbol.asyncDispose]();
+    throw err;
+  }
+  return {
+    url: `http://127.0.0.1:${port}`,
+    child,
+    [Symbol.asyncDispose]: async () => {
+      await child.stop('SIGTERM', 10_000);
+    },
+  };
+}
+
+export interface LoadSample {
+  status: number;
+  cache: string | null;
+  /** `gen` of every record of the body (one for a lookup, many for a query). */
+  gens: number[];
+}
+
+export interface LoadStats {
+  requests: number;
+  durationMs: number;
+  rate: number;
+  failures: Array<{ status: number; body: string; url: string }>;
+  /** Responses whose records were not all from the generation named in `sluice-cache`. */
+  mixed: Array<{ cache: string | null; gens: number[] }>;
+  byCache: Map<string, number>;
+}
+
+/**
+ * Continuous load from `concurrency` concurrent clients on lookups, queries and counts against `urls`, until
+ * stopped. `genOf(cache)` says which generation a cache name holds (the writer knows).
+ */
+export function startLoad(options: {
+  urls: string[];
+  concurrency: number;
+  endpoint: string;
+  count: number;
+  genOf: (cache: string) => number | undefined;
+}): { stop(): Promise<LoadStats>; stats: LoadStats } {
+  const stats: LoadStats = {
+    requests: 0,
+    durationMs: 0,
+    rate: 0,
+    failures: [],
+    mixed: [],
+    byCache: new Map(),
+  };
+  let running = true;
+  const started = Date.now();
+  const agent = new Agent({ keepAlive: true, maxSockets: options.concurrency });
+  const one = async (i: number): Promise<void> => {
+    const base = options.urls[i % options.urls.length]!;
+    // Mostly lookups, as a serving API sees; every fourth request a query, every tenth a count.
+    const kind = i % 10 === 9 ? 2 : i % 4 === 3 ? 1 : 0;
+    const id = 1 + ((i * 7919) % options.count);
+    let url: string;
+    let payload: string | undefined;
+    if (kind === 0) url = `${base}/v1/endpoints/${options.endpoint}/records/${id}`;
+    else if (kind === 1) {
+      url = `${base}/v1/endpoints/${options.endpoint}/query`;
+      payload = JSON.stringify({ $filter: { category: 'a' }, $order_by: { value: 'asc' }, $limit: 20 });
+    } else {
+      url = `${base}/v1/endpoints/${options.endpoint}/count`;
+      payload = JSON.stringify({ $filter: { value: { $gte: 0 } } });
+    }
+    const response = await send(agent, url, payload);
+    const text = response.body;
+    stats.requests += 1;
+    if (response.status < 200 || response.status >= 300) {
+      stats.failures.push({ status: response.status, body: text.slice(0, 500), url });
+      return;
+    }
+    const cache = response.cache;
+    if (cache) stats.byCache.set(cache, (stats.byCache.get(cache) ?? 0) + 1);
+    const expected = cache ? options.genOf(cache) : undefined;
+    const body = JSON.parse(text) as Record<string, unknown>;
+    let gens: number[];
+    if (kind === 0) gens = [body.gen as number];
+    else if (kind === 1) gens = (body.records as Array<{ gen: number }>).map((r) => r.gen);
+    else gens = [];
+    // A count must be the full record count of that generation (every generation has `count` records).
+    const countOk = kind !== 2 || body.count === options.count;
+    if (
+      expected === undefined ||
+      !countOk ||
+      gens.some((g) => g !== expected) ||
+      (kind === 1 && gens.length === 0)
+    )
+      stats.mixed.push({ cache, gens });
+  };
+  const workers = Array.from({ length: options.concurrency }, async (_, w) => {
+    let i = w;
+    while (running) {
+      try {
+        await one(i);
+      } catch (err) {
+        stats.requests += 1;
+        stats.failures.push({ status: 0, body: String(err), url: options.urls.join(',') });
+      }
+      i += options.concurrency;
+    }
+  });
+  return {
+    stats,
+    async stop() {
+      running = false;
+      await Promise.all(workers);
+      agent.destroy();
+      stats.durationMs = Date.now() - started;
+      stats.rate = (stats.requests * 1000) / stats.durationMs;
+      return stats;
+    },
+  };
+}
+
+/** One HTTP request on a keep-alive agent (lighter than fetch, so the load generator is not the bottleneck). */
+function send(
+  agent: Agent,
+  url: string,
+  body?: string,
+): Promise<{ status: number; cache: string | null; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      url,
+      {
+        agent,
+        method: body === undefined ? 'GET' : 'POST',
+        headers:
+          body === undefined
+            ? {}
+            : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => {
+          const header = res.headers['sluice-cache'];
+          resolve({
+            status: res.statusCode ?? 0,
+            cache: typeof header === 'string' ? header : null,
+            body: Buffer.concat(chunks).toString('utf8'),
+          });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** GETs a record and returns the cache that answered. */
+export async function answeringCache(base: string, endpoint = 'items', id = 1): Promise<string | null> {
+  const response = await fetch(`${base}/v1/endpoints/${endpoint}/records/${id}`);
+  await response.arrayBuffer();
+  return response.status === 200 ? response.headers.get('sluice-cache') : null;
+}
