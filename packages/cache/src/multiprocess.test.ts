@@ -1,0 +1,136 @@
+import { fileURLToPath } from 'node:url';
+import { parseQuery } from '@sluice/core';
+import { sleep, spawnTs, tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { openCacheManager } from './manager.js';
+import type { CacheSchema } from './types.js';
+
+const fixture = (name: string) => fileURLToPath(new URL(`../test/fixtures/${name}`, import.meta.url));
+
+describe('multi-process', () => {
+  it('a read-only child sees every commit and every redirect while the parent writes', {
+    timeout: 90_000,
+  }, async () => {
+    const schema: CacheSchema = {
+      fields: { id: 'integer', epoch: 'integer' },
+      primaryKey: ['id'],
+      indexes: [['epoch']],
+    };
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    const blue = await caches.create({ endpoint: 'items', schema });
+    await caches.redirect('items', blue.name);
+
+    await using child = spawnTs(fixture('reader.ts'), [dir.path, 'items']);
+    await child.waitForLine(/^READY/, 30_000);
+    const seen = (cache: string, version: number, epoch: number, count: number) =>
+      child.waitForLine(
+        new RegExp(`^SEEN ${JSON.stringify({ cache, version, epoch, count }).replace(/[{}[\]]/g, '\\$&')}$`),
+        30_000,
+      );
+
+    const perEpoch = 100;
+    for (let epoch = 1; epoch <= 4; epoch++) {
+      const ops = Array.from({ length: perEpoch }, (_, i) => ({
+        op: 'insert' as const,
+        record: { id: (epoch - 1) * perEpoch + i, epoch },
+      }));
+      blue.apply(ops);
+      await blue.commit({ dag: 'd', epoch, positions: {}, at: new Date().toISOString() });
+      await seen(blue.name, 1, epoch, epoch * perEpoch);
+    }
+
+    // Blue/green: fill a new generation, then redirect; the child follows the alias.
+    const green = await caches.create({ endpoint: 'items', schema });
+    green.apply(Array.from({ length: 50 }, (_, id) => ({ op: 'insert' as const, record: { id, epoch: 1 } })));
+    await green.commit({ dag: 'd', epoch: 1, positions: {}, at: new Date().toISOString() });
+    expect(await caches.redirect('items', green.name)).toEqual({ from: blue.name, version: 2 });
+    await seen(green.name, 2, 1, 50);
+    green.apply(
+      Array.from({ length: 50 }, (_, i) => ({ op: 'insert' as const, record: { id: 50 + i, epoch: 2 } })),
+    );
+    await green.commit({ dag: 'd', epoch: 2, positions: {}, at: new Date().toISOString() });
+    await seen(green.name, 2, 2, 100);
+
+    expect(child.lines.filter((l) => l.startsWith('INCONSISTENT') || l.startsWith('ERROR'))).toEqual([]);
+    await child.stop('SIGKILL');
+    // Blue is retired, but this process still has it open: kept until closed.
+    expect(await caches.gc(new Date(Date.now() + 3_600_000))).toEqual([]);
+    await blue.close();
+    expect(await caches.gc(new Date(Date.now() + 3_600_000))).toEqual([blue.name]);
+  });
+
+  it('gc keeps a retired cache that another process still has open', { timeout: 60_000 }, async () => {
+    const schema: CacheSchema = {
+      fields: { id: 'integer', epoch: 'integer' },
+      primaryKey: ['id'],
+      indexes: [],
+    };
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path, { gcGraceMs: 0 });
+    const blue = await caches.create({ endpoint: 'items', schema });
+    blue.apply([{ op: 'insert', record: { id: 0, epoch: 1 } }]);
+    await blue.commit({ dag: 'd', epoch: 1, positions: {}, at: new Date().toISOString() });
+    await blue.close();
+    await caches.redirect('items', blue.name);
+    // The child pins blue by name (like an api-server still draining requests on it).
+    await using child = spawnTs(fixture('reader.ts'), [dir.path, blue.name, 'pin']);
+    await child.waitForLine(/"epoch":1,"count":1/, 30_000);
+    const green = await caches.create({ endpoint: 'items', schema });
+    await caches.redirect('items', green.name);
+    await green.close();
+    expect((await caches.info(blue.name))!.state).toBe('retired');
+
+    expect(await caches.gc(new Date(Date.now() + 1000))).toEqual([]);
+    expect(await caches.info(blue.name)).not.toBeNull();
+    await child.stop('SIGKILL');
+    expect(await caches.gc(new Date(Date.now() + 1000))).toEqual([blue.name]);
+  });
+
+  it('a writer SIGKILLed in the middle of a large commit leaves the previous commit intact', {
+    timeout: 90_000,
+  }, async () => {
+    const schema: CacheSchema = {
+      fields: { id: 'integer', value: 'integer', group: 'string', epoch: 'integer', pad: 'string' },
+      primaryKey: ['id'],
+      indexes: [['value'], ['group', 'value']],
+    };
+    await using dir = await tempDir();
+    let name: string;
+    {
+      await using caches = await openCacheManager(dir.path);
+      const cache = await caches.create({ endpoint: 'crash', schema });
+      name = cache.name;
+    }
+    await using child = spawnTs(fixture('writer.ts'), [dir.path, name, '120000']);
+    await child.waitForLine(/^COMMITTED 1/, 60_000);
+    await child.waitForLine(/^COMMITTING 2/, 60_000);
+    await sleep(400);
+    expect(child.lines.some((l) => l.startsWith('COMMITTED 2'))).toBe(false);
+    child.kill('SIGKILL');
+    expect((await child.exited).signal).toBe('SIGKILL');
+    expect(child.lines.some((l) => l.startsWith('COMMITTED 2'))).toBe(false);
+
+    await using caches = await openCacheManager(dir.path);
+    const cache = await caches.openRw(name);
+    expect(cache.commitState()).toMatchObject({
+      recordCount: 1000,
+      checkpoint: { epoch: 1, positions: { src: 1000 } },
+    });
+    expect(cache.count()).toBe(1000);
+    expect(cache.count({ epoch: 2 })).toBe(0);
+    expect(cache.get([1000])).toBeUndefined();
+    expect(cache.get([999])).toMatchObject({ id: 999, epoch: 1 });
+    // Indexes agree with the data.
+    const byValue = cache.query(
+      parseQuery({ $filter: { value: { $gte: 990 } }, $order_by: { value: 'asc' } }),
+    );
+    expect(byValue.plan.index).toBe('value');
+    expect(byValue.records.map((r) => r.id)).toEqual([990, 991, 992, 993, 994, 995, 996, 997, 998, 999]);
+    expect(cache.count({ group: 'g5' })).toBe(27);
+    // And the cache still takes writes.
+    cache.apply([{ op: 'upsert', record: { id: 5000, value: 1, group: 'g1', epoch: 3, pad: '' } }]);
+    await cache.commit({ dag: 'd', epoch: 3, positions: {}, at: new Date().toISOString() });
+    expect(cache.count()).toBe(1001);
+  });
+});
