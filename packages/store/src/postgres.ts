@@ -1,6 +1,7 @@
 import type { Logger } from '@sluice/core';
-import { Kysely, PostgresDialect } from 'kysely';
+import { Kysely, PostgresDialect, type PostgresPool, type PostgresPoolClient } from 'kysely';
 import pg from 'pg';
+import { isUnavailableError } from './errors.js';
 import type { StoreDatabase } from './schema.js';
 import { redactUrl } from './url.js';
 
@@ -23,6 +24,57 @@ const storeTypes: pg.CustomTypesConfig = {
       ? (value: string) => Number(value)
       : pg.types.getTypeParser(oid, format as 'text')) as pg.CustomTypesConfig['getTypeParser'],
 };
+
+/**
+ * The pg pool as kysely sees it, except that a connection whose query failed because the connection died
+ * (terminated backend, server restart) is destroyed on release instead of going back to the pool, where the
+ * next operation would pick it up and fail too.
+ */
+class DiscardingPool implements PostgresPool {
+  readonly #pool: pg.Pool;
+  readonly #clients = new WeakMap<pg.PoolClient, PostgresPoolClient>();
+
+  constructor(pool: pg.Pool) {
+    this.#pool = pool;
+  }
+
+  async connect(): Promise<PostgresPoolClient> {
+    const client = await this.#pool.connect();
+    let wrapped = this.#clients.get(client);
+    if (wrapped === undefined) {
+      wrapped = discardingClient(client);
+      this.#clients.set(client, wrapped);
+    }
+    return wrapped;
+  }
+
+  end(): Promise<void> {
+    return this.#pool.end();
+  }
+}
+
+function discardingClient(client: pg.PoolClient): PostgresPoolClient {
+  let broken = false;
+  const query = (...args: unknown[]) => {
+    const result = (client.query as (...a: unknown[]) => unknown)(...args);
+    if (result instanceof Promise) {
+      return result.catch((err: unknown) => {
+        if (isUnavailableError(err)) broken = true;
+        throw err;
+      });
+    }
+    return result;
+  };
+  return {
+    query: query as PostgresPoolClient['query'],
+    release(destroy?: boolean) {
+      const discard =
+        destroy === true || broken || !(client as unknown as { _queryable: boolean })._queryable;
+      broken = false;
+      client.release(discard ? true : undefined);
+    },
+  };
+}
 
 /**
  * Opens a pooled PostgreSQL connection for the store. Errors of idle pooled connections (a restarted or
@@ -55,5 +107,15 @@ export function openPostgres(
       'store: an idle PostgreSQL connection failed; it will be replaced',
     );
   });
-  return { db: new Kysely<StoreDatabase>({ dialect: new PostgresDialect({ pool }) }), pool };
+  // A connection that dies while checked out emits 'error' on the client itself; without a listener that
+  // would crash the process. The query running on it fails anyway, which is what the caller sees.
+  pool.on('connect', (client) => {
+    client.on('error', (err) => {
+      options.logger.debug({ err: err.message }, 'store: a PostgreSQL connection failed');
+    });
+  });
+  return {
+    db: new Kysely<StoreDatabase>({ dialect: new PostgresDialect({ pool: new DiscardingPool(pool) }) }),
+    pool,
+  };
 }

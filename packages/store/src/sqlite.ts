@@ -1,5 +1,6 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { StoreUnavailableError } from '@sluice/core';
 import Database from 'better-sqlite3';
 import { Kysely, type SqliteDatabase, SqliteDialect, type SqliteStatement } from 'kysely';
 import type { StoreDatabase } from './schema.js';
@@ -51,8 +52,15 @@ class StatementCachingDatabase implements SqliteDatabase {
  * ```
  */
 export function openSqlite(path: string, options: SqliteOptions): Kysely<StoreDatabase> {
-  if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
-  const raw = new Database(path, { timeout: options.busyTimeoutMs });
+  let raw: Database.Database;
+  try {
+    if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+    raw = new Database(path, { timeout: options.busyTimeoutMs });
+  } catch (err) {
+    throw new StoreUnavailableError(`Cannot open the SQLite store at ${path}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
   try {
     // WAL: readers never block the writer and a commit is one append (no fsync per commit with NORMAL).
     raw.pragma('journal_mode = WAL');

@@ -57,6 +57,8 @@ type SubmitRow = TransferRow & { created: number };
 
 const ACTIVE = ACTIVE_STATES as TransferState[];
 const TERMINAL = TERMINAL_STATES as TransferState[];
+/** How long `close()` waits for running operations before closing the connections under them. */
+const CLOSE_DRAIN_MS = 10_000;
 /** A submit retries when the row vanished between its insert and its read (purged at that instant). */
 const SUBMIT_ATTEMPTS = 3;
 
@@ -291,6 +293,8 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   readonly #logger: Logger;
   readonly #q: Queries;
   #closing: Promise<void> | null = null;
+  /** Operations accepted before `close()`, which it lets finish before closing the connections. */
+  readonly #inFlight = new Set<Promise<unknown>>();
 
   /** @internal Use `openStore()`: it validates the URL and runs the migrations. */
   constructor(db: Kysely<StoreDatabase>, dialect: StoreDialect, clock: Clock, logger: Logger) {
@@ -606,14 +610,28 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     });
   }
 
-  /** Closes the connections. Idempotent; every later operation throws `STORE_UNAVAILABLE`. */
+  /**
+   * Stops accepting operations (they throw `STORE_UNAVAILABLE`), lets the ones already running finish (for
+   * at most `CLOSE_DRAIN_MS`), then closes the connections. Idempotent.
+   */
   async close(): Promise<void> {
-    if (this.#closing === null) {
-      this.#closing = this.#db.destroy().catch((err: unknown) => {
-        this.#logger.warn({ err: (err as Error).message }, 'store: closing the database failed');
-      });
-    }
+    if (this.#closing === null) this.#closing = this.#drainAndDestroy();
     await this.#closing;
+  }
+
+  async #drainAndDestroy(): Promise<void> {
+    if (this.#inFlight.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      const deadline = new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, CLOSE_DRAIN_MS);
+        timer.unref();
+      });
+      await Promise.race([Promise.allSettled([...this.#inFlight]), deadline]);
+      clearTimeout(timer);
+    }
+    await this.#db.destroy().catch((err: unknown) => {
+      this.#logger.warn({ err: (err as Error).message }, 'store: closing the database failed');
+    });
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -626,13 +644,17 @@ export class SqlDataPlaneStore implements DataPlaneStore {
 
   async #guard<T>(operation: string, run: () => Promise<T>): Promise<T> {
     if (this.#closing !== null) throw closedStoreError();
+    const running = run();
+    this.#inFlight.add(running);
     try {
-      return await run();
+      return await running;
     } catch (err) {
       const mapped = toStoreError(err, operation);
       if (mapped.code === 'INTERNAL')
         this.#logger.error({ err: mapped.message, operation }, 'store: unexpected failure');
       throw mapped;
+    } finally {
+      this.#inFlight.delete(running);
     }
   }
 

@@ -131,3 +131,15 @@ export async function allRecords(store: SqlDataPlaneStore) {
   } while (cursor);
   return records;
 }
+
+/** A request object that has NOT been through the schema (for hostile-input tests). */
+export function rawRequest(id: string, properties: Record<string, unknown> = {}): TransferRequest {
+  return {
+    id,
+    mode: 'idempotent',
+    source: { type: 'file', path: '/data/in.jsonl', format: 'jsonl' },
+    destination: { type: 'file', path: '/data/out.jsonl', format: 'jsonl' },
+    properties,
+    options: { onBadRecord: 'skip' },
+  } as TransferRequest;
+}
