@@ -1,17 +1,25 @@
 import { DiskFullError, SluiceError } from '@sluice/core';
 
-const DISK_FULL = /ENOSPC|No space left|EFBIG|File too large|MDB_MAP_FULL|MDB_TXN_FULL|EDQUOT|quota/i;
+const DISK_FULL_MESSAGE = /ENOSPC|No space left|EFBIG|File too large|MDB_MAP_FULL|EDQUOT|quota/i;
+/**
+ * errno values of a write that ran out of room: EIO (LMDB reports a short write — what a full disk or a file-size
+ * limit produces — as EIO), EFBIG, ENOSPC, EDQUOT; and MDB_MAP_FULL.
+ */
+const DISK_FULL_CODES = new Set<unknown>([5, 27, 28, 122, -30792, 'EIO', 'EFBIG', 'ENOSPC', 'EDQUOT']);
 
-/** True when a native LMDB/fs error means the disk (or the file-size limit) is full. */
+/** True when a native LMDB/fs write error means there is no room left (disk, quota or file-size limit). */
 export function isDiskFull(err: unknown): boolean {
-  if (SluiceError.isInstance(err)) return false;
-  const e = err as { message?: unknown; code?: unknown } | null;
-  return DISK_FULL.test(String(e?.message ?? '')) || DISK_FULL.test(String(e?.code ?? ''));
+  if (SluiceError.isInstance(err) || typeof err !== 'object' || err === null) return false;
+  const e = err as { message?: unknown; code?: unknown };
+  return DISK_FULL_CODES.has(e.code) || DISK_FULL_MESSAGE.test(String(e.message ?? ''));
 }
 
-/** Rethrows a write failure as `CACHE_DISK_FULL` when the disk is full; other errors pass through. */
+/** Rethrows a write failure as `CACHE_DISK_FULL` when there is no room left; other errors pass through. */
 export function translateWriteError(err: unknown, what: string): unknown {
   if (isDiskFull(err))
-    return new DiskFullError(`${what}: the disk is full; nothing was written`, { cause: err });
+    return new DiskFullError(
+      `${what}: no room left to write (disk full, quota or file-size limit); nothing was written`,
+      { cause: err },
+    );
   return err;
 }

@@ -1,6 +1,6 @@
 import { fileURLToPath } from 'node:url';
 import { parseQuery } from '@sluice/core';
-import { sleep, spawnTs, tempDir } from '@sluice/testkit';
+import { sleep, spawnProcess, spawnTs, tempDir, tsxLoaderPath } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { openCacheManager } from './manager.js';
 import type { CacheSchema } from './types.js';
@@ -105,7 +105,7 @@ describe('multi-process', () => {
     await using child = spawnTs(fixture('writer.ts'), [dir.path, name, '120000']);
     await child.waitForLine(/^COMMITTED 1/, 60_000);
     await child.waitForLine(/^COMMITTING 2/, 60_000);
-    await sleep(400);
+    await sleep(150);
     expect(child.lines.some((l) => l.startsWith('COMMITTED 2'))).toBe(false);
     child.kill('SIGKILL');
     expect((await child.exited).signal).toBe('SIGKILL');
@@ -132,5 +132,53 @@ describe('multi-process', () => {
     cache.apply([{ op: 'upsert', record: { id: 5000, value: 1, group: 'g1', epoch: 3, pad: '' } }]);
     await cache.commit({ dag: 'd', epoch: 3, positions: {}, at: new Date().toISOString() });
     expect(cache.count()).toBe(1001);
+  });
+});
+
+describe('disk full', () => {
+  it('a commit that runs out of room fails with CACHE_DISK_FULL, keeps the previous commit, and the cache recovers', {
+    timeout: 90_000,
+  }, async () => {
+    await using dir = await tempDir();
+    let name: string;
+    {
+      await using caches = await openCacheManager(dir.path);
+      const cache = await caches.create({
+        endpoint: 'full',
+        schema: { fields: { id: 'integer', body: 'string' }, primaryKey: ['id'], indexes: [['body']] },
+      });
+      name = cache.name;
+    }
+    // The child writes under a 4 MiB file-size limit (what a full disk looks like to LMDB: short writes).
+    await using child = spawnProcess('sh', [
+      '-c',
+      `ulimit -f 8192; exec "${process.execPath}" --conditions=@sluice/source --import "${tsxLoaderPath()}" "${fixture('fill.ts')}" "${dir.path}" "${name}"`,
+    ]);
+    const failed = await child.waitForLine(/^FAILED /, 60_000);
+    await child.waitForLine(/^CLOSED/, 30_000);
+    expect((await child.exited).code).toBe(0); // an error, not a crash
+    const [, epoch, code] = failed.split(' ');
+    expect(code).toBe('CACHE_DISK_FULL');
+    const state = JSON.parse(
+      child.lines
+        .find((l) => l.startsWith('STATE '))!
+        .slice(6)
+        .split(' PENDING')[0]!,
+    );
+    expect(state.checkpoint.epoch).toBe(Number(epoch) - 1);
+    expect(child.lines.find((l) => l.startsWith('STATE '))).toMatch(/PENDING 200$/); // the batch stays staged
+
+    // With room again (no limit here), the cache is intact and takes the next commit.
+    await using caches = await openCacheManager(dir.path);
+    const cache = await caches.openRw(name);
+    expect(cache.commitState()).toMatchObject({
+      checkpoint: { epoch: Number(epoch) - 1 },
+      recordCount: state.recordCount,
+    });
+    expect(cache.count()).toBe(state.recordCount);
+    expect(cache.count({ body: 'first' })).toBe(100);
+    cache.apply([{ op: 'upsert', record: { id: 1_000_000, body: 'after' } }]);
+    await cache.commit(null);
+    expect(cache.count()).toBe(state.recordCount + 1);
   });
 });

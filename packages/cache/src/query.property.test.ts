@@ -168,7 +168,7 @@ describe('queries against a brute-force reference', () => {
     expect(cache.count()).toBe(truth.size);
 
     let usedIndex = 0;
-    for (let q = 0; q < 300; q++) {
+    for (let q = 0; q < 250; q++) {
       const filter = randomFilter(rng);
       const order = randomOrder(rng);
       const expected = bruteForce(truth, filter, order);
@@ -201,6 +201,6 @@ describe('queries against a brute-force reference', () => {
       }
       expect(seen, context).toEqual(expected);
     }
-    expect(usedIndex).toBeGreaterThan(75);
+    expect(usedIndex).toBeGreaterThan(60);
   });
 });

@@ -1,11 +1,18 @@
-import { type Query, parseQuery, SluiceError } from '@sluice/core';
+import { parseQuery, type Query, SluiceError } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { openCacheManager } from './manager.js';
 import type { CacheSchema, RecordOp } from './types.js';
 
 const schema: CacheSchema = {
-  fields: { id: 'integer', value: 'number', category: 'string', active: 'boolean', tags: 'json', at: 'timestamp' },
+  fields: {
+    id: 'integer',
+    value: 'number',
+    category: 'string',
+    active: 'boolean',
+    tags: 'json',
+    at: 'timestamp',
+  },
   primaryKey: ['id'],
   indexes: [['value'], ['category', 'value']],
 };
@@ -15,7 +22,13 @@ const rows = (from: number, to: number): RecordOp[] =>
     const id = from + i;
     return {
       op: 'upsert' as const,
-      record: { id, value: id % 100, category: `c${id % 5}`, active: id % 2 === 0, tags: ['t', `t${id % 3}`] },
+      record: {
+        id,
+        value: id % 100,
+        category: `c${id % 5}`,
+        active: id % 2 === 0,
+        tags: ['t', `t${id % 3}`],
+      },
     };
   });
 
@@ -68,11 +81,16 @@ describe('hostile queries', () => {
       { filter: [] as never },
     ];
     for (const query of hostile) {
-      expect(codeOf(() => cache.query({ ...base, ...query })), JSON.stringify(query).slice(0, 200)).toBe('INVALID_QUERY');
+      expect(
+        codeOf(() => cache.query({ ...base, ...query })),
+        JSON.stringify(query).slice(0, 200),
+      ).toBe('INVALID_QUERY');
     }
     expect(codeOf(() => cache.query(null as never))).toBe('INVALID_QUERY');
     expect(codeOf(() => cache.count({ nope: 1 }))).toBe('INVALID_QUERY');
-    expect(codeOf(() => cache.count({ value: { $in: Array.from({ length: 5000 }, (_, i) => i) } }))).toBe('INVALID_QUERY');
+    expect(codeOf(() => cache.count({ value: { $in: Array.from({ length: 5000 }, (_, i) => i) } }))).toBe(
+      'INVALID_QUERY',
+    );
     // The wire form is rejected by core's parser with the same code.
     expect(codeOf(() => parseQuery({ $filter: { value: { $gt: 1 } }, $limit: -1 }))).toBe('INVALID_QUERY');
     // The cache still answers afterwards.
@@ -90,9 +108,15 @@ describe('hostile queries', () => {
     }
     const page = blue.query(parseQuery({ $order_by: { value: 'asc' }, $limit: 5 }));
     expect(page.next).not.toBeNull();
-    expect(blue.query(parseQuery({ $order_by: { value: 'asc' }, $limit: 5, $after: page.next! })).records[0]!.id).toBe(5);
-    expect(codeOf(() => green.query(parseQuery({ $order_by: { value: 'asc' }, $after: page.next! })))).toBe('CURSOR_EXPIRED');
-    expect(codeOf(() => blue.query(parseQuery({ $order_by: { value: 'desc' }, $after: page.next! })))).toBe('INVALID_QUERY');
+    expect(
+      blue.query(parseQuery({ $order_by: { value: 'asc' }, $limit: 5, $after: page.next! })).records[0]!.id,
+    ).toBe(5);
+    expect(codeOf(() => green.query(parseQuery({ $order_by: { value: 'asc' }, $after: page.next! })))).toBe(
+      'CURSOR_EXPIRED',
+    );
+    expect(codeOf(() => blue.query(parseQuery({ $order_by: { value: 'desc' }, $after: page.next! })))).toBe(
+      'INVALID_QUERY',
+    );
   });
 });
 
@@ -104,10 +128,14 @@ describe('planner', () => {
     cache.apply(rows(0, 1000));
     await cache.commit(null);
 
-    const eqRange = cache.query(parseQuery({ $filter: { category: 'c1', value: { $gte: 50 } }, $order_by: { value: 'asc' } }));
+    const eqRange = cache.query(
+      parseQuery({ $filter: { category: 'c1', value: { $gte: 50 } }, $order_by: { value: 'asc' } }),
+    );
     expect(eqRange.plan).toMatchObject({ index: 'category,value', capped: false });
     expect(eqRange.plan.scanned).toBeLessThanOrEqual(51); // only what the page needs
-    expect(eqRange.records.map((r) => r.value)).toEqual(eqRange.records.map((r) => r.value).sort((a, b) => Number(a) - Number(b)));
+    expect(eqRange.records.map((r) => r.value)).toEqual(
+      eqRange.records.map((r) => r.value).sort((a, b) => Number(a) - Number(b)),
+    );
     expect(eqRange.records.every((r) => r.category === 'c1' && Number(r.value) >= 50)).toBe(true);
 
     const range = cache.query(parseQuery({ $filter: { value: { $gt: 97 } } }));
@@ -119,7 +147,9 @@ describe('planner', () => {
     expect(ordered.plan).toMatchObject({ index: 'value', capped: false });
     expect(ordered.records.map((r) => r.id)).toEqual([999, 899, 799]);
 
-    const inList = cache.query(parseQuery({ $filter: { value: { $in: [3, 1] } }, $order_by: { value: 'asc' }, $limit: 100 }));
+    const inList = cache.query(
+      parseQuery({ $filter: { value: { $in: [3, 1] } }, $order_by: { value: 'asc' }, $limit: 100 }),
+    );
     expect(inList.plan.index).toBe('value');
     expect(inList.records.map((r) => r.value)).toEqual([...Array(10).fill(1), ...Array(10).fill(3)]);
 
@@ -127,14 +157,19 @@ describe('planner', () => {
     expect(byKey.plan).toMatchObject({ index: 'primary', scanned: 3 });
 
     // No index fits: a scan capped at 300 records, reported, with a cursor that continues the scan.
-    const scan = cache.query(parseQuery({ $filter: { active: true, tags: { $contains: 't2' } }, $limit: 1000 }));
+    const scan = cache.query(
+      parseQuery({ $filter: { active: true, tags: { $contains: 't2' } }, $limit: 1000 }),
+    );
     expect(scan.plan).toMatchObject({ index: null, scanned: 300, capped: true });
     expect(scan.records.length).toBeGreaterThan(0);
     expect(scan.next).not.toBeNull();
     const found = [...scan.records];
     let next = scan.next;
     while (next) {
-      const more = cache.query({ ...parseQuery({ $filter: { active: true, tags: { $contains: 't2' } }, $limit: 1000 }), after: next });
+      const more = cache.query({
+        ...parseQuery({ $filter: { active: true, tags: { $contains: 't2' } }, $limit: 1000 }),
+        after: next,
+      });
       found.push(...more.records);
       next = more.next;
     }
@@ -185,7 +220,14 @@ describe('pagination while the cache is being written', () => {
     // $skip: offsets are stable when writes only change non-sort fields and add records after the page.
     const seen: number[] = [];
     for (let skip = 0; skip < 320; skip += 25) {
-      const page = cache.query(parseQuery({ $filter: { id: { $lt: 300, $gte: 0 } }, $order_by: { id: 'asc' }, $limit: 25, $skip: skip }));
+      const page = cache.query(
+        parseQuery({
+          $filter: { id: { $lt: 300, $gte: 0 } },
+          $order_by: { id: 'asc' },
+          $limit: 25,
+          $skip: skip,
+        }),
+      );
       seen.push(...page.records.map((r) => Number(r.id)));
       cache.apply([
         { op: 'upsert', record: { id: 5000 + skip, value: 1, category: 'c0' } },
@@ -193,7 +235,9 @@ describe('pagination while the cache is being written', () => {
       ]);
       await cache.commit(null);
     }
-    const present = cache.query(parseQuery({ $filter: { id: { $lt: 300, $gte: 0 } }, $limit: 1000 })).records.map((r) => Number(r.id));
+    const present = cache
+      .query(parseQuery({ $filter: { id: { $lt: 300, $gte: 0 } }, $limit: 1000 }))
+      .records.map((r) => Number(r.id));
     expect(seen).toEqual(present);
   });
 });
@@ -208,7 +252,10 @@ describe('RwCache lifecycle', () => {
     await cache.markSnapshottingDone('source:a');
     await cache.markSnapshottingDone('source:a');
     await cache.markSnapshottingDone('source:b');
-    expect(cache.commitState()).toMatchObject({ snapshottingDone: ['source:a', 'source:b'], recordCount: 10 });
+    expect(cache.commitState()).toMatchObject({
+      snapshottingDone: ['source:a', 'source:b'],
+      recordCount: 10,
+    });
     await expect(cache.markSnapshottingDone('')).rejects.toMatchObject({ code: 'VALIDATION_FAILED' });
 
     cache.apply(rows(10, 20)); // staged, dropped by clear
@@ -220,7 +267,9 @@ describe('RwCache lifecycle', () => {
     expect(cache.count()).toBe(0);
     cache.apply(rows(0, 3));
     await cache.commit(null);
-    expect(cache.query(parseQuery({ $order_by: { value: 'desc' } })).records.map((r) => r.id)).toEqual([2, 1, 0]);
+    expect(cache.query(parseQuery({ $order_by: { value: 'desc' } })).records.map((r) => r.id)).toEqual([
+      2, 1, 0,
+    ]);
 
     await cache.close();
     expect(codeOf(() => cache.get([1]))).toBe('CACHE_CLOSED');
