@@ -17,6 +17,7 @@ export interface NodeSpec {
   /** Extra top-level YAML (already formatted), e.g. limits or endpoints. */
   extraYaml?: string;
   limits?: Record<string, number>;
+  logLevel?: string;
   env?: Record<string, string>;
 }
 
@@ -56,14 +57,22 @@ export async function startNodeProcess(spec: NodeSpec): Promise<NodeProcess> {
     `dataDir: "${join(spec.dir, 'data')}"`,
     `files: { roots: [${spec.roots.map((r) => JSON.stringify(r)).join(', ')}] }`,
     'pipeline: { commitEveryRecords: 50, commitEveryMs: 5000 }',
-    'logLevel: info',
+    `logLevel: ${spec.logLevel ?? 'info'}`,
     yamlLimits({ ...FAST_LIMITS, ...spec.limits }),
     spec.extraYaml ?? '',
   ];
   await writeFile(configFile, lines.filter((l) => l !== '').join('\n'));
   const child = spawnTs(BIN, ['--config', configFile], { cwd: spec.dir, env: spec.env ?? {} });
   try {
-    await child.waitForLine(/app-server ready/, 60_000);
+    if ((spec.logLevel ?? 'info') === 'info') await child.waitForLine(/app-server ready/, 60_000);
+    else
+      await waitFor(
+        async () => {
+          if (child.child.exitCode !== null) throw new Error(`exited:\n${child.output()}`);
+          return (await fetch(`http://127.0.0.1:${port}/healthz`)).ok;
+        },
+        { timeoutMs: 60_000, intervalMs: 100, what: `${spec.nodeId} to listen` },
+      );
   } catch (err) {
     await child[Symbol.asyncDispose]();
     throw err;

@@ -1,0 +1,194 @@
+/**
+ * app-server benchmark (a command, not a test):
+ *  1. submits/s over HTTP under autocannon — idempotent with new ids (insert + claim + run a 1-record
+ *     transfer), idempotent duplicates of a finished id (the stored outcome), fire-and-forget — on the
+ *     embedded defaults (SQLite) and on PostgreSQL + NATS, next to a bare fastify route that parses the same
+ *     body (the ceiling of an HTTP JSON server on this machine);
+ *  2. takeover time after SIGKILL of the owner: asking NATS on a resubmit vs waiting for the lease (sweeper).
+ * Every server is its own process; autocannon runs in this one.
+ *
+ *   pnpm --filter @sluice/app-server bench        (DURATION=5 CONNECTIONS=16 ROUNDS=3 to change)
+ */
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { openStore } from '@sluice/store';
+import { createTestDatabase, freePort, spawnTs, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
+import autocannon from 'autocannon';
+import {
+  call,
+  fileTransfer,
+  type NodeProcess,
+  startNodeProcess,
+  waitForState,
+  writeRecords,
+} from '../test/harness.js';
+
+const DURATION = Number(process.env.DURATION ?? 5);
+const CONNECTIONS = Number(process.env.CONNECTIONS ?? 16);
+const ROUNDS = Number(process.env.ROUNDS ?? 3);
+const BARE = new URL('./bare-server.ts', import.meta.url).pathname;
+
+interface Figures {
+  label: string;
+  rps: number;
+  p50: number;
+  p99: number;
+  non2xx: number;
+}
+
+const rows: Figures[] = [];
+
+async function load(label: string, url: string, body: (seq: number) => object): Promise<Figures> {
+  let seq = 0;
+  const result = await autocannon({
+    url,
+    connections: CONNECTIONS,
+    duration: DURATION,
+    pipelining: 1,
+    requests: [
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        setupRequest: (request) => ({ ...request, body: JSON.stringify(body(seq++)) }),
+      },
+    ],
+  });
+  const figures = {
+    label,
+    rps: Math.round(result.requests.average),
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    non2xx: result.non2xx,
+  };
+  rows.push(figures);
+  console.error(`  ${label}: ${figures.rps} req/s`);
+  return figures;
+}
+
+async function main() {
+  await using dir = await tempDir('sluice-app-bench-');
+  const files = join(dir.path, 'files');
+  await mkdir(files, { recursive: true });
+  const source = join(files, 'one.jsonl');
+  await writeFile(source, '{"id":1,"value":1}\n');
+  const destination = join(files, 'out.jsonl');
+  const limits = { queueSize: 100_000, maxConcurrentTransfers: 16, fireAndForgetConcurrency: 16 };
+  const transfer = (id: string) => fileTransfer(id, source, destination);
+
+  // The peer: a bare fastify route.
+  const barePort = await freePort();
+  await using bare = spawnTs(BARE, [String(barePort)]);
+  await bare.waitForLine(/bare server ready/);
+  const ceiling = await load('bare fastify route (peer)', `http://127.0.0.1:${barePort}/bare`, (i) =>
+    transfer(`bare-${i}`),
+  );
+  await bare.stop();
+
+  const runSubmits = async (kind: string, node: NodeProcess) => {
+    const url = `${node.url}/v1/transfers`;
+    await load(`${kind}: idempotent, new ids`, url, (i) => transfer(`${kind}-new-${i}`));
+    const dup = transfer(`${kind}-dup`);
+    await call(url, { json: dup });
+    await waitForState(node.url, `${kind}-dup`, 'COMPLETED');
+    await load(`${kind}: idempotent, duplicate id`, url, () => dup);
+    await load(`${kind}: fire-and-forget`, url, (i) => ({
+      ...transfer(`${kind}-ff-${i}`),
+      mode: 'fire-and-forget',
+    }));
+  };
+
+  console.error('embedded (SQLite, single-node backplane)…');
+  {
+    await using node = await startNodeProcess({
+      nodeId: 'bench',
+      dir: join(dir.path, 'embedded'),
+      store: `sqlite:${join(dir.path, 'embedded', 'store.db')}`,
+      roots: [files],
+      limits,
+      logLevel: 'warn',
+    });
+    await runSubmits('sqlite', node);
+  }
+
+  await using db = await createTestDatabase('sluice_app_bench');
+  await using nats = await startNatsServer();
+  console.error('cluster node (PostgreSQL + NATS)…');
+  {
+    await using node = await startNodeProcess({
+      nodeId: 'pg1',
+      dir: join(dir.path, 'pg1'),
+      store: db.url,
+      nats: nats.url,
+      roots: [files],
+      limits,
+      logLevel: 'warn',
+    });
+    await runSubmits('postgres', node);
+  }
+
+  console.error('takeover after SIGKILL…');
+  const big = await writeRecords(join(files, 'big.jsonl'), 20_000);
+  const spec = (nodeId: string) => ({
+    nodeId,
+    dir: join(dir.path, nodeId),
+    store: db.url,
+    nats: nats.url,
+    roots: [files],
+    limits: { leaseMs: 2_000, heartbeatMs: 300, sweepIntervalMs: 250, ownerWaitMs: 500 },
+  });
+  await using store = await openStore(db.url);
+  const survivor = await startNodeProcess(spec('tb'));
+  const viaNats: number[] = [];
+  const viaLease: number[] = [];
+  try {
+    for (let round = 0; round < ROUNDS * 2; round++) {
+      const lease = round % 2 === 1;
+      const victim = await startNodeProcess(spec('ta'));
+      const id = `takeover-${round}`;
+      const body = fileTransfer(id, big, join(files, `${id}.jsonl`), 2_000);
+      const created = await call(`${victim.url}/v1/transfers`, { json: body });
+      if (created.status !== 201) throw new Error(`submit failed: ${JSON.stringify(created.body)}`);
+      await waitFor(async () => (await store.get(id))?.checkpoint, { timeoutMs: 20_000 });
+      await victim.child.stop('SIGKILL');
+      const killedAt = performance.now();
+      if (lease) {
+        await waitFor(async () => (await store.get(id))?.ownerNodeId === 'tb', {
+          timeoutMs: 20_000,
+          intervalMs: 10,
+        });
+        viaLease.push(performance.now() - killedAt);
+      } else {
+        const reply = await call(`${survivor.url}/v1/transfers`, { json: body });
+        if (reply.status !== 202 || !reply.body.resumed)
+          throw new Error(`no takeover: ${JSON.stringify(reply.body)}`);
+        viaNats.push(performance.now() - killedAt);
+      }
+      await call(`${survivor.url}/v1/transfers/${id}/terminate`, { method: 'POST' });
+    }
+  } finally {
+    await survivor.child.stop('SIGKILL');
+  }
+
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0;
+  console.log(`\n### app-server submits (autocannon, ${CONNECTIONS} connections, ${DURATION} s each)\n`);
+  console.log('| workload | req/s | p50 ms | p99 ms | non-2xx | vs bare fastify |');
+  console.log('|---|---:|---:|---:|---:|---:|');
+  for (const row of rows)
+    console.log(
+      `| ${row.label} | ${row.rps} | ${row.p50} | ${row.p99} | ${row.non2xx} | ${(row.rps / ceiling.rps).toFixed(3)} |`,
+    );
+  console.log(
+    `\n### takeover after SIGKILL of the owner (${ROUNDS} rounds each, lease 2000 ms, sweep 250 ms)\n`,
+  );
+  console.log('| strategy | median ms | all (ms) |');
+  console.log('|---|---:|---|');
+  console.log(
+    `| resubmit, NATS answers "nobody" | ${median(viaNats).toFixed(0)} | ${viaNats.map((v) => v.toFixed(0)).join(', ')} |`,
+  );
+  console.log(
+    `| nobody resubmits: lease expiry + sweeper | ${median(viaLease).toFixed(0)} | ${viaLease.map((v) => v.toFixed(0)).join(', ')} |`,
+  );
+  console.log(`\nratio lease-only / NATS: ${(median(viaLease) / Math.max(1, median(viaNats))).toFixed(1)}×`);
+}
+
+await main();
