@@ -49,10 +49,11 @@ export async function spawnApiServer(
 }
 
 export interface LoadSample {
-  status: number;
+  kind: 'lookup' | 'query' | 'count';
   cache: string | null;
   /** `gen` of every record of the body (one for a lookup, many for a query). */
   gens: number[];
+  count?: number;
 }
 
 export interface LoadStats {
@@ -60,29 +61,79 @@ export interface LoadStats {
   durationMs: number;
   rate: number;
   failures: Array<{ status: number; body: string; url: string }>;
-  /** Responses whose records were not all from the generation named in `sluice-cache`. */
-  mixed: Array<{ cache: string | null; gens: number[] }>;
+  /** Successful responses, checked by {@link verifyGenerations} once the load stops. */
+  samples: LoadSample[];
+  /** Responses whose records were not all from the generation their `sluice-cache` header names. */
+  mixed: Array<{ cache: string | null; gens: number[]; count?: number; why: string }>;
   byCache: Map<string, number>;
+  /** The generation each answering cache held, as observed. */
+  genByCache: Map<string, number>;
+}
+
+/**
+ * Checks every successful response: all records of one response carry the same `gen`; every response from
+ * one cache carries the same `gen` (the one `genOf` says when given); a count equals `countOf(gen)`.
+ */
+export function verifyGenerations(
+  samples: LoadSample[],
+  options: { genOf?: (cache: string) => number | undefined; countOf: (gen: number) => number },
+): { mixed: LoadStats['mixed']; genByCache: Map<string, number> } {
+  const mixed: LoadStats['mixed'] = [];
+  const genByCache = new Map<string, number>();
+  for (const sample of samples) {
+    if (sample.kind === 'count') continue;
+    if (!sample.cache) {
+      mixed.push({ ...sample, why: 'no sluice-cache header' });
+      continue;
+    }
+    if (sample.gens.length === 0) {
+      mixed.push({ ...sample, why: 'no records' });
+      continue;
+    }
+    const first = sample.gens[0]!;
+    if (sample.gens.some((g) => g !== first)) {
+      mixed.push({ ...sample, why: 'records of several generations in one response' });
+      continue;
+    }
+    const expected = options.genOf?.(sample.cache) ?? genByCache.get(sample.cache);
+    if (expected !== undefined && expected !== first) {
+      mixed.push({ ...sample, why: `cache holds generation ${expected}` });
+      continue;
+    }
+    genByCache.set(sample.cache, first);
+  }
+  for (const sample of samples) {
+    if (sample.kind !== 'count') continue;
+    const gen = sample.cache ? (options.genOf?.(sample.cache) ?? genByCache.get(sample.cache)) : undefined;
+    if (gen === undefined) mixed.push({ ...sample, why: 'count from a cache of unknown generation' });
+    else if (sample.count !== options.countOf(gen))
+      mixed.push({ ...sample, why: `count of generation ${gen} is ${options.countOf(gen)}` });
+  }
+  return { mixed, genByCache };
 }
 
 /**
  * Continuous load from `concurrency` concurrent clients on lookups, queries and counts against `urls`, until
- * stopped. `genOf(cache)` says which generation a cache name holds (the writer knows).
+ * stopped; then every response is checked with {@link verifyGenerations}.
  */
 export function startLoad(options: {
   urls: string[];
   concurrency: number;
   endpoint: string;
-  count: number;
-  genOf: (cache: string) => number | undefined;
+  /** Lookups use ids 1..ids (present in every generation). */
+  ids: number;
+  genOf?: (cache: string) => number | undefined;
+  countOf: (gen: number) => number;
 }): { stop(): Promise<LoadStats>; stats: LoadStats } {
   const stats: LoadStats = {
     requests: 0,
     durationMs: 0,
     rate: 0,
     failures: [],
+    samples: [],
     mixed: [],
     byCache: new Map(),
+    genByCache: new Map(),
   };
   let running = true;
   const started = Date.now();
@@ -91,7 +142,7 @@ export function startLoad(options: {
     const base = options.urls[i % options.urls.length]!;
     // Mostly lookups, as a serving API sees; every fourth request a query, every tenth a count.
     const kind = i % 10 === 9 ? 2 : i % 4 === 3 ? 1 : 0;
-    const id = 1 + ((i * 7919) % options.count);
+    const id = 1 + ((i * 7919) % options.ids);
     let url: string;
     let payload: string | undefined;
     if (kind === 0) url = `${base}/v1/endpoints/${options.endpoint}/records/${id}`;
@@ -111,21 +162,15 @@ export function startLoad(options: {
     }
     const cache = response.cache;
     if (cache) stats.byCache.set(cache, (stats.byCache.get(cache) ?? 0) + 1);
-    const expected = cache ? options.genOf(cache) : undefined;
     const body = JSON.parse(text) as Record<string, unknown>;
-    let gens: number[];
-    if (kind === 0) gens = [body.gen as number];
-    else if (kind === 1) gens = (body.records as Array<{ gen: number }>).map((r) => r.gen);
-    else gens = [];
-    // A count must be the full record count of that generation (every generation has `count` records).
-    const countOk = kind !== 2 || body.count === options.count;
-    if (
-      expected === undefined ||
-      !countOk ||
-      gens.some((g) => g !== expected) ||
-      (kind === 1 && gens.length === 0)
-    )
-      stats.mixed.push({ cache, gens });
+    if (kind === 0) stats.samples.push({ kind: 'lookup', cache, gens: [body.gen as number] });
+    else if (kind === 1)
+      stats.samples.push({
+        kind: 'query',
+        cache,
+        gens: (body.records as Array<{ gen: number }>).map((r) => r.gen),
+      });
+    else stats.samples.push({ kind: 'count', cache, gens: [], count: body.count as number });
   };
   const workers = Array.from({ length: options.concurrency }, async (_, w) => {
     let i = w;
@@ -147,6 +192,9 @@ export function startLoad(options: {
       agent.destroy();
       stats.durationMs = Date.now() - started;
       stats.rate = (stats.requests * 1000) / stats.durationMs;
+      const verified = verifyGenerations(stats.samples, options);
+      stats.mixed = verified.mixed;
+      stats.genByCache = verified.genByCache;
       return stats;
     },
   };

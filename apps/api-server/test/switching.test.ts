@@ -62,8 +62,9 @@ describe('blue/green switching under load', () => {
       urls,
       concurrency: 32,
       endpoint: 'items',
-      count: COUNT,
+      ids: COUNT,
       genOf: (c) => genByCache.get(c),
+      countOf: () => COUNT,
     });
     await waitFor(() => load.stats.requests > 300, { timeoutMs: 20_000, what: 'load to warm up' });
     const green = await nextGeneration(true);

@@ -1,0 +1,136 @@
+/**
+ * End to end with the real thing: one `sluice-app-server` process materializes an endpoint from a JSONL file
+ * and publishes AliasRedirected on NATS; two `sluice-api-server` processes serve it. A blue/green rebuild with
+ * changed data (`POST /v1/endpoints/items/rebuild` on the app-server) happens under continuous load.
+ */
+import { rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type ChildHandle, freePort, spawnTs, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { type SpawnedApiServer, spawnApiServer, startLoad, writeConfig } from './helpers.js';
+
+const APP_SERVER_BIN = fileURLToPath(new URL('../../app-server/src/bin.ts', import.meta.url));
+const CATEGORIES = ['a', 'b', 'c'];
+const COUNT_BY_GEN: Record<number, number> = { 1: 400, 2: 450 };
+
+/** Writes generation `gen` of the source file atomically (write + rename), as an upstream export would. */
+async function writeSource(path: string, gen: number): Promise<void> {
+  const lines: string[] = [];
+  for (let id = 1; id <= COUNT_BY_GEN[gen]!; id += 1)
+    lines.push(JSON.stringify({ id, gen, value: id * gen, category: CATEGORIES[id % 3] }));
+  await writeFile(`${path}.tmp`, `${lines.join('\n')}\n`);
+  await rename(`${path}.tmp`, path);
+}
+
+async function json(
+  url: string,
+  init?: RequestInit,
+): Promise<{ status: number; headers: Headers; body: any }> {
+  const response = await fetch(url, init);
+  const text = await response.text();
+  return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : null };
+}
+
+/** The generation and cache an api-server answers a lookup from. */
+async function answer(url: string): Promise<{ cache: string | null; gen: number | null }> {
+  const reply = await json(`${url}/v1/endpoints/items/records/1`);
+  return reply.status === 200
+    ? { cache: reply.headers.get('sluice-cache'), gen: reply.body.gen as number }
+    : { cache: null, gen: null };
+}
+
+describe('api-servers behind a real app-server', () => {
+  it('switch under load on a blue/green rebuild with zero failed or mixed responses', async () => {
+    await using nats = await startNatsServer();
+    await using dir = await tempDir('sluice-api-e2e-');
+    const source = join(dir.path, 'items.jsonl');
+    await writeSource(source, 1);
+    const appPort = await freePort();
+    const config = await writeConfig(dir.path, {
+      node: { id: 'h1', port: appPort, advertisedUrl: `http://127.0.0.1:${appPort}` },
+      store: `sqlite:${join(dir.path, 'store.db')}`,
+      nats: nats.url,
+      dataDir: join(dir.path, 'data'),
+      files: { roots: [dir.path] },
+      pipeline: { commitEveryRecords: 100, commitEveryMs: 200 },
+      api: { reconcileMs: 2_000 },
+      logLevel: 'info',
+      endpoints: [
+        {
+          name: 'items',
+          source: { type: 'file', path: source, format: 'jsonl' },
+          primaryKey: ['id'],
+          fields: { id: 'integer', gen: 'integer', value: 'number', category: 'string' },
+          indexes: [['value'], ['category', 'value']],
+        },
+      ],
+    });
+    const app: ChildHandle = spawnTs(APP_SERVER_BIN, ['--config', config], { cwd: dir.path });
+    await using _app = app;
+    await app.waitForLine(/app-server ready/, 60_000);
+    const appUrl = `http://127.0.0.1:${appPort}`;
+
+    const servers: SpawnedApiServer[] = await Promise.all([spawnApiServer(config), spawnApiServer(config)]);
+    await using _a = servers[0]!;
+    await using _b = servers[1]!;
+    const urls = servers.map((s) => s.url);
+    // The first snapshot is complete when every api-server counts all 400 records of generation 1.
+    await waitFor(
+      async () => {
+        for (const url of urls) {
+          const count = await json(`${url}/v1/endpoints/items/count`, { method: 'POST' });
+          if (count.status !== 200 || count.body.count !== 400) return false;
+        }
+        return true;
+      },
+      { timeoutMs: 30_000, what: 'both api-servers to serve the first snapshot' },
+    );
+    const blue = await answer(urls[0]!);
+    expect(blue.gen).toBe(1);
+
+    const load = startLoad({
+      urls,
+      concurrency: 32,
+      endpoint: 'items',
+      ids: 400,
+      countOf: (g) => COUNT_BY_GEN[g]!,
+    });
+    await waitFor(() => load.stats.requests > 300, { timeoutMs: 20_000, what: 'load to warm up' });
+    await writeSource(source, 2);
+    const rebuild = await json(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' });
+    expect(rebuild.status).toBe(202);
+    await waitFor(async () => (await Promise.all(urls.map(answer))).every((a) => a.gen === 2), {
+      timeoutMs: 60_000,
+      what: 'both api-servers to answer from the rebuilt generation',
+    });
+    const before = load.stats.requests;
+    await waitFor(() => load.stats.requests > before + 600, {
+      timeoutMs: 30_000,
+      what: 'load after the switch',
+    });
+    const stats = await load.stop();
+
+    expect(stats.failures.slice(0, 5)).toEqual([]);
+    expect(stats.mixed.slice(0, 5)).toEqual([]);
+    // Both generations answered during the run, each cache wholly one generation.
+    expect([...stats.genByCache.values()].sort()).toEqual([1, 2]);
+    expect(stats.genByCache.get(blue.cache!)).toBe(1);
+    expect(stats.rate).toBeGreaterThan(100);
+    console.log(
+      `e2e load: ${stats.requests} requests in ${stats.durationMs} ms (${Math.round(stats.rate)}/s)`,
+    );
+
+    // After the switch every api-server answers from the cache the app-server serves.
+    const endpoints = await json(`${appUrl}/v1/endpoints`);
+    const serving = endpoints.body.endpoints.find((e: { name: string }) => e.name === 'items').servingCache;
+    expect(serving).not.toBe(blue.cache);
+    for (const url of urls) {
+      expect((await answer(url)).cache).toBe(serving);
+      const listed = await json(`${url}/v1/endpoints`);
+      expect(listed.body.endpoints[0]).toMatchObject({ name: 'items', cache: serving, recordCount: 450 });
+      const metrics = await (await fetch(`${url}/metrics`)).text();
+      expect(metrics).toMatch(/sluice_api_switches_total\{endpoint="items",reason="event"\} 1/);
+    }
+  }, 180_000);
+});
