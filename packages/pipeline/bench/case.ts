@@ -2,7 +2,7 @@
  * One benchmark case in its own process (so its peak memory is its own). argv: <kind> <jsonl> <records> <workDir>
  * [pgUrl] [csv]. Prints `RESULT {"ms":…,"maxRssMB":…}`.
  */
-import { createReadStream } from 'node:fs';
+import { createReadStream, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { openCacheManager } from '@sluice/cache';
@@ -21,6 +21,18 @@ const [kind, file, recordsText, workDir, pgUrl, csvFile] = process.argv.slice(2)
 ];
 const records = Number(recordsText);
 const started = performance.now();
+// Max RSS counts the LMDB map's resident file pages too (the OS can drop them at will); the anonymous RSS
+// (Linux: RssAnon) is the memory the process itself holds, which backpressure must keep flat.
+let anonPeakKb = 0;
+const sampler = setInterval(() => {
+  try {
+    const match = /RssAnon:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
+    if (match) anonPeakKb = Math.max(anonPeakKb, Number(match[1]));
+  } catch {
+    // not Linux: reported as null
+  }
+}, 100);
+sampler.unref();
 
 if (kind === 'pipeline') {
   await using caches = await openCacheManager(join(workDir, 'pipeline'));
@@ -80,11 +92,15 @@ if (kind === 'pipeline') {
   await client.query('DROP TABLE bench_items');
   await client.end();
   if (count !== records) throw new Error(`copied ${count} of ${records}`);
-  process.stdout.write(`RESULT ${JSON.stringify({ ms, maxRssMB: null })}\n`);
+  process.stdout.write(`RESULT ${JSON.stringify({ ms, maxRssMB: null, anonPeakMB: null })}\n`);
   process.exit(0);
 }
 const ms = performance.now() - started;
 process.stdout.write(
-  `RESULT ${JSON.stringify({ ms, maxRssMB: Math.round(process.resourceUsage().maxRSS / 1024) })}\n`,
+  `RESULT ${JSON.stringify({
+    ms,
+    maxRssMB: Math.round(process.resourceUsage().maxRSS / 1024),
+    anonPeakMB: anonPeakKb > 0 ? Math.round(anonPeakKb / 1024) : null,
+  })}\n`,
 );
 process.exit(0);
