@@ -3,7 +3,6 @@ import { SluiceError } from '@sluice/core';
 import { Command } from 'commander';
 import { loadConfig } from './config.js';
 import { isDatabaseConnectionLoss } from './crash-guard.js';
-import { startNode } from './node.js';
 
 const program = new Command()
   .name('sluice-app-server')
@@ -20,6 +19,8 @@ async function main(): Promise<void> {
     process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
     return;
   }
+  // Loaded after the configuration is valid: a bad file fails fast, without loading the whole node.
+  const { startNode } = await import('./node.js');
   const node = await startNode(config);
   process.on('uncaughtException', (err) => {
     if (isDatabaseConnectionLoss(err)) {

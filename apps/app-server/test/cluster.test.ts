@@ -86,7 +86,8 @@ describe('app-server cluster (PostgreSQL + NATS)', () => {
   it('100 concurrent submits of one id over 3 nodes → one run, one owner, each record once', async () => {
     const source = await writeRecords(files('burst-in.jsonl'), 3_000);
     const destination = files('burst-out.jsonl');
-    const body = fileTransfer('burst-1', source, destination, 3_000);
+    // Throttled to ~3 s, so every one of the 100 replies sees it running (none may see it finished).
+    const body = fileTransfer('burst-1', source, destination, 1_000);
     const urls = ['n1', 'n2', 'n3'].map((id) => node(id).url);
     const replies = await Promise.all(
       Array.from({ length: 100 }, (_, i) => call(`${urls[i % 3]}/v1/transfers`, { json: body })),
@@ -101,8 +102,7 @@ describe('app-server cluster (PostgreSQL + NATS)', () => {
     expect(created.body.state).toBe('IN_PROGRESS');
     const owner = created.body.owner.nodeId;
     for (const reply of replies) {
-      if (reply.status === 200) expect(reply.body.state).toBe('COMPLETED');
-      else expect(reply.body.owner.nodeId, JSON.stringify(reply.body)).toBe(owner);
+      expect(reply.body.owner.nodeId, JSON.stringify(reply.body)).toBe(owner);
       if (reply.status === 202) expect(reply.body.resumed).toBe(false);
     }
     const done = await waitForState(urls[0]!, 'burst-1', 'COMPLETED');
@@ -263,8 +263,8 @@ describe('app-server cluster (PostgreSQL + NATS)', () => {
     };
     expect(await killConnections()).toBeGreaterThan(0);
     await nats.restart();
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    expect(await killConnections()).toBeGreaterThan(0);
+    // Again, once the nodes have reconnected.
+    await waitFor(async () => (await killConnections()) > 0, { timeoutMs: 10_000, intervalMs: 100 });
     for (const id of ids) {
       const done = await waitForState(urls[0]!, id, 'COMPLETED', 60_000).catch((err) => {
         for (const n of nodes.values()) console.log(n.nodeId, n.child.output().slice(-4000));

@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { openStore } from '@sluice/store';
-import { spawnTs, tempDir } from '@sluice/testkit';
+import { freePort, spawnTs, tempDir } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   BIN,
@@ -305,6 +305,27 @@ describe('app-server on embedded defaults', () => {
     const exit = await node.child.stop('SIGTERM');
     expect(exit.code).toBe(0);
     expect(existsSync(join(dir.path, 'node', '.sluice', 'store.db'))).toBe(true);
+  });
+
+  it('starts on embedded defaults with no configuration file at all', async () => {
+    await using cwd = await tempDir('sluice-app-defaults-');
+    const port = await freePort();
+    const child = spawnTs(BIN, [], {
+      cwd: cwd.path,
+      env: { SLUICE_PORT: String(port), SLUICE_NODE_ID: 'bare' },
+    });
+    try {
+      await child.waitForLine(/app-server ready/, 60_000);
+      const ready = await call(`http://127.0.0.1:${port}/readyz`);
+      expect(ready.body).toMatchObject({ status: 'ready', backplaneKind: 'single' });
+      const nodes = await call(`http://127.0.0.1:${port}/v1/nodes`);
+      expect(nodes.body.nodes[0]).toMatchObject({ nodeId: 'bare', address: `http://127.0.0.1:${port}` });
+      expect(existsSync(join(cwd.path, '.sluice', 'store.db'))).toBe(true);
+      expect(existsSync(join(cwd.path, '.sluice', 'aliases'))).toBe(true);
+      expect((await child.stop('SIGTERM')).code).toBe(0);
+    } finally {
+      await child[Symbol.asyncDispose]();
+    }
   });
 
   it('fails at start on a bad configuration, naming the field', async () => {
