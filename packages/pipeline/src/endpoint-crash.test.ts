@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 
 const CHILD = fileURLToPath(new URL('./testing/endpoint-child.ts', import.meta.url));
 const BLUE = 2_000;
-const GREEN = 20_000;
+const GREEN = 12_000;
 const KILLS = 4;
 
 const rows = (n: number, tag: string) =>
@@ -17,7 +17,7 @@ const jsonl = (records: object[]) => records.map((r) => `${JSON.stringify(r)}\n`
 
 describe('endpoint pipeline crash safety', () => {
   it('SIGKILLed at random points of a rebuild, it never exposes a partial generation and ends equal to the source', {
-    timeout: 120_000,
+    timeout: 180_000,
   }, async () => {
     await using dir = await tempDir();
     const root = join(dir.path, 'data');
@@ -32,7 +32,7 @@ describe('endpoint pipeline crash safety', () => {
           fields: { id: 'integer', value: 'number', category: 'string' },
           indexes: [['value'], ['category', 'value']],
         },
-        commitEveryRecords: 1000,
+        commitEveryRecords: 600,
         fileChunkBytes: 8192,
         ...extra,
       });
@@ -69,7 +69,7 @@ describe('endpoint pipeline crash safety', () => {
     await writeFile(path, jsonl(rows(GREEN, 'b')));
     const decisions: string[] = [];
     const redirectEvents: string[] = [];
-    const epochsPerRun = GREEN / 1000;
+    const epochsPerRun = GREEN / 600;
     for (let k = 0; k < KILLS; k++) {
       await using child = spawnTs(CHILD, [input()]);
       let exited = false;

@@ -9,7 +9,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 
 const CHILD = fileURLToPath(new URL('./testing/transfer-child.ts', import.meta.url));
-const RECORDS = 20_000;
+const RECORDS = 10_000;
 
 async function writeSource(path: string) {
   const lines: string[] = [];
@@ -64,7 +64,7 @@ function request(id: string, source: string, destination: DestinationAddress): T
 }
 
 describe('transfers killed with SIGKILL and resumed write each record exactly once', () => {
-  it('file sink', async () => {
+  it('file sink', { timeout: 120_000 }, async () => {
     await using dir = await tempDir();
     const src = join(dir.path, 'in.jsonl');
     const out = join(dir.path, 'out.jsonl');
@@ -86,7 +86,7 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
     expect(ids).toEqual(Array.from({ length: RECORDS }, (_, i) => i));
   });
 
-  it('postgres sink', async () => {
+  it('postgres sink', { timeout: 120_000 }, async () => {
     await using dir = await tempDir();
     await using db = await createTestDatabase('sluice_pipeline_crash');
     const client = new pg.Client({ connectionString: db.url });
@@ -103,7 +103,7 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
           commitEveryRecords: 500,
           fileChunkBytes: 16_384,
         },
-        3,
+        2,
       );
       expect(result.recordsWritten).toBe(RECORDS);
       const stats = await client.query(
@@ -115,7 +115,7 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
     }
   });
 
-  it('jetstream sink', async () => {
+  it('jetstream sink', { timeout: 120_000 }, async () => {
     await using dir = await tempDir();
     await using nats = await startNatsServer();
     const nc = await connect({ servers: nats.url });
@@ -137,7 +137,7 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
           commitEveryRecords: 500,
           fileChunkBytes: 16_384,
         },
-        3,
+        2,
       );
       expect(result.recordsWritten).toBe(RECORDS);
       const info = await jsm.streams.info('OUT');
