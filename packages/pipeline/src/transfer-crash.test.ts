@@ -76,7 +76,7 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
         commitEveryRecords: 500,
         fileChunkBytes: 16_384,
       },
-      3,
+      2,
     );
     expect(result.recordsWritten).toBe(RECORDS);
     const ids = (await readFile(out, 'utf8'))
