@@ -212,6 +212,8 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
       }
       if (result === ABORTED) {
         void next.catch(() => {});
+        progress.phase = 'stopped';
+        report();
         return { aborted: true, checkpoint: lastCheckpoint, progress };
       }
       if (result.done) break;
@@ -241,10 +243,14 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
         }
       }
     }
-    if (signal.aborted) return { aborted: true, checkpoint: lastCheckpoint, progress };
+    if (signal.aborted) {
+      progress.phase = 'stopped';
+      return { aborted: true, checkpoint: lastCheckpoint, progress };
+    }
     if (dirty > 0) await commit();
     if (options.mode === 'transfer') await sink.finish();
-    progress.phase = options.mode === 'transfer' ? 'completed' : 'stopped';
+    // Every source ended: a transfer is done; an endpoint keeps serving what it built.
+    progress.phase = 'completed';
     report();
     return { aborted: false, checkpoint: lastCheckpoint, progress };
   } catch (err) {

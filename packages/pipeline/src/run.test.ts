@@ -1,0 +1,162 @@
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { PipelineCheckpoint } from '@sluice/core';
+import { tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { BadRecordCollector } from './bad-records.js';
+import { dagHash, decideRestart } from './dag.js';
+import type { RecordOp } from './ops.js';
+import { functionProcessor, selectProcessor } from './processors.js';
+import { runPipeline } from './run.js';
+import { createFileSource } from './sources/file.js';
+import type { PipelineSink, SourceBranch } from './types.js';
+
+/** A sink that keeps everything in memory and commits its checkpoint with its data. */
+function memorySink() {
+  const committed: RecordOp[] = [];
+  let staged: RecordOp[] = [];
+  const state = { checkpoint: null as PipelineCheckpoint | null, snapshots: [] as string[] };
+  const sink: PipelineSink = {
+    handle: 'mem.sink',
+    description: { type: 'memory' },
+    keyFields: ['id'],
+    keepsCheckpoint: true,
+    committed: async () => state.checkpoint,
+    prepare: async () => {},
+    write: async (ops) => {
+      staged.push(...ops);
+    },
+    commit: async (checkpoint) => {
+      committed.push(...staged);
+      staged = [];
+      state.checkpoint = checkpoint;
+    },
+    snapshotDone: async (source) => {
+      state.snapshots.push(source);
+    },
+    finish: async () => {},
+    close: async () => {},
+  };
+  return { sink, committed, state };
+}
+
+const lines = (from: number, n: number) =>
+  Array.from({ length: n }, (_, i) => `${JSON.stringify({ id: from + i, v: i })}\n`).join('');
+
+describe('runPipeline', () => {
+  it('merges several sources, runs processors, and checkpoints every node', async () => {
+    await using dir = await tempDir();
+    await writeFile(join(dir.path, 'a.jsonl'), lines(0, 700));
+    await writeFile(join(dir.path, 'b.jsonl'), lines(10_000, 500));
+    const branches: SourceBranch[] = [
+      {
+        source: createFileSource({ handle: 'a.source', path: join(dir.path, 'a.jsonl'), format: 'jsonl' }),
+        processors: [functionProcessor('a.double', (r) => ({ ...r, v: Number(r.v) * 2 }))],
+      },
+      {
+        source: createFileSource({ handle: 'b.source', path: join(dir.path, 'b.jsonl'), format: 'jsonl' }),
+        processors: [
+          functionProcessor('b.odd', (r) => (Number(r.id) % 2 === 1 ? r : null)),
+          selectProcessor('b.rename', { id: 'id', value: 'v' }),
+        ],
+      },
+    ];
+    const { sink, committed, state } = memorySink();
+    const dag = dagHash(branches, sink);
+    const result = await runPipeline({
+      name: 'multi',
+      dag,
+      branches,
+      sink,
+      mode: 'transfer',
+      plan: { decision: 'from-scratch', reason: 'test', checkpoint: null },
+      badRecords: new BadRecordCollector('fail'),
+      signal: new AbortController().signal,
+      commitEveryRecords: 200,
+      batchSize: 50,
+    });
+    expect(result.progress).toMatchObject({ recordsRead: 1200, recordsWritten: 950, phase: 'completed' });
+    expect(committed.filter((op) => op.op === 'upsert' && (op.record.id as number) < 10_000)).toHaveLength(
+      700,
+    );
+    expect(committed).toContainEqual(expect.objectContaining({ record: { id: 10_001, value: 1 } }));
+    expect(committed).toContainEqual(expect.objectContaining({ record: { id: 3, v: 6 } }));
+    expect(state.snapshots.sort()).toEqual(['a.source', 'b.source']);
+    const checkpoint = state.checkpoint!;
+    expect(checkpoint.dag).toBe(dag);
+    expect(Object.keys(checkpoint.positions).sort()).toEqual(
+      ['a.double', 'a.source', 'b.odd', 'b.rename', 'b.source', 'mem.sink'].sort(),
+    );
+    expect(checkpoint.positions['b.odd']).toEqual({ processed: 500 });
+    expect(checkpoint.positions['mem.sink']).toEqual({ written: 950, read: 1200, bad: 0 });
+
+    // The restart decision over this checkpoint.
+    const decide = (
+      pipeline: PipelineCheckpoint | null,
+      sinkCheckpoint: PipelineCheckpoint | null,
+      d = dag,
+    ) => decideRestart({ dag: d, branches, sink, checkpoint: pipeline, sinkCheckpoint });
+    expect(await decide(checkpoint, checkpoint)).toMatchObject({ decision: 'resume', checkpoint });
+    const ahead = { ...checkpoint, epoch: checkpoint.epoch + 1 };
+    expect(await decide(checkpoint, ahead)).toMatchObject({ decision: 'resume', checkpoint: ahead });
+    expect(await decide(checkpoint, { ...checkpoint, epoch: checkpoint.epoch + 2 })).toMatchObject({
+      decision: 'from-scratch',
+      reason: expect.stringMatching(/inconsistent checkpoints/),
+    });
+    expect(await decide(checkpoint, checkpoint, 'another-dag')).toMatchObject({
+      decision: 'from-scratch',
+      reason: expect.stringMatching(/DAG configuration changed/),
+    });
+    const { 'b.odd': _, ...missing } = checkpoint.positions;
+    const partial = { ...checkpoint, positions: missing };
+    expect(await decide(partial, partial)).toMatchObject({
+      reason: expect.stringMatching(/"b.odd" has no position/),
+    });
+    expect(await decide(null, null)).toMatchObject({
+      decision: 'from-scratch',
+      reason: 'no checkpoint (first run)',
+    });
+    await writeFile(join(dir.path, 'b.jsonl'), lines(20_000, 100));
+    expect(await decide(checkpoint, checkpoint)).toMatchObject({
+      decision: 'from-scratch',
+      reason: expect.stringMatching(/source "b.source" cannot resume/),
+    });
+  });
+
+  it('commits on time when the source is idle, and stops promptly on abort', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'a.jsonl');
+    await writeFile(path, lines(0, 10));
+    const branches: SourceBranch[] = [
+      {
+        source: createFileSource({ handle: 'f.source', path, format: 'jsonl', follow: true, pollMs: 20 }),
+        processors: [],
+      },
+    ];
+    const { sink, committed } = memorySink();
+    const controller = new AbortController();
+    const running = runPipeline({
+      name: 'idle',
+      dag: dagHash(branches, sink),
+      branches,
+      sink,
+      mode: 'endpoint',
+      plan: { decision: 'from-scratch', reason: 'test', checkpoint: null },
+      badRecords: new BadRecordCollector('skip'),
+      signal: controller.signal,
+      commitEveryRecords: 1_000_000,
+      commitEveryMs: 50,
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    await writeFile(path, lines(0, 15));
+    const deadline = Date.now() + 5_000;
+    while (committed.length < 15 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(committed).toHaveLength(15); // committed by the timer, not by the record count
+    const stopAt = Date.now();
+    controller.abort();
+    const result = await running;
+    expect(result.aborted).toBe(true);
+    expect(result.progress.phase).toBe('stopped');
+    expect(Date.now() - stopAt).toBeLessThan(1_000);
+  });
+});
