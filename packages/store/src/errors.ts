@@ -61,6 +61,9 @@ const UNAVAILABLE_MESSAGES: readonly RegExp[] = [
   /server closed the connection/i,
   /connect ECONNREFUSED/i,
   /query read timeout/i,
+  // A migration by another node changed a table under this connection's prepared statements: the
+  // connection is replaced and a retry succeeds.
+  /cached plan must not change result type/i,
 ];
 
 /** True when `err` (or its cause chain) says the database is unreachable rather than the request wrong. */

@@ -2,7 +2,7 @@ import { type Clock, type Logger, silentLogger, systemClock, ValidationError } f
 import type { Kysely } from 'kysely';
 import { toStoreError } from './errors.js';
 import { migrateToLatest } from './migrations.js';
-import { openPostgres } from './postgres.js';
+import { openPostgres, type StatementNames } from './postgres.js';
 import type { StoreDatabase } from './schema.js';
 import { openSqlite } from './sqlite.js';
 import { SqlDataPlaneStore } from './store.js';
@@ -46,14 +46,17 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
   const logger = options.logger ?? silentLogger;
   const clock = options.clock ?? systemClock;
   let db: Kysely<StoreDatabase> | undefined;
+  let statements: StatementNames | undefined;
   try {
     if (location.dialect === 'postgres') {
-      db = openPostgres(location.connectionString, {
+      const opened = openPostgres(location.connectionString, {
         poolSize: positiveInt(options.poolSize, 10, 'poolSize', 1000),
         connectTimeoutMs: positiveInt(options.connectTimeoutMs, 5_000, 'connectTimeoutMs', 600_000),
         statementTimeoutMs: positiveInt(options.statementTimeoutMs, 30_000, 'statementTimeoutMs', 3_600_000),
         logger,
-      }).db;
+      });
+      db = opened.db;
+      statements = opened.statements;
     } else {
       db = openSqlite(location.path, {
         busyTimeoutMs: positiveInt(options.busyTimeoutMs, 5_000, 'busyTimeoutMs', 600_000),
@@ -65,7 +68,7 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
       location.dialect === 'sqlite' ? location.path : url,
     );
     if (applied.length > 0) logger.info({ store: redactUrl(url), applied }, 'store: schema migrated');
-    return new SqlDataPlaneStore(db, location.dialect, clock, logger);
+    return new SqlDataPlaneStore(db, location.dialect, clock, logger, statements);
   } catch (err) {
     await db?.destroy().catch(() => undefined);
     throw toStoreError(err, 'open');

@@ -26,23 +26,41 @@ const storeTypes: pg.CustomTypesConfig = {
 };
 
 /**
+ * The SQL texts the store runs over and over, each with a stable name: pg then sends them as named
+ * prepared statements, parsed and planned once per connection instead of on every call.
+ */
+export class StatementNames {
+  readonly #names = new Map<string, string>();
+
+  register(sql: string): void {
+    if (!this.#names.has(sql)) this.#names.set(sql, `sluice_store_${this.#names.size + 1}`);
+  }
+
+  nameOf(sql: string): string | undefined {
+    return this.#names.get(sql);
+  }
+}
+
+/**
  * The pg pool as kysely sees it, except that a connection whose query failed because the connection died
  * (terminated backend, server restart) is destroyed on release instead of going back to the pool, where the
  * next operation would pick it up and fail too.
  */
 class DiscardingPool implements PostgresPool {
   readonly #pool: pg.Pool;
+  readonly #names: StatementNames;
   readonly #clients = new WeakMap<pg.PoolClient, PostgresPoolClient>();
 
-  constructor(pool: pg.Pool) {
+  constructor(pool: pg.Pool, names: StatementNames) {
     this.#pool = pool;
+    this.#names = names;
   }
 
   async connect(): Promise<PostgresPoolClient> {
     const client = await this.#pool.connect();
     let wrapped = this.#clients.get(client);
     if (wrapped === undefined) {
-      wrapped = discardingClient(client);
+      wrapped = discardingClient(client, this.#names);
       this.#clients.set(client, wrapped);
     }
     return wrapped;
@@ -53,10 +71,15 @@ class DiscardingPool implements PostgresPool {
   }
 }
 
-function discardingClient(client: pg.PoolClient): PostgresPoolClient {
+function discardingClient(client: pg.PoolClient, names: StatementNames): PostgresPoolClient {
   let broken = false;
   const query = (...args: unknown[]) => {
-    const result = (client.query as (...a: unknown[]) => unknown)(...args);
+    const [text, values] = args;
+    const name = typeof text === 'string' && Array.isArray(values) ? names.nameOf(text) : undefined;
+    const result =
+      name === undefined
+        ? (client.query as (...a: unknown[]) => unknown)(...args)
+        : client.query({ name, text: text as string, values: values as unknown[] });
     if (result instanceof Promise) {
       return result.catch((err: unknown) => {
         if (isUnavailableError(err)) broken = true;
@@ -88,7 +111,8 @@ function discardingClient(client: pg.PoolClient): PostgresPoolClient {
 export function openPostgres(
   connectionString: string,
   options: PostgresOptions,
-): { db: Kysely<StoreDatabase>; pool: pg.Pool } {
+): { db: Kysely<StoreDatabase>; pool: pg.Pool; statements: StatementNames } {
+  const statements = new StatementNames();
   const pool = new pg.Pool({
     connectionString,
     max: options.poolSize,
@@ -115,7 +139,10 @@ export function openPostgres(
     });
   });
   return {
-    db: new Kysely<StoreDatabase>({ dialect: new PostgresDialect({ pool: new DiscardingPool(pool) }) }),
+    db: new Kysely<StoreDatabase>({
+      dialect: new PostgresDialect({ pool: new DiscardingPool(pool, statements) }),
+    }),
     pool,
+    statements,
   };
 }

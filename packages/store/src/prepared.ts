@@ -14,6 +14,8 @@ type Slot = { name: string } | { value: unknown };
 
 /** A query compiled once, bound to fresh values per call without rebuilding or recompiling it. */
 export interface PreparedQuery<N extends string, R> {
+  /** The SQL text, the same on every call. */
+  readonly sql: string;
   bind(values: Readonly<Record<N, unknown>>): CompiledQuery<R>;
 }
 
@@ -35,6 +37,7 @@ export function prepareQuery<N extends string, R>(query: Compilable<R> | Compila
       : { value },
   );
   return {
+    sql: compiled.sql,
     bind(values) {
       const parameters = slots.map((slot) => {
         if (!('name' in slot)) return slot.value;

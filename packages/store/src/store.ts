@@ -297,12 +297,22 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   readonly #inFlight = new Set<Promise<unknown>>();
 
   /** @internal Use `openStore()`: it validates the URL and runs the migrations. */
-  constructor(db: Kysely<StoreDatabase>, dialect: StoreDialect, clock: Clock, logger: Logger) {
+  constructor(
+    db: Kysely<StoreDatabase>,
+    dialect: StoreDialect,
+    clock: Clock,
+    logger: Logger,
+    statements?: { register(sql: string): void },
+  ) {
     this.#db = db;
     this.dialect = dialect;
     this.#clock = clock;
     this.#logger = logger;
     this.#q = prepareQueries(db, dialect);
+    if (statements) {
+      const { transitions, ...rest } = this.#q;
+      for (const query of [...Object.values(rest), ...transitions.values()]) statements.register(query.sql);
+    }
   }
 
   /** True once `close()` was called. */
