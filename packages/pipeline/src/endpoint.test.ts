@@ -278,3 +278,27 @@ describe('endpoint pipelines: rebuild on demand and transfers into an endpoint',
     await again.stop();
   });
 });
+
+describe('endpoint pipelines: failures', () => {
+  it('a followed file replaced under a running pipeline fails the run, which is re-planned into a green cache', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'items.jsonl');
+    await writeFile(path, jsonl(items(400)));
+    const events = collector();
+    await using caches = await openCacheManager(join(dir.path, 'data'));
+    const pipeline = await startEndpointPipeline(
+      endpoint(path, { source: { type: 'file', path, format: 'jsonl', follow: true } }),
+      { caches, events, connections: {}, retryMs: 50, commitEveryMs: 50 },
+    );
+    const blue = await pipeline.whenServing();
+    await writeFile(path, jsonl(items(30, 0, 'c'))); // truncated and rewritten
+    await waitFor(() => caches.resolveAlias('items')?.cache !== blue, { timeoutMs: 20_000, what: 'rebuild' });
+    expect(pipeline.decision).toMatchObject({
+      decision: 'from-scratch',
+      reason: expect.stringMatching(/shrank/),
+    });
+    expect(await allRecords(caches, 'items')).toEqual(items(30, 0, 'c'));
+    expect(events.events.filter((e) => e.type === 'AliasRedirected')).toHaveLength(2);
+    await pipeline.stop();
+  });
+});

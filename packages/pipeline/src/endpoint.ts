@@ -356,36 +356,39 @@ export async function startEndpointPipeline(
     await run.sink.close().catch(() => {});
   };
 
-  /** Keeps the pipeline running: a failed run is re-planned after a back-off. */
+  /** Keeps the pipeline running: a failed run (or a failed re-plan) is retried after a growing back-off. */
   const supervise = async () => {
     let backoff = ctx.retryMs ?? 1_000;
     while (!stopped) {
       const run = current;
-      if (!run) return;
+      if (run) {
+        try {
+          await run.finished;
+          return; // every source ended (a non-following file): idle, serving what was built
+        } catch (err) {
+          if (stopped || current !== run) return;
+          lastError = {
+            code: SluiceError.isInstance(err) ? err.code : 'INTERNAL',
+            message: (err as Error).message,
+          };
+          logger.error({ endpoint: name, err }, 'endpoint pipeline failed; retrying');
+          await halt();
+        }
+      }
       try {
-        await run.finished;
-        backoff = ctx.retryMs ?? 1_000;
-        return; // every source ended (a non-following file): idle, serving what was built
+        await delay(backoff, undefined, { signal: supervisorController.signal });
+      } catch {
+        return;
+      }
+      backoff = Math.min(backoff * 2, 30_000);
+      try {
+        await launch(false);
       } catch (err) {
-        if (stopped || current !== run) return;
         lastError = {
           code: SluiceError.isInstance(err) ? err.code : 'INTERNAL',
           message: (err as Error).message,
         };
-        logger.error({ endpoint: name, err }, 'endpoint pipeline failed; retrying');
-        await halt();
-        try {
-          await delay(backoff, undefined, { signal: supervisorController.signal });
-        } catch {
-          return;
-        }
-        backoff = Math.min(backoff * 2, 30_000);
-        try {
-          await launch(false);
-        } catch (launchErr) {
-          lastError = { code: 'INTERNAL', message: (launchErr as Error).message };
-          logger.error({ endpoint: name, err: launchErr }, 'endpoint pipeline could not restart');
-        }
+        logger.error({ endpoint: name, err }, 'endpoint pipeline could not restart; retrying');
       }
     }
   };
