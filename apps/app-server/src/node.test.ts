@@ -88,4 +88,40 @@ describe('startNode (in process)', () => {
     );
     expect(recovered.map((r) => r.id)).toEqual(['handback-1']);
   });
+
+  it('purges finished transfers past limits.retentionDays', async () => {
+    await using dir = await tempDir();
+    const { writeFile } = await import('node:fs/promises');
+    await writeFile(join(dir.path, 'in.jsonl'), '{"id":1}\n{"id":2}\n');
+    const config = resolveConfig({
+      node: { id: 'purger', port: 0 },
+      store: `sqlite:${join(dir.path, 'store.db')}`,
+      dataDir: join(dir.path, 'data'),
+      files: { roots: [dir.path] },
+      limits: { retentionDays: 1 / 86_400 },
+    });
+    const logger = pino({ level: 'silent' });
+    const first = await startNode(config, { logger, cwd: dir.path });
+    const submitted = await fetch(`${first.url}/v1/transfers`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        id: 'short-lived',
+        source: { type: 'file', path: 'in.jsonl' },
+        destination: { type: 'file', path: 'out.jsonl' },
+      }),
+    });
+    expect(submitted.status).toBe(201);
+    const { waitFor } = await import('@sluice/testkit');
+    await waitFor(async () => {
+      const reply = await fetch(`${first.url}/v1/transfers/short-lived`);
+      return ((await reply.json()) as { state: string }).state === 'COMPLETED';
+    });
+    await first.close();
+    await new Promise((resolve) => setTimeout(resolve, 1_200));
+    await using second = await startNode(config, { logger, cwd: dir.path });
+    await waitFor(async () => (await fetch(`${second.url}/v1/transfers/short-lived`)).status === 404, {
+      what: 'the finished transfer to be purged',
+    });
+  });
 });

@@ -176,7 +176,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
         return { ready, checks };
       },
     });
-    cleanups.push(() => server.close());
+    const closeServer = () => server.close();
+    cleanups.push(closeServer);
 
     const address = await server.listen({ host: config.node.host, port: config.node.port });
     const listening = new URL(address);
@@ -185,6 +186,21 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     }
     await store.registerNode({ nodeId, address: identity.address, instanceId });
     activeCoordinator.start();
+    // Finished records are kept `limits.retentionDays` (0 = forever), then purged by whichever node gets there.
+    const retentionMs = config.limits.retentionDays * 86_400_000;
+    const purge = () => {
+      if (retentionMs <= 0) return;
+      store.purge(new Date(clock.now().getTime() - retentionMs)).then(
+        (purged) => {
+          if (purged > 0) logger.info({ purged }, 'purged finished transfers past their retention');
+        },
+        (err) => logger.warn({ err }, 'purging finished transfers failed'),
+      );
+    };
+    purge();
+    const purgeTimer = setInterval(purge, 3_600_000);
+    purgeTimer.unref();
+    cleanups.push(async () => clearInterval(purgeTimer));
     logger.info(
       { url: identity.address, store: config.store.split('@').pop(), backplane: kind, instanceId },
       'app-server ready',
@@ -195,10 +211,10 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
       closing ??= (async () => {
         logger.info('shutting down: handing transfers back');
         // Stop accepting first (in-flight requests finish), then hand work back, then close the rest.
+        cleanups.splice(cleanups.indexOf(closeServer), 1);
         const serverClosed = server.close();
         await activeCoordinator.shutdown();
         await serverClosed;
-        cleanups.pop();
         await unwind();
         logger.info('app-server stopped');
       })();
