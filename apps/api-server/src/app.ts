@@ -10,8 +10,6 @@ import {
   NotFoundError,
   PayloadTooLargeError,
   PROBLEM_CONTENT_TYPE,
-  parseCountQuery,
-  parseQuery,
   type QueryLimits,
   RecordNotFoundError,
   type SluiceConfig,
@@ -29,6 +27,7 @@ import type { ServedCache } from './cache-port.js';
 import { unwrapCursor, wrapCursor } from './cursor.js';
 import { parseKeySegment, rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
+import { createQueryParsers } from './query-parser.js';
 import type { EndpointRegistry, Generation, Lease } from './registry.js';
 import {
   CountBodySchema,
@@ -53,6 +52,8 @@ export type ApiApp = Awaited<ReturnType<typeof buildApp>>;
 export const CACHE_HEADER = 'sluice-cache';
 /** Response header with the commit checkpoint of that cache (read before the data, so data ⊇ checkpoint). */
 export const CHECKPOINT_HEADER = 'sluice-checkpoint';
+/** Longest time a `sluice-checkpoint` value is reused before the cache's commit state is read again. */
+export const CHECKPOINT_REFRESH_MS = 50;
 
 export interface BuildAppOptions {
   config: SluiceConfig;
@@ -134,6 +135,7 @@ function normalizeError(err: unknown, bodyLimit: number, request: FastifyRequest
 export async function buildApp(options: BuildAppOptions) {
   const { config, registry, metrics, limits } = options;
   const bodyLimit = config.limits.bodyBytes;
+  const parsers = createQueryParsers(limits);
   const app = Fastify({
     loggerInstance: options.logger,
     // No per-request log lines: at tens of thousands of requests per second they would cost more than the
@@ -151,7 +153,10 @@ export async function buildApp(options: BuildAppOptions) {
   // Route params are checked with their zod schemas; bodies are parsed in the handlers by core's query
   // parser, which applies the configured limits and names the failing path.
   app.setValidatorCompiler(({ schema, httpPart }) => {
-    if (httpPart === 'body') return (data: unknown) => ({ value: data });
+    // Bodies and path parameters are checked by the handlers (core's query parser with the configured limits;
+    // the endpoint registry; the key codec), so the hot path does not validate twice. Their zod schemas still
+    // document the API.
+    if (httpPart === 'body' || httpPart === 'params') return (data: unknown) => ({ value: data });
     const zod = schema as z.ZodType;
     return (data: unknown) => {
       const parsed = zod.safeParse(data);
@@ -184,12 +189,22 @@ export async function buildApp(options: BuildAppOptions) {
   });
 
   // Metrics: one counter increment and one histogram observation per request.
+  // Label children are cached per (route, endpoint, status): prom-client hashes label objects otherwise.
+  const series = new Map<string, { count: () => void; observe: (seconds: number) => void }>();
   app.addHook('onResponse', (request, reply, done) => {
     const route = request.routeOptions.url ?? '(unmatched)';
     const name = request.sluiceEndpoint;
     const endpoint = name !== undefined && registry.has(name) ? name : '';
-    metrics.requests.inc({ route, endpoint, status: String(reply.statusCode) });
-    metrics.duration.observe({ route, endpoint }, reply.elapsedTime / 1000);
+    const key = `${route}\u0000${endpoint}\u0000${reply.statusCode}`;
+    let entry = series.get(key);
+    if (!entry) {
+      const counter = metrics.requests.labels(route, endpoint, String(reply.statusCode));
+      const histogram = metrics.duration.labels(route, endpoint);
+      entry = { count: () => counter.inc(), observe: (seconds) => histogram.observe(seconds) };
+      if (series.size < 10_000) series.set(key, entry);
+    }
+    entry.count();
+    entry.observe(reply.elapsedTime / 1000);
     done();
   });
 
@@ -230,9 +245,27 @@ export async function buildApp(options: BuildAppOptions) {
     authenticator?.authorize(scope, name);
     return { lease: registry.acquire(name), rowFilter: scope.rowFilter(name) };
   };
+  // The checkpoint header is re-read at most every CHECKPOINT_REFRESH_MS per generation. It is always read
+  // before the data it is sent with, so "the data is at least as fresh as this checkpoint" holds either way.
+  const checkpoints = new WeakMap<Generation, { header: string; readAt: number }>();
+  const predicates = new WeakMap<Filter, (record: Record<string, unknown>) => boolean>();
+  const predicateOf = (filter: Filter) => {
+    let predicate = predicates.get(filter);
+    if (!predicate) {
+      predicate = compileFilter(filter);
+      predicates.set(filter, predicate);
+    }
+    return predicate;
+  };
   const stamp = (reply: FastifyReply, lease: Lease): void => {
+    const now = performance.now();
+    let cached = checkpoints.get(lease.generation);
+    if (!cached || now - cached.readAt > CHECKPOINT_REFRESH_MS) {
+      cached = { header: formatCheckpointHeader(lease.cache.commitState()), readAt: now };
+      checkpoints.set(lease.generation, cached);
+    }
     reply.header(CACHE_HEADER, lease.generation.name);
-    reply.header(CHECKPOINT_HEADER, formatCheckpointHeader(lease.cache.commitState()));
+    reply.header(CHECKPOINT_HEADER, cached.header);
   };
 
   await app.register(swagger, {
@@ -338,7 +371,7 @@ export async function buildApp(options: BuildAppOptions) {
         const key = parseKeySegment(raw, lease.cache.schema);
         const record = lease.cache.get(key);
         // A record outside the token's row filter does not exist for that token.
-        if (record === undefined || (rowFilter && !compileFilter(rowFilter)(record)))
+        if (record === undefined || (rowFilter && !predicateOf(rowFilter)(record)))
           throw new RecordNotFoundError(name, safeDecode(raw));
         return record;
       } finally {
@@ -361,7 +394,7 @@ export async function buildApp(options: BuildAppOptions) {
       const { lease, rowFilter } = open(request, request.params.name);
       try {
         stamp(reply, lease);
-        const query = parseQuery(request.body ?? {}, limits);
+        const query = parsers.query(request.body);
         const generation = lease.generation.name;
         if (query.after !== null) query.after = unwrapCursor(query.after, generation);
         query.filter = andFilters(query.filter, rowFilter);
@@ -387,7 +420,7 @@ export async function buildApp(options: BuildAppOptions) {
       const { lease, rowFilter } = open(request, request.params.name);
       try {
         stamp(reply, lease);
-        const filter = parseCountQuery(request.body ?? {}, limits);
+        const filter = parsers.count(request.body);
         return { count: lease.cache.count(andFilters(filter, rowFilter)) };
       } finally {
         lease.release();

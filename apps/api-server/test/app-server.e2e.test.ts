@@ -98,6 +98,7 @@ describe('api-servers behind a real app-server', () => {
     });
     await waitFor(() => load.stats.requests > 300, { timeoutMs: 20_000, what: 'load to warm up' });
     await writeSource(source, 2);
+    const inFlightAtRebuild = load.stats.inFlight;
     const rebuild = await json(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' });
     expect(rebuild.status).toBe(202);
     await waitFor(async () => (await Promise.all(urls.map(answer))).every((a) => a.gen === 2), {
@@ -116,7 +117,10 @@ describe('api-servers behind a real app-server', () => {
     // Both generations answered during the run, each cache wholly one generation.
     expect([...stats.genByCache.values()].sort()).toEqual([1, 2]);
     expect(stats.genByCache.get(blue.cache!)).toBe(1);
-    expect(stats.rate).toBeGreaterThan(100);
+    // The load is continuous (the rate is printed; several hundred per second on an idle 2-core machine, less
+    // when other test processes share it, where this process's client is the bottleneck).
+    expect(stats.rate).toBeGreaterThan(50);
+    expect(inFlightAtRebuild).toBeGreaterThanOrEqual(16);
     console.log(
       `e2e load: ${stats.requests} requests in ${stats.durationMs} ms (${Math.round(stats.rate)}/s)`,
     );

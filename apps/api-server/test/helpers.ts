@@ -58,6 +58,8 @@ export interface LoadSample {
 
 export interface LoadStats {
   requests: number;
+  /** Requests sent and not yet answered, right now. */
+  inFlight: number;
   durationMs: number;
   rate: number;
   failures: Array<{ status: number; body: string; url: string }>;
@@ -127,6 +129,7 @@ export function startLoad(options: {
 }): { stop(): Promise<LoadStats>; stats: LoadStats } {
   const stats: LoadStats = {
     requests: 0,
+    inFlight: 0,
     durationMs: 0,
     rate: 0,
     failures: [],
@@ -153,7 +156,10 @@ export function startLoad(options: {
       url = `${base}/v1/endpoints/${options.endpoint}/count`;
       payload = JSON.stringify({ $filter: { value: { $gte: 0 } } });
     }
-    const response = await send(agent, url, payload);
+    stats.inFlight += 1;
+    const response = await send(agent, url, payload).finally(() => {
+      stats.inFlight -= 1;
+    });
     const text = response.body;
     stats.requests += 1;
     if (response.status < 200 || response.status >= 300) {

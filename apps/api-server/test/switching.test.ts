@@ -20,11 +20,19 @@ let servers: SpawnedApiServer[] = [];
 const genByCache = new Map<string, number>();
 let gen = 0;
 
-async function nextGeneration(publish: boolean): Promise<string> {
+async function nextGeneration(publish: boolean, beforeRedirect?: () => void): Promise<string> {
   gen += 1;
   const current = gen;
-  const built = await buildGeneration(manager, 'items', gen, COUNT, publish ? backplane : undefined, (name) =>
-    genByCache.set(name, current),
+  const built = await buildGeneration(
+    manager,
+    'items',
+    gen,
+    COUNT,
+    publish ? backplane : undefined,
+    (name) => {
+      genByCache.set(name, current);
+      beforeRedirect?.();
+    },
   );
   return built.name;
 }
@@ -67,7 +75,10 @@ describe('blue/green switching under load', () => {
       countOf: () => COUNT,
     });
     await waitFor(() => load.stats.requests > 300, { timeoutMs: 20_000, what: 'load to warm up' });
-    const green = await nextGeneration(true);
+    let inFlightAtSwitch = 0;
+    const green = await nextGeneration(true, () => {
+      inFlightAtSwitch = load.stats.inFlight;
+    });
     const switchedAt = Date.now();
     await waitFor(
       async () => (await Promise.all(urls.map((u) => answeringCache(u)))).every((c) => c === green),
@@ -88,10 +99,11 @@ describe('blue/green switching under load', () => {
     expect(stats.mixed.slice(0, 5)).toEqual([]);
     expect(stats.byCache.get(blue)).toBeGreaterThan(100);
     expect(stats.byCache.get(green)).toBeGreaterThan(100);
-    // Several hundred requests per second on an idle 2-core machine (the figure is printed below); the floor
-    // leaves room for a machine shared with other test processes, where the client in this process is the
-    // bottleneck, not the servers.
-    expect(stats.rate).toBeGreaterThan(100);
+    // The load is continuous (the rate is printed; several hundred per second on an idle 2-core machine, less
+    // when other test processes share it, where this process's client is the bottleneck).
+    expect(stats.rate).toBeGreaterThan(50);
+    // Requests were in flight on the servers when the alias moved.
+    expect(inFlightAtSwitch).toBeGreaterThanOrEqual(16);
     // Switched by the event, well before the periodic reconcile could have done it.
     expect(switchMs).toBeLessThan(RECONCILE_MS);
     for (const url of urls) {
