@@ -56,6 +56,14 @@ const ABORTED = Symbol('aborted');
  * its branch's processors, writes to the sink, and every `commitEveryRecords` records or `commitEveryMs`
  * milliseconds commits an epoch: a checkpoint barrier holding every node's position, committed by the sink
  * with its data and then saved through `saveCheckpoint`.
+ *
+ * @example
+ * ```ts
+ * const plan = await decideRestart({ dag, branches, sink, checkpoint: await port.load() });
+ * await sink.prepare(plan);
+ * const { progress } = await runPipeline({ name: 'orders', dag, branches, sink, mode: 'transfer', plan,
+ *   badRecords: new BadRecordCollector('skip'), signal, saveCheckpoint: (c) => port.save(c) });
+ * ```
  */
 export async function runPipeline(options: RunPipelineOptions): Promise<RunPipelineResult> {
   const logger = options.logger ?? silentLogger;
