@@ -23,10 +23,13 @@ async function writeSource(path: string, gen: number): Promise<void> {
   await rename(`${path}.tmp`, path);
 }
 
+// biome-ignore lint/suspicious/noExplicitAny: response bodies of several shapes, asserted field by field
+type Json = any;
+
 async function json(
   url: string,
   init?: RequestInit,
-): Promise<{ status: number; headers: Headers; body: any }> {
+): Promise<{ status: number; headers: Headers; body: Json }> {
   const response = await fetch(url, init);
   const text = await response.text();
   return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : null };
