@@ -2,10 +2,10 @@
  * Idempotent-submit throughput of the store, next to the physical limit: a raw
  * `INSERT … ON CONFLICT (id) DO NOTHING` of the same row through the same driver in the same run.
  *
- *   pnpm --filter @sluice/store bench [-- --sqlite-ops 20000 --pg-ops 4000 --pg-concurrency 16 --rounds 2]
+ *   pnpm --filter @sluice/store bench [-- --sqlite-ops 20000 --pg-ops 4000 --pg-concurrency 16 --chunk 250]
  *
- * Cases: new ids (every submit inserts) and duplicate ids (every submit finds the record). Each case runs
- * raw and store alternately `rounds` times on fresh tables and keeps each side's best rate. The raw side is
+ * Cases: new ids (every submit inserts) and duplicate ids (every submit finds the record). Raw and store run
+ * interleaved in small chunks on their own tables, so both see the same machine load. The raw side is
  * the best the driver can do: one prepared statement (better-sqlite3) / a named prepared statement (pg),
  * the same row, the same schema and indexes, the same pool size and concurrency.
  */
@@ -25,13 +25,13 @@ const { values: args } = parseArgs({
     'sqlite-ops': { type: 'string', default: '20000' },
     'pg-ops': { type: 'string', default: '4000' },
     'pg-concurrency': { type: 'string', default: '16' },
-    rounds: { type: 'string', default: '3' },
+    chunk: { type: 'string', default: '250' },
   },
 });
 const SQLITE_OPS = Number(args['sqlite-ops']);
 const PG_OPS = Number(args['pg-ops']);
 const PG_CONCURRENCY = Number(args['pg-concurrency']);
-const ROUNDS = Number(args.rounds);
+const CHUNK = Number(args.chunk);
 const LEASE_MS = 30_000;
 const owner = { nodeId: 'bench', address: 'http://bench:7070', instanceId: 'bench-1' };
 
@@ -40,9 +40,7 @@ const COLUMNS =
 const RAW_INSERT_SQLITE = `insert into transfers (${COLUMNS}) values (?, ?, ?, 'RECEIVED', ?, ?, ?, 1, ?, 1, null, null, null, ?, ?) on conflict (id) do nothing`;
 const RAW_INSERT_PG = `insert into transfers (${COLUMNS}) values ($1, $2, $3, 'RECEIVED', $4, $5, $6, 1, $7, 1, null, null, null, $8, $9) on conflict (id) do nothing`;
 
-interface Item {
-  input: SubmitInput;
-}
+type Item = SubmitInput;
 
 /** Requests shaped like real ones (about 300 bytes of JSON); hashes are computed by the caller, as in the app. */
 function makeItems(prefix: string, n: number): Item[] {
@@ -54,13 +52,13 @@ function makeItems(prefix: string, n: number): Item[] {
       properties: { requestedBy: 'billing', batch: i },
       options: { maxRecordsPerSecond: 500 },
     });
-    return { input: { request, requestHash: requestHash(request), owner, leaseMs: LEASE_MS } };
+    return { request, requestHash: requestHash(request), owner, leaseMs: LEASE_MS };
   });
 }
 
 function rawParams(item: Item): unknown[] {
   const now = Date.now();
-  const { request, requestHash: hash } = item.input;
+  const { request, requestHash: hash } = item;
   return [
     request.id,
     hash,
@@ -74,15 +72,12 @@ function rawParams(item: Item): unknown[] {
   ];
 }
 
-async function timed(n: number, run: () => Promise<void>): Promise<number> {
-  const started = process.hrtime.bigint();
-  await run();
-  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-  return n / seconds;
-}
-
 /** Runs `op` over `items` with `concurrency` workers. */
-async function pool<T>(items: T[], concurrency: number, op: (item: T) => Promise<unknown>): Promise<void> {
+async function inParallel<T>(
+  items: T[],
+  concurrency: number,
+  op: (item: T) => Promise<unknown>,
+): Promise<void> {
   let next = 0;
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
@@ -92,6 +87,30 @@ async function pool<T>(items: T[], concurrency: number, op: (item: T) => Promise
       }
     }),
   );
+}
+
+type Side = (items: Item[]) => Promise<void>;
+
+/**
+ * Times raw and store on the same number of operations, alternating in chunks (and which side goes first), so
+ * both see the same machine: the load of a shared 2-core host changes from second to second.
+ */
+async function interleaved(rawItems: Item[], storeItems: Item[], raw: Side, store: Side) {
+  let rawNs = 0n;
+  let storeNs = 0n;
+  for (let k = 0, offset = 0; offset < rawItems.length; k++, offset += CHUNK) {
+    const sides: Array<[Side, Item[], (ns: bigint) => void]> = [
+      [raw, rawItems.slice(offset, offset + CHUNK), (ns) => (rawNs += ns)],
+      [store, storeItems.slice(offset, offset + CHUNK), (ns) => (storeNs += ns)],
+    ];
+    if (k % 2 === 1) sides.reverse();
+    for (const [run, items, add] of sides) {
+      const started = process.hrtime.bigint();
+      await run(items);
+      add(process.hrtime.bigint() - started);
+    }
+  }
+  return { raw: rawItems.length / (Number(rawNs) / 1e9), store: storeItems.length / (Number(storeNs) / 1e9) };
 }
 
 interface CaseResult {
@@ -104,95 +123,61 @@ interface CaseResult {
 async function benchSqlite(): Promise<CaseResult[]> {
   const dir = mkdtempSync(join(tmpdir(), 'sluice-store-bench-'));
   try {
-    const results: CaseResult[] = [];
-    let best = { rawNew: 0, storeNew: 0, rawDup: 0, storeDup: 0 };
-    for (let round = 0; round < ROUNDS; round++) {
-      // Raw: the same schema (migrated by the store), better-sqlite3 with one prepared statement, same pragmas.
-      const rawPath = join(dir, `raw-${round}.db`);
-      await (await openStore(`sqlite:${rawPath}`)).close();
-      const raw = new Database(rawPath);
-      raw.pragma('journal_mode = WAL');
-      raw.pragma('synchronous = NORMAL');
-      const insert = raw.prepare(RAW_INSERT_SQLITE);
-      const rawItems = makeItems(`raw${round}`, SQLITE_OPS);
-      for (const item of makeItems(`warm-raw${round}`, 500)) insert.run(rawParams(item));
-      const rawNew = await timed(SQLITE_OPS, async () => {
-        for (const item of rawItems) insert.run(rawParams(item));
-      });
-      const rawDup = await timed(SQLITE_OPS, async () => {
-        for (const item of rawItems) insert.run(rawParams(item));
-      });
-      raw.close();
-
-      const store = await openStore(`sqlite:${join(dir, `store-${round}.db`)}`);
-      const storeItems = makeItems(`store${round}`, SQLITE_OPS);
-      for (const item of makeItems(`warm-store${round}`, 500)) await store.submit(item.input);
-      const storeNew = await timed(SQLITE_OPS, async () => {
-        for (const item of storeItems) await store.submit(item.input);
-      });
-      const storeDup = await timed(SQLITE_OPS, async () => {
-        for (const item of storeItems) await store.submit(item.input);
-      });
-      await store.close();
-      best = {
-        rawNew: Math.max(best.rawNew, rawNew),
-        storeNew: Math.max(best.storeNew, storeNew),
-        rawDup: Math.max(best.rawDup, rawDup),
-        storeDup: Math.max(best.storeDup, storeDup),
-      };
-    }
-    results.push({ dialect: 'sqlite', kind: 'new ids', raw: best.rawNew, store: best.storeNew });
-    results.push({ dialect: 'sqlite', kind: 'duplicate ids', raw: best.rawDup, store: best.storeDup });
-    return results;
+    // Raw: the same schema (migrated by the store), better-sqlite3 with one prepared statement, same pragmas.
+    const rawPath = join(dir, 'raw.db');
+    await (await openStore(`sqlite:${rawPath}`)).close();
+    const raw = new Database(rawPath);
+    raw.pragma('journal_mode = WAL');
+    raw.pragma('synchronous = NORMAL');
+    const insert = raw.prepare(RAW_INSERT_SQLITE);
+    const store = await openStore(`sqlite:${join(dir, 'store.db')}`);
+    const rawSide: Side = async (items) => {
+      for (const item of items) insert.run(rawParams(item));
+    };
+    const storeSide: Side = async (items) => {
+      for (const item of items) await store.submit(item);
+    };
+    await interleaved(makeItems('warm-raw', 1000), makeItems('warm-store', 1000), rawSide, storeSide);
+    const rawItems = makeItems('raw', SQLITE_OPS);
+    const storeItems = makeItems('store', SQLITE_OPS);
+    const fresh = await interleaved(rawItems, storeItems, rawSide, storeSide);
+    const dup = await interleaved(rawItems, storeItems, rawSide, storeSide);
+    raw.close();
+    await store.close();
+    return [
+      { dialect: 'sqlite', kind: 'new ids', ...fresh },
+      { dialect: 'sqlite', kind: 'duplicate ids', ...dup },
+    ];
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
 async function benchPostgres(): Promise<CaseResult[]> {
-  let best = { rawNew: 0, storeNew: 0, rawDup: 0, storeDup: 0 };
-  for (let round = 0; round < ROUNDS; round++) {
-    await using rawDb = await createTestDatabase('sluice_store_bench');
-    await (await openStore(rawDb.url)).close(); // same schema
-    const raw = new pg.Pool({ connectionString: rawDb.url, max: PG_CONCURRENCY });
-    const rawItems = makeItems(`raw${round}`, PG_OPS);
-    await pool(makeItems(`warm-raw${round}`, 300), PG_CONCURRENCY, (item) =>
-      raw.query({ name: 'raw_insert', text: RAW_INSERT_PG, values: rawParams(item) }),
-    );
-    const rawNew = await timed(PG_OPS, () =>
-      pool(rawItems, PG_CONCURRENCY, (item) =>
+  await using rawDb = await createTestDatabase('sluice_store_bench');
+  await using storeDb = await createTestDatabase('sluice_store_bench');
+  await (await openStore(rawDb.url)).close(); // same schema
+  const raw = new pg.Pool({ connectionString: rawDb.url, max: PG_CONCURRENCY });
+  const store = await openStore(storeDb.url, { poolSize: PG_CONCURRENCY });
+  try {
+    const rawSide: Side = (items) =>
+      inParallel(items, PG_CONCURRENCY, (item) =>
         raw.query({ name: 'raw_insert', text: RAW_INSERT_PG, values: rawParams(item) }),
-      ),
-    );
-    const rawDup = await timed(PG_OPS, () =>
-      pool(rawItems, PG_CONCURRENCY, (item) =>
-        raw.query({ name: 'raw_insert', text: RAW_INSERT_PG, values: rawParams(item) }),
-      ),
-    );
+      );
+    const storeSide: Side = (items) => inParallel(items, PG_CONCURRENCY, (item) => store.submit(item));
+    await interleaved(makeItems('warm-raw', 500), makeItems('warm-store', 500), rawSide, storeSide);
+    const rawItems = makeItems('raw', PG_OPS);
+    const storeItems = makeItems('store', PG_OPS);
+    const fresh = await interleaved(rawItems, storeItems, rawSide, storeSide);
+    const dup = await interleaved(rawItems, storeItems, rawSide, storeSide);
+    return [
+      { dialect: 'postgres', kind: 'new ids', ...fresh },
+      { dialect: 'postgres', kind: 'duplicate ids', ...dup },
+    ];
+  } finally {
     await raw.end();
-
-    await using storeDb = await createTestDatabase('sluice_store_bench');
-    const store = await openStore(storeDb.url, { poolSize: PG_CONCURRENCY });
-    const storeItems = makeItems(`store${round}`, PG_OPS);
-    await pool(makeItems(`warm-store${round}`, 300), PG_CONCURRENCY, (item) => store.submit(item.input));
-    const storeNew = await timed(PG_OPS, () =>
-      pool(storeItems, PG_CONCURRENCY, (item) => store.submit(item.input)),
-    );
-    const storeDup = await timed(PG_OPS, () =>
-      pool(storeItems, PG_CONCURRENCY, (item) => store.submit(item.input)),
-    );
     await store.close();
-    best = {
-      rawNew: Math.max(best.rawNew, rawNew),
-      storeNew: Math.max(best.storeNew, storeNew),
-      rawDup: Math.max(best.rawDup, rawDup),
-      storeDup: Math.max(best.storeDup, storeDup),
-    };
   }
-  return [
-    { dialect: 'postgres', kind: 'new ids', raw: best.rawNew, store: best.storeNew },
-    { dialect: 'postgres', kind: 'duplicate ids', raw: best.rawDup, store: best.storeDup },
-  ];
 }
 
 function format(n: number): string {
@@ -200,7 +185,7 @@ function format(n: number): string {
 }
 
 console.log(
-  `store submit benchmark: sqlite ${SQLITE_OPS} ops sequential; postgres ${PG_OPS} ops, ${PG_CONCURRENCY} in flight; best of ${ROUNDS} rounds`,
+  `store submit benchmark: sqlite ${SQLITE_OPS} ops sequential; postgres ${PG_OPS} ops, ${PG_CONCURRENCY} in flight; raw and store interleaved in chunks of ${CHUNK}`,
 );
 console.log(`node ${process.version}, ${(await import('node:os')).cpus().length} cores`);
 const results = [...(await benchSqlite()), ...(await benchPostgres())];

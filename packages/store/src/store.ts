@@ -362,7 +362,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
       for (let attempt = 1; ; attempt++) {
         const outcome =
           this.dialect === 'postgres'
-            ? await this.#submitPostgres(values)
+            ? await this.#submitPostgres(values, fresh)
             : await this.#submitSqlite(values, fresh);
         if (outcome) {
           if (!outcome.created && outcome.record.requestHash !== requestHash) {
@@ -387,11 +387,14 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     return winner ? { record: rowToRecord(winner), created: false } : null;
   }
 
-  async #submitPostgres(values: SubmitValues): Promise<SubmitOutcome | null> {
+  async #submitPostgres(values: SubmitValues, fresh: TransferRecord): Promise<SubmitOutcome | null> {
     const row = await this.#one(this.#q.submitPg.bind(values));
     if (row) {
       const { created, ...record } = row;
-      return { record: rowToRecord(record), created: Number(created) === 1 };
+      // The inserted row holds exactly the values of `fresh`: no need to parse it back.
+      return Number(created) === 1
+        ? { record: fresh, created: true }
+        : { record: rowToRecord(record), created: false };
     }
     // Another node inserted the id after this statement's snapshot was taken: read it now.
     const winner = await this.#one(this.#q.getById.bind({ id: values.id }));

@@ -49,8 +49,6 @@ function fail(what: string, issues: FieldIssue[]): never {
 }
 
 export function validId(id: unknown, path = 'id'): string {
-  if (typeof id === 'string' && id.length > 0 && id.length <= 200 && /^[A-Za-z0-9._:-]+$/.test(id)) return id;
-  // The schema produces the precise message.
   const result = TransferIdSchema.safeParse(id);
   if (result.success) return result.data;
   fail('Invalid transfer id', [{ path, message: result.error.issues[0]?.message ?? 'invalid id' }]);
