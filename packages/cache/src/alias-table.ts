@@ -24,15 +24,24 @@ interface StoredAlias {
 /** The alias environment: alias → cache, cache metadata, and a table version bumped on every redirect. */
 export class AliasTable {
   readonly env: SharedEnv;
-  private readonly aliases: Database<StoredAlias, string>;
-  private readonly caches: Database<CacheMeta, string>;
-  private readonly meta: Database<number, string>;
 
   constructor(env: SharedEnv) {
     this.env = env;
-    this.aliases = env.db<StoredAlias, string>('aliases');
-    this.caches = env.db<CacheMeta, string>('caches');
-    this.meta = env.db<number, string>('meta');
+    void this.aliases;
+    void this.caches;
+    void this.meta;
+  }
+
+  private get aliases(): Database<StoredAlias, string> {
+    return this.env.db<StoredAlias, string>('aliases');
+  }
+
+  private get caches(): Database<CacheMeta, string> {
+    return this.env.db<CacheMeta, string>('caches');
+  }
+
+  private get meta(): Database<number, string> {
+    return this.env.db<number, string>('meta');
   }
 
   /** Reads in a snapshot taken now (sees other processes' latest commits). */

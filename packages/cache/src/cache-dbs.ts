@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Database } from 'lmdb';
+import type { Database, DatabaseOptions } from 'lmdb';
 import { encodeKey, stringBudget } from './key-codec.js';
 import type { SharedEnv } from './lmdb-env.js';
 import { indexId } from './schema.js';
@@ -14,16 +14,47 @@ export interface IndexDb {
   readonly budget: number;
 }
 
-/** The databases of one cache environment, typed. */
-export interface CacheDbs {
+// Plain MessagePack maps: ~30% faster to encode and decode than msgpackr's inline record structures.
+const DATA_OPTIONS = { keyEncoding: 'binary', encoder: { useRecords: false } } as DatabaseOptions;
+const INDEX_OPTIONS: DatabaseOptions = { keyEncoding: 'binary', encoding: 'binary' };
+
+/** The databases of one cache environment, typed (resolved through the environment on each use). */
+export class CacheDbs {
   readonly env: SharedEnv;
-  /** Records by encoded primary key. */
-  readonly data: Database<Record<string, unknown>, Buffer>;
-  /** `schema` and `commit` entries. */
-  readonly meta: Database<unknown, string>;
   readonly indexes: readonly IndexDb[];
   /** Per-string-component budget of data keys. */
   readonly keyBudget: number;
+
+  constructor(env: SharedEnv, schema: CacheSchema) {
+    this.env = env;
+    const components = schema.primaryKey.length;
+    this.keyBudget = stringBudget(components);
+    this.indexes = schema.indexes.map((fields) => {
+      const name = indexDbName(fields);
+      return {
+        id: indexId(fields),
+        fields,
+        get db() {
+          return env.db<Buffer, Buffer>(name, INDEX_OPTIONS);
+        },
+        budget: stringBudget(fields.length + components),
+      };
+    });
+    // Open (and, in a writable environment, create) every database now.
+    void this.data;
+    void this.meta;
+    for (const index of this.indexes) void index.db;
+  }
+
+  /** Records by encoded primary key. */
+  get data(): Database<Record<string, unknown>, Buffer> {
+    return this.env.db<Record<string, unknown>, Buffer>('data', DATA_OPTIONS);
+  }
+
+  /** `schema` and `commit` entries. */
+  get meta(): Database<unknown, string> {
+    return this.env.db<unknown, string>('meta');
+  }
 }
 
 /** What the `schema` meta entry of a cache holds. */
@@ -48,19 +79,7 @@ function indexDbName(fields: readonly string[]): string {
 
 /** Opens (creating, in a writable environment) the databases a cache with `schema` uses. */
 export function cacheDbs(env: SharedEnv, schema: CacheSchema): CacheDbs {
-  const components = schema.primaryKey.length;
-  return {
-    env,
-    data: env.db<Record<string, unknown>, Buffer>('data', { keyEncoding: 'binary' }),
-    meta: env.db<unknown, string>('meta'),
-    indexes: schema.indexes.map((fields) => ({
-      id: indexId(fields),
-      fields,
-      db: env.db<Buffer, Buffer>(indexDbName(fields), { keyEncoding: 'binary', encoding: 'binary' }),
-      budget: stringBudget(fields.length + components),
-    })),
-    keyBudget: stringBudget(components),
-  };
+  return new CacheDbs(env, schema);
 }
 
 /** The value of `field` in a record; a missing field is null (the query language's rule). */

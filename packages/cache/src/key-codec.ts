@@ -62,7 +62,14 @@ function stringBody(text: string): Buffer {
 const numberScratch = Buffer.alloc(8);
 
 function numberComponent(value: number): Buffer {
-  const out = Buffer.allocUnsafe(9);
+  return writeNumberComponent(Buffer.allocUnsafe(9), value);
+}
+
+/**
+ * Writes the 9-byte component of a number into `out` (no allocation: the hot path of `get`). The buffer can be
+ * reused once LMDB has copied the key.
+ */
+export function writeNumberComponent(out: Buffer, value: number): Buffer {
   out[0] = Tag.number;
   numberScratch.writeDoubleBE(value === 0 ? 0 : value, 0);
   if ((numberScratch[0]! & 0x80) !== 0) {
@@ -123,10 +130,39 @@ export function encodeComponent(value: unknown, budget: number): Buffer {
   }
 }
 
-/** Encodes a tuple of values as one key. */
+/** Encodes a tuple of values as one key (one allocation for scalar-only tuples). */
 export function encodeKey(values: readonly unknown[], budget: number): Buffer {
   if (values.length === 1) return encodeComponent(values[0], budget);
-  return Buffer.concat(values.map((value) => encodeComponent(value, budget)));
+  let length = 0;
+  let parts: Array<Buffer | null> | null = null;
+  for (let i = 0; i < values.length; i++) {
+    const value = values[i];
+    if (typeof value === 'number' && Number.isFinite(value)) length += 9;
+    else if (value === null || value === undefined || typeof value === 'boolean') length += 1;
+    else {
+      parts ??= new Array<Buffer | null>(values.length).fill(null);
+      const part = encodeComponent(value, budget);
+      parts[i] = part;
+      length += part.length;
+    }
+  }
+  const out = Buffer.allocUnsafe(length);
+  let at = 0;
+  for (let i = 0; i < values.length; i++) {
+    const value = values[i];
+    const part = parts?.[i];
+    if (part) {
+      part.copy(out, at);
+      at += part.length;
+    } else if (typeof value === 'number' && Number.isFinite(value)) {
+      writeNumberComponent(out.subarray(at, at + 9), value);
+      at += 9;
+    } else {
+      out[at] = value === true ? Tag.true : value === false ? Tag.false : Tag.null;
+      at += 1;
+    }
+  }
+  return out;
 }
 
 /** True when the component encoding of `value` under `budget` is truncated. */

@@ -1,23 +1,69 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { ErrorCode, SluiceError } from '@sluice/core';
 import { type Database, type DatabaseOptions, open, type RootDatabase } from 'lmdb';
 
-/** One LMDB environment, shared by every handle of this process. */
-export interface SharedEnv {
+type AnyKey = import('lmdb').Key;
+
+/**
+ * One LMDB environment, shared by every handle of this process. Databases are looked up through it on each use
+ * (`db(name)` is a map lookup), so the environment can be reopened underneath its handles (see `acquireEnv`).
+ */
+export class SharedEnv {
   readonly path: string;
-  readonly readOnly: boolean;
-  readonly root: RootDatabase;
-  /** A named database (opened once, then cached). */
-  db<V = unknown, K extends import('lmdb').Key = import('lmdb').Key>(
-    name: string,
-    options?: DatabaseOptions,
-  ): Database<V, K>;
+  private currentRoot: RootDatabase;
+  private writable: boolean;
+  private readonly dbs = new Map<string, Database<unknown, AnyKey>>();
+  private readonly dbOptions = new Map<string, DatabaseOptions>();
+
+  constructor(path: string, readOnly: boolean) {
+    this.path = path;
+    this.writable = !readOnly;
+    this.currentRoot = SharedEnv.openRoot(path, readOnly);
+  }
+
+  private static openRoot(path: string, readOnly: boolean): RootDatabase {
+    return open({ path, maxDbs: 64, noSubdir: false, readOnly, maxReaders: 1022 }) as RootDatabase;
+  }
+
+  get readOnly(): boolean {
+    return !this.writable;
+  }
+
+  get root(): RootDatabase {
+    return this.currentRoot;
+  }
+
+  /** A named database (opened once per environment opening, then cached). */
+  db<V = unknown, K extends AnyKey = AnyKey>(name: string, options: DatabaseOptions = {}): Database<V, K> {
+    let db = this.dbs.get(name);
+    if (!db) {
+      this.dbOptions.set(name, options);
+      db = this.currentRoot.openDB<unknown, AnyKey>({ name, ...options });
+      this.dbs.set(name, db);
+    }
+    return db as unknown as Database<V, K>;
+  }
+
+  /**
+   * Reopens a read-only environment read-write (a writer appeared in a process that so far only read). LMDB
+   * cannot have one environment open twice in a process, so the read-only one is closed first.
+   */
+  async upgrade(): Promise<void> {
+    if (this.writable) return;
+    const old = this.currentRoot;
+    this.dbs.clear();
+    await old.close();
+    this.currentRoot = SharedEnv.openRoot(this.path, false);
+    this.writable = true;
+    for (const [name, options] of this.dbOptions) this.db(name, options);
+  }
 }
 
 interface Entry {
   env: SharedEnv;
   refs: number;
+  /** Set while the entry is being upgraded to read-write. */
+  upgrading: Promise<void> | null;
 }
 
 /**
@@ -26,42 +72,34 @@ interface Entry {
  */
 const openEnvs = new Map<string, Entry>();
 
-function create(path: string, readOnly: boolean): SharedEnv {
-  const root = open({ path, maxDbs: 64, noSubdir: false, readOnly, maxReaders: 1022 }) as RootDatabase;
-  const dbs = new Map<string, Database<unknown, import('lmdb').Key>>();
-  return {
-    path,
-    readOnly,
-    root,
-    db<V, K extends import('lmdb').Key>(name: string, options: DatabaseOptions = {}) {
-      let db = dbs.get(name);
-      if (!db) {
-        db = root.openDB<unknown, import('lmdb').Key>({ name, ...options });
-        dbs.set(name, db);
-      }
-      return db as unknown as Database<V, K>;
-    },
-  };
-}
-
 /**
  * Opens (or shares) the environment at `path`; `releaseEnv` when done. Readers open LMDB read-only, which never
- * waits for the writer's lock (a read-write open does, while a commit runs). A reader of a not-yet-created
- * environment opens it read-write (creating it).
+ * waits for the writer's lock (a read-write open does, while a commit runs); a reader of a not-yet-created
+ * environment opens it read-write (creating it). A writer joining a read-only environment of this process
+ * reopens it read-write for everyone.
  */
-export function acquireEnv(path: string, readOnly: boolean): SharedEnv {
+export async function acquireEnv(path: string, readOnly: boolean): Promise<SharedEnv> {
   const entry = openEnvs.get(path);
   if (entry) {
-    if (entry.env.readOnly && !readOnly)
-      throw new SluiceError(
-        ErrorCode.INTERNAL,
-        `LMDB environment ${path} is open read-only in this process; open the writer before any reader`,
-      );
     entry.refs += 1;
+    try {
+      if (entry.upgrading) await entry.upgrading;
+      if (!readOnly && entry.env.readOnly) {
+        entry.upgrading = entry.env.upgrade();
+        try {
+          await entry.upgrading;
+        } finally {
+          entry.upgrading = null;
+        }
+      }
+    } catch (err) {
+      await releaseEnv(path);
+      throw err;
+    }
     return entry.env;
   }
-  const env = create(path, readOnly && existsSync(join(path, 'data.mdb')));
-  openEnvs.set(path, { env, refs: 1 });
+  const env = new SharedEnv(path, readOnly && existsSync(join(path, 'data.mdb')));
+  openEnvs.set(path, { env, refs: 1, upgrading: null });
   return env;
 }
 

@@ -156,6 +156,33 @@ describe('CacheManager', () => {
     const ro = await reader.openRo('items');
     expect(ro.commitState().recordCount).toBe(0);
   });
+  it('lets a writer join a process that so far only read (read-only handles keep working)', async () => {
+    await using dir = await tempDir();
+    let name: string;
+    {
+      await using writer = await openCacheManager(dir.path);
+      const cache = await writer.create({ endpoint: 'items', schema });
+      cache.apply([{ op: 'insert', record: { id: 1, value: 1 } }]);
+      await cache.commit(null);
+      await writer.redirect('items', cache.name);
+      name = cache.name;
+    }
+    await using reader = await openCacheManager(dir.path, { readOnly: true });
+    const ro = await reader.openRo('items');
+    expect(ro.count()).toBe(1);
+    const version = reader.aliasTableVersion();
+
+    await using writer = await openCacheManager(dir.path);
+    const rw = await writer.openRw(name);
+    rw.apply([{ op: 'insert', record: { id: 2, value: 2 } }]);
+    await rw.commit(null);
+    expect(ro.count()).toBe(2);
+    expect(ro.get([2])).toEqual({ id: 2, value: 2 });
+    const green = await writer.create({ endpoint: 'items', schema });
+    await writer.redirect('items', green.name);
+    expect(reader.aliasTableVersion()).toBeGreaterThan(version);
+    expect(reader.resolveAlias('items')!.cache).toBe(green.name);
+  });
 });
 
 describe('generations and gc', () => {

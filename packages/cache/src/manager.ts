@@ -93,7 +93,7 @@ export class CacheManager implements AsyncDisposable {
       this.table.write(() => this.table.putCache(meta));
       const path = this.cachePath(name);
       mkdirSync(path, { recursive: true });
-      const env = acquireEnv(path, false);
+      const env = await acquireEnv(path, false);
       try {
         const dbs = cacheDbs(env, schema);
         const stored: StoredSchema = {
@@ -126,7 +126,7 @@ export class CacheManager implements AsyncDisposable {
       const expected = schemaHash(parseCacheSchema(expectedSchema));
       if (expected !== meta.schemaHash) throw new SchemaMismatchError(name, expected, meta.schemaHash);
     }
-    const { dbs, stored } = this.openEnv(meta, false);
+    const { dbs, stored } = await this.openEnv(meta, false);
     return this.handle((init) => new RwCache(init), name, stored.endpoint, stored.schema, dbs);
   }
 
@@ -136,7 +136,7 @@ export class CacheManager implements AsyncDisposable {
     const target = this.resolveAlias(nameOrAlias)?.cache ?? nameOrAlias;
     const meta = this.liveMeta(target);
     if (!meta) throw new CacheNotFoundError(String(nameOrAlias).slice(0, 256));
-    const { dbs, stored } = this.openEnv(meta, this.readOnly);
+    const { dbs, stored } = await this.openEnv(meta, this.readOnly);
     return this.handle((init) => new RoCache(init), target, stored.endpoint, stored.schema, dbs);
   }
 
@@ -275,10 +275,10 @@ export class CacheManager implements AsyncDisposable {
     return meta && !meta.deleting ? meta : null;
   }
 
-  private openEnv(meta: CacheMeta, readOnly: boolean) {
+  private async openEnv(meta: CacheMeta, readOnly: boolean) {
     const path = this.cachePath(meta.name);
     if (!existsSync(join(path, 'data.mdb'))) throw new CacheNotFoundError(meta.name);
-    const env = acquireEnv(path, readOnly);
+    const env = await acquireEnv(path, readOnly);
     try {
       const stored = env.db<StoredSchema, string>('meta').get('schema');
       const schema = stored?.schema ?? meta.schema;
@@ -293,7 +293,7 @@ export class CacheManager implements AsyncDisposable {
         },
       };
     } catch (err) {
-      void releaseEnv(path);
+      await releaseEnv(path);
       throw err;
     }
   }
@@ -328,7 +328,7 @@ export class CacheManager implements AsyncDisposable {
     let sizeBytes = 0;
     if (existsSync(join(path, 'data.mdb'))) {
       sizeBytes = statSync(join(path, 'data.mdb')).size;
-      const env = acquireEnv(path, this.readOnly);
+      const env = await acquireEnv(path, this.readOnly);
       try {
         env.root.resetReadTxn();
         commit =
@@ -356,7 +356,7 @@ export class CacheManager implements AsyncDisposable {
   private async openElsewhere(name: string): Promise<boolean> {
     const path = this.cachePath(name);
     if (!existsSync(join(path, 'data.mdb'))) return false;
-    const env = acquireEnv(path, false);
+    const env = await acquireEnv(path, false);
     try {
       return otherReaderPids(env).length > 0;
     } finally {
@@ -399,7 +399,7 @@ export async function openCacheManager(
 ): Promise<CacheManager> {
   const root = resolve(rootDir);
   mkdirSync(join(root, 'caches'), { recursive: true });
-  const env = acquireEnv(join(root, 'aliases'), options.readOnly ?? false);
+  const env = await acquireEnv(join(root, 'aliases'), options.readOnly ?? false);
   try {
     return new CacheManager(root, new AliasTable(env), options);
   } catch (err) {

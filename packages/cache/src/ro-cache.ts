@@ -1,5 +1,6 @@
 import { CacheClosedError, type Filter, InvalidQueryError, type Query } from '@sluice/core';
 import { type CacheDbs, dataKey, EMPTY_COMMIT } from './cache-dbs.js';
+import { writeNumberComponent } from './key-codec.js';
 import { releaseEnv } from './lmdb-env.js';
 import { checkFilter, checkQuery } from './query-check.js';
 import { type ReadContext, runCount, runQuery } from './query-exec.js';
@@ -43,6 +44,7 @@ export class RoCache implements AsyncDisposable {
   protected readonly dbs: CacheDbs;
   protected readonly settings: ReadSettings;
   protected closed = false;
+  private readonly keyScratch = Buffer.allocUnsafe(9);
   private readonly onClose: (() => void) | undefined;
 
   constructor(init: CacheHandleInit) {
@@ -71,6 +73,11 @@ export class RoCache implements AsyncDisposable {
     this.assertOpen();
     const problem = keyProblem(this.schema, key);
     if (problem) throw new InvalidQueryError(`Invalid key: ${problem}`, [{ path: 'key', message: problem }]);
+    const single = key.length === 1 ? key[0] : undefined;
+    if (typeof single === 'number') {
+      // Hot path: a numeric key is encoded into a reused buffer (LMDB copies it) and is never truncated.
+      return this.dbs.data.get(writeNumberComponent(this.keyScratch, single));
+    }
     const record = this.dbs.data.get(dataKey(this.dbs, key));
     if (record === undefined) return undefined;
     // Long keys are stored as prefix + hash: make sure this is the record asked for.

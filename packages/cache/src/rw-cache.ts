@@ -109,10 +109,7 @@ export class RwCache extends RoCache {
       }
       batch.set(id, { key, record });
     });
-    for (const [id, change] of batch) {
-      this.staged.delete(id); // keep insertion order = latest change last
-      this.staged.set(id, change);
-    }
+    for (const [id, change] of batch) this.staged.set(id, change);
   }
 
   /**
@@ -145,10 +142,7 @@ export class RwCache extends RoCache {
       } catch (err) {
         // Keep the batch staged (older than anything staged since), so a retry commits it.
         const restored = new Map(batch);
-        for (const [id, change] of this.staged) {
-          restored.delete(id);
-          restored.set(id, change);
-        }
+        for (const [id, change] of this.staged) restored.set(id, change);
         this.staged = restored;
         throw err;
       } finally {

@@ -114,11 +114,18 @@ function describe(value: unknown): string {
  * every primary-key field present and non-null. Extra fields are kept as they are.
  * Throws `BAD_RECORD` naming the field.
  */
+const fieldLists = new WeakMap<CacheSchema, Array<[string, FieldType]>>();
+
 export function checkRecord(schema: CacheSchema, record: unknown): Record<string, unknown> {
   if (typeof record !== 'object' || record === null || Array.isArray(record))
     throw new BadRecordError(`A record must be an object, got ${describe(record)}`, {});
   const object = record as Record<string, unknown>;
-  for (const [field, type] of Object.entries(schema.fields)) {
+  let fields = fieldLists.get(schema);
+  if (!fields) {
+    fields = Object.entries(schema.fields);
+    fieldLists.set(schema, fields);
+  }
+  for (const [field, type] of fields) {
     const value = Object.hasOwn(object, field) ? object[field] : undefined;
     if (value === undefined || value === null) continue;
     if (!typeMatches(type, value))
