@@ -109,6 +109,25 @@ describe('RwCache CRUD', () => {
     expect(cache.count()).toBe(2);
   });
 
+  it('commits what was staged when commit was called, even if more is applied before it lands', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply([{ op: 'insert', record: { id: 1, value: 1, category: 'a' } }]);
+    const first = cache.commit(checkpoint(1));
+    // The in-flight batch counts for conflicts; the new op belongs to the next commit.
+    expect(() => cache.apply([{ op: 'insert', record: { id: 1, value: 9, category: 'a' } }])).toThrow(
+      expect.objectContaining({ code: 'CACHE_CONFLICT' }),
+    );
+    cache.apply([{ op: 'insert', record: { id: 2, value: 2, category: 'b' } }]);
+    await first;
+    expect(cache.commitState()).toMatchObject({ recordCount: 1, checkpoint: { epoch: 1 } });
+    expect(cache.get([2])).toBeUndefined();
+    expect(cache.pendingCount).toBe(1);
+    await cache.commit(checkpoint(2));
+    expect(cache.commitState()).toMatchObject({ recordCount: 2, checkpoint: { epoch: 2 } });
+  });
+
   it('rejects bad records and keys with typed errors and writes nothing', async () => {
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path);

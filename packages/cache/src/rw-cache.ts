@@ -37,8 +37,8 @@ const MAX_OPS_PER_APPLY = 1_000_000;
  */
 export class RwCache extends RoCache {
   private staged = new Map<string, Staged>();
-  /** The batch being committed (visible to conflict checks until it lands). */
-  private committing: Map<string, Staged> | null = null;
+  /** Batches taken by `commit` calls that have not landed yet, oldest first (visible to conflict checks). */
+  private committing: Array<Map<string, Staged>> = [];
   private writing: Promise<unknown> = Promise.resolve();
 
   /** Number of primary keys with staged, uncommitted changes. */
@@ -61,7 +61,9 @@ export class RwCache extends RoCache {
       throw new BadRecordError(`At most ${MAX_OPS_PER_APPLY} operations per apply`, {});
     const batch = new Map<string, Staged>();
     const exists = (id: string, key: Buffer): boolean => {
-      const own = batch.get(id) ?? this.staged.get(id) ?? this.committing?.get(id);
+      let own = batch.get(id) ?? this.staged.get(id);
+      for (let i = this.committing.length - 1; own === undefined && i >= 0; i--)
+        own = this.committing[i]!.get(id);
       if (own) return own.record !== null;
       return this.dbs.data.doesExist(key);
     };
@@ -123,32 +125,30 @@ export class RwCache extends RoCache {
       checkpoint,
       'Invalid checkpoint',
     ) as PipelineCheckpoint | null;
-    await this.serialized(() => {
-      this.assertOpen();
-      const batch = this.staged;
-      this.staged = new Map();
-      this.committing = batch;
-      try {
+    // What is staged now belongs to this commit, even if the caller applies more before it runs.
+    const batch = this.staged;
+    this.staged = new Map();
+    this.committing.push(batch);
+    try {
+      await this.serialized(() => {
+        this.assertOpen();
         this.write((state) => {
           let count = state.recordCount;
           for (const change of batch.values()) count += this.writeChange(change);
-          return {
-            ...state,
-            checkpoint: parsed,
-            committedAt: new Date().toISOString(),
-            recordCount: count,
-          };
+          return { ...state, checkpoint: parsed, committedAt: new Date().toISOString(), recordCount: count };
         }, 'commit');
-      } catch (err) {
-        // Keep the batch staged (older than anything staged since), so a retry commits it.
-        const restored = new Map(batch);
-        for (const [id, change] of this.staged) restored.set(id, change);
-        this.staged = restored;
-        throw err;
-      } finally {
-        this.committing = null;
-      }
-    });
+      });
+    } catch (err) {
+      // Keep the batch staged (older than anything staged or committed since), so a retry commits it.
+      const newer = this.committing.slice(this.committing.indexOf(batch) + 1);
+      const restored = new Map<string, Staged>();
+      for (const [id, change] of batch) if (!newer.some((b) => b.has(id))) restored.set(id, change);
+      for (const [id, change] of this.staged) restored.set(id, change);
+      this.staged = restored;
+      throw err;
+    } finally {
+      this.committing = this.committing.filter((b) => b !== batch);
+    }
   }
 
   /** Records that `source` finished its snapshot into this cache (kept in the commit state). */
@@ -172,8 +172,8 @@ export class RwCache extends RoCache {
    */
   async clear(): Promise<void> {
     this.assertOpen();
+    this.staged = new Map();
     await this.serialized(() => {
-      this.staged = new Map();
       this.write(() => {
         this.dbs.data.clearSync();
         for (const index of this.dbs.indexes) index.db.clearSync();
