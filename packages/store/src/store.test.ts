@@ -299,7 +299,7 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
   });
 
   it('keeps its data across a reopen and migrates idempotently; several nodes may migrate at once', async () => {
-    await using fx = await storeFixture(dialect);
+    await using fx = await storeFixture(dialect, { fresh: true });
     // Five nodes start together on an empty database.
     const stores = await Promise.all([1, 2, 3, 4, 5].map(() => fx.open()));
     const { record } = await stores[0]!.submit(submitInput(makeRequest()));
