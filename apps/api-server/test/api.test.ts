@@ -287,7 +287,7 @@ describe('operations', () => {
   it('picks up an endpoint created after start and switches on a redirect (no NATS: watches the table)', async () => {
     await runWriter(dir.path, ['--alias', 'late', '--count', '10']);
     await waitFor(async () => (await answeringCache(server.url, 'late', 3)) !== null, {
-      timeoutMs: 10_000,
+      timeoutMs: 20_000,
       what: 'the late endpoint to be served',
     });
     const first = await call(server.url, '/v1/endpoints/items/query', {
@@ -300,7 +300,7 @@ describe('operations', () => {
     const lines = await runWriter(dir.path, ['--alias', 'items', '--count', String(COUNT), '--start', '2']);
     const gen2 = lines.find((l) => l.startsWith('GEN 2 '))!.split(' ')[2]!;
     await waitFor(async () => (await answeringCache(server.url)) === gen2, {
-      timeoutMs: 10_000,
+      timeoutMs: 20_000,
       what: 'switch',
     });
     const record = await call(server.url, '/v1/endpoints/items/records/10');
@@ -316,7 +316,7 @@ describe('operations', () => {
     const metrics = await (await fetch(`${server.url}/metrics`)).text();
     expect(metrics).toMatch(/sluice_api_switches_total\{endpoint="items",reason="(watch|reconcile)"\} 1/);
     await waitFor(() => server.registry.openGenerations() === 3, { what: 'the old generation to close' });
-  });
+  }, 120_000);
 });
 
 describe('CORS', () => {

@@ -122,7 +122,7 @@ describe('api-servers behind a real app-server', () => {
     expect(stats.genByCache.get(blue.cache!)).toBe(1);
     // The load is continuous (the rate is printed; several hundred per second on an idle 2-core machine, less
     // when other test processes share it, where this process's client is the bottleneck).
-    expect(stats.rate).toBeGreaterThan(50);
+    expect(stats.rate).toBeGreaterThan(20);
     expect(inFlightAtRebuild).toBeGreaterThanOrEqual(16);
     console.log(
       `e2e load: ${stats.requests} requests in ${stats.durationMs} ms (${Math.round(stats.rate)}/s)`,

@@ -10,7 +10,7 @@ import { answeringCache, type SpawnedApiServer, spawnApiServer, startLoad, write
  * private nats-server carrying AliasRedirected.
  */
 const COUNT = 400;
-const RECONCILE_MS = 1_500;
+const RECONCILE_MS = 2_500;
 
 let nats: NatsServerHandle;
 let dir: TempDir;
@@ -83,7 +83,7 @@ describe('blue/green switching under load', () => {
     await waitFor(
       async () => (await Promise.all(urls.map((u) => answeringCache(u)))).every((c) => c === green),
       {
-        timeoutMs: 10_000,
+        timeoutMs: 20_000,
         what: 'both api-servers to answer from the green cache',
       },
     );
@@ -101,7 +101,7 @@ describe('blue/green switching under load', () => {
     expect(stats.byCache.get(green)).toBeGreaterThan(100);
     // The load is continuous (the rate is printed; several hundred per second on an idle 2-core machine, less
     // when other test processes share it, where this process's client is the bottleneck).
-    expect(stats.rate).toBeGreaterThan(50);
+    expect(stats.rate).toBeGreaterThan(20);
     // Requests were in flight on the servers when the alias moved.
     expect(inFlightAtSwitch).toBeGreaterThanOrEqual(16);
     // Switched by the event, well before the periodic reconcile could have done it.

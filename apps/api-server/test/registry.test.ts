@@ -1,0 +1,98 @@
+/**
+ * The switching core on its own: real caches written by a writer process, read by a read-only cache manager in
+ * this process, events through the in-process backplane.
+ */
+import { createSingleNodeBackplane } from '@sluice/backplane';
+import { openCacheManager } from '@sluice/cache';
+import { aliasRedirected } from '@sluice/core';
+import { spawnTs, tempDir, waitFor } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import type { CacheDirectory } from '../src/cache-port.js';
+import { EndpointRegistry } from '../src/registry.js';
+import { WRITER } from './helpers.js';
+
+async function writeGeneration(root: string, start: number): Promise<string> {
+  const child = spawnTs(WRITER, ['--root', root, '--count', '50', '--start', String(start)]);
+  const line = await child.waitForLine(/^GEN \d+ /, 60_000);
+  expect((await child.exited).code).toBe(0);
+  return line.split(' ')[2]!;
+}
+
+describe('EndpointRegistry', () => {
+  it('swaps on an event, keeps the old generation open for leases in flight, ignores stale events', async () => {
+    await using dir = await tempDir('sluice-registry-');
+    const blue = await writeGeneration(dir.path, 1);
+    await using manager = await openCacheManager(dir.path, { readOnly: true });
+    await using events = createSingleNodeBackplane();
+    const switches: string[] = [];
+    const failures: string[] = [];
+    await using registry = await EndpointRegistry.start({
+      caches: manager as unknown as CacheDirectory,
+      events,
+      // Long enough that only the event can explain a switch within this test.
+      reconcileMs: 600_000,
+      onSwitch: ({ to, reason }) => switches.push(`${reason}:${to}`),
+      onSwitchFailure: ({ to }) => failures.push(to),
+    });
+    expect(registry.current('items')?.name).toBe(blue);
+    expect(switches).toEqual([`initial:${blue}`]);
+
+    const lease = registry.acquire('items');
+    const green = await writeGeneration(dir.path, 2);
+    const entry = manager.resolveAlias('items')!;
+    expect(entry.cache).toBe(green);
+    // Events are connected, so the table watch is idle: nothing moves until the event arrives.
+    expect(registry.current('items')?.name).toBe(blue);
+    await events.publish(
+      aliasRedirected({ alias: 'items', from: blue, to: green, checkpoint: null, version: entry.version }),
+    );
+    await waitFor(() => registry.current('items')?.name === green, { what: 'the event-driven switch' });
+    expect(switches).toEqual([`initial:${blue}`, `event:${green}`]);
+
+    // The request that took its lease before the switch still reads blue, wholly.
+    expect(lease.cache.get([7])?.gen).toBe(1);
+    expect(lease.cache.count({})).toBe(50);
+    expect(registry.openGenerations()).toBe(2);
+    lease.release();
+    lease.release(); // idempotent
+    await waitFor(() => registry.openGenerations() === 1, { what: 'blue to close after its last lease' });
+    expect(registry.acquire('items').cache.get([7])?.gen).toBe(2);
+
+    // A late duplicate of an older redirect changes nothing; nor does an event for a cache that cannot be opened.
+    await events.publish(
+      aliasRedirected({ alias: 'items', from: null, to: blue, checkpoint: null, version: 1 }),
+    );
+    await events.publish(
+      aliasRedirected({
+        alias: 'items',
+        from: green,
+        to: 'items-does-not-exist',
+        checkpoint: null,
+        version: entry.version + 5,
+      }),
+    );
+    await waitFor(() => failures.length > 0, { what: 'the failed open to be reported' });
+    expect(registry.current('items')?.name).toBe(green);
+    expect(failures).toEqual(['items-does-not-exist']);
+    expect(() => registry.acquire('nope')).toThrow(expect.objectContaining({ code: 'UNKNOWN_ENDPOINT' }));
+  }, 60_000);
+
+  it('reconciles a moved alias without any event on reconcile()', async () => {
+    await using dir = await tempDir('sluice-registry-');
+    const blue = await writeGeneration(dir.path, 1);
+    await using manager = await openCacheManager(dir.path, { readOnly: true });
+    await using events = createSingleNodeBackplane();
+    await using registry = await EndpointRegistry.start({
+      caches: manager as unknown as CacheDirectory,
+      events,
+      reconcileMs: 600_000,
+    });
+    expect(registry.current('items')?.name).toBe(blue);
+    const green = await writeGeneration(dir.path, 2);
+    await registry.reconcile();
+    expect(registry.current('items')?.name).toBe(green);
+    await registry.close();
+    expect(registry.ready).toBe(false);
+    expect(registry.openGenerations()).toBe(0);
+  }, 60_000);
+});
