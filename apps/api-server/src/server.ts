@@ -48,7 +48,7 @@ export interface ApiServer extends AsyncDisposable {
 export async function startApiServer(options: StartApiServerOptions): Promise<ApiServer> {
   const { config } = options;
   const logger = options.logger ?? createLogger(config.logLevel);
-  const coreLogger = logger as unknown as Logger;
+  const coreLogger: Logger = logger;
   const dataDir = options.dataDir ?? resolve(config.dataDir);
   const limits = queryLimitsOf(config);
   const metrics = createMetrics();
@@ -62,7 +62,7 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
       scanCap: config.cache.scanCap,
       defaultLimit: limits.defaultLimit,
       maxLimit: limits.maxLimit,
-    })) as unknown as CacheDirectory;
+    })) satisfies CacheDirectory;
     disposers.unshift(() => caches.close());
 
     // The backplane is optional for correctness (the alias table is the truth): when NATS cannot be reached at

@@ -7,7 +7,6 @@ import { openCacheManager } from '@sluice/cache';
 import { aliasRedirected } from '@sluice/core';
 import { spawnTs, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import type { CacheDirectory } from '../src/cache-port.js';
 import { EndpointRegistry } from '../src/registry.js';
 import { WRITER } from './helpers.js';
 
@@ -27,7 +26,7 @@ describe('EndpointRegistry', () => {
     const switches: string[] = [];
     const failures: string[] = [];
     await using registry = await EndpointRegistry.start({
-      caches: manager as unknown as CacheDirectory,
+      caches: manager,
       events,
       // Long enough that only the event can explain a switch within this test.
       reconcileMs: 600_000,
@@ -83,7 +82,7 @@ describe('EndpointRegistry', () => {
     await using manager = await openCacheManager(dir.path, { readOnly: true });
     await using events = createSingleNodeBackplane();
     await using registry = await EndpointRegistry.start({
-      caches: manager as unknown as CacheDirectory,
+      caches: manager,
       events,
       reconcileMs: 600_000,
     });
