@@ -17,9 +17,9 @@ import { openCacheManager } from '../src/index.js';
 
 const RECORDS = Number(process.env.BENCH_RECORDS ?? 1_000_000);
 const BATCH = 200_000; // records per commit (one LMDB transaction) on both sides
-const GETS = 200_000;
+const GETS = 100_000;
 const ROUNDS = 3; // alternating rounds; the median ratio is reported (the machine is shared)
-const QUERIES = 2_000;
+const QUERIES = 1_000;
 const SPAN = 2_000; // width of the value range queried (≈ 20 matching records per 1000 values at 1M records)
 const VALUES = 100_000;
 
