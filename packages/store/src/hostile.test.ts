@@ -144,7 +144,14 @@ describe.each(DIALECTS)('hostile input on %s', (dialect) => {
       ['checkpoint circular', () => store.saveCheckpoint(record.id, 1, circular)],
       ['checkpoint bigint', () => store.saveCheckpoint(record.id, 1, { n: 10n })],
       ['checkpoint lease bad', () => store.saveCheckpoint(record.id, 1, {}, -1)],
-      ['heartbeat owner bad', () => store.heartbeat({ nodeId: 'n', address: '', instanceId: 'i' }, LEASE_MS)],
+      [
+        'heartbeat owner bad',
+        () => store.heartbeat({ nodeId: 'n', address: 7, instanceId: 'i' } as never, LEASE_MS),
+      ],
+      [
+        'heartbeat instance empty',
+        () => store.heartbeat({ nodeId: 'n', address: '', instanceId: '' }, LEASE_MS),
+      ],
       ['heartbeat lease bad', () => store.heartbeat(owner(), 0)],
       ['recover limit 0', () => store.recoverExpired(owner(), LEASE_MS, 0)],
       ['recover limit huge', () => store.recoverExpired(owner(), LEASE_MS, 1_000_000)],

@@ -66,6 +66,17 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     expect(await allRecords(store)).toHaveLength(1);
   });
 
+  it('accepts an owner without an advertised address (a single embedded node)', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const local = { nodeId: 'local', address: '', instanceId: 'local-1' };
+    const { record } = await store.submit(submitInput(makeRequest(), local));
+    expect(record.ownerAddress).toBe('');
+    expect(await store.heartbeat(local, LEASE_MS)).toEqual([record.id]);
+    await store.registerNode(local);
+    expect((await store.listNodes())[0]?.address).toBe('');
+  });
+
   it('get returns null for an unknown id; operations on it → TRANSFER_NOT_FOUND', async () => {
     await using fx = await storeFixture(dialect);
     const store = await fx.open();

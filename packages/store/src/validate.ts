@@ -89,9 +89,10 @@ function boundedString(
   max: number,
   pattern: RegExp | null,
   issues: FieldIssue[],
+  min = 1,
 ): string {
-  if (typeof value !== 'string' || value.length === 0 || value.length > max) {
-    issues.push({ path, message: `must be a string of 1 to ${max} characters` });
+  if (typeof value !== 'string' || value.length < min || value.length > max) {
+    issues.push({ path, message: `must be a string of ${min} to ${max} characters` });
     return '';
   }
   if (pattern && !pattern.test(value)) issues.push({ path, message: `has characters outside ${pattern}` });
@@ -108,7 +109,8 @@ export function validOwner(owner: unknown, path = 'owner'): OwnerIdentity {
   if (!nodeId.success) {
     issues.push({ path: `${path}.nodeId`, message: nodeId.error.issues[0]?.message ?? 'invalid node id' });
   }
-  const address = boundedString(o.address, `${path}.address`, STORE_LIMITS.maxAddressLength, null, issues);
+  // Empty when the node advertises no URL (a single embedded node needs none).
+  const address = boundedString(o.address, `${path}.address`, STORE_LIMITS.maxAddressLength, null, issues, 0);
   const instanceId = boundedString(
     o.instanceId,
     `${path}.instanceId`,
