@@ -19,7 +19,7 @@ function realLocation(path: string): string {
   let current = path;
   for (let hops = 0; ; ) {
     try {
-      const real = realpathSync(current);
+      const real = realpathSync.native(current);
       return missing.length === 0 ? real : resolve(real, ...missing.reverse());
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
