@@ -12,7 +12,7 @@ import { type SpawnedApiServer, spawnApiServer, startLoad, writeConfig } from '.
 
 const APP_SERVER_BIN = fileURLToPath(new URL('../../app-server/src/bin.ts', import.meta.url));
 const CATEGORIES = ['a', 'b', 'c'];
-const COUNT_BY_GEN: Record<number, number> = { 1: 400, 2: 450 };
+const COUNT_BY_GEN: Record<number, number> = { 1: 400, 2: 450, 3: 420 };
 
 /** Writes generation `gen` of the source file atomically (write + rename), as an upstream export would. */
 async function writeSource(path: string, gen: number): Promise<void> {
@@ -44,7 +44,7 @@ async function answer(url: string): Promise<{ cache: string | null; gen: number 
 }
 
 describe('api-servers behind a real app-server', () => {
-  it('switch under load on a blue/green rebuild with zero failed or mixed responses', async () => {
+  it('switch under load on a blue/green rebuild with zero failed or mixed responses, and catch up on one missed while cut off from NATS', async () => {
     await using nats = await startNatsServer();
     await using dir = await tempDir('sluice-api-e2e-');
     const source = join(dir.path, 'items.jsonl');
@@ -139,5 +139,38 @@ describe('api-servers behind a real app-server', () => {
       const metrics = await (await fetch(`${url}/metrics`)).text();
       expect(metrics).toMatch(/sluice_api_switches_total\{endpoint="items",reason="event"\} 1/);
     }
-  }, 180_000);
+
+    // Cut off from NATS during the next rebuild: the app-server moves the alias but cannot publish the event.
+    await nats.stop();
+    await waitFor(
+      async () => {
+        for (const url of urls)
+          if ((await json(`${url}/readyz`)).body.backplane === 'connected') return false;
+        return true;
+      },
+      { timeoutMs: 15_000, what: 'the api-servers to notice NATS is gone' },
+    );
+    await writeSource(source, 3);
+    expect((await json(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
+    await waitFor(
+      async () => {
+        const status = await json(`${appUrl}/v1/endpoints`);
+        const items = status.body.endpoints.find((e: { name: string }) => e.name === 'items');
+        return items.servingCache !== serving && items.buildingCache === null && items.records === 420;
+      },
+      { timeoutMs: 60_000, what: 'the app-server to switch to generation 3' },
+    );
+    await nats.start();
+    const reconnected = Date.now();
+    await waitFor(async () => (await Promise.all(urls.map(answer))).every((a) => a.gen === 3), {
+      timeoutMs: 20_000,
+      what: 'both api-servers to catch up with the switch they missed',
+    });
+    // Within the reconcile period (2 s) of NATS coming back, with slack for a loaded machine.
+    expect(Date.now() - reconnected).toBeLessThan(2_000 + 3_000);
+    for (const url of urls) {
+      const count = await json(`${url}/v1/endpoints/items/count`, { method: 'POST' });
+      expect(count.body).toEqual({ count: 420 });
+    }
+  }, 240_000);
 });
