@@ -57,7 +57,14 @@ export const CacheSchemaSchema = z
     });
   });
 
-/** Validates an untrusted schema, throwing `VALIDATION_FAILED` with the failing paths. */
+/**
+ * Validates an untrusted schema, throwing `VALIDATION_FAILED` with the failing paths.
+ *
+ * @example
+ * ```ts
+ * const schema = parseCacheSchema({ fields: { id: 'integer', v: 'number' }, primaryKey: ['id'], indexes: [['v']] });
+ * ```
+ */
 export function parseCacheSchema(input: unknown): CacheSchema {
   const parsed = parseOrThrow(CacheSchemaSchema, input, 'Invalid cache schema');
   return { fields: { ...parsed.fields }, primaryKey: [...parsed.primaryKey], indexes: parsed.indexes };
