@@ -80,7 +80,25 @@ function conditionSchema(limits: QueryLimits) {
 /** The zod schema of a filter under the given limits (nesting depth is checked while parsing). */
 export function filterSchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS): z.ZodType<Filter> {
   const condition = conditionSchema(limits);
-  const build = (depth: number): z.ZodType<Filter> =>
+  // One schema per nesting depth, built once: rebuilding zod schemas on every parse dominated query cost.
+  const byDepth = new Map<number, z.ZodType<Filter>>();
+  const build = (depth: number): z.ZodType<Filter> => {
+    const cached = byDepth.get(depth);
+    if (cached) return cached;
+    const schema = buildAt(depth);
+    byDepth.set(depth, schema);
+    return schema;
+  };
+  const lists = new Map<number, z.ZodType>();
+  const listAt = (depth: number): z.ZodType => {
+    let list = lists.get(depth);
+    if (!list) {
+      list = z.array(build(depth)).min(1).max(256);
+      lists.set(depth, list);
+    }
+    return list;
+  };
+  const buildAt = (depth: number): z.ZodType<Filter> =>
     z.lazy(() =>
       refuseProtoKey(z.record(z.string(), z.unknown()), 'reserved field name').superRefine((obj, ctx) => {
         const keys = Object.keys(obj);
@@ -97,11 +115,7 @@ export function filterSchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS): z.ZodT
               });
               continue;
             }
-            const list = z
-              .array(build(depth + 1))
-              .min(1)
-              .max(256)
-              .safeParse(value);
+            const list = listAt(depth + 1).safeParse(value);
             if (!list.success) {
               for (const issue of list.error.issues)
                 ctx.addIssue({ ...issue, path: [key, ...issue.path] } as never);
@@ -169,6 +183,24 @@ export function querySchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS) {
 /** The wire form of a query. */
 export type WireQuery = z.input<ReturnType<typeof querySchema>>;
 
+const parsers = new Map<
+  string,
+  { query: ReturnType<typeof querySchema>; count: z.ZodType; filter: z.ZodType }
+>();
+
+/** The schemas for one set of limits, built once and reused (limits come from configuration, so few exist). */
+function parsersFor(limits: QueryLimits) {
+  const key = `${limits.maxLimit}/${limits.defaultLimit}/${limits.maxIn}/${limits.maxDepth}/${limits.maxSkip}`;
+  let entry = parsers.get(key);
+  if (!entry) {
+    const filter = filterSchema(limits);
+    entry = { query: querySchema(limits), count: z.strictObject({ $filter: filter.optional() }), filter };
+    if (parsers.size > 64) parsers.clear();
+    parsers.set(key, entry);
+  }
+  return entry;
+}
+
 /**
  * Parses an untrusted wire query into a {@link Query}, throwing `INVALID_QUERY` with the failing path.
  *
@@ -178,7 +210,7 @@ export type WireQuery = z.input<ReturnType<typeof querySchema>>;
  * ```
  */
 export function parseQuery(input: unknown, limits: QueryLimits = DEFAULT_QUERY_LIMITS): Query {
-  const wire = parseQueryOrThrow(querySchema(limits), input ?? {});
+  const wire = parseQueryOrThrow(parsersFor(limits).query, input ?? {});
   return {
     filter: (wire.$filter ?? {}) as Filter,
     orderBy: Object.entries(wire.$order_by ?? {}).map(([field, direction]) => ({ field, direction })),
@@ -190,13 +222,13 @@ export function parseQuery(input: unknown, limits: QueryLimits = DEFAULT_QUERY_L
 
 /** Parses the body of a count request (`{"$filter": ...}`). */
 export function parseCountQuery(input: unknown, limits: QueryLimits = DEFAULT_QUERY_LIMITS): Filter {
-  const schema = z.strictObject({ $filter: filterSchema(limits).optional() });
-  return (parseQueryOrThrow(schema, input ?? {}).$filter ?? {}) as Filter;
+  const parsed = parseQueryOrThrow(parsersFor(limits).count, input ?? {}) as { $filter?: Filter };
+  return parsed.$filter ?? {};
 }
 
 /** Parses a filter alone (configuration, token row filters). */
 export function parseFilter(input: unknown, limits: QueryLimits = DEFAULT_QUERY_LIMITS): Filter {
-  return parseQueryOrThrow(filterSchema(limits), input) as Filter;
+  return parseQueryOrThrow(parsersFor(limits).filter, input) as Filter;
 }
 
 /** Type-aware ordering: null < booleans < numbers < strings. Returns -1, 0 or 1. */
