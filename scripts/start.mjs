@@ -273,8 +273,9 @@ async function waitUntilServing(total) {
       if (tty && lastLine) process.stdout.write('\n');
       return { served, status, seconds: (Date.now() - started) / 1000 };
     }
-    const written = await recordsWritten().catch(() => null);
-    if (written !== null && status) {
+    // Progress only while a generation is being built (a resumed endpoint is already complete: nothing to show).
+    const written = status?.buildingCache ? await recordsWritten().catch(() => null) : null;
+    if (written !== null) {
       const now = Date.now();
       samples.push({ t: now, written });
       while (samples.length > 2 && samples[0].t < now - 3_000) samples.shift();

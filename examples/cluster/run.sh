@@ -113,10 +113,11 @@ wait_until() { # what, seconds, command...
     if ((SECONDS >= deadline)); then
       die "timed out after ${seconds}s waiting for $what (logs: $state/logs/)"
     fi
-    for name in "${nodes[@]}" "${apis[@]}"; do
-      if [[ -f $state/pids/$name.pid ]] && ! alive "$name"; then
-        echo "✖ $name exited; last lines of $state/logs/$name.log:" >&2
-        tail -n 20 "$state/logs/$name.log" >&2
+    local proc
+    for proc in "${nodes[@]}" "${apis[@]}"; do
+      if [[ -f $state/pids/$proc.pid ]] && ! alive "$proc"; then
+        echo "✖ $proc exited; last lines of $state/logs/$proc.log:" >&2
+        tail -n 20 "$state/logs/$proc.log" >&2
         stop_all >&2
         exit 1
       fi
@@ -143,13 +144,17 @@ start() {
   create_database
 
   mkdir -p "$state/logs" "$state/pids" "$out"
-  echo "▸ building the app-server and the api-server (turbo; cached after the first run)"
-  (cd "$repo" && TURBO_TELEMETRY_DISABLED=1 "$repo/node_modules/.bin/turbo" run build \
-    --filter=@sluice/app-server --filter=@sluice/api-server --output-logs=errors-only >"$state/logs/build.log" 2>&1) ||
-    {
-      cat "$state/logs/build.log" >&2
-      die "the build failed"
-    }
+  if [[ ${SLUICE_SKIP_BUILD:-} == 1 ]]; then
+    echo "▸ SLUICE_SKIP_BUILD=1: using the apps as built"
+  else
+    echo "▸ building the app-server and the api-server (turbo; cached after the first run)"
+    (cd "$repo" && TURBO_TELEMETRY_DISABLED=1 "$repo/node_modules/.bin/turbo" run build \
+      --filter=@sluice/app-server --filter=@sluice/api-server --output-logs=errors-only >"$state/logs/build.log" 2>&1) ||
+      {
+        cat "$state/logs/build.log" >&2
+        die "the build failed"
+      }
+  fi
   node "$repo/scripts/prepare-quickstart-data.mjs" >/dev/null
 
   for name in "${nodes[@]}"; do

@@ -53,10 +53,11 @@ launch() { # name, binary
 wait_for() { # what, url, seconds
   local deadline=$((SECONDS + $3))
   until [[ $(http_code "$2") == 200 ]]; do
-    for name in app-server api-server; do
-      if [[ -f $state/pids/$name.pid ]] && ! alive "$name"; then
-        echo "✖ the $name exited; last lines of $state/logs/$name.log:" >&2
-        tail -n 20 "$state/logs/$name.log" >&2
+    local proc
+    for proc in app-server api-server; do
+      if [[ -f $state/pids/$proc.pid ]] && ! alive "$proc"; then
+        echo "✖ the $proc exited; last lines of $state/logs/$proc.log:" >&2
+        tail -n 20 "$state/logs/$proc.log" >&2
         stop >&2
         exit 1
       fi
@@ -74,13 +75,17 @@ start() {
   port_free "$SLUICE_PORT" || die "port $SLUICE_PORT is in use; choose another with SLUICE_PORT=<port>"
   port_free "$SLUICE_API_PORT" || die "port $SLUICE_API_PORT is in use; choose another with SLUICE_API_PORT=<port>"
   mkdir -p "$state/logs" "$state/pids"
-  echo "▸ building the app-server and the api-server (turbo; cached after the first run)"
-  (cd "$repo" && TURBO_TELEMETRY_DISABLED=1 "$repo/node_modules/.bin/turbo" run build \
-    --filter=@sluice/app-server --filter=@sluice/api-server --output-logs=errors-only >"$state/logs/build.log" 2>&1) ||
-    {
-      cat "$state/logs/build.log" >&2
-      die "the build failed"
-    }
+  if [[ ${SLUICE_SKIP_BUILD:-} == 1 ]]; then
+    echo "▸ SLUICE_SKIP_BUILD=1: using the apps as built"
+  else
+    echo "▸ building the app-server and the api-server (turbo; cached after the first run)"
+    (cd "$repo" && TURBO_TELEMETRY_DISABLED=1 "$repo/node_modules/.bin/turbo" run build \
+      --filter=@sluice/app-server --filter=@sluice/api-server --output-logs=errors-only >"$state/logs/build.log" 2>&1) ||
+      {
+        cat "$state/logs/build.log" >&2
+        die "the build failed"
+      }
+  fi
   node "$repo/scripts/prepare-quickstart-data.mjs" >/dev/null
   # The stream first: the endpoint pipeline reads it from its first start.
   node "$here/stream.mjs" || die "cannot create the stream on $SLUICE_NATS_URL (is nats-server -js running?)"
