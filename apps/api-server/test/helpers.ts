@@ -248,3 +248,14 @@ export async function answeringCache(base: string, endpoint = 'items', id = 1): 
   await response.arrayBuffer();
   return response.status === 200 ? response.headers.get('sluice-cache') : null;
 }
+
+/** Sum of `sluice_api_switches_total` for `endpoint` over every reason, from a /metrics text. */
+export function switchesOf(metrics: string, endpoint: string): number {
+  let total = 0;
+  const pattern = new RegExp(
+    `^sluice_api_switches_total\\{endpoint="${endpoint}",reason="[a-z]+"\\} (\\d+)$`,
+    'gm',
+  );
+  for (const match of metrics.matchAll(pattern)) total += Number(match[1]);
+  return total;
+}
