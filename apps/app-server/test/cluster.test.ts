@@ -82,7 +82,7 @@ afterAll(async () => {
   await dir?.[Symbol.asyncDispose]();
 });
 
-describe('app-server cluster (PostgreSQL + NATS)', () => {
+describe('app-server cluster (PostgreSQL + NATS)', { timeout: 90_000 }, () => {
   it('100 concurrent submits of one id over 3 nodes → one run, one owner, each record once', async () => {
     const source = await writeRecords(files('burst-in.jsonl'), 3_000);
     const destination = files('burst-out.jsonl');

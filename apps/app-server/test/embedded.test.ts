@@ -62,7 +62,7 @@ afterAll(async () => {
   await outside?.remove();
 });
 
-describe('app-server on embedded defaults', () => {
+describe('app-server on embedded defaults', { timeout: 90_000 }, () => {
   it('refuses every bad-input class with a problem+json body and writes nothing', async () => {
     const source = await writeRecords(join(roots[0]!, 'ok.jsonl'), 10);
     const out = (name: string) => join(roots[1]!, name);
