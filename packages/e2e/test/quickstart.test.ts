@@ -57,6 +57,10 @@ describe('pnpm start (the quick start)', () => {
       const out = start.lines;
       expect(out.some((l) => /first snapshot of "cities" \(from scratch/.test(l))).toBe(true);
       expect(out.some((l) => /▸ ready\s+"cities" serves 171,075 records/.test(l))).toBe(true);
+      // Progress while the first snapshot loads: records loaded out of the total, and the rate.
+      expect(
+        out.some((l) => /^\s+[\d,]+ \/ 171,075 records loaded \([\d.]+%\), [\d,]+ records\/s$/.test(l)),
+      ).toBe(true);
 
       firstCache = /from cache (\S+)/.exec(out.find((l) => l.includes('▸ ready')) ?? '')?.[1] ?? '';
       expect(firstCache).toMatch(/^cities-/);
