@@ -88,7 +88,9 @@ await using db = await createTestDatabase('sluice_pipeline_bench');
 // Interrupted runs clean up too (the data files are large).
 for (const signal of ['SIGINT', 'SIGTERM'] as const)
   process.once(signal, () => {
-    void Promise.allSettled([rm(root, { recursive: true, force: true }), db.drop()]).then(() => process.exit(130));
+    void Promise.allSettled([rm(root, { recursive: true, force: true }), db.drop()]).then(() =>
+      process.exit(130),
+    );
   });
 console.log(
   `machine: ${cpus().length} cores (${cpus()[0]?.model}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`,

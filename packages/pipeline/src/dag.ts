@@ -58,7 +58,8 @@ export async function decideRestart(input: {
   });
   let effective = input.checkpoint;
   if (sink.keepsCheckpoint) {
-    const committed = input.sinkCheckpoint === undefined ? await sink.committed() : input.sinkCheckpoint;
+    const committed =
+      input.sinkCheckpoint === undefined ? await sink.committed(input.checkpoint) : input.sinkCheckpoint;
     if (committed === null)
       return fromScratch(
         effective === null ? 'no checkpoint (first run)' : 'the sink has no committed checkpoint',

@@ -1,6 +1,6 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { PipelineCheckpoint } from '@sluice/core';
+import { type PipelineCheckpoint, StaleEpochError } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { BadRecordCollector } from './bad-records.js';
@@ -158,5 +158,90 @@ describe('runPipeline', () => {
     expect(result.aborted).toBe(true);
     expect(result.progress.phase).toBe('stopped');
     expect(Date.now() - stopAt).toBeLessThan(1_000);
+  });
+
+  it('never calls the sink again once the signal aborted (an owner that lost the transfer)', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'a.jsonl');
+    await writeFile(path, lines(0, 1_000));
+    const branches: SourceBranch[] = [
+      { source: createFileSource({ handle: 'f.source', path, format: 'jsonl' }), processors: [] },
+    ];
+    const { sink } = memorySink();
+    const controller = new AbortController();
+    const calls: string[] = [];
+    const inner = { write: sink.write, commit: sink.commit, finish: sink.finish };
+    sink.write = async (ops) => {
+      calls.push('write');
+      await inner.write(ops);
+      controller.abort(); // the abort lands while a write is in flight
+    };
+    sink.commit = async (c) => {
+      calls.push('commit');
+      await inner.commit(c);
+    };
+    sink.finish = async () => {
+      calls.push('finish');
+      await inner.finish();
+    };
+    const saves: PipelineCheckpoint[] = [];
+    const result = await runPipeline({
+      name: 'aborted',
+      dag: dagHash(branches, sink),
+      branches,
+      sink,
+      mode: 'transfer',
+      plan: { decision: 'from-scratch', reason: 'test', checkpoint: null },
+      badRecords: new BadRecordCollector('skip'),
+      signal: controller.signal,
+      saveCheckpoint: async (c) => {
+        saves.push(c);
+      },
+      commitEveryRecords: 100,
+      batchSize: 100,
+    });
+    expect(result.aborted).toBe(true);
+    expect(result.progress.phase).toBe('stopped');
+    expect(calls).toEqual(['write']); // no commit of the batch, no finish
+    expect(saves).toEqual([]);
+  });
+
+  it('saves the final checkpoint through the (fenced) port before the sink publishes', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'a.jsonl');
+    await writeFile(path, lines(0, 250));
+    const branches: SourceBranch[] = [
+      { source: createFileSource({ handle: 'f.source', path, format: 'jsonl' }), processors: [] },
+    ];
+    const { sink } = memorySink();
+    let takenOver = false;
+    let finished = false;
+    // Another owner takes the transfer over once every record is committed, just before the publish.
+    sink.snapshotDone = async () => {
+      takenOver = true;
+    };
+    sink.finish = async () => {
+      finished = true;
+    };
+    const saves: PipelineCheckpoint[] = [];
+    const running = runPipeline({
+      name: 'fenced',
+      dag: dagHash(branches, sink),
+      branches,
+      sink,
+      mode: 'transfer',
+      plan: { decision: 'from-scratch', reason: 'test', checkpoint: null },
+      badRecords: new BadRecordCollector('skip'),
+      signal: new AbortController().signal,
+      saveCheckpoint: async (c) => {
+        if (takenOver) throw new StaleEpochError('fenced', 1);
+        saves.push(c);
+      },
+      commitEveryRecords: 100,
+      batchSize: 100,
+    });
+    await expect(running).rejects.toMatchObject({ code: 'STALE_EPOCH' });
+    expect(finished).toBe(false);
+    expect(saves.at(-1)?.positions['mem.sink']).toMatchObject({ written: 250 });
   });
 });

@@ -52,6 +52,13 @@ const TIMER = Symbol('timer');
 const ABORTED = Symbol('aborted');
 
 /**
+ * Thrown (and caught by `runPipeline`) when the signal aborted before a sink call: an owner that lost the
+ * transfer (frozen past its lease, then resumed) must not touch the sink any more. Ends the run like any
+ * abort (`aborted: true`).
+ */
+class SinkCallAborted extends Error {}
+
+/**
  * Runs a DAG: pulls batches from the sources (so a slow sink slows them), passes every operation through
  * its branch's processors, writes to the sink, and every `commitEveryRecords` records or `commitEveryMs`
  * milliseconds commits an epoch: a checkpoint barrier holding every node's position, committed by the sink
@@ -104,6 +111,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
     for (const [handle, count] of Object.entries(processed))
       checkpointPositions[handle] = { processed: count };
     checkpointPositions[sink.handle] = {
+      ...sink.position?.(),
       written: progress.recordsWritten,
       read: progress.recordsRead,
       bad: progress.badRecords,
@@ -114,6 +122,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
       positions: checkpointPositions,
       at: new Date().toISOString(),
     };
+    ensureNotAborted();
     await sink.commit(checkpoint);
     await options.saveCheckpoint?.(checkpoint);
     progress.epoch = checkpoint.epoch;
@@ -123,6 +132,10 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
     progress.sample();
     report();
     options.onCommit?.(checkpoint);
+  };
+
+  const ensureNotAborted = () => {
+    if (signal.aborted) throw new SinkCallAborted();
   };
 
   const keyFields = sink.keyFields;
@@ -171,7 +184,10 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
       }
     }
     progress.recordsRead += item.read;
-    if (out.length > 0) await sink.write(out);
+    if (out.length > 0) {
+      ensureNotAborted();
+      await sink.write(out);
+    }
     progress.recordsWritten += out.length;
     positions[branch.source.handle] = item.position;
     dirty += Math.max(1, item.read);
@@ -242,6 +258,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
         positions[branch.source.handle] = item.position;
         dirty++;
         await commit();
+        ensureNotAborted();
         await sink.snapshotDone?.(branch.source.handle, lastCheckpoint);
         done.add(branch.source.handle);
         logger.info({ pipeline: options.name, source: branch.source.handle }, 'snapshot done');
@@ -255,13 +272,27 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
       progress.phase = 'stopped';
       return { aborted: true, checkpoint: lastCheckpoint, progress };
     }
-    if (dirty > 0) await commit();
-    if (options.mode === 'transfer') await sink.finish();
+    if (options.mode === 'transfer') {
+      // The final checkpoint goes through the (fenced) checkpoint port right before the sink publishes:
+      // an owner that lost the transfer fails there (STALE_EPOCH) instead of publishing its output.
+      if (dirty > 0 || lastCheckpoint === null) await commit();
+      else if (options.saveCheckpoint) {
+        ensureNotAborted();
+        await options.saveCheckpoint(lastCheckpoint);
+      }
+      ensureNotAborted();
+      await sink.finish();
+    } else if (dirty > 0) await commit();
     // Every source ended: a transfer is done; an endpoint keeps serving what it built.
     progress.phase = 'completed';
     report();
     return { aborted: false, checkpoint: lastCheckpoint, progress };
   } catch (err) {
+    if (err instanceof SinkCallAborted) {
+      progress.phase = 'stopped';
+      report();
+      return { aborted: true, checkpoint: lastCheckpoint, progress };
+    }
     progress.phase = 'failed';
     report();
     throw err;

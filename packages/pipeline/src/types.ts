@@ -71,7 +71,16 @@ export interface PipelineSink {
    * authoritative); `false` when its writes are idempotent on replay and it keeps no checkpoint.
    */
   readonly keepsCheckpoint: boolean;
-  committed(): Promise<PipelineCheckpoint | null>;
+  /**
+   * The checkpoint the sink committed with its data, or null. `pipeline` is the checkpoint loaded from the
+   * checkpoint port: a sink whose position lives in that checkpoint (the file sink) checks its data against it.
+   */
+  committed(pipeline?: PipelineCheckpoint | null): Promise<PipelineCheckpoint | null>;
+  /**
+   * Extra fields recorded in the sink's position of every checkpoint (taken just before `commit`), e.g.
+   * the file sink's private temp file and its committed length.
+   */
+  position?(): Record<string, unknown>;
   /** Called once before writing: `from-scratch` discards whatever the sink staged in earlier runs. */
   prepare(decision: {
     decision: 'resume' | 'from-scratch';

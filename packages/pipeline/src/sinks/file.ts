@@ -1,19 +1,21 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import { constants } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
-import { mkdir, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, open, readdir, rename, rm, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { type PipelineCheckpoint, PipelineCheckpointSchema, SinkError } from '@sluice/core';
+import { type PipelineCheckpoint, SinkError } from '@sluice/core';
 import { z } from 'zod';
 import type { RecordOp } from '../ops.js';
 import { formatCsvRecord } from '../sources/csv.js';
 import type { PipelineSink } from '../types.js';
 
-const SidecarSchema = z.object({
-  checkpoint: PipelineCheckpointSchema,
+/** What the file sink records in its checkpoint position: its run's private temp file and its length. */
+const FilePositionSchema = z.object({
+  run: z.string().regex(/^[0-9a-f]{16}$/),
   bytes: z.number().int().nonnegative(),
-  columns: z.array(z.string()).nullable(),
+  columns: z.array(z.string().max(10_000)).max(10_000).nullable(),
 });
-type Sidecar = z.output<typeof SidecarSchema>;
+type FilePosition = z.output<typeof FilePositionSchema>;
 
 export interface FileSinkOptions {
   handle: string;
@@ -25,9 +27,14 @@ export interface FileSinkOptions {
 
 /**
  * Writes JSON Lines (or CSV) to a temp file next to `path` and renames it into place when the transfer
- * completes, so readers never see a partial file. Each commit fsyncs the temp file and records its length
- * with the checkpoint (in a sidecar file, replaced atomically); a resumed transfer truncates the temp file
- * back to the committed length, so every record ends up exactly once.
+ * completes, so readers never see a partial file.
+ *
+ * The temp file is private to one run (named with a random run id): two owners of one transfer (a stale
+ * one that was frozen past its lease, and the one that took over) never write into the same file. Each
+ * commit fsyncs the temp file; the run id and the committed length travel in the checkpoint (the sink's
+ * position), which the caller saves through its fenced checkpoint port. A resumed run copies the
+ * committed prefix of the previous run's temp file into a new private one and continues there, so every
+ * record ends up exactly once. On completion the temp files of earlier runs are removed.
  *
  * @example
  * ```ts
@@ -36,19 +43,24 @@ export interface FileSinkOptions {
  */
 export function createFileSink(options: FileSinkOptions): PipelineSink {
   const tag = createHash('sha256').update(options.writerId).digest('hex').slice(0, 16);
-  const temp = join(dirname(options.path), `.${basename(options.path)}.${tag}.partial`);
-  const sidecar = `${temp}.checkpoint.json`;
+  const directory = dirname(options.path);
+  // Every temp file of this writer starts with this prefix (also the unsuffixed one of older versions).
+  const prefix = `.${basename(options.path)}.${tag}.`;
+  const tempOf = (run: string) => join(directory, `${prefix}${run}.partial`);
+  const run = randomBytes(8).toString('hex');
+  const temp = tempOf(run);
   let handle: FileHandle | null = null;
   let bytes = 0;
+  let pending = 0;
   let columns: string[] | null = null;
   let buffer: string[] = [];
 
-  const readSidecar = async (): Promise<Sidecar | null> => {
+  /** The previous run's position in `checkpoint`, when its temp file still holds the committed prefix. */
+  const committedPrefix = async (checkpoint: PipelineCheckpoint | null): Promise<FilePosition | null> => {
+    const parsed = FilePositionSchema.safeParse(checkpoint?.positions[options.handle]);
+    if (!parsed.success) return null;
     try {
-      const parsed = SidecarSchema.safeParse(JSON.parse(await readFile(sidecar, 'utf8')));
-      if (!parsed.success) return null;
-      const size = (await stat(temp)).size;
-      return size >= parsed.data.bytes ? parsed.data : null;
+      return (await stat(tempOf(parsed.data.run))).size >= parsed.data.bytes ? parsed.data : null;
     } catch {
       return null;
     }
@@ -58,8 +70,22 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
     if (buffer.length === 0 || handle === null) return;
     const data = Buffer.from(buffer.join(''));
     buffer = [];
+    pending = 0;
     await handle.write(data, 0, data.length, bytes);
     bytes += data.length;
+  };
+
+  const push = (line: string) => {
+    buffer.push(line);
+    pending += Buffer.byteLength(line);
+  };
+
+  /** Temp files of earlier runs (stale owners, crashed runs, older versions): nobody resumes from them now. */
+  const removeStaleTemps = async () => {
+    const names = await readdir(directory).catch(() => [] as string[]);
+    await Promise.all(
+      names.filter((n) => n.startsWith(prefix)).map((n) => rm(join(directory, n), { force: true })),
+    );
   };
 
   return {
@@ -67,18 +93,27 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
     description: { type: 'file', path: options.path, format: options.format },
     keyFields: [],
     keepsCheckpoint: true,
-    async committed() {
-      return (await readSidecar())?.checkpoint ?? null;
+    async committed(pipeline) {
+      // The fsynced temp file is committed data; the checkpoint that names it is the committed checkpoint.
+      return (await committedPrefix(pipeline ?? null)) !== null ? (pipeline ?? null) : null;
     },
-    async prepare({ decision }) {
+    position() {
+      return { run, bytes: bytes + pending, columns } satisfies FilePosition;
+    },
+    async prepare({ decision, checkpoint }) {
       try {
-        await mkdir(dirname(options.path), { recursive: true });
-        const previous = decision === 'resume' ? await readSidecar() : null;
-        if (previous === null) await rm(sidecar, { force: true });
-        handle = await open(temp, previous === null ? 'w' : 'r+');
+        await mkdir(directory, { recursive: true });
+        const previous = decision === 'resume' ? await committedPrefix(checkpoint) : null;
+        if (decision === 'resume' && previous === null)
+          throw new Error('the temp file of the checkpointed run is gone or shorter than committed');
+        if (previous !== null) {
+          // A copy, never the file itself: the previous owner may still be alive and writing to it.
+          await copyFile(tempOf(previous.run), temp, constants.COPYFILE_EXCL);
+          handle = await open(temp, 'r+');
+          await handle.truncate(previous.bytes);
+        } else handle = await open(temp, 'wx');
         bytes = previous?.bytes ?? 0;
         columns = previous?.columns ?? null;
-        await handle.truncate(bytes);
       } catch (err) {
         throw new SinkError(`Cannot open ${temp}: ${(err as Error).message}`, { cause: err });
       }
@@ -86,32 +121,33 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
     async write(ops: RecordOp[]) {
       for (const op of ops) {
         if (op.op === 'delete') continue; // a file has no place for deletes
-        if (options.format === 'jsonl') buffer.push(`${JSON.stringify(op.record)}\n`);
+        if (options.format === 'jsonl') push(`${JSON.stringify(op.record)}\n`);
         else {
           if (columns === null) {
             columns = Object.keys(op.record);
-            buffer.push(`${formatCsvRecord(columns)}\n`);
+            push(`${formatCsvRecord(columns)}\n`);
           }
           const record = op.record;
-          buffer.push(`${formatCsvRecord(columns.map((c) => record[c]))}\n`);
+          push(`${formatCsvRecord(columns.map((c) => record[c]))}\n`);
         }
       }
       if (buffer.length >= 4096) await flush();
     },
-    async commit(checkpoint: PipelineCheckpoint) {
+    async commit(_checkpoint: PipelineCheckpoint) {
       await flush();
       await handle?.sync();
-      const next = `${sidecar}.next`;
-      await writeFile(next, JSON.stringify({ checkpoint, bytes, columns } satisfies Sidecar));
-      await rename(next, sidecar);
     },
     async finish() {
-      await flush();
-      await handle?.sync();
-      await handle?.close();
-      handle = null;
-      await rename(temp, options.path);
-      await rm(sidecar, { force: true });
+      try {
+        await flush();
+        await handle?.sync();
+        await handle?.close();
+        handle = null;
+        await rename(temp, options.path);
+      } catch (err) {
+        throw new SinkError(`Cannot publish ${options.path}: ${(err as Error).message}`, { cause: err });
+      }
+      await removeStaleTemps();
     },
     async close() {
       await handle?.close();

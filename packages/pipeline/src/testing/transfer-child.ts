@@ -1,13 +1,16 @@
 /**
  * A child process that runs one transfer (tests SIGKILL it mid-run). argv[2] = JSON
- * `{ request, checkpointFile, connections, commitEveryRecords, fileChunkBytes, nats }`.
+ * `{ request, checkpointFile, connections, commitEveryRecords, fileChunkBytes, nats, ownerFile?, owner? }`.
  * Prints `COMMIT <epoch> <written>` after each commit and `DONE <json>` at the end.
  */
 import { runTransfer } from '../transfer.js';
-import { fileCheckpointPort } from './file-checkpoint.js';
+import { fencedFileCheckpointPort, fileCheckpointPort } from './file-checkpoint.js';
 
 const input = JSON.parse(process.argv[2]!);
-const port = fileCheckpointPort(input.checkpointFile);
+// With `ownerFile` + `owner` the port is fenced: saves fail with STALE_EPOCH once another owner took over.
+const port = input.ownerFile
+  ? fencedFileCheckpointPort(input.checkpointFile, input.ownerFile, input.owner, input.request.id)
+  : fileCheckpointPort(input.checkpointFile);
 const save = port.save;
 port.save = async (checkpoint: unknown) => {
   await save(checkpoint);
@@ -32,6 +35,7 @@ try {
   );
   process.exit(0);
 } catch (err) {
-  process.stdout.write(`FAILED ${(err as Error).message}\n`);
+  const code = (err as { code?: unknown }).code;
+  process.stdout.write(`FAILED ${typeof code === 'string' ? `${code}: ` : ''}${(err as Error).message}\n`);
   process.exit(1);
 }
