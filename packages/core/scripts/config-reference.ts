@@ -49,13 +49,19 @@ function constraints(schema: JsonSchema): string {
   return parts.join(', ');
 }
 
+// Types the JSON Schema export cannot spell out (maps with guarded keys, recursive filters).
+const TYPE_OVERRIDES: Record<string, string> = {
+  connections: 'map of name → `{type: postgres, url}` \\| `{type: nats, nats}`',
+  endpoints: 'endpoint[] (below)',
+};
+
 const rows: string[] = [];
 function walk(schema: JsonSchema, path: string): void {
   if (path !== '') {
     const env = Object.entries(ENV_OVERRIDES).find(([, p]) => p === path)?.[0];
     const def = schema.default === undefined ? '' : `\`${JSON.stringify(schema.default)}\``;
     rows.push(
-      `| \`${path}\` | ${typeOf(schema)} | ${def} | ${[constraints(schema), env ? `env \`${env}\`` : '', schema.description ?? ''].filter(Boolean).join('; ')} |`,
+      `| \`${path}\` | ${TYPE_OVERRIDES[path] ?? typeOf(schema)} | ${def} | ${[constraints(schema), env ? `env \`${env}\`` : '', schema.description ?? ''].filter(Boolean).join('; ')} |`,
     );
   }
   if (schema.properties && path.split('.').length < 3) {
