@@ -2,4 +2,4 @@ export { buildApps } from './build.js';
 export { repoRoot } from './paths.js';
 export { freeBasePort } from './ports.js';
 export { runScript, type ScriptResult, sh } from './shell.js';
-export { descendants, type ExitInfo, runAsUser, type UserProcess } from './user-process.js';
+export { descendants, runAsUser, type UserProcess } from './user-process.js';

@@ -1,34 +1,18 @@
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
-
-/** How a process ended. */
-export interface ExitInfo {
-  code: number | null;
-  signal: NodeJS.Signals | null;
-}
+import { execFile } from 'node:child_process';
+import { type ChildHandle, spawnProcess } from '@sluice/testkit';
 
 /**
  * A command run the way a user runs it in a terminal: in a process group of its own, so `interrupt()` sends
  * SIGINT to the whole group exactly as Ctrl-C does (to pnpm and to the script it runs).
  */
-export interface UserProcess extends AsyncDisposable {
-  readonly child: ChildProcess;
-  readonly pid: number;
-  /** stdout and stderr lines, in arrival order. */
-  readonly lines: string[];
-  readonly exited: Promise<ExitInfo>;
-  /** Resolves with the first line matching `pattern` (seen already or to come); rejects on exit or timeout. */
-  waitForLine(pattern: RegExp, timeoutMs: number): Promise<string>;
+export interface UserProcess extends ChildHandle {
   /** Ctrl-C: SIGINT to the process group. */
   interrupt(): void;
-  output(): string;
 }
 
-/** Largest number of output lines kept (the quick start prints a few dozen). */
-const MAX_LINES = 10_000;
-
 /**
- * Spawns `command` in its own process group with its output captured line by line. On dispose a process
- * still running gets Ctrl-C (SIGINT), then SIGKILL after 30 s.
+ * Spawns `command` in its own process group with its output captured line by line (testkit's
+ * `spawnProcess`). On dispose a process still running gets Ctrl-C (SIGINT), then SIGKILL after 30 s.
  *
  * @example
  * ```ts
@@ -43,99 +27,17 @@ export function runAsUser(
   args: string[],
   options: { cwd: string; env?: Record<string, string | undefined> },
 ): UserProcess {
-  const child = spawn(command, args, {
+  const handle = spawnProcess(command, args, {
     cwd: options.cwd,
-    env: { ...process.env, ...options.env } as NodeJS.ProcessEnv,
-    stdio: ['ignore', 'pipe', 'pipe'],
+    env: options.env,
+    maxLines: 10_000,
     detached: true,
+    // The quick start's servers write to the same pipes: the run is over once they are closed too.
+    exitOn: 'close',
+    // Ctrl-C first: the quick start stops the servers it started (they run in process groups of their own).
+    dispose: { signal: 'SIGINT', graceMs: 30_000 },
   });
-  const lines: string[] = [];
-  const waiters = new Set<{ pattern: RegExp; resolve: (line: string) => void }>();
-  let exitInfo: ExitInfo | null = null;
-  const exited = new Promise<ExitInfo>((resolve) => {
-    child.once('close', (code, signal) => {
-      exitInfo = { code, signal };
-      resolve(exitInfo);
-    });
-    child.once('error', (err) => {
-      lines.push(`[spawn error] ${err.message}`);
-      exitInfo = { code: -1, signal: null };
-      resolve(exitInfo);
-    });
-  });
-  const capture = (stream: NodeJS.ReadableStream) => {
-    let buffer = '';
-    stream.setEncoding('utf8');
-    stream.on('data', (chunk: string) => {
-      buffer += chunk;
-      for (let index = buffer.indexOf('\n'); index >= 0; index = buffer.indexOf('\n')) {
-        const line = buffer.slice(0, index);
-        buffer = buffer.slice(index + 1);
-        lines.push(line);
-        if (lines.length > MAX_LINES) lines.splice(0, lines.length - MAX_LINES);
-        for (const waiter of waiters) {
-          if (waiter.pattern.test(line)) {
-            waiters.delete(waiter);
-            waiter.resolve(line);
-          }
-        }
-      }
-    });
-  };
-  capture(child.stdout!);
-  capture(child.stderr!);
-  const pid = child.pid ?? -1;
-  const signalGroup = (signal: NodeJS.Signals) => {
-    if (exitInfo !== null || pid < 0) return;
-    try {
-      process.kill(-pid, signal);
-    } catch {
-      // the group is already gone
-    }
-  };
-  const tail = () => lines.slice(-60).join('\n');
-  return {
-    child,
-    pid,
-    lines,
-    exited,
-    waitForLine(pattern, timeoutMs) {
-      const seen = lines.find((line) => pattern.test(line));
-      if (seen !== undefined) return Promise.resolve(seen);
-      return new Promise<string>((resolve, reject) => {
-        const waiter = {
-          pattern,
-          resolve: (line: string) => {
-            clearTimeout(timer);
-            resolve(line);
-          },
-        };
-        const timer = setTimeout(() => {
-          waiters.delete(waiter);
-          reject(new Error(`Timed out after ${timeoutMs} ms waiting for ${pattern}; output:\n${tail()}`));
-        }, timeoutMs);
-        waiters.add(waiter);
-        void exited.then((info) => {
-          if (!waiters.has(waiter)) return;
-          waiters.delete(waiter);
-          clearTimeout(timer);
-          reject(
-            new Error(`Exited (${info.code ?? info.signal}) before printing ${pattern}; output:\n${tail()}`),
-          );
-        });
-      });
-    },
-    interrupt: () => signalGroup('SIGINT'),
-    output: () => lines.join('\n'),
-    async [Symbol.asyncDispose]() {
-      if (exitInfo !== null) return;
-      // Ctrl-C first: the quick start stops the servers it started (they run in process groups of their own).
-      signalGroup('SIGINT');
-      const timer = setTimeout(() => signalGroup('SIGKILL'), 30_000);
-      await exited;
-      clearTimeout(timer);
-    },
-  };
+  return Object.assign(handle, { interrupt: () => handle.kill('SIGINT') });
 }
 
 /**

@@ -1,6 +1,13 @@
 export { type NatsServerHandle, natsServerBinary, startNatsServer } from './nats.js';
 export { freePort } from './ports.js';
 export { createTestDatabase, type TestDatabase, testPostgresUrl } from './postgres.js';
-export { type ChildHandle, type SpawnOptions, spawnProcess, spawnTs, tsxLoaderPath } from './process.js';
+export {
+  type ChildHandle,
+  type ExitInfo,
+  type SpawnOptions,
+  spawnProcess,
+  spawnTs,
+  tsxLoaderPath,
+} from './process.js';
 export { type TempDir, tempDir } from './temp.js';
 export { sleep, waitFor } from './wait.js';

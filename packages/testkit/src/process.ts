@@ -9,6 +9,21 @@ export interface SpawnOptions {
   maxLines?: number;
   /** Echo the child's output to this process's stderr (debugging). */
   echo?: boolean;
+  /**
+   * Run in a process group of its own, as a terminal runs a command: signals (`kill`, `stop`, dispose) go to
+   * the whole group, so a script and everything it started get them, exactly as with Ctrl-C.
+   */
+  detached?: boolean;
+  /** Count the process as ended on `exit` (default) or once its output streams closed too (`close`). */
+  exitOn?: 'exit' | 'close';
+  /** What dispose does to a process still running: send `signal`, then SIGKILL after `graceMs` (default: SIGKILL). */
+  dispose?: { signal: NodeJS.Signals; graceMs: number };
+}
+
+/** How a process ended. */
+export interface ExitInfo {
+  code: number | null;
+  signal: NodeJS.Signals | null;
 }
 
 /** A child process with its output captured line by line. */
@@ -18,7 +33,7 @@ export interface ChildHandle extends AsyncDisposable {
   /** stdout and stderr lines, in arrival order. */
   readonly lines: string[];
   /** Resolves with the exit code (or the signal name) once the process has exited. */
-  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  readonly exited: Promise<ExitInfo>;
   /** Resolves with the first line matching `pattern` (including lines already seen). */
   waitForLine(pattern: RegExp, timeoutMs?: number): Promise<string>;
   kill(signal?: NodeJS.Signals): void;
@@ -36,13 +51,14 @@ export function spawnProcess(command: string, args: string[], options: SpawnOpti
     cwd: options.cwd,
     env: { ...process.env, ...options.env } as NodeJS.ProcessEnv,
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: options.detached === true,
   });
   const lines: string[] = [];
   const maxLines = options.maxLines ?? 20_000;
   const waiters = new Set<{ pattern: RegExp; resolve: (line: string) => void }>();
-  let exitInfo: { code: number | null; signal: NodeJS.Signals | null } | null = null;
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.on('exit', (code, signal) => {
+  let exitInfo: ExitInfo | null = null;
+  const exited = new Promise<ExitInfo>((resolve) => {
+    child.once(options.exitOn ?? 'exit', (code: number | null, signal: NodeJS.Signals | null) => {
       exitInfo = { code, signal };
       resolve(exitInfo);
     });
@@ -76,6 +92,18 @@ export function spawnProcess(command: string, args: string[], options: SpawnOpti
   };
   onData(child.stdout!);
   onData(child.stderr!);
+  const signal = (name: NodeJS.Signals) => {
+    if (exitInfo !== null) return;
+    if (!options.detached || child.pid === undefined) {
+      child.kill(name);
+      return;
+    }
+    try {
+      process.kill(-child.pid, name);
+    } catch {
+      // the group is already gone
+    }
+  };
 
   const handle: ChildHandle = {
     child,
@@ -114,23 +142,24 @@ export function spawnProcess(command: string, args: string[], options: SpawnOpti
         });
       });
     },
-    kill(signal = 'SIGTERM') {
-      if (exitInfo === null) child.kill(signal);
+    kill(name = 'SIGTERM') {
+      signal(name);
     },
-    async stop(signal = 'SIGTERM', timeoutMs = 10_000) {
+    async stop(name = 'SIGTERM', timeoutMs = 10_000) {
       if (exitInfo !== null) return exitInfo;
-      child.kill(signal);
-      const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+      signal(name);
+      const timer = setTimeout(() => signal('SIGKILL'), timeoutMs);
       const info = await exited;
       clearTimeout(timer);
       return info;
     },
     output: () => lines.join('\n'),
     async [Symbol.asyncDispose]() {
-      if (exitInfo === null) {
-        child.kill('SIGKILL');
-        await exited;
-      }
+      if (exitInfo !== null) return;
+      signal(options.dispose?.signal ?? 'SIGKILL');
+      const timer = setTimeout(() => signal('SIGKILL'), options.dispose?.graceMs ?? 0);
+      await exited;
+      clearTimeout(timer);
     },
   };
   return handle;

@@ -88,6 +88,36 @@ describe('testkit', () => {
     expect(exit.signal).toBe('SIGKILL');
   });
 
+  it('signals a detached process group as a whole, like Ctrl-C in a terminal', async () => {
+    const script = [
+      "const { spawn } = require('node:child_process');",
+      "const grandchild = spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000)'], { stdio: 'ignore' });",
+      "console.log('grandchild ' + grandchild.pid);",
+      'setInterval(() => {}, 1000);',
+    ].join('\n');
+    let grandchildPid = 0;
+    {
+      await using group = spawnProcess(process.execPath, ['-e', script], {
+        detached: true,
+        dispose: { signal: 'SIGINT', graceMs: 5_000 },
+      });
+      grandchildPid = Number((await group.waitForLine(/^grandchild \d+$/)).split(' ')[1]);
+      expect(() => process.kill(grandchildPid, 0)).not.toThrow();
+    }
+    // Dispose sent SIGINT to the group: the grandchild, which never heard of it, is gone too.
+    await waitFor(
+      () => {
+        try {
+          process.kill(grandchildPid, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      },
+      { timeoutMs: 5_000, what: 'the grandchild to exit' },
+    );
+  });
+
   it('runs TypeScript children against workspace sources', async () => {
     await using dir = await tempDir();
     const file = join(dir.path, 'child.ts');
