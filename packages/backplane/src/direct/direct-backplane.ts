@@ -1,22 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type {
-  Backplane,
-  BackplaneStatus,
-  Logger,
-  OwnerAnswer,
-  OwnerReport,
-  Registration,
-  SluiceEvent,
-  SubscribeOptions,
-  TerminateAnswer,
-  TransferResponder,
-  WhoRunsOptions,
-} from '@sluice/core';
-import { BackplaneUnavailableError, SluiceError, silentLogger, toProblem } from '@sluice/core';
+import type { Logger, OwnerAnswer, OwnerReport, TerminateAnswer, WhoRunsOptions } from '@sluice/core';
+import { SluiceError, toProblem } from '@sluice/core';
 import { z } from 'zod';
-import { LocalEventBus } from '../shared/local-events.js';
-import { LocalRegistry } from '../shared/local-registry.js';
-import { StatusTracker } from '../shared/status.js';
+import { LocalBackplane } from '../shared/local-backplane.js';
 import {
   checkTimeout,
   checkTransferId,
@@ -47,42 +33,26 @@ export interface DirectBackplaneOptions {
  * {@link DirectBackplane.handleOwnerQuery} and {@link DirectBackplane.handleTerminate} are what a node's HTTP
  * server calls for those two routes ({@link DirectBackplane.requestListener} mounts them on `node:http`).
  */
-export class DirectBackplane implements Backplane {
-  readonly nodeId: string;
-  readonly #registry = new LocalRegistry();
-  readonly #events: LocalEventBus;
-  readonly #status: StatusTracker;
-  readonly #logger: Logger;
+export class DirectBackplane extends LocalBackplane {
   readonly #fetchTimeoutMs: number;
   readonly #headers: Record<string, string>;
   readonly #maxReplyBytes: number;
 
   constructor(options: DirectBackplaneOptions) {
-    this.nodeId = options.nodeId;
-    this.#logger = options.logger ?? silentLogger;
+    super(options.nodeId, options.logger);
     this.#fetchTimeoutMs = options.fetchTimeoutMs ?? 5_000;
     this.#headers = options.headers ?? {};
     this.#maxReplyBytes = options.maxReplyBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
-    this.#events = new LocalEventBus(this.#logger);
-    this.#status = new StatusTracker('connected', this.#logger);
-  }
-
-  async serve(transferId: string, responder: TransferResponder): Promise<Registration> {
-    this.#assertOpen();
-    const id = checkTransferId(transferId);
-    const remove = this.#registry.add(id, responder);
-    const close = async () => remove();
-    return { close, [Symbol.asyncDispose]: close };
   }
 
   /** What `GET /v1/internal/transfers/:id/owner` answers: this node's report, or null (→ 404). */
   handleOwnerQuery(transferId: string): OwnerReport | null {
-    return this.#registry.report(checkTransferId(transferId));
+    return this.registry.report(checkTransferId(transferId));
   }
 
   /** What `POST /v1/internal/transfers/:id/terminate` does: true once stopped here (→ 200), false (→ 404). */
   handleTerminate(transferId: string): Promise<boolean> {
-    return this.#registry.terminate(checkTransferId(transferId));
+    return this.registry.terminate(checkTransferId(transferId));
   }
 
   /**
@@ -126,7 +96,7 @@ export class DirectBackplane implements Backplane {
       else send(404, { code: 'TRANSFER_NOT_FOUND', detail: 'not running on this node' });
     } catch (err) {
       if (!SluiceError.isInstance(err))
-        this.#logger.error({ err, transferId, action }, 'internal route failed');
+        this.logger.error({ err, transferId, action }, 'internal route failed');
       const problem = toProblem(err);
       send(problem.status, problem.body, 'application/problem+json');
     }
@@ -135,12 +105,12 @@ export class DirectBackplane implements Backplane {
   async whoRuns(transferId: string, options: WhoRunsOptions): Promise<OwnerAnswer> {
     const id = checkTransferId(transferId);
     const timeoutMs = Math.min(checkTimeout(options.timeoutMs), this.#fetchTimeoutMs);
-    if (this.#status.get() === 'closed') return { status: 'unknown', reason: 'backplane closed' };
+    if (this.closed) return { status: 'unknown', reason: 'backplane closed' };
     try {
-      const local = this.#registry.report(id);
+      const local = this.registry.report(id);
       if (local) return { status: 'owner', owner: local };
     } catch (err) {
-      this.#logger.error({ err, transferId: id }, 'local responder produced an invalid report');
+      this.logger.error({ err, transferId: id }, 'local responder produced an invalid report');
       return { status: 'unknown', reason: 'the owner produced an invalid report' };
     }
     if (!options.ownerAddress) return { status: 'unknown', reason: 'no owner address to ask' };
@@ -151,7 +121,7 @@ export class DirectBackplane implements Backplane {
       if (status !== 200) return { status: 'unknown', reason: `owner address answered HTTP ${status}` };
       const decoded = decodeJson(body, OwnerReportSchema, this.#maxReplyBytes);
       if (!decoded.ok) {
-        logDropped(this.#logger, url, decoded.reason, body);
+        logDropped(this.logger, url, decoded.reason, body);
         return { status: 'unknown', reason: `malformed owner report (${decoded.reason})` };
       }
       return { status: 'owner', owner: decoded.value as OwnerReport };
@@ -166,10 +136,10 @@ export class DirectBackplane implements Backplane {
   async terminate(transferId: string, options: WhoRunsOptions): Promise<TerminateAnswer> {
     const id = checkTransferId(transferId);
     const timeoutMs = Math.min(checkTimeout(options.timeoutMs), this.#fetchTimeoutMs);
-    if (this.#status.get() === 'closed') return { status: 'unknown', reason: 'backplane closed' };
-    if (this.#registry.has(id)) {
+    if (this.closed) return { status: 'unknown', reason: 'backplane closed' };
+    if (this.registry.has(id)) {
       try {
-        if (await this.#registry.terminate(id)) return { status: 'terminated', by: this.nodeId };
+        if (await this.registry.terminate(id)) return { status: 'terminated', by: this.nodeId };
       } catch (err) {
         return { status: 'unknown', reason: `the owner failed to stop: ${(err as Error).message}` };
       }
@@ -182,7 +152,7 @@ export class DirectBackplane implements Backplane {
       if (status !== 200) return { status: 'unknown', reason: `owner address answered HTTP ${status}` };
       const decoded = decodeJson(body, TerminatedBodySchema, this.#maxReplyBytes);
       if (!decoded.ok) {
-        logDropped(this.#logger, url, decoded.reason, body);
+        logDropped(this.logger, url, decoded.reason, body);
         return { status: 'unknown', reason: `malformed terminate reply (${decoded.reason})` };
       }
       return { status: 'terminated', by: decoded.value.by };
@@ -196,46 +166,6 @@ export class DirectBackplane implements Backplane {
 
   #call(url: string, method: 'GET' | 'POST', timeoutMs: number) {
     return callHttp(url, method, { timeoutMs, headers: this.#headers, maxBytes: this.#maxReplyBytes });
-  }
-
-  async publish(event: SluiceEvent): Promise<void> {
-    this.#assertOpen();
-    this.#events.publish(event);
-  }
-
-  async subscribe(
-    handler: (event: SluiceEvent) => void | Promise<void>,
-    options?: SubscribeOptions,
-  ): Promise<Registration> {
-    this.#assertOpen();
-    return this.#events.subscribe(handler, options);
-  }
-
-  async latestAliasEvents(): Promise<SluiceEvent[]> {
-    return this.#events.latest();
-  }
-
-  status(): BackplaneStatus {
-    return this.#status.get();
-  }
-
-  onStatus(listener: (status: BackplaneStatus) => void): () => void {
-    return this.#status.on(listener);
-  }
-
-  async close(): Promise<void> {
-    if (this.#status.get() === 'closed') return;
-    this.#status.set('closed');
-    this.#registry.clear();
-    this.#events.clear();
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.close();
-  }
-
-  #assertOpen(): void {
-    if (this.#status.get() === 'closed') throw new BackplaneUnavailableError('The backplane is closed');
   }
 }
 
