@@ -4,12 +4,6 @@ import { type Database, type DatabaseOptions, open, type RootDatabase } from 'lm
 
 type AnyKey = import('lmdb').Key;
 
-const OPEN_ATTEMPTS = 3;
-
-function isTransientOpenError(err: unknown): boolean {
-  return err instanceof Error && /No transaction to renew/.test(err.message);
-}
-
 /**
  * One LMDB environment, shared by every handle of this process. Databases are looked up through it on each use
  * (`db(name)` is a map lookup), so the environment can be reopened underneath its handles (see `acquireEnv`).
@@ -28,15 +22,7 @@ export class SharedEnv {
   }
 
   private static openRoot(path: string, readOnly: boolean): RootDatabase {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return open({ path, maxDbs: 64, noSubdir: false, readOnly, maxReaders: 1022 }) as RootDatabase;
-      } catch (err) {
-        // lmdb-js now and then fails to open an environment that a SIGKILLed process left behind, with
-        // "No transaction to renew" (EINVAL) while it creates the root database: try again before giving up.
-        if (attempt >= OPEN_ATTEMPTS || !isTransientOpenError(err)) throw err;
-      }
-    }
+    return open({ path, maxDbs: 64, noSubdir: false, readOnly, maxReaders: 1022 }) as RootDatabase;
   }
 
   get readOnly(): boolean {

@@ -49,20 +49,26 @@ describe('endpoint pipeline crash safety', () => {
     const seen = new Map<string, Set<number>>();
     let watching = true;
     const watcher = (async () => {
-      while (watching) {
-        const target = reader.resolveAlias('items');
-        if (target) {
-          const cache = await reader.openRo('items');
-          try {
+      // Like an api-server: keep the generation the alias points at open, and switch when the alias moves.
+      let cache: Awaited<ReturnType<typeof reader.openRo>> | null = null;
+      try {
+        while (watching) {
+          const target = reader.resolveAlias('items');
+          if (target && cache?.name !== target.cache) {
+            await cache?.close();
+            cache = null;
+            cache = await reader.openRo('items');
+          }
+          if (cache) {
             const count = cache.count({});
             const counts = seen.get(cache.name) ?? new Set<number>();
             seen.set(cache.name, counts);
             counts.add(count);
-          } finally {
-            await cache.close();
           }
+          await new Promise((r) => setTimeout(r, 5));
         }
-        await new Promise((r) => setTimeout(r, 5));
+      } finally {
+        await cache?.close();
       }
     })();
 
