@@ -10,6 +10,8 @@ import {
   NotFoundError,
   PayloadTooLargeError,
   PROBLEM_CONTENT_TYPE,
+  parseCountQuery,
+  parseQuery,
   type QueryLimits,
   RecordNotFoundError,
   type SluiceConfig,
@@ -27,7 +29,6 @@ import type { ServedCache } from './cache-port.js';
 import { unwrapCursor, wrapCursor } from './cursor.js';
 import { parseKeySegment, rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
-import { createQueryParsers } from './query-parser.js';
 import type { EndpointRegistry, Generation, Lease } from './registry.js';
 import {
   CountBodySchema,
@@ -135,7 +136,6 @@ function normalizeError(err: unknown, bodyLimit: number, request: FastifyRequest
 export async function buildApp(options: BuildAppOptions) {
   const { config, registry, metrics, limits } = options;
   const bodyLimit = config.limits.bodyBytes;
-  const parsers = createQueryParsers(limits);
   const app = Fastify({
     loggerInstance: options.logger,
     // No per-request log lines: at tens of thousands of requests per second they would cost more than the
@@ -394,7 +394,7 @@ export async function buildApp(options: BuildAppOptions) {
       const { lease, rowFilter } = open(request, request.params.name);
       try {
         stamp(reply, lease);
-        const query = parsers.query(request.body);
+        const query = parseQuery(request.body, limits);
         const generation = lease.generation.name;
         if (query.after !== null) query.after = unwrapCursor(query.after, generation);
         query.filter = andFilters(query.filter, rowFilter);
@@ -420,7 +420,7 @@ export async function buildApp(options: BuildAppOptions) {
       const { lease, rowFilter } = open(request, request.params.name);
       try {
         stamp(reply, lease);
-        const filter = parsers.count(request.body);
+        const filter = parseCountQuery(request.body, limits);
         return { count: lease.cache.count(andFilters(filter, rowFilter)) };
       } finally {
         lease.release();

@@ -25,7 +25,6 @@ export {
 } from './keys.js';
 export { createLogger } from './logger.js';
 export { type ApiMetrics, createMetrics } from './metrics.js';
-export { createQueryParsers, type QueryParsers } from './query-parser.js';
 export {
   type AliasEventSource,
   EndpointRegistry,
