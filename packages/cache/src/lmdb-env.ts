@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Database, type DatabaseOptions, open, type RootDatabase } from 'lmdb';
+import { type EnvOpenLock, lockEnvOpen, lockEnvOpenSync } from './env-open-lock.js';
 
 type AnyKey = import('lmdb').Key;
 
@@ -60,10 +61,9 @@ export class SharedEnv {
 }
 
 interface Entry {
-  env: SharedEnv;
+  /** The environment once opened (or reopened read-write); replaced while an upgrade runs. */
+  ready: Promise<SharedEnv>;
   refs: number;
-  /** Set while the entry is being upgraded to read-write. */
-  upgrading: Promise<void> | null;
 }
 
 /**
@@ -71,36 +71,102 @@ interface Entry {
  * here and shared by reference count (also between several managers on one root).
  */
 const openEnvs = new Map<string, Entry>();
+/** Environments of this process being closed; an open of the same path waits for the close to finish. */
+const closing = new Map<string, Promise<void>>();
+
+async function openLocked(path: string, readOnly: boolean): Promise<SharedEnv> {
+  const lock = await lockEnvOpen(path, { create: !readOnly });
+  try {
+    return new SharedEnv(path, readOnly);
+  } finally {
+    lock.release();
+    guardExit();
+  }
+}
+
+async function upgradeLocked(env: SharedEnv): Promise<SharedEnv> {
+  const lock = await lockEnvOpen(env.path, { create: true });
+  try {
+    await env.upgrade();
+    return env;
+  } finally {
+    lock.release();
+    guardExit();
+  }
+}
+
+/**
+ * At process exit lmdb closes every environment still open (read-write ones from its own `exit` listener,
+ * read-only ones from a native cleanup hook), outside our open lock. So the first `exit` listener takes the
+ * lock of each open environment and closes the read-only ones itself; the last one, after lmdb's, releases.
+ */
+const exitLocks: EnvOpenLock[] = [];
+let exitGuarded = false;
+
+function lockAllAtExit(): void {
+  for (const [path, entry] of openEnvs) {
+    const lock = lockEnvOpenSync(path, 2_000);
+    if (lock) exitLocks.push(lock);
+    const env = settled.get(entry);
+    // A read-only root closes synchronously (it has no pending writes to wait for).
+    if (env?.readOnly) void env.root.close().catch(() => {});
+  }
+}
+
+function releaseAllAtExit(): void {
+  for (const lock of exitLocks.splice(0)) lock.release();
+}
+
+function guardExit(): void {
+  if (!exitGuarded) {
+    exitGuarded = true;
+    process.prependListener('exit', lockAllAtExit);
+  }
+  // lmdb registers its exit listener at its first read-write open: keep ours after it.
+  process.removeListener('exit', releaseAllAtExit);
+  process.on('exit', releaseAllAtExit);
+}
+
+/** The opened environment of each entry, for the synchronous exit path (which cannot await `ready`). */
+const settled = new WeakMap<Entry, SharedEnv>();
 
 /**
  * Opens (or shares) the environment at `path`; `releaseEnv` when done. Readers open LMDB read-only, which never
  * waits for the writer's lock (a read-write open does, while a commit runs); a reader of a not-yet-created
  * environment opens it read-write (creating it). A writer joining a read-only environment of this process
- * reopens it read-write for everyone.
+ * reopens it read-write for everyone. Opening and closing take the environment's cross-process open lock
+ * (see `env-open-lock.ts`).
  */
 export async function acquireEnv(path: string, readOnly: boolean): Promise<SharedEnv> {
-  const entry = openEnvs.get(path);
-  if (entry) {
-    entry.refs += 1;
-    try {
-      if (entry.upgrading) await entry.upgrading;
-      if (!readOnly && entry.env.readOnly) {
-        entry.upgrading = entry.env.upgrade();
-        try {
-          await entry.upgrading;
-        } finally {
-          entry.upgrading = null;
-        }
-      }
-    } catch (err) {
-      await releaseEnv(path);
-      throw err;
-    }
-    return entry.env;
+  for (let pending = closing.get(path); pending; pending = closing.get(path)) await pending;
+  let entry = openEnvs.get(path);
+  if (!entry) {
+    const created: Entry = {
+      refs: 0,
+      ready: openLocked(path, readOnly && existsSync(join(path, 'data.mdb'))),
+    };
+    created.ready.then(
+      (env) => settled.set(created, env),
+      () => {
+        if (openEnvs.get(path) === created) openEnvs.delete(path);
+      },
+    );
+    openEnvs.set(path, created);
+    entry = created;
   }
-  const env = new SharedEnv(path, readOnly && existsSync(join(path, 'data.mdb')));
-  openEnvs.set(path, { env, refs: 1, upgrading: null });
-  return env;
+  entry.refs += 1;
+  try {
+    for (;;) {
+      const ready = entry.ready;
+      const env = await ready;
+      if (ready !== entry.ready) continue; // an upgrade started meanwhile
+      if (readOnly || !env.readOnly) return env;
+      entry.ready = ready.then(upgradeLocked);
+    }
+  } catch (err) {
+    await releaseEnv(path);
+    throw err;
+  }
 }
 
 /** Drops one reference; closes the environment with the last one. */
@@ -110,12 +176,31 @@ export async function releaseEnv(path: string): Promise<void> {
   entry.refs -= 1;
   if (entry.refs > 0) return;
   openEnvs.delete(path);
-  await entry.env.root.close();
+  const closed = (async () => {
+    let env: SharedEnv;
+    try {
+      env = await entry.ready;
+    } catch {
+      return; // never opened
+    }
+    const lock = await lockEnvOpen(path, { create: false });
+    try {
+      await env.root.close();
+    } finally {
+      lock.release();
+    }
+  })();
+  closing.set(path, closed);
+  try {
+    await closed;
+  } finally {
+    if (closing.get(path) === closed) closing.delete(path);
+  }
 }
 
 /** True while any handle of this process has the environment at `path` open. */
 export function isEnvOpen(path: string): boolean {
-  return openEnvs.has(path);
+  return openEnvs.has(path) || closing.has(path);
 }
 
 /**

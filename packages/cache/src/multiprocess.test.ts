@@ -60,6 +60,44 @@ describe('multi-process', () => {
     expect(await caches.gc(new Date(Date.now() + 3_600_000))).toEqual([blue.name]);
   });
 
+  it('processes opening and closing one cache at the same time never break its lock file', {
+    timeout: 90_000,
+  }, async () => {
+    // LMDB destroys the lock file's mutexes when its last user closes; an open racing that close used to find
+    // them destroyed and fail every transaction with EINVAL (see env-open-lock.ts). Without the open lock this
+    // fails within a few hundred cycles.
+    const schema: CacheSchema = { fields: { id: 'integer', n: 'integer' }, primaryKey: ['id'], indexes: [] };
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    const cache = await caches.create({ endpoint: 'items', schema });
+    const name = cache.name;
+    cache.apply([{ op: 'insert', record: { id: 0, n: 0 } }]);
+    await cache.commit({ dag: 'churn', epoch: 0, positions: {}, at: new Date().toISOString() });
+    await cache.close();
+
+    const children = [
+      spawnTs(fixture('churn.ts'), [dir.path, name, 'rw', '6000']),
+      spawnTs(fixture('churn.ts'), [dir.path, name, 'ro', '6000']),
+      spawnTs(fixture('churn.ts'), [dir.path, name, 'ro', '6000']),
+    ];
+    try {
+      const results = await Promise.all(
+        children.map(async (child) =>
+          JSON.parse((await child.waitForLine(/^DONE /, 60_000)).slice('DONE '.length)),
+        ),
+      );
+      for (const result of results) {
+        expect(result.errors).toEqual([]);
+        expect(result.cycles).toBeGreaterThan(50);
+      }
+      const reopened = await caches.openRo(name);
+      expect(reopened.commitState().checkpoint?.epoch).toBe(results[0].cycles);
+      await reopened.close();
+    } finally {
+      for (const child of children) await child[Symbol.asyncDispose]();
+    }
+  });
+
   it('gc keeps a retired cache that another process still has open', { timeout: 60_000 }, async () => {
     const schema: CacheSchema = {
       fields: { id: 'integer', epoch: 'integer' },

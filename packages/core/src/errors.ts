@@ -33,6 +33,7 @@ export const ErrorCode = {
   CACHE_DISK_FULL: 'CACHE_DISK_FULL',
   CACHE_CONFLICT: 'CACHE_CONFLICT',
   CACHE_CLOSED: 'CACHE_CLOSED',
+  CACHE_BUSY: 'CACHE_BUSY',
   BAD_RECORD: 'BAD_RECORD',
   SOURCE_FAILED: 'SOURCE_FAILED',
   SINK_FAILED: 'SINK_FAILED',
@@ -317,6 +318,13 @@ export class CacheConflictError extends SluiceError {
 export class CacheClosedError extends SluiceError {
   constructor(name: string) {
     super(ErrorCode.CACHE_CLOSED, `Cache ${q(name)} is closed`, 503, { details: { name } });
+  }
+}
+
+/** A cache environment stayed locked by another live process for longer than the wait allowed. */
+export class CacheBusyError extends SluiceError {
+  constructor(message: string, details: Record<string, unknown>) {
+    super(ErrorCode.CACHE_BUSY, message, 503, { details });
   }
 }
 

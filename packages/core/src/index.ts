@@ -50,6 +50,7 @@ export {
   asSluiceError,
   BackplaneUnavailableError,
   BadRecordError,
+  CacheBusyError,
   CacheClosedError,
   CacheConflictError,
   CacheNotFoundError,

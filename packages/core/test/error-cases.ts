@@ -1,6 +1,7 @@
 import {
   BackplaneUnavailableError,
   BadRecordError,
+  CacheBusyError,
   CacheClosedError,
   CacheConflictError,
   CacheNotFoundError,
@@ -163,6 +164,12 @@ export const ERROR_CASES: ReadonlyArray<{
     status: 409,
   },
   { error: new CacheClosedError('items-01'), cls: CacheClosedError, code: 'CACHE_CLOSED', status: 503 },
+  {
+    error: new CacheBusyError('locked', { path: '/data/caches/items-01' }),
+    cls: CacheBusyError,
+    code: 'CACHE_BUSY',
+    status: 503,
+  },
   {
     error: new BadRecordError('line 3 is not JSON', { line: 3, source: 'in.jsonl' }),
     cls: BadRecordError,
