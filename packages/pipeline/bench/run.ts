@@ -120,7 +120,13 @@ try {
       line('raw lmdb batched puts (limit)', lmdb),
       line('PostgreSQL COPY, 2 indexes (peer)', copy),
     ];
-    for (const r of result) console.log(r);
+    // Progress as plain lines; the table comes once at the end.
+    for (const [name, r] of [
+      ['pipeline → cache', pipeline],
+      ['raw lmdb', lmdb],
+      ['PostgreSQL COPY', copy],
+    ] as const)
+      console.log(`  ${name}: ${fmt(rate(n, r.ms))} records/s in ${(r.ms / 1000).toFixed(1)} s`);
     rows.push(...result);
     await rm(dir, { recursive: true, force: true });
   }
