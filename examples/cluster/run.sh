@@ -16,6 +16,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+# shellcheck source=../lib.sh
+source "$here/../lib.sh"
 state=$(mkdir -p "${SLUICE_CLUSTER_STATE:-$here/.cluster}" && cd "${SLUICE_CLUSTER_STATE:-$here/.cluster}" && pwd)
 pg=${SLUICE_CLUSTER_PG:-postgres://postgres@127.0.0.1:5432}
 db=${SLUICE_CLUSTER_DB:-sluice_cluster_example}
@@ -47,40 +49,6 @@ host_of() { # the app-server whose caches an api-server reads
   esac
 }
 url_of() { echo "http://127.0.0.1:$(port_of "$1")"; }
-pid_of() { cat "$state/pids/$1.pid" 2>/dev/null || true; }
-alive() {
-  local pid
-  pid=$(pid_of "$1")
-  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
-}
-http_code() { curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$1" || true; }
-die() {
-  echo "✖ $*" >&2
-  exit 1
-}
-
-need() {
-  command -v "$1" >/dev/null 2>&1 || die "$1 is needed ($2)"
-}
-
-port_free() {
-  node -e '
-    const server = require("node:net").createServer();
-    server.once("error", () => process.exit(1));
-    server.listen(Number(process.argv[1]), "127.0.0.1", () => server.close(() => process.exit(0)));
-  ' "$1"
-}
-
-nats_reachable() {
-  node -e '
-    const url = new URL(process.argv[1].split(",")[0]);
-    const socket = require("node:net").connect(Number(url.port || 4222), url.hostname);
-    socket.setTimeout(3000, () => process.exit(1));
-    socket.once("error", () => process.exit(1));
-    socket.once("data", (d) => process.exit(String(d).startsWith("INFO") ? 0 : 1));
-  ' "$1"
-}
-
 create_database() {
   local exists
   exists=$(psql "$pg/postgres" -tAc "SELECT 1 FROM pg_database WHERE datname = '$db'") ||
@@ -144,18 +112,7 @@ start() {
   create_database
 
   mkdir -p "$state/logs" "$state/pids" "$out"
-  if [[ ${SLUICE_SKIP_BUILD:-} == 1 ]]; then
-    echo "▸ SLUICE_SKIP_BUILD=1: using the apps as built"
-  else
-    echo "▸ building the app-server and the api-server (turbo; cached after the first run)"
-    (cd "$repo" && TURBO_TELEMETRY_DISABLED=1 "$repo/node_modules/.bin/turbo" run build \
-      --filter=@sluice/app-server --filter=@sluice/api-server --output-logs=errors-only >"$state/logs/build.log" 2>&1) ||
-      {
-        cat "$state/logs/build.log" >&2
-        die "the build failed"
-      }
-  fi
-  node "$repo/scripts/prepare-quickstart-data.mjs" >/dev/null
+  build_apps
 
   for name in "${nodes[@]}"; do
     launch "$name" apps/app-server/dist/bin.js SLUICE_NODE_ID="$name" SLUICE_PORT="$(port_of "$name")" \

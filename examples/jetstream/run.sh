@@ -13,6 +13,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+# shellcheck source=../lib.sh
+source "$here/../lib.sh"
 state=$(cd "$here" && mkdir -p "${SLUICE_DATA_DIR:-.sluice}" && cd "${SLUICE_DATA_DIR:-.sluice}" && pwd)
 export SLUICE_NATS_URL=${SLUICE_NATS_URL:-nats://127.0.0.1:4222}
 export SLUICE_PORT=${SLUICE_PORT:-7270}
@@ -21,25 +23,6 @@ export SLUICE_DATA_DIR=$state
 export SLUICE_STORE_URL=${SLUICE_STORE_URL:-sqlite:$state/store.db}
 app=http://127.0.0.1:$SLUICE_PORT
 api=http://127.0.0.1:$SLUICE_API_PORT
-
-die() {
-  echo "✖ $*" >&2
-  exit 1
-}
-pid_of() { cat "$state/pids/$1.pid" 2>/dev/null || true; }
-alive() {
-  local pid
-  pid=$(pid_of "$1")
-  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
-}
-http_code() { curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$1" || true; }
-port_free() {
-  node -e '
-    const server = require("node:net").createServer();
-    server.once("error", () => process.exit(1));
-    server.listen(Number(process.argv[1]), "127.0.0.1", () => server.close(() => process.exit(0)));
-  ' "$1"
-}
 
 launch() { # name, binary
   echo "{\"msg\":\"--- run.sh: starting $1 ---\",\"time\":$(date +%s%3N)}" >>"$state/logs/$1.log"
@@ -75,18 +58,7 @@ start() {
   port_free "$SLUICE_PORT" || die "port $SLUICE_PORT is in use; choose another with SLUICE_PORT=<port>"
   port_free "$SLUICE_API_PORT" || die "port $SLUICE_API_PORT is in use; choose another with SLUICE_API_PORT=<port>"
   mkdir -p "$state/logs" "$state/pids"
-  if [[ ${SLUICE_SKIP_BUILD:-} == 1 ]]; then
-    echo "▸ SLUICE_SKIP_BUILD=1: using the apps as built"
-  else
-    echo "▸ building the app-server and the api-server (turbo; cached after the first run)"
-    (cd "$repo" && TURBO_TELEMETRY_DISABLED=1 "$repo/node_modules/.bin/turbo" run build \
-      --filter=@sluice/app-server --filter=@sluice/api-server --output-logs=errors-only >"$state/logs/build.log" 2>&1) ||
-      {
-        cat "$state/logs/build.log" >&2
-        die "the build failed"
-      }
-  fi
-  node "$repo/scripts/prepare-quickstart-data.mjs" >/dev/null
+  build_apps
   # The stream first: the endpoint pipeline reads it from its first start.
   node "$here/stream.mjs" || die "cannot create the stream on $SLUICE_NATS_URL (is nats-server -js running?)"
   launch app-server apps/app-server/dist/bin.js

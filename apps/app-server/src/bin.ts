@@ -7,7 +7,10 @@ import { isDatabaseConnectionLoss } from './crash-guard.js';
 const program = new Command()
   .name('sluice-app-server')
   .description('A Sluice data-plane node: control API, idempotent transfers, endpoint pipelines.')
-  .option('-c, --config <file>', 'YAML configuration file (embedded defaults when absent)')
+  .option(
+    '-c, --config <file>',
+    'YAML configuration file (default: ./sluice.yaml when present, else the embedded defaults)',
+  )
   .option('--check', 'validate the configuration, print it, and exit')
   .showHelpAfterError();
 

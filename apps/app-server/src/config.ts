@@ -1,14 +1,15 @@
-import { readFile } from 'node:fs/promises';
-import { ConfigError, resolveConfig, type SluiceConfig } from '@sluice/core';
-import YAML from 'yaml';
-
-/** Largest configuration file accepted (configuration is trusted, but a runaway file is still a mistake). */
-const MAX_CONFIG_BYTES = 4 * 1024 * 1024;
+import {
+  ConfigError,
+  loadConfigFile,
+  parseConfigText as parseCoreConfigText,
+  type SluiceConfig,
+} from '@sluice/core';
 
 /**
- * Loads the node configuration: the YAML file at `path` (or embedded defaults when `path` is undefined),
- * environment overrides applied, validated by core's schema. A bad file or value throws `CONFIG_INVALID`
- * naming the exact field and the reason.
+ * Loads the node configuration with core's `loadConfigFile`: the YAML file at `path`, else `./sluice.yaml` when
+ * present, else the embedded defaults; environment overrides applied; validated by core's schema plus the
+ * app-server's own rules (backplane choice, heartbeat shorter than the lease). A bad file or value throws
+ * `CONFIG_INVALID` naming the exact field and the reason.
  *
  * @example
  * ```ts
@@ -19,25 +20,15 @@ const MAX_CONFIG_BYTES = 4 * 1024 * 1024;
 export async function loadConfig(
   path: string | undefined,
   env: Record<string, string | undefined> = process.env,
+  cwd: string = process.cwd(),
 ): Promise<SluiceConfig> {
-  if (path === undefined) return resolveConfig({}, env);
-  let text: string;
-  try {
-    const buffer = await readFile(path);
-    if (buffer.byteLength > MAX_CONFIG_BYTES)
-      throw new ConfigError(`Configuration file ${path} is larger than ${MAX_CONFIG_BYTES} bytes`);
-    text = buffer.toString('utf8');
-  } catch (err) {
-    if (err instanceof ConfigError) throw err;
-    throw new ConfigError(`Cannot read configuration file ${path}: ${(err as Error).message}`, [], {
-      cause: err,
-    });
-  }
-  return parseConfigText(text, env, path);
+  const { config } = loadConfigFile({ configPath: path, env, cwd });
+  assertBackplaneChoice(config);
+  return config;
 }
 
 /**
- * Parses YAML configuration text and validates it (with environment overrides).
+ * Parses YAML configuration text and validates it (with environment overrides) like {@link loadConfig}.
  *
  * @example
  * ```ts
@@ -49,35 +40,9 @@ export function parseConfigText(
   env: Record<string, string | undefined> = {},
   source = 'configuration',
 ): SluiceConfig {
-  const document = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-  const yamlError = document.errors[0];
-  if (yamlError) {
-    const where = yamlError.linePos?.[0];
-    const position = where ? ` at line ${where.line}, column ${where.col}` : '';
-    throw new ConfigError(`${source} is not valid YAML${position}: ${yamlError.message.split('\n')[0]}`, [
-      { path: '(root)', message: yamlError.message.split('\n')[0] ?? 'invalid YAML' },
-    ]);
-  }
-  const raw: unknown = document.toJS({ maxAliasCount: 100 });
-  if (raw !== null && raw !== undefined && (typeof raw !== 'object' || Array.isArray(raw)))
-    throw new ConfigError(`${source} must be a YAML mapping`, [
-      { path: '(root)', message: 'expected a mapping' },
-    ]);
-  try {
-    const config = resolveConfig(raw ?? {}, env);
-    assertBackplaneChoice(config);
-    return config;
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      const lines = err.errors.map((issue) => `  ${issue.path}: ${issue.message}`).join('\n');
-      throw new ConfigError(
-        `Invalid configuration in ${source}${lines ? `:\n${lines}` : `: ${err.message}`}`,
-        err.errors,
-        { cause: err },
-      );
-    }
-    throw err;
-  }
+  const config = parseCoreConfigText(text, env, source);
+  assertBackplaneChoice(config);
+  return config;
 }
 
 function assertBackplaneChoice(config: SluiceConfig): void {

@@ -47,6 +47,13 @@ export {
   SluiceConfigSchema,
 } from './config.js';
 export {
+  DEFAULT_CONFIG_FILE,
+  type LoadConfigFileOptions,
+  type LoadedConfigFile,
+  loadConfigFile,
+  parseConfigText,
+} from './config-file.js';
+export {
   asSluiceError,
   BackplaneUnavailableError,
   BadRecordError,

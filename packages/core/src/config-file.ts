@@ -1,0 +1,117 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { isAbsolute, resolve } from 'node:path';
+import YAML from 'yaml';
+import { resolveConfig, type SluiceConfig } from './config.js';
+import { ConfigError } from './errors.js';
+
+/** Largest configuration file read (configuration is trusted, but a runaway file is still a mistake). */
+const MAX_CONFIG_BYTES = 4 * 1024 * 1024;
+
+/** The file both apps read when started without `--config`, if it exists in the working directory. */
+export const DEFAULT_CONFIG_FILE = 'sluice.yaml';
+
+/**
+ * Parses YAML configuration text and validates it with {@link resolveConfig} after the `SLUICE_*` environment
+ * overrides. Invalid YAML names the line and column; an invalid value names every failing key. Both throw
+ * `CONFIG_INVALID`.
+ *
+ * @example
+ * ```ts
+ * const config = parseConfigText('node: { id: h1, port: 7070 }', process.env, 'sluice.yaml');
+ * ```
+ */
+export function parseConfigText(
+  text: string,
+  env: Record<string, string | undefined> = {},
+  source = 'configuration',
+): SluiceConfig {
+  const document = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+  const yamlError = document.errors[0];
+  if (yamlError) {
+    const where = yamlError.linePos?.[0];
+    const position = where ? ` at line ${where.line}, column ${where.col}` : '';
+    const message = yamlError.message.split('\n')[0] ?? 'invalid YAML';
+    throw new ConfigError(`${source} is not valid YAML${position}: ${message}`, [
+      { path: '(root)', message },
+    ]);
+  }
+  let raw: unknown;
+  try {
+    raw = document.toJS({ maxAliasCount: 100 });
+  } catch (err) {
+    // yaml refuses documents whose aliases expand beyond the limit (a "billion laughs" file).
+    throw new ConfigError(`${source} is not usable YAML: ${(err as Error).message}`, [
+      { path: '(root)', message: (err as Error).message },
+    ]);
+  }
+  if (raw !== null && raw !== undefined && (typeof raw !== 'object' || Array.isArray(raw)))
+    throw new ConfigError(`${source} must be a YAML mapping`, [
+      { path: '(root)', message: 'expected a mapping' },
+    ]);
+  try {
+    return resolveConfig(raw ?? {}, env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      const lines = err.errors.map((issue) => `  ${issue.path}: ${issue.message}`).join('\n');
+      throw new ConfigError(
+        `Invalid configuration in ${source}${lines ? `:\n${lines}` : `: ${err.message}`}`,
+        err.errors,
+        { cause: err },
+      );
+    }
+    throw err;
+  }
+}
+
+export interface LoadConfigFileOptions {
+  /** `--config`; when absent, `./sluice.yaml` is read if it exists, else the embedded defaults apply. */
+  configPath?: string | undefined;
+  env?: Record<string, string | undefined>;
+  /** The working directory: where `sluice.yaml` is looked for and what a relative `dataDir` resolves against. */
+  cwd?: string;
+}
+
+export interface LoadedConfigFile {
+  config: SluiceConfig;
+  /** The file read, or `null` when running on the embedded defaults. */
+  path: string | null;
+  /** `dataDir` as an absolute path (a relative one resolves against the working directory). */
+  dataDir: string;
+}
+
+/**
+ * Reads a host's configuration the way every Sluice process does: the `--config` file, else `./sluice.yaml`
+ * when present, else the embedded defaults; then the environment overrides; then validation. An app-server
+ * and api-servers started from one directory with one file therefore agree on everything, `dataDir` included.
+ *
+ * @example
+ * ```ts
+ * const { config, dataDir, path } = loadConfigFile({ configPath: 'sluice.yaml', env: process.env });
+ * ```
+ */
+export function loadConfigFile(options: LoadConfigFileOptions = {}): LoadedConfigFile {
+  const cwd = options.cwd ?? process.cwd();
+  const env = options.env ?? {};
+  let path: string | null = null;
+  if (options.configPath !== undefined) path = resolve(cwd, options.configPath);
+  else if (existsSync(resolve(cwd, DEFAULT_CONFIG_FILE))) path = resolve(cwd, DEFAULT_CONFIG_FILE);
+  let config: SluiceConfig;
+  if (path === null) config = parseConfigText('{}', env, 'the embedded defaults');
+  else {
+    let text: string;
+    try {
+      const buffer = readFileSync(path);
+      if (buffer.byteLength > MAX_CONFIG_BYTES)
+        throw new ConfigError(`Configuration file ${path} is larger than ${MAX_CONFIG_BYTES} bytes`);
+      text = buffer.toString('utf8');
+    } catch (err) {
+      if (err instanceof ConfigError) throw err;
+      throw new ConfigError(`Cannot read configuration file ${path}: ${(err as Error).message}`, [], {
+        cause: err,
+      });
+    }
+    config = parseConfigText(text, env, options.configPath ?? DEFAULT_CONFIG_FILE);
+  }
+  const dataDir = isAbsolute(config.dataDir) ? config.dataDir : resolve(cwd, config.dataDir);
+  return { config, path, dataDir };
+}
