@@ -61,6 +61,11 @@ main().catch((err: unknown) => {
     process.stderr.write(`sluice-app-server: ${err.code}: ${err.message}\n`);
     const issues = (err as { errors?: Array<{ path: string; message: string }> }).errors ?? [];
     for (const issue of issues) process.stderr.write(`  - ${issue.path}: ${issue.message}\n`);
+  } else if ((err as NodeJS.ErrnoException)?.code === 'EADDRINUSE') {
+    const { address, port } = err as { address?: string; port?: number };
+    process.stderr.write(
+      `sluice-app-server: ${address ?? ''}:${port ?? ''} is already in use; choose another node.port (SLUICE_PORT) or stop what listens there\n`,
+    );
   } else {
     process.stderr.write(`sluice-app-server: ${(err as Error)?.stack ?? String(err)}\n`);
   }

@@ -1,4 +1,5 @@
 import { createHmac, randomUUID } from 'node:crypto';
+import { resolve } from 'node:path';
 import { createDirectBackplane, createNatsBackplane, createSingleNodeBackplane } from '@sluice/backplane';
 import { type Backplane, type Clock, type SluiceConfig, systemClock } from '@sluice/core';
 import { runTransfer } from '@sluice/pipeline';
@@ -6,6 +7,7 @@ import { openStore } from '@sluice/store';
 import type { FastifyInstance } from 'fastify';
 import type pino from 'pino';
 import { backplaneKind } from './config.js';
+import { lockDataDir } from './data-dir-lock.js';
 import { buildServer, type DirectRoutesTarget } from './http/server.js';
 import { asPortLogger, createLogger } from './logger.js';
 import { createMetrics } from './metrics.js';
@@ -64,6 +66,10 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
   };
 
   try {
+    // First of all: one app-server per data directory (before anything is opened or written there).
+    const dataDirLock = lockDataDir(resolve(cwd, config.dataDir));
+    cleanups.push(async () => dataDirLock.release());
+
     const store = await openStore(config.store, { clock, logger: log });
     cleanups.push(() => store[Symbol.asyncDispose]());
 

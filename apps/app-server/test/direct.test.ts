@@ -42,6 +42,13 @@ describe('direct-address backplane (PostgreSQL, no NATS)', () => {
       });
       expect(terminated.status).toBe(200);
       expect(terminated.body.state).toBe('TERMINATED');
+      // Terminating again is a no-op.
+      const again = await call(`${d1.url}/v1/transfers/direct-1/terminate`, {
+        method: 'POST',
+        headers: auth,
+      });
+      expect(again.status).toBe(200);
+      expect(again.body.state).toBe('TERMINATED');
 
       const killed = fileTransfer('direct-2', source, join(dir.path, 'out-2.jsonl'), 1_000);
       expect((await call(`${d1.url}/v1/transfers`, { json: killed, headers: auth })).status).toBe(201);
@@ -65,6 +72,12 @@ describe('direct-address backplane (PostgreSQL, no NATS)', () => {
       );
       expect(done.attempts).toBe(2);
       expect(await exactlyOnce(join(dir.path, 'out-2.jsonl'), 3_000)).toBeNull();
+      // A finished transfer cannot be terminated: 409, and the record keeps its outcome.
+      const late = await call(`${d2.url}/v1/transfers/direct-2/terminate`, { method: 'POST', headers: auth });
+      expect(late.status).toBe(409);
+      expect(late.body).toMatchObject({ code: 'ILLEGAL_TRANSITION', status: 409 });
+      const after = await call(`${d2.url}/v1/transfers/direct-2`, { headers: auth });
+      expect(after.body.state).toBe('COMPLETED');
     } finally {
       await Promise.allSettled([d1.child.stop('SIGKILL'), d2.child.stop('SIGKILL')]);
     }

@@ -3,7 +3,7 @@
  * NATS): every bad-input class is refused with the right problem and writes nothing; idempotence holds across a
  * process restart; probes, metrics and the OpenAPI document.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, readdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { openStore } from '@sluice/store';
@@ -322,11 +322,40 @@ describe('app-server on embedded defaults', { timeout: 90_000 }, () => {
       expect(nodes.body.nodes[0]).toMatchObject({ nodeId: 'bare', address: `http://127.0.0.1:${port}` });
       expect(existsSync(join(cwd.path, '.sluice', 'store.db'))).toBe(true);
       expect(existsSync(join(cwd.path, '.sluice', 'aliases'))).toBe(true);
+      expect(readFileSync(join(cwd.path, '.sluice', 'app-server.pid'), 'utf8').trim()).toBe(
+        String(child.pid),
+      );
+
+      // A second app-server on the same data directory is refused before it opens anything there.
+      const second = spawnTs(BIN, [], { cwd: cwd.path, env: { SLUICE_PORT: String(await freePort()) } });
+      expect((await second.exited).code).toBe(1);
+      expect(second.output()).toContain(`Another app-server (pid ${child.pid}) is using the data directory`);
+      // One on another data directory but the same port: a one-line error, not a stack trace.
+      await using other = await tempDir('sluice-app-port-');
+      const third = spawnTs(BIN, [], { cwd: other.path, env: { SLUICE_PORT: String(port) } });
+      expect((await third.exited).code).toBe(1);
+      expect(third.output()).toMatch(new RegExp(`127\\.0\\.0\\.1:${port} is already in use`));
+      expect(third.output()).not.toMatch(/\n\s+at /);
+
       expect((await child.stop('SIGTERM')).code).toBe(0);
+      expect(existsSync(join(cwd.path, '.sluice', 'app-server.pid'))).toBe(false);
+
+      // A SIGKILLed app-server leaves its pid file behind; the next one takes it over.
+      const killed = spawnTs(BIN, [], { cwd: cwd.path, env: { SLUICE_PORT: String(port) } });
+      await killed.waitForLine(/app-server ready/, 60_000);
+      await killed.stop('SIGKILL');
+      expect(existsSync(join(cwd.path, '.sluice', 'app-server.pid'))).toBe(true);
+      const next = spawnTs(BIN, [], { cwd: cwd.path, env: { SLUICE_PORT: String(port) } });
+      try {
+        await next.waitForLine(/app-server ready/, 60_000);
+        expect((await next.stop('SIGTERM')).code).toBe(0);
+      } finally {
+        await next[Symbol.asyncDispose]();
+      }
     } finally {
       await child[Symbol.asyncDispose]();
     }
-  });
+  }, 120_000);
 
   it('fails at start on a bad configuration, naming the field', async () => {
     const file = join(dir.path, 'bad.yaml');

@@ -7,6 +7,7 @@ import {
   type DataPlaneStore,
   ErrorCode,
   IdempotencyConflictError,
+  IllegalTransitionError,
   isTerminal,
   type Logger,
   type OwnerAnswer,
@@ -608,7 +609,9 @@ export class TransferCoordinator {
     for (let attempt = 0; attempt < 5; attempt++) {
       const record = await this.#o.store.get(id);
       if (!record) throw new TransferNotFoundError(id);
-      if (isTerminal(record.state)) return transferView(record);
+      // Terminating again is a no-op; a transfer that finished (or finished while being stopped) cannot be.
+      if (record.state === 'TERMINATED') return transferView(record);
+      if (isTerminal(record.state)) throw new IllegalTransitionError(id, record.state, 'TERMINATED');
       const local = this.#runs.get(id);
       if (local && local.epoch === record.epoch) {
         this.#stop(local, 'terminate');

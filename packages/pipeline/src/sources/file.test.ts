@@ -88,6 +88,17 @@ describe('file source', () => {
     ]);
   });
 
+  it('a missing path or a directory is SOURCE_FAILED naming the path', async () => {
+    await using dir = await tempDir();
+    for (const path of [join(dir.path, 'missing.jsonl'), dir.path]) {
+      const source = createFileSource({ handle: 's', path, format: 'jsonl' });
+      await expect(collect(source, null)).rejects.toMatchObject({
+        code: 'SOURCE_FAILED',
+        message: expect.stringContaining(`Cannot read file ${path}`),
+      });
+    }
+  });
+
   it('reports over-long lines as bad records and keeps going', async () => {
     await using dir = await tempDir();
     const path = join(dir.path, 'a.jsonl');

@@ -78,7 +78,9 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
     const position = parsed.data;
     let size: number;
     try {
-      size = (await stat(options.path)).size;
+      const info = await stat(options.path);
+      if (!info.isFile()) return { ok: false, reason: `${options.path} is no longer a regular file` };
+      size = info.size;
     } catch {
       return { ok: false, reason: `file ${options.path} no longer exists` };
     }
@@ -108,7 +110,9 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
     if (from === null) {
       let size: number;
       try {
-        size = (await stat(options.path)).size;
+        const info = await stat(options.path);
+        if (!info.isFile()) throw new Error('not a regular file');
+        size = info.size;
       } catch (err) {
         throw new SourceError(`Cannot read file ${options.path}: ${(err as Error).message}`, { cause: err });
       }

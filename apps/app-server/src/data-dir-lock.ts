@@ -1,0 +1,93 @@
+import { mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ConfigError } from '@sluice/core';
+
+/** What holds a data directory: the file naming the app-server process that writes its caches. */
+export const DATA_DIR_LOCK_FILE = 'app-server.pid';
+
+export interface DataDirLock {
+  readonly path: string;
+  release(): void;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+function ageMs(file: string): number {
+  try {
+    return Date.now() - statSync(file).mtimeMs;
+  } catch {
+    return Number.POSITIVE_INFINITY;
+  }
+}
+
+function holder(file: string): number | null {
+  try {
+    const pid = Number(readFileSync(file, 'utf8').trim());
+    return Number.isInteger(pid) && pid > 0 ? pid : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Claims `dataDir` for this app-server. The caches under it have one writer (LMDB serializes writers, and two
+ * pipelines of one endpoint would build competing generations), so a second app-server pointed at the same
+ * directory is refused before it opens anything, naming the process that holds it. A file left by a process
+ * that died (SIGKILL) is taken over. The liveness check uses the pid, so processes sharing a data directory
+ * must share a pid namespace.
+ *
+ * @example
+ * ```ts
+ * const lock = lockDataDir('/var/lib/sluice');
+ * try { ... } finally { lock.release(); }
+ * ```
+ */
+export function lockDataDir(dataDir: string): DataDirLock {
+  mkdirSync(dataDir, { recursive: true });
+  const file = join(dataDir, DATA_DIR_LOCK_FILE);
+  for (let attempt = 0; attempt < 5; attempt++) {
+    try {
+      writeFileSync(file, `${process.pid}\n`, { flag: 'wx' });
+      let released = false;
+      return {
+        path: file,
+        release() {
+          if (released) return;
+          released = true;
+          if (holder(file) === process.pid) rmSync(file, { force: true });
+        },
+      };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const pid = holder(file);
+    if (pid === null && ageMs(file) < 2_000) {
+      // Just created by a process that has not written its pid yet.
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+      continue;
+    }
+    if (pid !== null && pid !== process.pid && isAlive(pid))
+      throw new ConfigError(
+        `Another app-server (pid ${pid}) is using the data directory ${dataDir}; each host's dataDir has one app-server (stop it, or give this one another dataDir)`,
+        [{ path: 'dataDir', message: `in use by pid ${pid} (${file})` }],
+      );
+    // Stale (its process is gone) or half-written: move it aside atomically, so two starting processes cannot
+    // both take it over, then try again.
+    try {
+      renameSync(file, `${file}.stale-${process.pid}`);
+      rmSync(`${file}.stale-${process.pid}`, { force: true });
+    } catch {
+      // Someone else moved it first; look again.
+    }
+  }
+  throw new ConfigError(`Could not claim the data directory ${dataDir} (${file} keeps changing)`, [
+    { path: 'dataDir', message: 'contended' },
+  ]);
+}
