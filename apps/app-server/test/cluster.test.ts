@@ -194,6 +194,57 @@ describe('app-server cluster (PostgreSQL + NATS)', { timeout: 90_000 }, () => {
     }
   });
 
+  it('a hung owner (SIGSTOP, lease still fresh) is taken over on resubmit and terminated through another node', async () => {
+    // Long leases: whatever happens here happens because the owner did not answer, not because a lease expired.
+    const slowLease = { leaseMs: 60_000, heartbeatMs: 1_000, ownerWaitMs: 500, sweepIntervalMs: 60_000 };
+    const spec = (nodeId: string) => ({
+      nodeId,
+      dir: join(dir.path, nodeId),
+      store: db.url,
+      nats: nats.url,
+      roots: [join(dir.path, 'files')],
+      limits: slowLease,
+    });
+    const [h1, h2] = await Promise.all([startNodeProcess(spec('h1')), startNodeProcess(spec('h2'))]);
+    try {
+      const source = await writeRecords(files('hung-in.jsonl'), 3_000);
+      const destination = files('hung-out.jsonl');
+      const body = fileTransfer('hung-1', source, destination, 1_000);
+      const stopBody = fileTransfer('hung-2', source, files('hung-2-out.jsonl'), 200);
+      expect((await call(`${h1.url}/v1/transfers`, { json: body })).status).toBe(201);
+      expect((await call(`${h1.url}/v1/transfers`, { json: stopBody })).status).toBe(201);
+      await waitForCheckpoint('hung-1');
+      h1.child.kill('SIGSTOP');
+      try {
+        const started = Date.now();
+        const takeover = await call(`${h2.url}/v1/transfers`, { json: body });
+        expect(takeover.status).toBe(202);
+        expect(takeover.body).toMatchObject({ resumed: true, owner: { nodeId: 'h2' }, epoch: 2 });
+        expect(Date.now() - started).toBeLessThan(10_000);
+        await h2.child.waitForLine(/the owner did not answer within the wait/, 5_000);
+
+        const terminated = await call(`${h2.url}/v1/transfers/hung-2/terminate`, { method: 'POST' });
+        expect(terminated.status).toBe(200);
+        expect(terminated.body).toMatchObject({ state: 'TERMINATED', epoch: 2 });
+
+        const done = await waitForState(h2.url, 'hung-1', 'COMPLETED', 30_000);
+        expect(done.epoch).toBe(2);
+        expect(await exactlyOnce(destination, 3_000)).toBeNull();
+        const bytes = await readFile(destination);
+        h1.child.kill('SIGCONT');
+        await h1.child.waitForLine(/no longer owns/, 20_000);
+        await waitFor(async () => (await call(`${h1.url}/healthz`)).status === 200, { timeoutMs: 10_000 });
+        expect(await store.get('hung-1')).toMatchObject({ state: 'COMPLETED', epoch: 2, ownerNodeId: 'h2' });
+        expect(await store.get('hung-2')).toMatchObject({ state: 'TERMINATED', epoch: 2 });
+        expect((await readFile(destination)).equals(bytes)).toBe(true);
+      } finally {
+        h1.child.kill('SIGCONT');
+      }
+    } finally {
+      await Promise.allSettled([h1.child.stop('SIGKILL'), h2.child.stop('SIGKILL')]);
+    }
+  }, 90_000);
+
   it('NATS down: no false takeover while leases are fresh, readyz reports it, recovery after restart', async () => {
     const source = await writeRecords(files('nats-in.jsonl'), 4_000);
     const destination = files('nats-out.jsonl');

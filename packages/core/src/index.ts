@@ -138,6 +138,7 @@ export {
   type TransferPage,
   type TransferResponder,
   type TransitionInput,
+  type UnknownAnswer,
   type WhoRunsOptions,
 } from './ports.js';
 export { PROBLEM_CONTENT_TYPE, type ProblemDetails, toProblem } from './problem.js';

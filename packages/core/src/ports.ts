@@ -128,16 +128,29 @@ export interface OwnerReport {
 }
 
 /** The three honest answers to "who runs transfer X?". */
+/**
+ * An answer the backplane could not make certain. `silent` marks the one case that is not an outage: the
+ * backplane is connected and the question reached the owner's subscription, but no owner answered within the
+ * wait (a hung or frozen process). DESIGN.md reads that as "nobody answers within the configured wait", which
+ * allows a takeover (fenced by the epoch, so a hung owner that wakes up cannot write); any other `unknown` must
+ * fall back to the lease.
+ */
+export interface UnknownAnswer {
+  status: 'unknown';
+  reason: string;
+  silent?: boolean;
+}
+
 export type OwnerAnswer =
   | { status: 'owner'; owner: OwnerReport }
   | { status: 'nobody' }
-  /** The backplane could not be asked; never to be read as "nobody". */
-  | { status: 'unknown'; reason: string };
+  /** The backplane could not tell; never to be read as "nobody" (see {@link UnknownAnswer}). */
+  | UnknownAnswer;
 
 export type TerminateAnswer =
   | { status: 'terminated'; by: string }
   | { status: 'not-running' }
-  | { status: 'unknown'; reason: string };
+  | UnknownAnswer;
 
 /** What a node that runs a transfer answers for it on the backplane. */
 export interface TransferResponder {

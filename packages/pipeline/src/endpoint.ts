@@ -274,18 +274,23 @@ export async function startEndpointPipeline(
     };
 
     const target = caches.resolveAlias(name);
+    const generations = (await caches.list()).filter((c) => c.endpoint === name);
+    const targetCreatedAt = generations.find((c) => c.name === target?.cache)?.createdAt ?? '';
+    // A green generation newer than the alias target means a rebuild was under way (requested, forced by a
+    // source that could not resume, or a schema change) when the last run stopped: it takes precedence over
+    // continuing in place, so a crash never silently drops a rebuild. Older ones were superseded (gc's job).
+    const greens = generations
+      .filter((c) => c.state === 'building' && c.name !== target?.cache && c.createdAt > targetCreatedAt)
+      .sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
     let reason = target ? '' : 'the endpoint has no cache yet';
-    if (target && !force) {
+    if (target && !force && greens.length === 0) {
       const attempt = await tryResume(target.cache, `continuing in place in ${target.cache}`);
       if (attempt.run) return attempt.run;
       await attempt.cache?.close();
       reason = attempt.reason;
     }
     if (force) reason = 'rebuild requested';
-    // A green generation left by an interrupted rebuild: resume it, or rebuild into it.
-    const greens = (await caches.list())
-      .filter((c) => c.endpoint === name && c.state === 'building' && c.name !== target?.cache)
-      .sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
+    else if (greens.length > 0) reason = `a rebuild into ${greens[0]!.name} was interrupted`;
     for (const green of greens.slice(0, 1)) {
       const attempt = await tryResume(green.name, `continuing the rebuild in ${green.name}`);
       if (attempt.run && !force) return attempt.run;
@@ -301,6 +306,7 @@ export async function startEndpointPipeline(
           },
         };
       await attempt.run?.cache.close();
+      reason = `${reason} and cannot be continued (${attempt.reason})`;
     }
     const cache = await caches.create({ endpoint: name, schema });
     return {

@@ -198,13 +198,18 @@ export class TransferCoordinator {
     const answer = await this.#whoRuns(record);
     if (answer.status === 'owner')
       return this.#reportOwner(record, answer.owner.nodeId, answer.owner.address, 'owner');
-    if (answer.status === 'unknown' && !this.#leaseExpired(record)) {
+    if (answer.status === 'unknown' && !answer.silent && !this.#leaseExpired(record)) {
       this.#o.logger.warn(
         { transferId: id, reason: answer.reason },
         'backplane cannot tell who runs the transfer; the lease is fresh, so it is not taken over',
       );
       return this.#reportOwner(record, record.ownerNodeId, record.ownerAddress, 'owner-unconfirmed');
     }
+    if (answer.status === 'unknown')
+      this.#o.logger.warn(
+        { transferId: id, owner: record.ownerNodeId, reason: answer.reason },
+        'the owner did not answer within the wait: taking the transfer over (the epoch fences it if it wakes up)',
+      );
     return this.#takeOver(record, 'resubmit');
   }
 
@@ -623,7 +628,7 @@ export class TransferCoordinator {
         ownerAddress: record.ownerAddress,
       });
       if (answer.status === 'terminated') continue;
-      if (answer.status === 'unknown' && !this.#leaseExpired(record))
+      if (answer.status === 'unknown' && !answer.silent && !this.#leaseExpired(record))
         throw new BackplaneUnavailableError(
           `Cannot reach the owner of "${id}" (${answer.reason}); its lease is fresh, try again later`,
         );

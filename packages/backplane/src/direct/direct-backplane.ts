@@ -159,8 +159,13 @@ export class DirectBackplane extends LocalBackplane {
     } catch (err) {
       const kind = err instanceof HttpCallError ? err.kind : 'error';
       if (kind === 'unreachable') return { status: 'not-running' };
-      // A timeout here may be an owner still stopping: we cannot say it is not running.
-      return { status: 'unknown', reason: (err as Error).message };
+      // A timeout here may be an owner still stopping, or a hung one: not "not running", but silent (the
+      // caller may take the transfer over, fenced by the epoch).
+      return {
+        status: 'unknown',
+        reason: (err as Error).message,
+        ...(kind === 'timeout' ? { silent: true } : {}),
+      };
     }
   }
 

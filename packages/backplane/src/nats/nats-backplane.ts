@@ -12,6 +12,7 @@ import type {
   SubscribeOptions,
   TerminateAnswer,
   TransferResponder,
+  UnknownAnswer,
   WhoRunsOptions,
 } from '@sluice/core';
 import {
@@ -87,6 +88,11 @@ const ACTIONS = { owner: 'owner', terminate: 'terminate' } as const;
  * caller's timeout, and when NATS itself cannot be reached the answer is `unknown`, never `nobody`.
  * Subscriptions and responders survive NATS restarts (the client re-subscribes on reconnect).
  */
+/** The `unknown` answer of a failed request (keeping `silent` when the owner merely did not answer in time). */
+function unknownOf(failure: { reason: string; silent?: boolean }): UnknownAnswer {
+  return { status: 'unknown', reason: failure.reason, ...(failure.silent ? { silent: true } : {}) };
+}
+
 export class NatsBackplane implements Backplane {
   readonly nodeId: string;
   readonly subjects: Subjects;
@@ -279,8 +285,14 @@ export class NatsBackplane implements Backplane {
     logDropped(this.#logger, msg.subject, `unknown action "${action}"`, msg.data);
   }
 
-  /** Classifies a failed request: only "no responders" on a settled connection is a certain "nobody". */
-  #failure(err: unknown, timeoutMs: number): { nobody: true } | { nobody: false; reason: string } {
+  /**
+   * Classifies a failed request: only "no responders" on a settled connection is a certain "nobody". A timeout
+   * while connected and settled is `silent` (someone is subscribed but did not answer: a hung owner).
+   */
+  #failure(
+    err: unknown,
+    timeoutMs: number,
+  ): { nobody: true } | { nobody: false; reason: string; silent?: boolean } {
     if (err instanceof RequestError && err.isNoResponders()) {
       const sinceReconnect = Date.now() - this.#lastReconnectAt;
       if (sinceReconnect < this.#settleMs) {
@@ -292,7 +304,12 @@ export class NatsBackplane implements Backplane {
       return { nobody: true };
     }
     if (err instanceof Error && err.name === 'TimeoutError') {
-      return { nobody: false, reason: `the owner did not answer within ${timeoutMs} ms` };
+      const settled = Date.now() - this.#lastReconnectAt >= this.#settleMs;
+      return {
+        nobody: false,
+        reason: `the owner did not answer within ${timeoutMs} ms`,
+        ...(this.#connected() && settled ? { silent: true } : {}),
+      };
     }
     return { nobody: false, reason: `NATS request failed: ${(err as Error)?.message ?? String(err)}` };
   }
@@ -313,7 +330,7 @@ export class NatsBackplane implements Backplane {
       msg = await this.#nc.request(this.subjects.owner(id), Empty, { timeout: timeoutMs });
     } catch (err) {
       const failure = this.#failure(err, timeoutMs);
-      return failure.nobody ? { status: 'nobody' } : { status: 'unknown', reason: failure.reason };
+      return failure.nobody ? { status: 'nobody' } : unknownOf(failure);
     }
     const reply = decodeJson(msg.data, OwnerReplySchema, this.#maxBytes);
     if (!reply.ok) {
@@ -340,7 +357,7 @@ export class NatsBackplane implements Backplane {
       msg = await this.#nc.request(this.subjects.terminate(id), Empty, { timeout: timeoutMs });
     } catch (err) {
       const failure = this.#failure(err, timeoutMs);
-      return failure.nobody ? { status: 'not-running' } : { status: 'unknown', reason: failure.reason };
+      return failure.nobody ? { status: 'not-running' } : unknownOf(failure);
     }
     const reply = decodeJson(msg.data, TerminateReplySchema, this.#maxBytes);
     if (!reply.ok) {
