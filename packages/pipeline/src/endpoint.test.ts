@@ -279,6 +279,44 @@ describe('endpoint pipelines: rebuild on demand and transfers into an endpoint',
   });
 });
 
+describe('endpoint pipelines: an interrupted rebuild', () => {
+  it('a requested rebuild stopped half-way is continued by the next start, never dropped for the old generation', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'items.jsonl');
+    await writeFile(path, jsonl(items(30_000)));
+    const events = collector();
+    await using caches = await openCacheManager(join(dir.path, 'data'));
+    const options = { caches, events, connections: {}, commitEveryRecords: 500, fileChunkBytes: 8192 };
+    let greenEpochs = 0;
+    const second = await startEndpointPipeline(endpoint(path), {
+      ...options,
+      onProgress: () => {
+        greenEpochs += 1;
+      },
+    });
+    const blue = await second.whenServing({ timeoutMs: 60_000 });
+    greenEpochs = 0;
+    await second.rebuild();
+    const green = second.status().buildingCache;
+    expect(green).toBeTruthy();
+    expect(green).not.toBe(blue);
+    await waitFor(() => greenEpochs >= 3, { timeoutMs: 20_000, what: 'the green build to make progress' });
+    await second.stop(); // like a crash mid-rebuild: the alias still points at blue
+    expect(caches.resolveAlias('items')?.cache).toBe(blue);
+    expect((await caches.info(green!))?.state).toBe('building');
+
+    const third = await startEndpointPipeline(endpoint(path), options);
+    // Not "continuing in place" in blue: the rebuild goes on in green.
+    expect(third.decision.reason).toMatch(
+      new RegExp(`^(continuing the rebuild in|.*rebuilding into) ${green}`),
+    );
+    expect(await third.whenServing({ timeoutMs: 60_000 })).toBe(green);
+    expect(caches.resolveAlias('items')?.cache).toBe(green);
+    expect(await allRecords(caches, 'items')).toEqual(items(30_000));
+    await third.stop();
+  }, 120_000);
+});
+
 describe('endpoint pipelines: failures', () => {
   it('a followed file replaced under a running pipeline fails the run, which is re-planned into a green cache', async () => {
     await using dir = await tempDir();
