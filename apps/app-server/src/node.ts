@@ -2,7 +2,7 @@ import { createHmac, randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { createDirectBackplane, createNatsBackplane, createSingleNodeBackplane } from '@sluice/backplane';
 import { type Backplane, type Clock, type SluiceConfig, systemClock } from '@sluice/core';
-import { runTransfer } from '@sluice/pipeline';
+import { discardTransferLeftovers, runTransfer } from '@sluice/pipeline';
 import { openStore } from '@sluice/store';
 import type { FastifyInstance } from 'fastify';
 import type pino from 'pino';
@@ -123,6 +123,11 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
       metrics,
       logger: log,
       clock,
+      discard: (request) =>
+        discardTransferLeftovers(request, {
+          connections: config.connections,
+          ...(config.nats !== undefined ? { nats: config.nats } : {}),
+        }),
       execute: async (request, context) => {
         const outcome = await runTransfer(request, {
           checkpoint: context.checkpoint,

@@ -2,6 +2,7 @@
  * Two real app-servers on PostgreSQL without NATS: the direct-address backplane asks the owner's advertised
  * URL (its internal routes, behind the same bearer auth) who runs a transfer and routes terminations to it.
  */
+import { mkdir, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createTestDatabase, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
@@ -42,6 +43,24 @@ describe('direct-address backplane (PostgreSQL, no NATS)', () => {
       });
       expect(terminated.status).toBe(200);
       expect(terminated.body.state).toBe('TERMINATED');
+      // Nothing resumes a terminated transfer: the temp file it was writing is gone.
+      await waitFor(async () => !(await readdir(dir.path)).some((f) => f.startsWith('.out-1.jsonl.')), {
+        timeoutMs: 5_000,
+        what: 'the terminated transfer to remove its temp file',
+      });
+      // A transfer that fails (its source is a directory: SOURCE_FAILED) leaves no temp file either.
+      await mkdir(join(dir.path, 'not-a-file'));
+      const failing = fileTransfer('direct-3', join(dir.path, 'not-a-file'), join(dir.path, 'out-3.jsonl'));
+      expect((await call(`${d1.url}/v1/transfers`, { json: failing, headers: auth })).status).toBe(201);
+      const failed = await waitFor(
+        async () => {
+          const reply = await call(`${d1.url}/v1/transfers/direct-3`, { headers: auth });
+          return reply.body.state === 'FAILED' ? reply.body : null;
+        },
+        { timeoutMs: 15_000, what: 'direct-3 to fail' },
+      );
+      expect(failed.error).toMatchObject({ code: 'SOURCE_FAILED' });
+      expect((await readdir(dir.path)).filter((f) => f.startsWith('.out-3.jsonl.'))).toEqual([]);
       // Terminating again is a no-op.
       const again = await call(`${d1.url}/v1/transfers/direct-1/terminate`, {
         method: 'POST',

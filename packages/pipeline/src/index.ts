@@ -42,7 +42,12 @@ export {
   type PostgresPosition,
   type PostgresSourceOptions,
 } from './sources/postgres.js';
-export { runTransfer, type TransferContext, type TransferOutcome } from './transfer.js';
+export {
+  discardTransferLeftovers,
+  runTransfer,
+  type TransferContext,
+  type TransferOutcome,
+} from './transfer.js';
 export type {
   PipelineProcessor,
   PipelineSink,

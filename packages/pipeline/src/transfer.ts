@@ -138,3 +138,33 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
     await Promise.allSettled([source.close(), sink.close()]);
   }
 }
+
+/**
+ * Removes what the runs of a transfer staged outside its destination (a file sink's temp files), once the transfer
+ * ended for good without finishing (FAILED or TERMINATED) and nothing will resume from it.
+ *
+ * @example
+ * ```ts
+ * await discardTransferLeftovers(request, { connections: config.connections });
+ * ```
+ */
+export async function discardTransferLeftovers(
+  request: TransferRequest,
+  ctx: Pick<TransferContext, 'connections' | 'caches' | 'nats'>,
+): Promise<void> {
+  const parsed = parseOrThrow(TransferRequestSchema, request, 'Invalid transfer request');
+  if (parsed.destination.type !== 'file') return; // the other sinks stage nothing outside their destination
+  const sourceKey = 'key' in parsed.source ? keyFields(parsed.source.key) : [];
+  const sink = sinkFor(
+    parsed.destination,
+    `${parsed.id}.sink`,
+    parsed.id,
+    { connections: ctx.connections, ...(ctx.nats !== undefined ? { nats: ctx.nats } : {}) },
+    sourceKey,
+  );
+  try {
+    await sink.discard?.();
+  } finally {
+    await sink.close();
+  }
+}

@@ -92,6 +92,11 @@ export interface PipelineSink {
   snapshotDone?(sourceHandle: string, checkpoint: PipelineCheckpoint | null): Promise<void>;
   /** Every source ended (transfers): make the result visible. */
   finish(): Promise<void>;
+  /**
+   * The transfer ended for good without finishing (FAILED, TERMINATED): remove what this writer staged in any run
+   * (temp files); nothing will resume from it. Sinks that stage nothing outside their destination omit it.
+   */
+  discard?(): Promise<void>;
   close(): Promise<void>;
 }
 

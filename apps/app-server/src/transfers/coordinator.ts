@@ -58,6 +58,8 @@ export interface CoordinatorOptions {
   limits: CoordinatorLimits;
   policy: RequestPolicy;
   execute: TransferExecutor;
+  /** Removes what a transfer's runs staged outside its destination once it is FAILED or TERMINATED. */
+  discard?: (request: TransferRequest) => Promise<void>;
   metrics: NodeMetrics;
   logger: Logger;
   clock: Clock;
@@ -91,6 +93,8 @@ interface LocalRun {
   finishing: boolean;
   settled: boolean;
   progress: PipelineProgress | null;
+  /** The request, once the run started executing (what `discard` needs). */
+  request: TransferRequest | null;
   registration: Registration | null;
   done: Promise<void>;
   markDone: () => void;
@@ -273,6 +277,7 @@ export class TransferCoordinator {
       finishing: false,
       settled: false,
       progress: null,
+      request: null,
       registration: null,
       done,
       markDone,
@@ -428,6 +433,7 @@ export class TransferCoordinator {
   async #execute(run: LocalRun, record: TransferRecord): Promise<void> {
     if (run.settled || run.stopReason !== null) return;
     run.started = true;
+    run.request = record.request;
     const { store, logger } = this.#o;
     const id = run.id;
     try {
@@ -478,9 +484,10 @@ export class TransferCoordinator {
         return;
       }
       run.finishing = true;
-      await this.#finish(run, error.code === 'TRANSFER_TERMINATED' ? 'TERMINATED' : 'FAILED', {
+      const ended = await this.#finish(run, error.code === 'TRANSFER_TERMINATED' ? 'TERMINATED' : 'FAILED', {
         error: { code: error.code, message: error.message },
       });
+      if (ended) await this.#discard(record.request);
       logger.warn({ transferId: id, code: error.code, message: error.message }, 'transfer did not complete');
     } finally {
       await this.#cleanup(run);
@@ -494,7 +501,7 @@ export class TransferCoordinator {
     const { logger, store } = this.#o;
     switch (run.stopReason) {
       case 'terminate':
-        await this.#finish(run, 'TERMINATED', {});
+        if ((await this.#finish(run, 'TERMINATED', {})) && run.request) await this.#discard(run.request);
         logger.info({ transferId: run.id }, 'transfer terminated');
         break;
       case 'handback':
@@ -519,15 +526,27 @@ export class TransferCoordinator {
     run: LocalRun,
     to: TransferState,
     input: { result?: TransferResult; error?: { code: string; message: string } },
-  ): Promise<void> {
+  ): Promise<boolean> {
     try {
       await this.#retrying(() => this.#o.store.transition(run.id, run.epoch, { to, ...input }));
       this.#o.metrics.finished.inc({ state: to });
+      return true;
     } catch (err) {
       if (SluiceError.hasCode(err, 'STALE_EPOCH')) {
         this.#o.metrics.fenced.inc();
         this.#o.logger.warn({ transferId: run.id, epoch: run.epoch }, `fenced: could not record ${to}`);
       } else this.#o.logger.error({ transferId: run.id, err }, `could not record ${to}`);
+      return false;
+    }
+  }
+
+  /** Best effort: leftovers of a transfer that ended for good (a failure here is logged, never raised). */
+  async #discard(request: TransferRequest): Promise<void> {
+    if (!this.#o.discard) return;
+    try {
+      await this.#o.discard(this.#o.policy.confine(request));
+    } catch (err) {
+      this.#o.logger.warn({ transferId: request.id, err }, 'could not remove what the transfer left behind');
     }
   }
 
@@ -576,6 +595,8 @@ export class TransferCoordinator {
         this.#o.logger.info({ transferId: request.id, result }, 'fire-and-forget transfer completed');
       } catch (err) {
         this.#o.logger.warn({ transferId: request.id, err }, 'fire-and-forget transfer did not complete');
+        // Nothing resumes a fire-and-forget transfer: what it staged is garbage now.
+        await this.#discard(request);
       } finally {
         this.#fireAndForgetControllers.delete(controller);
       }
@@ -642,6 +663,7 @@ export class TransferCoordinator {
         );
         const terminated = await this.#o.store.transition(id, taken.epoch, { to: 'TERMINATED' });
         this.#o.metrics.finished.inc({ state: 'TERMINATED' });
+        await this.#discard(terminated.request);
         return transferView(terminated);
       } catch (err) {
         if (!SluiceError.hasCode(err, 'STALE_EPOCH') && !SluiceError.hasCode(err, 'ILLEGAL_TRANSITION'))

@@ -149,6 +149,11 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
       }
       await removeStaleTemps();
     },
+    async discard() {
+      await handle?.close();
+      handle = null;
+      await removeStaleTemps();
+    },
     async close() {
       await handle?.close();
       handle = null;
