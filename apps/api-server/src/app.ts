@@ -171,7 +171,24 @@ export async function buildApp(options: BuildAppOptions) {
     };
   });
   // JSON only: anything else is 415 UNSUPPORTED_MEDIA_TYPE rather than a string the query parser rejects.
-  app.removeContentTypeParser('text/plain');
+  // Plain JSON.parse (a "__proto__" key becomes an ordinary own property, never a prototype): the query parser
+  // then refuses reserved keys with INVALID_QUERY naming their path, instead of a vague "not valid JSON".
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
+    const text = typeof body === 'string' ? body : body.toString('utf8');
+    if (text.trim() === '') {
+      done(
+        new MalformedJsonError('The body is empty; send a JSON object (or no Content-Type at all)'),
+        undefined,
+      );
+      return;
+    }
+    try {
+      done(null, JSON.parse(text));
+    } catch (err) {
+      done(new MalformedJsonError(`The body is not valid JSON: ${(err as Error).message}`), undefined);
+    }
+  });
   // Plain JSON: records are arbitrary objects, which a schema-driven serializer would have to drop fields from.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 

@@ -30,6 +30,8 @@ const CursorSchema = z.strictObject({
   k: z.array(z.unknown()).max(64),
   /** Data key of that record (base64url), present when a value was abbreviated. */
   d: z.string().max(4096).optional(),
+  /** Hash of the filter the position belongs to (see {@link filterSignature}). */
+  f: z.string().max(64).optional(),
 });
 
 /** A decoded `$after` position. */
@@ -43,6 +45,23 @@ export interface DecodedCursor {
 /** A stable description of an ordering, so a cursor is only accepted for the order it was made for. */
 export function orderSignature(orderBy: ReadonlyArray<{ field: string; direction: string }>): string {
   return orderBy.map((o) => `${o.field}:${o.direction === 'desc' ? 'd' : 'a'}`).join(',');
+}
+
+/** JSON with object keys sorted at every level, so equal filters written in another key order match. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
+}
+
+/** A stable hash of a filter, so a cursor is only accepted with the filter it was made for. */
+export function filterSignature(filter: unknown): string {
+  return valueHash(canonicalJson(filter ?? {}));
 }
 
 export function valueHash(value: unknown): string {
@@ -72,6 +91,7 @@ export function encodeCursor(
   order: string,
   tuple: readonly unknown[],
   dataKey: Buffer,
+  filter: string,
 ): string {
   let any = false;
   const k = tuple.map((value) => {
@@ -79,20 +99,21 @@ export function encodeCursor(
     any ||= out.abbreviated;
     return out.value;
   });
-  const body: Record<string, unknown> = { c: cache, o: order, k };
+  const body: Record<string, unknown> = { c: cache, o: order, f: filter, k };
   if (any) body.d = dataKey.toString('base64url');
   return Buffer.from(JSON.stringify(body), 'utf8').toString('base64url');
 }
 
 /**
- * Decodes a cursor for `cache` and `order`. Malformed → `INVALID_QUERY`; made by another cache generation →
- * `CURSOR_EXPIRED`; made for another order → `INVALID_QUERY`.
+ * Decodes a cursor for `cache`, `order` and `filter`. Malformed → `INVALID_QUERY`; made by another cache
+ * generation → `CURSOR_EXPIRED`; made for another order or filter → `INVALID_QUERY`.
  */
 export function decodeCursor(
   cursor: string,
   cache: string,
   order: string,
   tupleLength: number,
+  filter: string,
 ): DecodedCursor {
   const invalid = (why: string) =>
     new InvalidQueryError(`Invalid query: $after: ${why}`, [{ path: '$after', message: why }]);
@@ -108,6 +129,9 @@ export function decodeCursor(
   if (!parsed.success) throw invalid('not a cursor');
   if (parsed.data.c !== cache) throw new CursorExpiredError();
   if (parsed.data.o !== order) throw invalid('the cursor was made for another $order_by');
+  // Cursors made before filters were recorded carry none; they are accepted as they were.
+  if (parsed.data.f !== undefined && parsed.data.f !== filter)
+    throw invalid('the cursor was made for another $filter');
   if (parsed.data.k.length !== tupleLength) throw invalid('not a cursor');
   const abbreviated: number[] = [];
   parsed.data.k.forEach((value, i) => {

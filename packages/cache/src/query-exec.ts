@@ -6,6 +6,7 @@ import {
   type DecodedCursor,
   decodeCursor,
   encodeCursor,
+  filterSignature,
   orderSignature,
   valueHash,
 } from './cursor.js';
@@ -159,12 +160,13 @@ function cursorTuple(ctx: ReadContext, cursor: DecodedCursor, query: CheckedQuer
 export function runQuery(ctx: ReadContext, query: CheckedQuery): QueryResult {
   const { primaryKey } = ctx;
   const order = orderSignature(query.orderBy);
+  const filterSig = filterSignature(query.filter);
   const after =
     query.after === null
       ? null
       : cursorTuple(
           ctx,
-          decodeCursor(query.after, ctx.cache, order, query.orderBy.length + primaryKey.length),
+          decodeCursor(query.after, ctx.cache, order, query.orderBy.length + primaryKey.length, filterSig),
           query,
         );
   const plan = planQuery(ctx.dbs, primaryKey, query.filter, query.orderBy);
@@ -180,6 +182,7 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): QueryResult {
         ctx.dbs,
         primaryKey.map((f) => record[f]),
       ),
+      filterSig,
     );
   const reverse = plan.ordered && plan.direction === 'desc';
   const seek = plan.ordered && after ? seekKey(plan, query, primaryKey, after) : null;

@@ -97,7 +97,7 @@ describe('hostile queries', () => {
     expect(cache.query(parseQuery({ $filter: { value: { $gte: 5 } } })).records).toHaveLength(5);
   });
 
-  it('expires a cursor from another generation, and refuses one made for another order', async () => {
+  it('expires a cursor from another generation, and refuses one made for another order or filter', async () => {
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path);
     await using blue = await caches.create({ endpoint: 'items', schema });
@@ -117,6 +117,31 @@ describe('hostile queries', () => {
     expect(codeOf(() => blue.query(parseQuery({ $order_by: { value: 'desc' }, $after: page.next! })))).toBe(
       'INVALID_QUERY',
     );
+
+    // A cursor belongs to its filter too: the same filter (keys in any order) continues, another one is refused.
+    const filtered = blue.query(
+      parseQuery({ $filter: { value: { $gte: 1, $lt: 15 } }, $order_by: { value: 'asc' }, $limit: 5 }),
+    );
+    const reordered = blue.query(
+      parseQuery({
+        $filter: { value: { $lt: 15, $gte: 1 } },
+        $order_by: { value: 'asc' },
+        $after: filtered.next!,
+      }),
+    );
+    expect(reordered.records.length).toBeGreaterThan(0);
+    let refused: unknown;
+    try {
+      blue.query(
+        parseQuery({ $filter: { value: { $gte: 2 } }, $order_by: { value: 'asc' }, $after: filtered.next! }),
+      );
+    } catch (err) {
+      refused = err;
+    }
+    expect(refused).toMatchObject({
+      code: 'INVALID_QUERY',
+      message: expect.stringContaining('another $filter'),
+    });
   });
 });
 
