@@ -194,7 +194,10 @@ export async function buildApp(options: BuildAppOptions) {
 
   app.setErrorHandler((err, request, reply) => {
     const error = normalizeError(err, bodyLimit, request);
-    if (error.status >= 500) request.log.error({ err }, 'request failed');
+    // 503s are expected conditions (shutting down, a backplane outage): a warning without a stack.
+    if (error.status === 503)
+      request.log.warn({ code: error.code, detail: error.message }, 'request refused: unavailable');
+    else if (error.status >= 500) request.log.error({ err }, 'request failed');
     const { status, body } = toProblem(error, request.url.length > 512 ? undefined : request.url);
     void reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
   });

@@ -225,7 +225,7 @@ describe('hostile queries and bodies', () => {
       const poisoned = await query(body);
       expect(poisoned.status).toBe(400);
       expect(poisoned.json).toMatchObject({ code: 'INVALID_QUERY' });
-      expect(poisoned.json.errors.map((e: { path: string }) => e.path)).toContain(path);
+      expect((poisoned.json.errors as { path: string }[]).map((e) => e.path)).toContain(path);
     }
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
     expect((Object.prototype as Record<string, unknown>).polluted).toBeUndefined();

@@ -107,7 +107,13 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       bodyLimit: options.bodyLimit,
     });
     const { status, body } = toProblem(error, request.url.split('?')[0]);
-    if (status >= 500) request.log.error({ err: rawError, url: request.url }, 'request failed');
+    // 503s are expected conditions (store or backplane unavailable, shutting down): a warning without a stack.
+    if (status === 503)
+      request.log.warn(
+        { code: body.code, detail: body.detail, url: request.url },
+        'request refused: unavailable',
+      );
+    else if (status >= 500) request.log.error({ err: rawError, url: request.url }, 'request failed');
     if (error instanceof QueueFullError) reply.header('retry-after', String(error.retryAfterSeconds));
     if (SluiceError.hasCode(error, 'UNAUTHORIZED')) reply.header('www-authenticate', 'Bearer');
     return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
