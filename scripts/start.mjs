@@ -7,7 +7,7 @@
 // Environment (each honoured by both apps as well): SLUICE_PORT (app-server, default 7070), SLUICE_API_PORT
 // (api-server, default 8080), SLUICE_DATA_DIR (LMDB caches, store and logs; default examples/quickstart/.sluice),
 // SLUICE_STORE_URL (default sqlite:<data dir>/store.db).
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join, relative, resolve } from 'node:path';
@@ -69,9 +69,36 @@ function assertPortFree(port, variable) {
   });
 }
 
-function build() {
+/** Runs a command to completion, collecting its output (the build takes minutes the first time: never block). */
+function run(command, args, options) {
+  return new Promise((resolveRun) => {
+    const child = spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (chunk) => {
+      stdout += chunk;
+    });
+    child.stderr.on('data', (chunk) => {
+      stderr += chunk;
+    });
+    child.on('error', (error) => resolveRun({ status: null, signal: null, error, stdout, stderr }));
+    child.on('close', (status, signal) => resolveRun({ status, signal, stdout, stderr }));
+  });
+}
+
+async function build() {
   const started = Date.now();
   say(`${bold('▸ build')}  the app-server and the api-server (turbo; cached after the first run)`);
+  // A first build takes minutes on a small machine: say that it is still going.
+  const ticker = setInterval(
+    () => {
+      const elapsed = Math.round((Date.now() - started) / 1000);
+      const line = `         still building… ${elapsed} s (a first build takes a few minutes; later ones come from the cache)`;
+      if (tty) process.stdout.write(`\r${line}`);
+      else say(line);
+    },
+    tty ? 1_000 : 15_000,
+  );
   const turbo = join(root, 'node_modules/.bin/turbo');
   const args = [
     'run',
@@ -80,13 +107,12 @@ function build() {
     '--filter=@sluice/api-server',
     '--output-logs=errors-only',
   ];
+  const options = { cwd: root, env: { ...env, TURBO_TELEMETRY_DISABLED: '1' } };
   const result = existsSync(turbo)
-    ? spawnSync(turbo, args, { cwd: root, encoding: 'utf8', env: { ...env, TURBO_TELEMETRY_DISABLED: '1' } })
-    : spawnSync('pnpm', ['turbo', ...args], {
-        cwd: root,
-        encoding: 'utf8',
-        env: { ...env, TURBO_TELEMETRY_DISABLED: '1' },
-      });
+    ? await run(turbo, args, options)
+    : await run('pnpm', ['turbo', ...args], options);
+  clearInterval(ticker);
+  if (tty && Date.now() - started >= 1_000) process.stdout.write('\r\x1b[2K');
   const output = `${result.stdout ?? ''}${result.stderr ?? ''}`;
   if (result.status !== 0)
     fail(
@@ -270,7 +296,12 @@ async function waitUntilServing(total) {
       // not yet: the alias moves when the first snapshot is complete
     }
     if (served && status?.buildingCache === null) {
-      if (tty && lastLine) process.stdout.write('\n');
+      if (lastLine) {
+        // The last poll may have been before the final commit: end the progress on the complete count.
+        const done = `         ${number(served.recordCount)} / ${number(total)} records loaded (100%)`;
+        if (tty) process.stdout.write(`\r${done.padEnd(lastLine.length)}\n`);
+        else say(done);
+      }
       return { served, status, seconds: (Date.now() - started) / 1000 };
     }
     // Progress only while a generation is being built (a resumed endpoint is already complete: nothing to show).
@@ -339,7 +370,7 @@ async function main() {
   } catch (err) {
     fail(err.message);
   }
-  build();
+  await build();
   const total = prepareData();
   mkdirSync(logDir, { recursive: true });
 

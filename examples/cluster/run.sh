@@ -148,16 +148,13 @@ examples/cluster/run.sh stop      # stop it
 EOF
 }
 
-stop_all() {
-  local stopped=0
-  # api-servers first (they only read), then the app-servers (they hand their transfers back).
-  for name in "${apis[@]}" "${nodes[@]}"; do
-    if alive "$name"; then
-      kill -TERM "$(pid_of "$name")" 2>/dev/null || true
-      stopped=1
-    fi
+# Stops a group of processes together (SIGTERM, then waits; SIGKILL after 30 s). Prints what it stopped.
+stop_group() {
+  local name
+  for name in "$@"; do
+    alive "$name" && kill -TERM "$(pid_of "$name")" 2>/dev/null && stopped=1
   done
-  for name in "${apis[@]}" "${nodes[@]}"; do
+  for name in "$@"; do
     local pid waited=0
     pid=$(pid_of "$name")
     [[ -z $pid ]] && continue
@@ -173,6 +170,13 @@ stop_all() {
     rm -f "$state/pids/$name.pid"
     echo "▸ stopped $name"
   done
+}
+
+stop_all() {
+  stopped=0
+  # api-servers first (they only read), then the app-servers (they hand their transfers back).
+  stop_group "${apis[@]}"
+  stop_group "${nodes[@]}"
   ((stopped)) || echo "▸ nothing was running"
 }
 

@@ -61,6 +61,9 @@ describe('pnpm start (the quick start)', () => {
       expect(
         out.some((l) => /^\s+[\d,]+ \/ 171,075 records loaded \([\d.]+%\), [\d,]+ records\/s$/.test(l)),
       ).toBe(true);
+      // …ending on the complete count, right before the ready line.
+      const readyAt = out.findIndex((l) => l.includes('▸ ready'));
+      expect(out[readyAt - 1]).toMatch(/^\s+171,075 \/ 171,075 records loaded \(100%\)$/);
 
       firstCache = /from cache (\S+)/.exec(out.find((l) => l.includes('▸ ready')) ?? '')?.[1] ?? '';
       expect(firstCache).toMatch(/^cities-/);
