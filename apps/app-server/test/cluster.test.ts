@@ -197,10 +197,13 @@ describe('app-server cluster (PostgreSQL + NATS)', { timeout: 90_000 }, () => {
   it('a hung owner (SIGSTOP, lease still fresh) is taken over on resubmit and terminated through another node', async () => {
     // Long leases: whatever happens here happens because the owner did not answer, not because a lease expired.
     const slowLease = { leaseMs: 60_000, heartbeatMs: 1_000, ownerWaitMs: 500, sweepIntervalMs: 60_000 };
+    // Its own database: these two nodes must not show up in the other tests' cluster.
+    await using hungDb = await createTestDatabase('sluice_app_hung');
+    await using hungStore = await openStore(hungDb.url);
     const spec = (nodeId: string) => ({
       nodeId,
       dir: join(dir.path, nodeId),
-      store: db.url,
+      store: hungDb.url,
       nats: nats.url,
       roots: [join(dir.path, 'files')],
       limits: slowLease,
@@ -213,7 +216,13 @@ describe('app-server cluster (PostgreSQL + NATS)', { timeout: 90_000 }, () => {
       const stopBody = fileTransfer('hung-2', source, files('hung-2-out.jsonl'), 200);
       expect((await call(`${h1.url}/v1/transfers`, { json: body })).status).toBe(201);
       expect((await call(`${h1.url}/v1/transfers`, { json: stopBody })).status).toBe(201);
-      await waitForCheckpoint('hung-1');
+      await waitFor(
+        async () => {
+          const record = await hungStore.get('hung-1');
+          return record?.checkpoint && record.state === 'IN_PROGRESS' ? record : null;
+        },
+        { timeoutMs: 30_000, what: 'hung-1 to commit a checkpoint' },
+      );
       h1.child.kill('SIGSTOP');
       try {
         const started = Date.now();
@@ -234,8 +243,12 @@ describe('app-server cluster (PostgreSQL + NATS)', { timeout: 90_000 }, () => {
         h1.child.kill('SIGCONT');
         await h1.child.waitForLine(/no longer owns/, 20_000);
         await waitFor(async () => (await call(`${h1.url}/healthz`)).status === 200, { timeoutMs: 10_000 });
-        expect(await store.get('hung-1')).toMatchObject({ state: 'COMPLETED', epoch: 2, ownerNodeId: 'h2' });
-        expect(await store.get('hung-2')).toMatchObject({ state: 'TERMINATED', epoch: 2 });
+        expect(await hungStore.get('hung-1')).toMatchObject({
+          state: 'COMPLETED',
+          epoch: 2,
+          ownerNodeId: 'h2',
+        });
+        expect(await hungStore.get('hung-2')).toMatchObject({ state: 'TERMINATED', epoch: 2 });
         expect((await readFile(destination)).equals(bytes)).toBe(true);
       } finally {
         h1.child.kill('SIGCONT');
