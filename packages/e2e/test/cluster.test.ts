@@ -1,11 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { startNatsServer, tempDir, testPostgresUrl, waitFor } from '@sluice/testkit';
+import { freeBasePort, startNatsServer, tempDir, testPostgresUrl, waitFor } from '@sluice/testkit';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { buildApps } from '../src/build.js';
 import { repoRoot } from '../src/paths.js';
-import { freeBasePort } from '../src/ports.js';
 import { runScript, sh } from '../src/shell.js';
 
 // examples/cluster as its README says: `run.sh start`, the printed curl commands, `run.sh status`, `run.sh stop`.

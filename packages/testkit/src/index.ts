@@ -1,5 +1,5 @@
 export { type NatsServerHandle, natsServerBinary, startNatsServer } from './nats.js';
-export { freePort } from './ports.js';
+export { freeBasePort, freePort } from './ports.js';
 export { createTestDatabase, type TestDatabase, testPostgresUrl } from './postgres.js';
 export {
   type ChildHandle,

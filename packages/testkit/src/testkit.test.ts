@@ -6,6 +6,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import {
   createTestDatabase,
+  freeBasePort,
   freePort,
   spawnProcess,
   spawnTs,
@@ -26,10 +27,14 @@ function canConnect(port: number): Promise<boolean> {
 }
 
 describe('testkit', () => {
-  it('finds free ports that can be bound', async () => {
+  it('finds free ports that can be bound, below the ephemeral range outgoing connections use', async () => {
     const port = await freePort();
-    expect(port).toBeGreaterThan(0);
+    expect(port).toBeGreaterThanOrEqual(20_000);
+    expect(port).toBeLessThan(32_000);
     expect(await canConnect(port)).toBe(false);
+    const base = await freeBasePort([1, 2, 3, 81, 82]);
+    expect(base + 82).toBeLessThan(32_000);
+    for (const offset of [1, 2, 3, 81, 82]) expect(await canConnect(base + offset)).toBe(false);
   });
 
   it('creates temp dirs and removes them on dispose', async () => {
