@@ -199,6 +199,7 @@ export async function buildApp(options: BuildAppOptions) {
       request.log.warn({ code: error.code, detail: error.message }, 'request refused: unavailable');
     else if (error.status >= 500) request.log.error({ err }, 'request failed');
     const { status, body } = toProblem(error, request.url.length > 512 ? undefined : request.url);
+    if (status === 401) void reply.header('www-authenticate', 'Bearer');
     void reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
   });
   app.setNotFoundHandler((request, reply) => {

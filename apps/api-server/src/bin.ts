@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { asSluiceError, toProblem } from '@sluice/core';
+import { asSluiceError, redactConfig, toProblem } from '@sluice/core';
 import { Command, InvalidArgumentError } from 'commander';
 import { loadConfig } from './config.js';
 import { createLogger } from './logger.js';
@@ -18,19 +18,24 @@ const program = new Command()
   .option('-c, --config <path>', 'configuration file (default: ./sluice.yaml when present)')
   .option('-p, --port <port>', 'listen port (overrides api.port and SLUICE_API_PORT)', portArg)
   .option('--host <host>', 'listen address (overrides api.host)')
+  .option('--check', 'validate the configuration, print it (secrets redacted), and exit')
   .showHelpAfterError();
 
 async function main(): Promise<void> {
   program.parse();
-  const options = program.opts<{ config?: string; port?: number; host?: string }>();
+  const options = program.opts<{ config?: string; port?: number; host?: string; check?: boolean }>();
   let loaded: ReturnType<typeof loadConfig>;
   try {
     loaded = loadConfig({ configPath: options.config, env: process.env });
   } catch (err) {
     const { body } = toProblem(err);
-    process.stderr.write(`sluice-api-server: ${body.detail}\n`);
-    for (const issue of body.errors ?? []) process.stderr.write(`  ${issue.path}: ${issue.message}\n`);
-    process.exit(2);
+    process.stderr.write(`sluice-api-server: ${body.code}: ${body.detail}\n`);
+    for (const issue of body.errors ?? []) process.stderr.write(`  - ${issue.path}: ${issue.message}\n`);
+    process.exit(1);
+  }
+  if (options.check) {
+    process.stdout.write(`${JSON.stringify(redactConfig(loaded.config), null, 2)}\n`);
+    return;
   }
   const logger = createLogger(loaded.config.logLevel);
   logger.info({ config: loaded.path, dataDir: loaded.dataDir }, 'starting api-server');
@@ -44,6 +49,14 @@ async function main(): Promise<void> {
       port: options.port,
     });
   } catch (err) {
+    if ((err as NodeJS.ErrnoException)?.code === 'EADDRINUSE') {
+      const { address, port } = err as { address?: string; port?: number };
+      process.stderr.write(
+        `sluice-api-server: ${address ?? ''}:${port ?? ''} is already in use; choose another api.port (SLUICE_API_PORT, --port) or stop what listens there\n`,
+      );
+      process.exitCode = 1;
+      return;
+    }
     const error = asSluiceError(err);
     logger.fatal({ err, code: error.code }, `api-server failed to start: ${error.message}`);
     logger.flush();

@@ -368,6 +368,7 @@ describe('auth', () => {
     expect(none.status).toBe(401);
     expect(none.json.code).toBe('UNAUTHORIZED');
     expect(none.headers.get('sluice-cache')).toBeNull();
+    expect(none.headers.get('www-authenticate')).toBe('Bearer');
     expect((await call(secured.url, '/v1/endpoints')).status).toBe(401);
     expect((await call(secured.url, '/v1/endpoints/items/count', {})).status).toBe(401);
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { SluiceError } from '@sluice/core';
+import { redactConfig, SluiceError } from '@sluice/core';
 import { Command } from 'commander';
 import { loadConfig } from './config.js';
 import { isDatabaseConnectionLoss } from './crash-guard.js';
@@ -11,7 +11,7 @@ const program = new Command()
     '-c, --config <file>',
     'YAML configuration file (default: ./sluice.yaml when present, else the embedded defaults)',
   )
-  .option('--check', 'validate the configuration, print it, and exit')
+  .option('--check', 'validate the configuration, print it (secrets redacted), and exit')
   .showHelpAfterError();
 
 async function main(): Promise<void> {
@@ -19,7 +19,7 @@ async function main(): Promise<void> {
   const options = program.opts<{ config?: string; check?: boolean }>();
   const config = await loadConfig(options.config, process.env);
   if (options.check) {
-    process.stdout.write(`${JSON.stringify(config, null, 2)}\n`);
+    process.stdout.write(`${JSON.stringify(redactConfig(config), null, 2)}\n`);
     return;
   }
   // Loaded after the configuration is valid: a bad file fails fast, without loading the whole node.

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { loadConfigFile, parseConfigText } from './config-file.js';
+import { loadConfigFile, parseConfigText, redactConfig } from './config-file.js';
 
 const dirs: string[] = [];
 const tempDir = () => {
@@ -76,5 +76,58 @@ describe('loadConfigFile', () => {
       code: 'CONFIG_INVALID',
       message: expect.stringMatching(/alias/i),
     });
+  });
+});
+
+describe('redactConfig', () => {
+  it('masks secrets and URL passwords, keeps everything else', () => {
+    const config = parseConfigText(
+      [
+        'store: postgres://sluice:hunter2@db:5432/sluice',
+        'control: { auth: { tokens: ["0123456789abcdef0123", "abcdef0123456789abcd"] } }',
+        'api: { auth: { jwtSecret: "a-very-long-secret-value" } }',
+        'connections: { wh: { type: postgres, url: "postgres://reader:pw@wh/sales" } }',
+        'endpoints: [{ name: e, source: { type: postgres, connection: wh, table: t, key: [id] }, primaryKey: [id] }]',
+      ].join('\n'),
+    );
+    const redacted = redactConfig(config);
+    const text = JSON.stringify(redacted);
+    for (const secret of ['hunter2', '0123456789abcdef0123', 'a-very-long-secret-value', ':pw@'])
+      expect(text).not.toContain(secret);
+    expect(redacted.store).toBe('postgres://sluice:***@db:5432/sluice');
+    expect(redacted.control.auth?.tokens).toEqual(['***', '***']);
+    expect(redacted.api.auth?.jwtSecret).toBe('***');
+    expect(redacted.endpoints[0]?.source).toMatchObject({ key: ['id'], table: 't' });
+    expect(config.store).toBe('postgres://sluice:hunter2@db:5432/sluice'); // the original is untouched
+  });
+});
+
+describe('endpoint connections', () => {
+  it('an endpoint source naming a missing or wrong-typed connection is CONFIG_INVALID at that path', () => {
+    const missing = failure(() =>
+      parseConfigText(
+        'endpoints: [{ name: e, source: { type: postgres, connection: nope, table: t, key: [id] }, primaryKey: [id] }]',
+      ),
+    );
+    expect(missing.code).toBe('CONFIG_INVALID');
+    expect(missing.errors?.map((e) => e.path)).toEqual(['endpoints[0].source.connection']);
+    expect(missing.message).toMatch(/no connection named "nope"/);
+    const wrongType = failure(() =>
+      parseConfigText(
+        [
+          'connections: { bus: { type: nats, nats: { servers: "nats://127.0.0.1:4222" } } }',
+          'endpoints: [{ name: e, source: { type: postgres, connection: bus, table: t, key: [id] }, primaryKey: [id] }]',
+        ].join('\n'),
+      ),
+    );
+    expect(wrongType.message).toMatch(/connection "bus" is of type nats; a postgres source needs a postgres/);
+  });
+});
+
+describe('environment overrides in errors', () => {
+  it('a bad value from a SLUICE_* variable names the variable', () => {
+    const err = failure(() => parseConfigText('node: { port: 7070 }\n', { SLUICE_PORT: 'abc' }, 'ok.yaml'));
+    expect(err.code).toBe('CONFIG_INVALID');
+    expect(err.message).toMatch(/node\.port: .* \(from SLUICE_PORT="abc"\)/);
   });
 });

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import YAML from 'yaml';
-import { resolveConfig, type SluiceConfig } from './config.js';
+import { ENV_OVERRIDES, resolveConfig, type SluiceConfig } from './config.js';
 import { ConfigError } from './errors.js';
 
 /** Largest configuration file read (configuration is trusted, but a runaway file is still a mistake). */
@@ -52,7 +52,17 @@ export function parseConfigText(
     return resolveConfig(raw ?? {}, env);
   } catch (err) {
     if (err instanceof ConfigError) {
-      const lines = err.errors.map((issue) => `  ${issue.path}: ${issue.message}`).join('\n');
+      // A value set by an environment variable is blamed on the variable, not on the file.
+      const fromEnv = new Map<string, string>();
+      for (const [name, path] of Object.entries(ENV_OVERRIDES))
+        if (env[name] !== undefined) fromEnv.set(path, name);
+      const lines = err.errors
+        .map((issue) => {
+          const variable = fromEnv.get(issue.path);
+          const origin = variable ? ` (from ${variable}=${JSON.stringify(env[variable])})` : '';
+          return `  ${issue.path}: ${issue.message}${origin}`;
+        })
+        .join('\n');
       throw new ConfigError(
         `Invalid configuration in ${source}${lines ? `:\n${lines}` : `: ${err.message}`}`,
         err.errors,
@@ -114,4 +124,34 @@ export function loadConfigFile(options: LoadConfigFileOptions = {}): LoadedConfi
   }
   const dataDir = isAbsolute(config.dataDir) ? config.dataDir : resolve(cwd, config.dataDir);
   return { config, path, dataDir };
+}
+
+const SECRET_KEYS = /^(jwtSecret|tokens?|password|pass|secret|nkeySeed)$/i;
+
+function redactUrl(text: string): string {
+  // scheme://user:password@host → scheme://user:***@host (only the password part of the authority)
+  return text.replace(/^([a-z][a-z0-9+.-]*:\/\/[^/:@\s]*):[^@/\s]*@/i, '$1:***@');
+}
+
+/**
+ * A copy of a configuration safe to print (`--check`, logs): secrets (`jwtSecret`, `tokens`, passwords) become
+ * `"***"` and passwords inside URLs are masked.
+ *
+ * @example
+ * ```ts
+ * console.log(JSON.stringify(redactConfig(config), null, 2));
+ * ```
+ */
+export function redactConfig<T>(value: T): T {
+  const walk = (node: unknown, key: string | null): unknown => {
+    if (key !== null && SECRET_KEYS.test(key) && node !== undefined && node !== null) {
+      return Array.isArray(node) ? node.map(() => '***') : '***';
+    }
+    if (typeof node === 'string') return redactUrl(node);
+    if (Array.isArray(node)) return node.map((item) => walk(item, null));
+    if (node !== null && typeof node === 'object')
+      return Object.fromEntries(Object.entries(node).map(([k, v]) => [k, walk(v, k)]));
+    return node;
+  };
+  return walk(value, null) as T;
 }

@@ -158,7 +158,10 @@ describe('resolveConfig: the design’s example configuration', () => {
       tls: { caFile: '/ca.pem', rejectUnauthorized: true },
     });
     const config = resolveConfig({
-      connections: { bus: { type: 'nats', nats: 'nats://bus:4222' } },
+      connections: {
+        bus: { type: 'nats', nats: 'nats://bus:4222' },
+        w: { type: 'postgres', url: 'postgres://reader@warehouse:5432/sales' },
+      },
       endpoints: [
         {
           name: 'orders',

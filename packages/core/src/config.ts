@@ -139,72 +139,99 @@ export type Limits = z.output<typeof LimitsSchema>;
  * The schema of `sluice.yaml`, shared by the app-server and the api-servers of a host. Every key has a
  * default that runs embedded: SQLite and LMDB under `./.sluice/`, no NATS.
  */
-export const SluiceConfigSchema = z.strictObject({
-  node: z
-    .strictObject({
-      id: NameSchema.default('local'),
-      host: z.string().min(1).default('127.0.0.1'),
-      port: z.number().int().min(0).max(65_535).default(7070),
-      advertisedUrl: UrlString.optional(),
-    })
-    .prefault({}),
-  cluster: z.strictObject({ name: NameSchema.default('sluice') }).prefault({}),
-  store: z
-    .string()
-    .min(1)
-    .refine((s) => s.startsWith('sqlite:') || s.startsWith('postgres://') || s.startsWith('postgresql://'), {
-      message: 'must be "sqlite:<path>" or a postgres:// URL',
-    })
-    .default('sqlite:./.sluice/store.db'),
-  nats: NatsConfigSchema.optional(),
-  backplane: z
-    .strictObject({ strategy: z.enum(['auto', 'nats', 'direct', 'single']).default('auto') })
-    .prefault({}),
-  dataDir: z.string().min(1).default('./.sluice'),
-  files: z.strictObject({ roots: z.array(z.string().min(1)).default([]) }).prefault({}),
-  connections: refuseProtoKey(z.record(NameSchema, ConnectionConfigSchema)).default({}),
-  api: z
-    .strictObject({
-      host: z.string().min(1).default('127.0.0.1'),
-      port: z.number().int().min(0).max(65_535).default(8080),
-      auth: JwtAuthSchema.optional(),
-      cors: z.strictObject({ origins: z.union([z.literal(true), z.array(z.string())]) }).optional(),
-      reconcileMs: z.number().int().min(100).max(600_000).default(5_000),
-    })
-    .prefault({}),
-  control: z.strictObject({ auth: ControlAuthSchema.optional() }).prefault({}),
-  limits: LimitsSchema.prefault({}),
-  cache: z
-    .strictObject({
-      gcGraceMs: z
-        .number()
-        .int()
-        .min(0)
-        .max(7 * 24 * 3_600_000)
-        .default(60_000),
-      scanCap: z.number().int().min(1).max(100_000_000).default(100_000),
-    })
-    .prefault({}),
-  pipeline: z
-    .strictObject({
-      commitEveryRecords: z.number().int().min(1).max(10_000_000).default(10_000),
-      commitEveryMs: z.number().int().min(10).max(3_600_000).default(1_000),
-    })
-    .prefault({}),
-  endpoints: z
-    .array(EndpointConfigSchema)
-    .max(256)
-    .default([])
-    .superRefine((endpoints, ctx) => {
-      const seen = new Set<string>();
-      endpoints.forEach((e, i) => {
-        if (seen.has(e.name))
-          ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `duplicate endpoint "${e.name}"` });
-        seen.add(e.name);
-      });
-    }),
-  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-});
+export const SluiceConfigSchema = z
+  .strictObject({
+    node: z
+      .strictObject({
+        id: NameSchema.default('local'),
+        host: z.string().min(1).default('127.0.0.1'),
+        port: z.number().int().min(0).max(65_535).default(7070),
+        advertisedUrl: UrlString.optional(),
+      })
+      .prefault({}),
+    cluster: z.strictObject({ name: NameSchema.default('sluice') }).prefault({}),
+    store: z
+      .string()
+      .min(1)
+      .refine(
+        (s) => s.startsWith('sqlite:') || s.startsWith('postgres://') || s.startsWith('postgresql://'),
+        {
+          message: 'must be "sqlite:<path>" or a postgres:// URL',
+        },
+      )
+      .default('sqlite:./.sluice/store.db'),
+    nats: NatsConfigSchema.optional(),
+    backplane: z
+      .strictObject({ strategy: z.enum(['auto', 'nats', 'direct', 'single']).default('auto') })
+      .prefault({}),
+    dataDir: z.string().min(1).default('./.sluice'),
+    files: z.strictObject({ roots: z.array(z.string().min(1)).default([]) }).prefault({}),
+    connections: refuseProtoKey(z.record(NameSchema, ConnectionConfigSchema)).default({}),
+    api: z
+      .strictObject({
+        host: z.string().min(1).default('127.0.0.1'),
+        port: z.number().int().min(0).max(65_535).default(8080),
+        auth: JwtAuthSchema.optional(),
+        cors: z.strictObject({ origins: z.union([z.literal(true), z.array(z.string())]) }).optional(),
+        reconcileMs: z.number().int().min(100).max(600_000).default(5_000),
+      })
+      .prefault({}),
+    control: z.strictObject({ auth: ControlAuthSchema.optional() }).prefault({}),
+    limits: LimitsSchema.prefault({}),
+    cache: z
+      .strictObject({
+        gcGraceMs: z
+          .number()
+          .int()
+          .min(0)
+          .max(7 * 24 * 3_600_000)
+          .default(60_000),
+        scanCap: z.number().int().min(1).max(100_000_000).default(100_000),
+      })
+      .prefault({}),
+    pipeline: z
+      .strictObject({
+        commitEveryRecords: z.number().int().min(1).max(10_000_000).default(10_000),
+        commitEveryMs: z.number().int().min(10).max(3_600_000).default(1_000),
+      })
+      .prefault({}),
+    endpoints: z
+      .array(EndpointConfigSchema)
+      .max(256)
+      .default([])
+      .superRefine((endpoints, ctx) => {
+        const seen = new Set<string>();
+        endpoints.forEach((e, i) => {
+          if (seen.has(e.name))
+            ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `duplicate endpoint "${e.name}"` });
+          seen.add(e.name);
+        });
+      }),
+    logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  })
+  // An endpoint's source must name a connection that exists and has the right type: caught at start (and by
+  // `--check`), not when the pipeline first runs.
+  .superRefine((config, ctx) => {
+    config.endpoints.forEach((endpoint, i) => {
+      const source = endpoint.source as { type: string; connection?: string };
+      if (source.connection === undefined) return;
+      const expected = source.type === 'postgres' ? 'postgres' : source.type === 'jetstream' ? 'nats' : null;
+      const connection = config.connections[source.connection];
+      const path = ['endpoints', i, 'source', 'connection'];
+      if (!connection)
+        ctx.addIssue({
+          code: 'custom',
+          path,
+          message: `no connection named "${source.connection}" in connections (defined: ${Object.keys(config.connections).join(', ') || 'none'})`,
+        });
+      else if (expected !== null && connection.type !== expected)
+        ctx.addIssue({
+          code: 'custom',
+          path,
+          message: `connection "${source.connection}" is of type ${connection.type}; a ${source.type} source needs a ${expected} connection`,
+        });
+    });
+  });
 export type SluiceConfig = z.output<typeof SluiceConfigSchema>;
 export type SluiceConfigInput = z.input<typeof SluiceConfigSchema>;
 

@@ -52,6 +52,7 @@ export {
   type LoadedConfigFile,
   loadConfigFile,
   parseConfigText,
+  redactConfig,
 } from './config-file.js';
 export {
   asSluiceError,

@@ -1,0 +1,48 @@
+/**
+ * The `sluice-api-server` command as an operator meets it: configuration errors, `--check`, a busy port.
+ */
+import { writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { freePort, spawnTs, tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { API_BIN } from './helpers.js';
+
+describe('sluice-api-server command', () => {
+  it('a bad configuration exits 1 with CONFIG_INVALID naming the field; --check prints it with secrets redacted', async () => {
+    await using dir = await tempDir('sluice-api-cli-');
+    const bad = join(dir.path, 'bad.yaml');
+    await writeFile(bad, 'api: { port: 70000 }\nnode: { colour: blue }\n');
+    const invalid = spawnTs(API_BIN, ['--config', bad], { cwd: dir.path });
+    expect((await invalid.exited).code).toBe(1);
+    expect(invalid.output()).toContain('sluice-api-server: CONFIG_INVALID: Invalid configuration in');
+    expect(invalid.output()).toMatch(/api\.port/);
+    expect(invalid.output()).not.toMatch(/\n\s+at /);
+
+    const good = join(dir.path, 'sluice.yaml');
+    await writeFile(good, 'api: { port: 18181, auth: { jwtSecret: "not-to-be-printed-secret" } }\n');
+    const check = spawnTs(API_BIN, ['--check'], { cwd: dir.path });
+    expect((await check.exited).code).toBe(0);
+    const printed = JSON.parse(check.output());
+    expect(printed.api).toMatchObject({ port: 18181, auth: { jwtSecret: '***' } });
+    expect(check.output()).not.toContain('not-to-be-printed-secret');
+  });
+
+  it('a port already in use is a one-line error and exit 1', async () => {
+    await using dir = await tempDir('sluice-api-cli-');
+    const port = await freePort();
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(port, '127.0.0.1', resolve));
+    try {
+      const child = spawnTs(API_BIN, ['--port', String(port)], {
+        cwd: dir.path,
+        env: { SLUICE_LOG_LEVEL: 'silent' },
+      });
+      expect((await child.exited).code).toBe(1);
+      expect(child.output()).toContain(`127.0.0.1:${port} is already in use`);
+      expect(child.output()).not.toMatch(/\n\s+at /);
+    } finally {
+      await new Promise((resolve) => blocker.close(resolve));
+    }
+  });
+});
