@@ -81,6 +81,68 @@ describe('endpoints over JetStream and PostgreSQL', () => {
     }
   });
 
+  it('PostgreSQL: a change committed late, with a cursor value older than rows already read, is still seen', async () => {
+    await using db = await createTestDatabase('sluice_pipeline_late');
+    await using dir = await tempDir();
+    const client = new pg.Client({ connectionString: db.url });
+    const slow = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    await slow.connect();
+    try {
+      await client.query(
+        'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())',
+      );
+      await client.query('INSERT INTO items (id, v) SELECT g, g FROM generate_series(1, 100) g');
+      await using caches = await openCacheManager(join(dir.path, 'data'));
+      const pipeline = await startEndpointPipeline(
+        {
+          name: 'items',
+          source: { type: 'postgres', connection: 'db', table: 'items', key: 'id', cursor: 'updated_at' },
+          primaryKey: ['id'],
+          indexes: [],
+          select: ['id', 'v'],
+        },
+        {
+          caches,
+          events: collector(),
+          connections: { db: { type: 'postgres', url: db.url } },
+          commitEveryMs: 50,
+        },
+      );
+      await pipeline.whenServing();
+      const cachedValue = async (id: number) => {
+        const cache = await caches.openRo('items');
+        try {
+          return cache.get([id])?.v;
+        } finally {
+          await cache.close();
+        }
+      };
+      // A long transaction takes its updated_at (now() = its start) first…
+      await slow.query('BEGIN');
+      await slow.query('UPDATE items SET v = -20, updated_at = now() WHERE id = 20');
+      await new Promise((r) => setTimeout(r, 200));
+      // …a quick one with a later updated_at commits and is read: the cursor moves past the slow one's value…
+      await client.query('UPDATE items SET v = -30, updated_at = now() WHERE id = 30');
+      await waitFor(async () => (await cachedValue(30)) === -30, {
+        timeoutMs: 15_000,
+        what: 'the quick update',
+      });
+      await new Promise((r) => setTimeout(r, 1_500)); // a poll or two later
+      // …and only then the slow one commits.
+      await slow.query('COMMIT');
+      await waitFor(async () => (await cachedValue(20)) === -20, {
+        timeoutMs: 8_000,
+        what: 'the late-committed update',
+      });
+      expect(await cachedValue(30)).toBe(-30);
+      await pipeline.stop();
+    } finally {
+      await slow.end();
+      await client.end();
+    }
+  });
+
   it('PostgreSQL: snapshot by keyset, then changed rows by the cursor column', async () => {
     await using db = await createTestDatabase('sluice_pipeline_ep');
     await using dir = await tempDir();

@@ -202,18 +202,16 @@ export class TransferCoordinator {
     const answer = await this.#whoRuns(record);
     if (answer.status === 'owner')
       return this.#reportOwner(record, answer.owner.nodeId, answer.owner.address, 'owner');
-    if (answer.status === 'unknown' && !answer.silent && !this.#leaseExpired(record)) {
+    // An owner that is silent (connected but not answering in time) is not taken over on resubmit while its
+    // lease is fresh: under load a busy owner looks the same, and a resubmit must never cost a healthy run.
+    // Its lease (the sweeper) decides; terminate, below, does take a silent owner's transfer over.
+    if (answer.status === 'unknown' && !this.#leaseExpired(record)) {
       this.#o.logger.warn(
         { transferId: id, reason: answer.reason },
         'backplane cannot tell who runs the transfer; the lease is fresh, so it is not taken over',
       );
       return this.#reportOwner(record, record.ownerNodeId, record.ownerAddress, 'owner-unconfirmed');
     }
-    if (answer.status === 'unknown')
-      this.#o.logger.warn(
-        { transferId: id, owner: record.ownerNodeId, reason: answer.reason },
-        'the owner did not answer within the wait: taking the transfer over (the epoch fences it if it wakes up)',
-      );
     return this.#takeOver(record, 'resubmit');
   }
 

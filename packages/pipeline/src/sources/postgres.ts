@@ -29,12 +29,20 @@ export interface PostgresSourceOptions {
   cursor?: string;
   pageSize?: number;
   pollMs?: number;
+  /**
+   * How long rows stay in the re-read window after their cursor value was first passed (default 10 s). A
+   * transaction that sets its cursor value (`now()`, a sequence) early and commits later than a row with a
+   * larger value was read is caught if it commits within this delay; re-reads are idempotent upserts.
+   */
+  settleMs?: number;
 }
 
 /**
  * A PostgreSQL table or query. The snapshot pages through it by keyset on the key (no OFFSET, no long
  * transaction); afterwards, with a `cursor` column, it reads rows whose cursor grew (e.g. `updated_at`),
- * ordered by (cursor, key). It resumes from the last key or cursor it checkpointed.
+ * ordered by (cursor, key). Each poll re-reads from the cursor value it had passed `settleMs` ago, so a change
+ * committed late with a smaller cursor value than rows already read is still seen; the checkpoint holds that
+ * settled position, so a resume re-reads the window too. Deletes are not seen.
  *
  * @example
  * ```ts
@@ -44,6 +52,7 @@ export interface PostgresSourceOptions {
 export function createPostgresSource(options: PostgresSourceOptions): PipelineSource {
   const pageSize = options.pageSize ?? 1_000;
   const pollMs = options.pollMs ?? 1_000;
+  const settleMs = options.settleMs ?? 10_000;
   const relation = options.table !== undefined ? quoteIdent(options.table) : `(${options.query}) AS sluice_q`;
   let client: pg.Client | null = null;
   let key: string[] | null = options.key && options.key.length > 0 ? options.key : null;
@@ -156,38 +165,54 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
     if (from !== null && PostgresPositionSchema.parse(from).phase === 'incremental')
       yield { kind: 'snapshot-done', position };
     const cursorText = `${cursorCol}::text AS "__sluice_cursor"`;
+    type Mark = Pick<PostgresPosition, 'cursor' | 'cursorKey'>;
+    // Where each poll started, with when: a poll starts from the newest mark at least `settleMs` old (the
+    // settled position), so rows passed less than `settleMs` ago are read again.
+    const marks: Array<{ at: number; mark: Mark }> = [
+      { at: Date.now(), mark: { cursor: position.cursor, cursorKey: position.cursorKey } },
+    ];
+    const settledMark = (): Mark => {
+      const now = Date.now();
+      while (marks.length > 1 && marks[1]!.at <= now - settleMs) marks.shift();
+      return marks[0]!.mark;
+    };
     for (;;) {
       if (readOptions.signal.aborted) return;
-      const params: unknown[] = [];
-      let where = '';
-      if (position.cursor !== null && position.cursorKey) {
-        params.push(position.cursor, ...position.cursorKey);
-        where = `WHERE (${cursorCol}, ${keyList}) > (${params.map((_, i) => `$${i + 1}`).join(', ')})`;
-      } else if (position.cursor !== null) {
-        params.push(position.cursor);
-        where = `WHERE ${cursorCol} > $1`;
-      }
-      const result = await run<Row>(
-        `SELECT *, ${keyText}, ${cursorText} FROM ${relation} ${where} ORDER BY ${cursorCol}, ${keyList} LIMIT ${limit}`,
-        params,
-      );
-      const rows = result.rows;
-      if (rows.length > 0) {
-        const last = rows[rows.length - 1]!;
-        position = {
-          ...position,
-          cursor: String(last.__sluice_cursor),
-          cursorKey: keyOfRow(last),
-          read: position.read + rows.length,
-        };
-        yield { kind: 'records', ops: toOps(rows), read: rows.length, bad: [], position };
-      }
-      if (rows.length < limit) {
-        try {
-          await delay(pollMs, undefined, { signal: readOptions.signal });
-        } catch {
-          return;
+      const settled = settledMark();
+      let from: Mark = settled;
+      let high: Mark | null = null;
+      // One poll: page from the settled position to the end of the table.
+      for (;;) {
+        if (readOptions.signal.aborted) return;
+        const params: unknown[] = [];
+        let where = '';
+        if (from.cursor !== null && from.cursorKey) {
+          params.push(from.cursor, ...from.cursorKey);
+          where = `WHERE (${cursorCol}, ${keyList}) > (${params.map((_, i) => `$${i + 1}`).join(', ')})`;
+        } else if (from.cursor !== null) {
+          params.push(from.cursor);
+          where = `WHERE ${cursorCol} > $1`;
         }
+        const result = await run<Row>(
+          `SELECT *, ${keyText}, ${cursorText} FROM ${relation} ${where} ORDER BY ${cursorCol}, ${keyList} LIMIT ${limit}`,
+          params,
+        );
+        const rows = result.rows;
+        if (rows.length > 0) {
+          const last = rows[rows.length - 1]!;
+          from = { cursor: String(last.__sluice_cursor), cursorKey: keyOfRow(last) };
+          high = from;
+          // The checkpoint is the settled position: a resume re-reads the window, never skips it.
+          position = { ...position, ...settled, read: position.read + rows.length };
+          yield { kind: 'records', ops: toOps(rows), read: rows.length, bad: [], position };
+        }
+        if (rows.length < limit) break;
+      }
+      if (high) marks.push({ at: Date.now(), mark: high });
+      try {
+        await delay(pollMs, undefined, { signal: readOptions.signal });
+      } catch {
+        return;
       }
     }
   }
