@@ -52,6 +52,10 @@ describe('endpoints over JetStream and PostgreSQL', () => {
         }
       });
       await first.stop();
+      // A stopped pipeline leaves no consumer behind on the stream (not even until its inactivity timeout).
+      const consumers = [];
+      for await (const c of jsm.consumers.list('ITEMS')) consumers.push(c.name);
+      expect(consumers).toEqual([]);
 
       await publish(350, 10);
       const second = await startEndpointPipeline(config, ctx);

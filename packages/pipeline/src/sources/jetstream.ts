@@ -41,6 +41,8 @@ export interface JetStreamSourceOptions {
  * ```
  */
 export function createJetStreamSource(options: JetStreamSourceOptions): PipelineSource {
+  /** Consumers of reads in progress (deleted by `close`). */
+  const active = new Set<{ delete(): Promise<boolean> }>();
   let nc: NatsConnection | null = null;
   let jsm: JetStreamManager | null = null;
   let lastSeq = 0;
@@ -129,6 +131,7 @@ export function createJetStreamSource(options: JetStreamSourceOptions): Pipeline
       deliver_policy: DeliverPolicy.StartSequence,
       opt_start_seq: Math.max(1, position.seq + 1),
     });
+    active.add(consumer);
     try {
       while (!readOptions.signal.aborted) {
         const messages = await consumer.fetch({
@@ -157,7 +160,7 @@ export function createJetStreamSource(options: JetStreamSourceOptions): Pipeline
         }
       }
     } finally {
-      await consumer.delete().catch(() => {});
+      if (active.delete(consumer)) await consumer.delete().catch(() => {});
     }
   }
 
@@ -173,6 +176,11 @@ export function createJetStreamSource(options: JetStreamSourceOptions): Pipeline
     read,
     lag: () => Math.max(0, lastSeq - readSeq),
     close: async () => {
+      // A reader parked in a fetch would only delete its consumer after the connection is gone: delete them here
+      // first, so a stopped pipeline leaves nothing on the stream.
+      const consumers = [...active];
+      active.clear();
+      await Promise.all(consumers.map((consumer) => consumer.delete().catch(() => {})));
       const c = nc;
       nc = null;
       jsm = null;
