@@ -44,7 +44,6 @@ function allPackagesWithBench() {
 function packagesWithBench() {
   return allPackagesWithBench().filter((p) => only.length === 0 || only.some((o) => p.name.includes(o)));
 }
-packagesWithBench.all = allPackagesWithBench;
 
 /** The command line a user can run to get the same figures for one package. */
 function commandFor(pkg) {
@@ -123,7 +122,7 @@ function previousSections() {
 
 const sections = previousSections();
 for (const [name, section] of fresh) sections.set(name, section);
-const order = packagesWithBench.all().map((p) => p.name);
+const order = allPackagesWithBench().map((p) => p.name);
 const ordered = [...sections].sort(([a], [b]) => order.indexOf(a) - order.indexOf(b)).map(([, text]) => text);
 const totalSeconds = ordered
   .map((text) => Number(/finished in (\d+) s/.exec(text)?.[1] ?? 0))

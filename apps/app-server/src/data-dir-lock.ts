@@ -1,6 +1,6 @@
-import { mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ConfigError } from '@sluice/core';
+import { ConfigError, isProcessAlive, readPidFile } from '@sluice/core';
 
 /** What holds a data directory: the file naming the app-server process that writes its caches. */
 export const DATA_DIR_LOCK_FILE = 'app-server.pid';
@@ -10,29 +10,11 @@ export interface DataDirLock {
   release(): void;
 }
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 function ageMs(file: string): number {
   try {
     return Date.now() - statSync(file).mtimeMs;
   } catch {
     return Number.POSITIVE_INFINITY;
-  }
-}
-
-function holder(file: string): number | null {
-  try {
-    const pid = Number(readFileSync(file, 'utf8').trim());
-    return Number.isInteger(pid) && pid > 0 ? pid : null;
-  } catch {
-    return null;
   }
 }
 
@@ -61,19 +43,19 @@ export function lockDataDir(dataDir: string): DataDirLock {
         release() {
           if (released) return;
           released = true;
-          if (holder(file) === process.pid) rmSync(file, { force: true });
+          if (readPidFile(file) === process.pid) rmSync(file, { force: true });
         },
       };
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
     }
-    const pid = holder(file);
+    const pid = readPidFile(file);
     if (pid === null && ageMs(file) < 2_000) {
       // Just created by a process that has not written its pid yet.
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
       continue;
     }
-    if (pid !== null && pid !== process.pid && isAlive(pid))
+    if (pid !== null && pid !== process.pid && isProcessAlive(pid))
       throw new ConfigError(
         `Another app-server (pid ${pid}) is using the data directory ${dataDir}; each host's dataDir has one app-server (stop it, or give this one another dataDir)`,
         [{ path: 'dataDir', message: `in use by pid ${pid} (${file})` }],

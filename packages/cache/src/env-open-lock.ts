@@ -1,7 +1,7 @@
-import { mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { CacheBusyError } from '@sluice/core';
+import { CacheBusyError, isProcessAlive, readPidFile } from '@sluice/core';
 
 /**
  * A cross-process lock around opening and closing one LMDB environment.
@@ -42,22 +42,8 @@ function lockPath(envPath: string): string {
   return join(envPath, LOCK_NAME);
 }
 
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 function readOwner(dir: string): number | null {
-  try {
-    const pid = Number(readFileSync(join(dir, 'owner'), 'utf8'));
-    return Number.isInteger(pid) && pid > 0 ? pid : null;
-  } catch {
-    return null;
-  }
+  return readPidFile(join(dir, 'owner'));
 }
 
 function tryAcquire(envPath: string, create: boolean): Attempt {
@@ -101,7 +87,7 @@ function isStale(dir: string, owner: number | null): boolean {
   if (ageMs > STALE_AFTER_MS) return true;
   if (owner === null) return ageMs > OWNERLESS_STALE_MS;
   if (owner === process.pid) return !heldHere.has(dir);
-  return !isAlive(owner);
+  return !isProcessAlive(owner);
 }
 
 /** Moves the stale lock aside first (rename is atomic), so two processes cleaning it up cannot both win. */

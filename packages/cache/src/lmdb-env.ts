@@ -63,6 +63,8 @@ export class SharedEnv {
 interface Entry {
   /** The environment once opened (or reopened read-write); replaced while an upgrade runs. */
   ready: Promise<SharedEnv>;
+  /** The same, once opened (for the synchronous exit path, which cannot await `ready`). */
+  env: SharedEnv | null;
   refs: number;
 }
 
@@ -107,9 +109,8 @@ function lockAllAtExit(): void {
   for (const [path, entry] of openEnvs) {
     const lock = lockEnvOpenSync(path, 2_000);
     if (lock) exitLocks.push(lock);
-    const env = settled.get(entry);
     // A read-only root closes synchronously (it has no pending writes to wait for).
-    if (env?.readOnly) void env.root.close().catch(() => {});
+    if (entry.env?.readOnly) void entry.env.root.close().catch(() => {});
   }
 }
 
@@ -127,9 +128,6 @@ function guardExit(): void {
   process.on('exit', releaseAllAtExit);
 }
 
-/** The opened environment of each entry, for the synchronous exit path (which cannot await `ready`). */
-const settled = new WeakMap<Entry, SharedEnv>();
-
 /**
  * Opens (or shares) the environment at `path`; `releaseEnv` when done. Readers open LMDB read-only, which never
  * waits for the writer's lock (a read-write open does, while a commit runs); a reader of a not-yet-created
@@ -143,10 +141,13 @@ export async function acquireEnv(path: string, readOnly: boolean): Promise<Share
   if (!entry) {
     const created: Entry = {
       refs: 0,
+      env: null,
       ready: openLocked(path, readOnly && existsSync(join(path, 'data.mdb'))),
     };
     created.ready.then(
-      (env) => settled.set(created, env),
+      (env) => {
+        created.env = env;
+      },
       () => {
         if (openEnvs.get(path) === created) openEnvs.delete(path);
       },

@@ -115,6 +115,7 @@ export {
   refuseProtoKey,
   SafeKeySchema,
 } from './json.js';
+export { isProcessAlive, readPidFile } from './pid-file.js';
 export {
   type Backplane,
   type BackplaneStatus,

@@ -13,6 +13,33 @@ function collector() {
   return { events, publish: async (event: SluiceEvent) => void events.push(event) };
 }
 
+type Caches = Awaited<ReturnType<typeof openCacheManager>>;
+type Served = Awaited<ReturnType<Caches['openRo']>>;
+
+/** Runs `read` on the generation `items` serves now, and closes it. */
+async function readItems<T>(caches: Caches, read: (cache: Served) => T): Promise<T> {
+  const cache = await caches.openRo('items');
+  try {
+    return read(cache);
+  } finally {
+    await cache.close();
+  }
+}
+
+/** An `items` endpoint (`id`, `v`) over the PostgreSQL table `items` at `url`, incremental by `cursor`. */
+function startPostgresItems(caches: Caches, url: string, cursor: string, indexes: string[][]) {
+  return startEndpointPipeline(
+    {
+      name: 'items',
+      source: { type: 'postgres', connection: 'db', table: 'items', key: 'id', cursor },
+      primaryKey: ['id'],
+      indexes,
+      select: ['id', 'v'],
+    },
+    { caches, events: collector(), connections: { db: { type: 'postgres', url } }, commitEveryMs: 50 },
+  );
+}
+
 describe('endpoints over JetStream and PostgreSQL', () => {
   it('JetStream: resumes while the stream retains the next sequence, rebuilds once it was purged', async () => {
     await using nats = await startNatsServer();
@@ -43,14 +70,7 @@ describe('endpoints over JetStream and PostgreSQL', () => {
       const first = await startEndpointPipeline(config, ctx);
       const blue = await first.whenServing();
       await publish(300, 50); // streamed after the snapshot
-      await waitFor(async () => {
-        const cache = await caches.openRo('items');
-        try {
-          return cache.count({}) === 350;
-        } finally {
-          await cache.close();
-        }
-      });
+      await waitFor(() => readItems(caches, (cache) => cache.count({}) === 350));
       await first.stop();
       // A stopped pipeline leaves no consumer behind on the stream (not even until its inactivity timeout).
       const consumers = [];
@@ -71,13 +91,10 @@ describe('endpoints over JetStream and PostgreSQL', () => {
       expect(third.decision.reason).toMatch(/no longer retains sequence/);
       const green = await third.whenServing();
       expect(green).not.toBe(blue);
-      const cache = await caches.openRo('items');
-      try {
+      await readItems(caches, (cache) => {
         expect(cache.count({})).toBe(20);
         expect(cache.get([399])).toEqual({ id: 399, v: 399 });
-      } finally {
-        await cache.close();
-      }
+      });
       expect(events.events.filter((e) => e.type === 'AliasRedirected')).toHaveLength(2);
       await third.stop();
     } finally {
@@ -98,30 +115,9 @@ describe('endpoints over JetStream and PostgreSQL', () => {
       );
       await client.query('INSERT INTO items (id, v) SELECT g, g FROM generate_series(1, 100) g');
       await using caches = await openCacheManager(join(dir.path, 'data'));
-      const pipeline = await startEndpointPipeline(
-        {
-          name: 'items',
-          source: { type: 'postgres', connection: 'db', table: 'items', key: 'id', cursor: 'updated_at' },
-          primaryKey: ['id'],
-          indexes: [],
-          select: ['id', 'v'],
-        },
-        {
-          caches,
-          events: collector(),
-          connections: { db: { type: 'postgres', url: db.url } },
-          commitEveryMs: 50,
-        },
-      );
+      const pipeline = await startPostgresItems(caches, db.url, 'updated_at', []);
       await pipeline.whenServing();
-      const cachedValue = async (id: number) => {
-        const cache = await caches.openRo('items');
-        try {
-          return cache.get([id])?.v;
-        } finally {
-          await cache.close();
-        }
-      };
+      const cachedValue = (id: number) => readItems(caches, (cache) => cache.get([id])?.v);
       // A long transaction takes its updated_at (now() = its start) first…
       await slow.query('BEGIN');
       await slow.query('UPDATE items SET v = -20, updated_at = now() WHERE id = 20');
@@ -156,33 +152,16 @@ describe('endpoints over JetStream and PostgreSQL', () => {
       await client.query('CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, rev bigserial)');
       await client.query('INSERT INTO items (id, v) SELECT g, g FROM generate_series(1, 500) g');
       await using caches = await openCacheManager(join(dir.path, 'data'));
-      const pipeline = await startEndpointPipeline(
-        {
-          name: 'items',
-          source: { type: 'postgres', connection: 'db', table: 'items', key: 'id', cursor: 'rev' },
-          primaryKey: ['id'],
-          indexes: [['v']],
-          select: ['id', 'v'],
-        },
-        {
-          caches,
-          events: collector(),
-          connections: { db: { type: 'postgres', url: db.url } },
-          commitEveryMs: 50,
-        },
-      );
+      const pipeline = await startPostgresItems(caches, db.url, 'rev', [['v']]);
       await pipeline.whenServing();
       await client.query(`UPDATE items SET v = -v, rev = nextval('items_rev_seq') WHERE id <= 10`);
       await client.query('INSERT INTO items (id, v) VALUES (501, 501)');
       await waitFor(
-        async () => {
-          const cache = await caches.openRo('items');
-          try {
-            return cache.count({}) === 501 && cache.get([5])?.v === -5 && cache.get([501])?.v === 501;
-          } finally {
-            await cache.close();
-          }
-        },
+        () =>
+          readItems(
+            caches,
+            (cache) => cache.count({}) === 501 && cache.get([5])?.v === -5 && cache.get([501])?.v === 501,
+          ),
         { timeoutMs: 15_000, what: 'incremental changes' },
       );
       expect(pipeline.status().progress.phase).toBe('streaming');
