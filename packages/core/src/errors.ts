@@ -16,6 +16,7 @@ export const ErrorCode = {
   PATH_NOT_ALLOWED: 'PATH_NOT_ALLOWED',
   TRANSFER_NOT_FOUND: 'TRANSFER_NOT_FOUND',
   STALE_EPOCH: 'STALE_EPOCH',
+  LEASE_HELD: 'LEASE_HELD',
   ILLEGAL_TRANSITION: 'ILLEGAL_TRANSITION',
   QUEUE_FULL: 'QUEUE_FULL',
   UNKNOWN_ENDPOINT: 'UNKNOWN_ENDPOINT',
@@ -190,6 +191,21 @@ export class StaleEpochError extends SluiceError {
       `Transfer ${q(id)} is no longer at epoch ${expectedEpoch}; another owner took it over`,
       409,
       { ...options, details: { id, expectedEpoch, ...options.details } },
+    );
+  }
+}
+
+/**
+ * A conditional takeover or termination was refused because the owner's lease has not expired by the store's
+ * clock: the owner may still be working, so nobody else may change the record's owner yet.
+ */
+export class LeaseHeldError extends SluiceError {
+  constructor(id: string, options: SluiceErrorOptions = {}) {
+    super(
+      ErrorCode.LEASE_HELD,
+      `Transfer ${q(id)} is still leased by its owner; try again once the lease has expired`,
+      409,
+      { ...options, details: { id, ...options.details } },
     );
   }
 }

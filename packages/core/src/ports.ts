@@ -46,6 +46,16 @@ export interface TransitionInput {
   result?: TransferResult;
 }
 
+/** Conditions of an owner change. */
+export interface OwnerChangeOptions {
+  /**
+   * Change the owner only if the current lease has expired *by the store's clock* (PostgreSQL `now()`, never a
+   * node's wall clock); otherwise the store throws `LEASE_HELD` and nothing changes. Used when the backplane
+   * could not tell whether the owner is alive.
+   */
+  requireExpiredLease?: boolean;
+}
+
 export interface ListTransfersInput {
   state?: TransferState;
   ownerNodeId?: string;
@@ -82,7 +92,25 @@ export interface DataPlaneStore extends AsyncDisposable {
    * Takes a non-terminal transfer over: compare-and-set on `expectedEpoch`; sets the owner, increments the
    * epoch and attempts, renews the lease. Exactly one of N concurrent callers wins; the others get `STALE_EPOCH`.
    */
-  takeOver(id: string, expectedEpoch: number, owner: OwnerIdentity, leaseMs: number): Promise<TransferRecord>;
+  takeOver(
+    id: string,
+    expectedEpoch: number,
+    owner: OwnerIdentity,
+    leaseMs: number,
+    options?: OwnerChangeOptions,
+  ): Promise<TransferRecord>;
+  /**
+   * Terminates a transfer whose owner is gone, in **one statement**: compare-and-set on `expectedEpoch`, the
+   * caller becomes the owner (epoch + 1) and the state `TERMINATED` at once — so no crash or store error can
+   * leave the caller owning a live transfer. `STALE_EPOCH` when the epoch moved, `ILLEGAL_TRANSITION` when the
+   * record is already terminal, `LEASE_HELD` when `requireExpiredLease` and the lease is still fresh.
+   */
+  terminateAbandoned(
+    id: string,
+    expectedEpoch: number,
+    owner: OwnerIdentity,
+    options?: OwnerChangeOptions,
+  ): Promise<TransferRecord>;
   /** Moves the transfer along the state machine, fenced by `epoch`. */
   transition(id: string, epoch: number, input: TransitionInput): Promise<TransferRecord>;
   /** Writes the pipeline checkpoint into the record, fenced by `epoch` (and renews the lease). */
@@ -112,10 +140,25 @@ export interface DataPlaneStore extends AsyncDisposable {
   ping(): Promise<void>;
 }
 
-/** Where a pipeline keeps a transfer's progress checkpoint (the store record, fenced by the epoch). */
+/**
+ * Where a pipeline keeps a transfer's progress checkpoint (the store record, fenced by the epoch), and the
+ * fencing token its sinks carry to where their effects land (docs/fencing.md).
+ */
 export interface CheckpointPort {
   load(): Promise<unknown | null>;
+  /** Saves the checkpoint, fenced by {@link CheckpointPort.epoch}; throws `STALE_EPOCH` once fenced off. */
   save(checkpoint: unknown): Promise<void>;
+  /**
+   * The run's fencing epoch (the store record's epoch when this owner claimed it; increments on every owner
+   * change). Sinks check it where their effects land: the PostgreSQL sink's fence row, the file sink's temp
+   * names, the cache's write transaction. `0` for runs the store does not track (fire-and-forget): unfenced.
+   */
+  readonly epoch: number;
+  /**
+   * The fenced "finishing" step: confirms in the store that this epoch still owns the transfer, right before a
+   * sink publishes what cannot be taken back (the file sink's rename). Throws `STALE_EPOCH` when fenced off.
+   */
+  finishing(): Promise<void>;
 }
 
 /** What the owner of a transfer reports about it. */
