@@ -9,7 +9,8 @@ export { RequestPolicy } from './transfers/confinement.js';
 export {
   type CoordinatorLimits,
   type CoordinatorOptions,
-  type SubmitReply,
+  type Submission,
+  submissionReply,
   TransferCoordinator,
   type TransferExecutor,
 } from './transfers/coordinator.js';

@@ -29,6 +29,7 @@ export const ErrorCode = {
   CONFIG_INVALID: 'CONFIG_INVALID',
   STORE_UNAVAILABLE: 'STORE_UNAVAILABLE',
   BACKPLANE_UNAVAILABLE: 'BACKPLANE_UNAVAILABLE',
+  SHUTTING_DOWN: 'SHUTTING_DOWN',
   CACHE_NOT_FOUND: 'CACHE_NOT_FOUND',
   CACHE_SCHEMA_MISMATCH: 'CACHE_SCHEMA_MISMATCH',
   CACHE_DISK_FULL: 'CACHE_DISK_FULL',
@@ -297,6 +298,13 @@ export class StoreUnavailableError extends SluiceError {
 export class BackplaneUnavailableError extends SluiceError {
   constructor(message: string, options: SluiceErrorOptions = {}) {
     super(ErrorCode.BACKPLANE_UNAVAILABLE, message, 503, options);
+  }
+}
+
+/** The node is shutting down and takes no new work; another node (or this one, restarted) will. */
+export class ShuttingDownError extends SluiceError {
+  constructor(message = 'This node is shutting down; send the request to another node', options: SluiceErrorOptions = {}) {
+    super(ErrorCode.SHUTTING_DOWN, message, 503, options);
   }
 }
 

@@ -84,6 +84,7 @@ export {
   type SluiceErrorOptions,
   SourceError,
   StaleEpochError,
+  ShuttingDownError,
   LeaseHeldError,
   StoreUnavailableError,
   TransferNotFoundError,

@@ -59,6 +59,11 @@ export interface OwnerChangeOptions {
 export interface ListTransfersInput {
   state?: TransferState;
   ownerNodeId?: string;
+  /**
+   * Only records whose lease has expired by the store's clock (the sweeper's candidates; ownership still
+   * changes only through a conditional `takeOver`).
+   */
+  leaseExpired?: boolean;
   /** Opaque cursor from a previous page's `next`. */
   cursor?: string;
   limit?: number;

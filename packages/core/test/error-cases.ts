@@ -25,6 +25,8 @@ import {
   type SluiceError,
   SourceError,
   StaleEpochError,
+  LeaseHeldError,
+  ShuttingDownError,
   StoreUnavailableError,
   TransferNotFoundError,
   TransferTerminatedError,
@@ -102,6 +104,8 @@ export const ERROR_CASES: ReadonlyArray<{
     status: 404,
   },
   { error: new StaleEpochError('t-1', 3), cls: StaleEpochError, code: 'STALE_EPOCH', status: 409 },
+  { error: new LeaseHeldError('t-1'), cls: LeaseHeldError, code: 'LEASE_HELD', status: 409 },
+  { error: new ShuttingDownError(), cls: ShuttingDownError, code: 'SHUTTING_DOWN', status: 503 },
   {
     error: new IllegalTransitionError('t-1', 'COMPLETED', 'IN_PROGRESS'),
     cls: IllegalTransitionError,

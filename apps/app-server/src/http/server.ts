@@ -26,7 +26,7 @@ import type pino from 'pino';
 import { z } from 'zod';
 import type { EndpointManager } from '../endpoints.js';
 import type { NodeMetrics } from '../metrics.js';
-import type { TransferCoordinator } from '../transfers/coordinator.js';
+import { submissionReply, type TransferCoordinator } from '../transfers/coordinator.js';
 import { type AuthSettings, bearerCheck } from './auth.js';
 import { normalizeHttpError } from './errors.js';
 
@@ -197,8 +197,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           { path: '(root)', message: 'expected a JSON object' },
         ]);
       const transfer = parseTransferRequest(request.body, header);
-      const result = await coordinator.submit(transfer);
-      return reply.code(result.status).send(result.body);
+      const { status, body } = submissionReply(await coordinator.submit(transfer));
+      return reply.code(status).send(body);
     },
   );
 

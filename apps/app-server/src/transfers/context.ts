@@ -1,0 +1,112 @@
+import {
+  type Backplane,
+  type CheckpointPort,
+  type Clock,
+  type DataPlaneStore,
+  type Logger,
+  type OwnerIdentity,
+  type PipelineProgress,
+  SluiceError,
+  type TransferRecord,
+  type TransferRequest,
+  type TransferResult,
+  type TransitionInput,
+} from '@sluice/core';
+import type { NodeMetrics } from '../metrics.js';
+import type { RequestPolicy } from './confinement.js';
+import type { LocalRun } from './local-run.js';
+import type { Scheduler } from './scheduler.js';
+
+/** Runs one transfer to completion (the app wires `runTransfer` of `@sluice/pipeline` here). */
+export type TransferExecutor = (
+  request: TransferRequest,
+  context: {
+    checkpoint: CheckpointPort;
+    signal: AbortSignal;
+    onProgress: (progress: PipelineProgress) => void;
+  },
+) => Promise<TransferResult>;
+
+/** Timings and bounds of the protocol (all from `limits` in the configuration). */
+export interface CoordinatorLimits {
+  leaseMs: number;
+  heartbeatMs: number;
+  ownerWaitMs: number;
+  sweepIntervalMs: number;
+  maxConcurrentTransfers: number;
+  queueSize: number;
+  fireAndForgetConcurrency: number;
+  shutdownGraceMs: number;
+}
+
+export interface CoordinatorOptions {
+  store: DataPlaneStore;
+  backplane: Backplane;
+  identity: OwnerIdentity;
+  limits: CoordinatorLimits;
+  policy: RequestPolicy;
+  execute: TransferExecutor;
+  /** Removes what a transfer's runs staged outside its destination once it is FAILED or TERMINATED. */
+  discard?: (request: TransferRequest) => Promise<void>;
+  metrics: NodeMetrics;
+  logger: Logger;
+  clock: Clock;
+}
+
+/**
+ * What the coordinator's modules share: the options, the local runs by id, the claims in flight by id, the
+ * scheduler of idempotent runs, and the heartbeat generation (see leases.ts).
+ */
+export interface CoordinatorState {
+  readonly o: CoordinatorOptions;
+  readonly runs: Map<string, LocalRun>;
+  readonly claiming: Map<string, Promise<unknown>>;
+  readonly scheduler: Scheduler;
+  /** Increments when a heartbeat statement starts: a claim confirmed after it started is not judged by it. */
+  heartbeatGeneration: number;
+  closing: boolean;
+}
+
+const STORE_RETRIES = 5;
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Retries a store call that failed because the store was briefly unreachable. */
+export async function retrying<T>(call: () => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await call();
+    } catch (err) {
+      if (!SluiceError.hasCode(err, 'STORE_UNAVAILABLE') || attempt >= STORE_RETRIES) throw err;
+      await sleep(100 * 2 ** attempt);
+    }
+  }
+}
+
+/**
+ * A fenced transition, retried while the store is unreachable. A retry after a lost reply finds the record
+ * already moved (ILLEGAL_TRANSITION from the target state): when the record is in the target state at our
+ * epoch, that was our own write and counts as success — never as a failure of the transfer.
+ */
+export async function transitionOnce(
+  store: DataPlaneStore,
+  id: string,
+  epoch: number,
+  input: TransitionInput,
+): Promise<TransferRecord> {
+  let retried = false;
+  return retrying(async () => {
+    try {
+      return await store.transition(id, epoch, input);
+    } catch (err) {
+      if (SluiceError.hasCode(err, 'STORE_UNAVAILABLE')) retried = true;
+      if (retried && SluiceError.hasCode(err, 'ILLEGAL_TRANSITION')) {
+        const record = await store.get(id);
+        if (record && record.epoch === epoch && record.state === input.to) return record;
+      }
+      throw err;
+    }
+  });
+}

@@ -1,0 +1,189 @@
+import {
+  asSluiceError,
+  type CheckpointPort,
+  StaleEpochError,
+  SluiceError,
+  type TransferRecord,
+  type TransferRequest,
+  type TransferResult,
+  type TransferState,
+  TransferTerminatedError,
+} from '@sluice/core';
+import { type CoordinatorState, transitionOnce } from './context.js';
+import { type LocalRun, RunPhase, StopReason } from './local-run.js';
+import type { Ticket } from './scheduler.js';
+
+/**
+ * Running a claimed transfer and ending its local run: execution, the fenced checkpoint port, stop requests
+ * and what each stop reason records in the store.
+ */
+
+/** Asks a run to stop; a queued run (nothing to interrupt) is settled at once. */
+export function stopRun(state: CoordinatorState, run: LocalRun, reason: StopReason): void {
+  if (run.requestStop(reason) === RunPhase.queued) void settleStopped(state, run, null);
+}
+
+/** Removes the run from this node: its responder closes first, then `done` resolves. */
+export async function settle(state: CoordinatorState, run: LocalRun): Promise<void> {
+  if (run.phase === RunPhase.settled) return;
+  if (state.runs.get(run.id) === run) state.runs.delete(run.id);
+  await run.registration?.close().catch(() => {});
+  if ((run.phase as RunPhase) !== RunPhase.settled) run.dispatch({ type: 'settled' });
+}
+
+/** Ends a run that was asked to stop: terminate → TERMINATED, handback → release, fenced → nothing. */
+export async function settleStopped(state: CoordinatorState, run: LocalRun, err: unknown): Promise<void> {
+  if (run.phase !== RunPhase.queued && run.phase !== RunPhase.running) return;
+  run.dispatch({ type: 'finishing' });
+  const { logger, store, metrics } = state.o;
+  switch (run.stopReason) {
+    case StopReason.terminate:
+      if (await finish(state, run, 'TERMINATED', {})) {
+        const request = run.request ?? (await store.get(run.id).catch(() => null))?.request;
+        if (request) await discard(state, request);
+        logger.info({ transferId: run.id, epoch: run.epoch }, 'transfer terminated');
+      }
+      break;
+    case StopReason.handback:
+      try {
+        await store.release(run.id, run.epoch);
+        logger.info({ transferId: run.id, epoch: run.epoch }, 'transfer handed back');
+      } catch (releaseErr) {
+        logger.warn({ transferId: run.id, err: releaseErr }, 'could not release the lease');
+      }
+      break;
+    default:
+      metrics.fenced.inc();
+      logger.warn(
+        { transferId: run.id, epoch: run.epoch, reason: run.stopReason, err },
+        'stopped local work on a transfer this node no longer owns',
+      );
+  }
+  await settle(state, run);
+}
+
+/** Records the run's outcome, fenced by its epoch; false when the store refused it (logged). */
+export async function finish(
+  state: CoordinatorState,
+  run: LocalRun,
+  to: TransferState,
+  input: { result?: TransferResult; error?: { code: string; message: string } },
+): Promise<boolean> {
+  try {
+    await transitionOnce(state.o.store, run.id, run.epoch, { to, ...input });
+    state.o.metrics.finished.inc({ state: to });
+    return true;
+  } catch (err) {
+    if (SluiceError.hasCode(err, 'STALE_EPOCH')) {
+      state.o.metrics.fenced.inc();
+      state.o.logger.warn({ transferId: run.id, epoch: run.epoch }, `fenced: could not record ${to}`);
+    } else if (SluiceError.hasCode(err, 'ILLEGAL_TRANSITION')) {
+      state.o.logger.info({ transferId: run.id, epoch: run.epoch }, `already final: did not record ${to}`);
+    } else state.o.logger.error({ transferId: run.id, err }, `could not record ${to}`);
+    return false;
+  }
+}
+
+/** Best effort: leftovers of a transfer that ended for good (a failure here is logged, never raised). */
+export async function discard(state: CoordinatorState, request: TransferRequest): Promise<void> {
+  if (!state.o.discard) return;
+  try {
+    await state.o.discard(state.o.policy.confine(request));
+  } catch (err) {
+    state.o.logger.warn({ transferId: request.id, err }, 'could not remove what the transfer left behind');
+  }
+}
+
+export function schedule(state: CoordinatorState, run: LocalRun, ticket: Ticket, record: TransferRecord): void {
+  state.scheduler.start(ticket, () => execute(state, run, record));
+}
+
+/** The checkpoint port of a run: every write fenced by its epoch, `finishing` refused once it must stop. */
+function checkpointPort(state: CoordinatorState, run: LocalRun, initial: unknown | null): CheckpointPort {
+  const { store, limits } = state.o;
+  let checkpoint = initial;
+  const refuseWhenStopped = () => {
+    if (run.stopReason === StopReason.fenced || run.stopReason === StopReason.leaseLost)
+      throw new StaleEpochError(run.id, run.epoch);
+    if (run.stopReason !== null) throw new TransferTerminatedError(run.id);
+  };
+  return {
+    epoch: run.epoch,
+    load: async () => checkpoint,
+    save: async (next) => {
+      if (run.stopReason === StopReason.fenced || run.stopReason === StopReason.leaseLost)
+        throw new StaleEpochError(run.id, run.epoch);
+      const savedAt = performance.now();
+      await store.saveCheckpoint(run.id, run.epoch, next, limits.leaseMs);
+      // The save renewed the lease too.
+      run.leaseDeadline = Math.max(run.leaseDeadline, savedAt + limits.leaseMs);
+      checkpoint = next;
+    },
+    finishing: async () => {
+      // Past this point a sink publishes what cannot be taken back: only the current owner, not stopping.
+      refuseWhenStopped();
+      const confirmedAt = performance.now();
+      await store.saveCheckpoint(run.id, run.epoch, checkpoint, limits.leaseMs);
+      run.leaseDeadline = Math.max(run.leaseDeadline, confirmedAt + limits.leaseMs);
+      refuseWhenStopped();
+    },
+  };
+}
+
+async function execute(state: CoordinatorState, run: LocalRun, record: TransferRecord): Promise<void> {
+  // Stopped while queued: settleStopped already ended it.
+  if (run.phase !== RunPhase.queued) return;
+  run.dispatch({ type: 'started', request: record.request });
+  const { store, logger } = state.o;
+  const id = run.id;
+  try {
+    if (run.stopReason !== null) {
+      await settleStopped(state, run, null);
+      return;
+    }
+    if (record.state === 'RECEIVED') await transitionOnce(store, id, run.epoch, { to: 'IN_PROGRESS' });
+    const runnable = state.o.policy.confine(record.request);
+    logger.info(
+      { transferId: id, epoch: run.epoch, resumed: record.checkpoint !== null },
+      'transfer started',
+    );
+    const result = await state.o.execute(runnable, {
+      checkpoint: checkpointPort(state, run, record.checkpoint),
+      signal: run.controller.signal,
+      onProgress: (progress) => {
+        run.progress = progress;
+      },
+    });
+    if (run.stopReason === StopReason.fenced || run.stopReason === StopReason.leaseLost) {
+      await settleStopped(state, run, null);
+      return;
+    }
+    run.dispatch({ type: 'finishing' });
+    if (await finish(state, run, 'COMPLETED', { result }))
+      logger.info({ transferId: id, epoch: run.epoch, result }, 'transfer completed');
+  } catch (err) {
+    if ((run.phase as RunPhase) !== RunPhase.running) return; // already finishing (its own step failed and logged)
+    if (run.stopReason !== null || SluiceError.hasCode(err, 'STALE_EPOCH')) {
+      if (run.stopReason === null) run.requestStop(StopReason.fenced);
+      await settleStopped(state, run, err);
+      return;
+    }
+    const error = asSluiceError(err);
+    if (error.code === 'STORE_UNAVAILABLE') {
+      // Not the transfer's fault. It stays ours in the store: once the store answers again the heartbeat
+      // finds it orphaned and runs it again from its checkpoint (or its lease lapses and a sweeper does).
+      logger.warn({ transferId: id, err }, 'store unavailable mid-transfer; will resume when it is back');
+      run.requestStop(StopReason.leaseLost);
+      await settleStopped(state, run, err);
+      return;
+    }
+    run.dispatch({ type: 'finishing' });
+    const to = error.code === 'TRANSFER_TERMINATED' ? 'TERMINATED' : 'FAILED';
+    const ended = await finish(state, run, to, { error: { code: error.code, message: error.message } });
+    if (ended) await discard(state, record.request);
+    logger.warn({ transferId: id, code: error.code, message: error.message }, 'transfer did not complete');
+  } finally {
+    await settle(state, run);
+  }
+}
+

@@ -1,0 +1,80 @@
+import { type OwnerIdentity, QueueFullError, type TransferRequest } from '@sluice/core';
+import type { CoordinatorOptions } from './context.js';
+import { Scheduler } from './scheduler.js';
+import type { Submission } from './submission.js';
+
+/**
+ * Fire-and-forget requests: never in the store, run on the receiving node with bounded concurrency; lost if
+ * the node dies (DESIGN.md § Transfers). Their checkpoint lives in memory and their epoch is 0 (unfenced).
+ */
+export class FireAndForget {
+  readonly #o: CoordinatorOptions;
+  readonly #scheduler: Scheduler;
+  readonly #controllers = new Set<AbortController>();
+
+  constructor(options: CoordinatorOptions) {
+    this.#o = options;
+    this.#scheduler = new Scheduler({
+      concurrency: options.limits.fireAndForgetConcurrency,
+      queueSize: options.limits.queueSize,
+    });
+  }
+
+  get pending(): number {
+    return this.#scheduler.running + this.#scheduler.queued;
+  }
+
+  submit(request: TransferRequest, identity: OwnerIdentity): Submission {
+    const ticket = this.#scheduler.tryReserve();
+    if (!ticket) {
+      this.#o.metrics.submits.inc({ outcome: 'queue-full' });
+      throw new QueueFullError(1);
+    }
+    const runnable = this.#o.policy.confine(request);
+    const controller = new AbortController();
+    this.#controllers.add(controller);
+    this.#scheduler.start(ticket, async () => {
+      let checkpoint: unknown | null = null;
+      try {
+        const result = await this.#o.execute(runnable, {
+          checkpoint: {
+            epoch: 0,
+            load: async () => checkpoint,
+            save: async (next) => {
+              checkpoint = next;
+            },
+            finishing: async () => {
+              if (controller.signal.aborted) throw controller.signal.reason;
+            },
+          },
+          signal: controller.signal,
+          onProgress: () => {},
+        });
+        this.#o.logger.info({ transferId: request.id, result }, 'fire-and-forget transfer completed');
+      } catch (err) {
+        this.#o.logger.warn({ transferId: request.id, err }, 'fire-and-forget transfer did not complete');
+        // Nothing resumes a fire-and-forget transfer: what it staged is garbage now.
+        await this.#discard(request);
+      } finally {
+        this.#controllers.delete(controller);
+      }
+    });
+    this.#o.metrics.submits.inc({ outcome: 'fire-and-forget' });
+    return { outcome: 'accepted', id: request.id, owner: { nodeId: identity.nodeId, address: identity.address } };
+  }
+
+  async #discard(request: TransferRequest): Promise<void> {
+    try {
+      await this.#o.discard?.(this.#o.policy.confine(request));
+    } catch (err) {
+      this.#o.logger.warn({ transferId: request.id, err }, 'could not remove what the transfer left behind');
+    }
+  }
+
+  /** Gives running work `graceMs`, then aborts what is left. */
+  async drain(graceMs: number): Promise<void> {
+    const timeout = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());
+    await Promise.race([this.#scheduler.idle(), timeout]);
+    for (const controller of this.#controllers) controller.abort();
+  }
+}

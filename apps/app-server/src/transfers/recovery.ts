@@ -1,0 +1,132 @@
+import { isTerminal, type TransferRecord } from '@sluice/core';
+import { claim } from './claim.js';
+import type { CoordinatorState } from './context.js';
+import { ownerChange, whoRuns } from './owner-lookup.js';
+
+const SWEEP_BATCH = 16;
+
+/**
+ * Recovery of transfers nobody resent: the sweeper (leases that expired by the store's clock), the previous
+ * life of this node id (a restart), and orphans (owned by this instance in the store, run by nothing here).
+ * Each goes through {@link claim}, so the responder answers before the store says "owned".
+ */
+export class Recovery {
+  readonly #state: CoordinatorState;
+  #sweeping = false;
+  readonly #inFlight = new Set<Promise<unknown>>();
+
+  constructor(state: CoordinatorState) {
+    this.#state = state;
+  }
+
+  /** Resolves once no recovery pass is running (shutdown waits for in-flight adoption). */
+  async idle(): Promise<void> {
+    while (this.#inFlight.size > 0) await Promise.allSettled([...this.#inFlight]);
+  }
+
+  #track<T>(work: Promise<T>): Promise<T> {
+    this.#inFlight.add(work);
+    void work.finally(() => this.#inFlight.delete(work)).catch(() => {});
+    return work;
+  }
+
+  sweep(): Promise<void> {
+    if (this.#sweeping || this.#state.closing) return Promise.resolve();
+    this.#sweeping = true;
+    return this.#track(
+      this.#sweepOnce().finally(() => {
+        this.#sweeping = false;
+      }),
+    );
+  }
+
+  async #sweepOnce(): Promise<void> {
+    const state = this.#state;
+    try {
+      for (const lifecycle of ['IN_PROGRESS', 'RECEIVED'] as const) {
+        const page = await state.o.store.list({ state: lifecycle, leaseExpired: true, limit: SWEEP_BATCH });
+        for (const record of page.records) {
+          if (state.closing) return;
+          if (state.runs.has(record.id) || state.claiming.has(record.id)) continue;
+          const ticket = state.scheduler.tryReserve();
+          if (!ticket) return;
+          // The store's clock decides: a candidate whose lease is in fact fresh is refused (LEASE_HELD).
+          await claim(state, { via: 'takeover', record, cause: 'sweeper', requireExpiredLease: true }, ticket);
+        }
+      }
+    } catch (err) {
+      state.o.logger.warn({ err }, 'sweep failed');
+    }
+  }
+
+  /**
+   * A restarted node takes back what its previous incarnation owned. Asked first: during a rolling restart
+   * the previous instance may still be alive and answering, and then it keeps its transfers.
+   */
+  adoptPreviousLife(): Promise<void> {
+    return this.#track(this.#adoptPreviousLife());
+  }
+
+  async #adoptPreviousLife(): Promise<void> {
+    const state = this.#state;
+    const { store, identity } = state.o;
+    try {
+      for (const lifecycle of ['IN_PROGRESS', 'RECEIVED'] as const) {
+        const page = await store.list({ state: lifecycle, ownerNodeId: identity.nodeId, limit: 100 });
+        for (const record of page.records) {
+          if (state.closing) return;
+          if (record.ownerInstance === identity.instanceId) continue;
+          await this.#adoptIfGone(record).catch((err) =>
+            state.o.logger.warn({ transferId: record.id, err }, 'could not adopt a transfer of a previous life'),
+          );
+        }
+      }
+    } catch (err) {
+      state.o.logger.warn({ err }, 'could not list transfers of a previous life');
+    }
+  }
+
+  async #adoptIfGone(record: TransferRecord): Promise<void> {
+    const state = this.#state;
+    if (state.runs.has(record.id) || state.claiming.has(record.id)) return;
+    const change = ownerChange(await whoRuns(state, record));
+    if (change === 'leave') {
+      state.o.logger.info(
+        { transferId: record.id, ownerInstance: record.ownerInstance },
+        'a live instance with this node id still runs the transfer; not adopted',
+      );
+      return;
+    }
+    const ticket = state.scheduler.tryReserve();
+    if (!ticket) return;
+    await claim(
+      state,
+      { via: 'takeover', record, cause: 'restart', requireExpiredLease: change === 'after-lease' },
+      ticket,
+    );
+  }
+
+  /**
+   * Transfers the store says this instance owns but nothing here runs (a run dropped while the store was
+   * unreachable): run them again from their checkpoint, or hand them back when there is no room.
+   */
+  resumeOrphans(ids: string[]): Promise<void> {
+    return this.#track(this.#resumeOrphans(ids));
+  }
+
+  async #resumeOrphans(ids: string[]): Promise<void> {
+    const state = this.#state;
+    const { store, identity } = state.o;
+    for (const id of ids) {
+      const record = await store.get(id);
+      if (!record || isTerminal(record.state) || record.ownerInstance !== identity.instanceId) continue;
+      if (state.runs.has(id) || state.claiming.has(id) || state.closing) continue;
+      const ticket = state.scheduler.tryReserve();
+      if (!ticket) {
+        await store.release(id, record.epoch).catch(() => {});
+        continue;
+      }
+      await claim(state, { via: 'takeover', record, cause: 'orphan', requireExpiredLease: false }, ticket);
+    }
+  }
+}

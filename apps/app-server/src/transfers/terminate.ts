@@ -1,0 +1,90 @@
+import {
+  BackplaneUnavailableError,
+  IllegalTransitionError,
+  SluiceError,
+  type TransferRecord,
+  TransferNotFoundError,
+} from '@sluice/core';
+import { type CoordinatorState, sleep } from './context.js';
+import { discard, stopRun } from './execution.js';
+import { StopReason } from './local-run.js';
+import { type TransferView, transferView } from './view.js';
+
+const ATTEMPTS = 8;
+
+/**
+ * Terminates a transfer wherever it runs and resolves with the record once the work has stopped. The record
+ * turns TERMINATED only by its owner, after the owner stopped — or, for an owner that is gone, in one store
+ * statement that also makes this node the owner (`terminateAbandoned`), so no crash between two writes can
+ * leave this node owning a live transfer. An owner the backplane cannot account for (silent, or the backplane
+ * is down) is terminated only once its lease expired by the store's clock.
+ */
+export async function terminate(state: CoordinatorState, id: string): Promise<TransferView> {
+  const { store, backplane, limits } = state.o;
+  for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+    const pending = state.claiming.get(id);
+    if (pending) await pending.catch(() => {});
+    const record = await store.get(id);
+    if (!record) throw new TransferNotFoundError(id);
+    // Terminating again is a no-op; a transfer that finished (or finished while being stopped) cannot be.
+    if (record.state === 'TERMINATED') return transferView(record);
+    if (record.state === 'COMPLETED' || record.state === 'FAILED')
+      throw new IllegalTransitionError(id, record.state, 'TERMINATED');
+    const local = state.runs.get(id);
+    if (local && local.epoch === record.epoch) {
+      stopRun(state, local, StopReason.terminate);
+      await local.done;
+      continue;
+    }
+    const answer = await backplane.terminate(id, { timeoutMs: limits.ownerWaitMs, ownerAddress: record.ownerAddress });
+    if (answer.status === 'terminated') continue;
+    if (answer.status === 'not-running') {
+      const done = await terminateAbandoned(state, record, false);
+      if (done) return transferView(done);
+      continue;
+    }
+    // Unknown: a silent owner (connected, not answering) may be frozen or just busy; wait for its lease.
+    const deadline = performance.now() + (answer.silent ? limits.leaseMs + limits.heartbeatMs : 0);
+    for (;;) {
+      const done = await terminateAbandoned(state, record, true);
+      if (done) return transferView(done);
+      if (done === null) break; // the record moved on: look again
+      if (performance.now() >= deadline)
+        throw new BackplaneUnavailableError(
+          `Cannot reach the owner of "${id}" (${answer.reason}); its lease is fresh, try again later`,
+        );
+      await sleep(Math.min(250, limits.heartbeatMs));
+    }
+  }
+  return transferView((await store.get(id)) ?? raise(new TransferNotFoundError(id)));
+}
+
+/**
+ * One statement: owner and TERMINATED together. The terminated record; `null` when the record moved on (epoch
+ * changed or already final: look again); `undefined` when the owner's lease is still fresh.
+ */
+async function terminateAbandoned(
+  state: CoordinatorState,
+  record: TransferRecord,
+  requireExpiredLease: boolean,
+): Promise<TransferRecord | null | undefined> {
+  const { store, identity, metrics, logger } = state.o;
+  try {
+    const terminated = await store.terminateAbandoned(record.id, record.epoch, identity, { requireExpiredLease });
+    metrics.finished.inc({ state: 'TERMINATED' });
+    logger.info(
+      { transferId: record.id, epoch: terminated.epoch, previousOwner: record.ownerNodeId },
+      'terminated a transfer whose owner is gone',
+    );
+    await discard(state, terminated.request);
+    return terminated;
+  } catch (err) {
+    if (SluiceError.hasCode(err, 'LEASE_HELD')) return undefined;
+    if (SluiceError.hasCode(err, 'STALE_EPOCH') || SluiceError.hasCode(err, 'ILLEGAL_TRANSITION')) return null;
+    throw err;
+  }
+}
+
+function raise(err: Error): never {
+  throw err;
+}
