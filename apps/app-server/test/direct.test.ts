@@ -42,7 +42,10 @@ describe('direct-address backplane (PostgreSQL, no NATS)', () => {
         headers: auth,
       });
       expect(terminated.status).toBe(200);
-      expect(terminated.body.state).toBe('TERMINATED');
+      // Routed to the owner, which stopped and recorded it itself: still its epoch, still its name (a local
+      // takeover by d2 would say epoch 2, owner d2).
+      expect(terminated.body).toMatchObject({ state: 'TERMINATED', epoch: 1, owner: { nodeId: 'd1' } });
+      await d1.child.waitForLine(/transfer terminated/, 5_000);
       // Nothing resumes a terminated transfer: the temp file it was writing is gone.
       await waitFor(async () => !(await readdir(dir.path)).some((f) => f.startsWith('.out-1.jsonl.')), {
         timeoutMs: 5_000,

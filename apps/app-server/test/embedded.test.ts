@@ -266,10 +266,14 @@ describe('app-server on embedded defaults', { timeout: 90_000 }, () => {
       const deadline = Date.now() + 15_000;
       while (!(await store.get('restart-1'))?.checkpoint && Date.now() < deadline)
         await new Promise((r) => setTimeout(r, 50));
+      // The kill must land mid-transfer, after a checkpoint: otherwise this proves nothing about resuming.
+      const atKill = await store.get('restart-1');
+      expect(atKill?.checkpoint).toBeTruthy();
+      expect(atKill?.state).toBe('IN_PROGRESS');
+      await node.child.stop('SIGKILL');
     } finally {
       await store[Symbol.asyncDispose]();
     }
-    await node.child.stop('SIGKILL');
     node = await start();
     const resubmit = await call(`${node.url}/v1/transfers`, { json: body });
     expect([200, 202]).toContain(resubmit.status);

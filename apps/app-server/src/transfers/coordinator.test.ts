@@ -1,0 +1,354 @@
+import { join } from 'node:path';
+import { createSingleNodeBackplane } from '@sluice/backplane';
+import {
+  type Backplane,
+  type DataPlaneStore,
+  type OwnerIdentity,
+  parseTransferRequest,
+  requestHash,
+  SluiceError,
+  StoreUnavailableError,
+  silentLogger,
+  systemClock,
+  type TransferRequest,
+} from '@sluice/core';
+import { openStore } from '@sluice/store';
+import { tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { createMetrics } from '../metrics.js';
+import { RequestPolicy } from './confinement.js';
+import type { TransferExecutor } from './context.js';
+import { TransferCoordinator } from './coordinator.js';
+
+/**
+ * Unit tests of the coordinator on a real (temporary) SQLite store and the in-process backplane. The store is
+ * wrapped only to hold a statement at a chosen moment (the timing windows of issue 13) — every write still lands
+ * in SQLite. The multi-process tests in ../../test cover the same protocol with real processes.
+ */
+
+const LIMITS = {
+  leaseMs: 600,
+  heartbeatMs: 100,
+  ownerWaitMs: 100,
+  sweepIntervalMs: 60_000,
+  maxConcurrentTransfers: 4,
+  queueSize: 8,
+  fireAndForgetConcurrency: 2,
+  shutdownGraceMs: 2_000,
+};
+
+function identity(nodeId: string, instanceId = `${nodeId}-i1`): OwnerIdentity {
+  return { nodeId, address: `http://${nodeId}.invalid`, instanceId };
+}
+
+/** A gate a wrapped store statement waits on. */
+function gate() {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => {
+    open = resolve;
+  });
+  let reached!: () => void;
+  const hit = new Promise<void>((resolve) => {
+    reached = resolve;
+  });
+  return { open, opened, hit, reached };
+}
+
+/** An executor that runs until aborted (or until `finish` is called), counting starts. */
+function foreverExecutor() {
+  const state = { starts: 0, running: 0, finish: () => {} };
+  const execute: TransferExecutor = (_request, context) => {
+    state.starts++;
+    state.running++;
+    return new Promise((resolve, reject) => {
+      state.finish = () => {
+        state.running--;
+        resolve({ recordsRead: 1, recordsWritten: 1, badRecords: 0 });
+      };
+      context.signal.addEventListener('abort', () => {
+        state.running--;
+        reject(context.signal.reason);
+      });
+    });
+  };
+  return { state, execute };
+}
+
+async function setup() {
+  const dir = await tempDir();
+  const store = await openStore(`sqlite:${join(dir.path, 'store.db')}`);
+  const policy = new RequestPolicy({ roots: [dir.path], connections: {}, endpoints: [], cwd: dir.path });
+  const request = (id: string): TransferRequest =>
+    parseTransferRequest({
+      id,
+      mode: 'idempotent',
+      source: { type: 'file', path: join(dir.path, `${id}.in.jsonl`), format: 'jsonl' },
+      destination: { type: 'file', path: join(dir.path, `${id}.out.jsonl`), format: 'jsonl' },
+    });
+  const coordinators: TransferCoordinator[] = [];
+  const coordinator = (options: {
+    store?: DataPlaneStore;
+    backplane: Backplane;
+    identity: OwnerIdentity;
+    execute: TransferExecutor;
+  }) => {
+    const created = new TransferCoordinator({
+      store: options.store ?? store,
+      backplane: options.backplane,
+      identity: options.identity,
+      limits: LIMITS,
+      policy,
+      execute: options.execute,
+      metrics: createMetrics({
+        transfers: () => ({ running: 0, queued: 0, fireAndForget: 0 }),
+        pipelines: () => [],
+      }),
+      logger: silentLogger,
+      clock: systemClock,
+    });
+    coordinators.push(created);
+    return created;
+  };
+  return {
+    store,
+    request,
+    coordinator,
+    /** A record owned by a node that is gone (inserted directly, nobody serves it). */
+    async abandoned(id: string, owner = identity('gone')) {
+      const req = request(id);
+      await store.submit({ request: req, requestHash: requestHash(req), owner, leaseMs: LIMITS.leaseMs });
+      return req;
+    },
+    async [Symbol.asyncDispose]() {
+      for (const c of coordinators) await c.shutdown();
+      await store.close();
+      await dir[Symbol.asyncDispose]();
+    },
+  };
+}
+
+/** A store whose method `name` runs `around` instead (which may call the real one). */
+function wrapStore<K extends keyof DataPlaneStore>(
+  store: DataPlaneStore,
+  name: K,
+  around: (real: DataPlaneStore[K], ...args: Parameters<Extract<DataPlaneStore[K], (...a: never[]) => unknown>>) => unknown,
+): DataPlaneStore {
+  return new Proxy(store, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver);
+      if (prop !== name || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
+      const real = value.bind(target) as DataPlaneStore[K];
+      return (...args: never[]) => around(real, ...(args as never));
+    },
+  });
+}
+
+async function eventually(check: () => Promise<boolean> | boolean, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+describe('TransferCoordinator', () => {
+  it('defect 2: a terminate that arrives while a takeover claim is in flight leaves no zombie', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'b' });
+    const request = await t.abandoned('zombie-1');
+    const held = gate();
+    const store = wrapStore(t.store, 'takeOver', async (real, ...args) => {
+      held.reached();
+      await held.opened;
+      return (real as DataPlaneStore['takeOver'])(...(args as Parameters<DataPlaneStore['takeOver']>));
+    });
+    const { state, execute } = foreverExecutor();
+    const b = t.coordinator({ store, backplane, identity: identity('b'), execute });
+    b.start();
+    const submitted = b.submit(request);
+    await held.hit;
+    // Another node's terminate reaches b's responder over the backplane while the claim waits on the store.
+    const terminated = backplane.terminate('zombie-1', { timeoutMs: 5_000 });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    held.open();
+    await submitted.catch(() => {});
+    expect((await terminated).status).toBe('terminated');
+    const record = await t.store.get('zombie-1');
+    expect(record?.state).toBe('TERMINATED');
+    expect(record?.epoch).toBe(2);
+    expect(state.starts).toBe(0);
+    // Nothing keeps answering for it or renewing it.
+    expect((await backplane.whoRuns('zombie-1', { timeoutMs: 50 })).status).toBe('nobody');
+    expect(b.stats().running + b.stats().queued).toBe(0);
+  });
+
+  it('defect 3: terminating a silent owner with a fresh lease never records TERMINATED while it works', async () => {
+    await using t = await setup();
+    await using backplaneA = createSingleNodeBackplane({ nodeId: 'a' });
+    const { state, execute } = foreverExecutor();
+    const a = t.coordinator({ backplane: backplaneA, identity: identity('a'), execute });
+    a.start();
+    await a.submit(t.request('silent-1'));
+    await eventually(() => state.running === 1);
+    // b's backplane reaches a's subscription, but a does not answer in time (hung, or just busy).
+    await using backplaneB = createSingleNodeBackplane({ nodeId: 'b' });
+    const silent = {
+      status: 'unknown',
+      reason: 'the owner did not answer within the wait',
+      silent: true,
+    } as const;
+    const deaf = new Proxy(backplaneB, {
+      get(target, prop, receiver) {
+        if (prop === 'terminate' || prop === 'whoRuns') return async () => silent;
+        const value = Reflect.get(target, prop, receiver);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    }) as Backplane;
+    const b = t.coordinator({ backplane: deaf, identity: identity('b'), execute: foreverExecutor().execute });
+    const error = await b.terminate('silent-1').catch((err: unknown) => err);
+    expect(SluiceError.hasCode(error, 'BACKPLANE_UNAVAILABLE')).toBe(true);
+    const record = await t.store.get('silent-1');
+    expect(record?.state).toBe('IN_PROGRESS');
+    expect(record?.ownerNodeId).toBe('a');
+    expect(record?.epoch).toBe(1);
+    expect(state.running).toBe(1);
+  });
+
+  it('defect 3: terminating an abandoned transfer is one statement (a failing second write cannot leave this node owning it)', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'b' });
+    const request = await t.abandoned('atomic-1');
+    // Every plain transition fails: a terminate built from takeOver + transition would now own a live transfer.
+    const store = wrapStore(t.store, 'transition', async () => {
+      throw new StoreUnavailableError('injected: the store went away after the takeover');
+    });
+    const { state, execute } = foreverExecutor();
+    const b = t.coordinator({ store, backplane, identity: identity('b'), execute });
+    b.start();
+    const view = await b.terminate(request.id).catch(() => null);
+    await b.heartbeat();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const record = await t.store.get('atomic-1');
+    expect(view?.state).toBe('TERMINATED');
+    expect(record?.state).toBe('TERMINATED');
+    expect(state.starts).toBe(0);
+  });
+
+  it('defect 5: a sweeper adoption answers for the transfer before the store says it owns it', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'b' });
+    const request = await t.abandoned('adopt-1');
+    await t.store.release(request.id, 1); // lease expired: a sweeper candidate
+    const committed = gate();
+    const after = <F extends (...args: never[]) => Promise<unknown>>(real: F, args: Parameters<F>) =>
+      real(...args).then(async (result) => {
+        // The store committed the new owner; hold the reply.
+        committed.reached();
+        await committed.opened;
+        return result;
+      });
+    let store = wrapStore(t.store, 'takeOver', (real, ...args) =>
+      after(real as DataPlaneStore['takeOver'], args as Parameters<DataPlaneStore['takeOver']>),
+    );
+    store = wrapStore(store, 'recoverExpired', (real, ...args) =>
+      after(real as DataPlaneStore['recoverExpired'], args as Parameters<DataPlaneStore['recoverExpired']>),
+    );
+    const { state, execute } = foreverExecutor();
+    const b = t.coordinator({ store, backplane, identity: identity('b'), execute });
+    const swept = b.sweep();
+    await committed.hit;
+    const answer = await backplane.whoRuns('adopt-1', { timeoutMs: 50 });
+    committed.open();
+    await swept;
+    expect(answer.status).toBe('owner');
+    await eventually(() => state.running === 1);
+    expect((await t.store.get('adopt-1'))?.ownerNodeId).toBe('b');
+  });
+
+  it('defect 8: an IN_PROGRESS transition whose reply was lost does not fail the transfer', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'b' });
+    let lost = 0;
+    const store = wrapStore(t.store, 'transition', async (real, ...args) => {
+      const [, , input] = args as Parameters<DataPlaneStore['transition']>;
+      const result = await (real as DataPlaneStore['transition'])(
+        ...(args as Parameters<DataPlaneStore['transition']>),
+      );
+      if (input.to === 'IN_PROGRESS' && lost++ === 0)
+        throw new StoreUnavailableError('injected: the reply of a committed statement was lost');
+      return result;
+    });
+    const { state, execute } = foreverExecutor();
+    const b = t.coordinator({ store, backplane, identity: identity('b'), execute });
+    await b.submit(t.request('lost-reply-1'));
+    await eventually(() => state.running === 1);
+    state.finish();
+    await eventually(async () => (await t.store.get('lost-reply-1'))?.state === 'COMPLETED');
+    expect(lost).toBeGreaterThan(0);
+  });
+
+  it('defect 8: shutdown waits for an adoption in flight and hands it back', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'b' });
+    const request = await t.abandoned('shutdown-1');
+    await t.store.release(request.id, 1);
+    const held = gate();
+    const hold = <F extends (...args: never[]) => Promise<unknown>>(real: F, args: Parameters<F>) =>
+      (async () => {
+        held.reached();
+        await held.opened;
+        return real(...args);
+      })();
+    let store = wrapStore(t.store, 'takeOver', (real, ...args) =>
+      hold(real as DataPlaneStore['takeOver'], args as Parameters<DataPlaneStore['takeOver']>),
+    );
+    store = wrapStore(store, 'recoverExpired', (real, ...args) =>
+      hold(real as DataPlaneStore['recoverExpired'], args as Parameters<DataPlaneStore['recoverExpired']>),
+    );
+    const { state, execute } = foreverExecutor();
+    const b = t.coordinator({ store, backplane, identity: identity('b'), execute });
+    const swept = b.sweep();
+    await held.hit;
+    let shutDown = false;
+    const shutdown = b.shutdown().then(() => {
+      shutDown = true;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(shutDown).toBe(false);
+    held.open();
+    await Promise.all([swept, shutdown]);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(state.running).toBe(0);
+    const record = await t.store.get('shutdown-1');
+    // Handed back: not left with a fresh lease that nothing here renews.
+    expect(record?.leaseExpiresAt?.getTime() ?? 0).toBeLessThanOrEqual(Date.now());
+  });
+
+  it('defect 8: a restarted node id leaves the transfers of a still-live instance alone (rolling restart)', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'a' });
+    const first = foreverExecutor();
+    const a1 = t.coordinator({ backplane, identity: identity('a', 'a-i1'), execute: first.execute });
+    a1.start();
+    await a1.submit(t.request('rolling-1'));
+    await eventually(() => first.state.running === 1);
+    // The new instance has its own connection; asking the cluster reaches the old instance's responder.
+    await using ownBackplane = createSingleNodeBackplane({ nodeId: 'a' });
+    const cluster = new Proxy(ownBackplane, {
+      get(target, prop, receiver) {
+        if (prop === 'whoRuns' || prop === 'terminate') return Reflect.get(backplane, prop).bind(backplane);
+        const value = Reflect.get(target, prop, receiver);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    }) as Backplane;
+    const second = foreverExecutor();
+    const a2 = t.coordinator({ backplane: cluster, identity: identity('a', 'a-i2'), execute: second.execute });
+    a2.start();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const record = await t.store.get('rolling-1');
+    expect(record?.ownerInstance).toBe('a-i1');
+    expect(record?.epoch).toBe(1);
+    expect(first.state.running).toBe(1);
+    expect(second.state.starts).toBe(0);
+  });
+});
