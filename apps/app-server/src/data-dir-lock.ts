@@ -1,4 +1,4 @@
-import { mkdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError, isProcessAlive, readPidFile } from '@sluice/core';
 
@@ -18,6 +18,34 @@ function ageMs(file: string): number {
   }
 }
 
+const MUTEX_STALE_MS = 5_000;
+
+function pause(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+/** Removes `file` if, judged while holding `<file>.takeover`, it still names no live process. */
+function removeStaleUnderMutex(file: string): void {
+  const mutex = `${file}.takeover`;
+  try {
+    mkdirSync(mutex);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    // Another starter is taking over; a mutex older than any takeover takes is a crashed starter's leftover.
+    if (ageMs(mutex) > MUTEX_STALE_MS) rmSync(mutex, { recursive: true, force: true });
+    else pause(20);
+    return;
+  }
+  try {
+    const pid = readPidFile(file);
+    const halfWritten = pid === null && ageMs(file) < 2_000;
+    if (!halfWritten && (pid === null || pid === process.pid || !isProcessAlive(pid)))
+      rmSync(file, { force: true });
+  } finally {
+    rmdirSync(mutex);
+  }
+}
+
 /**
  * Claims `dataDir` for this app-server. The caches under it have one writer (LMDB serializes writers, and two
  * pipelines of one endpoint would build competing generations), so a second app-server pointed at the same
@@ -34,7 +62,7 @@ function ageMs(file: string): number {
 export function lockDataDir(dataDir: string): DataDirLock {
   mkdirSync(dataDir, { recursive: true });
   const file = join(dataDir, DATA_DIR_LOCK_FILE);
-  for (let attempt = 0; attempt < 5; attempt++) {
+  for (let attempt = 0; attempt < 100; attempt++) {
     try {
       writeFileSync(file, `${process.pid}\n`, { flag: 'wx' });
       let released = false;
@@ -52,7 +80,7 @@ export function lockDataDir(dataDir: string): DataDirLock {
     const pid = readPidFile(file);
     if (pid === null && ageMs(file) < 2_000) {
       // Just created by a process that has not written its pid yet.
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+      pause(50);
       continue;
     }
     if (pid !== null && pid !== process.pid && isProcessAlive(pid))
@@ -60,14 +88,10 @@ export function lockDataDir(dataDir: string): DataDirLock {
         `Another app-server (pid ${pid}) is using the data directory ${dataDir}; each host's dataDir has one app-server (stop it, or give this one another dataDir)`,
         [{ path: 'dataDir', message: `in use by pid ${pid} (${file})` }],
       );
-    // Stale (its process is gone) or half-written: move it aside atomically, so two starting processes cannot
-    // both take it over, then try again.
-    try {
-      renameSync(file, `${file}.stale-${process.pid}`);
-      rmSync(`${file}.stale-${process.pid}`, { force: true });
-    } catch {
-      // Someone else moved it first; look again.
-    }
+    // Stale (its process is gone) or half-written. Removing it must not race another starter that already
+    // replaced it with its own live lock (issue 13, defect 8): the removal happens under a takeover mutex (an
+    // atomic mkdir), and the file is judged again inside it.
+    removeStaleUnderMutex(file);
   }
   throw new ConfigError(`Could not claim the data directory ${dataDir} (${file} keeps changing)`, [
     { path: 'dataDir', message: 'contended' },

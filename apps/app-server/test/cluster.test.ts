@@ -237,7 +237,9 @@ describe('app-server cluster (PostgreSQL + NATS)', { timeout: 90_000 }, () => {
         const answeredAt = Date.now();
         expect(terminated.status).toBe(200);
         expect(terminated.body).toMatchObject({ state: 'TERMINATED', epoch: 2, owner: { nodeId: 'h2' } });
-        expect(answeredAt).toBeGreaterThanOrEqual(frozen?.leaseExpiresAt?.getTime() ?? Number.POSITIVE_INFINITY);
+        expect(answeredAt).toBeGreaterThanOrEqual(
+          frozen?.leaseExpiresAt?.getTime() ?? Number.POSITIVE_INFINITY,
+        );
 
         h1.child.kill('SIGCONT');
         // The woken owner finds its leases lost and stops; what was taken from it stays taken.
@@ -246,7 +248,12 @@ describe('app-server cluster (PostgreSQL + NATS)', { timeout: 90_000 }, () => {
         expect(done.owner).toMatchObject({ nodeId: expect.stringMatching(/^h[12]$/) });
         expect(await exactlyOnce(destination, 3_000)).toBeNull();
         // The terminated transfer's destination was never published, by the woken owner or anyone.
-        expect(await stat(stoppedDestination).then(() => true, () => false)).toBe(false);
+        expect(
+          await stat(stoppedDestination).then(
+            () => true,
+            () => false,
+          ),
+        ).toBe(false);
         expect(await hungStore.get('hung-2')).toMatchObject({ state: 'TERMINATED', epoch: 2 });
       } finally {
         h1.child.kill('SIGCONT');

@@ -30,7 +30,11 @@ export type ClaimResult =
  * while nobody answers for it), a stop that arrives meanwhile is held until the claim's outcome is known
  * and then acted on at the claimed epoch, and only a confirmed claim is scheduled.
  */
-export async function claim(state: CoordinatorState, target: ClaimTarget, ticket: Ticket): Promise<ClaimResult> {
+export async function claim(
+  state: CoordinatorState,
+  target: ClaimTarget,
+  ticket: Ticket,
+): Promise<ClaimResult> {
   const id = target.via === 'new' ? target.request.id : target.record.id;
   // Checked synchronously: one claim per id per node at a time.
   if (state.claiming.has(id)) {
@@ -97,7 +101,8 @@ async function claimWith(
           requireExpiredLease: target.requireExpiredLease,
         });
       } catch (err) {
-        const lost = SluiceError.hasCode(err, 'STALE_EPOCH') || SluiceError.hasCode(err, 'ILLEGAL_TRANSITION');
+        const lost =
+          SluiceError.hasCode(err, 'STALE_EPOCH') || SluiceError.hasCode(err, 'ILLEGAL_TRANSITION');
         if (lost || SluiceError.hasCode(err, 'LEASE_HELD')) {
           await giveUp();
           return { status: lost ? 'lost' : 'lease-held' };

@@ -131,12 +131,16 @@ async function setup() {
 function wrapStore<K extends keyof DataPlaneStore>(
   store: DataPlaneStore,
   name: K,
-  around: (real: DataPlaneStore[K], ...args: Parameters<Extract<DataPlaneStore[K], (...a: never[]) => unknown>>) => unknown,
+  around: (
+    real: DataPlaneStore[K],
+    ...args: Parameters<Extract<DataPlaneStore[K], (...a: never[]) => unknown>>
+  ) => unknown,
 ): DataPlaneStore {
   return new Proxy(store, {
     get(target, prop, receiver) {
       const value = Reflect.get(target, prop, receiver);
-      if (prop !== name || typeof value !== 'function') return typeof value === 'function' ? value.bind(target) : value;
+      if (prop !== name || typeof value !== 'function')
+        return typeof value === 'function' ? value.bind(target) : value;
       const real = value.bind(target) as DataPlaneStore[K];
       return (...args: never[]) => around(real, ...(args as never));
     },
@@ -342,7 +346,11 @@ describe('TransferCoordinator', () => {
       },
     }) as Backplane;
     const second = foreverExecutor();
-    const a2 = t.coordinator({ backplane: cluster, identity: identity('a', 'a-i2'), execute: second.execute });
+    const a2 = t.coordinator({
+      backplane: cluster,
+      identity: identity('a', 'a-i2'),
+      execute: second.execute,
+    });
     a2.start();
     await new Promise((resolve) => setTimeout(resolve, 300));
     const record = await t.store.get('rolling-1');

@@ -102,7 +102,8 @@ export class TransferCoordinator {
     if (this.#state.closing) throw new ShuttingDownError();
     // Confinement and connection checks first: bad input must never write anything.
     this.#state.o.policy.confine(request);
-    if (request.mode === 'fire-and-forget') return this.#fireAndForget.submit(request, this.#state.o.identity);
+    if (request.mode === 'fire-and-forget')
+      return this.#fireAndForget.submit(request, this.#state.o.identity);
     const hash = requestHash(request);
     for (let pass = 0; pass < SUBMIT_PASSES; pass++) {
       const submission = await this.#submitOnce(request, hash);
@@ -140,7 +141,10 @@ export class TransferCoordinator {
     const answer = await whoRuns(this.#state, record);
     const change = ownerChange(answer);
     if (answer.status === 'owner')
-      return this.#running(record, true, 'owner', { nodeId: answer.owner.nodeId, address: answer.owner.address });
+      return this.#running(record, true, 'owner', {
+        nodeId: answer.owner.nodeId,
+        address: answer.owner.address,
+      });
     const result = await claim(
       this.#state,
       { via: 'takeover', record, cause: 'resubmit', requireExpiredLease: change === 'after-lease' },

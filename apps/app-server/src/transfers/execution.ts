@@ -1,8 +1,8 @@
 import {
   asSluiceError,
   type CheckpointPort,
-  StaleEpochError,
   SluiceError,
+  StaleEpochError,
   type TransferRecord,
   type TransferRequest,
   type TransferResult,
@@ -94,7 +94,12 @@ export async function discard(state: CoordinatorState, request: TransferRequest)
   }
 }
 
-export function schedule(state: CoordinatorState, run: LocalRun, ticket: Ticket, record: TransferRecord): void {
+export function schedule(
+  state: CoordinatorState,
+  run: LocalRun,
+  ticket: Ticket,
+  record: TransferRecord,
+): void {
   state.scheduler.start(ticket, () => execute(state, run, record));
 }
 
@@ -186,4 +191,3 @@ async function execute(state: CoordinatorState, run: LocalRun, record: TransferR
     await settle(state, run);
   }
 }
-

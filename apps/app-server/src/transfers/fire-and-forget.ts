@@ -60,7 +60,11 @@ export class FireAndForget {
       }
     });
     this.#o.metrics.submits.inc({ outcome: 'fire-and-forget' });
-    return { outcome: 'accepted', id: request.id, owner: { nodeId: identity.nodeId, address: identity.address } };
+    return {
+      outcome: 'accepted',
+      id: request.id,
+      owner: { nodeId: identity.nodeId, address: identity.address },
+    };
   }
 
   async #discard(request: TransferRequest): Promise<void> {

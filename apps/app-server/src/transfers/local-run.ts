@@ -1,4 +1,10 @@
-import { ErrorCode, type PipelineProgress, type Registration, SluiceError, type TransferRequest } from '@sluice/core';
+import {
+  ErrorCode,
+  type PipelineProgress,
+  type Registration,
+  SluiceError,
+  type TransferRequest,
+} from '@sluice/core';
 
 /**
  * The lifecycle of one transfer run on this node (docs/coordinator.md):
@@ -90,9 +96,7 @@ export class LocalRun {
 
   /** True while the run may still write as the owner (claimed, not stopping, not finishing). */
   get active(): boolean {
-    return (
-      this.stopReason === null && (this.#phase === RunPhase.queued || this.#phase === RunPhase.running)
-    );
+    return this.stopReason === null && (this.#phase === RunPhase.queued || this.#phase === RunPhase.running);
   }
 
   /**

@@ -51,7 +51,11 @@ export class Recovery {
           const ticket = state.scheduler.tryReserve();
           if (!ticket) return;
           // The store's clock decides: a candidate whose lease is in fact fresh is refused (LEASE_HELD).
-          await claim(state, { via: 'takeover', record, cause: 'sweeper', requireExpiredLease: true }, ticket);
+          await claim(
+            state,
+            { via: 'takeover', record, cause: 'sweeper', requireExpiredLease: true },
+            ticket,
+          );
         }
       }
     } catch (err) {
@@ -77,7 +81,10 @@ export class Recovery {
           if (state.closing) return;
           if (record.ownerInstance === identity.instanceId) continue;
           await this.#adoptIfGone(record).catch((err) =>
-            state.o.logger.warn({ transferId: record.id, err }, 'could not adopt a transfer of a previous life'),
+            state.o.logger.warn(
+              { transferId: record.id, err },
+              'could not adopt a transfer of a previous life',
+            ),
           );
         }
       }

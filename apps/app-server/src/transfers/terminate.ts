@@ -2,8 +2,8 @@ import {
   BackplaneUnavailableError,
   IllegalTransitionError,
   SluiceError,
-  type TransferRecord,
   TransferNotFoundError,
+  type TransferRecord,
 } from '@sluice/core';
 import { type CoordinatorState, sleep } from './context.js';
 import { discard, stopRun } from './execution.js';
@@ -36,7 +36,10 @@ export async function terminate(state: CoordinatorState, id: string): Promise<Tr
       await local.done;
       continue;
     }
-    const answer = await backplane.terminate(id, { timeoutMs: limits.ownerWaitMs, ownerAddress: record.ownerAddress });
+    const answer = await backplane.terminate(id, {
+      timeoutMs: limits.ownerWaitMs,
+      ownerAddress: record.ownerAddress,
+    });
     if (answer.status === 'terminated') continue;
     if (answer.status === 'not-running') {
       const done = await terminateAbandoned(state, record, false);
@@ -70,7 +73,9 @@ async function terminateAbandoned(
 ): Promise<TransferRecord | null | undefined> {
   const { store, identity, metrics, logger } = state.o;
   try {
-    const terminated = await store.terminateAbandoned(record.id, record.epoch, identity, { requireExpiredLease });
+    const terminated = await store.terminateAbandoned(record.id, record.epoch, identity, {
+      requireExpiredLease,
+    });
     metrics.finished.inc({ state: 'TERMINATED' });
     logger.info(
       { transferId: record.id, epoch: terminated.epoch, previousOwner: record.ownerNodeId },
@@ -80,7 +85,8 @@ async function terminateAbandoned(
     return terminated;
   } catch (err) {
     if (SluiceError.hasCode(err, 'LEASE_HELD')) return undefined;
-    if (SluiceError.hasCode(err, 'STALE_EPOCH') || SluiceError.hasCode(err, 'ILLEGAL_TRANSITION')) return null;
+    if (SluiceError.hasCode(err, 'STALE_EPOCH') || SluiceError.hasCode(err, 'ILLEGAL_TRANSITION'))
+      return null;
     throw err;
   }
 }
