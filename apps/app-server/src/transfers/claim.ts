@@ -1,5 +1,5 @@
 import { SluiceError, type TransferRecord, type TransferRequest } from '@sluice/core';
-import type { CoordinatorState } from './context.js';
+import { type CoordinatorState, transitionOnce } from './context.js';
 import { schedule, settle, settleStopped, stopRun } from './execution.js';
 import { LocalRun, RunPhase, StopReason } from './local-run.js';
 import type { Ticket } from './scheduler.js';
@@ -130,6 +130,14 @@ async function claimWith(
       state.scheduler.cancel(ticket);
       await settleStopped(state, run, null);
       return { status: 'claimed', run, record: (await store.get(id)) ?? record };
+    }
+    if (target.via === 'new' && record.state === 'RECEIVED') {
+      // The 201 says IN_PROGRESS (docs/http-api.md); if this write fails, the execution retries it.
+      try {
+        record = await transitionOnce(store, id, record.epoch, { to: 'IN_PROGRESS' });
+      } catch (err) {
+        state.o.logger.warn({ transferId: id, err }, 'could not mark the new transfer IN_PROGRESS yet');
+      }
     }
     schedule(state, run, ticket, record);
     return { status: 'claimed', run, record };
