@@ -7,6 +7,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ChildHandle, freePort, spawnProcess, spawnTs } from '@sluice/testkit';
+import { tailOf } from './evidence.js';
 
 const SOURCE_BIN = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'bin.ts');
 
@@ -38,6 +39,8 @@ export interface ClusterSpec {
   fileRoot: string;
   bin: string;
   nodes: number;
+  /** Date.now() at the start of the run: log times in evidence are relative to it. */
+  started: number;
   /** Called when a node exits without having been told to (a crash of the product). */
   onUnexpectedExit: (node: ChaosNode, how: string, tail: string[]) => void;
 }
@@ -83,6 +86,11 @@ export class Cluster implements AsyncDisposable {
     return new Cluster(spec, nodes);
   }
 
+  /** The last lines one life of a node logged, compacted. */
+  tail(node: ChaosNode, life: number, count: number): string[] {
+    return tailOf(node, life, count, this.spec.started);
+  }
+
   up(): ChaosNode[] {
     return this.nodes.filter((n) => n.state === 'up');
   }
@@ -119,10 +127,7 @@ export class Cluster implements AsyncDisposable {
       const crashed = !node.expectingExit && node.state !== 'starting';
       node.state = 'down';
       if (crashed) {
-        const tail = node.logs
-          .filter((l) => l.life === life)
-          .slice(-15)
-          .map((l) => l.line);
+        const tail = this.tail(node, life, 15);
         this.spec.onUnexpectedExit(node, `exit code ${info.code ?? '-'} signal ${info.signal ?? '-'}`, tail);
       }
     });

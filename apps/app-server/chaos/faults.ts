@@ -98,10 +98,7 @@ export class FaultInjector {
       this.log.problem(
         'graceful stop',
         `${node.id} life ${node.life} ended with ${how} after SIGTERM (expected exit 0)`,
-        node.logs
-          .filter((l) => l.life === node.life)
-          .slice(-10)
-          .map((l) => l.line),
+        this.cluster.tail(node, node.life, 10),
       );
     await sleep(this.rng.int(0, 1_500));
     await this.#restart(node);

@@ -9,6 +9,7 @@ export function formatSummary(summary: ChaosSummary, evidenceLines = 40): string
     .join(', ');
   const out = [
     `chaos seed ${summary.seed}: ${summary.transfers} transfers, ${summary.seconds} s of faults, ${(summary.durationMs / 1000).toFixed(0)} s in all, started ${summary.startedAt}`,
+    `  code: ${summary.code}`,
     `  final states: ${states}`,
     `  faults: pauses ${c.pauses}, kills ${c.kills}, graceful stops ${c.gracefulStops}, node restarts ${c.restarts}, nats restarts ${c.natsRestarts}, node crashes ${c.nodeCrashes}`,
     `  requests: submits ${c.submits}, resubmits ${c.resubmits}, terminates sent ${c.terminatesSent} (TERMINATED reported ${c.terminatesReported})`,
