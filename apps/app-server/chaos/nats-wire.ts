@@ -22,6 +22,7 @@ export class WireNats implements AsyncDisposable {
   #next = 0;
   #closed: Error | null = null;
   #ready: { resolve: () => void; reject: (err: Error) => void } | null = null;
+  readonly #pongs: Array<{ resolve: () => void; reject: (err: Error) => void }> = [];
 
   private constructor(socket: Socket) {
     this.#socket = socket;
@@ -71,6 +72,24 @@ export class WireNats implements AsyncDisposable {
     });
   }
 
+  /** A plain core-NATS publish, then a PING/PONG round trip so the server has processed it. */
+  async publish(subject: string, payload: unknown): Promise<void> {
+    const body = Buffer.from(JSON.stringify(payload));
+    this.#socket.write(
+      Buffer.concat([Buffer.from(`PUB ${subject} ${body.length}${CRLF}`), body, Buffer.from(CRLF)]),
+    );
+    await this.flush();
+  }
+
+  /** Resolves once the server answered a PING sent after everything written so far. */
+  flush(): Promise<void> {
+    if (this.#closed) return Promise.reject(this.#closed);
+    return new Promise((resolve, reject) => {
+      this.#pongs.push({ resolve, reject });
+      this.#socket.write(`PING${CRLF}`);
+    });
+  }
+
   /** A JetStream API call: the JSON reply, or an error naming the API's own error description. */
   async api<T>(subject: string, payload?: unknown): Promise<T> {
     const reply = JSON.parse((await this.request(subject, payload)).toString('utf8')) as T & {
@@ -94,6 +113,7 @@ export class WireNats implements AsyncDisposable {
       pending.reject(err);
     }
     this.#pending.clear();
+    for (const pong of this.#pongs.splice(0)) pong.reject(err);
     this.#socket.destroy();
   }
 
@@ -130,8 +150,10 @@ export class WireNats implements AsyncDisposable {
         );
       } else if (op === 'PING') this.#socket.write(`PONG${CRLF}`);
       else if (op === 'PONG') {
-        this.#ready?.resolve();
-        this.#ready = null;
+        if (this.#ready) {
+          this.#ready.resolve();
+          this.#ready = null;
+        } else this.#pongs.shift()?.resolve();
       } else if (op === '-ERR') this.#fail(new Error(`NATS: ${line}`));
     }
   }
