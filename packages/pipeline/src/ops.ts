@@ -3,11 +3,32 @@ import type { FieldType } from '@sluice/core';
 /** A record: a flat object of field values. */
 export type Row = Record<string, unknown>;
 
-/** Where a record came from, for bad-record reports. */
+/**
+ * Where a record came from: for bad-record reports, and as the op's *source position* — the one place in the
+ * source this op was read from, the same on every replay and different for every later change (a file's byte
+ * offset, a stream sequence, a PostgreSQL keyset or cursor position). Sinks that dedupe (JetStream) name ops by it.
+ */
 export interface RecordLocation {
   source: string;
   line?: number;
+  /** Byte offset (files) or stream sequence (JetStream). */
   offset?: number;
+  /** A position with no single number (PostgreSQL: the snapshot's keyset or the cursor value and key). */
+  position?: string;
+}
+
+/**
+ * The op's source position as a string, or undefined when the source gives none.
+ *
+ * @example
+ * ```ts
+ * sourcePosition({ source: 't1.source', offset: 120 }); // 't1.source@120'
+ * ```
+ */
+export function sourcePosition(at: RecordLocation | undefined): string | undefined {
+  if (at === undefined) return undefined;
+  const where = at.position ?? at.offset ?? at.line;
+  return where === undefined ? undefined : `${at.source}@${where}`;
 }
 
 /**

@@ -2,7 +2,7 @@ import { type JetStreamClient, jetstream } from '@nats-io/jetstream';
 import { headers, type NatsConnection } from '@nats-io/transport-node';
 import { type NatsConfig, type PipelineCheckpoint, SinkError } from '@sluice/core';
 import { connectNats } from '../nats.js';
-import { keyOf, keyString, type RecordOp } from '../ops.js';
+import { type RecordOp, sourcePosition } from '../ops.js';
 import { OP_HEADER } from '../sources/jetstream.js';
 import type { PipelineSink } from '../types.js';
 
@@ -10,7 +10,7 @@ export interface JetStreamSinkOptions {
   handle: string;
   nats: NatsConfig;
   subject: string;
-  /** Key fields: the dedupe id is `<writerId>:<key>`. Without them the record's source location is used. */
+  /** Key fields, carried in delete messages (the dedupe id is the op's source position, never the key). */
   key?: string[];
   /** The transfer id. */
   writerId: string;
@@ -19,8 +19,9 @@ export interface JetStreamSinkOptions {
 }
 
 /**
- * Publishes each record to a subject with `Nats-Msg-Id` = transfer id + record key, so a resumed transfer
- * duplicates nothing within the stream's duplicate window. Every publish is acknowledged before the epoch
+ * Publishes each record to a subject with `Nats-Msg-Id` = transfer id + the op's source position (file offset,
+ * stream sequence, PostgreSQL keyset/cursor position), so a resumed or stale owner's replay duplicates nothing
+ * within the stream's duplicate window and every later change to one key is a new message. Every publish is acknowledged before the epoch
  * commits, so the checkpoint never runs ahead of the stream.
  *
  * @example
@@ -46,12 +47,16 @@ export function createJetStreamSink(options: JetStreamSinkOptions): PipelineSink
       });
     }
   };
+  // The transfer id plus the op's source position: a replay of the same op (a resumed or stale owner) is a
+  // duplicate inside the stream's window, while a later change to the same key has another position and is
+  // stored. A key-based id would drop every update and delete of a key after its first message.
   const dedupeId = (op: RecordOp): string => {
-    const key = op.op === 'delete' ? op.key : options.key ? keyOf(op.record, options.key) : undefined;
-    if (key !== undefined) return `${options.writerId}:${keyString(key)}`;
-    if (op.at?.offset !== undefined || op.at?.line !== undefined)
-      return `${options.writerId}:${op.at.source}@${op.at.offset ?? op.at.line}`;
-    throw new SinkError('A JetStream sink needs "key" fields to derive dedupe ids');
+    const position = sourcePosition(op.at);
+    if (position === undefined)
+      throw new SinkError('A JetStream sink needs ops that carry their source position (dedupe ids)', {
+        details: { handle: options.handle },
+      });
+    return `${options.writerId}:${position}`;
   };
 
   return {

@@ -116,16 +116,23 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
       position = { phase: 'snapshot', lastKey: null, cursor: high, cursorKey: null, read: 0 };
     } else position = PostgresPositionSchema.parse(from);
 
+    const keyOfRow = (row: Row) => keys.map((_, i) => String(row[`__sluice_k${i}`]));
+    // The op's source position: in the snapshot its key (under the snapshot's cursor high mark), in the
+    // incremental phase its cursor value and key. A re-read of the settle window or a replay names the same
+    // position; an update of the row moves its cursor and so is a new position.
+    const positionOf = (row: Row) =>
+      '__sluice_cursor' in row
+        ? `c:${JSON.stringify([String(row.__sluice_cursor), ...keyOfRow(row)])}`
+        : `s:${JSON.stringify([position.cursor, ...keyOfRow(row)])}`;
     const toOps = (rows: Row[]) => {
       const ops: RecordOp[] = [];
       for (const row of rows) {
         const record: Row = {};
         for (const name in row) if (!name.startsWith('__sluice_')) record[name] = row[name];
-        ops.push({ op: 'upsert', record, at: { source: options.handle } });
+        ops.push({ op: 'upsert', record, at: { source: options.handle, position: positionOf(row) } });
       }
       return ops;
     };
-    const keyOfRow = (row: Row) => keys.map((_, i) => String(row[`__sluice_k${i}`]));
 
     while (position.phase === 'snapshot') {
       if (readOptions.signal.aborted) return;

@@ -1,57 +1,140 @@
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { type CheckpointPort, StaleEpochError } from '@sluice/core';
 
-/** A durable checkpoint port in a JSON file (write + rename), for tests and child processes. */
-export function fileCheckpointPort(path: string): CheckpointPort & { saves: number } {
-  const port = {
-    saves: 0,
-    async load() {
-      try {
-        return JSON.parse(await readFile(path, 'utf8')) as unknown;
-      } catch {
-        return null;
-      }
-    },
-    async save(checkpoint: unknown) {
-      await writeFile(`${path}.next`, JSON.stringify(checkpoint));
-      await rename(`${path}.next`, path);
-      port.saves++;
-    },
-  };
-  return port;
+/** What the file port keeps: the highest epoch that claimed the transfer, and the checkpoint. */
+interface Stored {
+  epoch: number;
+  checkpoint: unknown;
 }
 
-/** An in-memory checkpoint port. */
-export function memoryCheckpointPort(): CheckpointPort & { value: unknown } {
+/**
+ * A durable checkpoint port in a JSON file (write + rename), fenced like the app-server's store: the file keeps
+ * the highest epoch that claimed the transfer. `load` is the claim (this epoch becomes the file's epoch unless a
+ * higher one is there); `save` and `finishing` refuse with `StaleEpochError` once the file names a higher epoch,
+ * so a run at epoch 2 started from the same file fences off the run at epoch 1. One process at a time per step
+ * (read, compare, write+rename): good enough for tests whose owners take turns, as the store's row lock is not.
+ *
+ * @example
+ * ```ts
+ * const first = fileCheckpointPort('/tmp/cp.json', { epoch: 1 });
+ * const second = fileCheckpointPort('/tmp/cp.json', { epoch: 2 }); // takes over on its load()
+ * ```
+ */
+export function fileCheckpointPort(
+  path: string,
+  options: { epoch?: number; transferId?: string } = {},
+): CheckpointPort & { saves: number } {
+  const epoch = options.epoch ?? 1;
+  const read = async (): Promise<Stored> => {
+    try {
+      return JSON.parse(await readFile(path, 'utf8')) as Stored;
+    } catch {
+      return { epoch: 0, checkpoint: null };
+    }
+  };
+  const write = async (stored: Stored) => {
+    await writeFile(`${path}.next`, JSON.stringify(stored));
+    await rename(`${path}.next`, path);
+  };
+  const fenced = async (): Promise<Stored> => {
+    const stored = await read();
+    if (epoch > 0 && stored.epoch > epoch)
+      throw new StaleEpochError(options.transferId ?? path, epoch, { details: { current: stored.epoch } });
+    return stored;
+  };
   const port = {
-    value: null as unknown,
-    load: async () => port.value,
-    save: async (checkpoint: unknown) => {
-      port.value = structuredClone(checkpoint);
+    saves: 0,
+    epoch,
+    async load() {
+      const stored = await fenced();
+      if (epoch > stored.epoch) await write({ ...stored, epoch });
+      return stored.checkpoint;
+    },
+    async save(checkpoint: unknown) {
+      const stored = await fenced();
+      await write({ epoch: Math.max(epoch, stored.epoch), checkpoint });
+      port.saves++;
+    },
+    async finishing() {
+      await fenced();
     },
   };
   return port;
 }
 
 /**
- * A file checkpoint port fenced like the app-server's: `save` fails with `StaleEpochError` once the
- * owner file names another owner (the transfer was taken over). Tests write the owner file to take over.
+ * An in-memory checkpoint port. Ports made with the same `shared` state fence each other like
+ * {@link fileCheckpointPort}: the highest epoch that loaded wins.
+ *
+ * @example
+ * ```ts
+ * const shared = { value: null, epoch: 0 };
+ * const first = memoryCheckpointPort({ shared, epoch: 1 });
+ * ```
+ */
+export function memoryCheckpointPort(
+  options: { epoch?: number; shared?: { value: unknown; epoch: number } } = {},
+): CheckpointPort & { value: unknown } {
+  const shared = options.shared ?? { value: null as unknown, epoch: 0 };
+  const epoch = options.epoch ?? 1;
+  const fenced = () => {
+    if (epoch > 0 && shared.epoch > epoch)
+      throw new StaleEpochError('memory', epoch, { details: { current: shared.epoch } });
+  };
+  return {
+    epoch,
+    get value() {
+      return shared.value;
+    },
+    set value(v: unknown) {
+      shared.value = v;
+    },
+    load: async () => {
+      fenced();
+      shared.epoch = Math.max(shared.epoch, epoch);
+      return shared.value;
+    },
+    save: async (checkpoint: unknown) => {
+      fenced();
+      shared.value = structuredClone(checkpoint);
+    },
+    finishing: async () => fenced(),
+  };
+}
+
+/**
+ * A file checkpoint port fenced by an owner file as well: `save` and `finishing` fail with `StaleEpochError` once
+ * the owner file names another owner (the transfer was taken over). Tests write the owner file to take over.
+ *
+ * @example
+ * ```ts
+ * const port = fencedFileCheckpointPort('/tmp/cp.json', '/tmp/owner', 'A', 't1', 1);
+ * ```
  */
 export function fencedFileCheckpointPort(
   path: string,
   ownerFile: string,
   owner: string,
   transferId: string,
+  epoch = 1,
 ): CheckpointPort & { saves: number } {
-  const inner = fileCheckpointPort(path);
+  const inner = fileCheckpointPort(path, { epoch, transferId });
+  const owned = async () => {
+    const current = (await readFile(ownerFile, 'utf8')).trim();
+    if (current !== owner) throw new StaleEpochError(transferId, epoch, { details: { owner, current } });
+  };
   const port = {
     saves: 0,
+    epoch,
     load: () => inner.load(),
     async save(checkpoint: unknown) {
-      const current = (await readFile(ownerFile, 'utf8')).trim();
-      if (current !== owner) throw new StaleEpochError(transferId, 1, { details: { owner, current } });
+      await owned();
       await inner.save(checkpoint);
       port.saves++;
+    },
+    async finishing() {
+      await owned();
+      await inner.finishing();
     },
   };
   return port;

@@ -1,0 +1,84 @@
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import type { TransferRequest } from '@sluice/core';
+import { type NatsServerHandle, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { memoryCheckpointPort } from '../testing/file-checkpoint.js';
+import { runTransfer } from '../transfer.js';
+
+describe('JetStream sink dedupe ids name the source position, not the key', () => {
+  let nats: NatsServerHandle;
+  let nc: NatsConnection;
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    nc = await connect({ servers: nats.url });
+  });
+  afterAll(async () => {
+    await nc?.close();
+    await nats?.[Symbol.asyncDispose]();
+  });
+
+  it('three updates to one key are three messages; a replay by a resumed run adds none', async () => {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.add({ name: 'UPD', subjects: ['upd.>'], duplicate_window: 120_000_000_000 });
+    // A raw core-NATS subscriber sees every physical publish, duplicates included.
+    let published = 0;
+    const sub = nc.subscribe('upd.items', {
+      callback: () => {
+        published++;
+      },
+    });
+    await nc.flush();
+    await using dir = await tempDir();
+    const src = join(dir.path, 'in.jsonl');
+    const lines = [
+      { id: 1, v: 'a' },
+      { id: 1, v: 'b' },
+      { id: 2, v: 'x' },
+      { id: 1, v: 'c' },
+    ];
+    await writeFile(src, lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
+    const request: TransferRequest = {
+      id: 'js-updates',
+      mode: 'idempotent',
+      source: { type: 'file', path: src, format: 'jsonl' },
+      destination: { type: 'jetstream', stream: 'UPD', subject: 'upd.items', key: 'id' },
+      properties: {},
+      options: { onBadRecord: 'skip' },
+    };
+    const shared = { value: null as unknown, epoch: 0 };
+    const first = await runTransfer(request, {
+      checkpoint: memoryCheckpointPort({ shared, epoch: 1 }),
+      connections: {},
+      nats: nats.url,
+      signal: new AbortController().signal,
+      commitEveryRecords: 2,
+    });
+    expect(first.recordsWritten).toBe(4);
+    expect((await jsm.streams.info('UPD')).state.messages).toBe(4);
+    const values: string[] = [];
+    const consumer = await jsm.jetstream().consumers.get('UPD');
+    for await (const m of await consumer.fetch({ max_messages: 4, expires: 2000 })) {
+      values.push(`${(m.json() as { id: number; v: string }).id}${(m.json() as { v: string }).v}`);
+      if (values.length === 4) break;
+    }
+    expect(values).toEqual(['1a', '1b', '2x', '1c']);
+    await waitFor(() => published === 4, { timeoutMs: 5_000, what: 'four publishes seen' });
+
+    // A replay of the same source positions (a stale or resumed owner, here a from-scratch rerun at epoch 2)
+    // is published again but stored as duplicates.
+    const replay = await runTransfer(request, {
+      checkpoint: memoryCheckpointPort({ epoch: 2 }),
+      connections: {},
+      nats: nats.url,
+      signal: new AbortController().signal,
+      commitEveryRecords: 2,
+    });
+    expect(replay.decision).toBe('from-scratch');
+    await waitFor(() => published === 8, { timeoutMs: 5_000, what: 'the replay physically published' });
+    expect((await jsm.streams.info('UPD')).state.messages).toBe(4);
+    sub.unsubscribe();
+  });
+});
