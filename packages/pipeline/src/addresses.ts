@@ -17,7 +17,7 @@ import { createPostgresSink } from './sinks/postgres.js';
 import { createFileSource } from './sources/file.js';
 import { createJetStreamSource } from './sources/jetstream.js';
 import { createPostgresSource } from './sources/postgres.js';
-import type { PipelineSink, PipelineSource } from './types.js';
+import type { PipelineSink, PipelineSource, SinkFence } from './types.js';
 
 export interface ConnectionContext {
   connections: Record<string, ConnectionConfig>;
@@ -89,17 +89,27 @@ export function sourceFor(
   }
 }
 
-/** Builds the sink node of a transfer for its destination. */
+/**
+ * Builds the sink node of a transfer for its destination. `ctx.fence` (the run's checkpoint port) is the
+ * fencing token the sink checks where its effects land; without it the sink is unfenced (epoch 0).
+ */
 export function sinkFor(
   address: DestinationAddress,
   handle: string,
   writerId: string,
-  ctx: ConnectionContext & { caches?: CacheManagerLike },
+  ctx: ConnectionContext & { caches?: CacheManagerLike; fence?: SinkFence },
   sourceKey: string[],
 ): PipelineSink {
+  const fence = ctx.fence ? { fence: ctx.fence } : {};
   switch (address.type) {
     case 'file':
-      return createFileSink({ handle, path: filePath(ctx, address.path), format: address.format, writerId });
+      return createFileSink({
+        handle,
+        path: filePath(ctx, address.path),
+        format: address.format,
+        writerId,
+        ...fence,
+      });
     case 'postgres': {
       if (address.table === undefined)
         throw new ValidationError('A PostgreSQL destination needs a table', [
@@ -111,6 +121,7 @@ export function sinkFor(
         url: postgresUrl(ctx, address.connection),
         table: address.table,
         writerId,
+        ...fence,
         ...(key.length > 0 ? { key } : {}),
       });
     }

@@ -63,7 +63,7 @@ describe('a stale transfer owner (frozen past its lease, then resumed) cannot to
       await writeFile(ownerFile, 'B');
       const decisions: string[] = [];
       const result = await runTransfer(request(src, out), {
-        checkpoint: fencedFileCheckpointPort(checkpointFile, ownerFile, 'B', 'fenced'),
+        checkpoint: fencedFileCheckpointPort(checkpointFile, ownerFile, 'B', 'fenced', 2),
         connections: {},
         signal: new AbortController().signal,
         commitEveryRecords: 500,

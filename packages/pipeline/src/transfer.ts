@@ -82,7 +82,8 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
     parsed.destination,
     `${parsed.id}.sink`,
     parsed.id,
-    { ...connections, ...(ctx.caches ? { caches: ctx.caches } : {}) },
+    // The checkpoint port is the fencing token: sinks check its epoch where their effects land.
+    { ...connections, ...(ctx.caches ? { caches: ctx.caches } : {}), fence: ctx.checkpoint },
     sourceKey,
   );
   const branches: SourceBranch[] = [{ source, processors: [] }];

@@ -1,4 +1,4 @@
-import type { FieldType, PipelineCheckpoint } from '@sluice/core';
+import type { CheckpointPort, FieldType, PipelineCheckpoint } from '@sluice/core';
 import type { BadRecordReport } from './bad-records.js';
 import type { RecordOp } from './ops.js';
 
@@ -99,6 +99,15 @@ export interface PipelineSink {
   discard?(): Promise<void>;
   close(): Promise<void>;
 }
+
+/**
+ * The fencing token a transfer's sink carries to where its effects land: the run's epoch (`0` = unfenced) and the
+ * store's fenced "finishing" step (throws `STALE_EPOCH` once another owner took over). The checkpoint port is one.
+ */
+export type SinkFence = Pick<CheckpointPort, 'epoch' | 'finishing'>;
+
+/** No fencing (fire-and-forget runs, tools): epoch 0 and a finishing step that always passes. */
+export const UNFENCED: SinkFence = { epoch: 0, finishing: async () => {} };
 
 /** One source with its chain of processors. */
 export interface SourceBranch {

@@ -7,11 +7,12 @@ import { type PipelineCheckpoint, SinkError } from '@sluice/core';
 import { z } from 'zod';
 import type { RecordOp } from '../ops.js';
 import { formatCsvRecord } from '../sources/csv.js';
-import type { PipelineSink } from '../types.js';
+import { type PipelineSink, type SinkFence, UNFENCED } from '../types.js';
 
 /** What the file sink records in its checkpoint position: its run's private temp file and its length. */
 const FilePositionSchema = z.object({
-  run: z.string().regex(/^[0-9a-f]{16}$/),
+  // `e<epoch>.<random>` (older versions: the random part only).
+  run: z.string().regex(/^(e\d{1,15}\.)?[0-9a-f]{16}$/),
   bytes: z.number().int().nonnegative(),
   columns: z.array(z.string().max(10_000)).max(10_000).nullable(),
 });
@@ -23,18 +24,30 @@ export interface FileSinkOptions {
   format: 'jsonl' | 'csv';
   /** Identifies the writer (the transfer id), so two transfers never share a temp file. */
   writerId: string;
+  /** The run's epoch and fenced finishing step (the transfer's checkpoint port). Default: unfenced (epoch 0). */
+  fence?: SinkFence;
 }
+
+/** The epoch a temp file name carries (`<prefix>e<epoch>.<run>.partial`); names of older versions are epoch 0. */
+const epochOfTemp = (rest: string): number => {
+  const match = /^e(\d{1,15})\./.exec(rest);
+  return match ? Number(match[1]) : 0;
+};
 
 /**
  * Writes JSON Lines (or CSV) to a temp file next to `path` and renames it into place when the transfer
  * completes, so readers never see a partial file.
  *
- * The temp file is private to one run (named with a random run id): two owners of one transfer (a stale
- * one that was frozen past its lease, and the one that took over) never write into the same file. Each
+ * The temp file is private to one run (named with the run's epoch and a random run id,
+ * `.<name>.<tag>.e<epoch>.<run>.partial`): two owners of one transfer (a stale one that was frozen past its
+ * lease, and the one that took over) never write into the same file. Each
  * commit fsyncs the temp file; the run id and the committed length travel in the checkpoint (the sink's
  * position), which the caller saves through its fenced checkpoint port. A resumed run copies the
  * committed prefix of the previous run's temp file into a new private one and continues there, so every
- * record ends up exactly once. On completion the temp files of earlier runs are removed.
+ * record ends up exactly once. Publishing is fenced: right before the rename the sink calls the store's
+ * `finishing()` step, which refuses (`STALE_EPOCH`) once a newer epoch owns the transfer, so a stale owner
+ * that wakes up publishes nothing. On completion only temps of *older* epochs are removed — never the current
+ * epoch's or a newer one's, which may belong to the owner that took over.
  *
  * @example
  * ```ts
@@ -47,7 +60,8 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
   // Every temp file of this writer starts with this prefix (also the unsuffixed one of older versions).
   const prefix = `.${basename(options.path)}.${tag}.`;
   const tempOf = (run: string) => join(directory, `${prefix}${run}.partial`);
-  const run = randomBytes(8).toString('hex');
+  const fence = options.fence ?? UNFENCED;
+  const run = `e${fence.epoch}.${randomBytes(8).toString('hex')}`;
   const temp = tempOf(run);
   let handle: FileHandle | null = null;
   let bytes = 0;
@@ -80,11 +94,17 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
     pending += Buffer.byteLength(line);
   };
 
-  /** Temp files of earlier runs (stale owners, crashed runs, older versions): nobody resumes from them now. */
-  const removeStaleTemps = async () => {
+  /**
+   * Temp files of this writer whose epoch passes `keep === false` (`all` for discard). After a publish only
+   * older epochs go: nobody resumes from them now, while a newer epoch's temp belongs to a live owner.
+   */
+  const removeTemps = async (which: 'older' | 'all') => {
     const names = await readdir(directory).catch(() => [] as string[]);
     await Promise.all(
-      names.filter((n) => n.startsWith(prefix)).map((n) => rm(join(directory, n), { force: true })),
+      names
+        .filter((n) => n.startsWith(prefix))
+        .filter((n) => which === 'all' || epochOfTemp(n.slice(prefix.length)) < fence.epoch)
+        .map((n) => rm(join(directory, n), { force: true })),
     );
   };
 
@@ -143,16 +163,24 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
         await handle?.sync();
         await handle?.close();
         handle = null;
+      } catch (err) {
+        throw new SinkError(`Cannot publish ${options.path}: ${(err as Error).message}`, { cause: err });
+      }
+      // Fenced in the store right before the one effect that cannot be taken back: a stale owner stops here
+      // with STALE_EPOCH, leaving its temp (the new owner removes it as an older epoch's).
+      await fence.finishing();
+      try {
         await rename(temp, options.path);
       } catch (err) {
         throw new SinkError(`Cannot publish ${options.path}: ${(err as Error).message}`, { cause: err });
       }
-      await removeStaleTemps();
+      await removeTemps('older');
     },
     async discard() {
       await handle?.close();
       handle = null;
-      await removeStaleTemps();
+      // The transfer ended for good (FAILED / TERMINATED): nothing resumes from any epoch's temp.
+      await removeTemps('all');
     },
     async close() {
       await handle?.close();

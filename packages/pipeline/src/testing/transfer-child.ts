@@ -1,6 +1,7 @@
 /**
  * A child process that runs one transfer (tests SIGKILL it mid-run). argv[2] = JSON
- * `{ request, checkpointFile, connections, commitEveryRecords, fileChunkBytes, nats, ownerFile?, owner? }`.
+ * `{ request, checkpointFile, connections, commitEveryRecords, fileChunkBytes, nats, epoch?, ownerFile?, owner? }`
+ * (`epoch`: the run's fencing epoch, default 1; a later run at a higher epoch fences earlier ones off).
  * Prints `COMMIT <epoch> <written>` after each commit and `DONE <json>` at the end.
  */
 import { runTransfer } from '../transfer.js';
@@ -9,8 +10,14 @@ import { fencedFileCheckpointPort, fileCheckpointPort } from './file-checkpoint.
 const input = JSON.parse(process.argv[2]!);
 // With `ownerFile` + `owner` the port is fenced: saves fail with STALE_EPOCH once another owner took over.
 const port = input.ownerFile
-  ? fencedFileCheckpointPort(input.checkpointFile, input.ownerFile, input.owner, input.request.id)
-  : fileCheckpointPort(input.checkpointFile);
+  ? fencedFileCheckpointPort(
+      input.checkpointFile,
+      input.ownerFile,
+      input.owner,
+      input.request.id,
+      input.epoch ?? 1,
+    )
+  : fileCheckpointPort(input.checkpointFile, { epoch: input.epoch ?? 1, transferId: input.request.id });
 const save = port.save;
 port.save = async (checkpoint: unknown) => {
   await save(checkpoint);
