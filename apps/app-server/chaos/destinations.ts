@@ -129,9 +129,9 @@ export class Destinations implements AsyncDisposable {
       const id = Number(/id (\d+):/.exec(keyed[0]!)?.[1]);
       const rows = writes.filter((w) => w.id === id);
       const at = (d: Date) => d.toISOString().slice(11, 23);
-      problems.push(
-        `writes of id ${id} (version@xid time): ${rows.map((w) => `v${w.v}@${w.xid} ${at(w.at)}`).join(', ')}`,
-      );
+      const shown = rows.slice(0, 12).map((w) => `v${w.v}@${w.xid} ${at(w.at)}`);
+      if (rows.length > 12) shown.push(`… (${rows.length} writes)`);
+      problems.push(`writes of id ${id} (version@xid time): ${shown.join(', ')}`);
     }
     const rows = await this.db.query<SourceRecord>(`SELECT id, v, note FROM ${spec.target} ORDER BY id`);
     const wrong = rows.rows.filter((r) => spec.source.lastVersion.get(r.id) !== r.v);
@@ -204,7 +204,11 @@ function keyProblems(source: SourceRecord[], written: SourceRecord[], mode: 'exa
       mode === 'exact' ? v === i + 1 : i === 0 || v > versions[i - 1]!,
     );
     const complete = mode === 'exact' ? versions.length === last : versions[versions.length - 1] === last;
-    if (!inOrder || !complete) bad.push(`id ${id}: versions [${versions.join(',')}], source 1..${last}`);
+    const shown =
+      versions.length > 16
+        ? `${versions.slice(0, 16).join(',')},… (${versions.length} writes)`
+        : versions.join(',');
+    if (!inOrder || !complete) bad.push(`id ${id}: versions [${shown}], source 1..${last}`);
   }
   const extra = [...seen.keys()].filter((id) => !expected.has(id));
   if (extra.length > 0) bad.push(`${extra.length} keys not in the source, e.g. ${extra[0]}`);

@@ -152,7 +152,7 @@ export async function runChaos(
     problem: (kind, detail, evidence) => violate(kind, null, detail, evidence),
     failedStart,
   });
-  await faults.run(chaosEnd);
+  await faults.run(chaosEnd, options.calm);
   running = false;
   await resubmitter;
   await poller;

@@ -36,12 +36,12 @@ export class FaultInjector {
     private readonly log: FaultLog,
   ) {}
 
-  /** Injects faults until `until` (a Date.now() value). */
-  async run(until: number): Promise<void> {
+  /** Injects faults until `until` (a Date.now() value); with `calm`, only waits. */
+  async run(until: number, calm = false): Promise<void> {
     while (Date.now() < until) {
       await sleep(this.rng.int(600, 2_200));
       if (Date.now() >= until) break;
-      this.#one();
+      if (!calm) this.#one();
     }
     await Promise.allSettled([...this.#pending]);
   }

@@ -13,6 +13,8 @@ export interface ChaosOptions {
   keep: boolean;
   /** Progress lines on stderr. */
   verbose: boolean;
+  /** No faults at all (requests, resends and terminates only): the baseline that separates a race from a fault. */
+  calm: boolean;
 }
 
 export const DEFAULTS: ChaosOptions = {
@@ -23,9 +25,10 @@ export const DEFAULTS: ChaosOptions = {
   bin: 'src',
   keep: false,
   verbose: true,
+  calm: false,
 };
 
-/** Parses `--transfers N --seconds N --seed S --settle N --bin PATH --keep --quiet`; throws on anything else. */
+/** Parses `--transfers N --seconds N --seed S --settle N --bin PATH --keep --quiet --calm`; throws on anything else. */
 export function parseArgs(argv: string[]): ChaosOptions {
   const options = { ...DEFAULTS, seed: randomSeed() };
   const number = (flag: string, value: string | undefined) => {
@@ -44,9 +47,10 @@ export function parseArgs(argv: string[]): ChaosOptions {
     else if (flag === '--bin') options.bin = argv[++i] ?? 'src';
     else if (flag === '--keep') options.keep = true;
     else if (flag === '--quiet') options.verbose = false;
+    else if (flag === '--calm') options.calm = true;
     else
       throw new Error(
-        `unknown argument ${flag} (known: --transfers, --seconds, --seed, --settle, --bin, --keep, --quiet)`,
+        `unknown argument ${flag} (known: --transfers, --seconds, --seed, --settle, --bin, --keep, --quiet, --calm)`,
       );
   }
   return options;
