@@ -17,13 +17,22 @@ export function createCheckpointPort(
   epoch: number,
   leaseMs?: number,
 ): CheckpointPort {
+  let last: unknown | null | undefined;
   return {
+    epoch,
     async load() {
       const record = await store.get(id);
-      return record?.checkpoint ?? null;
+      last = record?.checkpoint ?? null;
+      return last;
     },
     async save(checkpoint) {
       await store.saveCheckpoint(id, epoch, checkpoint, leaseMs);
+      last = checkpoint;
+    },
+    async finishing() {
+      // A fenced write of what is already there: it fails with STALE_EPOCH once another owner took over.
+      if (last === undefined) last = (await store.get(id))?.checkpoint ?? null;
+      await store.saveCheckpoint(id, epoch, last, leaseMs);
     },
   };
 }

@@ -53,7 +53,7 @@ describe.each(DIALECTS)('contention across store instances on %s', (dialect) => 
     await using fx = await storeFixture(dialect);
     const stores = await Promise.all(Array.from({ length: NODES }, () => fx.open()));
     const { record } = await stores[0]!.submit(submitInput(makeRequest(), owner('node-dead')));
-    fx.clock.advance(LEASE_MS + 1);
+    await fx.advance(LEASE_MS + 1);
     const settled = await Promise.allSettled(
       Array.from({ length: 20 }, (_, i) =>
         stores[i % NODES]!.takeOver(record.id, 1, owner(`node-${i}`), LEASE_MS),
@@ -83,7 +83,7 @@ describe.each(DIALECTS)('contention across store instances on %s', (dialect) => 
     const live = (
       await stores[0]!.submit({ ...submitInput(makeRequest(), owner('node-live')), leaseMs: 3_600_000 })
     ).record;
-    fx.clock.advance(LEASE_MS + 1);
+    await fx.advance(LEASE_MS + 1);
     const sweep = async (store: SqlDataPlaneStore, index: number) => {
       const got: TransferRecord[] = [];
       for (;;) {
@@ -116,7 +116,7 @@ describe.each(DIALECTS)('contention across store instances on %s', (dialect) => 
     const stores = await Promise.all(Array.from({ length: 4 }, () => fx.open()));
     const records: TransferRecord[] = [];
     for (let i = 0; i < 20; i++) records.push((await stores[0]!.submit(submitInput(makeRequest()))).record);
-    fx.clock.advance(LEASE_MS + 1);
+    await fx.advance(LEASE_MS + 1);
     const [swept, ...takeovers] = await Promise.all([
       stores[1]!.recoverExpired(owner('sweeper'), LEASE_MS, 100),
       ...records.map((r, i) =>

@@ -35,7 +35,7 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
       result: null,
       checkpoint: null,
     });
-    expect(record.leaseExpiresAt?.getTime()).toBe(fx.clock.now().getTime() + LEASE_MS);
+    await fx.expectLeaseLeft(record, LEASE_MS);
     expect(record.createdAt.getTime()).toBe(fx.clock.now().getTime());
     // What submit returned is exactly what is stored.
     expect(await store.get(request.id)).toEqual(record);
@@ -46,11 +46,13 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     const store = await fx.open();
     const request = makeRequest();
     const first = await store.submit(submitInput(request, owner('node-a')));
-    fx.clock.advance(1_000);
+    await fx.advance(1_000);
+    const stored = await store.get(request.id);
+    expect(stored).toMatchObject({ ...first.record, leaseExpiresAt: expect.any(Date) });
     const again = await store.submit(submitInput(request, owner('node-b')));
     expect(again.created).toBe(false);
-    expect(again.record).toEqual(first.record);
-    expect(await store.get(request.id)).toEqual(first.record);
+    expect(again.record).toEqual(stored);
+    expect(await store.get(request.id)).toEqual(stored);
   });
 
   it('submit of the same id with another body → IDEMPOTENCY_CONFLICT, nothing changes', async () => {
@@ -94,7 +96,7 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     await using fx = await storeFixture(dialect);
     const store = await fx.open();
     const { record } = await store.submit(submitInput(makeRequest(), owner('node-a')));
-    fx.clock.advance(5_000);
+    await fx.advance(5_000);
     const taken = await store.takeOver(record.id, 1, owner('node-b'), 10_000);
     expect(taken).toMatchObject({
       state: 'RECEIVED',
@@ -104,7 +106,7 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
       epoch: 2,
       attempts: 2,
     });
-    expect(taken.leaseExpiresAt?.getTime()).toBe(fx.clock.now().getTime() + 10_000);
+    await fx.expectLeaseLeft(taken, 10_000);
     expect(taken.updatedAt.getTime()).toBe(fx.clock.now().getTime());
     expect(taken.createdAt).toEqual(record.createdAt);
     expect(await store.get(record.id)).toEqual(taken);
@@ -147,11 +149,11 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     const checkpoint = { dag: 'abc', epoch: 3, positions: { 'source:file': { offset: 1234 } }, at: 'now' };
     const port = createCheckpointPort(store, record.id, record.epoch, 60_000);
     expect(await port.load()).toBeNull();
-    fx.clock.advance(1_000);
+    await fx.advance(1_000);
     await port.save(checkpoint);
     expect(await port.load()).toEqual(checkpoint);
     const stored = await store.get(record.id);
-    expect(stored?.leaseExpiresAt?.getTime()).toBe(fx.clock.now().getTime() + 60_000);
+    await fx.expectLeaseLeft(stored, 60_000);
     expect(stored?.updatedAt.getTime()).toBe(fx.clock.now().getTime());
     await store.saveCheckpoint(record.id, 1, { step: 2 });
     expect((await store.get(record.id))?.leaseExpiresAt).toEqual(stored?.leaseExpiresAt);
@@ -169,14 +171,15 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     const other = (await store.submit(submitInput(makeRequest(), owner('node-b')))).record;
     const finished = (await store.submit(submitInput(makeRequest(), mine))).record;
     await store.transition(finished.id, 1, { to: 'TERMINATED' });
-    fx.clock.advance(20_000);
+    await fx.advance(20_000);
+    const [oldLifeNow, otherNow] = [await store.get(oldLife.id), await store.get(other.id)];
     const extended = await store.heartbeat(mine, 45_000);
     expect(extended).toEqual([...ids].sort());
     for (const id of ids) {
-      expect((await store.get(id))?.leaseExpiresAt?.getTime()).toBe(fx.clock.now().getTime() + 45_000);
+      await fx.expectLeaseLeft(await store.get(id), 45_000);
     }
-    expect((await store.get(oldLife.id))?.leaseExpiresAt).toEqual(oldLife.leaseExpiresAt);
-    expect((await store.get(other.id))?.leaseExpiresAt).toEqual(other.leaseExpiresAt);
+    expect((await store.get(oldLife.id))?.leaseExpiresAt).toEqual(oldLifeNow?.leaseExpiresAt);
+    expect((await store.get(other.id))?.leaseExpiresAt).toEqual(otherNow?.leaseExpiresAt);
     expect((await store.get(finished.id))?.leaseExpiresAt).toBeNull();
     expect(await store.heartbeat(owner('node-c'), 45_000)).toEqual([]);
   });
@@ -201,22 +204,20 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) {
       ids.push((await store.submit(submitInput(makeRequest(), dead))).record.id);
-      fx.clock.advance(1_000); // each one's lease expires 1 s after the previous one's
+      await fx.advance(1_000); // each one's lease expires 1 s after the previous one's
     }
     const live = (await store.submit({ ...submitInput(makeRequest(), dead), leaseMs: 10 * 60_000 })).record;
     expect(await store.recoverExpired(owner('node-b'), LEASE_MS, 10)).toEqual([]);
-    fx.clock.advance(LEASE_MS - 2_000); // the first three leases have expired
+    await fx.advance(LEASE_MS - 2_000); // the first three leases have expired
     const first = await store.recoverExpired(owner('node-b'), LEASE_MS, 2);
     expect(first.map((r) => r.id)).toEqual(ids.slice(0, 2));
-    fx.clock.advance(10_000);
+    await fx.advance(10_000);
     const rest = await store.recoverExpired(owner('node-c'), LEASE_MS, 100);
     expect(rest.map((r) => r.id)).toEqual(ids.slice(2));
     for (const r of [...first, ...rest]) {
       expect(r.epoch).toBe(2);
       expect(r.attempts).toBe(2);
-      expect(r.leaseExpiresAt?.getTime()).toBe(
-        fx.clock.now().getTime() + LEASE_MS - (first.includes(r) ? 10_000 : 0),
-      );
+      await fx.expectLeaseLeft(await store.get(r.id), LEASE_MS - (first.includes(r) ? 10_000 : 0));
     }
     expect(rest.every((r) => r.ownerNodeId === 'node-c' && r.ownerInstance === 'node-c-i1')).toBe(true);
     expect((await store.get(live.id))?.epoch).toBe(1);
@@ -265,9 +266,9 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     const old = (await store.submit(submitInput(makeRequest()))).record;
     await store.transition(old.id, 1, { to: 'TERMINATED' });
     const oldActive = (await store.submit(submitInput(makeRequest()))).record;
-    fx.clock.advance(60_000);
+    await fx.advance(60_000);
     const cutoff = fx.clock.now();
-    fx.clock.advance(1);
+    await fx.advance(1);
     const recent = (await store.submit(submitInput(makeRequest()))).record;
     await store.transition(recent.id, 1, { to: 'TERMINATED' });
     expect(await store.purge(cutoff)).toBe(1);
@@ -285,7 +286,7 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     const startedAt = new Date(fx.clock.now().getTime() - 5_000);
     await store.registerNode({ nodeId: 'node-b', address: 'http://b:7070', instanceId: 'b-1', startedAt });
     await store.registerNode({ nodeId: 'node-a', address: 'http://a:7070', instanceId: 'a-1' });
-    fx.clock.advance(3_000);
+    await fx.advance(3_000);
     await store.touchNode('node-b');
     // Re-registering after a restart replaces address and instance.
     await store.registerNode({ nodeId: 'node-a', address: 'http://a2:7070', instanceId: 'a-2' });

@@ -6,11 +6,13 @@ import {
   IdempotencyConflictError,
   IllegalTransitionError,
   isTerminal,
+  LeaseHeldError,
   type ListTransfersInput,
   type Logger,
   NameSchema,
   type NodeInfo,
   NotFoundError,
+  type OwnerChangeOptions,
   type OwnerIdentity,
   parseOrThrow,
   StaleEpochError,
@@ -30,6 +32,7 @@ import { closedStoreError, TransferFinalError, toStoreError } from './errors.js'
 import { type PreparedQuery, param, prepareQuery } from './prepared.js';
 import { rowToNode, rowToRecord } from './record.js';
 import type { StoreDatabase, TransferRow } from './schema.js';
+import { storeClock } from './store-clock.js';
 import {
   boundedJson,
   encodeCursor,
@@ -48,7 +51,7 @@ import {
   validState,
 } from './validate.js';
 
-type InsertNames = 'id' | 'hash' | 'request' | 'nodeId' | 'address' | 'instance' | 'lease' | 'now';
+type InsertNames = 'id' | 'hash' | 'request' | 'nodeId' | 'address' | 'instance' | 'leaseMs' | 'now';
 type SubmitValues = Record<InsertNames, string | number>;
 type Row<T> = { rows: T[]; numAffectedRows?: bigint };
 type StateEpoch = Pick<TransferRow, 'state' | 'epoch'>;
@@ -64,6 +67,7 @@ const SUBMIT_ATTEMPTS = 3;
 
 /** The queries the store runs, compiled once per store. */
 function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
+  const clock = storeClock(dialect);
   const getById = prepareQuery<'id', TransferRow>(
     db.selectFrom('transfers').selectAll().where('id', '=', param<string>('id')),
   );
@@ -79,7 +83,7 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
     owner_address: param<string>('address'),
     owner_instance: param<string>('instance'),
     epoch: 1,
-    lease_expires_at: param<number>('lease'),
+    lease_expires_at: clock.leaseUntil,
     attempts: 1,
     error: null,
     result: null,
@@ -116,26 +120,58 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
           .where(({ not, exists, selectFrom }) => not(exists(selectFrom('ins').select('ins.id')))),
       ),
   );
-  const takeOver = prepareQuery<
-    'id' | 'epoch' | 'nodeId' | 'address' | 'instance' | 'lease' | 'now',
-    TransferRow
-  >(
-    db
-      .updateTable('transfers')
-      .set((eb) => ({
-        owner_node_id: param<string>('nodeId'),
-        owner_address: param<string>('address'),
-        owner_instance: param<string>('instance'),
-        epoch: eb('epoch', '+', 1),
-        attempts: eb('attempts', '+', 1),
-        lease_expires_at: param<number>('lease'),
-        updated_at: param<number>('now'),
-      }))
-      .where('id', '=', param<string>('id'))
-      .where('epoch', '=', param<number>('epoch'))
-      .where('state', 'in', ACTIVE)
-      .returningAll(),
-  );
+  type OwnerChangeNames = 'id' | 'epoch' | 'nodeId' | 'address' | 'instance' | 'leaseMs' | 'now';
+  const takeOverQuery = (requireExpiredLease: boolean) =>
+    prepareQuery<OwnerChangeNames, TransferRow>(
+      db
+        .updateTable('transfers')
+        .set((eb) => ({
+          owner_node_id: param<string>('nodeId'),
+          owner_address: param<string>('address'),
+          owner_instance: param<string>('instance'),
+          epoch: eb('epoch', '+', 1),
+          attempts: eb('attempts', '+', 1),
+          lease_expires_at: clock.leaseUntil,
+          updated_at: param<number>('now'),
+        }))
+        .where('id', '=', param<string>('id'))
+        .where('epoch', '=', param<number>('epoch'))
+        .where('state', 'in', ACTIVE)
+        .$if(requireExpiredLease, (q) =>
+          q.where((eb) =>
+            eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<=', clock.now)]),
+          ),
+        )
+        .returningAll(),
+    );
+  const takeOver = takeOverQuery(false);
+  const takeOverExpired = takeOverQuery(true);
+  // Owner and TERMINATED in one statement: no crash between two writes can leave the caller owning a live run.
+  const terminateQuery = (requireExpiredLease: boolean) =>
+    prepareQuery<Exclude<OwnerChangeNames, 'leaseMs'>, TransferRow>(
+      db
+        .updateTable('transfers')
+        .set((eb) => ({
+          owner_node_id: param<string>('nodeId'),
+          owner_address: param<string>('address'),
+          owner_instance: param<string>('instance'),
+          epoch: eb('epoch', '+', 1),
+          state: 'TERMINATED' as const,
+          lease_expires_at: null,
+          updated_at: param<number>('now'),
+        }))
+        .where('id', '=', param<string>('id'))
+        .where('epoch', '=', param<number>('epoch'))
+        .where('state', 'in', ACTIVE)
+        .$if(requireExpiredLease, (q) =>
+          q.where((eb) =>
+            eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<=', clock.now)]),
+          ),
+        )
+        .returningAll(),
+    );
+  const terminateAbandoned = terminateQuery(false);
+  const terminateAbandonedExpired = terminateQuery(true);
   const transitions = new Map<
     TransferState,
     PreparedQuery<'id' | 'epoch' | 'error' | 'result' | 'now', TransferRow>
@@ -171,22 +207,22 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
       .where('epoch', '=', param<number>('epoch'))
       .where('state', 'in', ACTIVE),
   );
-  const saveCheckpointAndLease = prepareQuery<'id' | 'epoch' | 'checkpoint' | 'now' | 'lease', never>(
+  const saveCheckpointAndLease = prepareQuery<'id' | 'epoch' | 'checkpoint' | 'now' | 'leaseMs', never>(
     db
       .updateTable('transfers')
       .set({
         checkpoint: param<string>('checkpoint'),
         updated_at: param<number>('now'),
-        lease_expires_at: param<number>('lease'),
+        lease_expires_at: clock.leaseUntil,
       })
       .where('id', '=', param<string>('id'))
       .where('epoch', '=', param<number>('epoch'))
       .where('state', 'in', ACTIVE),
   );
-  const heartbeat = prepareQuery<'nodeId' | 'instance' | 'lease', { id: string }>(
+  const heartbeat = prepareQuery<'nodeId' | 'instance' | 'leaseMs' | 'now', { id: string }>(
     db
       .updateTable('transfers')
-      .set({ lease_expires_at: param<number>('lease') })
+      .set({ lease_expires_at: clock.leaseUntil })
       .where('owner_instance', '=', param<string>('instance'))
       .where('owner_node_id', '=', param<string>('nodeId'))
       .where('state', 'in', ACTIVE)
@@ -195,7 +231,7 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
   const release = prepareQuery<'id' | 'epoch' | 'now', never>(
     db
       .updateTable('transfers')
-      .set({ lease_expires_at: param<number>('now'), updated_at: param<number>('now') })
+      .set({ lease_expires_at: clock.now, updated_at: param<number>('now') })
       .where('id', '=', param<string>('id'))
       .where('epoch', '=', param<number>('epoch'))
       .where('state', 'in', ACTIVE),
@@ -204,10 +240,10 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
     owner_node_id: param<string>('nodeId'),
     owner_address: param<string>('address'),
     owner_instance: param<string>('instance'),
-    lease_expires_at: param<number>('lease'),
+    lease_expires_at: clock.leaseUntil,
     updated_at: param<number>('now'),
   };
-  type RecoverNames = 'nodeId' | 'address' | 'instance' | 'lease' | 'now' | 'limit';
+  type RecoverNames = 'nodeId' | 'address' | 'instance' | 'leaseMs' | 'now' | 'limit';
   const recover =
     dialect === 'postgres'
       ? // Lock the oldest expired rows, skipping rows another sweeper holds: no row goes to two sweepers,
@@ -225,7 +261,7 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
                 .selectFrom('transfers')
                 .select('id')
                 .where('state', 'in', ACTIVE)
-                .where('lease_expires_at', '<=', param<number>('now'))
+                .where('lease_expires_at', '<=', clock.now)
                 .orderBy('lease_expires_at')
                 .orderBy('id')
                 .limit(param<number>('limit'))
@@ -250,7 +286,7 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
                 .selectFrom('transfers')
                 .select('id')
                 .where('state', 'in', ACTIVE)
-                .where('lease_expires_at', '<=', param<number>('now'))
+                .where('lease_expires_at', '<=', clock.now)
                 .orderBy('lease_expires_at')
                 .orderBy('id')
                 .limit(param<number>('limit')),
@@ -263,6 +299,9 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
     insert,
     submitPg,
     takeOver,
+    takeOverExpired,
+    terminateAbandoned,
+    terminateAbandonedExpired,
     transitions,
     saveCheckpoint,
     saveCheckpointAndLease,
@@ -292,6 +331,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #q: Queries;
+  readonly #clockSql: ReturnType<typeof storeClock>;
   #closing: Promise<void> | null = null;
   /** Operations accepted before `close()`, which it lets finish before closing the connections. */
   readonly #inFlight = new Set<Promise<unknown>>();
@@ -309,6 +349,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     this.#clock = clock;
     this.#logger = logger;
     this.#q = prepareQueries(db, dialect);
+    this.#clockSql = storeClock(dialect);
     if (statements) {
       const { transitions, ...rest } = this.#q;
       for (const query of [...Object.values(rest), ...transitions.values()]) statements.register(query.sql);
@@ -339,7 +380,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
         nodeId: owner.nodeId,
         address: owner.address,
         instance: owner.instanceId,
-        lease: now + leaseMs,
+        leaseMs,
         now,
       };
       const fresh: TransferRecord = {
@@ -351,7 +392,8 @@ export class SqlDataPlaneStore implements DataPlaneStore {
         ownerAddress: owner.address,
         ownerInstance: owner.instanceId,
         epoch: 1,
-        leaseExpiresAt: new Date(values.lease),
+        // This node's estimate; the row holds the store's own (PostgreSQL computes it with its clock).
+        leaseExpiresAt: new Date(now + leaseMs),
         attempts: 1,
         error: null,
         result: null,
@@ -362,7 +404,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
       for (let attempt = 1; ; attempt++) {
         const outcome =
           this.dialect === 'postgres'
-            ? await this.#submitPostgres(values, fresh)
+            ? await this.#submitPostgres(values)
             : await this.#submitSqlite(values, fresh);
         if (outcome) {
           if (!outcome.created && outcome.record.requestHash !== requestHash) {
@@ -387,14 +429,12 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     return winner ? { record: rowToRecord(winner), created: false } : null;
   }
 
-  async #submitPostgres(values: SubmitValues, fresh: TransferRecord): Promise<SubmitOutcome | null> {
+  async #submitPostgres(values: SubmitValues): Promise<SubmitOutcome | null> {
     const row = await this.#one(this.#q.submitPg.bind(values));
     if (row) {
       const { created, ...record } = row;
-      // The inserted row holds exactly the values of `fresh`: no need to parse it back.
-      return Number(created) === 1
-        ? { record: fresh, created: true }
-        : { record: rowToRecord(record), created: false };
+      // The row, not `fresh`: its lease was computed by PostgreSQL's clock (store-clock.ts).
+      return { record: rowToRecord(record), created: Number(created) === 1 };
     }
     // Another node inserted the id after this statement's snapshot was taken: read it now.
     const winner = await this.#one(this.#q.getById.bind({ id: values.id }));
@@ -406,24 +446,60 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     expectedEpoch: number,
     owner: OwnerIdentity,
     leaseMs: number,
+    options: OwnerChangeOptions = {},
   ): Promise<TransferRecord> {
     return this.#guard('takeOver', async () => {
-      const o = validOwner(owner);
-      const lease = validLeaseMs(leaseMs);
-      const now = this.#now();
-      const values = {
-        id: validId(id),
-        epoch: validEpoch(expectedEpoch),
-        nodeId: o.nodeId,
-        address: o.address,
-        instance: o.instanceId,
-        lease: now + lease,
-        now,
-      };
-      const row = await this.#one(this.#q.takeOver.bind(values));
+      const values = this.#ownerChange(id, expectedEpoch, owner, leaseMs);
+      const query = options.requireExpiredLease === true ? this.#q.takeOverExpired : this.#q.takeOver;
+      const row = await this.#one(query.bind(values));
       if (row) return rowToRecord(row);
-      throw await this.#whyRefused(values.id, values.epoch, 'a takeover');
+      throw await this.#whyRefused(
+        values.id,
+        values.epoch,
+        'a takeover',
+        options.requireExpiredLease === true,
+      );
     });
+  }
+
+  async terminateAbandoned(
+    id: string,
+    expectedEpoch: number,
+    owner: OwnerIdentity,
+    options: OwnerChangeOptions = {},
+  ): Promise<TransferRecord> {
+    return this.#guard('terminateAbandoned', async () => {
+      const values = this.#ownerChange(id, expectedEpoch, owner, 1_000);
+      const query =
+        options.requireExpiredLease === true ? this.#q.terminateAbandonedExpired : this.#q.terminateAbandoned;
+      const row = await this.#one(query.bind(values));
+      if (row) return rowToRecord(row);
+      const refusal = await this.#whyRefused(
+        values.id,
+        values.epoch,
+        'a termination',
+        options.requireExpiredLease === true,
+      );
+      // A record that is already final cannot be terminated: the state machine's error, as transition() says.
+      if (refusal instanceof TransferFinalError) {
+        const current = await this.#one(this.#q.stateById.bind({ id: values.id }));
+        throw new IllegalTransitionError(values.id, current?.state ?? 'COMPLETED', 'TERMINATED');
+      }
+      throw refusal;
+    });
+  }
+
+  #ownerChange(id: string, expectedEpoch: number, owner: OwnerIdentity, leaseMs: number) {
+    const o = validOwner(owner);
+    return {
+      id: validId(id),
+      epoch: validEpoch(expectedEpoch),
+      nodeId: o.nodeId,
+      address: o.address,
+      instance: o.instanceId,
+      leaseMs: validLeaseMs(leaseMs),
+      now: this.#now(),
+    };
   }
 
   async transition(id: string, epoch: number, input: TransitionInput): Promise<TransferRecord> {
@@ -471,10 +547,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
       const query =
         leaseMs === undefined
           ? this.#q.saveCheckpoint.bind(validated)
-          : this.#q.saveCheckpointAndLease.bind({
-              ...validated,
-              lease: validated.now + validLeaseMs(leaseMs),
-            });
+          : this.#q.saveCheckpointAndLease.bind({ ...validated, leaseMs: validLeaseMs(leaseMs) });
       const { numAffectedRows } = await this.#exec(query);
       if (numAffectedRows === 1n) return;
       throw await this.#whyRefused(validated.id, validated.epoch, 'a checkpoint');
@@ -484,9 +557,13 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   async heartbeat(owner: OwnerIdentity, leaseMs: number): Promise<string[]> {
     return this.#guard('heartbeat', async () => {
       const o = validOwner(owner);
-      const lease = this.#now() + validLeaseMs(leaseMs);
       const { rows } = await this.#exec(
-        this.#q.heartbeat.bind({ nodeId: o.nodeId, instance: o.instanceId, lease }),
+        this.#q.heartbeat.bind({
+          nodeId: o.nodeId,
+          instance: o.instanceId,
+          leaseMs: validLeaseMs(leaseMs),
+          now: this.#now(),
+        }),
       );
       return rows.map((row) => row.id).sort();
     });
@@ -512,7 +589,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
         nodeId: o.nodeId,
         address: o.address,
         instance: o.instanceId,
-        lease: now + validLeaseMs(leaseMs),
+        leaseMs: validLeaseMs(leaseMs),
         now,
         limit: validLimit(limit, STORE_LIMITS.maxRecoverBatch),
       };
@@ -534,7 +611,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
 
   async list(input?: ListTransfersInput): Promise<TransferPage> {
     return this.#guard('list', async () => {
-      const { state, ownerNodeId, after, limit } = validListInput(input);
+      const { state, ownerNodeId, after, limit, leaseExpired } = validListInput(input);
       let query = this.#db
         .selectFrom('transfers')
         .selectAll()
@@ -543,6 +620,17 @@ export class SqlDataPlaneStore implements DataPlaneStore {
       if (state !== undefined) query = query.where('state', '=', state);
       if (ownerNodeId !== undefined) query = query.where('owner_node_id', '=', ownerNodeId);
       if (after !== undefined) query = query.where('id', '>', after);
+      if (leaseExpired) {
+        // On the store's clock, like every lease comparison (store-clock.ts).
+        const now = this.#clockSql.now;
+        const bound = this.#now();
+        query = query.where((eb) =>
+          eb.or([
+            eb('lease_expires_at', 'is', null),
+            eb('lease_expires_at', '<=', this.dialect === 'postgres' ? now : sql<number>`${bound}`),
+          ]),
+        );
+      }
       const rows = await query.execute();
       const page = rows.slice(0, limit);
       const last = page[page.length - 1];
@@ -681,13 +769,15 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   }
 
   /** Explains why a fenced write on `id` changed nothing. */
-  async #whyRefused(id: string, epoch: number, operation: string): Promise<Error> {
+  async #whyRefused(id: string, epoch: number, operation: string, leaseCondition = false): Promise<Error> {
     const current = await this.#one(this.#q.stateById.bind({ id }));
     if (!current) return new TransferNotFoundError(id);
     if (Number(current.epoch) !== epoch) {
       return new StaleEpochError(id, epoch, { details: { epoch: Number(current.epoch) } });
     }
     if (isTerminal(current.state)) return new TransferFinalError(id, current.state, operation);
+    // Same epoch, active state: the statement's lease condition refused it (the owner's lease is fresh).
+    if (leaseCondition) return new LeaseHeldError(id);
     // Same epoch, active state, yet nothing changed: the record moved between the two statements.
     return new StaleEpochError(id, epoch);
   }

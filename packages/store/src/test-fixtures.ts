@@ -12,7 +12,7 @@ import {
 } from '@sluice/core';
 import { createTestDatabase, type TestDatabase, tempDir } from '@sluice/testkit';
 import pg from 'pg';
-import { afterAll } from 'vitest';
+import { afterAll, expect } from 'vitest';
 import { type OpenStoreOptions, openStore } from './open.js';
 import type { SqlDataPlaneStore } from './store.js';
 
@@ -41,6 +41,16 @@ export interface StoreFixture extends AsyncDisposable {
   readonly clock: ManualClock;
   /** Opens another store instance (its own connection/pool, like another node); closed on dispose. */
   open(options?: OpenStoreOptions): Promise<SqlDataPlaneStore>;
+  /**
+   * Lets `ms` pass for leases. SQLite judges leases by the injected clock, so that clock moves; PostgreSQL judges
+   * them by its own clock (store-clock.ts), so the leases stored move back by `ms` instead — the same thing for
+   * every comparison a statement makes. The manual clock moves on both (timestamps such as `updatedAt`).
+   */
+  advance(ms: number): Promise<void>;
+  /** How long `record`'s lease has left by the store's clock (exact on SQLite, to the millisecond on PostgreSQL). */
+  leaseLeft(record: { leaseExpiresAt: Date | null } | null | undefined): Promise<number>;
+  /** Asserts the lease has `ms` left: exactly on SQLite; on PostgreSQL, up to 5 s less (time the test took). */
+  expectLeaseLeft(record: { leaseExpiresAt: Date | null } | null | undefined, ms: number): Promise<void>;
 }
 
 /**
@@ -108,11 +118,51 @@ export async function storeFixture(
     databaseName = db.name;
     cleanup = async () => {};
   }
+  const pgNow = async (): Promise<number> => {
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      const { rows } = await client.query<{ now: string }>(
+        'select floor(extract(epoch from clock_timestamp()) * 1000)::bigint as now',
+      );
+      return Number(rows[0]?.now);
+    } finally {
+      await client.end();
+    }
+  };
+  const leaseLeft = async (record: { leaseExpiresAt: Date | null } | null | undefined) => {
+    const lease = record?.leaseExpiresAt?.getTime();
+    if (lease === undefined) throw new Error('the record holds no lease');
+    return lease - (dialect === 'postgres' ? await pgNow() : clock.now().getTime());
+  };
   return {
     dialect,
     url,
     databaseName,
     clock,
+    async advance(ms) {
+      clock.advance(ms);
+      if (dialect !== 'postgres') return;
+      const client = new pg.Client({ connectionString: url });
+      await client.connect();
+      try {
+        await client.query(
+          'update transfers set lease_expires_at = lease_expires_at - $1 where lease_expires_at is not null',
+          [ms],
+        );
+      } finally {
+        await client.end();
+      }
+    },
+    leaseLeft,
+    async expectLeaseLeft(record, ms) {
+      const left = await leaseLeft(record);
+      if (dialect === 'sqlite') expect(left).toBe(ms);
+      else {
+        expect(left).toBeLessThanOrEqual(ms);
+        expect(left).toBeGreaterThan(ms - 5_000);
+      }
+    },
     async open(options = {}) {
       const store = await openStore(url, { clock, poolSize: 4, ...options });
       opened.push(store);

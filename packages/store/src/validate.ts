@@ -182,6 +182,8 @@ export interface ValidListInput {
   ownerNodeId: string | undefined;
   after: string | undefined;
   limit: number;
+  /** Only records whose lease expired (by the store's clock). */
+  leaseExpired: boolean;
 }
 
 const CURSOR_PREFIX = 't1:';
@@ -209,6 +211,7 @@ export function validListInput(input: unknown): ValidListInput {
       ownerNodeId: undefined,
       after: undefined,
       limit: STORE_LIMITS.defaultPageSize,
+      leaseExpired: false,
     };
   }
   if (typeof input !== 'object' || input === null) {
@@ -224,5 +227,6 @@ export function validListInput(input: unknown): ValidListInput {
     after: i.cursor === undefined || i.cursor === null ? undefined : decodeCursor(i.cursor),
     limit:
       i.limit === undefined ? STORE_LIMITS.defaultPageSize : validLimit(i.limit, STORE_LIMITS.maxPageSize),
+    leaseExpired: i.leaseExpired === true,
   };
 }

@@ -1,0 +1,102 @@
+import type { Clock } from '@sluice/core';
+import { describe, expect, it } from 'vitest';
+import {
+  codeOf,
+  DIALECTS,
+  LEASE_MS,
+  makeRequest,
+  owner,
+  storeFixture,
+  submitInput,
+} from './test-fixtures.js';
+
+/** A node whose wall clock is off by `skewMs`. */
+function skewedClock(skewMs: number): Clock {
+  return { now: () => new Date(Date.now() + skewMs) };
+}
+
+describe('leases on the store clock (PostgreSQL)', () => {
+  it('defect 6: a node whose clock is 12 s ahead steals no healthy lease (sweeper, conditional takeover, terminate)', async () => {
+    await using fx = await storeFixture('postgres');
+    const healthy = await fx.open({ clock: skewedClock(0) });
+    const ahead = await fx.open({ clock: skewedClock(12_000) });
+    const a = owner('node-a');
+    // A healthy owner with a lease of 5 s, renewed on time: never expired by the database's clock.
+    const { record } = await healthy.submit({ ...submitInput(makeRequest(), a), leaseMs: 5_000 });
+    expect(await ahead.recoverExpired(owner('node-b'), LEASE_MS, 10)).toEqual([]);
+    expect(
+      await codeOf(ahead.takeOver(record.id, 1, owner('node-b'), LEASE_MS, { requireExpiredLease: true })),
+    ).toBe('LEASE_HELD');
+    expect(
+      await codeOf(ahead.terminateAbandoned(record.id, 1, owner('node-b'), { requireExpiredLease: true })),
+    ).toBe('LEASE_HELD');
+    expect((await ahead.list({ leaseExpired: true })).records).toEqual([]);
+    expect(await healthy.get(record.id)).toMatchObject({
+      epoch: 1,
+      ownerNodeId: 'node-a',
+      state: 'RECEIVED',
+    });
+  });
+
+  it('defect 6: a node whose clock is 12 s behind writes leases that a correct node does not see as expired', async () => {
+    await using fx = await storeFixture('postgres');
+    const behind = await fx.open({ clock: skewedClock(-12_000) });
+    const correct = await fx.open({ clock: skewedClock(0) });
+    const me = owner('node-late');
+    const { record } = await behind.submit({ ...submitInput(makeRequest(), me), leaseMs: 5_000 });
+    await behind.heartbeat(me, 5_000);
+    await behind.saveCheckpoint(record.id, 1, { offset: 1 }, 5_000);
+    expect(await correct.recoverExpired(owner('node-b'), LEASE_MS, 10)).toEqual([]);
+    expect((await correct.list({ leaseExpired: true })).records).toEqual([]);
+    const left = await fx.leaseLeft(await correct.get(record.id));
+    expect(left).toBeGreaterThan(3_000);
+    expect(left).toBeLessThanOrEqual(5_000);
+  });
+});
+
+describe.each(DIALECTS)('conditional owner changes on %s', (dialect) => {
+  it('takeOver({ requireExpiredLease }) waits for the lease; terminateAbandoned is one statement', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const { record } = await store.submit(submitInput(makeRequest(), owner('node-a')));
+    expect(
+      await codeOf(store.takeOver(record.id, 1, owner('node-b'), LEASE_MS, { requireExpiredLease: true })),
+    ).toBe('LEASE_HELD');
+    expect(
+      await codeOf(store.terminateAbandoned(record.id, 1, owner('node-b'), { requireExpiredLease: true })),
+    ).toBe('LEASE_HELD');
+    expect(await store.get(record.id)).toMatchObject({ epoch: 1, ownerNodeId: 'node-a', state: 'RECEIVED' });
+    await fx.advance(LEASE_MS + 1);
+    expect((await store.list({ leaseExpired: true })).records.map((r) => r.id)).toEqual([record.id]);
+    const terminated = await store.terminateAbandoned(record.id, 1, owner('node-b'), {
+      requireExpiredLease: true,
+    });
+    expect(terminated).toMatchObject({
+      state: 'TERMINATED',
+      epoch: 2,
+      ownerNodeId: 'node-b',
+      leaseExpiresAt: null,
+    });
+    expect(await store.get(record.id)).toEqual(terminated);
+    expect(await codeOf(store.terminateAbandoned(record.id, 2, owner('node-c')))).toBe('ILLEGAL_TRANSITION');
+    expect(await codeOf(store.terminateAbandoned(record.id, 1, owner('node-c')))).toBe('STALE_EPOCH');
+    expect(await codeOf(store.takeOver(record.id, 2, owner('node-c'), LEASE_MS))).toBe('ILLEGAL_TRANSITION');
+  });
+
+  it('of 8 concurrent terminateAbandoned / takeOver calls on one epoch exactly one wins', async () => {
+    await using fx = await storeFixture(dialect);
+    const nodes = await Promise.all(Array.from({ length: 4 }, () => fx.open()));
+    const { record } = await nodes[0]!.submit(submitInput(makeRequest(), owner('node-a')));
+    const calls = nodes.flatMap((store, i) => [
+      store.terminateAbandoned(record.id, 1, owner(`t-${i}`)),
+      store.takeOver(record.id, 1, owner(`o-${i}`), LEASE_MS),
+    ]);
+    const settled = await Promise.allSettled(calls);
+    const won = settled.filter((s) => s.status === 'fulfilled');
+    expect(won).toHaveLength(1);
+    const final = await nodes[0]!.get(record.id);
+    expect(final?.epoch).toBe(2);
+    for (const lost of settled.filter((s) => s.status === 'rejected'))
+      expect(['STALE_EPOCH', 'ILLEGAL_TRANSITION']).toContain((lost.reason as { code: string }).code);
+  });
+});
