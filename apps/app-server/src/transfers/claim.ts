@@ -125,6 +125,8 @@ async function claimWith(
         'took the transfer over',
       );
     }
+    // A shutdown that began meanwhile hands the claim straight back (its lease released for another node).
+    if (state.closing) run.requestStop(StopReason.handback);
     // A stop that arrived while the claim was in flight (a terminate, a shutdown) acts now, at our epoch.
     if (run.stopReason !== null) {
       state.scheduler.cancel(ticket);

@@ -61,6 +61,11 @@ function foreverExecutor() {
     state.starts++;
     state.running++;
     return new Promise((resolve, reject) => {
+      if (context.signal.aborted) {
+        state.running--;
+        reject(context.signal.reason);
+        return;
+      }
       state.finish = () => {
         state.running--;
         resolve({ recordsRead: 1, recordsWritten: 1, badRecords: 0 });

@@ -147,6 +147,11 @@ async function execute(state: CoordinatorState, run: LocalRun, record: TransferR
       return;
     }
     if (record.state === 'RECEIVED') await transitionOnce(store, id, run.epoch, { to: 'IN_PROGRESS' });
+    if (run.stopReason !== null) {
+      // Stopped while the transition was in flight: nothing ran yet.
+      await settleStopped(state, run, null);
+      return;
+    }
     const runnable = state.o.policy.confine(record.request);
     logger.info(
       { transferId: id, epoch: run.epoch, resumed: record.checkpoint !== null },
