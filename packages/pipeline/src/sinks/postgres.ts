@@ -1,10 +1,12 @@
-import { type PipelineCheckpoint, PipelineCheckpointSchema, SinkError } from '@sluice/core';
+import { type PipelineCheckpoint, PipelineCheckpointSchema, SinkError, StaleEpochError } from '@sluice/core';
 import type pg from 'pg';
 import type { RecordOp, Row } from '../ops.js';
 import { connectPostgres, primaryKeyOf, quoteIdent } from '../pg.js';
-import type { PipelineSink } from '../types.js';
+import { type PipelineSink, type SinkFence, UNFENCED } from '../types.js';
 
 export const SINK_CHECKPOINT_TABLE = 'sluice_sink_checkpoints';
+/** Writer → highest epoch that wrote, in the destination database: the fencing token checked where data lands. */
+export const SINK_FENCE_TABLE = 'sluice_sink_fences';
 
 export interface PostgresSinkOptions {
   handle: string;
@@ -12,14 +14,33 @@ export interface PostgresSinkOptions {
   table: string;
   /** Upsert key; defaults to the table's primary key. The table needs a unique index on it. */
   key?: string[];
-  /** Identifies this writer's checkpoint row (the transfer id). */
+  /** Identifies this writer's checkpoint and fence rows (the transfer id). */
   writerId: string;
+  /** The run's epoch (the transfer's checkpoint port). Default: unfenced (epoch 0, no fence row touched). */
+  fence?: SinkFence;
+  /**
+   * `lock_timeout` of the sink's session (ms). Default 30 000: longer than the idle timeout, so a new owner
+   * waiting on a frozen stale owner's locks outlives that owner's session instead of failing first.
+   */
+  lockTimeoutMs?: number;
+  /**
+   * `idle_in_transaction_session_timeout` of the sink's session (ms). Default 10 000: a frozen owner's open
+   * transaction is ended by the server (its locks released, its late COMMIT refused). Commits are never
+   * that far apart while the sink is alive: a transaction stays open only from a batch's write to its commit.
+   */
+  idleInTransactionTimeoutMs?: number;
 }
 
 /**
  * Upserts records by key into an existing table (`INSERT … ON CONFLICT (key) DO UPDATE`), one transaction
  * per epoch that also writes the checkpoint into `sluice_sink_checkpoints`, so data and progress commit
  * together and a resumed transfer rewrites nothing twice.
+ *
+ * Fenced where the data lands: every sink transaction first advances the writer's row in `sluice_sink_fences`
+ * to the run's epoch, unless a higher epoch is there (then it rolls back with `STALE_EPOCH`). The fence row stays
+ * locked until the transaction ends, so a stale owner's transaction and the new owner's never interleave, and
+ * the sessions' `idle_in_transaction_session_timeout` ends a frozen owner's open transaction (bounding how long
+ * it can block the new owner, and refusing its late COMMIT).
  *
  * @example
  * ```ts
@@ -33,6 +54,9 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
   let inTransaction = false;
   const table = quoteIdent(options.table);
   const writer = `${options.writerId}:${options.handle}`;
+  const fence = options.fence ?? UNFENCED;
+  const lockTimeoutMs = options.lockTimeoutMs ?? 30_000;
+  const idleTimeoutMs = options.idleInTransactionTimeoutMs ?? 10_000;
 
   const fail = (what: string, err: unknown) =>
     new SinkError(`PostgreSQL sink ${options.table}: ${what}: ${(err as Error).message}`, { cause: err });
@@ -41,7 +65,14 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
     try {
       client = await connectPostgres(options.url);
       await client.query(
+        `SELECT set_config('lock_timeout', $1, false), set_config('idle_in_transaction_session_timeout', $2, false)`,
+        [`${Math.max(0, Math.floor(lockTimeoutMs))}ms`, `${Math.max(0, Math.floor(idleTimeoutMs))}ms`],
+      );
+      await client.query(
         `CREATE TABLE IF NOT EXISTS ${SINK_CHECKPOINT_TABLE} (writer text PRIMARY KEY, checkpoint jsonb NOT NULL, committed_at timestamptz NOT NULL DEFAULT now())`,
+      );
+      await client.query(
+        `CREATE TABLE IF NOT EXISTS ${SINK_FENCE_TABLE} (writer text PRIMARY KEY, epoch bigint NOT NULL)`,
       );
       const cols = await client.query<{ column_name: string }>(
         `SELECT a.attname AS column_name FROM pg_attribute a
@@ -59,13 +90,50 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
     if (key.length === 0) throw new SinkError(`Table ${options.table} has no primary key; configure "key"`);
     return client;
   };
+  /** Opens the sink's transaction with the fence step first: nothing of a stale epoch lands after it. */
   const begin = async () => {
     const c = await connect();
     if (!inTransaction) {
-      await c.query('BEGIN');
-      inTransaction = true;
+      try {
+        await c.query('BEGIN');
+        inTransaction = true;
+        if (fence.epoch > 0) {
+          const r = await c.query(
+            `INSERT INTO ${SINK_FENCE_TABLE} AS fence (writer, epoch) VALUES ($1, $2)
+             ON CONFLICT (writer) DO UPDATE SET epoch = EXCLUDED.epoch WHERE fence.epoch <= EXCLUDED.epoch
+             RETURNING fence.epoch`,
+            [writer, fence.epoch],
+          );
+          if (r.rowCount === 0) {
+            await c.query('ROLLBACK');
+            inTransaction = false;
+            const current = await c.query<{ epoch: string }>(
+              `SELECT epoch::text FROM ${SINK_FENCE_TABLE} WHERE writer = $1`,
+              [writer],
+            );
+            throw new StaleEpochError(options.writerId, fence.epoch, {
+              details: { writer, current: Number(current.rows[0]?.epoch ?? 0) },
+            });
+          }
+        }
+      } catch (err) {
+        if (err instanceof StaleEpochError) throw err;
+        if (inTransaction) await c.query('ROLLBACK').catch(() => {});
+        inTransaction = false;
+        throw fail('cannot begin a fenced transaction', err);
+      }
     }
     return c;
+  };
+  /** Runs `sql` in a fenced transaction of its own (outside the batch's one). */
+  const fenced = async (sql: string, params: unknown[]) => {
+    const c = await begin();
+    try {
+      await c.query(sql, params);
+      await c.query('COMMIT');
+    } finally {
+      inTransaction = false;
+    }
   };
 
   const sink: PipelineSink & { readonly keyFields: string[] } = {
@@ -85,9 +153,10 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
       return parsed.success ? parsed.data : null;
     },
     async prepare({ decision }) {
-      const c = await connect();
+      await connect();
+      // Fenced too: a stale owner starting over must not erase the new owner's committed checkpoint.
       if (decision === 'from-scratch')
-        await c.query(`DELETE FROM ${SINK_CHECKPOINT_TABLE} WHERE writer = $1`, [writer]);
+        await fenced(`DELETE FROM ${SINK_CHECKPOINT_TABLE} WHERE writer = $1`, [writer]);
     },
     async write(ops: RecordOp[]) {
       const c = await begin();
@@ -152,8 +221,7 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
       }
     },
     async finish() {
-      const c = await connect();
-      await c.query(`DELETE FROM ${SINK_CHECKPOINT_TABLE} WHERE writer = $1`, [writer]);
+      await fenced(`DELETE FROM ${SINK_CHECKPOINT_TABLE} WHERE writer = $1`, [writer]);
     },
     async close() {
       const c = client;
