@@ -10,6 +10,8 @@ import { describe, expect, it } from 'vitest';
 
 const CHILD = fileURLToPath(new URL('./testing/transfer-child.ts', import.meta.url));
 const RECORDS = 10_000;
+const COMMIT_EVERY = 500;
+const KILLS = 2;
 
 async function writeSource(path: string) {
   const lines: string[] = [];
@@ -18,18 +20,20 @@ async function writeSource(path: string) {
 }
 
 /**
- * Runs the transfer in a child process, SIGKILLs it at a random commit (plus a random few ms) `kills`
- * times, then lets it finish; returns the last run's DONE line.
+ * Runs the transfer in a child process, SIGKILLs it at a random commit (plus a random few ms) `kills` times, each
+ * run at the next fencing epoch (as a takeover would), then lets a last run finish; returns its DONE line. Every
+ * kill must land mid-transfer: the child neither finished nor failed before it, and `physicalWrites` (what reached
+ * the destination so far, counted below any idempotent layer) is still short of the whole source. The last run
+ * must resume.
  */
 async function killAndResume(
   input: Record<string, unknown>,
   kills: number,
+  physicalWrites: () => Promise<number>,
 ): Promise<Record<string, unknown>> {
-  const arg = JSON.stringify(input);
   const epochs = Math.floor(RECORDS / (input.commitEveryRecords as number));
-  let finished = false;
   for (let k = 0; k < kills; k++) {
-    await using child = spawnTs(CHILD, [arg]);
+    await using child = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: k + 1 })]);
     const target = 1 + Math.floor(Math.random() * Math.max(1, Math.floor(epochs / (kills + 1))));
     let exitedEarly = false;
     void child.exited.then(() => {
@@ -44,21 +48,19 @@ async function killAndResume(
     await new Promise((r) => setTimeout(r, Math.floor(Math.random() * 15)));
     child.kill('SIGKILL');
     const exit = await child.exited;
-    // Finished before the kill landed: there is nothing left to resume (a finished file sink has published its
-    // file, so its checkpoint no longer names a temp file and a rerun starts over).
-    if (exit.code === 0 || child.lines.some((l) => l.startsWith('DONE '))) {
-      finished = true;
-      break;
-    }
+    // The kill landed mid-transfer: the run neither finished nor failed on its own (an intermediate FAILED run
+    // would hide a defect behind the next run's success).
+    expect(child.lines.filter((l) => /^(DONE|FAILED) /.test(l))).toEqual([]);
+    expect(exit.signal).toBe('SIGKILL');
+    expect(await physicalWrites()).toBeLessThan(RECORDS);
   }
-  await using last = spawnTs(CHILD, [arg]);
+  await using last = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: kills + 1 })]);
   const done = await last.waitForLine(/^(DONE|FAILED) /, 90_000);
   expect(done).toMatch(/^DONE /);
   // The decision line names the reason when it is not a resume.
-  if (!finished)
-    expect(last.lines.filter((l) => l.startsWith('DECISION '))).toEqual([
-      expect.stringMatching(/^DECISION resume /),
-    ]);
+  expect(last.lines.filter((l) => l.startsWith('DECISION '))).toEqual([
+    expect.stringMatching(/^DECISION resume /),
+  ]);
   return JSON.parse(done.slice(5)) as Record<string, unknown>;
 }
 
@@ -89,6 +91,8 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
         fileChunkBytes: 16_384,
       },
       2,
+      // Not published before the end: what reached the destination is nothing.
+      async () => ((await readFile(out, 'utf8').catch(() => '')).match(/\n/g) ?? []).length,
     );
     expect(result.recordsWritten).toBe(RECORDS);
     const ids = (await readFile(out, 'utf8'))
@@ -105,6 +109,14 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
     await client.connect();
     try {
       await client.query('CREATE TABLE dst (id integer PRIMARY KEY, name text, value integer)');
+      // Every committed physical write (insert or update of a row) leaves a row here: an upsert replayed by a
+      // resumed run would double it, while dst itself (keyed) would not show it.
+      await client.query('CREATE TABLE dst_writes (id integer NOT NULL)');
+      await client.query(`CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN INSERT INTO dst_writes VALUES (NEW.id); RETURN NEW; END $$`);
+      await client.query(
+        'CREATE TRIGGER dst_counted AFTER INSERT OR UPDATE ON dst FOR EACH ROW EXECUTE FUNCTION count_write()',
+      );
       const src = join(dir.path, 'in.jsonl');
       await writeSource(src);
       const result = await killAndResume(
@@ -116,8 +128,14 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
           fileChunkBytes: 16_384,
         },
         2,
+        async () => (await client.query('SELECT count(*)::int AS n FROM dst_writes')).rows[0].n as number,
       );
       expect(result.recordsWritten).toBe(RECORDS);
+      // The sink commits its checkpoint with its data and a resume starts from it: no write happens twice.
+      const writes = await client.query(
+        'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes',
+      );
+      expect(writes.rows[0]).toEqual({ n: RECORDS, d: RECORDS });
       const stats = await client.query(
         'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d, min(id) AS lo, max(id) AS hi FROM dst',
       );
@@ -134,6 +152,14 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
     try {
       const jsm = await jetstreamManager(nc);
       await jsm.streams.add({ name: 'OUT', subjects: ['out.>'], duplicate_window: 120_000_000_000 });
+      // A raw core-NATS subscriber counts every physical publish, duplicates the stream drops included.
+      let published = 0;
+      nc.subscribe('out.items', {
+        callback: () => {
+          published++;
+        },
+      });
+      await nc.flush();
       const src = join(dir.path, 'in.jsonl');
       await writeSource(src);
       const result = await killAndResume(
@@ -146,14 +172,31 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
           }),
           checkpointFile: join(dir.path, 'checkpoint.json'),
           nats: nats.url,
-          commitEveryRecords: 500,
+          commitEveryRecords: COMMIT_EVERY,
           fileChunkBytes: 16_384,
         },
-        2,
+        KILLS,
+        async () => {
+          await nc.flush();
+          return published;
+        },
       );
       expect(result.recordsWritten).toBe(RECORDS);
+      await nc.flush();
+      // The JetStream sink keeps no checkpoint: a kill replays what was published since the last saved one,
+      // which is less than one commit interval plus one batch (batches are min(commitEvery, 1000) records).
+      expect(published).toBeGreaterThanOrEqual(RECORDS);
+      expect(published).toBeLessThan(RECORDS + KILLS * (COMMIT_EVERY + Math.min(COMMIT_EVERY, 1000)));
+      // The replays were dropped as duplicates by source position: each record is stored once.
       const info = await jsm.streams.info('OUT');
       expect(info.state.messages).toBe(RECORDS);
+      const ids = new Set<number>();
+      const consumer = await jsm.jetstream().consumers.get('OUT');
+      for await (const m of await consumer.fetch({ max_messages: RECORDS, expires: 5_000 })) {
+        ids.add((m.json() as { id: number }).id);
+        if (ids.size === RECORDS) break;
+      }
+      expect(ids.size).toBe(RECORDS);
     } finally {
       await nc.close();
     }
