@@ -63,7 +63,11 @@ describe('direct-address backplane (PostgreSQL, no NATS)', () => {
         { timeoutMs: 15_000, what: 'direct-3 to fail' },
       );
       expect(failed.error).toMatchObject({ code: 'SOURCE_FAILED' });
-      expect((await readdir(dir.path)).filter((f) => f.startsWith('.out-3.jsonl.'))).toEqual([]);
+      // Removed once the failure is recorded (the record turns FAILED first: a fenced write decides it is final).
+      await waitFor(async () => !(await readdir(dir.path)).some((f) => f.startsWith('.out-3.jsonl.')), {
+        timeoutMs: 5_000,
+        what: 'the failed transfer to remove its temp file',
+      });
       // Terminating again is a no-op.
       const again = await call(`${d1.url}/v1/transfers/direct-1/terminate`, {
         method: 'POST',
