@@ -80,7 +80,11 @@ describe('endpoints over JetStream and PostgreSQL', () => {
       await publish(350, 10);
       const second = await startEndpointPipeline(config, ctx);
       expect(second.decision.decision).toBe('resume');
-      await waitFor(() => second.status().progress.recordsWritten >= 360, { what: 'resumed stream read' });
+      // Resumed at sequence 351: a replay from sequence 1 would only reach the 360th record after 350 more writes.
+      await waitFor(() => readItems(caches, (cache) => cache.count({}) === 360), {
+        what: 'resumed stream read',
+      });
+      expect(second.status().progress.recordsWritten).toBe(360);
       expect(caches.resolveAlias('items')?.cache).toBe(blue);
       await second.stop();
 
