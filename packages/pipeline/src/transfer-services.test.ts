@@ -27,6 +27,13 @@ describe('PostgreSQL source and sink', () => {
     await client.query(
       `CREATE TABLE dst (id bigint PRIMARY KEY, name text NOT NULL, value double precision, updated_at timestamptz)`,
     );
+    // Every committed physical write into dst leaves a row here: a replayed upsert would show, dst would not.
+    await client.query('CREATE TABLE dst_writes (id bigint NOT NULL)');
+    await client.query(`CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN INSERT INTO dst_writes VALUES (NEW.id); RETURN NEW; END $$`);
+    await client.query(
+      'CREATE TRIGGER dst_counted AFTER INSERT OR UPDATE ON dst FOR EACH ROW EXECUTE FUNCTION count_write()',
+    );
   });
   afterAll(async () => {
     await client?.end();
@@ -75,6 +82,11 @@ describe('PostgreSQL source and sink', () => {
       'SELECT count(*)::int AS n FROM src s FULL JOIN dst d USING (id) WHERE d.id IS NULL OR s.id IS NULL OR s.name <> d.name OR s.value <> d.value OR s.updated_at <> d.updated_at',
     );
     expect(diff.rows[0].n).toBe(0);
+    // Once: the resumed run wrote only what the terminated one had not committed.
+    const writes = await client.query(
+      'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes',
+    );
+    expect(writes.rows[0]).toEqual({ n: 3000, d: 3000 });
   });
 
   it('refuses an unknown connection with a typed error', async () => {
