@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { connect as connectTcp } from 'node:net';
 import { join } from 'node:path';
 import { freePort, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -16,6 +17,62 @@ interface City {
 }
 
 const script = join(repoRoot, 'examples/jetstream/run.sh');
+
+/**
+ * A raw core-NATS subscriber (the wire protocol over a socket; e2e has no NATS client): counts every message
+ * published on `subject`, including those JetStream then drops as duplicates, so "nothing published" means
+ * nothing was sent, not that the stream's dedupe window absorbed it.
+ */
+async function countPublishes(url: string, subject: string) {
+  const { hostname, port } = new URL(url);
+  const socket = connectTcp(Number(port), hostname);
+  let count = 0;
+  let buffer = Buffer.alloc(0);
+  let skip = 0; // payload bytes (plus CRLF) still to drop
+  let ready!: () => void;
+  const subscribed = new Promise<void>((r) => {
+    ready = r;
+  });
+  socket.on('data', (chunk: Buffer) => {
+    buffer = Buffer.concat([buffer, chunk]);
+    for (;;) {
+      if (skip > 0) {
+        const n = Math.min(skip, buffer.length);
+        buffer = buffer.subarray(n);
+        skip -= n;
+        if (skip > 0) return;
+      }
+      const end = buffer.indexOf('\r\n');
+      if (end < 0) return;
+      const line = buffer.subarray(0, end).toString();
+      buffer = buffer.subarray(end + 2);
+      const words = line.split(' ');
+      if (words[0] === 'PING') socket.write('PONG\r\n');
+      else if (words[0] === 'PONG') ready();
+      else if (words[0] === 'MSG' || words[0] === 'HMSG') {
+        count++;
+        skip = Number(words[words.length - 1]) + 2;
+      }
+    }
+  });
+  await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+  socket.write(
+    `CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}\r\nSUB ${subject} 1\r\nPING\r\n`,
+  );
+  await subscribed;
+  return {
+    /** Messages seen so far, after a round trip (everything published before the call has arrived). */
+    async count() {
+      const pong = new Promise<void>((r) => {
+        ready = r;
+      });
+      socket.write('PING\r\n');
+      await pong;
+      return count;
+    },
+    close: () => socket.destroy(),
+  };
+}
 const TOTAL = 171_075;
 
 describe('examples/jetstream (an endpoint fed from a stream, an idempotent load into it)', () => {
@@ -39,11 +96,13 @@ describe('examples/jetstream (an endpoint fed from a stream, an idempotent load 
       const queries = started.stdout.split('\n').filter((line) => line.startsWith('curl '));
       expect(queries).toHaveLength(2);
 
+      const publishes = await countPublishes(nats.url, 'cities.>');
       const first = await run('load');
       expect(first.code, `${first.stdout}\n${first.stderr}`).toBe(0);
       expect(first.stdout).toMatch(/transfer load-cities-[0-9a-f]{16}: started/);
       expect(first.stdout).toMatch(new RegExp(`COMPLETED: ${TOTAL} records read, ${TOTAL} published, 0 bad`));
       expect(first.stdout).toContain(`stream SLUICE_EXAMPLE_CITIES holds ${TOTAL} messages`);
+      expect(await publishes.count()).toBe(TOTAL);
 
       // The endpoint follows the stream until it holds every record.
       await waitFor(
@@ -69,6 +128,9 @@ describe('examples/jetstream (an endpoint fed from a stream, an idempotent load 
       expect(second.code, `${second.stdout}\n${second.stderr}`).toBe(0);
       expect(second.stdout).toMatch(/was already loaded by transfer load-cities-[0-9a-f]{16} \(COMPLETED\)/);
       expect(second.stdout).toContain(`stream SLUICE_EXAMPLE_CITIES holds ${TOTAL} messages`);
+      // Nothing was sent at all (not merely deduplicated by the stream).
+      expect(await publishes.count()).toBe(TOTAL);
+      publishes.close();
 
       const status = await run('status');
       expect(status.code, status.stderr).toBe(0);
