@@ -61,8 +61,30 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
   const nodeId = config.node.id;
   const identity = { nodeId, address: config.node.advertisedUrl ?? '', instanceId };
   const cleanups: Array<() => Promise<unknown>> = [];
+  // Each step of a shutdown is bounded, and all of them together end before bin.ts's hard stop (grace + 10 s): a
+  // peer that is down (NATS between reconnects, a hung connection) must not turn a graceful stop into exit 1.
+  // What such a step would have flushed is fenced or re-sent by the next owner.
+  let shutdownDeadline = Number.POSITIVE_INFINITY;
+  const within = async (what: string, step: Promise<unknown>, ms = 2_000) => {
+    const wait = Math.max(0, Math.min(ms, shutdownDeadline - Date.now()));
+    let timer: NodeJS.Timeout | undefined;
+    const gaveUp = new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => resolve('timeout'), wait);
+      timer.unref();
+    });
+    const outcome = await Promise.race([
+      step.then(
+        () => 'done' as const,
+        () => 'done' as const,
+      ),
+      gaveUp,
+    ]);
+    clearTimeout(timer);
+    if (outcome === 'timeout')
+      log.warn({ step: what, waitedMs: wait }, 'shutdown step did not finish; going on');
+  };
   const unwind = async () => {
-    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+    for (const cleanup of cleanups.reverse()) await within('cleanup', cleanup());
   };
 
   try {
@@ -221,11 +243,12 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     const close = () => {
       closing ??= (async () => {
         logger.info('shutting down: handing transfers back');
+        shutdownDeadline = Date.now() + config.limits.shutdownGraceMs + 8_000;
         // Stop accepting first (in-flight requests finish), then hand work back, then close the rest.
         cleanups.splice(cleanups.indexOf(closeServer), 1);
         const serverClosed = server.close();
-        await activeCoordinator.shutdown();
-        await serverClosed;
+        await within('transfers', activeCoordinator.shutdown(), config.limits.shutdownGraceMs + 1_000);
+        await within('http server', serverClosed);
         await unwind();
         logger.info('app-server stopped');
       })();

@@ -224,7 +224,10 @@ export class TransferCoordinator {
     for (const run of runs) stopRun(state, run, StopReason.handback);
     const grace = state.o.limits.shutdownGraceMs;
     const timeout = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
-    await Promise.race([Promise.all(runs.map((run) => run.done)), timeout(grace)]);
-    await this.#fireAndForget.drain(grace);
+    // Both within one grace period (the process's hard stop counts on it).
+    await Promise.all([
+      Promise.race([Promise.all(runs.map((run) => run.done)), timeout(grace)]),
+      this.#fireAndForget.drain(grace),
+    ]);
   }
 }
