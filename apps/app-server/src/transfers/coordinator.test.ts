@@ -6,6 +6,7 @@ import {
   type OwnerIdentity,
   parseTransferRequest,
   requestHash,
+  SinkError,
   SluiceError,
   StoreUnavailableError,
   silentLogger,
@@ -363,5 +364,25 @@ describe('TransferCoordinator', () => {
     expect(record?.epoch).toBe(1);
     expect(first.state.running).toBe(1);
     expect(second.state.starts).toBe(0);
+  });
+
+  it('a retryable failure (NATS restarting under a JetStream sink) resumes the transfer instead of failing it', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'b' });
+    let runs = 0;
+    const execute: TransferExecutor = async () => {
+      runs++;
+      if (runs === 1)
+        throw new SinkError('JetStream publish to x failed: timeout', { details: { retryable: true } });
+      return { recordsRead: 3, recordsWritten: 3, badRecords: 0 };
+    };
+    const b = t.coordinator({ backplane, identity: identity('b'), execute });
+    b.start();
+    await b.submit(t.request('retry-1'));
+    await eventually(async () => (await t.store.get('retry-1'))?.state === 'COMPLETED');
+    const record = await t.store.get('retry-1');
+    expect(runs).toBe(2);
+    expect(record?.attempts).toBe(2);
+    expect(record?.result?.recordsWritten).toBe(3);
   });
 });

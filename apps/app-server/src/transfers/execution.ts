@@ -13,6 +13,9 @@ import { type CoordinatorState, transitionOnce } from './context.js';
 import { type LocalRun, RunPhase, StopReason } from './local-run.js';
 import type { Ticket } from './scheduler.js';
 
+/** Runs of one transfer that may end on a retryable error before it is recorded FAILED. */
+export const MAX_RETRYABLE_ATTEMPTS = 20;
+
 /**
  * Running a claimed transfer and ending its local run: execution, the fenced checkpoint port, stop requests
  * and what each stop reason records in the store.
@@ -179,6 +182,18 @@ async function execute(state: CoordinatorState, run: LocalRun, record: TransferR
       return;
     }
     const error = asSluiceError(err);
+    if (error.details?.retryable === true && record.attempts < MAX_RETRYABLE_ATTEMPTS) {
+      // The destination or source is unreachable for now (NATS restarting, say): not the transfer's fault. It
+      // stays ours with a fresh lease; the next heartbeat finds it orphaned and resumes it from its checkpoint
+      // (a new epoch). After MAX_RETRYABLE_ATTEMPTS runs it fails for good.
+      logger.warn(
+        { transferId: id, attempts: record.attempts, code: error.code, message: error.message },
+        'transfer interrupted by an unreachable peer; will resume from its checkpoint',
+      );
+      run.requestStop(StopReason.leaseLost);
+      await settleStopped(state, run, err);
+      return;
+    }
     if (error.code === 'STORE_UNAVAILABLE') {
       // Not the transfer's fault. It stays ours in the store: once the store answers again the heartbeat
       // finds it orphaned and runs it again from its checkpoint (or its lease lapses and a sweeper does).

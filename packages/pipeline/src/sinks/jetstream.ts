@@ -42,8 +42,10 @@ export function createJetStreamSink(options: JetStreamSinkOptions): PipelineSink
     try {
       await Promise.all(batch);
     } catch (err) {
+      // Retryable: NATS restarting or unreachable is not the transfer's fault (the coordinator resumes it).
       throw new SinkError(`JetStream publish to ${options.subject} failed: ${(err as Error).message}`, {
         cause: err,
+        details: { retryable: true },
       });
     }
   };
@@ -70,7 +72,10 @@ export function createJetStreamSink(options: JetStreamSinkOptions): PipelineSink
         nc = await connectNats(options.nats, `sluice-sink-${options.handle}`);
         js = jetstream(nc);
       } catch (err) {
-        throw new SinkError(`Cannot connect to NATS: ${(err as Error).message}`, { cause: err });
+        throw new SinkError(`Cannot connect to NATS: ${(err as Error).message}`, {
+          cause: err,
+          details: { retryable: true },
+        });
       }
     },
     async write(ops: RecordOp[]) {
