@@ -303,7 +303,10 @@ export class BackplaneUnavailableError extends SluiceError {
 
 /** The node is shutting down and takes no new work; another node (or this one, restarted) will. */
 export class ShuttingDownError extends SluiceError {
-  constructor(message = 'This node is shutting down; send the request to another node', options: SluiceErrorOptions = {}) {
+  constructor(
+    message = 'This node is shutting down; send the request to another node',
+    options: SluiceErrorOptions = {},
+  ) {
     super(ErrorCode.SHUTTING_DOWN, message, 503, options);
   }
 }
