@@ -64,7 +64,7 @@ describe('single-node backplane', () => {
       seen.push(e);
     });
     const events = [1, 2, 3].map((v) =>
-      aliasRedirected({ alias: 'a', from: null, to: `a-${v}`, checkpoint: null, version: v }),
+      aliasRedirected({ host: 'h1', alias: 'a', from: null, to: `a-${v}`, checkpoint: null, version: v }),
     );
     for (const e of events) await bp.publish(e);
     await waitFor(() => seen.length === 3, { what: 'three events' });
@@ -86,7 +86,7 @@ describe('single-node backplane', () => {
     expect(statuses).toEqual(['closed']);
     expect((await bp.whoRuns('t', { timeoutMs: 10 })).status).toBe('unknown');
     await expect(
-      bp.publish(aliasRedirected({ alias: 'a', from: null, to: 'b', checkpoint: null })),
+      bp.publish(aliasRedirected({ host: 'h1', alias: 'a', from: null, to: 'b', checkpoint: null })),
     ).rejects.toMatchObject({
       code: 'BACKPLANE_UNAVAILABLE',
     });

@@ -52,15 +52,22 @@ describe('PipelineCheckpointSchema', () => {
 });
 
 describe('AliasRedirected', () => {
-  it('builds and validates {alias, from, to, checkpoint, at}', () => {
+  it('builds and validates {host, alias, from, to, checkpoint, at}', () => {
     const event = aliasRedirected({
+      host: 'h1',
       alias: 'items',
       from: 'items-01',
       to: 'items-02',
       checkpoint: CHECKPOINT,
     });
     expect(event.type).toBe('AliasRedirected');
-    expect(event).toMatchObject({ alias: 'items', from: 'items-01', to: 'items-02', checkpoint: CHECKPOINT });
+    expect(event).toMatchObject({
+      host: 'h1',
+      alias: 'items',
+      from: 'items-01',
+      to: 'items-02',
+      checkpoint: CHECKPOINT,
+    });
     expect(Number.isNaN(Date.parse(event.at))).toBe(false);
     expect(AliasRedirectedSchema.parse(event)).toEqual(event);
     expect(SluiceEventSchema.parse(event)).toEqual(event);
@@ -68,6 +75,7 @@ describe('AliasRedirected', () => {
 
   it('keeps a given timestamp and version, and allows a first redirect without checkpoint', () => {
     const event = aliasRedirected({
+      host: 'h1',
       alias: 'items',
       from: null,
       to: 'items-01',
@@ -77,6 +85,7 @@ describe('AliasRedirected', () => {
     });
     expect(event).toEqual({
       type: 'AliasRedirected',
+      host: 'h1',
       alias: 'items',
       from: null,
       to: 'items-01',
@@ -88,8 +97,17 @@ describe('AliasRedirected', () => {
   });
 
   it('refuses malformed events from the wire', () => {
-    const good = aliasRedirected({ alias: 'a', from: null, to: 'b', checkpoint: null, at: 'now' });
+    const good = aliasRedirected({
+      host: 'h1',
+      alias: 'a',
+      from: null,
+      to: 'b',
+      checkpoint: null,
+      at: 'now',
+    });
     for (const bad of [
+      { ...good, host: undefined },
+      { ...good, host: '' },
       { ...good, alias: '' },
       { ...good, alias: 'x'.repeat(513) },
       { ...good, to: null },
@@ -105,11 +123,19 @@ describe('AliasRedirected', () => {
 
   it('drops unknown fields of newer publishers instead of failing (forward compatible)', () => {
     const withExtra = {
-      ...aliasRedirected({ alias: 'a', from: null, to: 'b', checkpoint: null }),
+      ...aliasRedirected({ host: 'h1', alias: 'a', from: null, to: 'b', checkpoint: null }),
       newField: 1,
     };
     const parsed = SluiceEventSchema.parse(withExtra);
     expect('newField' in parsed).toBe(false);
+  });
+});
+
+describe('defect 7: alias events of different hosts collide', () => {
+  it('an event names its host; one built without it cannot go on the wire until its host is stamped', () => {
+    const unstamped = aliasRedirected({ alias: 'a', from: null, to: 'b', checkpoint: null });
+    expect(SluiceEventSchema.safeParse(unstamped).success).toBe(false);
+    expect(SluiceEventSchema.parse({ ...unstamped, host: 'h2' })).toMatchObject({ host: 'h2', alias: 'a' });
   });
 });
 

@@ -3,9 +3,15 @@ import { PipelineCheckpointSchema } from './checkpoint.js';
 
 const ShortString = z.string().min(1).max(512);
 
-/** Published when an endpoint's alias moves to a new cache generation. */
+/**
+ * Published when an endpoint's alias moves to a new cache generation. Caches and alias-table versions are per
+ * host, so the event names its `host` (the `node.id` of the app-server owning the `dataDir`): an api-server acts
+ * on its own host's events only, and one host's version counter is never compared with another's.
+ */
 export const AliasRedirectedSchema = z.object({
   type: z.literal('AliasRedirected'),
+  /** The host whose alias table moved: the `node.id` of the app-server that owns that `dataDir`. */
+  host: ShortString,
   alias: ShortString,
   from: ShortString.nullable(),
   to: ShortString,
@@ -34,17 +40,24 @@ export type SluiceEvent = z.output<typeof SluiceEventSchema>;
 export type SluiceEventType = SluiceEvent['type'];
 
 /**
- * Builds an `AliasRedirected` event stamped now.
+ * Builds an `AliasRedirected` event stamped now. `host` may be left out by code that does not know its host (a
+ * pipeline): the event then carries an empty host, which publishing refuses (`VALIDATION_FAILED`) unless the
+ * serving plane stamps it first (the app-server wraps its publisher so) — an event never leaves a process without its host.
  *
  * @example
  * ```ts
- * await events.publish(aliasRedirected({ alias: 'items', from: 'items-01', to: 'items-02', checkpoint }));
+ * await events.publish(aliasRedirected({ host: 'h1', alias: 'items', from: 'items-01', to: 'items-02', checkpoint }));
  * ```
  */
 export function aliasRedirected(
-  input: Omit<AliasRedirected, 'type' | 'at'> & { at?: string },
+  input: Omit<AliasRedirected, 'type' | 'at' | 'host'> & { host?: string; at?: string },
 ): AliasRedirected {
-  return { type: 'AliasRedirected', ...input, at: input.at ?? new Date().toISOString() };
+  return {
+    type: 'AliasRedirected',
+    ...input,
+    host: input.host ?? '',
+    at: input.at ?? new Date().toISOString(),
+  };
 }
 
 /** Builds a `SnapshottingDone` event stamped now. */

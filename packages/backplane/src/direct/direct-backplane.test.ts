@@ -72,7 +72,7 @@ describe('direct-address backplane', () => {
     expect(owner.handleOwnerQuery('other')).toBeNull();
   });
 
-  it('a node that is down (refused) means not running there; so does a timeout', async () => {
+  it('a node that is down (refused) means not running there, answered at once', async () => {
     await using asker = createDirectBackplane({ nodeId: 'asker' });
     const downUrl = `http://127.0.0.1:${await freePort()}`;
     const started = performance.now();
@@ -83,16 +83,36 @@ describe('direct-address backplane', () => {
     expect(await asker.terminate('t1', { timeoutMs: 2_000, ownerAddress: downUrl })).toEqual({
       status: 'not-running',
     });
+  });
 
-    // Accepts the connection but never answers.
+  it('defect 5: a live owner can be taken over on a false "nobody" — a timeout or a reset is unknown, never nobody', async () => {
+    await using asker = createDirectBackplane({ nodeId: 'asker' });
+
+    // Accepts the connection but never answers: reachable and silent (a hung or busy owner).
     await using hung = await httpNode(() => {});
     const hungStart = performance.now();
-    expect(await asker.whoRuns('t1', { timeoutMs: 300, ownerAddress: hung.url })).toEqual({
-      status: 'nobody',
-    });
+    const timedOut = await asker.whoRuns('t1', { timeoutMs: 300, ownerAddress: hung.url });
+    expect(timedOut).toMatchObject({ status: 'unknown', silent: true });
+    expect((timedOut as { reason: string }).reason).toContain('within 300 ms');
     expect(performance.now() - hungStart).toBeGreaterThanOrEqual(290);
-    // A terminate that times out may be an owner still stopping: unknown.
-    expect((await asker.terminate('t1', { timeoutMs: 300, ownerAddress: hung.url })).status).toBe('unknown');
+    // A terminate that times out may be an owner still stopping: unknown, and silent.
+    expect(await asker.terminate('t1', { timeoutMs: 300, ownerAddress: hung.url })).toMatchObject({
+      status: 'unknown',
+      silent: true,
+    });
+
+    // Accepts the connection, then resets it (an owner restarting or shedding load): we cannot tell.
+    await using resetting = await httpNode((req) => req.socket.destroy());
+    const reset = await asker.whoRuns('t1', { timeoutMs: 2_000, ownerAddress: resetting.url });
+    expect(reset.status).toBe('unknown');
+    expect('silent' in reset).toBe(false);
+    const resetTerminate = await asker.terminate('t1', { timeoutMs: 2_000, ownerAddress: resetting.url });
+    expect(resetTerminate.status).toBe('unknown');
+    expect('silent' in resetTerminate).toBe(false);
+    expect(resetting.requests).toEqual([
+      'GET /v1/internal/transfers/t1/owner',
+      'POST /v1/internal/transfers/t1/terminate',
+    ]);
   });
 
   it('answers unknown (never nobody) when the owner address fails otherwise or is missing', async () => {
@@ -151,6 +171,7 @@ describe('direct-address backplane', () => {
     await using _s = await bp.subscribe((e) => void seen.push(e), { types: ['AliasRedirected'] });
     const v2 = {
       type: 'AliasRedirected' as const,
+      host: 'h1',
       alias: 'items',
       from: 'a',
       to: 'b',

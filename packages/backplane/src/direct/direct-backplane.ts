@@ -1,5 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Logger, OwnerAnswer, OwnerReport, TerminateAnswer, WhoRunsOptions } from '@sluice/core';
+import type {
+  Logger,
+  OwnerAnswer,
+  OwnerReport,
+  TerminateAnswer,
+  UnknownAnswer,
+  WhoRunsOptions,
+} from '@sluice/core';
 import { SluiceError, toProblem } from '@sluice/core';
 import { z } from 'zod';
 import { LocalBackplane } from '../shared/local-backplane.js';
@@ -28,8 +35,10 @@ export interface DirectBackplaneOptions {
 }
 
 /**
- * Asks the owner's advertised URL directly over HTTP (`GET …/owner`, `POST …/terminate`). A refused connection
- * or a timeout means "not running there"; any other failure is `unknown`. Events stay in-process.
+ * Asks the owner's advertised URL directly over HTTP (`GET …/owner`, `POST …/terminate`). Only a 404 or a
+ * refused connection (nothing listens at the owner's address) means "not running there"; a timeout or a reset
+ * is `unknown` (`silent` for a timeout on a reachable owner: connected, then no answer), as is any other
+ * failure — a busy or restarting owner is not a dead one. Events stay in-process.
  * {@link DirectBackplane.handleOwnerQuery} and {@link DirectBackplane.handleTerminate} are what a node's HTTP
  * server calls for those two routes ({@link DirectBackplane.requestListener} mounts them on `node:http`).
  */
@@ -126,10 +135,7 @@ export class DirectBackplane extends LocalBackplane {
       }
       return { status: 'owner', owner: decoded.value as OwnerReport };
     } catch (err) {
-      const kind = err instanceof HttpCallError ? err.kind : 'error';
-      // The contract of this strategy: a refusal or a timeout means the transfer is not running there.
-      if (kind === 'unreachable' || kind === 'timeout') return { status: 'nobody' };
-      return { status: 'unknown', reason: (err as Error).message };
+      return unknownOrNobody(err, { status: 'nobody' });
     }
   }
 
@@ -157,21 +163,27 @@ export class DirectBackplane extends LocalBackplane {
       }
       return { status: 'terminated', by: decoded.value.by };
     } catch (err) {
-      const kind = err instanceof HttpCallError ? err.kind : 'error';
-      if (kind === 'unreachable') return { status: 'not-running' };
-      // A timeout here may be an owner still stopping, or a hung one: not "not running", but silent (the
-      // caller may take the transfer over, fenced by the epoch).
-      return {
-        status: 'unknown',
-        reason: (err as Error).message,
-        ...(kind === 'timeout' ? { silent: true } : {}),
-      };
+      // A timeout may be an owner still stopping, or a hung one: not "not running", but silent (the caller may
+      // take the transfer over, fenced by the epoch).
+      return unknownOrNobody(err, { status: 'not-running' });
     }
   }
 
   #call(url: string, method: 'GET' | 'POST', timeoutMs: number) {
     return callHttp(url, method, { timeoutMs, headers: this.#headers, maxBytes: this.#maxReplyBytes });
   }
+}
+
+/**
+ * What a failed call to the owner's address says: a refusal is the definite `nobody` answer; a timeout on a
+ * connected peer is `unknown` and `silent` (it listens but does not answer: hung or busy); a timeout while
+ * connecting, a reset or any other failure is plain `unknown`.
+ */
+function unknownOrNobody<N>(err: unknown, nobody: N): N | UnknownAnswer {
+  const kind = err instanceof HttpCallError ? err.kind : 'error';
+  if (kind === 'unreachable') return nobody;
+  const silent = err instanceof HttpCallError && kind === 'timeout' && err.connected;
+  return { status: 'unknown', reason: (err as Error).message, ...(silent ? { silent: true } : {}) };
 }
 
 /**

@@ -13,30 +13,34 @@ export interface HttpResult {
 
 /** How a call failed at the transport level. */
 export type HttpFailureKind =
-  /** Refused, host unreachable/unknown, or connection dropped: nothing serves there. */
+  /** Refused, or the host unreachable/unknown: nothing listens there, so nothing runs there. */
   | 'unreachable'
-  /** No complete answer within the time allowed. */
+  /** The connection was reset or broke off after it was made: something listens, we cannot tell what it runs. */
+  | 'reset'
+  /** No complete answer within the time allowed (see {@link HttpCallError.connected}). */
   | 'timeout'
   /** Anything else (bad URL, TLS failure, oversized reply…): we cannot tell. */
   | 'error';
 
+/**
+ * A failed node-to-node call: `kind` says how, `connected` whether a TCP connection to the peer was made first
+ * (a timeout on a reachable peer is a silent owner; one while connecting is an unreachable network).
+ */
 export class HttpCallError extends Error {
   readonly kind: HttpFailureKind;
-  constructor(kind: HttpFailureKind, message: string, options?: ErrorOptions) {
+  readonly connected: boolean;
+  constructor(kind: HttpFailureKind, message: string, options?: ErrorOptions & { connected?: boolean }) {
     super(message, options);
     this.name = 'HttpCallError';
     this.kind = kind;
+    this.connected = options?.connected ?? false;
   }
 }
 
-const UNREACHABLE_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'ENOTFOUND',
-  'EPIPE',
-]);
+/** Nothing listens at the address (a definite answer). */
+const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND']);
+/** The connection was made and then broke: a live peer (restarting, overloaded) may be behind it. */
+const RESET_CODES = new Set(['ECONNRESET', 'EPIPE']);
 
 /**
  * Calls `url` and resolves with the status and body (at most `maxBytes`), or rejects with an {@link HttpCallError}.
@@ -75,17 +79,30 @@ export function callHttp(
       agent: false,
       headers: { accept: 'application/json', 'content-length': '0', ...options.headers },
     });
+    let connected = false;
+    req.on('socket', (socket) => {
+      if (!socket.connecting) connected = true;
+      else socket.once('connect', () => (connected = true));
+    });
     const timer = setTimeout(() => {
       finish({
-        err: new HttpCallError('timeout', `no answer from ${target.origin} within ${options.timeoutMs} ms`),
+        err: new HttpCallError('timeout', `no answer from ${target.origin} within ${options.timeoutMs} ms`, {
+          connected,
+        }),
       });
       req.destroy();
     }, options.timeoutMs);
     req.on('error', (err: NodeJS.ErrnoException) => {
-      const kind: HttpFailureKind = err.code && UNREACHABLE_CODES.has(err.code) ? 'unreachable' : 'error';
+      const code = err.code ?? '';
+      const kind: HttpFailureKind = UNREACHABLE_CODES.has(code)
+        ? 'unreachable'
+        : RESET_CODES.has(code) || (connected && code === 'UND_ERR_SOCKET')
+          ? 'reset'
+          : 'error';
       finish({
         err: new HttpCallError(kind, `${method} ${target.origin}: ${err.code ?? err.message}`, {
           cause: err,
+          connected,
         }),
       });
     });
@@ -108,7 +125,7 @@ export function callHttp(
       );
       res.on('error', (err) =>
         finish({
-          err: new HttpCallError('unreachable', `reply from ${target.origin} broke off`, { cause: err }),
+          err: new HttpCallError('reset', `reply from ${target.origin} broke off`, { cause: err, connected }),
         }),
       );
     });

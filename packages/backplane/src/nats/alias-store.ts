@@ -1,5 +1,6 @@
 /**
- * The latest `AliasRedirected` per alias in a JetStream KV bucket, so a process that connects late (or missed
+ * The latest `AliasRedirected` per host and alias in a JetStream KV bucket (key `<host>.<alias>`, both encoded:
+ * alias versions count per host, so two hosts' entries for one alias never replace each other), so a process that connects late (or missed
  * events while disconnected) can read the current state. Writes are compare-and-set on the entry's revision and
  * never replace a newer redirect with an older one, whatever order two publishers race in.
  */
@@ -9,11 +10,16 @@ import { type KV, Kvm } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { AliasRedirected, Logger } from '@sluice/core';
 import { AliasRedirectedSchema } from '@sluice/core';
-import { aliasEventKey, isOlderAliasEvent } from '../shared/alias-latest.js';
+import { aliasEventKey, byHostAndAlias, isOlderAliasEvent } from '../shared/alias-latest.js';
 import { kvKey } from '../shared/encoding.js';
 import { decodeJson, logDropped } from '../shared/wire.js';
 
 const WRITE_ATTEMPTS = 4;
+
+/** The KV key of one host's alias (`.` separates the two encoded parts; neither encoding can contain it). */
+function aliasKey(host: string, alias: string): string {
+  return `${kvKey(host)}.${kvKey(alias)}`;
+}
 
 export class AliasStore {
   readonly #nc: NatsConnection;
@@ -65,9 +71,9 @@ export class AliasStore {
     }
   }
 
-  /** Stores `event` as the alias's latest unless the bucket already holds a newer (or the same) redirect. */
+  /** Stores `event` as its host's alias's latest unless the bucket already holds a newer (or the same) redirect. */
   async put(event: AliasRedirected): Promise<void> {
-    const key = kvKey(event.alias);
+    const key = aliasKey(event.host, event.alias);
     const data = JSON.stringify(event);
     await this.#withKv(async (kv) => {
       let lastError: unknown;
@@ -97,20 +103,24 @@ export class AliasStore {
     });
   }
 
-  /** Every alias's latest redirect, sorted by alias; malformed entries are logged and skipped. */
-  async list(): Promise<AliasRedirected[]> {
+  /**
+   * The latest redirect of every alias (of `host` only, when given), sorted by host and alias; malformed entries
+   * (and entries of an older layout without a host) are logged and skipped.
+   */
+  async list(host?: string): Promise<AliasRedirected[]> {
     return this.#withKv(async (kv) => {
       const keys: string[] = [];
-      for await (const key of await kv.keys()) keys.push(key);
+      for await (const key of await kv.keys(host === undefined ? '>' : `${kvKey(host)}.*`)) keys.push(key);
       const events: AliasRedirected[] = [];
       for (const key of keys) {
         const entry = await kv.get(key);
         if (entry?.operation !== 'PUT') continue;
         const decoded = decodeJson(entry.value, AliasRedirectedSchema, this.#maxBytes);
-        if (decoded.ok) events.push(decoded.value);
+        if (decoded.ok && (host === undefined || decoded.value.host === host)) events.push(decoded.value);
+        else if (decoded.ok) continue;
         else logDropped(this.#logger, `kv ${this.#bucket}/${key}`, decoded.reason, entry.value);
       }
-      return events.sort((a, b) => (a.alias < b.alias ? -1 : a.alias > b.alias ? 1 : 0));
+      return events.sort(byHostAndAlias);
     });
   }
 }

@@ -210,6 +210,7 @@ describe('NATS backplane: events', () => {
 
     const redirects = Array.from({ length: 5 }, (_, i) =>
       aliasRedirected({
+        host: 'h1',
         alias: 'items',
         from: `items-${i}`,
         to: `items-${i + 1}`,
@@ -236,8 +237,16 @@ describe('NATS backplane: events', () => {
   it('keeps the latest AliasRedirected per alias in KV for processes that connect late, never an older one', async () => {
     const clusterName = nextCluster();
     await using a = await node(clusterName, 'a');
-    const v1 = aliasRedirected({ alias: 'items', from: null, to: 'items-1', checkpoint: null, version: 1 });
+    const v1 = aliasRedirected({
+      host: 'h1',
+      alias: 'items',
+      from: null,
+      to: 'items-1',
+      checkpoint: null,
+      version: 1,
+    });
     const v3 = aliasRedirected({
+      host: 'h1',
       alias: 'items',
       from: 'items-2',
       to: 'items-3',
@@ -245,6 +254,7 @@ describe('NATS backplane: events', () => {
       version: 3,
     });
     const v2 = aliasRedirected({
+      host: 'h1',
       alias: 'items',
       from: 'items-1',
       to: 'items-2',
@@ -252,6 +262,7 @@ describe('NATS backplane: events', () => {
       version: 2,
     });
     const other = aliasRedirected({
+      host: 'h1',
       alias: 'users/eu.west',
       from: null,
       to: 'users-1',
@@ -283,13 +294,21 @@ describe('NATS backplane: events', () => {
     const statuses: BackplaneStatus[] = [];
     subscriber.onStatus((s) => statuses.push(s));
 
-    const v1 = aliasRedirected({ alias: 'items', from: null, to: 'items-1', checkpoint: null, version: 1 });
+    const v1 = aliasRedirected({
+      host: 'h1',
+      alias: 'items',
+      from: null,
+      to: 'items-1',
+      checkpoint: null,
+      version: 1,
+    });
     await publisher.publish(v1);
     await waitFor(() => seen.length === 1, { what: 'the first redirect' });
 
     await proxy.cut();
     await waitFor(() => subscriber.status() === 'reconnecting', { what: 'the subscriber to notice the cut' });
     const v2 = aliasRedirected({
+      host: 'h1',
       alias: 'items',
       from: 'items-1',
       to: 'items-2',
@@ -297,6 +316,7 @@ describe('NATS backplane: events', () => {
       version: 2,
     });
     const v3 = aliasRedirected({
+      host: 'h1',
       alias: 'items',
       from: 'items-2',
       to: 'items-3',
@@ -333,7 +353,7 @@ describe('NATS backplane: garbage on the subjects', () => {
       raw.publish(`${prefix}.ev.Bogus`, JSON.stringify({ type: 'Bogus' }));
       raw.publish(
         `${prefix}.ev.SnapshottingDone`,
-        JSON.stringify(aliasRedirected({ alias: 'x', from: null, to: 'y', checkpoint: null })),
+        JSON.stringify(aliasRedirected({ host: 'h1', alias: 'x', from: null, to: 'y', checkpoint: null })),
       );
       raw.publish(`${prefix}.ev.AliasRedirected`, 'x'.repeat(70_000));
       raw.publish(`${prefix}.ev.AliasRedirected`, new Uint8Array([0xff, 0xfe, 0x00]));
@@ -353,6 +373,7 @@ describe('NATS backplane: garbage on the subjects', () => {
       fake.unsubscribe();
 
       const valid = aliasRedirected({
+        host: 'h1',
         alias: 'items',
         from: null,
         to: 'items-1',
@@ -412,6 +433,7 @@ describe('NATS backplane: outages', () => {
       });
     }
     const event = aliasRedirected({
+      host: 'h1',
       alias: 'items',
       from: null,
       to: 'items-9',
@@ -480,6 +502,151 @@ describe('NATS backplane: outages', () => {
     await server.stop();
     await expect(createNatsBackplane({ nats: url, clusterName: 'c', nodeId: 'n' })).rejects.toMatchObject({
       code: 'BACKPLANE_UNAVAILABLE',
+    });
+  });
+});
+
+describe('defect 7: alias events of different hosts collide', () => {
+  it("versions count per host: one host's counter ahead never drops another host's redirect, in events or KV", async () => {
+    const clusterName = nextCluster();
+    await using publisher = await node(clusterName, 'publisher');
+    await using all = await node(clusterName, 'all');
+    await using onlyA = await node(clusterName, 'only-a', { aliasHost: 'host-a' });
+    const heardAll: SluiceEvent[] = [];
+    const heardA: SluiceEvent[] = [];
+    await using _all = await all.subscribe((e) => void heardAll.push(e), { types: ['AliasRedirected'] });
+    await using _a = await onlyA.subscribe((e) => void heardA.push(e), { types: ['AliasRedirected'] });
+
+    const onB = [5, 6, 7].map((version) =>
+      aliasRedirected({
+        host: 'host-b',
+        alias: 'items',
+        from: null,
+        to: `b-${version}`,
+        checkpoint: null,
+        version,
+      }),
+    );
+    for (const event of onB) await publisher.publish(event);
+    const onA = aliasRedirected({
+      host: 'host-a',
+      alias: 'items',
+      from: null,
+      to: 'a-2',
+      checkpoint: null,
+      version: 2,
+    });
+    await publisher.publish(onA);
+
+    await waitFor(() => heardA.length === 1 && heardAll.length === 4, {
+      timeoutMs: 5_000,
+      what: 'the events',
+    });
+    expect(heardA).toEqual([onA]);
+    expect(heardAll).toEqual([...onB, onA]);
+    // KV keeps one latest entry per host and alias; an api-server of host A lists only its own.
+    expect(await all.latestAliasEvents()).toEqual([onA, onB[2]]);
+    expect(await onlyA.latestAliasEvents()).toEqual([onA]);
+    await using late = await node(clusterName, 'late-a', { aliasHost: 'host-a' });
+    expect(await late.latestAliasEvents()).toEqual([onA]);
+  });
+
+  it('alias events travel on per-host subjects', async () => {
+    const clusterName = nextCluster();
+    await using publisher = await node(clusterName, 'publisher');
+    const raw = await connect({ servers: nats.url });
+    try {
+      const subjects: string[] = [];
+      const sub = raw.subscribe(`${publisher.subjects.prefix}.ev.>`, {
+        callback: (_err, msg) => void subjects.push(msg.subject),
+      });
+      await raw.flush();
+      await publisher.publish(
+        aliasRedirected({ host: 'h.1', alias: 'items', from: null, to: 'x', checkpoint: null, version: 1 }),
+      );
+      await waitFor(() => subjects.length === 1, { timeoutMs: 5_000, what: 'the event' });
+      expect(subjects).toEqual([publisher.subjects.aliasEvents('h.1')]);
+      expect(subjects[0]).toBe(`${publisher.subjects.prefix}.ev.AliasRedirected.h~2E1`);
+      sub.unsubscribe();
+    } finally {
+      await raw.close();
+    }
+  });
+});
+
+/** The pid of the nats-server listening on `port` (to pause it with SIGSTOP). */
+async function natsServerPid(port: number): Promise<number> {
+  const { readdir, readFile } = await import('node:fs/promises');
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const cmdline = await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
+    const args = cmdline.split('\0');
+    if (args[0]?.endsWith('nats-server') && args[args.indexOf('-p') + 1] === String(port))
+      return Number(entry);
+  }
+  throw new Error(`no nats-server on port ${port}`);
+}
+
+describe('defect 5: a live owner can be taken over on a false "nobody"', () => {
+  it('a paused nats-server makes an owner query unknown and not silent (the owner may be fine); once it resumes the owner answers again', async () => {
+    await using paused = await startNatsServer();
+    const pid = await natsServerPid(paused.port);
+    const clusterName = nextCluster();
+    const options = { nats: paused.url, clusterName };
+    await using owner = await createNatsBackplane({ ...options, nodeId: 'owner' });
+    await using asker = await createNatsBackplane({ ...options, nodeId: 'asker' });
+    await using _served = await owner.serve('t-live', countingResponder(report('owner')));
+    expect(await asker.whoRuns('t-live', { timeoutMs: 2_000 })).toEqual({
+      status: 'owner',
+      owner: report('owner'),
+    });
+
+    process.kill(pid, 'SIGSTOP');
+    let answer: Awaited<ReturnType<typeof asker.whoRuns>>;
+    let terminate: Awaited<ReturnType<typeof asker.terminate>>;
+    try {
+      answer = await asker.whoRuns('t-live', { timeoutMs: 300 });
+      terminate = await asker.terminate('t-live', { timeoutMs: 300 });
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+    // Not `silent`: a silent answer lets the caller take over a live owner whose only fault is a paused server.
+    expect(answer).toMatchObject({ status: 'unknown' });
+    expect('silent' in answer).toBe(false);
+    expect(terminate).toMatchObject({ status: 'unknown' });
+    expect('silent' in terminate).toBe(false);
+
+    // The server is back: the owner answers again, and a transfer nobody runs is a definite, fast nobody once the
+    // asker's connection has settled (here at once: it never dropped, the stall only delays the window).
+    expect(await asker.whoRuns('t-live', { timeoutMs: 2_000 })).toEqual({
+      status: 'owner',
+      owner: report('owner'),
+    });
+  });
+
+  it('no responders while the asker is reconnecting, or just reconnected, is unknown; settled, it is nobody at once', async () => {
+    await using restarting = await startNatsServer();
+    const clusterName = nextCluster();
+    const options = { nats: restarting.url, clusterName, reconnectSettleMs: 1_500 };
+    await using owner = await createNatsBackplane({ ...options, nodeId: 'owner' });
+    await using asker = await createNatsBackplane({ ...options, nodeId: 'asker' });
+    await using _served = await owner.serve('t-live', countingResponder(report('owner')));
+
+    await restarting.restart();
+    await waitFor(() => asker.status() === 'connected', {
+      timeoutMs: 10_000,
+      what: 'the asker to reconnect',
+    });
+    // Reconnected, settle window open: whatever the owner's state, "no responders" proves nothing yet.
+    const early = await asker.whoRuns('t-absent', { timeoutMs: 2_000 });
+    expect(early.status).toBe('unknown');
+    await new Promise((resolve) => setTimeout(resolve, 1_600));
+    const started = performance.now();
+    expect(await asker.whoRuns('t-absent', { timeoutMs: 2_000 })).toEqual({ status: 'nobody' });
+    expect(performance.now() - started).toBeLessThan(100);
+    expect(await asker.whoRuns('t-live', { timeoutMs: 2_000 })).toEqual({
+      status: 'owner',
+      owner: report('owner'),
     });
   });
 });

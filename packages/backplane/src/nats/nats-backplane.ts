@@ -1,5 +1,5 @@
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
-import { connect, Empty, RequestError } from '@nats-io/transport-node';
+import { connect, Empty, RequestError, TimeoutError } from '@nats-io/transport-node';
 import type {
   AliasRedirected,
   Backplane,
@@ -23,7 +23,7 @@ import {
   SluiceEventSchema,
   silentLogger,
 } from '@sluice/core';
-import { aliasEventKey, isOlderAliasEvent } from '../shared/alias-latest.js';
+import { aliasEventKey, aliasSlot, isOlderAliasEvent } from '../shared/alias-latest.js';
 import { OrderedDelivery } from '../shared/delivery.js';
 import { checkSubscribeTypes } from '../shared/local-events.js';
 import { LocalRegistry } from '../shared/local-registry.js';
@@ -55,8 +55,14 @@ export interface NatsBackplaneOptions {
   /** This node's id (connection name; `by` of terminate acknowledgements). */
   nodeId: string;
   logger?: Logger;
-  /** JetStream KV bucket for the latest `AliasRedirected` per alias (default `sluice-aliases-<cluster>`). */
+  /** JetStream KV bucket for the latest `AliasRedirected` per host and alias (default `sluice-aliases-<cluster>`). */
   kvBucket?: string;
+  /**
+   * Hear and list only this host's alias events (an api-server passes its host's `node.id`): alias versions are
+   * per host, so another host's events are never delivered, compared or even received (its subjects are not
+   * subscribed). Default: every host's.
+   */
+  aliasHost?: string;
   /** Reconnect backoff (default 50 ms doubling up to 1000 ms, with jitter); reconnection never gives up. */
   reconnect?: Partial<ReconnectPolicy>;
   /**
@@ -73,8 +79,8 @@ export interface NatsBackplaneOptions {
 
 interface EventSubscription {
   delivery: OrderedDelivery;
-  sub: Subscription;
-  /** The last redirect handed to this subscriber per alias (to drop duplicates and stale ones). */
+  subs: Subscription[];
+  /** The last redirect handed to this subscriber per host and alias (to drop duplicates and stale ones). */
   delivered: Map<string, AliasRedirected>;
   /** The state in the bucket when the subscription started: the subscriber is assumed to have read it. */
   baseline: Map<string, AliasRedirected>;
@@ -82,17 +88,24 @@ interface EventSubscription {
 
 const ACTIONS = { owner: 'owner', terminate: 'terminate' } as const;
 
-/**
- * The cluster backplane over NATS. An owner answers on subjects specific to its transfer, so a query for a
- * transfer nobody runs fails at once with "no responders" (→ `nobody`), a slow owner is waited for up to the
- * caller's timeout, and when NATS itself cannot be reached the answer is `unknown`, never `nobody`.
- * Subscriptions and responders survive NATS restarts (the client re-subscribes on reconnect).
- */
 /** The `unknown` answer of a failed request (keeping `silent` when the owner merely did not answer in time). */
 function unknownOf(failure: { reason: string; silent?: boolean }): UnknownAnswer {
   return { status: 'unknown', reason: failure.reason, ...(failure.silent ? { silent: true } : {}) };
 }
 
+/**
+ * The cluster backplane over NATS. An owner answers on subjects specific to its transfer, so a query for a
+ * transfer nobody runs fails at once with "no responders" (→ `nobody`), a slow owner is waited for up to the
+ * caller's timeout, and when NATS itself cannot be reached — or this node's own connection is not settled — the
+ * answer is `unknown`, never `nobody`. Subscriptions and responders survive NATS restarts (the client
+ * re-subscribes on reconnect). Alias events travel on per-host subjects and KV keys.
+ *
+ * @example
+ * ```ts
+ * await using backplane = await createNatsBackplane({ nats: 'nats://127.0.0.1:4222', clusterName: 'prod', nodeId: 'n1' });
+ * const answer = await backplane.whoRuns('t-1', { timeoutMs: 2000 }); // owner | nobody | unknown
+ * ```
+ */
 export class NatsBackplane implements Backplane {
   readonly nodeId: string;
   readonly subjects: Subjects;
@@ -106,7 +119,9 @@ export class NatsBackplane implements Backplane {
   readonly #maxBytes: number;
   readonly #timeoutMs: number;
   readonly #settleMs: number;
-  #lastReconnectAt = Number.NEGATIVE_INFINITY;
+  readonly #aliasHost: string | undefined;
+  /** Until when this node's own connection counts as unsettled (it dropped, reconnected or went stale). */
+  #unsettledUntil = Number.NEGATIVE_INFINITY;
   #closing: Promise<void> | null = null;
   readonly #statusLoop: Promise<void>;
 
@@ -121,6 +136,7 @@ export class NatsBackplane implements Backplane {
     this.#logger = options.logger ?? silentLogger;
     this.#backoff = options.backoff;
     this.#settleMs = options.settleMs;
+    this.#aliasHost = options.aliasHost;
     this.#maxBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
     this.#timeoutMs = options.operationTimeoutMs ?? 5_000;
     this.#status = new StatusTracker('connected', this.#logger);
@@ -143,19 +159,25 @@ export class NatsBackplane implements Backplane {
       for await (const s of this.#nc.status()) {
         switch (s.type) {
           case 'disconnect':
+            this.#unsettle();
             this.#logger.warn({ server: s.server }, 'backplane lost its NATS connection; reconnecting');
             this.#status.set('reconnecting');
             break;
           case 'reconnecting':
+            this.#unsettle();
             this.#backoff.failure();
             this.#status.set('reconnecting');
             break;
           case 'reconnect':
             this.#backoff.reset();
-            this.#lastReconnectAt = Date.now();
+            // Owners that have not reconnected yet cannot answer: "no responders" means nothing for a while.
+            this.#unsettle();
             this.#logger.info({ server: s.server }, 'backplane reconnected to NATS');
             this.#status.set('connected');
             void this.#replayAliasState();
+            break;
+          case 'staleConnection':
+            this.#unsettle();
             break;
           case 'error':
             this.#logger.warn({ err: s.error }, 'NATS reported an error');
@@ -173,6 +195,37 @@ export class NatsBackplane implements Backplane {
     await this.#nc.closed().catch(() => undefined);
     if (!this.#closing) this.#logger.error({}, 'NATS connection closed unexpectedly; backplane is closed');
     this.#status.set('closed');
+  }
+
+  #unsettle(): void {
+    this.#unsettledUntil = Math.max(this.#unsettledUntil, Date.now() + this.#settleMs);
+  }
+
+  /** Connected, and not within the settle window of a drop, reconnect or stale connection. */
+  #settled(): boolean {
+    return this.#connected() && Date.now() >= this.#unsettledUntil;
+  }
+
+  /**
+   * Whether the server answers a ping within `timeoutMs`: after a request timed out, this tells an owner that
+   * did not answer (server fine → `silent`) from a server or connection that is itself stalled (e.g. a paused
+   * nats-server, where the owner may be fine).
+   */
+  async #serverAnswers(timeoutMs: number): Promise<boolean> {
+    if (!this.#connected()) return false;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([
+        this.#nc.flush().then(() => true),
+        new Promise<boolean>((resolve) => {
+          timer = setTimeout(() => resolve(false), timeoutMs);
+        }),
+      ]);
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   #connected(): boolean {
@@ -286,30 +339,40 @@ export class NatsBackplane implements Backplane {
   }
 
   /**
-   * Classifies a failed request: only "no responders" on a settled connection is a certain "nobody". A timeout
-   * while connected and settled is `silent` (someone is subscribed but did not answer: a hung owner).
+   * Classifies a failed request. Only "no responders" on a settled connection (asked while settled, and still
+   * settled when the answer came) is a certain "nobody" — answered at once, so a resend after an owner's crash
+   * is taken over in milliseconds. A timeout is `silent` (someone is subscribed but did not answer: a hung
+   * owner) only if the connection is settled and the server still answers a ping; a stalled server or
+   * connection makes it plain `unknown`. The library's typed errors decide, never `err.name` strings.
    */
-  #failure(
+  async #failure(
     err: unknown,
     timeoutMs: number,
-  ): { nobody: true } | { nobody: false; reason: string; silent?: boolean } {
+    settledWhenAsked: boolean,
+  ): Promise<{ nobody: true } | { nobody: false; reason: string; silent?: boolean }> {
     if (err instanceof RequestError && err.isNoResponders()) {
-      const sinceReconnect = Date.now() - this.#lastReconnectAt;
-      if (sinceReconnect < this.#settleMs) {
+      if (!settledWhenAsked || !this.#settled()) {
         return {
           nobody: false,
-          reason: `no responders, but NATS reconnected ${sinceReconnect} ms ago and owners may not be back yet`,
+          reason: `no responders, but this node's NATS connection is ${this.#status.get()} and not settled: owners may not be back yet`,
         };
       }
       return { nobody: true };
     }
-    if (err instanceof Error && err.name === 'TimeoutError') {
-      const settled = Date.now() - this.#lastReconnectAt >= this.#settleMs;
-      return {
-        nobody: false,
-        reason: `the owner did not answer within ${timeoutMs} ms`,
-        ...(this.#connected() && settled ? { silent: true } : {}),
-      };
+    const timedOut =
+      err instanceof TimeoutError || (err instanceof RequestError && err.cause instanceof TimeoutError);
+    if (timedOut) {
+      const reason = `the owner did not answer within ${timeoutMs} ms`;
+      if (!settledWhenAsked || !this.#settled()) return { nobody: false, reason };
+      const probeMs = Math.max(50, Math.min(timeoutMs, 500));
+      if (!(await this.#serverAnswers(probeMs))) {
+        this.#unsettle();
+        return {
+          nobody: false,
+          reason: `${reason}, and NATS itself did not answer a ping within ${probeMs} ms`,
+        };
+      }
+      return { nobody: false, reason, silent: true };
     }
     return { nobody: false, reason: `NATS request failed: ${(err as Error)?.message ?? String(err)}` };
   }
@@ -325,11 +388,12 @@ export class NatsBackplane implements Backplane {
       return { status: 'unknown', reason: 'the owner produced an invalid report' };
     }
     if (!this.#connected()) return { status: 'unknown', reason: `NATS is ${this.#status.get()}` };
+    const settled = this.#settled();
     let msg: Msg;
     try {
       msg = await this.#nc.request(this.subjects.owner(id), Empty, { timeout: timeoutMs });
     } catch (err) {
-      const failure = this.#failure(err, timeoutMs);
+      const failure = await this.#failure(err, timeoutMs, settled);
       return failure.nobody ? { status: 'nobody' } : unknownOf(failure);
     }
     const reply = decodeJson(msg.data, OwnerReplySchema, this.#maxBytes);
@@ -352,11 +416,12 @@ export class NatsBackplane implements Backplane {
       }
     }
     if (!this.#connected()) return { status: 'unknown', reason: `NATS is ${this.#status.get()}` };
+    const settled = this.#settled();
     let msg: Msg;
     try {
       msg = await this.#nc.request(this.subjects.terminate(id), Empty, { timeout: timeoutMs });
     } catch (err) {
-      const failure = this.#failure(err, timeoutMs);
+      const failure = await this.#failure(err, timeoutMs, settled);
       return failure.nobody ? { status: 'not-running' } : unknownOf(failure);
     }
     const reply = decodeJson(msg.data, TerminateReplySchema, this.#maxBytes);
@@ -377,7 +442,7 @@ export class NatsBackplane implements Backplane {
       throw new BackplaneUnavailableError(`Cannot publish ${valid.type}: NATS is ${this.#status.get()}`);
     }
     try {
-      this.#nc.publish(this.subjects.event(valid.type), json);
+      this.#nc.publish(this.subjects.eventOf(valid), json);
     } catch (err) {
       throw new BackplaneUnavailableError(`Cannot publish ${valid.type}`, { cause: err });
     }
@@ -402,27 +467,33 @@ export class NatsBackplane implements Backplane {
     this.#assertOpen();
     const types = checkSubscribeTypes(options);
     const delivery = new OrderedDelivery(handler, types, this.#logger);
-    const state: EventSubscription = {
-      delivery,
-      sub: undefined as unknown as Subscription,
-      delivered: new Map(),
-      baseline: new Map(),
-    };
+    const state: EventSubscription = { delivery, subs: [], delivered: new Map(), baseline: new Map() };
+    // With an alias host, that host's alias subject plus the other event types; otherwise everything.
+    const subjects =
+      this.#aliasHost === undefined
+        ? [this.subjects.eventWildcard()]
+        : [this.subjects.typeWildcard(), this.subjects.aliasEvents(this.#aliasHost)];
     try {
-      state.sub = this.#nc.subscribe(this.subjects.eventWildcard(), {
-        callback: (err, msg) => {
-          if (err) this.#logger.warn({ err }, 'event subscription error');
-          else this.#onEvent(state, msg);
-        },
-      });
+      for (const subject of subjects) {
+        state.subs.push(
+          this.#nc.subscribe(subject, {
+            callback: (err, msg) => {
+              if (err) this.#logger.warn({ err }, 'event subscription error');
+              else this.#onEvent(state, msg);
+            },
+          }),
+        );
+      }
     } catch (err) {
+      for (const sub of state.subs) sub.unsubscribe();
       throw new BackplaneUnavailableError('Cannot subscribe to events on NATS', { cause: err });
     }
     this.#eventSubs.add(state);
     await this.#flush();
     if (delivery.wants('AliasRedirected') && this.#connected()) {
       try {
-        for (const event of await this.#aliases.list()) state.baseline.set(event.alias, event);
+        for (const event of await this.#aliases.list(this.#aliasHost))
+          state.baseline.set(aliasSlot(event), event);
       } catch (err) {
         this.#logger.debug({ err }, 'could not read the alias bucket when subscribing');
       }
@@ -433,8 +504,8 @@ export class NatsBackplane implements Backplane {
       closed = true;
       this.#eventSubs.delete(state);
       try {
-        if (this.#connected()) await state.sub.drain();
-        else state.sub.unsubscribe();
+        if (this.#connected()) await Promise.all(state.subs.map((sub) => sub.drain()));
+        else for (const sub of state.subs) sub.unsubscribe();
       } catch {
         // The connection is already gone.
       }
@@ -450,7 +521,7 @@ export class NatsBackplane implements Backplane {
       return;
     }
     const event = decoded.value;
-    if (Subjects.lastToken(msg.subject) !== event.type) {
+    if (msg.subject !== this.subjects.eventOf(event)) {
       logDropped(this.#logger, msg.subject, `event of type ${event.type} on the wrong subject`, msg.data);
       return;
     }
@@ -461,12 +532,15 @@ export class NatsBackplane implements Backplane {
   #offer(state: EventSubscription, event: SluiceEvent, replay: boolean): void {
     if (!state.delivery.wants(event.type)) return;
     if (event.type === 'AliasRedirected') {
-      const last = state.delivered.get(event.alias);
+      if (this.#aliasHost !== undefined && event.host !== this.#aliasHost) return;
+      // Versions count per host: compare only with what this subscriber has of the same host's alias.
+      const slot = aliasSlot(event);
+      const last = state.delivered.get(slot);
       if (last && (aliasEventKey(last) === aliasEventKey(event) || isOlderAliasEvent(event, last))) return;
-      const base = state.baseline.get(event.alias);
+      const base = state.baseline.get(slot);
       if (base && isOlderAliasEvent(event, base)) return;
       if (replay && base && aliasEventKey(base) === aliasEventKey(event)) return;
-      state.delivered.set(event.alias, event);
+      state.delivered.set(slot, event);
     }
     state.delivery.deliver(event);
   }
@@ -476,7 +550,7 @@ export class NatsBackplane implements Backplane {
     const interested = [...this.#eventSubs].filter((s) => s.delivery.wants('AliasRedirected'));
     if (interested.length === 0) return;
     try {
-      const latest = await this.#aliases.list();
+      const latest = await this.#aliases.list(this.#aliasHost);
       for (const state of interested) {
         if (!this.#eventSubs.has(state)) continue;
         for (const event of latest) this.#offer(state, event, true);
@@ -492,7 +566,7 @@ export class NatsBackplane implements Backplane {
       throw new BackplaneUnavailableError(`Cannot read the alias state: NATS is ${this.#status.get()}`);
     }
     try {
-      return await this.#aliases.list();
+      return await this.#aliases.list(this.#aliasHost);
     } catch (err) {
       throw new BackplaneUnavailableError(`Cannot read KV bucket ${this.kvBucket}`, { cause: err });
     }
@@ -564,6 +638,16 @@ export async function createNatsBackplane(options: NatsBackplaneOptions): Promis
   }
   if (typeof options.nodeId !== 'string' || options.nodeId.length === 0 || options.nodeId.length > 256) {
     throw new ConfigError('nodeId must be 1 to 256 characters', [{ path: 'nodeId', message: 'invalid' }]);
+  }
+  if (
+    options.aliasHost !== undefined &&
+    (typeof options.aliasHost !== 'string' ||
+      options.aliasHost.length === 0 ||
+      options.aliasHost.length > 512)
+  ) {
+    throw new ConfigError('aliasHost must be 1 to 512 characters', [
+      { path: 'aliasHost', message: 'invalid' },
+    ]);
   }
   const bucket = options.kvBucket ?? defaultKvBucket(options.clusterName);
   if (!isValidBucketName(bucket)) {

@@ -193,7 +193,15 @@ describe('NATS without JetStream', () => {
     await using _s = await b.subscribe((e) => void seen.push(e.type));
     await a.publish({ type: 'SnapshottingDone', endpoint: 'e', cache: 'c', source: 's', at: 'now' });
     await expect(
-      a.publish({ type: 'AliasRedirected', alias: 'x', from: null, to: 'y', checkpoint: null, at: 'now' }),
+      a.publish({
+        type: 'AliasRedirected',
+        host: 'h1',
+        alias: 'x',
+        from: null,
+        to: 'y',
+        checkpoint: null,
+        at: 'now',
+      }),
     ).rejects.toMatchObject({ code: 'BACKPLANE_UNAVAILABLE' });
     await expect(b.latestAliasEvents()).rejects.toMatchObject({ code: 'BACKPLANE_UNAVAILABLE' });
     await waitFor(() => seen.length === 2, { what: 'both events to be fanned out' });

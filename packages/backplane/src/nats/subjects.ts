@@ -7,6 +7,8 @@ import { bucketSafe, subjectToken } from '../shared/encoding.js';
  * - `<cluster>.xfer.<id>.owner` — owner query (request/reply)
  * - `<cluster>.xfer.<id>.terminate` — terminate request, answered once the work stopped
  * - `<cluster>.ev.<EventType>` — events
+ * - `<cluster>.ev.AliasRedirected.<host>` — alias events, per host: caches and alias versions are per host, so an
+ *   api-server subscribes to its own host's subject and never hears (or compares versions with) another host's
  */
 export class Subjects {
   readonly prefix: string;
@@ -28,12 +30,39 @@ export class Subjects {
     return `${this.prefix}.xfer.${subjectToken(transferId)}.terminate`;
   }
 
+  /** The subject `event` is published on (alias events on their host's subject). */
+  eventOf(event: { type: string; host?: string }): string {
+    return event.type === 'AliasRedirected' && event.host !== undefined
+      ? this.aliasEvents(event.host)
+      : this.event(event.type);
+  }
+
   event(type: string): string {
     return `${this.prefix}.ev.${subjectToken(type)}`;
   }
 
+  /** Alias events of one host. */
+  aliasEvents(host: string): string {
+    return `${this.prefix}.ev.AliasRedirected.${subjectToken(host)}`;
+  }
+
+  /** Every event of the cluster, alias events of every host included. */
   eventWildcard(): string {
+    return `${this.prefix}.ev.>`;
+  }
+
+  /** Every event type with a subject of its own (not the per-host alias events). */
+  typeWildcard(): string {
     return `${this.prefix}.ev.*`;
+  }
+
+  /** The event type and (for alias events) the encoded host named by an event subject, or null. */
+  parseEvent(subject: string): { type: string; host: string | null } | null {
+    const head = `${this.prefix}.ev.`;
+    if (!subject.startsWith(head)) return null;
+    const [type, host, ...rest] = subject.slice(head.length).split('.');
+    if (!type || rest.length > 0) return null;
+    return { type, host: host ?? null };
   }
 
   /** The last token of a subject (the action or the event type). */
