@@ -43,6 +43,11 @@ export type SwitchReason = 'event' | 'reconcile' | 'watch' | 'initial';
 
 export interface RegistryOptions {
   caches: CacheDirectory;
+  /**
+   * This host (`node.id` of the shared sluice.yaml, i.e. of the app-server owning `dataDir`): alias events of
+   * other hosts are ignored — their cache names and alias versions mean nothing in this host's `dataDir`.
+   */
+  host: string;
   /** Alias events (NATS). Absent → the registry watches the alias table's version instead. */
   events?: AliasEventSource;
   logger?: Logger;
@@ -64,14 +69,14 @@ interface Slot {
 
 /**
  * The endpoints this api-server serves: alias → the cache generation currently answering, swapped atomically
- * when the alias moves. Subscribes to `AliasRedirected` BEFORE opening anything (an event published while the
+ * when the alias moves. Only this host's `AliasRedirected` events count (versions are per host). Subscribes to `AliasRedirected` BEFORE opening anything (an event published while the
  * initial aliases are opened is buffered, not lost), reconciles with the alias table on every backplane
  * reconnect and every `reconcileMs`, and polls `aliasTableVersion()` whenever no event source is connected.
  * A replaced generation stays open until the last request reading it releases its lease, then closes.
  *
  * @example
  * ```ts
- * await using registry = await EndpointRegistry.start({ caches, events: backplane, reconcileMs: 5_000 });
+ * await using registry = await EndpointRegistry.start({ caches, host: 'h1', events: backplane, reconcileMs: 5_000 });
  * const lease = registry.acquire('items');
  * try { return lease.cache.get([42]); } finally { lease.release(); }
  * ```
@@ -222,6 +227,11 @@ export class EndpointRegistry implements AsyncDisposable {
 
   private onEvent(event: SluiceEvent): void {
     if (event.type !== 'AliasRedirected' || this.closed) return;
+    if (event.host !== this.options.host) {
+      // Defence in depth: the backplane is asked for this host's events only, but any event source may be given.
+      this.logger.debug({ alias: event.alias, host: event.host }, "ignored another host's AliasRedirected");
+      return;
+    }
     if (this.pending) {
       this.pending.push(event);
       return;

@@ -76,6 +76,8 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
           nats,
           clusterName: config.cluster.name,
           nodeId: `${config.node.id}-api-${process.pid}-${randomBytes(3).toString('hex')}`,
+          // This host's caches are the app-server's of the same sluice.yaml: only its alias events matter here.
+          aliasHost: config.node.id,
           logger: coreLogger,
         });
         metrics.backplaneConnected.set(backplane.status() === 'connected' ? 1 : 0);
@@ -128,6 +130,7 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
 
     const registry = await EndpointRegistry.start({
       caches,
+      host: config.node.id,
       events,
       logger: coreLogger,
       reconcileMs: config.api.reconcileMs,

@@ -27,6 +27,7 @@ describe('EndpointRegistry', () => {
     const failures: string[] = [];
     await using registry = await EndpointRegistry.start({
       caches: manager,
+      host: 'local',
       events,
       // Long enough that only the event can explain a switch within this test.
       reconcileMs: 600_000,
@@ -43,7 +44,14 @@ describe('EndpointRegistry', () => {
     // Events are connected, so the table watch is idle: nothing moves until the event arrives.
     expect(registry.current('items')?.name).toBe(blue);
     await events.publish(
-      aliasRedirected({ alias: 'items', from: blue, to: green, checkpoint: null, version: entry.version }),
+      aliasRedirected({
+        host: 'local',
+        alias: 'items',
+        from: blue,
+        to: green,
+        checkpoint: null,
+        version: entry.version,
+      }),
     );
     await waitFor(() => registry.current('items')?.name === green, { what: 'the event-driven switch' });
     expect(switches).toEqual([`initial:${blue}`, `event:${green}`]);
@@ -59,10 +67,11 @@ describe('EndpointRegistry', () => {
 
     // A late duplicate of an older redirect changes nothing; nor does an event for a cache that cannot be opened.
     await events.publish(
-      aliasRedirected({ alias: 'items', from: null, to: blue, checkpoint: null, version: 1 }),
+      aliasRedirected({ host: 'local', alias: 'items', from: null, to: blue, checkpoint: null, version: 1 }),
     );
     await events.publish(
       aliasRedirected({
+        host: 'local',
         alias: 'items',
         from: green,
         to: 'items-does-not-exist',
@@ -83,6 +92,7 @@ describe('EndpointRegistry', () => {
     await using events = createSingleNodeBackplane();
     await using registry = await EndpointRegistry.start({
       caches: manager,
+      host: 'local',
       events,
       reconcileMs: 600_000,
     });

@@ -67,7 +67,9 @@ describe('startup', () => {
       clusterName: 'sluice',
       nodeId: 'writer',
     });
-    await publisher.publish(aliasRedirected({ alias: 'items', from: blue, to: green, checkpoint: null }));
+    await publisher.publish(
+      aliasRedirected({ host: 'local', alias: 'items', from: blue, to: green, checkpoint: null }),
+    );
     await waitFor(async () => (await answeringCache(server.url)) === green, {
       timeoutMs: 20_000,
       what: 'the event switch',

@@ -12,6 +12,21 @@ import {
   writeConfig,
 } from './helpers.js';
 
+async function metricsOf(url: string): Promise<string> {
+  return (await fetch(`${url}/metrics`)).text();
+}
+
+/** `sluice_api_switches_total{endpoint="items",reason="event"}` from a /metrics text. */
+function eventSwitchesOf(metrics: string): number {
+  const match = /^sluice_api_switches_total\{endpoint="items",reason="event"\} (\d+)$/m.exec(metrics);
+  return match ? Number(match[1]) : 0;
+}
+
+/** Switches of `items` for any other reason (reconcile, watch). */
+function otherSwitchesOf(metrics: string): number {
+  return switchesOf(metrics, 'items') - eventSwitchesOf(metrics);
+}
+
 /**
  * Two real api-server processes read the caches this test process writes (as an app-server would), with a
  * private nats-server carrying AliasRedirected.
@@ -192,15 +207,26 @@ describe('blue/green switching under load', () => {
       timeoutMs: 15_000,
       what: 'the writer to reconnect',
     });
-    // And events flow again after the reconnect.
+    // And events flow again after the reconnect: the next switch is the event's, not a reconcile's or the watch's.
+    const eventsBefore = await Promise.all(servers.map(async (s) => eventSwitchesOf(await metricsOf(s.url))));
+    const othersBefore = await Promise.all(servers.map(async (s) => otherSwitchesOf(await metricsOf(s.url))));
     const next = await nextGeneration(true);
+    const redirectedAt = Date.now();
     await waitFor(
       async () => (await Promise.all(servers.map((s) => answeringCache(s.url)))).every((c) => c === next),
       {
         timeoutMs: RECONCILE_MS,
+        intervalMs: 10,
         what: 'an event-driven switch after the reconnect',
       },
     );
+    const eventSwitchMs = Date.now() - redirectedAt;
+    const eventsAfter = await Promise.all(servers.map(async (s) => eventSwitchesOf(await metricsOf(s.url))));
+    const othersAfter = await Promise.all(servers.map(async (s) => otherSwitchesOf(await metricsOf(s.url))));
+    expect(eventsAfter).toEqual(eventsBefore.map((n) => n + 1));
+    expect(othersAfter).toEqual(othersBefore);
+    // The periodic reconcile cannot explain it either: the event's switch is well under its period.
+    expect(eventSwitchMs).toBeLessThan(RECONCILE_MS / 2);
   }, 60_000);
 
   it('shuts down gracefully on SIGTERM', async () => {

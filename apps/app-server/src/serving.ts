@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { type CacheManager, openCacheManager } from '@sluice/cache';
-import type { EventPublisher, Logger, SluiceConfig } from '@sluice/core';
+import type { EventPublisher, Logger, SluiceConfig, SluiceEvent } from '@sluice/core';
 import { startEndpointPipeline } from '@sluice/pipeline';
 import { EndpointManager } from './endpoints.js';
 
@@ -12,9 +12,25 @@ export interface ServingPlane {
 }
 
 /**
+ * A publisher that stamps `host` on every `AliasRedirected`: the alias table moved is this host's (caches and
+ * alias versions are per host), whatever built the event. api-servers of this host act on these only.
+ *
+ * @example
+ * ```ts
+ * const events = withHost(backplane, config.node.id);
+ * ```
+ */
+export function withHost(publisher: EventPublisher, host: string): EventPublisher {
+  return {
+    publish: (event: SluiceEvent) =>
+      publisher.publish(event.type === 'AliasRedirected' ? { ...event, host } : event),
+  };
+}
+
+/**
  * Opens the host's caches under `dataDir` (the root the api-servers of this host read) and starts one
  * pipeline per configured endpoint (alias exists → resume into its cache or rebuild blue/green; else create
- * cache + alias), publishing `AliasRedirected` through `events`. Retired generations are garbage-collected
+ * cache + alias), publishing `AliasRedirected` through `events`, stamped with this host (`node.id`). Retired generations are garbage-collected
  * after `cache.gcGraceMs`.
  *
  * @example
@@ -33,6 +49,7 @@ export async function openServingPlane(
     scanCap: config.cache.scanCap,
     logger: context.logger,
   });
+  const events = withHost(context.events, config.node.id);
   let endpoints: EndpointManager;
   try {
     endpoints = await EndpointManager.start(config.endpoints, {
@@ -41,7 +58,7 @@ export async function openServingPlane(
       startPipeline: (endpoint) =>
         startEndpointPipeline(endpoint, {
           caches,
-          events: context.events,
+          events,
           connections: config.connections,
           baseDir: context.cwd,
           logger: context.logger,
