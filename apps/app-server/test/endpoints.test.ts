@@ -83,6 +83,10 @@ describe('endpoint pipelines of an app-server', () => {
           ),
         { what: 'AliasRedirected blue → green' },
       );
+      // Every move names this host (the app-server's node.id): caches and alias versions are per host.
+      const moves = events.filter((e) => e.type === 'AliasRedirected');
+      expect(moves.length).toBeGreaterThanOrEqual(2);
+      expect(new Set(moves.map((e) => e.host))).toEqual(new Set(['h1']));
       expect((await call(`${node.url}/v1/endpoints/nope/rebuild`, { method: 'POST' })).body.code).toBe(
         'UNKNOWN_ENDPOINT',
       );
