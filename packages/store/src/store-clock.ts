@@ -16,6 +16,11 @@ export interface StoreClock {
   readonly now: RawBuilder<number>;
   /** Now + the bound `leaseMs`. */
   readonly leaseUntil: RawBuilder<number>;
+  /**
+   * Now, for a query built per call rather than prepared: the node's `nodeNowMs` inlined as a value on SQLite,
+   * ignored on PostgreSQL (its clock). Keeps the dialect choice here, not in the store's methods.
+   */
+  nowFor(nodeNowMs: number): RawBuilder<number>;
 }
 
 export function storeClock(dialect: StoreDialect): StoreClock {
@@ -23,5 +28,9 @@ export function storeClock(dialect: StoreDialect): StoreClock {
     dialect === 'postgres'
       ? sql<number>`(floor(extract(epoch from clock_timestamp()) * 1000))::bigint`
       : sql<number>`${param<number>('now')}`;
-  return { now, leaseUntil: sql<number>`(${now} + ${param<number>('leaseMs')})` };
+  return {
+    now,
+    leaseUntil: sql<number>`(${now} + ${param<number>('leaseMs')})`,
+    nowFor: (nodeNowMs) => (dialect === 'postgres' ? now : sql<number>`${nodeNowMs}`),
+  };
 }

@@ -622,13 +622,9 @@ export class SqlDataPlaneStore implements DataPlaneStore {
       if (after !== undefined) query = query.where('id', '>', after);
       if (leaseExpired) {
         // On the store's clock, like every lease comparison (store-clock.ts).
-        const now = this.#clockSql.now;
-        const bound = this.#now();
+        const now = this.#clockSql.nowFor(this.#now());
         query = query.where((eb) =>
-          eb.or([
-            eb('lease_expires_at', 'is', null),
-            eb('lease_expires_at', '<=', this.dialect === 'postgres' ? now : sql<number>`${bound}`),
-          ]),
+          eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<=', now)]),
         );
       }
       const rows = await query.execute();
