@@ -160,6 +160,31 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     expect((await store.get(record.id))?.checkpoint).toEqual({ step: 2 });
   });
 
+  it('the checkpoint port carries its epoch and finishing() is fenced: STALE_EPOCH after a takeover, nothing overwritten', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const { record } = await store.submit(submitInput(makeRequest()));
+    const port = createCheckpointPort(store, record.id, record.epoch, 60_000);
+    expect(port.epoch).toBe(1);
+    await port.save({ offset: 10 });
+    await fx.advance(1_000);
+    // While this epoch owns the record, finishing confirms it (and renews the lease) without changing progress.
+    await port.finishing();
+    const confirmed = await store.get(record.id);
+    expect(confirmed).toMatchObject({ epoch: 1, checkpoint: { offset: 10 } });
+    await fx.expectLeaseLeft(confirmed, 60_000);
+    const taken = await store.takeOver(record.id, 1, owner('node-b'), LEASE_MS);
+    await store.saveCheckpoint(record.id, taken.epoch, { offset: 99 });
+    expect(await codeOf(port.finishing())).toBe('STALE_EPOCH');
+    // A port that never loaded nor saved is fenced the same way.
+    expect(await codeOf(createCheckpointPort(store, record.id, 1).finishing())).toBe('STALE_EPOCH');
+    expect(await store.get(record.id)).toMatchObject({
+      epoch: 2,
+      ownerNodeId: 'node-b',
+      checkpoint: { offset: 99 },
+    });
+  });
+
   it('heartbeat extends the leases of every active transfer of that owner instance, and only those', async () => {
     await using fx = await storeFixture(dialect);
     const store = await fx.open();
