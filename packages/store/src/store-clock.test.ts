@@ -1,4 +1,4 @@
-import type { Clock } from '@sluice/core';
+import type { Clock, TransferRecord } from '@sluice/core';
 import { describe, expect, it } from 'vitest';
 import {
   codeOf,
@@ -96,6 +96,26 @@ describe.each(DIALECTS)('conditional owner changes on %s', (dialect) => {
     expect(won).toHaveLength(1);
     const final = await nodes[0]!.get(record.id);
     expect(final?.epoch).toBe(2);
+    for (const lost of settled.filter((s) => s.status === 'rejected'))
+      expect(['STALE_EPOCH', 'ILLEGAL_TRANSITION']).toContain((lost.reason as { code: string }).code);
+  });
+  it('of 8 concurrent conditional terminateAbandoned / takeOver calls on an expired lease exactly one wins', async () => {
+    await using fx = await storeFixture(dialect);
+    const nodes = await Promise.all(Array.from({ length: 4 }, () => fx.open()));
+    const { record } = await nodes[0]!.submit(submitInput(makeRequest(), owner('node-a')));
+    await fx.advance(LEASE_MS + 1);
+    const conditional = { requireExpiredLease: true };
+    // Takeovers first (the other test starts with a termination), so each kind is the likely first arrival once.
+    const calls = nodes.flatMap((store, i) => [
+      store.takeOver(record.id, 1, owner(`o-${i}`), LEASE_MS, conditional),
+      store.terminateAbandoned(record.id, 1, owner(`t-${i}`), conditional),
+    ]);
+    const settled = await Promise.allSettled(calls);
+    const won = settled.filter((s): s is PromiseFulfilledResult<TransferRecord> => s.status === 'fulfilled');
+    expect(won).toHaveLength(1);
+    expect(await nodes[0]!.get(record.id)).toEqual(won[0]!.value);
+    expect(won[0]!.value.epoch).toBe(2);
+    // Losers saw the winner's epoch (or its final state), never a lease the winner just renewed as "held".
     for (const lost of settled.filter((s) => s.status === 'rejected'))
       expect(['STALE_EPOCH', 'ILLEGAL_TRANSITION']).toContain((lost.reason as { code: string }).code);
   });
