@@ -32,9 +32,13 @@ async function killAndResume(
   physicalWrites: () => Promise<number>,
 ): Promise<Record<string, unknown>> {
   const epochs = Math.floor(RECORDS / (input.commitEveryRecords as number));
+  // The highest pipeline epoch committed so far (epochs continue across runs): each kill is aimed at a commit
+  // that leaves at least two epochs for the runs after it, so it lands mid-transfer by construction.
+  let committed = 0;
   for (let k = 0; k < kills; k++) {
     await using child = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: k + 1 })]);
-    const target = 1 + Math.floor(Math.random() * Math.max(1, Math.floor(epochs / (kills + 1))));
+    const remaining = epochs - committed;
+    const target = 1 + Math.floor(Math.random() * Math.max(1, Math.floor((remaining - 2) / (kills - k + 1))));
     let exitedEarly = false;
     void child.exited.then(() => {
       exitedEarly = true;
@@ -48,6 +52,8 @@ async function killAndResume(
     await new Promise((r) => setTimeout(r, Math.floor(Math.random() * 15)));
     child.kill('SIGKILL');
     const exit = await child.exited;
+    for (const line of child.lines.filter((l) => l.startsWith('COMMIT ')))
+      committed = Math.max(committed, Number(line.split(' ')[1]));
     // The kill landed mid-transfer: the run neither finished nor failed on its own (an intermediate FAILED run
     // would hide a defect behind the next run's success).
     expect(child.lines.filter((l) => /^(DONE|FAILED) /.test(l))).toEqual([]);
