@@ -250,4 +250,33 @@ describe('RwCache CRUD', () => {
     } while (after);
     expect(seen).toEqual([...titles].sort());
   });
+
+  it('a transfer commit is fenced by its epoch in the write transaction and keeps the cache checkpoint', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    await cache.commit(checkpoint(7)); // the endpoint pipeline's own checkpoint
+    cache.apply([{ op: 'upsert', record: { id: 1, value: 1, category: 'new-owner' } }]);
+    await cache.commit(null, { keepCheckpoint: true, fence: { writer: 't-1', epoch: 2 } });
+    expect(cache.commitState()).toMatchObject({
+      checkpoint: { epoch: 7 },
+      fences: { 't-1': 2 },
+      recordCount: 1,
+    });
+    // The stale owner (epoch 1) wakes up and commits: refused, nothing of it lands, now or with a later commit.
+    cache.apply([{ op: 'upsert', record: { id: 1, value: 99, category: 'stale' } }]);
+    cache.apply([{ op: 'upsert', record: { id: 2, value: 2, category: 'stale' } }]);
+    const refused = await cache
+      .commit(null, { keepCheckpoint: true, fence: { writer: 't-1', epoch: 1 } })
+      .catch((e) => e);
+    expect(SluiceError.hasCode(refused, 'STALE_EPOCH')).toBe(true);
+    await cache.commit(checkpoint(8));
+    expect(cache.get([1])).toEqual({ id: 1, value: 1, category: 'new-owner' });
+    expect(cache.get([2])).toBeUndefined();
+    expect(cache.commitState()).toMatchObject({
+      checkpoint: { epoch: 8 },
+      fences: { 't-1': 2 },
+      recordCount: 1,
+    });
+  });
 });

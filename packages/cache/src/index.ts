@@ -9,6 +9,7 @@ export {
   type CacheManagerOptions,
   type CacheSchema,
   CacheState,
+  type CommitOptions,
   type CommitState,
   type ConflictPolicy,
   type QueryPlan,

@@ -4,13 +4,15 @@ import {
   type PipelineCheckpoint,
   PipelineCheckpointSchema,
   parseOrThrow,
+  SluiceError,
+  StaleEpochError,
 } from '@sluice/core';
 import { z } from 'zod';
 import { dataKey, indexKey } from './cache-dbs.js';
 import { translateWriteError } from './errors.js';
 import { RoCache } from './ro-cache.js';
 import { checkRecord, keyOf, keyProblem } from './schema.js';
-import type { ApplyOptions, CommitState, RecordOp } from './types.js';
+import type { ApplyOptions, CommitOptions, CommitState, RecordOp } from './types.js';
 
 /** A staged change of one primary key: the new record, or null for a delete. */
 interface Staged {
@@ -118,7 +120,7 @@ export class RwCache extends RoCache {
    * Makes everything staged visible, with `checkpoint` and the commit instant, in one transaction. On failure
    * nothing is written and the changes stay staged (a full disk is `CACHE_DISK_FULL`).
    */
-  async commit(checkpoint: PipelineCheckpoint | null): Promise<void> {
+  async commit(checkpoint: PipelineCheckpoint | null, options: CommitOptions = {}): Promise<void> {
     this.assertOpen();
     const parsed = parseOrThrow(
       CheckpointInput,
@@ -133,12 +135,29 @@ export class RwCache extends RoCache {
       await this.serialized(() => {
         this.assertOpen();
         this.write((state) => {
+          const fence = options.fence;
+          let fences = state.fences;
+          if (fence !== undefined) {
+            // Thrown inside the transaction: it aborts, nothing of this commit is written (docs/fencing.md).
+            const highest = state.fences?.[fence.writer] ?? 0;
+            if (highest > fence.epoch)
+              throw new StaleEpochError(fence.writer, fence.epoch, { details: { epoch: highest } });
+            fences = { ...state.fences, [fence.writer]: fence.epoch };
+          }
           let count = state.recordCount;
           for (const change of batch.values()) count += this.writeChange(change);
-          return { ...state, checkpoint: parsed, committedAt: new Date().toISOString(), recordCount: count };
+          return {
+            ...state,
+            ...(fences !== undefined ? { fences } : {}),
+            checkpoint: options.keepCheckpoint === true ? state.checkpoint : parsed,
+            committedAt: new Date().toISOString(),
+            recordCount: count,
+          };
         }, 'commit');
       });
     } catch (err) {
+      // A fenced-off writer's batch is dropped: no later commit may publish a stale owner's changes.
+      if (SluiceError.hasCode(err, 'STALE_EPOCH')) throw err;
       // Keep the batch staged (older than anything staged or committed since), so a retry commits it.
       const newer = this.committing.slice(this.committing.indexOf(batch) + 1);
       const restored = new Map<string, Staged>();

@@ -37,6 +37,25 @@ export interface CommitState {
   recordCount: number;
   /** Handles of the sources that reported their snapshot complete into this cache. */
   snapshottingDone: string[];
+  /**
+   * Fencing tokens of the transfers that write into this cache: writer (transfer id) → the highest epoch that
+   * committed. Checked and advanced inside the commit transaction (`commit(…, { fence })`).
+   */
+  fences?: Record<string, number>;
+}
+
+/** Options of {@link RwCache.commit}. */
+export interface CommitOptions {
+  /**
+   * A transfer's fencing token: the commit is refused with `STALE_EPOCH` (nothing written) when a higher epoch of
+   * `writer` already committed here, and records `epoch` otherwise — in the same LMDB transaction as the data.
+   */
+  fence?: { writer: string; epoch: number };
+  /**
+   * Keep the checkpoint the cache holds at commit time (read inside the transaction) instead of writing one: for
+   * writers that are not the cache's own pipeline, so its checkpoint never moves backwards under them.
+   */
+  keepCheckpoint?: boolean;
 }
 
 /** One write: insert/update/upsert a whole record, or delete by primary-key values (in primary-key order). */

@@ -140,6 +140,12 @@ export function sinkFor(
         throw new ValidationError('This node has no caches for an endpoint destination', [
           { path: 'destination.endpoint', message: 'no cache manager' },
         ]);
-      return createEndpointTransferSink({ handle, endpoint: address.endpoint, caches: ctx.caches });
+      return createEndpointTransferSink({
+        handle,
+        endpoint: address.endpoint,
+        caches: ctx.caches,
+        writerId,
+        ...fence,
+      });
   }
 }

@@ -39,7 +39,10 @@ export interface RoCacheLike {
 
 export interface RwCacheLike extends RoCacheLike {
   apply(ops: CacheRecordOp[], options?: { onConflict?: 'fail' | 'skip' | 'overwrite' }): void;
-  commit(checkpoint: PipelineCheckpoint | null): Promise<void>;
+  commit(
+    checkpoint: PipelineCheckpoint | null,
+    options?: { fence?: { writer: string; epoch: number }; keepCheckpoint?: boolean },
+  ): Promise<void>;
   markSnapshottingDone(source: string): Promise<void>;
   clear(): Promise<void>;
 }

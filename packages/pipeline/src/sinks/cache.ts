@@ -9,7 +9,7 @@ import {
 } from '@sluice/core';
 import type { CacheManagerLike, CacheRecordOp, RwCacheLike } from '../cache-port.js';
 import type { RecordOp, RecordSchema } from '../ops.js';
-import type { PipelineSink } from '../types.js';
+import type { PipelineSink, SinkFence } from '../types.js';
 
 export interface CacheSinkOptions {
   handle: string;
@@ -128,6 +128,9 @@ export function createEndpointTransferSink(options: {
   handle: string;
   endpoint: string;
   caches: CacheManagerLike;
+  /** The transfer id: whose fencing token the cache keeps. */
+  writerId: string;
+  fence?: SinkFence;
 }): PipelineSink {
   let cache: RwCacheLike | null = null;
   return {
@@ -155,7 +158,13 @@ export function createEndpointTransferSink(options: {
       );
     },
     async commit() {
-      await cache!.commit(cache!.commitState().checkpoint);
+      // The epoch is checked in the cache's own write transaction, and the endpoint's checkpoint is read there
+      // too (never one read before the transaction, which a concurrent pipeline commit could have moved on).
+      const epoch = options.fence?.epoch ?? 0;
+      await cache!.commit(null, {
+        keepCheckpoint: true,
+        ...(epoch > 0 ? { fence: { writer: options.writerId, epoch } } : {}),
+      });
     },
     async finish() {},
     async close() {
