@@ -121,27 +121,31 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
       ),
   );
   type OwnerChangeNames = 'id' | 'epoch' | 'nodeId' | 'address' | 'instance' | 'leaseMs' | 'now';
+  const newOwner = {
+    owner_node_id: param<string>('nodeId'),
+    owner_address: param<string>('address'),
+    owner_instance: param<string>('instance'),
+    updated_at: param<number>('now'),
+  };
+  /** An owner change from `epoch` of an active record; with `requireExpiredLease`, only once its lease expired. */
+  const ownerChange = (requireExpiredLease: boolean) =>
+    db
+      .updateTable('transfers')
+      .where('id', '=', param<string>('id'))
+      .where('epoch', '=', param<number>('epoch'))
+      .where('state', 'in', ACTIVE)
+      .$if(requireExpiredLease, (q) =>
+        q.where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<=', clock.now)])),
+      );
   const takeOverQuery = (requireExpiredLease: boolean) =>
     prepareQuery<OwnerChangeNames, TransferRow>(
-      db
-        .updateTable('transfers')
+      ownerChange(requireExpiredLease)
         .set((eb) => ({
-          owner_node_id: param<string>('nodeId'),
-          owner_address: param<string>('address'),
-          owner_instance: param<string>('instance'),
+          ...newOwner,
           epoch: eb('epoch', '+', 1),
           attempts: eb('attempts', '+', 1),
           lease_expires_at: clock.leaseUntil,
-          updated_at: param<number>('now'),
         }))
-        .where('id', '=', param<string>('id'))
-        .where('epoch', '=', param<number>('epoch'))
-        .where('state', 'in', ACTIVE)
-        .$if(requireExpiredLease, (q) =>
-          q.where((eb) =>
-            eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<=', clock.now)]),
-          ),
-        )
         .returningAll(),
     );
   const takeOver = takeOverQuery(false);
@@ -149,25 +153,13 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
   // Owner and TERMINATED in one statement: no crash between two writes can leave the caller owning a live run.
   const terminateQuery = (requireExpiredLease: boolean) =>
     prepareQuery<Exclude<OwnerChangeNames, 'leaseMs'>, TransferRow>(
-      db
-        .updateTable('transfers')
+      ownerChange(requireExpiredLease)
         .set((eb) => ({
-          owner_node_id: param<string>('nodeId'),
-          owner_address: param<string>('address'),
-          owner_instance: param<string>('instance'),
+          ...newOwner,
           epoch: eb('epoch', '+', 1),
           state: 'TERMINATED' as const,
           lease_expires_at: null,
-          updated_at: param<number>('now'),
         }))
-        .where('id', '=', param<string>('id'))
-        .where('epoch', '=', param<number>('epoch'))
-        .where('state', 'in', ACTIVE)
-        .$if(requireExpiredLease, (q) =>
-          q.where((eb) =>
-            eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<=', clock.now)]),
-          ),
-        )
         .returningAll(),
     );
   const terminateAbandoned = terminateQuery(false);

@@ -153,6 +153,36 @@ function wrapStore<K extends keyof DataPlaneStore>(
   });
 }
 
+/**
+ * A store whose owner-claiming statements (`takeOver`, and `recoverExpired` the sweeper of earlier versions used)
+ * wait on `held`: `before` they run, or `after-commit` with their reply held back.
+ */
+function holdOwnerClaims(
+  store: DataPlaneStore,
+  held: ReturnType<typeof gate>,
+  when: 'before' | 'after-commit',
+): DataPlaneStore {
+  const hold = async (call: () => Promise<unknown>) => {
+    if (when === 'before') {
+      held.reached();
+      await held.opened;
+      return call();
+    }
+    const result = await call();
+    held.reached();
+    await held.opened;
+    return result;
+  };
+  const claims = wrapStore(store, 'takeOver', (real, ...args) =>
+    hold(() => (real as DataPlaneStore['takeOver'])(...(args as Parameters<DataPlaneStore['takeOver']>))),
+  );
+  return wrapStore(claims, 'recoverExpired', (real, ...args) =>
+    hold(() =>
+      (real as DataPlaneStore['recoverExpired'])(...(args as Parameters<DataPlaneStore['recoverExpired']>)),
+    ),
+  );
+}
+
 async function eventually(check: () => Promise<boolean> | boolean, timeoutMs = 5_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
@@ -250,19 +280,8 @@ describe('TransferCoordinator', () => {
     const request = await t.abandoned('adopt-1');
     await t.store.release(request.id, 1); // lease expired: a sweeper candidate
     const committed = gate();
-    const after = <F extends (...args: never[]) => Promise<unknown>>(real: F, args: Parameters<F>) =>
-      real(...args).then(async (result) => {
-        // The store committed the new owner; hold the reply.
-        committed.reached();
-        await committed.opened;
-        return result;
-      });
-    let store = wrapStore(t.store, 'takeOver', (real, ...args) =>
-      after(real as DataPlaneStore['takeOver'], args as Parameters<DataPlaneStore['takeOver']>),
-    );
-    store = wrapStore(store, 'recoverExpired', (real, ...args) =>
-      after(real as DataPlaneStore['recoverExpired'], args as Parameters<DataPlaneStore['recoverExpired']>),
-    );
+    // The store committed the new owner; hold the reply.
+    const store = holdOwnerClaims(t.store, committed, 'after-commit');
     const { state, execute } = foreverExecutor();
     const b = t.coordinator({ store, backplane, identity: identity('b'), execute });
     const swept = b.sweep();
@@ -303,18 +322,7 @@ describe('TransferCoordinator', () => {
     const request = await t.abandoned('shutdown-1');
     await t.store.release(request.id, 1);
     const held = gate();
-    const hold = <F extends (...args: never[]) => Promise<unknown>>(real: F, args: Parameters<F>) =>
-      (async () => {
-        held.reached();
-        await held.opened;
-        return real(...args);
-      })();
-    let store = wrapStore(t.store, 'takeOver', (real, ...args) =>
-      hold(real as DataPlaneStore['takeOver'], args as Parameters<DataPlaneStore['takeOver']>),
-    );
-    store = wrapStore(store, 'recoverExpired', (real, ...args) =>
-      hold(real as DataPlaneStore['recoverExpired'], args as Parameters<DataPlaneStore['recoverExpired']>),
-    );
+    const store = holdOwnerClaims(t.store, held, 'before');
     const { state, execute } = foreverExecutor();
     const b = t.coordinator({ store, backplane, identity: identity('b'), execute });
     const swept = b.sweep();

@@ -211,7 +211,16 @@ export class NatsBackplane implements Backplane {
    * did not answer (server fine → `silent`) from a server or connection that is itself stalled (e.g. a paused
    * nats-server, where the owner may be fine).
    */
-  async #serverAnswers(timeoutMs: number): Promise<boolean> {
+  #serverAnswers(timeoutMs: number): Promise<boolean> {
+    return this.#flush(timeoutMs);
+  }
+
+  #connected(): boolean {
+    return this.#status.get() === 'connected' && !this.#nc.isClosed() && !this.#nc.isDraining();
+  }
+
+  /** Waits until the server has processed everything sent so far, at most `timeoutMs` (the operation timeout). */
+  async #flush(timeoutMs = this.#timeoutMs): Promise<boolean> {
     if (!this.#connected()) return false;
     let timer: NodeJS.Timeout | undefined;
     try {
@@ -219,28 +228,6 @@ export class NatsBackplane implements Backplane {
         this.#nc.flush().then(() => true),
         new Promise<boolean>((resolve) => {
           timer = setTimeout(() => resolve(false), timeoutMs);
-        }),
-      ]);
-    } catch {
-      return false;
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  #connected(): boolean {
-    return this.#status.get() === 'connected' && !this.#nc.isClosed() && !this.#nc.isDraining();
-  }
-
-  /** Waits until the server has processed everything sent so far, at most the operation timeout. */
-  async #flush(): Promise<boolean> {
-    if (!this.#connected()) return false;
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      return await Promise.race([
-        this.#nc.flush().then(() => true),
-        new Promise<boolean>((resolve) => {
-          timer = setTimeout(() => resolve(false), this.#timeoutMs);
         }),
       ]);
     } catch {
