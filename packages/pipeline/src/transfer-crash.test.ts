@@ -32,6 +32,7 @@ async function killAndResume(
   physicalWrites: () => Promise<number>,
 ): Promise<Record<string, unknown>> {
   const epochs = Math.floor(RECORDS / (input.commitEveryRecords as number));
+  const writesBoundedByCommits = (input.request as TransferRequest).destination.type !== 'jetstream';
   // The highest pipeline epoch committed so far (epochs continue across runs): each kill is aimed at a commit
   // that leaves at least two epochs for the runs after it, so it lands mid-transfer by construction.
   let committed = 0;
@@ -58,7 +59,10 @@ async function killAndResume(
     // would hide a defect behind the next run's success).
     expect(child.lines.filter((l) => /^(DONE|FAILED) /.test(l))).toEqual([]);
     expect(exit.signal).toBe('SIGKILL');
-    expect(await physicalWrites()).toBeLessThan(RECORDS);
+    // Killed before the run's last commit; and for a sink whose writes land only with a commit (PostgreSQL),
+    // short of the whole source. JetStream publishes run ahead of commits, so its count may already be complete.
+    expect(committed).toBeLessThan(epochs);
+    if (writesBoundedByCommits) expect(await physicalWrites()).toBeLessThan(RECORDS);
   }
   await using last = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: kills + 1 })]);
   const done = await last.waitForLine(/^(DONE|FAILED) /, 90_000);

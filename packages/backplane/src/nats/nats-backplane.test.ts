@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import type { BackplaneStatus, SluiceEvent } from '@sluice/core';
@@ -602,6 +603,12 @@ describe('defect 5: a live owner can be taken over on a false "nobody"', () => {
     });
 
     process.kill(pid, 'SIGSTOP');
+    // The signal is delivered asynchronously: ask only once the kernel reports the server stopped.
+    await waitFor(async () => (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ')[1]?.startsWith('T'), {
+      timeoutMs: 5_000,
+      intervalMs: 5,
+      what: 'nats-server to be stopped',
+    });
     let answer: Awaited<ReturnType<typeof asker.whoRuns>>;
     let terminate: Awaited<ReturnType<typeof asker.terminate>>;
     try {
