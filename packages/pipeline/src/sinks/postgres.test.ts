@@ -1,5 +1,6 @@
 import type { PipelineCheckpoint } from '@sluice/core';
 import { createTestDatabase, type TestDatabase } from '@sluice/testkit';
+import { setTimeout as delay } from 'node:timers/promises';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RecordOp } from '../ops.js';
@@ -64,6 +65,38 @@ describe('PostgreSQL sink effects are fenced in the destination database', () =>
         ['t-stale_dst:stale_dst.sink'],
       );
       expect(fence.rows).toEqual([{ epoch: 2 }]);
+    } finally {
+      await stale.close();
+      await owner.close();
+    }
+  });
+
+  it('defect: the restart read the committed checkpoint before the fence, so a stale owner committed behind it', async () => {
+    await client.query('CREATE TABLE behind_dst (id int PRIMARY KEY, name text)');
+    const stale = sinkAt('behind_dst', 1);
+    const owner = sinkAt('behind_dst', 2);
+    try {
+      await stale.prepare({ decision: 'from-scratch', checkpoint: null });
+      await stale.write(upserts([1], 'e1'));
+      await stale.commit(checkpoint(1));
+      // The stale owner is mid-transaction (it wrote epoch 2's batch, its COMMIT is still to come) when the
+      // new owner takes over and asks the sink where to resume from.
+      await stale.write(upserts([2], 'e1'));
+      const decided = owner.committed();
+      const early = await Promise.race([decided.then(() => 'answered'), delay(300).then(() => 'waiting')]);
+      await stale.commit(checkpoint(2));
+      // The answer must include everything the stale owner could still commit: its epoch-2 batch.
+      expect((await decided)?.epoch).toBe(2);
+      expect(early).toBe('waiting');
+      // And after that answer, nothing of the stale owner lands any more.
+      await expect(
+        (async () => {
+          await stale.write(upserts([3], 'late'));
+          await stale.commit(checkpoint(3));
+        })(),
+      ).rejects.toMatchObject({ code: 'STALE_EPOCH' });
+      const rows = await client.query('SELECT id FROM behind_dst ORDER BY id');
+      expect(rows.rows).toEqual([{ id: 1 }, { id: 2 }]);
     } finally {
       await stale.close();
       await owner.close();

@@ -144,13 +144,25 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
     },
     keepsCheckpoint: true,
     async committed() {
-      const c = await connect();
-      const r = await c.query<{ checkpoint: unknown }>(
-        `SELECT checkpoint FROM ${SINK_CHECKPOINT_TABLE} WHERE writer = $1`,
-        [writer],
-      );
-      const parsed = PipelineCheckpointSchema.safeParse(r.rows[0]?.checkpoint);
-      return parsed.success ? parsed.data : null;
+      // Read under the fence, in the transaction that advances it: a stale owner's transaction still open
+      // holds the fence row, so this waits for its COMMIT (and sees what it committed) and every later
+      // transaction of that owner is refused. Read before the fence, the restart would resume behind a
+      // batch the stale owner was about to commit, and write it a second time (docs/fencing.md).
+      const c = await begin();
+      try {
+        const r = await c.query<{ checkpoint: unknown }>(
+          `SELECT checkpoint FROM ${SINK_CHECKPOINT_TABLE} WHERE writer = $1`,
+          [writer],
+        );
+        await c.query('COMMIT');
+        const parsed = PipelineCheckpointSchema.safeParse(r.rows[0]?.checkpoint);
+        return parsed.success ? parsed.data : null;
+      } catch (err) {
+        await c.query('ROLLBACK').catch(() => {});
+        throw fail('cannot read the committed checkpoint', err);
+      } finally {
+        inTransaction = false;
+      }
     },
     async prepare({ decision }) {
       await connect();
