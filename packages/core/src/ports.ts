@@ -31,11 +31,16 @@ export interface SubmitInput {
   requestHash: string;
   owner: OwnerIdentity;
   leaseMs: number;
+  /**
+   * The state a new record is created in. `IN_PROGRESS` when the submitting owner starts the work at once: the
+   * insert is then the only commit before the reply (no separate RECEIVED → IN_PROGRESS write). Default `RECEIVED`.
+   */
+  state?: 'RECEIVED' | 'IN_PROGRESS';
 }
 
 export interface SubmitOutcome {
   record: TransferRecord;
-  /** True when this call inserted the record (and so owns it at epoch 1, state RECEIVED). */
+  /** True when this call inserted the record (and so owns it at epoch 1, in the state `SubmitInput.state` named). */
   created: boolean;
 }
 

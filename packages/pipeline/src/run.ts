@@ -273,13 +273,10 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
       return { aborted: true, checkpoint: lastCheckpoint, progress };
     }
     if (options.mode === 'transfer') {
-      // The final checkpoint goes through the (fenced) checkpoint port right before the sink publishes:
-      // an owner that lost the transfer fails there (STALE_EPOCH) instead of publishing its output.
+      // The final checkpoint goes through the (fenced) checkpoint port before the sink publishes; a sink whose
+      // publish cannot be taken back confirms its epoch once more in `finish` (`SinkFence.finishing`), so an
+      // owner that lost the transfer fails there (STALE_EPOCH) instead of publishing its output.
       if (dirty > 0 || lastCheckpoint === null) await commit();
-      else if (options.saveCheckpoint) {
-        ensureNotAborted();
-        await options.saveCheckpoint(lastCheckpoint);
-      }
       ensureNotAborted();
       await sink.finish();
     } else if (dirty > 0) await commit();

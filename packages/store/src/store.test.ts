@@ -41,6 +41,23 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     expect(await store.get(request.id)).toEqual(record);
   });
 
+  it('submit can create the record IN_PROGRESS (claimed and started in the one insert); other states are refused', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const request = makeRequest();
+    const { record, created } = await store.submit({
+      ...submitInput(request, owner('node-a')),
+      state: 'IN_PROGRESS',
+    });
+    expect(created).toBe(true);
+    expect(record).toMatchObject({ state: 'IN_PROGRESS', epoch: 1, ownerNodeId: 'node-a' });
+    expect(await store.get(request.id)).toEqual(record);
+    const other = makeRequest();
+    const refused = store.submit({ ...submitInput(other, owner('node-a')), state: 'COMPLETED' as 'IN_PROGRESS' });
+    expect(await codeOf(refused)).toBe('VALIDATION_FAILED');
+    expect(await store.get(other.id)).toBeNull();
+  });
+
   it('submit of the same id and body returns the stored record, created=false, and changes nothing', async () => {
     await using fx = await storeFixture(dialect);
     const store = await fx.open();

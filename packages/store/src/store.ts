@@ -47,11 +47,21 @@ import {
   validListInput,
   validOwner,
   validRequest,
+  validSubmitState,
   validResult,
   validState,
 } from './validate.js';
 
-type InsertNames = 'id' | 'hash' | 'request' | 'nodeId' | 'address' | 'instance' | 'leaseMs' | 'now';
+type InsertNames =
+  | 'id'
+  | 'hash'
+  | 'request'
+  | 'state'
+  | 'nodeId'
+  | 'address'
+  | 'instance'
+  | 'leaseMs'
+  | 'now';
 type SubmitValues = Record<InsertNames, string | number>;
 type Row<T> = { rows: T[]; numAffectedRows?: bigint };
 type StateEpoch = Pick<TransferRow, 'state' | 'epoch'>;
@@ -78,7 +88,7 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
     id: param<string>('id'),
     request_hash: param<string>('hash'),
     request: param<string>('request'),
-    state: 'RECEIVED' as const,
+    state: param<TransferState>('state'),
     owner_node_id: param<string>('nodeId'),
     owner_address: param<string>('address'),
     owner_instance: param<string>('instance'),
@@ -364,11 +374,13 @@ export class SqlDataPlaneStore implements DataPlaneStore {
       const requestHash = validHash(input.requestHash);
       const owner = validOwner(input.owner);
       const leaseMs = validLeaseMs(input.leaseMs);
+      const state = validSubmitState(input.state);
       const now = this.#now();
       const values: SubmitValues = {
         id: request.id,
         hash: requestHash,
         request: json,
+        state,
         nodeId: owner.nodeId,
         address: owner.address,
         instance: owner.instanceId,
@@ -379,7 +391,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
         id: request.id,
         requestHash,
         request,
-        state: 'RECEIVED',
+        state,
         ownerNodeId: owner.nodeId,
         ownerAddress: owner.address,
         ownerInstance: owner.instanceId,

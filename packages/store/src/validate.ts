@@ -230,3 +230,11 @@ export function validListInput(input: unknown): ValidListInput {
     leaseExpired: i.leaseExpired === true,
   };
 }
+
+/** The state a submit creates its record in: `RECEIVED` (the default) or `IN_PROGRESS` (claimed and started at once). */
+export function validSubmitState(state: unknown): 'RECEIVED' | 'IN_PROGRESS' {
+  if (state === undefined || state === 'RECEIVED' || state === 'IN_PROGRESS') return state ?? 'RECEIVED';
+  throw new ValidationError('Invalid submit state: expected RECEIVED or IN_PROGRESS', [
+    { path: 'state', message: 'expected RECEIVED or IN_PROGRESS' },
+  ]);
+}

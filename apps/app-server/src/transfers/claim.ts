@@ -89,6 +89,8 @@ async function claimWith(
         requestHash: hash,
         owner: identity,
         leaseMs: limits.leaseMs,
+        // Claimed and started by this node: the insert is the one commit before the 201.
+        state: 'IN_PROGRESS',
       });
       if (!outcome.created) {
         await giveUp();
@@ -132,14 +134,6 @@ async function claimWith(
       state.scheduler.cancel(ticket);
       await settleStopped(state, run, null);
       return { status: 'claimed', run, record: (await store.get(id)) ?? record };
-    }
-    if (target.via === 'new' && record.state === 'RECEIVED') {
-      // The 201 says IN_PROGRESS (docs/http-api.md); if this write fails, the execution retries it.
-      try {
-        record = await transitionOnce(store, id, record.epoch, { to: 'IN_PROGRESS' });
-      } catch (err) {
-        state.o.logger.warn({ transferId: id, err }, 'could not mark the new transfer IN_PROGRESS yet');
-      }
     }
     schedule(state, run, ticket, record);
     return { status: 'claimed', run, record };

@@ -307,9 +307,13 @@ describe('TransferCoordinator', () => {
         throw new StoreUnavailableError('injected: the reply of a committed statement was lost');
       return result;
     });
+    // A RECEIVED record (a new submit is created IN_PROGRESS; a record an older node left RECEIVED is adopted):
+    // b takes it over on a resubmit and moves it to IN_PROGRESS itself.
+    const request = await t.abandoned('lost-reply-1');
     const { state, execute } = foreverExecutor();
     const b = t.coordinator({ store, backplane, identity: identity('b'), execute });
-    await b.submit(t.request('lost-reply-1'));
+    b.start();
+    await b.submit(request);
     await eventually(() => state.running === 1);
     state.finish();
     await eventually(async () => (await t.store.get('lost-reply-1'))?.state === 'COMPLETED');

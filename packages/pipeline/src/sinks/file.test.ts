@@ -8,8 +8,11 @@ import { runTransfer } from '../transfer.js';
 
 const RECORDS = 1_000;
 
-/** A port whose `nth` save lands and then waits for `release` (an owner frozen right after a checkpoint). */
-function pausedAfterSave(port: CheckpointPort, nth: number) {
+/**
+ * A port whose save matching `when` (the `nth` save, or the first one that holds every record) lands and then
+ * waits for `release`: an owner frozen right after a checkpoint.
+ */
+function pausedAfterSave(port: CheckpointPort, when: number | 'all-written') {
   let saves = 0;
   let release!: () => void;
   const gate = new Promise<void>((r) => {
@@ -19,7 +22,11 @@ function pausedAfterSave(port: CheckpointPort, nth: number) {
   const save = port.save.bind(port);
   port.save = async (checkpoint: unknown) => {
     await save(checkpoint);
-    if (++saves === nth) {
+    saves++;
+    const written = (checkpoint as { positions: Record<string, { written?: number }> }).positions[
+      'fenced-file.sink'
+    ]?.written;
+    if (!state.paused && (when === 'all-written' ? written === RECORDS : saves === when)) {
       state.paused = true;
       await gate;
     }
@@ -64,7 +71,7 @@ describe('file sink effects are fenced by the epoch', () => {
 
     // Epoch 1 saves its last checkpoint, then freezes before it publishes.
     const stalePort = fileCheckpointPort(checkpointFile, { epoch: 1, transferId: request.id });
-    const stale = pausedAfterSave(stalePort, 4);
+    const stale = pausedAfterSave(stalePort, 'all-written');
     const staleRun = run(stalePort).then(
       () => 'DONE',
       (err: { code?: string }) => err.code ?? String(err),
