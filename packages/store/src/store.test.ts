@@ -53,7 +53,10 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     expect(record).toMatchObject({ state: 'IN_PROGRESS', epoch: 1, ownerNodeId: 'node-a' });
     expect(await store.get(request.id)).toEqual(record);
     const other = makeRequest();
-    const refused = store.submit({ ...submitInput(other, owner('node-a')), state: 'COMPLETED' as 'IN_PROGRESS' });
+    const refused = store.submit({
+      ...submitInput(other, owner('node-a')),
+      state: 'COMPLETED' as 'IN_PROGRESS',
+    });
     expect(await codeOf(refused)).toBe('VALIDATION_FAILED');
     expect(await store.get(other.id)).toBeNull();
   });

@@ -47,9 +47,9 @@ import {
   validListInput,
   validOwner,
   validRequest,
-  validSubmitState,
   validResult,
   validState,
+  validSubmitState,
 } from './validate.js';
 
 type InsertNames =

@@ -1,6 +1,6 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import type { PipelineCheckpoint } from '@sluice/core';
 import { createTestDatabase, type TestDatabase } from '@sluice/testkit';
-import { setTimeout as delay } from 'node:timers/promises';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RecordOp } from '../ops.js';
