@@ -16,3 +16,11 @@ export {
   type QueryResult,
   type RecordOp,
 } from './types.js';
+export {
+  type ChangeEntry,
+  type ChangeHead,
+  ChangeLogReader,
+  type ChangeRetention,
+  DEFAULT_RETENTION,
+  PinnedSnapshot,
+} from './change-log.js';
