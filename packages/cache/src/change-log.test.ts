@@ -74,7 +74,12 @@ describe('change log', () => {
     const err = await cache.commit(checkpoint(2), { fence: { writer: 't1', epoch: 4 } }).catch((e) => e);
     expect(SluiceError.hasCode(err, 'STALE_EPOCH')).toBe(true);
     expect(cache.changeLog().head()).toEqual({ first: 1, last: 2 });
-    expect(cache.changeLog().read(0, 10).map((e) => e.op)).toEqual(['upsert', 'commit']);
+    expect(
+      cache
+        .changeLog()
+        .read(0, 10)
+        .map((e) => e.op),
+    ).toEqual(['upsert', 'commit']);
   });
 
   it('keepCheckpoint commits log the checkpoint the cache keeps', async () => {
@@ -132,7 +137,12 @@ describe('change log', () => {
     expect(cache.changeLog().read(0, 10)).toEqual([]);
     cache.apply([{ op: 'upsert', record: { id: 5, value: 1, category: 'a' } }]);
     await cache.commit(checkpoint(2));
-    expect(cache.changeLog().read(0, 10).map((e) => e.seq)).toEqual([3, 4]);
+    expect(
+      cache
+        .changeLog()
+        .read(0, 10)
+        .map((e) => e.seq),
+    ).toEqual([3, 4]);
   });
 
   it('a pinned snapshot keeps its records, head and log while later commits land', async () => {
