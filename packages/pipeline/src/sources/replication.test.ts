@@ -118,7 +118,7 @@ describe('PostgreSQL logical replication source (issue 16)', () => {
       expect(byName.query(parseQuery({ $filter: { name: 'n150' } })).records).toEqual([
         { id: 150, v: 0, name: 'n150' },
       ]);
-      const [{ n }] = await sql<{ n: number }>(url, 'SELECT count(*)::int AS n FROM items WHERE v = 7');
+      const n = (await sql<{ n: number }>(url, 'SELECT count(*)::int AS n FROM items WHERE v = 7'))[0]!.n;
       expect(n).toBe(68); // 25 of the first 250, less 2 updated and 5 deleted, plus the 50 new ones
       expect(byName.count({ v: 7 })).toBe(68);
     } finally {
@@ -186,11 +186,11 @@ describe('PostgreSQL logical replication source (issue 16)', () => {
     await started.pipeline.whenServing({ timeoutMs: 30_000 });
     const before = committedLsn((await served(started)).state.checkpoint, 'items.source')!;
     await sql(url, 'INSERT INTO other (x) SELECT i FROM generate_series(1, 1000) i');
-    const [{ lsn: written }] = await sql<{ lsn: string }>(url, 'SELECT pg_current_wal_lsn()::text AS lsn');
+    const written = (await sql<{ lsn: string }>(url, 'SELECT pg_current_wal_lsn()::text AS lsn'))[0]!.lsn;
     await waitFor(
       async () => {
         const confirmed = await confirmedFlush(url, SLOT);
-        return confirmed !== null && compareLsn(confirmed, written!) >= 0;
+        return confirmed !== null && compareLsn(confirmed, written) >= 0;
       },
       { timeoutMs: 15_000, what: 'the slot to pass WAL of a table the endpoint does not read' },
     );
