@@ -140,7 +140,10 @@ describe('@sluice/client against real servers (Node)', () => {
       onRetry: (error) => networkRetries.push(error.code),
     });
     await new Promise((r) => setTimeout(r, 300));
-    await using _app = await startApp(dir.path, { port, limits: { maxConcurrentTransfers: 1, queueSize: 0 } });
+    await using _app = await startApp(dir.path, {
+      port,
+      limits: { maxConcurrentTransfers: 1, queueSize: 0 },
+    });
     expect((await early).status).toBe(201);
     expect(networkRetries.length).toBeGreaterThan(0);
     expect(new Set(networkRetries)).toEqual(new Set(['NETWORK_ERROR']));
