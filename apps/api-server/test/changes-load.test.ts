@@ -52,7 +52,7 @@ describe('change feeds under load', () => {
     // Its own process, as in production: the readers here must not share the server's event loop.
     const configPath = await writeConfig(dir.path, {
       dataDir: writer.root,
-      api: { changes: { bufferBytes: 1024 * 1024, heartbeatMs: 200 } },
+      api: { changes: { bufferBytes: 2 * 1024 * 1024, heartbeatMs: 200 } },
     });
     await using api = await spawnApiServer(configPath);
     const readers = await Promise.all(
@@ -78,9 +78,9 @@ describe('change feeds under load', () => {
       },
     );
 
-    // ~24 MB of changes: far more than the socket buffers and the 1 MiB allowance of the stalled subscriber.
+    // ~24 MB of changes: far more than the socket buffers and the 2 MiB allowance of the stalled subscriber.
     const commits = 60;
-    await writer.run({ op: 'stream', commits, perCommit: 40, everyMs: 20, from: 1000, gen: 7, pad: 10_000 });
+    await writer.run({ op: 'stream', commits, perCommit: 40, everyMs: 100, from: 1000, gen: 7, pad: 10_000 });
     await waitFor(
       () => readers.every((r) => r.closed || r.events.filter((e) => e.event === 'commit').length === commits),
       {
