@@ -31,6 +31,8 @@ const PEERS = fileURLToPath(new URL('./change-peers.ts', import.meta.url));
 interface Samples {
   latencies: number[];
   startAt: number;
+  /** (commit epoch, receive instant) of every `commit` event received (Sluice only). */
+  commits?: Array<[number, number]>;
 }
 
 /** Reads an SSE response; when `samples` is given, records now − value for every event after the warm-up. */
@@ -48,8 +50,11 @@ function consume(res: IncomingMessage, samples: Samples | null): void {
     tail = text.slice(end + 2);
     const now = Date.now();
     if (now < samples.startAt) return;
-    for (const match of text.slice(0, end).matchAll(/"value":(\d+)/g))
-      samples.latencies.push(now - Number(match[1]));
+    const events = text.slice(0, end);
+    for (const match of events.matchAll(/"value":(\d+)/g)) samples.latencies.push(now - Number(match[1]));
+    if (samples.commits)
+      for (const match of events.matchAll(/event: commit\ndata: \{.*?"epoch":(\d+)\}/g))
+        samples.commits.push([Number(match[1]), now]);
   });
 }
 
@@ -103,12 +108,12 @@ function rssKiB(pid: number): number {
   return Number(match?.[1] ?? Number.NaN);
 }
 
-async function sluiceRun(n: number): Promise<Figures> {
+async function sluiceRun(n: number): Promise<Figures & { commitP50: number; commitP99: number }> {
   await using dir = await tempDir('sluice-bench-changes-');
   await using writer = await startFeedWriter(dir, { initial: [] });
   const config = await writeConfig(dir.path, { dataDir: writer.root, logLevel: 'warn' });
   await using api = await spawnApiServerQuiet(config);
-  const samples: Samples = { latencies: [], startAt: Number.POSITIVE_INFINITY };
+  const samples: Samples = { latencies: [], startAt: Number.POSITIVE_INFINITY, commits: [] };
   const subscribers = await openMany(`${api.url}/v1/endpoints/items/changes`, n, samples);
   await sleep(500);
   samples.startAt = Date.now() + WARMUP_MS;
@@ -123,7 +128,21 @@ async function sluiceRun(n: number): Promise<Figures> {
   });
   await sleep(300);
   for (const s of subscribers) s.destroy();
-  return figures(samples);
+  // Commit → delivery: the writer's instant after each commit returned (same machine clock) to each receipt.
+  const committedAt = new Map<number, number>();
+  for (const line of writer.child.lines) {
+    const match = /^COMMITTED (\d+) (\d+)/.exec(line);
+    if (match) committedAt.set(Number(match[1]), Number(match[2]));
+  }
+  const commitLatencies = (samples.commits ?? []).flatMap(([epoch, at]) => {
+    const committed = committedAt.get(epoch);
+    return committed === undefined ? [] : [at - committed];
+  });
+  return {
+    ...figures(samples),
+    commitP50: percentile(commitLatencies, 50),
+    commitP99: percentile(commitLatencies, 99),
+  };
 }
 
 /** `spawnApiServer` waits for its "listening" info line: keep info logs, the server only logs at start. */
@@ -207,16 +226,16 @@ async function main(): Promise<void> {
     const sluice = await sluiceRun(n);
     const bare = await bareRun(n);
     const nats = await natsRun(n);
-    const row = `| ${n} | ${fmt(sluice)} | ${fmt(bare)} | ${fmt(nats)} | ${(sluice.p50 / Math.max(1, bare.p50)).toFixed(2)} / ${(sluice.p99 / Math.max(1, bare.p99)).toFixed(2)} | ${sluice.events} / ${bare.events} / ${nats.events} |`;
+    const row = `| ${n} | ${sluice.commitP50} / ${sluice.commitP99} | ${fmt(sluice)} | ${fmt(bare)} | ${fmt(nats)} | ${(sluice.p50 / Math.max(1, bare.p50)).toFixed(2)} / ${(sluice.p99 / Math.max(1, bare.p99)).toFixed(2)} | ${sluice.events} / ${bare.events} / ${nats.events} |`;
     console.log(row);
     rows.push(row);
   }
   const memory = await idleMemory(1000);
   console.log('');
   console.log(
-    '| subscribers | sluice p50 / p99 ms | bare SSE (limit) p50 / p99 ms | raw NATS p50 / p99 ms | sluice ÷ bare (p50 / p99) | samples (sluice / bare / nats) |',
+    '| subscribers | sluice commit → delivery p50 / p99 ms | sluice produce → delivery p50 / p99 ms | bare SSE (limit) p50 / p99 ms | raw NATS p50 / p99 ms | sluice ÷ bare (p50 / p99) | samples (sluice / bare / nats) |',
   );
-  console.log('|---|---|---|---|---|---|');
+  console.log('|---|---|---|---|---|---|---|');
   for (const row of rows) console.log(row);
   console.log('');
   console.log(
