@@ -43,7 +43,10 @@ describe('change feeds under load', () => {
     expect(converged).toBe(1000);
     const metrics = await (await fetch(`${api.url}/metrics`)).text();
     expect(metrics).toMatch(/^sluice_api_change_subscribers 1000$/m);
-    for (const subscriber of subscribers) subscriber.kill();
+    // Graceful shutdown with 1 000 feeds open: every stream is ended and the process exits 0.
+    const exit = await api.child.stop('SIGTERM', 15_000);
+    expect(exit).toEqual({ code: 0, signal: null });
+    await waitFor(() => subscribers.every((s) => s.closed), { what: 'every feed ended by the shutdown' });
   }, 180_000);
 
   it('a subscriber that stops reading is cut off once its buffer fills; the others get every event and heartbeats', async () => {

@@ -1,4 +1,5 @@
 import { createHmac } from 'node:crypto';
+import { waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { del, range, startFeedApi, startFeedWriter, tempDir, upsert } from './feed-harness.js';
 import { item } from './fixtures/data.js';
@@ -240,5 +241,22 @@ describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
       (e) => e,
     );
     expect(forbidden.status).toBe(403);
+  });
+
+  it('refuses subscribers past api.changes.maxSubscribers with 429 QUEUE_FULL', async () => {
+    await using dir = await tempDir();
+    await using writer = await startFeedWriter(dir);
+    await using api = await startFeedApi(writer.root, { api: { changes: { maxSubscribers: 2 } } });
+    const open = [await SseConnection.open(feedUrl(api.url)), await SseConnection.open(feedUrl(api.url))];
+    const third = await SseConnection.open(feedUrl(api.url)).catch((e) => e);
+    expect(third.status).toBe(429);
+    expect(JSON.parse(third.body)).toMatchObject({ code: 'QUEUE_FULL' });
+    open[0]!.kill();
+    const again = await waitFor(() => SseConnection.open(feedUrl(api.url)).catch(() => null), {
+      what: 'a free subscriber slot',
+    });
+    await again.waitForEvent((e) => e.event === 'live');
+    again.kill();
+    open[1]!.kill();
   });
 });
