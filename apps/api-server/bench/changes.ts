@@ -4,14 +4,15 @@
  * clients (the limit of SSE fan-out from one Node process here) and (b) raw NATS fan-out (a publisher process,
  * nats-server, one connection per subscriber). Then the memory of an idle subscriber (api-server RSS delta).
  *
- *   pnpm --filter @sluice/api-server bench changes     (DURATION=6 SUBSCRIBERS=1,100,1000 SAMPLED=50 to change)
+ *   pnpm --filter @sluice/api-server bench changes     (DURATION=6 SUBSCRIBERS=1,100,1000 SAMPLED=50 to change;
+ *                                                       CPU_PROF=<dir> profiles the api-server of the Sluice runs)
  *
  * Every server is its own process; the subscribers live in this one (all of them read every byte; the first
  * SAMPLED of them also parse each event's `value`, the instant it was produced, to measure latency). Sluice's
  * writer is a separate process committing 10 upserts every 20 ms; the peers produce the same.
  */
 
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { type IncomingMessage, request } from 'node:http';
 import { fileURLToPath } from 'node:url';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
@@ -148,9 +149,10 @@ async function sluiceRun(n: number): Promise<Figures & { commitP50: number; comm
 /** `spawnApiServer` waits for its "listening" info line: keep info logs, the server only logs at start. */
 async function spawnApiServerQuiet(configPath: string) {
   const text = readFileSync(configPath, 'utf8').replace(/logLevel: warn\n?/, '');
-  const { writeFileSync } = await import('node:fs');
   writeFileSync(configPath, text);
-  return spawnApiServer(configPath);
+  // CPU_PROF=<dir>: the api-server of the Sluice runs writes a V8 CPU profile there (scripts/profile-shares.mjs).
+  const profile = process.env.CPU_PROF;
+  return spawnApiServer(configPath, {}, profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : []);
 }
 
 async function bareRun(n: number): Promise<Figures> {
