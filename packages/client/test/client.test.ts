@@ -50,6 +50,12 @@ describe('@sluice/client against real servers (Node)', () => {
       .count()
       .catch((e: unknown) => e);
     expect(unknown).toMatchObject({ code: 'UNKNOWN_ENDPOINT', status: 404 });
+    // A refusal that retrying cannot fix ends the feed with the server's code.
+    const refused = await (async () => {
+      for await (const _ of items.changes({ after: 'not-a-token' })) return null;
+      return null;
+    })().catch((e: unknown) => e);
+    expect(refused).toMatchObject({ code: 'VALIDATION_FAILED', status: 400 });
     const down = await createClient({ queryUrl: `http://127.0.0.1:${await freePort()}` })
       .endpoint('items')
       .count()

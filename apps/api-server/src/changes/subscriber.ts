@@ -116,8 +116,16 @@ export class FeedSubscriber implements LiveSubscriber {
       this.nextSeq = position.seq + 1;
       return this.attach();
     }
-    // A generation the alias has left (or one this process has not switched to yet): follow it from the token,
-    // then switch, while it still exists.
+    // Another api-server may have served the token from a generation this process has not switched to yet:
+    // catch up with the alias table first.
+    await this.ctx.registry.reconcile();
+    this.checkOpen();
+    if (this.ctx.registry.current(this.ctx.alias)?.name === position.generation) {
+      current.release();
+      this.on = this.ctx.current();
+      return this.resume(position);
+    }
+    // A generation the alias has left: follow it from the token, then switch, while it still exists.
     let old: ServedCache;
     try {
       old = await this.ctx.registry.openGeneration(position.generation);
