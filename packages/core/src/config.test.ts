@@ -54,7 +54,7 @@ describe('resolveConfig: defaults', () => {
       port: 8080,
       reconcileMs: 5000,
       freshnessWaitMs: 2000,
-      changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 10, maxSubscribers: 10_000 },
+      changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 5, maxSubscribers: 10_000 },
     },
     control: {},
     limits: {
@@ -113,7 +113,7 @@ describe('resolveConfig: defaults', () => {
       port: 9000,
       reconcileMs: 5000,
       freshnessWaitMs: 2000,
-      changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 10, maxSubscribers: 10_000 },
+      changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 5, maxSubscribers: 10_000 },
     });
   });
 
