@@ -501,7 +501,7 @@ export async function buildApp(options: BuildAppOptions) {
         stampState(reply, page.state);
         return reply
           .type(JSON_CONTENT_TYPE)
-          .send(pageBody(page.records, wrapCursor(generation, page.next)) as never);
+          .send(pageBody(page.json, wrapCursor(generation, page.next)) as never);
       } finally {
         lease.release();
       }
