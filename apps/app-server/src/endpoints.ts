@@ -22,9 +22,18 @@ export interface EndpointPipelineHandle {
     buildingCache: string | null;
     checkpoint: PipelineCheckpoint | null;
     progress: PipelineProgress;
+    replication?: ReplicationStatus | null;
   };
   rebuild(): Promise<void>;
   stop(): Promise<void>;
+}
+
+/** A logical replication source's slot, committed LSN and lag (bytes of WAL, seconds). */
+export interface ReplicationStatus {
+  slot: string;
+  committedLsn: string | null;
+  lagBytes: number | null;
+  lagSeconds: number | null;
 }
 
 /** One endpoint as `GET /v1/endpoints` reports it. */
@@ -40,6 +49,8 @@ export interface EndpointStatus {
   rate: number;
   decision: { decision: string; reason: string } | null;
   error: { code: string; message: string } | null;
+  /** Set for endpoints fed by PostgreSQL logical replication. */
+  replication: ReplicationStatus | null;
 }
 
 /**
@@ -114,6 +125,7 @@ export class EndpointManager {
           rate: 0,
           decision: null,
           error: this.#failures.get(endpoint.name) ?? null,
+          replication: null,
         });
         continue;
       }
@@ -131,6 +143,7 @@ export class EndpointManager {
         rate: status.progress.rate,
         decision: pipeline.decision,
         error: null,
+        replication: status.replication ?? null,
       });
     }
     return out;
@@ -139,13 +152,16 @@ export class EndpointManager {
   /** Samples for the metrics endpoint (synchronous: read from the pipelines' progress). */
   samples(): PipelineSample[] {
     return [...this.#pipelines.entries()].map(([endpoint, pipeline]) => {
-      const progress = pipeline.status().progress;
+      const status = pipeline.status();
+      const progress = status.progress;
       return {
         endpoint,
         recordsRead: progress.recordsRead,
         recordsWritten: progress.recordsWritten,
         rate: progress.rate,
         lag: progress.lag,
+        replicationLagBytes: status.replication?.lagBytes ?? null,
+        replicationLagSeconds: status.replication?.lagSeconds ?? null,
       };
     });
   }

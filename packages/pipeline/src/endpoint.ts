@@ -26,6 +26,7 @@ import { ProgressTracker } from './progress.js';
 import { runPipeline } from './run.js';
 import { inferCsvFields, inferFields } from './schema.js';
 import { createCacheSink } from './sinks/cache.js';
+import { isReplicationSource } from './sources/replication/source.js';
 import type { PipelineProcessor, PipelineSink, SourceBranch } from './types.js';
 
 export interface EndpointContext {
@@ -67,6 +68,16 @@ export interface EndpointStatus {
   progress: PipelineProgress;
   /** The last failure of the pipeline, when it is waiting to retry. */
   error: { code: string; message: string } | null;
+  /**
+   * For a source read by logical replication: its slot, the LSN the cache committed, and how far that is behind
+   * what the server has sent (bytes of WAL, seconds since the oldest change not yet committed). Else null.
+   */
+  replication: {
+    slot: string;
+    committedLsn: string | null;
+    lagBytes: number | null;
+    lagSeconds: number | null;
+  } | null;
 }
 
 export interface EndpointPipeline extends AsyncDisposable {
@@ -435,6 +446,17 @@ export async function startEndpointPipeline(
   };
 
   const servingCache = () => caches.resolveAlias(name)?.cache ?? null;
+  const replicationStatus = (): EndpointStatus['replication'] => {
+    const source = branch?.source;
+    if (!source || !isReplicationSource(source)) return null;
+    const lag = source.replicationLag();
+    return {
+      slot: source.slot,
+      committedLsn: source.committedLsn(),
+      lagBytes: lag?.bytes ?? null,
+      lagSeconds: lag?.seconds ?? null,
+    };
+  };
 
   return {
     get decision() {
@@ -450,6 +472,7 @@ export async function startEndpointPipeline(
         checkpoint: lastCheckpoint,
         progress: progress.snapshot(),
         error: lastError,
+        replication: replicationStatus(),
       };
     },
     async rebuild() {
