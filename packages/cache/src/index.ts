@@ -4,6 +4,7 @@ export { RwCache } from './rw-cache.js';
 export { CacheSchemaSchema, parseCacheSchema, schemaHash } from './schema.js';
 export {
   type AliasEntry,
+  type AliasSwitch,
   type ApplyOptions,
   type CacheInfo,
   type CacheManagerOptions,
@@ -12,7 +13,9 @@ export {
   type CommitOptions,
   type CommitState,
   type ConflictPolicy,
+  type GenerationNotes,
   type QueryPlan,
   type QueryResult,
   type RecordOp,
+  type SwitchCause,
 } from './types.js';

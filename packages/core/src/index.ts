@@ -45,6 +45,9 @@ export {
   type SluiceConfig,
   type SluiceConfigInput,
   SluiceConfigSchema,
+  type SwitchConfig,
+  SwitchConfigSchema,
+  SwitchMode,
 } from './config.js';
 export {
   DEFAULT_CONFIG_FILE,
@@ -62,6 +65,7 @@ export {
   CacheClosedError,
   CacheConflictError,
   CacheNotFoundError,
+  CannotResumeError,
   ConfigError,
   CursorExpiredError,
   DiskFullError,
@@ -75,6 +79,8 @@ export {
   LeaseHeldError,
   MalformedJsonError,
   NotFoundError,
+  NothingToPromoteError,
+  NothingToRollBackError,
   PathNotAllowedError,
   PayloadTooLargeError,
   QueueFullError,
@@ -105,6 +111,8 @@ export {
   type SluiceEventType,
   type SnapshottingDone,
   SnapshottingDoneSchema,
+  SwitchCause,
+  SwitchCauseSchema,
   snapshottingDone,
 } from './events.js';
 export {
