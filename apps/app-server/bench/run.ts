@@ -7,7 +7,8 @@
  *  2. takeover time after SIGKILL of the owner: asking NATS on a resubmit vs waiting for the lease (sweeper).
  * Every server is its own process; autocannon runs in this one.
  *
- *   pnpm --filter @sluice/app-server bench        (DURATION=5 CONNECTIONS=16 ROUNDS=3 to change)
+ *   pnpm --filter @sluice/app-server bench        (DURATION=5 CONNECTIONS=16 ROUNDS=3 to change;
+ *   ONLY=postgres to run one part; CPU_PROF=<dir> to profile the PostgreSQL node)
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -27,6 +28,9 @@ const DURATION = Number(process.env.DURATION ?? 5);
 const CONNECTIONS = Number(process.env.CONNECTIONS ?? 16);
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const BARE = new URL('./bare-server.ts', import.meta.url).pathname;
+const PG_PEER = new URL('./pg-peer-server.ts', import.meta.url).pathname;
+/** `ONLY=postgres` (or `sqlite`, `takeover`, comma-separated) runs only those parts. */
+const ONLY = new Set((process.env.ONLY ?? 'sqlite,postgres,takeover').split(','));
 
 interface Figures {
   label: string;
@@ -39,6 +43,8 @@ interface Figures {
 }
 
 const rows: Figures[] = [];
+/** Sluice against the route a user would write instead (fastify + pg), measured back to back. */
+const peerRows: { label: string; sluice: Figures; peer: Figures }[] = [];
 
 async function load(label: string, url: string, body: (seq: number) => object): Promise<Figures> {
   let seq = 0;
@@ -114,8 +120,8 @@ async function main() {
     );
   };
 
-  console.error('embedded (SQLite, single-node backplane)…');
-  {
+  if (ONLY.has('sqlite')) {
+    console.error('embedded (SQLite, single-node backplane)…');
     await using node = await startNodeProcess({
       nodeId: 'bench',
       dir: join(dir.path, 'embedded'),
@@ -129,8 +135,8 @@ async function main() {
 
   await using db = await createTestDatabase('sluice_app_bench');
   await using nats = await startNatsServer();
-  console.error('cluster node (PostgreSQL + NATS)…');
-  {
+  if (ONLY.has('postgres')) {
+    console.error('cluster node (PostgreSQL + NATS)…');
     await using node = await startNodeProcess({
       nodeId: 'pg1',
       dir: join(dir.path, 'pg1'),
@@ -139,10 +145,38 @@ async function main() {
       roots: [files],
       limits,
       logLevel: 'warn',
+      // CPU_PROF=<dir> writes the node's CPU profile there (node --cpu-prof) when it stops.
+      nodeArgs: process.env.CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.CPU_PROF}`] : [],
     });
     await runSubmits('postgres', node);
+    const peerPort = await freePort();
+    await using peer = spawnTs(PG_PEER, [String(peerPort), db.url]);
+    await peer.waitForLine(/pg peer ready/);
+    for (let round = 0; round < ROUNDS; round++) {
+      const peerFigures = await load(
+        `fastify + pg INSERT … ON CONFLICT (round ${round + 1})`,
+        `http://127.0.0.1:${peerPort}/transfers`,
+        (i) => transfer(`peer-${round}-${i}`),
+      );
+      const sluice = await load(
+        `postgres: idempotent, new ids (round ${round + 1})`,
+        `${node.url}/v1/transfers`,
+        (i) => transfer(`postgres-vs-peer-${round}-${i}`),
+      );
+      rows.splice(rows.length - 2, 2);
+      peerRows.push({ label: `round ${round + 1}`, sluice, peer: peerFigures });
+      await waitFor(
+        async () =>
+          (await call(`${node.url}/v1/transfers?state=IN_PROGRESS&limit=1`)).body.records.length === 0,
+        { timeoutMs: 300_000, intervalMs: 250, what: 'the accepted transfers to finish' },
+      );
+    }
+    // A graceful stop, so that node writes its CPU profile (dispose would SIGKILL it).
+    if (process.env.CPU_PROF) await node.child.stop('SIGTERM');
   }
 
+  printSubmits();
+  if (!ONLY.has('takeover')) return;
   console.error('takeover after SIGKILL…');
   const big = await writeRecords(join(files, 'big.jsonl'), 20_000);
   const spec = (nodeId: string) => ({
@@ -187,13 +221,6 @@ async function main() {
   }
 
   const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] ?? 0;
-  console.log(`\n### app-server submits (autocannon, ${CONNECTIONS} connections, ${DURATION} s each)\n`);
-  console.log('| workload | req/s | p50 ms | p99 ms | non-2xx | bare fastify just before (req/s) | ratio |');
-  console.log('|---|---:|---:|---:|---:|---:|---:|');
-  for (const row of rows)
-    console.log(
-      `| ${row.label} | ${row.rps} | ${row.p50} | ${row.p99} | ${row.non2xx} | ${row.peer ?? '-'} | ${row.peer ? (row.rps / row.peer).toFixed(3) : '-'} |`,
-    );
   console.log(
     `\n### takeover after SIGKILL of the owner (${ROUNDS} rounds each, lease 2000 ms, sweep 250 ms)\n`,
   );
@@ -206,6 +233,26 @@ async function main() {
     `| nobody resubmits: lease expiry + sweeper | ${median(viaLease).toFixed(0)} | ${viaLease.map((v) => v.toFixed(0)).join(', ')} |`,
   );
   console.log(`\nratio lease-only / NATS: ${(median(viaLease) / Math.max(1, median(viaNats))).toFixed(1)}×`);
+}
+
+function printSubmits() {
+  console.log(`\n### app-server submits (autocannon, ${CONNECTIONS} connections, ${DURATION} s each)\n`);
+  console.log('| workload | req/s | p50 ms | p99 ms | non-2xx | bare fastify just before (req/s) | ratio |');
+  console.log('|---|---:|---:|---:|---:|---:|---:|');
+  for (const row of rows)
+    console.log(
+      `| ${row.label} | ${row.rps} | ${row.p50} | ${row.p99} | ${row.non2xx} | ${row.peer ?? '-'} | ${row.peer ? (row.rps / row.peer).toFixed(3) : '-'} |`,
+    );
+  if (peerRows.length === 0) return;
+  console.log(
+    '\n### idempotent new-id submits on PostgreSQL vs the route a user would write (fastify + pg `INSERT … ON CONFLICT`, no transfer run)\n',
+  );
+  console.log('| round | Sluice req/s | p50 ms | peer req/s | peer p50 ms | ratio |');
+  console.log('|---|---:|---:|---:|---:|---:|');
+  for (const { label, sluice, peer } of peerRows)
+    console.log(
+      `| ${label} | ${sluice.rps} | ${sluice.p50} | ${peer.rps} | ${peer.p50} | ${(sluice.rps / peer.rps).toFixed(3)} |`,
+    );
 }
 
 await main().catch((err: unknown) => {

@@ -47,6 +47,7 @@ export async function openServingPlane(
   const caches = await openCacheManager(resolve(context.cwd, config.dataDir), {
     gcGraceMs: config.cache.gcGraceMs,
     scanCap: config.cache.scanCap,
+    changes: config.cache.changes,
     logger: context.logger,
   });
   const events = withHost(context.events, config.node.id);

@@ -19,6 +19,8 @@ export interface NodeSpec {
   limits?: Record<string, number>;
   logLevel?: string;
   env?: Record<string, string>;
+  /** Options for `node` itself (a benchmark passes `--cpu-prof`). */
+  nodeArgs?: string[];
 }
 
 /** A running app-server process. */
@@ -62,7 +64,11 @@ export async function startNodeProcess(spec: NodeSpec): Promise<NodeProcess> {
     spec.extraYaml ?? '',
   ];
   await writeFile(configFile, lines.filter((l) => l !== '').join('\n'));
-  const child = spawnTs(BIN, ['--config', configFile], { cwd: spec.dir, env: spec.env ?? {} });
+  const child = spawnTs(BIN, ['--config', configFile], {
+    cwd: spec.dir,
+    env: spec.env ?? {},
+    nodeArgs: spec.nodeArgs ?? [],
+  });
   try {
     if ((spec.logLevel ?? 'info') === 'info') await child.waitForLine(/app-server ready/, 60_000);
     else

@@ -1,3 +1,11 @@
+export {
+  type ChangeEntry,
+  type ChangeHead,
+  ChangeLogReader,
+  type ChangeRetention,
+  DEFAULT_RETENTION,
+  PinnedSnapshot,
+} from './change-log.js';
 export { CacheManager, openCacheManager } from './manager.js';
 export { RoCache } from './ro-cache.js';
 export { RwCache } from './rw-cache.js';

@@ -11,6 +11,7 @@ import {
 } from '@sluice/core';
 import { AliasTable, type CacheMeta } from './alias-table.js';
 import { type CacheDbs, cacheDbs, EMPTY_COMMIT, type StoredSchema } from './cache-dbs.js';
+import { DEFAULT_RETENTION } from './change-log.js';
 import { translateWriteError } from './errors.js';
 import { acquireEnv, isEnvOpen, otherReaderPids, releaseEnv } from './lmdb-env.js';
 import { newCacheName } from './names.js';
@@ -66,6 +67,7 @@ export class CacheManager implements AsyncDisposable {
       scanCap: options.scanCap ?? DEFAULTS.scanCap,
       maxLimit,
       defaultLimit: Math.min(options.defaultLimit ?? DEFAULTS.defaultLimit, maxLimit),
+      changes: { ...DEFAULT_RETENTION, ...options.changes },
     };
   }
 

@@ -1,5 +1,6 @@
 import { CacheClosedError, type Filter, InvalidQueryError, type Query } from '@sluice/core';
 import { type CacheDbs, dataKey, EMPTY_COMMIT } from './cache-dbs.js';
+import { ChangeLogReader, type ChangeRetention } from './change-log.js';
 import { writeNumberComponent } from './key-codec.js';
 import { releaseEnv } from './lmdb-env.js';
 import { checkFilter, checkQuery } from './query-check.js';
@@ -12,6 +13,8 @@ export interface ReadSettings {
   scanCap: number;
   defaultLimit: number;
   maxLimit: number;
+  /** Change-log retention applied by commits of writable handles. */
+  changes: ChangeRetention;
 }
 
 /** Everything a handle needs; built by the manager. */
@@ -137,6 +140,25 @@ export class RoCache implements AsyncDisposable {
       transaction.done();
     }
   }
+
+  /**
+   * This generation's change log (head, entries after a sequence, pinned snapshots). Reads see the latest
+   * commit, another process's included.
+   *
+   * @example
+   * ```ts
+   * const log = cache.changeLog();
+   * const { last } = log.head();
+   * for (const change of log.read(last - 10, 100)) console.log(change.seq, change.op);
+   * ```
+   */
+  changeLog(): ChangeLogReader {
+    this.assertOpen();
+    this.changeReader ??= new ChangeLogReader(this.dbs);
+    return this.changeReader;
+  }
+
+  private changeReader: ChangeLogReader | undefined;
 
   /** Closes the handle (the environment closes when its last handle does). */
   async close(): Promise<void> {

@@ -9,14 +9,17 @@ import {
 } from '@sluice/core';
 import { z } from 'zod';
 import { dataKey, indexKey } from './cache-dbs.js';
+import { appendChanges, clearChanges, ensureChangeLog } from './change-log.js';
 import { translateWriteError } from './errors.js';
-import { RoCache } from './ro-cache.js';
+import { type CacheHandleInit, RoCache } from './ro-cache.js';
 import { checkRecord, keyOf, keyProblem } from './schema.js';
 import type { ApplyOptions, CommitOptions, CommitState, RecordOp } from './types.js';
 
 /** A staged change of one primary key: the new record, or null for a delete. */
 interface Staged {
   key: Buffer;
+  /** Primary-key values (for the change log). */
+  pk: unknown[];
   record: Record<string, unknown> | null;
 }
 
@@ -42,6 +45,11 @@ export class RwCache extends RoCache {
   /** Batches taken by `commit` calls that have not landed yet, oldest first (visible to conflict checks). */
   private committing: Array<Map<string, Staged>> = [];
   private writing: Promise<unknown> = Promise.resolve();
+
+  constructor(init: CacheHandleInit) {
+    super(init);
+    ensureChangeLog(this.dbs);
+  }
 
   /** Number of primary keys with staged, uncommitted changes. */
   get pendingCount(): number {
@@ -84,7 +92,7 @@ export class RwCache extends RoCache {
             });
           return;
         }
-        batch.set(id, { key, record: null });
+        batch.set(id, { key, pk: [...op.key], record: null });
         return;
       }
       if (op.op !== 'insert' && op.op !== 'update' && op.op !== 'upsert')
@@ -111,7 +119,7 @@ export class RwCache extends RoCache {
           return;
         }
       }
-      batch.set(id, { key, record });
+      batch.set(id, { key, pk, record });
     });
     for (const [id, change] of batch) this.staged.set(id, change);
   }
@@ -146,10 +154,12 @@ export class RwCache extends RoCache {
           }
           let count = state.recordCount;
           for (const change of batch.values()) count += this.writeChange(change);
+          const checkpointOut = options.keepCheckpoint === true ? state.checkpoint : parsed;
+          appendChanges(this.dbs, batch.values(), checkpointOut, this.settings.changes);
           return {
             ...state,
             ...(fences !== undefined ? { fences } : {}),
-            checkpoint: options.keepCheckpoint === true ? state.checkpoint : parsed,
+            checkpoint: checkpointOut,
             committedAt: new Date().toISOString(),
             recordCount: count,
           };
@@ -196,6 +206,7 @@ export class RwCache extends RoCache {
       this.write(() => {
         this.dbs.data.clearSync();
         for (const index of this.dbs.indexes) index.db.clearSync();
+        clearChanges(this.dbs);
         return {
           checkpoint: null,
           committedAt: new Date().toISOString(),

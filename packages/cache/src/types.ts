@@ -1,4 +1,5 @@
 import type { FieldType, Logger, PipelineCheckpoint } from '@sluice/core';
+import type { ChangeRetention } from './change-log.js';
 
 /**
  * The shape of a cache: typed fields, a primary key of one or more fields, and secondary indexes (each a list
@@ -134,6 +135,8 @@ export interface CacheManagerOptions {
   /** Open for reading only (api-server): writes are refused and caches are opened read-only. */
   readOnly?: boolean;
   logger?: Logger;
+  /** How much of each generation's change log commits keep (`cache.changes`; default 100 000 entries, 24 h). */
+  changes?: Partial<ChangeRetention>;
 }
 
 /** An alias table entry. */

@@ -49,7 +49,12 @@ describe('resolveConfig: defaults', () => {
     dataDir: './.sluice',
     files: { roots: [] },
     connections: {},
-    api: { host: '127.0.0.1', port: 8080, reconcileMs: 5000 },
+    api: {
+      host: '127.0.0.1',
+      port: 8080,
+      reconcileMs: 5000,
+      changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 10, maxSubscribers: 10_000 },
+    },
     control: {},
     limits: {
       bodyBytes: 1_048_576,
@@ -68,7 +73,11 @@ describe('resolveConfig: defaults', () => {
       depthMax: 8,
       retentionDays: 30,
     },
-    cache: { gcGraceMs: 60_000, scanCap: 100_000 },
+    cache: {
+      gcGraceMs: 60_000,
+      scanCap: 100_000,
+      changes: { retainRecords: 100_000, retainMs: 86_400_000 },
+    },
     pipeline: { commitEveryRecords: 10_000, commitEveryMs: 1_000 },
     endpoints: [],
     logLevel: 'info',
@@ -98,7 +107,12 @@ describe('resolveConfig: defaults', () => {
     });
     expect(config.limits.leaseMs).toBe(1000);
     expect(config.limits.heartbeatMs).toBe(5000);
-    expect(config.api).toEqual({ host: '127.0.0.1', port: 9000, reconcileMs: 5000 });
+    expect(config.api).toEqual({
+      host: '127.0.0.1',
+      port: 9000,
+      reconcileMs: 5000,
+      changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 10, maxSubscribers: 10_000 },
+    });
   });
 
   it('never returns shared default objects', () => {

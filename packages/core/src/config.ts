@@ -194,6 +194,24 @@ export const SluiceConfigSchema = z
         auth: JwtAuthSchema.optional(),
         cors: z.strictObject({ origins: z.union([z.literal(true), z.array(z.string())]) }).optional(),
         reconcileMs: z.number().int().min(100).max(600_000).default(5_000),
+        /** Change feeds (`GET /v1/endpoints/:name/changes`). */
+        changes: z
+          .strictObject({
+            /** A comment line is sent this often on an idle feed (keeps proxies and clients from timing out). */
+            heartbeatMs: z.number().int().min(100).max(600_000).default(15_000),
+            /** Bytes a subscriber may leave unread before it is disconnected (it resumes by token). */
+            bufferBytes: z
+              .number()
+              .int()
+              .min(16 * 1024)
+              .max(256 * 1024 * 1024)
+              .default(4 * 1024 * 1024),
+            /** How often each followed generation's log head is checked for another process's commits. */
+            pollMs: z.number().int().min(1).max(10_000).default(10),
+            /** Most concurrent subscribers per api-server (more → 503). */
+            maxSubscribers: z.number().int().min(1).max(1_000_000).default(10_000),
+          })
+          .prefault({}),
       })
       .prefault({}),
     control: z.strictObject({ auth: ControlAuthSchema.optional() }).prefault({}),
@@ -207,6 +225,20 @@ export const SluiceConfigSchema = z
           .max(7 * 24 * 3_600_000)
           .default(60_000),
         scanCap: z.number().int().min(1).max(100_000_000).default(100_000),
+        /** Each generation's change log (what change feeds resume from), trimmed at every commit. */
+        changes: z
+          .strictObject({
+            /** Most log entries kept per generation (the newest transaction is always kept whole). */
+            retainRecords: z.number().int().min(1).max(1_000_000_000).default(100_000),
+            /** Transactions older than this are dropped (0 = no age limit). */
+            retainMs: z
+              .number()
+              .int()
+              .min(0)
+              .max(365 * 24 * 3_600_000)
+              .default(24 * 3_600_000),
+          })
+          .prefault({}),
       })
       .prefault({}),
     pipeline: z

@@ -54,6 +54,30 @@ describe('leases on the store clock (PostgreSQL)', () => {
   });
 });
 
+describe('timestamps on the store clock (PostgreSQL)', () => {
+  it('a node whose clock is an hour behind writes created/updated times a purge on a correct clock keeps', async () => {
+    await using fx = await storeFixture('postgres');
+    const behind = await fx.open({ clock: skewedClock(-3_600_000) });
+    const correct = await fx.open({ clock: skewedClock(0) });
+    const me = owner('node-late');
+    const { record } = await behind.submit(submitInput(makeRequest(), me));
+    await behind.transition(record.id, 1, { to: 'IN_PROGRESS' });
+    const done = await behind.transition(record.id, 1, {
+      to: 'COMPLETED',
+      result: { recordsRead: 1, recordsWritten: 1, badRecords: 0 },
+    });
+    for (const at of [record.createdAt, done.updatedAt])
+      expect(Math.abs(at.getTime() - Date.now())).toBeLessThan(5_000);
+    // Retention of 30 minutes, on a correct clock: the record finished just now must stay.
+    expect(await correct.purge(new Date(Date.now() - 1_800_000))).toBe(0);
+    expect(await correct.get(record.id)).toMatchObject({ state: 'COMPLETED' });
+    await behind.registerNode(me);
+    const [node] = await correct.listNodes();
+    expect(Math.abs(node!.lastSeenAt.getTime() - Date.now())).toBeLessThan(5_000);
+    expect(Math.abs(node!.startedAt.getTime() - Date.now())).toBeLessThan(5_000);
+  });
+});
+
 describe.each(DIALECTS)('conditional owner changes on %s', (dialect) => {
   it('takeOver({ requireExpiredLease }) waits for the lease; terminateAbandoned is one statement', async () => {
     await using fx = await storeFixture(dialect);

@@ -5,7 +5,9 @@ import { param } from './prepared.js';
 /**
  * Lease arithmetic inside the statements, on the **store's** clock (issue 13, defect 6): leases are written and
  * compared with PostgreSQL's `clock_timestamp()`, never with a node's wall clock, so a node whose clock is ahead
- * cannot steal healthy leases and one whose clock is behind cannot write leases that look expired. SQLite is one
+ * cannot steal healthy leases and one whose clock is behind cannot write leases that look expired. The records'
+ * `created_at`/`updated_at` and the nodes' `started_at`/`last_seen_at` use the same clock, so `list` orders
+ * and `purge` ages records by one clock whatever node wrote them. SQLite is one
  * host's embedded store: its clock is that host's, bound per call as the `now` parameter (tests inject a Clock).
  *
  * Every prepared statement that uses these binds `now` (epoch ms, the node's clock; ignored by PostgreSQL's

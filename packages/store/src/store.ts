@@ -98,8 +98,8 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
     error: null,
     result: null,
     checkpoint: null,
-    created_at: param<number>('now'),
-    updated_at: param<number>('now'),
+    created_at: clock.now,
+    updated_at: clock.now,
   };
   // SQLite: in-process and cheap to read, so look first and insert only when absent.
   const insert = prepareQuery<InsertNames, never>(
@@ -135,7 +135,7 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
     owner_node_id: param<string>('nodeId'),
     owner_address: param<string>('address'),
     owner_instance: param<string>('instance'),
-    updated_at: param<number>('now'),
+    updated_at: clock.now,
   };
   /** An owner change from `epoch` of an active record; with `requireExpiredLease`, only once its lease expired. */
   const ownerChange = (requireExpiredLease: boolean) =>
@@ -190,7 +190,7 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
             state: to,
             error: param<string | null>('error'),
             result: param<string | null>('result'),
-            updated_at: param<number>('now'),
+            updated_at: clock.now,
             // A final record holds no lease: nobody may recover or heartbeat it.
             ...(isTerminal(to) ? { lease_expires_at: null } : {}),
           })
@@ -204,7 +204,7 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
   const saveCheckpoint = prepareQuery<'id' | 'epoch' | 'checkpoint' | 'now', never>(
     db
       .updateTable('transfers')
-      .set({ checkpoint: param<string>('checkpoint'), updated_at: param<number>('now') })
+      .set({ checkpoint: param<string>('checkpoint'), updated_at: clock.now })
       .where('id', '=', param<string>('id'))
       .where('epoch', '=', param<number>('epoch'))
       .where('state', 'in', ACTIVE),
@@ -214,7 +214,7 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
       .updateTable('transfers')
       .set({
         checkpoint: param<string>('checkpoint'),
-        updated_at: param<number>('now'),
+        updated_at: clock.now,
         lease_expires_at: clock.leaseUntil,
       })
       .where('id', '=', param<string>('id'))
@@ -233,7 +233,7 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
   const release = prepareQuery<'id' | 'epoch' | 'now', never>(
     db
       .updateTable('transfers')
-      .set({ lease_expires_at: clock.now, updated_at: param<number>('now') })
+      .set({ lease_expires_at: clock.now, updated_at: clock.now })
       .where('id', '=', param<string>('id'))
       .where('epoch', '=', param<number>('epoch'))
       .where('state', 'in', ACTIVE),
@@ -243,7 +243,7 @@ function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
     owner_address: param<string>('address'),
     owner_instance: param<string>('instance'),
     lease_expires_at: clock.leaseUntil,
-    updated_at: param<number>('now'),
+    updated_at: clock.now,
   };
   type RecoverNames = 'nodeId' | 'address' | 'instance' | 'leaseMs' | 'now' | 'limit';
   const recover =
@@ -668,8 +668,8 @@ export class SqlDataPlaneStore implements DataPlaneStore {
         node_id: identity.nodeId,
         address: identity.address,
         instance_id: identity.instanceId,
-        started_at: startedAt,
-        last_seen_at: now,
+        started_at: node.startedAt === undefined ? this.#clockSql.nowFor(now) : startedAt,
+        last_seen_at: this.#clockSql.nowFor(now),
       };
       await this.#db
         .insertInto('nodes')
@@ -691,7 +691,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
       const id = parseOrThrow(NameSchema, nodeId, 'Invalid node id');
       const result = await this.#db
         .updateTable('nodes')
-        .set({ last_seen_at: this.#now() })
+        .set({ last_seen_at: this.#clockSql.nowFor(this.#now()) })
         .where('node_id', '=', id)
         .executeTakeFirst();
       if (result.numUpdatedRows === 0n) throw new NotFoundError(`Node "${id}" is not registered`);

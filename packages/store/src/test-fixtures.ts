@@ -44,13 +44,18 @@ export interface StoreFixture extends AsyncDisposable {
   /**
    * Lets `ms` pass for leases. SQLite judges leases by the injected clock, so that clock moves; PostgreSQL judges
    * them by its own clock (store-clock.ts), so the leases stored move back by `ms` instead — the same thing for
-   * every comparison a statement makes. The manual clock moves on both (timestamps such as `updatedAt`).
+   * every comparison a statement makes. The manual clock moves on both; timestamps PostgreSQL writes
+   * (`createdAt`, `updatedAt`) stay on its real clock (compare them with `storeNow`).
    */
   advance(ms: number): Promise<void>;
   /** How long `record`'s lease has left by the store's clock (exact on SQLite, to the millisecond on PostgreSQL). */
   leaseLeft(record: { leaseExpiresAt: Date | null } | null | undefined): Promise<number>;
   /** Asserts the lease has `ms` left: exactly on SQLite; on PostgreSQL, up to 5 s less (time the test took). */
   expectLeaseLeft(record: { leaseExpiresAt: Date | null } | null | undefined, ms: number): Promise<void>;
+  /** Now by the store's clock: the manual clock on SQLite, the database's on PostgreSQL. */
+  storeNow(): Promise<Date>;
+  /** Asserts a timestamp the store wrote is its now: exactly on SQLite; within 5 s on PostgreSQL. */
+  expectStoreNow(at: Date | undefined): Promise<void>;
 }
 
 /**
@@ -162,6 +167,14 @@ export async function storeFixture(
         expect(left).toBeLessThanOrEqual(ms);
         expect(left).toBeGreaterThan(ms - 5_000);
       }
+    },
+    async storeNow() {
+      return new Date(dialect === 'postgres' ? await pgNow() : clock.now().getTime());
+    },
+    async expectStoreNow(at) {
+      expect(at).toBeInstanceOf(Date);
+      if (dialect === 'sqlite') expect(at).toEqual(clock.now());
+      else expect(Math.abs(at!.getTime() - (await pgNow()))).toBeLessThan(5_000);
     },
     async open(options = {}) {
       const store = await openStore(url, { clock, poolSize: 4, ...options });

@@ -18,6 +18,8 @@ export interface SpawnOptions {
   exitOn?: 'exit' | 'close';
   /** What dispose does to a process still running: send `signal`, then SIGKILL after `graceMs` (default: SIGKILL). */
   dispose?: { signal: NodeJS.Signals; graceMs: number };
+  /** Options for `node` itself, before the script (`spawnTs` only), e.g. `['--cpu-prof']`. */
+  nodeArgs?: string[];
 }
 
 /** How a process ended. */
@@ -179,7 +181,7 @@ export function tsxLoaderPath(): string {
 export function spawnTs(file: string, args: string[] = [], options: SpawnOptions = {}): ChildHandle {
   return spawnProcess(
     process.execPath,
-    ['--conditions=@sluice/source', '--import', tsxLoaderPath(), file, ...args],
+    [...(options.nodeArgs ?? []), '--conditions=@sluice/source', '--import', tsxLoaderPath(), file, ...args],
     options,
   );
 }

@@ -1,0 +1,168 @@
+import { SluiceError } from '@sluice/core';
+import { tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import type { ChangeEntry } from './change-log.js';
+import { openCacheManager } from './manager.js';
+import type { CacheSchema } from './types.js';
+
+const schema: CacheSchema = {
+  fields: { id: 'integer', value: 'number', category: 'string' },
+  primaryKey: ['id'],
+  indexes: [['value']],
+};
+
+const checkpoint = (epoch: number) => ({
+  dag: 'd1',
+  epoch,
+  positions: { src: epoch * 10 },
+  at: new Date().toISOString(),
+});
+
+/** Applies log entries to a map by primary key (what a feed subscriber does). */
+function applyLog(entries: ChangeEntry[], into = new Map<number, unknown>()): Map<number, unknown> {
+  for (const entry of entries) {
+    if (entry.op === 'upsert') into.set(entry.key[0] as number, entry.record);
+    if (entry.op === 'delete') into.delete(entry.key[0] as number);
+  }
+  return into;
+}
+
+describe('change log', () => {
+  it("records each commit's upserts and deletes, then a commit marker with the positions, in the data's transaction", async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    const log = cache.changeLog();
+    expect(log.head()).toEqual({ first: 1, last: 0 });
+
+    cache.apply([
+      { op: 'insert', record: { id: 1, value: 10, category: 'a' } },
+      { op: 'insert', record: { id: 2, value: 20, category: 'b' } },
+    ]);
+    await cache.commit(checkpoint(1));
+    cache.apply([
+      { op: 'update', record: { id: 1, value: 11, category: 'a' } },
+      { op: 'delete', key: [2] },
+    ]);
+    await cache.commit(checkpoint(2));
+
+    const entries = log.read(0, 100);
+    expect(entries.map((e) => [e.seq, e.op])).toEqual([
+      [1, 'upsert'],
+      [2, 'upsert'],
+      [3, 'commit'],
+      [4, 'upsert'],
+      [5, 'delete'],
+      [6, 'commit'],
+    ]);
+    expect(entries[3]).toMatchObject({ key: [1], record: { id: 1, value: 11, category: 'a' } });
+    expect(entries[4]).toEqual({ seq: 5, op: 'delete', key: [2] });
+    expect(entries[5]).toMatchObject({ op: 'commit', position: { src: 20 }, epoch: 2 });
+    expect(log.head()).toEqual({ first: 1, last: 6 });
+    expect(log.read(3, 2).map((e) => e.seq)).toEqual([4, 5]);
+    // Replaying the log gives the cache's records.
+    expect([...applyLog(entries).values()]).toEqual([cache.get([1])]);
+  });
+
+  it('a commit that fails writes nothing to the log', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply([{ op: 'upsert', record: { id: 1, value: 1, category: 'a' } }]);
+    await cache.commit(checkpoint(1), { fence: { writer: 't1', epoch: 5 } });
+    cache.apply([{ op: 'upsert', record: { id: 2, value: 2, category: 'a' } }]);
+    const err = await cache.commit(checkpoint(2), { fence: { writer: 't1', epoch: 4 } }).catch((e) => e);
+    expect(SluiceError.hasCode(err, 'STALE_EPOCH')).toBe(true);
+    expect(cache.changeLog().head()).toEqual({ first: 1, last: 2 });
+    expect(
+      cache
+        .changeLog()
+        .read(0, 10)
+        .map((e) => e.op),
+    ).toEqual(['upsert', 'commit']);
+  });
+
+  it('keepCheckpoint commits log the checkpoint the cache keeps', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply([{ op: 'upsert', record: { id: 1, value: 1, category: 'a' } }]);
+    await cache.commit(checkpoint(3));
+    cache.apply([{ op: 'upsert', record: { id: 2, value: 2, category: 'a' } }]);
+    await cache.commit(checkpoint(9), { keepCheckpoint: true });
+    const last = cache.changeLog().read(3, 10).at(-1);
+    expect(last).toMatchObject({ op: 'commit', epoch: 3, position: { src: 30 } });
+  });
+
+  it('trims whole transactions past retainRecords, oldest first, never the newest', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path, { changes: { retainRecords: 5 } });
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    const commitIds = async (ids: number[], epoch: number) => {
+      cache.apply(ids.map((id) => ({ op: 'upsert' as const, record: { id, value: epoch, category: 'a' } })));
+      await cache.commit(checkpoint(epoch));
+    };
+    await commitIds([1, 2], 1); // seq 1-3
+    await commitIds([3], 2); // seq 4-5
+    expect(cache.changeLog().head()).toEqual({ first: 1, last: 5 });
+    await commitIds([4], 3); // seq 6-7: 7 entries > 5 → the first transaction (3 entries) goes
+    expect(cache.changeLog().head()).toEqual({ first: 4, last: 7 });
+    expect(cache.changeLog().read(0, 100)[0]?.seq).toBe(4);
+    // A transaction larger than the whole retention is kept whole (it is the newest).
+    await commitIds([10, 11, 12, 13, 14, 15, 16], 4); // seq 8-15
+    expect(cache.changeLog().head()).toEqual({ first: 8, last: 15 });
+    expect(cache.changeLog().read(0, 100)).toHaveLength(8);
+  });
+
+  it('trims transactions older than retainMs', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path, { changes: { retainMs: 100 } });
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply([{ op: 'upsert', record: { id: 1, value: 1, category: 'a' } }]);
+    await cache.commit(checkpoint(1));
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    cache.apply([{ op: 'upsert', record: { id: 2, value: 2, category: 'a' } }]);
+    await cache.commit(checkpoint(2));
+    expect(cache.changeLog().head()).toEqual({ first: 3, last: 4 });
+  });
+
+  it('clear() forgets the log (older positions are past retention)', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply([{ op: 'upsert', record: { id: 1, value: 1, category: 'a' } }]);
+    await cache.commit(checkpoint(1));
+    await cache.clear();
+    expect(cache.changeLog().head()).toEqual({ first: 3, last: 2 });
+    expect(cache.changeLog().read(0, 10)).toEqual([]);
+    cache.apply([{ op: 'upsert', record: { id: 5, value: 1, category: 'a' } }]);
+    await cache.commit(checkpoint(2));
+    expect(
+      cache
+        .changeLog()
+        .read(0, 10)
+        .map((e) => e.seq),
+    ).toEqual([3, 4]);
+  });
+
+  it('a pinned snapshot keeps its records, head and log while later commits land', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply([3, 1, 2].map((id) => ({ op: 'upsert' as const, record: { id, value: id, category: 'a' } })));
+    await cache.commit(checkpoint(1));
+    using pinned = cache.changeLog().pin();
+    cache.apply([
+      { op: 'delete', key: [1] },
+      { op: 'upsert', record: { id: 4, value: 4, category: 'a' } },
+    ]);
+    await cache.commit(checkpoint(2));
+    expect(pinned.head).toEqual({ first: 1, last: 4 });
+    expect([...pinned.records()].map((r) => r.record.id)).toEqual([1, 2, 3]);
+    const [, second] = [...pinned.records()];
+    expect([...pinned.records(second?.dataKey)].map((r) => r.record.id)).toEqual([3]);
+    expect(pinned.read(0, 100)).toHaveLength(4);
+    // The latest commit is visible outside the pin.
+    expect(cache.changeLog().head().last).toBe(7);
+  });
+});

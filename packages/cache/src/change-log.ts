@@ -1,0 +1,245 @@
+import type { PipelineCheckpoint } from '@sluice/core';
+import type { Database, DatabaseOptions, Transaction } from 'lmdb';
+import type { CacheDbs } from './cache-dbs.js';
+
+/**
+ * The change log of one cache generation: a `changes` LMDB database keyed by sequence (1, 2, 3, …), written by
+ * the commit path inside the same write transaction as the records it describes, so a reader that sees a record
+ * also sees the change that produced it. Each commit appends its upserts and deletes, then one commit marker
+ * with the checkpoint's positions; the log is trimmed (whole transactions, oldest first) by record count and age.
+ * The `changes` entry of the `meta` database holds the head: the oldest retained and the next sequence.
+ */
+
+/** How much of the log a generation keeps (`cache.changes.retainRecords` / `retainMs`). */
+export interface ChangeRetention {
+  /** Most log entries kept (the newest transaction is always kept whole). */
+  retainRecords: number;
+  /** Transactions committed longer ago than this are dropped (0 = no age limit). */
+  retainMs: number;
+}
+
+export const DEFAULT_RETENTION: ChangeRetention = { retainRecords: 100_000, retainMs: 24 * 3_600_000 };
+
+/** One entry of the log, as readers get it. */
+export type ChangeEntry =
+  | { seq: number; op: 'upsert'; key: unknown[]; record: Record<string, unknown> }
+  | { seq: number; op: 'delete'; key: unknown[] }
+  | {
+      seq: number;
+      op: 'commit';
+      /** The checkpoint's positions (DAG node handle → position) reached by this commit, or null. */
+      position: Record<string, unknown> | null;
+      epoch: number | null;
+      /** Commit instant, ms since the epoch. */
+      at: number;
+    };
+
+/** Retained range: entries `first … last` exist (`last < first` when the log is empty). */
+export interface ChangeHead {
+  first: number;
+  last: number;
+}
+
+/** Stored form (short field names: the log is written on every commit). */
+type StoredEntry =
+  | { o: 'u'; k: unknown[]; r: Record<string, unknown> }
+  | { o: 'd'; k: unknown[] }
+  | { o: 'c'; p: Record<string, unknown> | null; e: number | null; at: number };
+
+interface StoredHead {
+  first: number;
+  next: number;
+}
+
+const EMPTY_HEAD: StoredHead = { first: 1, next: 1 };
+const HEAD_KEY = 'changes';
+const LOG_OPTIONS = { encoder: { useRecords: false } } as DatabaseOptions;
+
+/** A change handed to {@link appendChanges}: the primary-key values, and the new record or null (delete). */
+export interface LoggedChange {
+  pk: readonly unknown[];
+  record: Record<string, unknown> | null;
+}
+
+function logDb(dbs: CacheDbs): Database<StoredEntry, number> {
+  return dbs.env.db<StoredEntry, number>('changes', LOG_OPTIONS);
+}
+
+/** Creates the log database (writable environments, at open: never inside a write transaction). */
+export function ensureChangeLog(dbs: CacheDbs): void {
+  if (!dbs.env.readOnly) void logDb(dbs);
+}
+
+/**
+ * Appends one commit's changes and its commit marker, then trims by `retention`. Call inside the commit's write
+ * transaction (synchronous puts), so the log and the data land together or not at all.
+ */
+export function appendChanges(
+  dbs: CacheDbs,
+  changes: Iterable<LoggedChange>,
+  checkpoint: PipelineCheckpoint | null,
+  retention: ChangeRetention,
+  now = Date.now(),
+): void {
+  const db = logDb(dbs);
+  const head = (dbs.meta.get(HEAD_KEY) as StoredHead | undefined) ?? { ...EMPTY_HEAD };
+  const start = head.next;
+  let seq = start;
+  for (const change of changes) {
+    const entry: StoredEntry =
+      change.record === null
+        ? { o: 'd', k: [...change.pk] }
+        : { o: 'u', k: [...change.pk], r: change.record };
+    db.putSync(seq++, entry);
+  }
+  db.putSync(seq++, { o: 'c', p: checkpoint?.positions ?? null, e: checkpoint?.epoch ?? null, at: now });
+  const first = trim(db, head.first, start, retention, now, seq - start);
+  dbs.meta.putSync(HEAD_KEY, { first, next: seq } satisfies StoredHead);
+}
+
+/**
+ * Drops whole transactions from the oldest while the log holds more than `retainRecords` entries or the
+ * oldest transaction is older than `retainMs`; never the transaction starting at `newest`.
+ */
+function trim(
+  db: Database<StoredEntry, number>,
+  first: number,
+  newest: number,
+  retention: ChangeRetention,
+  now: number,
+  newestSize: number,
+): number {
+  let oldest = first;
+  while (oldest < newest) {
+    const size = newest - oldest + newestSize;
+    // The oldest transaction: its entries up to and including its commit marker (which has its instant).
+    let end = oldest;
+    let at = now;
+    for (const { key, value } of db.getRange({ start: oldest, end: newest })) {
+      end = key;
+      if (value.o === 'c') {
+        at = value.at;
+        break;
+      }
+    }
+    const tooMany = size > retention.retainRecords;
+    const tooOld = retention.retainMs > 0 && at < now - retention.retainMs;
+    if (!tooMany && !tooOld) break;
+    for (let seq = oldest; seq <= end; seq++) db.removeSync(seq);
+    oldest = end + 1;
+  }
+  return oldest;
+}
+
+/**
+ * Forgets the whole log (a cache cleared for a rebuild): tokens from before the clear are past retention.
+ * Inside the clearing write transaction.
+ */
+export function clearChanges(dbs: CacheDbs): void {
+  const head = (dbs.meta.get(HEAD_KEY) as StoredHead | undefined) ?? { ...EMPTY_HEAD };
+  logDb(dbs).clearSync();
+  dbs.meta.putSync(HEAD_KEY, { first: head.next, next: head.next } satisfies StoredHead);
+}
+
+function decode(seq: number, entry: StoredEntry): ChangeEntry {
+  if (entry.o === 'u') return { seq, op: 'upsert', key: entry.k, record: entry.r };
+  if (entry.o === 'd') return { seq, op: 'delete', key: entry.k };
+  return { seq, op: 'commit', position: entry.p, epoch: entry.e, at: entry.at };
+}
+
+/**
+ * Read access to a generation's change log. Each call without a transaction reads the latest commit (another
+ * process's commits included): `head()` is one small read, cheap enough to check on a timer.
+ */
+export class ChangeLogReader {
+  constructor(private readonly dbs: CacheDbs) {}
+
+  private opts(transaction: Transaction | undefined) {
+    return transaction ? { transaction } : undefined;
+  }
+
+  private hasLog(): boolean {
+    try {
+      void logDb(this.dbs);
+      return true;
+    } catch {
+      // A generation written before change logs existed (read-only open of a database that is not there).
+      return false;
+    }
+  }
+
+  /** The retained range as of the latest commit (or as of `transaction`). */
+  head(transaction?: Transaction): ChangeHead {
+    if (!transaction) this.dbs.env.root.resetReadTxn();
+    const head = (this.dbs.meta.get(HEAD_KEY, this.opts(transaction)) as StoredHead | undefined) ?? {
+      ...EMPTY_HEAD,
+    };
+    return { first: head.first, last: head.next - 1 };
+  }
+
+  /** Up to `limit` entries after sequence `after`, oldest first. */
+  read(after: number, limit: number, transaction?: Transaction): ChangeEntry[] {
+    if (!this.hasLog()) return [];
+    const out: ChangeEntry[] = [];
+    const range = logDb(this.dbs).getRange({
+      start: after + 1,
+      limit,
+      ...(transaction ? { transaction } : {}),
+    });
+    for (const { key, value } of range) out.push(decode(key, value));
+    return out;
+  }
+
+  /**
+   * Pins one read snapshot (until `close`): its head, its records (in primary-key order) and its log agree
+   * with each other. Used for a consistent snapshot and for the merge at a switch.
+   */
+  pin(): PinnedSnapshot {
+    this.dbs.env.root.resetReadTxn();
+    const transaction = this.dbs.env.root.useReadTransaction();
+    return new PinnedSnapshot(this, this.dbs, transaction);
+  }
+}
+
+/** One held read snapshot of a generation (release with `close`, or `using`). */
+export class PinnedSnapshot implements Disposable {
+  readonly head: ChangeHead;
+  private done = false;
+
+  constructor(
+    private readonly reader: ChangeLogReader,
+    private readonly dbs: CacheDbs,
+    private readonly transaction: Transaction,
+  ) {
+    this.head = reader.head(transaction);
+  }
+
+  /** Entries after `after` in this snapshot. */
+  read(after: number, limit: number): ChangeEntry[] {
+    return this.reader.read(after, limit, this.transaction);
+  }
+
+  /**
+   * Records in encoded primary-key order, from after `afterKey` (exclusive), each with its data key (byte
+   * order = key order, so two generations with the same key types merge by comparing these).
+   */
+  *records(afterKey?: Buffer): Generator<{ dataKey: Buffer; record: Record<string, unknown> }> {
+    for (const { key, value } of this.dbs.data.getRange({
+      ...(afterKey ? { start: afterKey } : {}),
+      transaction: this.transaction,
+    })) {
+      if (afterKey && key.equals(afterKey)) continue;
+      yield { dataKey: key, record: value };
+    }
+  }
+
+  close(): void {
+    if (this.done) return;
+    this.done = true;
+    this.transaction.done();
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+}
