@@ -1,3 +1,9 @@
+export {
+  type LogicalPostgresHandle,
+  type LogicalPostgresOptions,
+  postgresBinDir,
+  startLogicalPostgres,
+} from './logical-postgres.js';
 export { type NatsServerHandle, natsServerBinary, startNatsServer } from './nats.js';
 export { freeBasePort, freePort } from './ports.js';
 export { createTestDatabase, type TestDatabase, testPostgresUrl } from './postgres.js';

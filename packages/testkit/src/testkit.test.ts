@@ -10,6 +10,7 @@ import {
   freePort,
   spawnProcess,
   spawnTs,
+  startLogicalPostgres,
   startNatsServer,
   tempDir,
   waitFor,
@@ -80,6 +81,33 @@ describe('testkit', () => {
     const { rowCount } = await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
     await admin.end();
     expect(rowCount).toBe(0);
+  });
+
+  it('starts a private PostgreSQL with wal_level=logical, restarts it on the same port, removes it on dispose', async () => {
+    let dataDir = '';
+    {
+      await using server = await startLogicalPostgres();
+      dataDir = server.dataDir;
+      const url = await server.createDatabase('testkit');
+      const query = async (sql: string) => {
+        const client = new pg.Client({ connectionString: url });
+        await client.connect();
+        try {
+          return (await client.query(sql)).rows;
+        } finally {
+          await client.end();
+        }
+      };
+      expect(await query('SHOW wal_level')).toEqual([{ wal_level: 'logical' }]);
+      await query('CREATE TABLE t (id int primary key)');
+      await query('INSERT INTO t VALUES (1)');
+      await server.restart('immediate');
+      expect(server.running).toBe(true);
+      expect(await query('SELECT count(*)::int AS n FROM t')).toEqual([{ n: 1 }]);
+      await server.stop();
+      expect(await canConnect(server.port)).toBe(false);
+    }
+    expect(existsSync(dataDir)).toBe(false);
   });
 
   it('spawns a process, reads its lines, and kills it with SIGKILL', async () => {
