@@ -108,7 +108,7 @@ const out = [
   'rebuilt generation takes over. At `SnapshottingDone` a green generation with fewer records than `minRecordRatio` ×',
   'the serving one (e.g. `0.9`), or more bad records than `maxBadRecords` (e.g. `0`), or any green in `manual` mode, is',
   '**held**: it keeps following its source, the alias does not move, the endpoint reports `phase: held` with the reason,',
-  'until `POST /v1/endpoints/:name/promote`. An endpoint\'s first generation always switches (nothing serves yet).',
+  "until `POST /v1/endpoints/:name/promote`. An endpoint's first generation always switches (nothing serves yet).",
   '',
   '## Environment overrides',
   '',

@@ -27,6 +27,7 @@ const endpoint = (path: string, extra: Record<string, unknown> = {}) => ({
   source: { type: 'file' as const, path, format: 'jsonl' as const, follow: true },
   primaryKey: ['id'],
   fields: { id: 'integer' as const, value: 'number' as const, category: 'string' as const },
+  indexes: [] as string[][],
   ...extra,
 });
 
