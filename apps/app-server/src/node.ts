@@ -190,7 +190,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
           instanceId: node.instanceId,
           startedAt: node.startedAt.toISOString(),
           lastSeenAt: node.lastSeenAt.toISOString(),
-          alive: clock.now().getTime() - node.lastSeenAt.getTime() <= config.limits.leaseMs,
+          // Judged on the store's clock: a node whose wall clock is off sees the same answer as every other.
+          alive: node.silentMs <= config.limits.leaseMs,
         })),
       readiness: async () => {
         const checks: Record<string, string> = {};

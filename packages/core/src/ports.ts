@@ -85,6 +85,11 @@ export interface NodeInfo {
   instanceId: string;
   startedAt: Date;
   lastSeenAt: Date;
+  /**
+   * How long ago `lastSeenAt` was when listed, by the store's clock (PostgreSQL's, not the asking node's), so
+   * "alive" is judged by one clock whatever the nodes' wall clocks say.
+   */
+  silentMs: number;
 }
 
 /**
@@ -142,7 +147,9 @@ export interface DataPlaneStore extends AsyncDisposable {
   /** Deletes terminal records last updated before `olderThan`; returns how many. */
   purge(olderThan: Date): Promise<number>;
   /** Registers (or re-registers) a node and its advertised address. */
-  registerNode(node: Omit<NodeInfo, 'lastSeenAt' | 'startedAt'> & { startedAt?: Date }): Promise<void>;
+  registerNode(
+    node: Omit<NodeInfo, 'lastSeenAt' | 'startedAt' | 'silentMs'> & { startedAt?: Date },
+  ): Promise<void>;
   /** Marks a node as seen now. */
   touchNode(nodeId: string): Promise<void>;
   listNodes(): Promise<NodeInfo[]>;

@@ -26,12 +26,14 @@ export function rowToRecord(row: TransferRow): TransferRecord {
   };
 }
 
-export function rowToNode(row: NodeRow): NodeInfo {
+/** `storeNowMs`: the store's clock when the row was read (`silentMs` is measured against it). */
+export function rowToNode(row: NodeRow, storeNowMs: number): NodeInfo {
   return {
     nodeId: row.node_id,
     address: row.address,
     instanceId: row.instance_id,
     startedAt: new Date(Number(row.started_at)),
     lastSeenAt: new Date(Number(row.last_seen_at)),
+    silentMs: Math.max(0, storeNowMs - Number(row.last_seen_at)),
   };
 }

@@ -75,6 +75,9 @@ describe('timestamps on the store clock (PostgreSQL)', () => {
     const [node] = await correct.listNodes();
     expect(Math.abs(node!.lastSeenAt.getTime() - Date.now())).toBeLessThan(5_000);
     expect(Math.abs(node!.startedAt.getTime() - Date.now())).toBeLessThan(5_000);
+    // "Alive" is judged on the store's clock: just seen, whoever asks (a node-clock comparison said an hour).
+    expect(node!.silentMs).toBeLessThan(5_000);
+    expect((await behind.listNodes())[0]!.silentMs).toBeLessThan(5_000);
   });
 });
 

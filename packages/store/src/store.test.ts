@@ -347,6 +347,7 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
         instanceId: 'a-2',
         startedAt: expect.any(Date),
         lastSeenAt: expect.any(Date),
+        silentMs: expect.any(Number),
       },
       {
         nodeId: 'node-b',
@@ -354,8 +355,11 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
         instanceId: 'b-1',
         startedAt,
         lastSeenAt: expect.any(Date),
+        silentMs: expect.any(Number),
       },
     ]);
+    // Both were seen just now (touched / re-registered after the last clock move).
+    for (const node of nodes) expect(node.silentMs).toBeLessThan(dialect === 'sqlite' ? 1 : 5_000);
     // Times the store took itself are on its clock (the database's on PostgreSQL); a given start time is kept.
     for (const at of [nodes[0]?.startedAt, nodes[0]?.lastSeenAt, nodes[1]?.lastSeenAt])
       await fx.expectStoreNow(at);

@@ -653,7 +653,9 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     });
   }
 
-  async registerNode(node: Omit<NodeInfo, 'lastSeenAt' | 'startedAt'> & { startedAt?: Date }): Promise<void> {
+  async registerNode(
+    node: Omit<NodeInfo, 'lastSeenAt' | 'startedAt' | 'silentMs'> & { startedAt?: Date },
+  ): Promise<void> {
     return this.#guard('registerNode', async () => {
       if (typeof node !== 'object' || node === null) {
         throw new ValidationError('Invalid node: expected an object', [
@@ -700,8 +702,13 @@ export class SqlDataPlaneStore implements DataPlaneStore {
 
   async listNodes(): Promise<NodeInfo[]> {
     return this.#guard('listNodes', async () => {
-      const rows = await this.#db.selectFrom('nodes').selectAll().orderBy('node_id').execute();
-      return rows.map(rowToNode);
+      const rows = await this.#db
+        .selectFrom('nodes')
+        .selectAll()
+        .select(this.#clockSql.nowFor(this.#now()).as('store_now'))
+        .orderBy('node_id')
+        .execute();
+      return rows.map((row) => rowToNode(row, Number(row.store_now)));
     });
   }
 
