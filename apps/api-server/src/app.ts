@@ -26,6 +26,7 @@ import type { Logger as PinoLogger } from 'pino';
 import type { z } from 'zod';
 import { OPEN_SCOPE, TokenAuthenticator, type TokenScope } from './auth.js';
 import type { ServedCache } from './cache-port.js';
+import { changeFeedPlugin } from './changes/plugin.js';
 import { unwrapCursor, wrapCursor } from './cursor.js';
 import { parseKeySegment, rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
@@ -448,6 +449,19 @@ export async function buildApp(options: BuildAppOptions) {
       }
     },
   );
+
+  await app.register(changeFeedPlugin, {
+    registry,
+    settings: config.api.changes,
+    limits,
+    metrics: metrics.registry,
+    access: (request, name) => {
+      request.sluiceEndpoint = name;
+      const scope = scopeOf(request);
+      authenticator?.authorize(scope, name);
+      return scope.rowFilter(name);
+    },
+  });
 
   return app;
 }

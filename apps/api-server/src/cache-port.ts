@@ -1,3 +1,4 @@
+import type { ChangeEntry, ChangeHead } from '@sluice/cache';
 import type { Filter, PipelineCheckpoint, Query } from '@sluice/core';
 
 /**
@@ -20,7 +21,24 @@ export interface ServedCache {
   query(query: Query): { records: Record<string, unknown>[]; next: string | null; plan?: unknown };
   count(filter: Filter): number;
   commitState(): { checkpoint: PipelineCheckpoint | null; committedAt: string | null; recordCount: number };
+  /** The generation's change log (change feeds). */
+  changeLog(): ServedChangeLog;
   close(): Promise<void>;
+}
+
+/** A generation's change log, as change feeds read it (`@sluice/cache`'s `ChangeLogReader`). */
+export interface ServedChangeLog {
+  head(): ChangeHead;
+  read(after: number, limit: number): ChangeEntry[];
+  pin(): PinnedGeneration;
+}
+
+/** One held read snapshot of a generation: its head, records (primary-key order) and log agree. */
+export interface PinnedGeneration {
+  readonly head: ChangeHead;
+  read(after: number, limit: number): ChangeEntry[];
+  records(afterKey?: Buffer): Iterable<{ dataKey: Buffer; record: Record<string, unknown> }>;
+  close(): void;
 }
 
 /** What the api-server needs from the cache manager: aliases and read-only opens. */

@@ -14,6 +14,9 @@ export {
   type TokenScope,
 } from './auth.js';
 export type { CacheDirectory, ServedCache, ServedCacheSchema } from './cache-port.js';
+export { FeedEvent, sseFrame } from './changes/frames.js';
+export { type ChangeFeedPluginOptions, ChangesQuerySchema, changeFeedPlugin } from './changes/plugin.js';
+export { decodeFeedToken, encodeFeedToken, type FeedPosition } from './changes/token.js';
 export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.js';
 export { unwrapCursor, wrapCursor } from './cursor.js';
 export {

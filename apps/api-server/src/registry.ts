@@ -199,6 +199,14 @@ export class EndpointRegistry implements AsyncDisposable {
     return this.slots.get(alias)?.current != null;
   }
 
+  /**
+   * Opens a generation by its concrete name, outside the serving slot (a change feed resuming from a token of a
+   * generation the alias has left, while it still exists). The caller closes it.
+   */
+  openGeneration(name: string): Promise<ServedCache> {
+    return this.caches.openRo(name);
+  }
+
   /** The generation currently serving `alias`, or `null` (no lease taken: for listings and tests). */
   current(alias: string): Generation | null {
     return this.slots.get(alias)?.current ?? null;

@@ -158,19 +158,30 @@ export class ChangeLogReader {
     return transaction ? { transaction } : undefined;
   }
 
+  private opened = false;
+
+  /**
+   * Opens the log database if it exists. Never while a pinned snapshot may be the environment's current read
+   * transaction: opening a database ends that transaction (so only from `head()`/`read()` without one, and
+   * before pinning).
+   */
   private hasLog(): boolean {
+    if (this.opened) return true;
     try {
       void logDb(this.dbs);
-      return true;
+      this.opened = true;
     } catch {
       // A generation written before change logs existed (read-only open of a database that is not there).
-      return false;
     }
+    return this.opened;
   }
 
   /** The retained range as of the latest commit (or as of `transaction`). */
   head(transaction?: Transaction): ChangeHead {
-    if (!transaction) this.dbs.env.root.resetReadTxn();
+    if (!transaction) {
+      this.hasLog();
+      this.dbs.env.root.resetReadTxn();
+    }
     const head = (this.dbs.meta.get(HEAD_KEY, this.opts(transaction)) as StoredHead | undefined) ?? {
       ...EMPTY_HEAD,
     };
@@ -179,7 +190,7 @@ export class ChangeLogReader {
 
   /** Up to `limit` entries after sequence `after`, oldest first. */
   read(after: number, limit: number, transaction?: Transaction): ChangeEntry[] {
-    if (!this.hasLog()) return [];
+    if (transaction ? !this.opened : !this.hasLog()) return [];
     const out: ChangeEntry[] = [];
     const range = logDb(this.dbs).getRange({
       start: after + 1,
@@ -195,6 +206,7 @@ export class ChangeLogReader {
    * with each other. Used for a consistent snapshot and for the merge at a switch.
    */
   pin(): PinnedSnapshot {
+    this.hasLog();
     this.dbs.env.root.resetReadTxn();
     const transaction = this.dbs.env.root.useReadTransaction();
     return new PinnedSnapshot(this, this.dbs, transaction);

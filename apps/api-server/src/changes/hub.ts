@@ -1,0 +1,129 @@
+import type { Logger } from '@sluice/core';
+import { type Counter, Gauge, Counter as PromCounter, type Registry } from 'prom-client';
+import type { EndpointRegistry } from '../registry.js';
+import { GenerationFollower } from './follower.js';
+import { HEARTBEAT_FRAME } from './frames.js';
+import { entryFrame, type FeedContext, FeedSubscriber, type HeldGeneration } from './subscriber.js';
+
+/** Settings of the change feeds (`api.changes`). */
+export interface ChangeFeedSettings {
+  heartbeatMs: number;
+  bufferBytes: number;
+  pollMs: number;
+  maxSubscribers: number;
+}
+
+/**
+ * Every change-feed subscriber of one api-server, the followers they share (one per generation with live
+ * subscribers) and the heartbeat. Subscribers never wait on each other: the follower writes to each socket and
+ * cuts off the one whose unread bytes pass `bufferBytes`.
+ */
+export class ChangeFeedHub {
+  private readonly subscribers = new Set<FeedSubscriber>();
+  private readonly followers = new Map<string, GenerationFollower>();
+  private readonly heartbeat: NodeJS.Timeout;
+  private readonly gauge: Gauge;
+  private readonly cutoffs: Counter;
+  private closed = false;
+
+  constructor(
+    private readonly registry: EndpointRegistry,
+    readonly settings: ChangeFeedSettings,
+    private readonly logger: Logger,
+    metrics: Registry,
+  ) {
+    this.heartbeat = setInterval(() => {
+      for (const subscriber of this.subscribers) subscriber.send(HEARTBEAT_FRAME);
+    }, settings.heartbeatMs);
+    this.heartbeat.unref();
+    this.gauge = new Gauge({
+      name: 'sluice_api_change_subscribers',
+      help: 'Open change-feed connections',
+      registers: [metrics],
+      collect: () => this.gauge.set(this.subscribers.size),
+    });
+    this.cutoffs = new PromCounter({
+      name: 'sluice_api_change_cutoffs_total',
+      help: 'Change-feed subscribers disconnected because they left too much unread',
+      registers: [metrics],
+    });
+  }
+
+  get size(): number {
+    return this.subscribers.size;
+  }
+
+  /** Subscribers currently attached to a generation's follower (live). */
+  liveCount(): number {
+    let live = 0;
+    for (const follower of this.followers.values()) live += follower.size;
+    return live;
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** A new subscriber of `alias` writing to `res`. */
+  subscribe(
+    alias: string,
+    res: import('node:http').ServerResponse,
+    matches: ((record: Record<string, unknown>) => boolean) | null,
+  ): FeedSubscriber {
+    const subscriber = new FeedSubscriber(this.contextOf(alias), res, matches);
+    this.subscribers.add(subscriber);
+    return subscriber;
+  }
+
+  private contextOf(alias: string): FeedContext {
+    const registry = this.registry;
+    const drainTimeoutMs = Math.max(5_000, this.settings.heartbeatMs * 4);
+    return {
+      alias,
+      registry,
+      logger: this.logger,
+      bufferBytes: this.settings.bufferBytes,
+      drainTimeoutMs,
+      current: (): HeldGeneration => {
+        const lease = registry.acquire(alias);
+        return { name: lease.generation.name, cache: lease.cache, release: lease.release };
+      },
+      follower: (generation) => {
+        let follower = this.followers.get(generation.name);
+        if (!follower) {
+          const name = generation.name;
+          const created = new GenerationFollower(
+            name,
+            generation.cache,
+            (entry) => entryFrame(alias, name, entry),
+            () => registry.current(alias)?.name === name,
+            this.settings.pollMs,
+            this.logger,
+            () => {
+              if (this.followers.get(name) === created) this.followers.delete(name);
+            },
+          );
+          follower = created;
+          this.followers.set(name, follower);
+        }
+        return follower;
+      },
+      detach: (generation, feed) => this.followers.get(generation)?.remove(feed),
+      onCutOff: () => {
+        this.cutoffs.inc();
+        this.logger.info({ alias }, 'change-feed subscriber cut off: it left too much unread');
+      },
+      onClose: (feed) => {
+        this.subscribers.delete(feed);
+      },
+    };
+  }
+
+  /** Ends every subscription (shutdown: clients reconnect elsewhere and resume by token). */
+  close(): void {
+    this.closed = true;
+    clearInterval(this.heartbeat);
+    for (const follower of [...this.followers.values()]) follower.stop();
+    for (const subscriber of [...this.subscribers]) subscriber.end();
+  }
+}

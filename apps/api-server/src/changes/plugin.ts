@@ -1,0 +1,123 @@
+import {
+  andFilters,
+  compileFilter,
+  ErrorCode,
+  type Filter,
+  MalformedJsonError,
+  parseFilter,
+  type QueryLimits,
+  SluiceError,
+} from '@sluice/core';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import type { Registry } from 'prom-client';
+import { z } from 'zod';
+import type { EndpointRegistry } from '../registry.js';
+import { EndpointParamsSchema, ProblemSchema } from '../schemas.js';
+import { RETRY_FRAME } from './frames.js';
+import { ChangeFeedHub, type ChangeFeedSettings } from './hub.js';
+import type { FeedStart } from './subscriber.js';
+import { decodeFeedToken } from './token.js';
+
+export interface ChangeFeedPluginOptions {
+  registry: EndpointRegistry;
+  settings: ChangeFeedSettings;
+  limits: QueryLimits;
+  metrics: Registry;
+  /** Auth: throws when the request may not read `endpoint`; returns the token's row filter. */
+  access(request: FastifyRequest, endpoint: string): Filter | undefined;
+  /** Receives the hub (tests and the server read its counts). */
+  onHub?(hub: ChangeFeedHub): void;
+}
+
+export const ChangesQuerySchema = z.object({
+  after: z.string().min(1).max(2048).optional().describe('Resume after this token (the `id` of an event)'),
+  snapshot: z
+    .enum(['true', 'false'])
+    .optional()
+    .describe('Start with a snapshot (the default without a token)'),
+  filter: z.string().max(65_536).optional().describe('A $filter (JSON) of the query language'),
+});
+
+/**
+ * `GET /v1/endpoints/:name/changes`: the endpoint's change feed as Server-Sent Events. Written on fastify's raw
+ * reply (hijacked) rather than an SSE helper: each change is framed once and the same text goes to every
+ * unfiltered subscriber, and the bounded per-subscriber buffer needs the socket's own `writableLength`.
+ *
+ * @example
+ * ```ts
+ * await app.register(changeFeedPlugin, { registry, settings: config.api.changes, limits, metrics: metrics.registry, access });
+ * // curl -N 'localhost:8080/v1/endpoints/items/changes?after=c1.…'
+ * ```
+ */
+export async function changeFeedPlugin(
+  app: FastifyInstance,
+  options: ChangeFeedPluginOptions,
+): Promise<void> {
+  const { registry, settings, limits } = options;
+  const hub = new ChangeFeedHub(registry, settings, app.log, options.metrics);
+  options.onHub?.(hub);
+  // Feeds never end on their own: end them before the server waits for its connections to close.
+  app.addHook('preClose', async () => hub.close());
+
+  app.withTypeProvider<ZodTypeProvider>().get(
+    '/v1/endpoints/:name/changes',
+    {
+      schema: {
+        summary:
+          'Change feed (text/event-stream): upsert/delete/commit in commit order, snapshot, live, switch, reset; resume with after= or Last-Event-ID',
+        params: EndpointParamsSchema,
+        querystring: ChangesQuerySchema,
+        response: { 400: ProblemSchema, 401: ProblemSchema, 403: ProblemSchema, 404: ProblemSchema },
+      },
+    },
+    async (request, reply) => {
+      const name = request.params.name;
+      const rowFilter = options.access(request, name);
+      const query = request.query;
+      const header = request.headers['last-event-id'];
+      const fromHeader = query.after === undefined && typeof header === 'string' && header.length > 0;
+      const raw = query.after ?? (fromHeader ? (header as string) : undefined);
+      const position =
+        raw === undefined ? null : decodeFeedToken(raw, name, fromHeader ? 'last-event-id' : 'after');
+      let filter: Filter | undefined;
+      if (query.filter !== undefined) {
+        let json: unknown;
+        try {
+          json = JSON.parse(query.filter);
+        } catch (err) {
+          throw new MalformedJsonError(`filter is not valid JSON: ${(err as Error).message}`);
+        }
+        filter = parseFilter(json, limits);
+      }
+      const combined = andFilters(filter, rowFilter);
+      const matches = Object.keys(combined).length > 0 ? compileFilter(combined) : null;
+      if (hub.size >= settings.maxSubscribers || hub.isClosed)
+        throw new SluiceError(
+          ErrorCode.QUEUE_FULL,
+          'This api-server has as many change-feed subscribers as it accepts; retry later or elsewhere',
+          429,
+          { details: { retryAfterSeconds: 5 } },
+        );
+      const lease = registry.acquire(name);
+      const start: FeedStart =
+        position === null || query.snapshot === 'true' ? { kind: 'snapshot' } : { kind: 'resume', position };
+      reply.hijack();
+      const res = reply.raw;
+      const headers: Record<string, string | number | string[]> = {};
+      for (const [key, value] of Object.entries(reply.getHeaders()))
+        if (value !== undefined) headers[key] = value as string | number | string[];
+      res.writeHead(200, {
+        ...headers,
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache, no-transform',
+        'x-accel-buffering': 'no',
+      });
+      request.raw.socket.setNoDelay(true);
+      res.write(RETRY_FRAME);
+      const feed = hub.subscribe(name, res, matches);
+      void feed.run(start, { name: lease.generation.name, cache: lease.cache, release: lease.release });
+      return reply;
+    },
+  );
+}

@@ -1,0 +1,432 @@
+import type { ServerResponse } from 'node:http';
+import type { ChangeEntry } from '@sluice/cache';
+import type { Logger } from '@sluice/core';
+import type { PinnedGeneration, ServedCache } from '../cache-port.js';
+import type { EndpointRegistry } from '../registry.js';
+import type { GenerationFollower, LiveSubscriber } from './follower.js';
+import { FeedEvent, sseFrame } from './frames.js';
+import { encodeFeedToken, type FeedPosition } from './token.js';
+
+/** A generation a feed reads, and how to let go of it (a registry lease, or a cache opened by name). */
+export interface HeldGeneration {
+  readonly name: string;
+  readonly cache: ServedCache;
+  release(): void;
+}
+
+/** What a subscriber needs from the hub that serves it. */
+export interface FeedContext {
+  readonly alias: string;
+  readonly registry: EndpointRegistry;
+  readonly logger: Logger;
+  /** Unread bytes a live subscriber may have when new changes arrive before it is cut off. */
+  readonly bufferBytes: number;
+  /** How long a snapshot, catch-up or switch waits for the client to read before it is cut off. */
+  readonly drainTimeoutMs: number;
+  /** The shared follower of a generation (created on first use). */
+  follower(generation: HeldGeneration): GenerationFollower;
+  /** Takes a subscriber off its generation's follower, if it is on one. */
+  detach(generation: string, feed: FeedSubscriber): void;
+  /** A lease on the generation serving the alias now. */
+  current(): HeldGeneration;
+  onCutOff(feed: FeedSubscriber): void;
+  onClose(feed: FeedSubscriber): void;
+}
+
+/** Phases of one subscription (one `phase`, explicit transitions). */
+export const FeedPhase = {
+  starting: 'starting',
+  snapshot: 'snapshot',
+  catchup: 'catchup',
+  live: 'live',
+  switching: 'switching',
+  closed: 'closed',
+} as const;
+export type FeedPhase = (typeof FeedPhase)[keyof typeof FeedPhase];
+
+/** Why a subscriber starts over from a snapshot. */
+export const ResetReason = {
+  retention: 'retention',
+  generationGone: 'generation-gone',
+  unknownPosition: 'unknown-position',
+} as const;
+export type ResetReason = (typeof ResetReason)[keyof typeof ResetReason];
+
+/** How a subscription starts: from a token, or with a snapshot. */
+export type FeedStart = { kind: 'snapshot' } | { kind: 'resume'; position: FeedPosition };
+
+/** Entries read per chunk while catching up, and records written between two back-pressure checks. */
+const CHUNK = 500;
+
+class Closed extends Error {}
+
+/** Frames one log entry of `generation` for an unfiltered subscriber. */
+export function entryFrame(alias: string, generation: string, entry: ChangeEntry): string {
+  const id = encodeFeedToken({ endpoint: alias, generation, seq: entry.seq });
+  if (entry.op === 'upsert') return sseFrame(FeedEvent.upsert, { key: entry.key, record: entry.record }, id);
+  if (entry.op === 'delete') return sseFrame(FeedEvent.delete, { key: entry.key }, id);
+  return sseFrame(FeedEvent.commit, { position: entry.position, epoch: entry.epoch }, id);
+}
+
+/**
+ * One change-feed connection. It starts from a snapshot or a token, catches up from the change log with
+ * back-pressure, then goes live on its generation's shared follower; when the alias moves it sends `switch`,
+ * the merge of both generations by primary key, and continues on the new one. A live subscriber that leaves
+ * more than `bufferBytes` unread is cut off (the socket is destroyed; it resumes by token).
+ */
+export class FeedSubscriber implements LiveSubscriber {
+  phase: FeedPhase = FeedPhase.starting;
+  nextSeq = 1;
+  private on: HeldGeneration | null = null;
+  private readonly pins = new Set<PinnedGeneration>();
+
+  constructor(
+    private readonly ctx: FeedContext,
+    private readonly res: ServerResponse,
+    private readonly matches: ((record: Record<string, unknown>) => boolean) | null,
+  ) {
+    res.on('close', () => this.close());
+  }
+
+  /** Where the subscriber is (for tests and logs). */
+  get generation(): string | null {
+    return this.on?.name ?? null;
+  }
+
+  /** Runs the subscription until the connection closes. Never throws. */
+  async run(start: FeedStart, first: HeldGeneration): Promise<void> {
+    this.on = first;
+    try {
+      if (start.kind === 'snapshot') return await this.snapshot(null);
+      await this.resume(start.position);
+    } catch (err) {
+      if (err instanceof Closed) return;
+      this.ctx.logger.warn({ err, alias: this.ctx.alias }, 'change feed failed; closing it');
+      this.res.destroy();
+      this.close();
+    }
+  }
+
+  private async resume(position: FeedPosition): Promise<void> {
+    const current = this.held();
+    if (position.generation === current.name) {
+      const head = current.cache.changeLog().head();
+      if (position.seq > head.last) return this.snapshot(ResetReason.unknownPosition);
+      if (position.seq < head.first - 1) return this.snapshot(ResetReason.retention);
+      this.nextSeq = position.seq + 1;
+      return this.attach();
+    }
+    // A generation the alias has left (or one this process has not switched to yet): follow it from the token,
+    // then switch, while it still exists.
+    let old: ServedCache;
+    try {
+      old = await this.ctx.registry.openGeneration(position.generation);
+    } catch {
+      return this.snapshot(ResetReason.generationGone);
+    }
+    this.checkOpen();
+    const head = old.changeLog().head();
+    if (old.endpoint !== this.ctx.alias || position.seq > head.last || position.seq < head.first - 1) {
+      await old.close();
+      return this.snapshot(
+        old.endpoint !== this.ctx.alias || position.seq > head.last
+          ? ResetReason.unknownPosition
+          : ResetReason.retention,
+      );
+    }
+    current.release();
+    this.on = { name: old.name, cache: old, release: () => void old.close() };
+    this.nextSeq = position.seq + 1;
+    return this.switchGeneration();
+  }
+
+  /** `reset {reason}` (when given), the records of one commit as upserts, `live`, then its changes. */
+  private async snapshot(reason: ResetReason | null): Promise<void> {
+    this.phase = FeedPhase.snapshot;
+    const current = this.ctx.current();
+    this.on?.release();
+    this.on = current;
+    if (reason) this.send(sseFrame(FeedEvent.reset, { reason }));
+    const pin = this.pin(current.cache);
+    try {
+      const pk = current.cache.schema.primaryKey;
+      let written = 0;
+      for (const { record } of pin.records()) {
+        if (this.matches && !this.matches(record)) continue;
+        this.send(sseFrame(FeedEvent.upsert, { key: pk.map((f) => record[f]), record }));
+        if (++written % CHUNK === 0) await this.flush();
+      }
+      const id = encodeFeedToken({ endpoint: this.ctx.alias, generation: current.name, seq: pin.head.last });
+      this.send(sseFrame(FeedEvent.live, { generation: current.name }, id));
+      this.nextSeq = pin.head.last + 1;
+    } finally {
+      this.unpin(pin);
+    }
+    await this.flush();
+    return this.attach();
+  }
+
+  /** Catches up from the log (with back-pressure) to the follower, then goes live on it. */
+  private async attach(): Promise<void> {
+    for (;;) {
+      this.checkOpen();
+      const on = this.held();
+      if (this.ctx.registry.current(this.ctx.alias)?.name !== on.name) return this.switchGeneration();
+      const follower = this.ctx.follower(on);
+      if (this.nextSeq > follower.lastSeen) {
+        this.phase = FeedPhase.live;
+        follower.add(this);
+        return;
+      }
+      this.phase = FeedPhase.catchup;
+      const log = on.cache.changeLog();
+      if (this.nextSeq < log.head().first) return this.snapshot(ResetReason.retention);
+      const entries = log.read(this.nextSeq - 1, Math.min(CHUNK, follower.lastSeen - this.nextSeq + 1));
+      if (entries.length === 0 || entries[0]!.seq !== this.nextSeq)
+        return this.snapshot(ResetReason.retention);
+      this.writeEntries(entries, null);
+      await this.flush();
+    }
+  }
+
+  /**
+   * The alias moved: the rest of the old generation's log, `switch {from, to}`, the upserts/deletes turning the
+   * old generation's records into the new one's (merged by primary key, both pinned), a `commit` at the new
+   * generation's position, then its changes. Events up to the merge carry the old generation's token: a client
+   * cut off mid-merge resumes from the old generation and gets the (idempotent) merge again.
+   */
+  private async switchGeneration(): Promise<void> {
+    this.phase = FeedPhase.switching;
+    const from = this.held();
+    const pinFrom = this.pin(from.cache);
+    let to: HeldGeneration | null = null;
+    try {
+      if (this.nextSeq < pinFrom.head.first) {
+        this.unpin(pinFrom);
+        return await this.snapshot(ResetReason.retention);
+      }
+      while (this.nextSeq <= pinFrom.head.last) {
+        const entries = pinFrom.read(this.nextSeq - 1, CHUNK);
+        if (entries.length === 0) break;
+        this.writeEntries(entries, null);
+        await this.flush();
+      }
+      to = this.ctx.current();
+      const pinTo = this.pin(to.cache);
+      const fromId = encodeFeedToken({
+        endpoint: this.ctx.alias,
+        generation: from.name,
+        seq: pinFrom.head.last,
+      });
+      this.send(sseFrame(FeedEvent.switch, { from: from.name, to: to.name }, fromId));
+      await this.merge(pinFrom, from.cache, pinTo, to.cache, fromId);
+      const last = pinTo.head.last >= pinTo.head.first ? pinTo.read(pinTo.head.last - 1, 1)[0] : undefined;
+      const toId = encodeFeedToken({ endpoint: this.ctx.alias, generation: to.name, seq: pinTo.head.last });
+      this.send(
+        sseFrame(
+          FeedEvent.commit,
+          last?.op === 'commit'
+            ? { position: last.position, epoch: last.epoch }
+            : { position: null, epoch: null },
+          toId,
+        ),
+      );
+      this.nextSeq = pinTo.head.last + 1;
+      this.unpin(pinTo);
+    } catch (err) {
+      to?.release();
+      throw err;
+    } finally {
+      this.unpin(pinFrom);
+    }
+    from.release();
+    this.on = to;
+    await this.flush();
+    return this.attach();
+  }
+
+  /** Upserts/deletes that turn `from`'s records into `to`'s, for this subscriber's filter. */
+  private async merge(
+    pinFrom: PinnedGeneration,
+    fromCache: ServedCache,
+    pinTo: PinnedGeneration,
+    toCache: ServedCache,
+    id: string,
+  ): Promise<void> {
+    const fromPk = fromCache.schema.primaryKey;
+    const toPk = toCache.schema.primaryKey;
+    const sameKeys =
+      fromPk.length === toPk.length &&
+      fromPk.every((f, i) => f === toPk[i] && fromCache.schema.fields[f] === toCache.schema.fields[f]);
+    const keep = (record: Record<string, unknown>) => this.matches === null || this.matches(record);
+    let written = 0;
+    const emit = async (text: string) => {
+      this.send(text);
+      if (++written % CHUNK === 0) await this.flush();
+    };
+    const upsert = (record: Record<string, unknown>) =>
+      sseFrame(FeedEvent.upsert, { key: toPk.map((f) => record[f]), record }, id);
+    const remove = (record: Record<string, unknown>) =>
+      sseFrame(FeedEvent.delete, { key: fromPk.map((f) => record[f]) }, id);
+    if (!sameKeys) {
+      // Another primary key: keys do not correspond, so every old record goes and every new one comes.
+      for (const { record } of pinFrom.records()) if (keep(record)) await emit(remove(record));
+      for (const { record } of pinTo.records()) if (keep(record)) await emit(upsert(record));
+      return;
+    }
+    const olds = pinFrom.records()[Symbol.iterator]();
+    const news = pinTo.records()[Symbol.iterator]();
+    let a = olds.next();
+    let b = news.next();
+    while (!a.done || !b.done) {
+      const order = a.done ? 1 : b.done ? -1 : Buffer.compare(a.value.dataKey, b.value.dataKey);
+      if (order < 0) {
+        if (keep(a.value.record)) await emit(remove(a.value.record));
+        a = olds.next();
+      } else if (order > 0) {
+        if (keep(b.value.record)) await emit(upsert(b.value.record));
+        b = news.next();
+      } else {
+        const had = keep(a.value.record);
+        const has = keep(b.value.record);
+        if (has && (!had || JSON.stringify(a.value.record) !== JSON.stringify(b.value.record)))
+          await emit(upsert(b.value.record));
+        else if (!has && had) await emit(remove(a.value.record));
+        a = olds.next();
+        b = news.next();
+      }
+    }
+  }
+
+  /** From the follower: new entries of this subscriber's generation. */
+  deliver(entries: ChangeEntry[], frames: readonly string[], joined: () => string): void {
+    if (this.phase !== FeedPhase.live) return;
+    const skip = this.nextSeq - entries[0]!.seq;
+    if (skip < 0) {
+      // Should not happen (the follower is contiguous); never leave a gap: catch up from the log instead.
+      this.ctx.detach(this.held().name, this);
+      void this.restart(() => this.attach());
+      return;
+    }
+    if (skip >= entries.length) return;
+    // Unread bytes beyond the allowance before this write: the client stopped reading (a reader that keeps up
+    // has drained the last turn's writes, however large they were).
+    if (this.res.writableLength > this.ctx.bufferBytes) {
+      this.cutOff();
+      return;
+    }
+    if (skip === 0 && this.matches === null) {
+      this.send(joined());
+      this.nextSeq = entries[entries.length - 1]!.seq + 1;
+    } else this.writeEntries(entries.slice(skip), skip === 0 ? frames : frames.slice(skip));
+  }
+
+  generationLeft(): void {
+    if (this.phase !== FeedPhase.live) return;
+    void this.restart(() => this.switchGeneration());
+  }
+
+  fellBehind(): void {
+    if (this.phase !== FeedPhase.live) return;
+    void this.restart(() => this.snapshot(ResetReason.retention));
+  }
+
+  private async restart(step: () => Promise<void>): Promise<void> {
+    try {
+      await step();
+    } catch (err) {
+      if (err instanceof Closed) return;
+      this.ctx.logger.warn({ err, alias: this.ctx.alias }, 'change feed failed; closing it');
+      this.res.destroy();
+      this.close();
+    }
+  }
+
+  /** Writes entries (filtered for this subscriber) and advances `nextSeq`. */
+  private writeEntries(entries: ChangeEntry[], frames: readonly string[] | null): void {
+    const on = this.held();
+    let text = '';
+    entries.forEach((entry, i) => {
+      if (entry.op === 'upsert' && this.matches && !this.matches(entry.record)) {
+        // Not (or no longer) in this subscriber's view: a delete, in case it had the record.
+        const id = encodeFeedToken({ endpoint: this.ctx.alias, generation: on.name, seq: entry.seq });
+        text += sseFrame(FeedEvent.delete, { key: entry.key }, id);
+      } else text += frames?.[i] ?? entryFrame(this.ctx.alias, on.name, entry);
+    });
+    this.send(text);
+    this.nextSeq = entries[entries.length - 1]!.seq + 1;
+  }
+
+  /** Writes to the socket (a closed subscriber writes nothing). */
+  send(text: string): void {
+    if (this.phase === FeedPhase.closed || text.length === 0) return;
+    this.res.write(text);
+  }
+
+  /** Waits until the client has read most of what was written; cut off after `drainTimeoutMs`. */
+  private async flush(): Promise<void> {
+    this.checkOpen();
+    if (this.res.writableLength <= this.ctx.bufferBytes / 2) return;
+    const drained = await new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => done(false), this.ctx.drainTimeoutMs);
+      const done = (ok: boolean) => {
+        clearTimeout(timer);
+        this.res.off('drain', onDrain);
+        this.res.off('close', onClose);
+        resolve(ok);
+      };
+      const onDrain = () => done(true);
+      const onClose = () => done(false);
+      this.res.on('drain', onDrain);
+      this.res.on('close', onClose);
+    });
+    if (!drained) this.cutOff();
+    this.checkOpen();
+  }
+
+  private cutOff(): void {
+    if (this.phase === FeedPhase.closed) return;
+    this.ctx.onCutOff(this);
+    this.res.destroy();
+    this.close();
+  }
+
+  private pin(cache: ServedCache): PinnedGeneration {
+    const pin = cache.changeLog().pin();
+    this.pins.add(pin);
+    return pin;
+  }
+
+  private unpin(pin: PinnedGeneration): void {
+    if (this.pins.delete(pin)) pin.close();
+  }
+
+  private held(): HeldGeneration {
+    if (!this.on) throw new Closed();
+    return this.on;
+  }
+
+  private checkOpen(): void {
+    if (this.phase === FeedPhase.closed) throw new Closed();
+  }
+
+  /** Ends the stream cleanly (shutdown); the client resumes by token elsewhere. */
+  end(): void {
+    if (this.phase === FeedPhase.closed) return;
+    this.res.end();
+    this.close();
+  }
+
+  /** Ends the subscription: off the follower, pins and lease released. Idempotent. */
+  close(): void {
+    if (this.phase === FeedPhase.closed) return;
+    const on = this.on;
+    this.phase = FeedPhase.closed;
+    if (on) this.ctx.detach(on.name, this);
+    for (const pin of this.pins) pin.close();
+    this.pins.clear();
+    on?.release();
+    this.on = null;
+    this.ctx.onClose(this);
+  }
+}

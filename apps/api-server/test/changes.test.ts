@@ -1,0 +1,199 @@
+import { describe, expect, it } from 'vitest';
+import { del, range, startFeedApi, startFeedWriter, tempDir, upsert } from './feed-harness.js';
+import { item } from './fixtures/data.js';
+import { applyFeed, queryAll, SseConnection, type SseEvent } from './sse.js';
+
+const feedUrl = (base: string, params: Record<string, string> = {}) =>
+  `${base}/v1/endpoints/items/changes${Object.keys(params).length ? `?${new URLSearchParams(params)}` : ''}`;
+
+const dataEvents = (events: SseEvent[]) =>
+  events.filter((e) => e.event === 'upsert' || e.event === 'delete' || e.event === 'commit');
+
+describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
+  it('starts with a snapshot then live; a killed connection resumes by token with exactly the missed events', async () => {
+    await using dir = await tempDir();
+    await using writer = await startFeedWriter(dir);
+    await using api = await startFeedApi(writer.root);
+
+    const a = await SseConnection.open(feedUrl(api.url));
+    const reference = await SseConnection.open(feedUrl(api.url));
+    await a.waitForEvent((e) => e.event === 'live');
+    await reference.waitForEvent((e) => e.event === 'live');
+    const snapshot = a.events.filter((e) => e.event === 'upsert');
+    expect(snapshot).toHaveLength(50);
+    expect(a.events.findIndex((e) => e.event === 'live')).toBe(50);
+
+    await writer.run({ op: 'commit', ops: [upsert(item(1, 2)), upsert(item(60, 2)), del(2)] });
+    await a.waitForEvent((e) => e.event === 'commit');
+    const token = a.lastId!;
+    a.kill();
+    // Missed while disconnected: three transactions.
+    await writer.run({ op: 'commit', ops: [upsert(item(3, 3)), del(4)] });
+    await writer.run({ op: 'commit', ops: [upsert(item(61, 3))] });
+    await writer.run({ op: 'commit', ops: [del(60), upsert(item(5, 4))] });
+    await reference.waitForEvent((e) => e.event === 'commit', { count: 4 });
+
+    const resumed = await SseConnection.open(feedUrl(api.url), { 'last-event-id': token });
+    await resumed.waitForEvent((e) => e.event === 'commit', { count: 3 });
+    // No gap, no duplicate: the resumed stream is the reference's stream after the token, event for event.
+    const refAfter = dataEvents(reference.events).slice(
+      dataEvents(reference.events).findIndex((e) => e.id === token) + 1,
+    );
+    expect(dataEvents(resumed.events)).toEqual(refAfter);
+    expect(resumed.events.some((e) => e.event === 'live' || e.event === 'reset')).toBe(false);
+    expect(dataEvents(resumed.events).map((e) => e.event)).toEqual([
+      'upsert',
+      'delete',
+      'commit',
+      'upsert',
+      'commit',
+      'delete',
+      'upsert',
+      'commit',
+    ]);
+    expect(resumed.events.find((e) => e.event === 'commit')?.data).toMatchObject({ position: { source: 3 } });
+
+    // Snapshot + everything before the kill + the resumed events = the endpoint now.
+    const local = applyFeed(a.events);
+    applyFeed(resumed.events, local);
+    const { records } = await queryAll(api.url, 'items');
+    expect(local).toEqual(records);
+    expect(applyFeed(reference.events)).toEqual(records);
+    resumed.kill();
+    reference.kill();
+  });
+
+  it('across a blue/green rebuild: switch, then the merge turns the old generation into the new one', async () => {
+    await using dir = await tempDir();
+    await using writer = await startFeedWriter(dir);
+    await using api = await startFeedApi(writer.root);
+    const sub = await SseConnection.open(feedUrl(api.url));
+    await sub.waitForEvent((e) => e.event === 'live');
+    await writer.run({ op: 'commit', ops: [upsert(item(7, 5))] });
+    await sub.waitForEvent((e) => e.event === 'commit');
+    const beforeSwitch = sub.lastId!;
+    const live = await sub.waitForEvent((e) => e.event === 'live');
+    const blue = (live.data as { generation: string }).generation;
+
+    // Green: 1..40 kept (10..19 changed), 41..50 removed, 51..55 added.
+    const green = [
+      ...range(1, 9).map((id) => item(id, 1)),
+      ...range(10, 19).map((id) => item(id, 2)),
+      ...range(20, 40).map((id) => item(id, 1)),
+      ...range(51, 55).map((id) => item(id, 2)),
+    ];
+    const greenName = await writer.run({ op: 'rebuild', records: green });
+    const switched = await sub.waitForEvent((e) => e.event === 'switch');
+    expect(switched.data).toEqual({ from: blue, to: greenName });
+    await sub.waitForEvent((e) => e.event === 'commit', { from: sub.events.indexOf(switched) });
+    const merge = sub.events.slice(
+      sub.events.indexOf(switched) + 1,
+      sub.events.findIndex((e, i) => i > sub.events.indexOf(switched) && e.event === 'commit'),
+    );
+    // Only the differences: 10 changed + 5 added upserts (item 7 went back to gen 1), 10 deletes.
+    expect(merge.filter((e) => e.event === 'upsert')).toHaveLength(16);
+    expect(merge.filter((e) => e.event === 'delete')).toHaveLength(10);
+    const { records, cache } = await queryAll(api.url, 'items');
+    expect(cache).toBe(greenName);
+    expect(applyFeed(sub.events)).toEqual(records);
+
+    // Then the new generation's changes.
+    await writer.run({ op: 'commit', ops: [upsert(item(100, 9)), del(1)] });
+    await sub.waitForEvent((e) => e.event === 'commit', { from: sub.events.indexOf(switched), count: 2 });
+    expect(applyFeed(sub.events)).toEqual((await queryAll(api.url, 'items')).records);
+
+    // A subscriber resuming with a token of the old generation (still there) gets the switch and the merge too.
+    const late = await SseConnection.open(feedUrl(api.url, { after: beforeSwitch }));
+    // The merge reaches green's latest commit at once: one commit event, at green's position.
+    await late.waitForEvent((e) => e.event === 'commit');
+    expect(late.events[0]).toMatchObject({ event: 'switch', data: { from: blue, to: greenName } });
+    const local = applyFeed(sub.events.slice(0, sub.events.findIndex((e) => e.id === beforeSwitch) + 1));
+    expect(applyFeed(late.events, local)).toEqual((await queryAll(api.url, 'items')).records);
+    sub.kill();
+    late.kill();
+  });
+
+  it('a token older than retention gets reset {reason} and a snapshot; a forged or foreign token is 400', async () => {
+    await using dir = await tempDir();
+    await using writer = await startFeedWriter(dir, { retainRecords: 10 });
+    await using api = await startFeedApi(writer.root);
+    const sub = await SseConnection.open(feedUrl(api.url));
+    await sub.waitForEvent((e) => e.event === 'live');
+    await writer.run({ op: 'commit', ops: [upsert(item(1, 2))] });
+    await sub.waitForEvent((e) => e.event === 'commit');
+    const token = sub.lastId!;
+    sub.kill();
+    for (let i = 0; i < 6; i += 1)
+      await writer.run({ op: 'commit', ops: [upsert(item(10 + i, 3)), del(20 + i)] });
+
+    const again = await SseConnection.open(feedUrl(api.url, { after: token }));
+    await again.waitForEvent((e) => e.event === 'live');
+    expect(again.events[0]).toEqual({ event: 'reset', data: { reason: 'retention' } });
+    const { records } = await queryAll(api.url, 'items');
+    expect(again.events.filter((e) => e.event === 'upsert')).toHaveLength(records.size);
+    expect(applyFeed(again.events, applyFeed(sub.events))).toEqual(records);
+    again.kill();
+
+    const forged = await SseConnection.open(feedUrl(api.url, { after: 'nonsense' })).catch((e) => e);
+    expect(forged.status).toBe(400);
+    expect(JSON.parse(forged.body)).toMatchObject({ code: 'VALIDATION_FAILED' });
+    const foreign = `c1.${Buffer.from(JSON.stringify(['orders', 'x', 1])).toString('base64url')}`;
+    const other = await SseConnection.open(feedUrl(api.url, { after: foreign })).catch((e) => e);
+    expect(other.status).toBe(400);
+    const unknown = await SseConnection.open(`${api.url}/v1/endpoints/nope/changes`).catch((e) => e);
+    expect(unknown.status).toBe(404);
+    const badFilter = await SseConnection.open(feedUrl(api.url, { filter: '{"value": {"$gt": ' })).catch(
+      (e) => e,
+    );
+    expect(JSON.parse(badFilter.body)).toMatchObject({ code: 'MALFORMED_JSON' });
+
+    // A token of a generation that no longer exists: reset + snapshot.
+    const gone = `c1.${Buffer.from(JSON.stringify(['items', 'items-00000000000000000000000000', 3])).toString('base64url')}`;
+    const fresh = await SseConnection.open(feedUrl(api.url, { after: gone }));
+    await fresh.waitForEvent((e) => e.event === 'live');
+    expect(fresh.events[0]).toEqual({ event: 'reset', data: { reason: 'generation-gone' } });
+    fresh.kill();
+  });
+
+  it('filter= applies: a record leaving the filter is a delete; the local copy equals the filtered query', async () => {
+    await using dir = await tempDir();
+    await using writer = await startFeedWriter(dir);
+    await using api = await startFeedApi(writer.root);
+    const filter = { category: 'a' };
+    const sub = await SseConnection.open(feedUrl(api.url, { filter: JSON.stringify(filter) }));
+    await sub.waitForEvent((e) => e.event === 'live');
+    const expected = (await queryAll(api.url, 'items', filter)).records;
+    expect(applyFeed(sub.events)).toEqual(expected);
+    expect(
+      sub.events
+        .filter((e) => e.event === 'upsert')
+        .every((e) => (e.data as { record: { category: string } }).record.category === 'a'),
+    ).toBe(true);
+
+    // id 3 is in category a (3 % 3 = 0): moving it to b must delete it for this subscriber.
+    await writer.run({
+      op: 'commit',
+      ops: [
+        upsert({ ...item(3, 2), category: 'b' }),
+        upsert({ ...item(4, 2), category: 'a' }),
+        upsert(item(5, 2)),
+      ],
+    });
+    await sub.waitForEvent((e) => e.event === 'commit');
+    const live = sub.events.slice(sub.events.findIndex((e) => e.event === 'live') + 1);
+    expect(live.map((e) => [e.event, (e.data as { key?: unknown[] }).key?.[0]])).toEqual([
+      ['delete', 3],
+      ['upsert', 4],
+      ['delete', 5],
+      ['commit', undefined],
+    ]);
+    expect(applyFeed(sub.events)).toEqual((await queryAll(api.url, 'items', filter)).records);
+
+    // The merge at a switch is filtered too.
+    await writer.run({ op: 'rebuild', records: range(1, 30).map((id) => item(id, 3)) });
+    await sub.waitForEvent((e) => e.event === 'switch');
+    await sub.waitForEvent((e) => e.event === 'commit', { count: 2 });
+    expect(applyFeed(sub.events)).toEqual((await queryAll(api.url, 'items', filter)).records);
+    sub.kill();
+  });
+});
