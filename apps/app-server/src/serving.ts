@@ -65,6 +65,8 @@ export async function openServingPlane(
           logger: context.logger,
           commitEveryRecords: config.pipeline.commitEveryRecords,
           commitEveryMs: config.pipeline.commitEveryMs,
+          // Replication slot and publication names derive from it: stable across restarts of this node.
+          nodeId: config.node.id,
           ...(config.nats !== undefined ? { nats: config.nats } : {}),
         }),
     });

@@ -11,6 +11,7 @@ import {
   keyFields,
   NameSchema,
   PostgresAddressSchema,
+  postgresCapture,
   SOURCE_TYPES,
   SourceAddressSchema,
   SqlIdentifierSchema,
@@ -185,6 +186,48 @@ describe('PostgresAddressSchema', () => {
       pathsOf(PostgresAddressSchema, { type: 'postgres', connection: 'w', table: 't', cursor: '' }),
     ).toEqual(['cursor']);
     expect(pathsOf(PostgresAddressSchema, { type: 'postgres', table: 't' })).toEqual(['connection']);
+  });
+});
+
+describe('PostgreSQL capture (issue 16)', () => {
+  const table = { type: 'postgres', connection: 'w', table: 'public.orders' } as const;
+  it('a table without a cursor replicates in an endpoint; a cursor, a query and transfers poll unless told', () => {
+    const parse = (a: object) => PostgresAddressSchema.parse(a);
+    expect(postgresCapture(parse(table), 'endpoint')).toBe('replication');
+    expect(postgresCapture(parse({ ...table, cursor: 'updated_at' }), 'endpoint')).toBe('poll');
+    expect(
+      postgresCapture(parse({ ...table, cursor: 'updated_at', capture: 'replication' }), 'endpoint'),
+    ).toBe('replication');
+    expect(postgresCapture(parse({ ...table, capture: 'poll' }), 'endpoint')).toBe('poll');
+    expect(
+      postgresCapture(parse({ type: 'postgres', connection: 'w', query: 'select 1', key: 'id' }), 'endpoint'),
+    ).toBe('poll');
+    expect(postgresCapture(parse(table), 'transfer')).toBe('poll');
+    expect(postgresCapture(parse({ ...table, capture: 'replication' }), 'transfer')).toBe('replication');
+  });
+
+  it('takes slot and publication names PostgreSQL accepts, only with replication', () => {
+    expect(PostgresAddressSchema.parse({ ...table, slot: 'orders_slot', publication: 'orders_pub' })).toEqual(
+      {
+        ...table,
+        slot: 'orders_slot',
+        publication: 'orders_pub',
+      },
+    );
+    expect(pathsOf(PostgresAddressSchema, { ...table, slot: 'Orders-Slot' })).toEqual(['slot']);
+    expect(pathsOf(PostgresAddressSchema, { ...table, publication: 'x'.repeat(64) })).toEqual([
+      'publication',
+    ]);
+    expect(pathsOf(PostgresAddressSchema, { ...table, capture: 'poll', slot: 's' })).toEqual(['slot']);
+    expect(pathsOf(PostgresAddressSchema, { ...table, capture: 'cdc' })).toEqual(['capture']);
+    expect(
+      pathsOf(PostgresAddressSchema, {
+        type: 'postgres',
+        connection: 'w',
+        query: 'select 1',
+        capture: 'replication',
+      }),
+    ).toEqual(['capture']);
   });
 });
 

@@ -39,6 +39,13 @@ export type FileAddress = z.output<typeof FileAddressSchema>;
 
 const KeySchema = z.union([z.string().min(1).max(127), z.array(z.string().min(1).max(127)).min(1).max(16)]);
 
+/** A replication slot or publication name: lower-case letters, digits and `_` (PostgreSQL's slot rule). */
+const ReplicationName = z
+  .string()
+  .min(1)
+  .max(63)
+  .regex(/^[a-z0-9_]+$/, 'must contain only lower-case letters, digits and "_"');
+
 /** A PostgreSQL table (or, as a source, a query) on a configured connection. */
 export const PostgresAddressSchema = z
   .strictObject({
@@ -49,12 +56,51 @@ export const PostgresAddressSchema = z
     key: KeySchema.optional(),
     /** Monotonic column used for incremental reads after the snapshot (e.g. `updated_at`). */
     cursor: z.string().min(1).max(127).optional(),
+    /**
+     * How a table source sees changes: `replication` (logical replication: snapshot, then every insert, update,
+     * delete and truncate) or `poll` (keyset snapshot, then the `cursor` column). See {@link postgresCapture}.
+     */
+    capture: z.enum(['replication', 'poll']).optional(),
+    /** Replication slot name (default derived from the node id and the source's handle). */
+    slot: ReplicationName.optional(),
+    /** Publication name (default derived from the node id and the source's handle). */
+    publication: ReplicationName.optional(),
   })
   .refine((a) => (a.table === undefined) !== (a.query === undefined), {
     message: 'exactly one of "table" or "query" is required',
     path: ['table'],
+  })
+  .refine((a) => a.capture !== 'replication' || a.table !== undefined, {
+    message: 'capture "replication" reads a table; a "query" source polls',
+    path: ['capture'],
+  })
+  .refine((a) => (a.slot === undefined && a.publication === undefined) || a.capture !== 'poll', {
+    message: '"slot" and "publication" belong to capture "replication"',
+    path: ['slot'],
   });
 export type PostgresAddress = z.output<typeof PostgresAddressSchema>;
+
+/** How a PostgreSQL source reads changes. */
+export const PostgresCapture = { replication: 'replication', poll: 'poll' } as const;
+export type PostgresCapture = (typeof PostgresCapture)[keyof typeof PostgresCapture];
+
+/**
+ * The capture mode of a PostgreSQL source. An endpoint's table source without a `cursor` reads logical
+ * replication unless it says `capture: poll`; a source naming a `cursor`, a `query`, and every transfer source poll
+ * unless they say `capture: replication` (so existing configurations keep their behaviour).
+ *
+ * @example
+ * ```ts
+ * postgresCapture({ type: 'postgres', connection: 'db', table: 'orders' }, 'endpoint'); // 'replication'
+ * postgresCapture({ type: 'postgres', connection: 'db', table: 'orders', cursor: 'updated_at' }, 'endpoint'); // 'poll'
+ * ```
+ */
+export function postgresCapture(address: PostgresAddress, role: 'endpoint' | 'transfer'): PostgresCapture {
+  if (address.capture !== undefined) return address.capture;
+  return role === 'endpoint' && address.table !== undefined && address.cursor === undefined
+    ? 'replication'
+    : 'poll';
+}
 
 /** A NATS JetStream stream and subject, optionally on a configured connection. */
 export const JetStreamAddressSchema = z.strictObject({

@@ -40,6 +40,11 @@ export const ErrorCode = {
   SOURCE_FAILED: 'SOURCE_FAILED',
   SINK_FAILED: 'SINK_FAILED',
   TRANSFER_TERMINATED: 'TRANSFER_TERMINATED',
+  REPLICATION_NOT_ENABLED: 'REPLICATION_NOT_ENABLED',
+  REPLICATION_NOT_PERMITTED: 'REPLICATION_NOT_PERMITTED',
+  REPLICA_IDENTITY_MISSING: 'REPLICA_IDENTITY_MISSING',
+  SOURCE_SCHEMA_CHANGED: 'SOURCE_SCHEMA_CHANGED',
+  POSITION_NOT_REACHED: 'POSITION_NOT_REACHED',
   INTERNAL: 'INTERNAL',
   NOTHING_TO_PROMOTE: 'NOTHING_TO_PROMOTE',
   NOTHING_TO_ROLL_BACK: 'NOTHING_TO_ROLL_BACK',
@@ -410,6 +415,59 @@ export class SinkError extends SluiceError {
 export class TransferTerminatedError extends SluiceError {
   constructor(id: string) {
     super(ErrorCode.TRANSFER_TERMINATED, `Transfer ${q(id)} was terminated`, 409, { details: { id } });
+  }
+}
+
+/** A replication source's database does not run `wal_level = logical` (start-up error; no fallback to polling). */
+export class ReplicationNotEnabledError extends SluiceError {
+  constructor(walLevel: string, options: SluiceErrorOptions = {}) {
+    super(
+      ErrorCode.REPLICATION_NOT_ENABLED,
+      `PostgreSQL runs wal_level=${q(walLevel)}; logical replication needs wal_level=logical (set it in postgresql.conf or ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL), or configure the source with capture: poll and a cursor column`,
+      502,
+      { ...options, details: { setting: 'wal_level', value: walLevel, required: 'logical' } },
+    );
+  }
+}
+
+/** The source's role may not create or read a replication slot (start-up error). */
+export class ReplicationNotPermittedError extends SluiceError {
+  constructor(role: string, options: SluiceErrorOptions = {}) {
+    super(
+      ErrorCode.REPLICATION_NOT_PERMITTED,
+      `Role ${q(role)} lacks the REPLICATION privilege logical replication needs (ALTER ROLE ${role} WITH REPLICATION), or configure the source with capture: poll`,
+      502,
+      { ...options, details: { role, privilege: 'REPLICATION' } },
+    );
+  }
+}
+
+/** A replicated table whose updates and deletes would not name their row (no primary key, no replica identity). */
+export class ReplicaIdentityMissingError extends SluiceError {
+  constructor(table: string, options: SluiceErrorOptions = {}) {
+    super(
+      ErrorCode.REPLICA_IDENTITY_MISSING,
+      `Table ${q(table)} has no primary key and no replica identity, so its updates and deletes cannot be mirrored: add a primary key, or ALTER TABLE ${table} REPLICA IDENTITY FULL (with "key" configured)`,
+      502,
+      { ...options, details: { table } },
+    );
+  }
+}
+
+/** The source table's columns changed in a way the endpoint's schema cannot take: a new generation is built. */
+export class SourceSchemaChangedError extends SluiceError {
+  constructor(message: string, options: SluiceErrorOptions = {}) {
+    super(ErrorCode.SOURCE_SCHEMA_CHANGED, message, 409, options);
+  }
+}
+
+/** A read asked for a position (`sluice-min-position`) the serving generation did not reach in time. */
+export class PositionNotReachedError extends SluiceError {
+  /** Seconds after which a retry is worth it (`retry-after`). */
+  readonly retryAfterSeconds: number;
+  constructor(message: string, retryAfterSeconds = 1, options: SluiceErrorOptions = {}) {
+    super(ErrorCode.POSITION_NOT_REACHED, message, 503, options);
+    this.retryAfterSeconds = retryAfterSeconds;
   }
 }
 

@@ -5,6 +5,7 @@ import {
   type FieldType,
   keyFields,
   type NatsConfig,
+  postgresCapture,
   type SourceAddress,
   UnknownConnectionError,
   ValidationError,
@@ -17,6 +18,8 @@ import { createPostgresSink } from './sinks/postgres.js';
 import { createFileSource } from './sources/file.js';
 import { createJetStreamSource } from './sources/jetstream.js';
 import { createPostgresSource } from './sources/postgres.js';
+import { defaultReplicationName } from './sources/replication/setup.js';
+import { createReplicationSource, type ReplicationSourceOptions } from './sources/replication/source.js';
 import type { PipelineSink, PipelineSource, SinkFence } from './types.js';
 
 export interface ConnectionContext {
@@ -25,6 +28,10 @@ export interface ConnectionContext {
   nats?: NatsConfig;
   /** Relative file paths resolve against this directory. */
   baseDir?: string;
+  /** This node's id: default replication slot and publication names derive from it (stable across restarts). */
+  nodeId?: string;
+  /** Tuning of replication sources (tests shorten the keepalive). */
+  replication?: Pick<ReplicationSourceOptions, 'keepaliveMs' | 'highWater' | 'slotWaitMs'>;
 }
 
 function postgresUrl(ctx: ConnectionContext, name: string): string {
@@ -53,7 +60,15 @@ export function sourceFor(
   address: SourceAddress,
   handle: string,
   ctx: ConnectionContext,
-  options: { fields?: Record<string, FieldType>; key?: string[]; chunkBytes?: number } = {},
+  options: {
+    fields?: Record<string, FieldType>;
+    key?: string[];
+    chunkBytes?: number;
+    /** Who reads: an endpoint's table source replicates by default, a transfer's polls (core `postgresCapture`). */
+    role?: 'endpoint' | 'transfer';
+    /** A plain read of the first records (schema inference): never a replication slot. */
+    sampling?: boolean;
+  } = {},
 ): PipelineSource {
   switch (address.type) {
     case 'file':
@@ -67,6 +82,21 @@ export function sourceFor(
       });
     case 'postgres': {
       const key = keyFields(address.key);
+      const capture = options.sampling ? 'poll' : postgresCapture(address, options.role ?? 'transfer');
+      if (capture === 'replication') {
+        // Validated by core's schema: replication reads a table.
+        const table = address.table!;
+        const node = ctx.nodeId ?? 'local';
+        return createReplicationSource({
+          handle,
+          url: postgresUrl(ctx, address.connection),
+          table,
+          ...(key.length > 0 ? { key } : {}),
+          slot: address.slot ?? defaultReplicationName(node, handle),
+          publication: address.publication ?? defaultReplicationName(node, handle),
+          ...(ctx.replication ?? {}),
+        });
+      }
       return createPostgresSource({
         handle,
         url: postgresUrl(ctx, address.connection),

@@ -20,7 +20,7 @@ import {
   type SwitchCause,
   silentLogger,
 } from '@sluice/core';
-import { sourceFor } from './addresses.js';
+import { type ConnectionContext, sourceFor } from './addresses.js';
 import { BadRecordCollector } from './bad-records.js';
 import type { CacheManagerLike, RwCacheLike } from './cache-port.js';
 import { dagHash, decideRestart, type RestartPlan } from './dag.js';
@@ -57,6 +57,10 @@ export interface EndpointContext {
   fileChunkBytes?: number;
   /** Called on every progress report (after each batch and each commit). */
   onProgress?: (progress: PipelineProgress) => void;
+  /** This node's id (default replication slot and publication names derive from it). Default `local`. */
+  nodeId?: string;
+  /** Tuning of replication sources (tests shorten the keepalive). */
+  replication?: ConnectionContext['replication'];
 }
 
 export interface EndpointStatus {
@@ -139,6 +143,8 @@ export async function startEndpointPipeline(
     connections: ctx.connections,
     ...(ctx.nats !== undefined ? { nats: ctx.nats } : {}),
     ...(ctx.baseDir !== undefined ? { baseDir: ctx.baseDir } : {}),
+    ...(ctx.nodeId !== undefined ? { nodeId: ctx.nodeId } : {}),
+    ...(ctx.replication !== undefined ? { replication: ctx.replication } : {}),
   };
   const renames: Record<string, string> =
     endpoint.select && !Array.isArray(endpoint.select) ? endpoint.select : {};
@@ -149,11 +155,13 @@ export async function startEndpointPipeline(
   if (endpoint.filter) processors.push(filterProcessor(`${name}.filter`, endpoint.filter, sourceKey));
   if (endpoint.select) processors.push(selectProcessor(`${name}.select`, endpoint.select));
 
-  const buildBranch = (csvFields?: Record<string, FieldType>): SourceBranch => ({
+  const buildBranch = (csvFields?: Record<string, FieldType>, sampling = false): SourceBranch => ({
     source: sourceFor(endpoint.source, `${name}.source`, connections, {
       ...(csvFields ? { fields: csvFields } : {}),
       key: sourceKey,
       ...(ctx.fileChunkBytes ? { chunkBytes: ctx.fileChunkBytes } : {}),
+      role: 'endpoint',
+      sampling,
     }),
     processors,
   });
@@ -166,7 +174,7 @@ export async function startEndpointPipeline(
 
   /** Reads the first records (without checkpointing anything) to infer field types. */
   const sample = async (): Promise<{ raw: Row[]; processed: Row[] }> => {
-    const branch = buildBranch();
+    const branch = buildBranch(undefined, true);
     const controller = new AbortController();
     const raw: Row[] = [];
     const processed: Row[] = [];
@@ -269,6 +277,7 @@ export async function startEndpointPipeline(
     const { schema, csvFields } = await resolveSchema(!force);
     await branch?.source.close();
     branch = buildBranch(csvFields);
+    await branch.source.preflight?.();
     const sources = [branch.source.handle];
     let cause: SwitchCause = force ? 'rebuild' : 'restart';
     const makeSink = (cache: RwCacheLike) =>
@@ -452,8 +461,21 @@ export async function startEndpointPipeline(
             code: SluiceError.isInstance(err) ? err.code : 'INTERNAL',
             message: (err as Error).message,
           };
-          logger.error({ endpoint: name, err }, 'endpoint pipeline failed; retrying');
           await halt();
+          if (SluiceError.hasCode(err, 'SOURCE_SCHEMA_CHANGED')) {
+            // The table changed in a way this generation cannot take: a new one, the old serving meanwhile.
+            logger.warn({ endpoint: name, err }, 'source schema changed; building a new generation');
+            try {
+              await launch(true);
+              backoff = ctx.retryMs ?? 1_000;
+              continue;
+            } catch (relaunch) {
+              lastError = {
+                code: SluiceError.isInstance(relaunch) ? relaunch.code : 'INTERNAL',
+                message: (relaunch as Error).message,
+              };
+            }
+          } else logger.error({ endpoint: name, err }, 'endpoint pipeline failed; retrying');
         }
       }
       try {

@@ -32,6 +32,14 @@ const types = {
   },
 };
 
+/**
+ * The pipeline's parser of a column's text value by type OID, so rows streamed by logical replication read
+ * exactly like rows a query returned.
+ */
+export function textParser(oid: number): (text: string) => unknown {
+  return types.getTypeParser(oid, 'text') as (text: string) => unknown;
+}
+
 /** A pg client with the pipeline's type parsers. */
 export async function connectPostgres(url: string): Promise<pg.Client> {
   const client = new pg.Client({

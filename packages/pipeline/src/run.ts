@@ -98,6 +98,8 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
   let lastCheckpoint: PipelineCheckpoint | null = start;
   let dirty = 0;
   let lastCommitAt = Date.now();
+  /** Sources in the middle of a transaction: no commit may cut it (it must become visible whole). */
+  const openSources = new Set<string>();
   const report = () => {
     progress.lag = branches.reduce<number | null>((sum, b) => {
       const lag = b.source.lag?.() ?? null;
@@ -125,6 +127,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
     ensureNotAborted();
     await sink.commit(checkpoint);
     await options.saveCheckpoint?.(checkpoint);
+    for (const { source } of branches) source.committed?.(checkpointPositions[source.handle]);
     progress.epoch = checkpoint.epoch;
     lastCheckpoint = checkpoint;
     dirty = 0;
@@ -184,6 +187,17 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
       }
     }
     progress.recordsRead += item.read;
+    if (item.truncate) {
+      ensureNotAborted();
+      if (sink.truncate) await sink.truncate();
+      else
+        logger.warn(
+          { pipeline: options.name, source: branch.source.handle },
+          'sink cannot truncate; skipped',
+        );
+    }
+    if (item.open) openSources.add(branch.source.handle);
+    else openSources.delete(branch.source.handle);
     if (out.length > 0) {
       ensureNotAborted();
       await sink.write(out);
@@ -220,7 +234,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
       let result: IteratorResult<{ branch: number; item: SourceItem }> | typeof TIMER | typeof ABORTED;
       for (;;) {
         let wait: number | undefined;
-        if (dirty > 0) {
+        if (dirty > 0 && openSources.size === 0) {
           wait = commitEveryMs - (Date.now() - lastCommitAt);
           if (wait <= 0) {
             await commit();
@@ -245,7 +259,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
       const branch = branches[index]!;
       if (item.kind === 'records') {
         await handleRecords(branch, item);
-        if (dirty >= commitEveryRecords) await commit();
+        if (openSources.size === 0 && (dirty >= commitEveryRecords || item.flush)) await commit();
         if (options.maxRecordsPerSecond) {
           const due =
             throttleStart + ((progress.recordsRead - throttleBase) * 1000) / options.maxRecordsPerSecond;

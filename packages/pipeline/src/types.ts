@@ -14,6 +14,15 @@ export interface SourceBatch {
   bad: BadRecordReport[];
   /** Position after this batch; resuming from it reads what follows. */
   position: unknown;
+  /**
+   * The source transaction continues in the next batch: no commit may fall between this batch and the end of
+   * the transaction, so it becomes visible whole (logical replication). `position` stays the last committed one.
+   */
+  open?: boolean;
+  /** Commit right after this batch (a source with nothing more at hand: keeps the lag low). */
+  flush?: boolean;
+  /** The destination is emptied (a truncate) before this batch's ops: staged and committed records alike. */
+  truncate?: boolean;
 }
 
 /** The source has read everything that existed when it started (its snapshot). */
@@ -44,8 +53,20 @@ export interface PipelineSource {
   /** The configuration that identifies this source (part of the DAG hash). */
   readonly description: unknown;
   canResume(position: unknown): Promise<ResumeCheck>;
+  /**
+   * Checks the source's configuration against the real system before anything is planned (a replication source:
+   * `wal_level`, the `REPLICATION` privilege, the table's replica identity) and throws its stable error, so a
+   * misconfiguration stops start-up rather than surfacing later as a retried failure.
+   */
+  preflight?(): Promise<void>;
   /** Reads from `position` (`null` = from the beginning). */
   read(position: unknown | null, options: ReadOptions): AsyncIterable<SourceItem>;
+  /**
+   * Called after the sink committed (and the checkpoint port saved) a checkpoint holding `position` for this
+   * source: a source that confirms what it delivered (a replication slot's flush position) does it here, never
+   * earlier.
+   */
+  committed?(position: unknown): void;
   /** How far the source is ahead of what was read (records), when it can tell. */
   lag?(): number | null;
   close(): Promise<void>;
@@ -87,6 +108,11 @@ export interface PipelineSink {
     checkpoint: PipelineCheckpoint | null;
   }): Promise<void>;
   write(ops: RecordOp[]): Promise<void>;
+  /**
+   * Empties the destination as part of the current epoch (a source's truncate): what is staged and what is
+   * committed. Sinks without it skip truncates (with a warning), as the file sink skips deletes.
+   */
+  truncate?(): Promise<void>;
   commit(checkpoint: PipelineCheckpoint): Promise<void>;
   /** A source has finished its snapshot and everything it read is committed. */
   snapshotDone?(sourceHandle: string, checkpoint: PipelineCheckpoint | null): Promise<void>;

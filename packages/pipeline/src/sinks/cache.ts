@@ -3,13 +3,14 @@ import {
   type EventPublisher,
   type Logger,
   type PipelineCheckpoint,
+  parseQuery,
   SinkError,
   type SwitchCause,
   silentLogger,
   snapshottingDone,
 } from '@sluice/core';
 import type { CacheManagerLike, CacheRecordOp, RwCacheLike } from '../cache-port.js';
-import type { RecordOp, RecordSchema } from '../ops.js';
+import { keyOf, type RecordOp, type RecordSchema } from '../ops.js';
 import type { PipelineSink, SinkFence } from '../types.js';
 
 export interface CacheSinkOptions {
@@ -115,6 +116,8 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
     })();
     return redirecting;
   };
+  /** Keys upserted since the last commit (a truncate deletes them too: the cache cannot list staged keys). */
+  const stagedKeys = new Map<string, unknown[]>();
 
   const redirectWhenReady = async (checkpoint: PipelineCheckpoint | null) => {
     lastCheckpoint = checkpoint ?? lastCheckpoint;
@@ -176,6 +179,10 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
       for (let i = 0; i < ops.length; i++) {
         const op = ops[i]!;
         out[i] = op.op === 'delete' ? { op: 'delete', key: op.key } : { op: 'upsert', record: op.record };
+        if (op.op !== 'delete') {
+          const key = keyOf(op.record, options.schema.primaryKey);
+          if (key !== undefined) stagedKeys.set(JSON.stringify(key), key);
+        }
       }
       try {
         cache.apply(out, { onConflict: 'overwrite' });
@@ -183,9 +190,33 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
         throw new SinkError(`Cache ${cache.name}: ${(err as Error).message}`, { cause: err });
       }
     },
+    async truncate() {
+      // Deletes of every committed key and of every key staged since the last commit, in this epoch: the
+      // truncate becomes visible with the rest of its source transaction, never on its own.
+      const deletes: CacheRecordOp[] = [...stagedKeys.values()].map((key) => ({ op: 'delete', key }));
+      stagedKeys.clear();
+      let after: string | null = null;
+      do {
+        const page: { records: Record<string, unknown>[]; next: string | null } = cache.query(
+          parseQuery({ $limit: 1000, ...(after !== null ? { $after: after } : {}) }),
+        );
+        for (const record of page.records) {
+          const key = keyOf(record, options.schema.primaryKey);
+          if (key !== undefined) deletes.push({ op: 'delete', key });
+        }
+        after = page.next;
+      } while (after !== null);
+      try {
+        for (let i = 0; i < deletes.length; i += 100_000)
+          cache.apply(deletes.slice(i, i + 100_000), { onConflict: 'overwrite' });
+      } catch (err) {
+        throw new SinkError(`Cache ${cache.name}: truncate: ${(err as Error).message}`, { cause: err });
+      }
+    },
     async commit(checkpoint: PipelineCheckpoint) {
       await cache.commit(checkpoint);
       lastCheckpoint = checkpoint;
+      stagedKeys.clear();
     },
     async snapshotDone(source: string, checkpoint: PipelineCheckpoint | null) {
       if (!done.has(source)) {

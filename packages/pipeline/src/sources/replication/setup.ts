@@ -1,0 +1,236 @@
+import { createHash } from 'node:crypto';
+import {
+  ReplicaIdentityMissingError,
+  ReplicationNotEnabledError,
+  ReplicationNotPermittedError,
+  SourceError,
+} from '@sluice/core';
+import pg from 'pg';
+import { primaryKeyOf, quoteIdent } from '../../pg.js';
+import { normalizeLsn } from './lsn.js';
+
+/**
+ * The stable default name of a replication slot or publication: `sluice_<node>_<handle>`, lower-cased to
+ * PostgreSQL's slot alphabet (`[a-z0-9_]`), at most 63 characters (a hash of the full name keeps long ones
+ * distinct). Never random: a restart finds the same slot.
+ *
+ * @example
+ * ```ts
+ * defaultReplicationName('h1', 'orders.source'); // 'sluice_h1_orders_source'
+ * ```
+ */
+export function defaultReplicationName(nodeId: string, handle: string): string {
+  const full = `sluice_${nodeId}_${handle}`.toLowerCase().replace(/[^a-z0-9_]/g, '_');
+  if (full.length <= 63) return full;
+  const hash = createHash('sha256').update(full).digest('hex').slice(0, 10);
+  return `${full.slice(0, 52)}_${hash}`;
+}
+
+/** A table's columns as the source reads them: name and type OID, in attribute order. */
+export type ColumnList = Array<[name: string, typeOid: number]>;
+
+/** What start-up learnt about the replicated table. */
+export interface TableFacts {
+  key: string[];
+  columns: ColumnList;
+}
+
+const privilegeCodes = new Set(['42501']);
+
+/**
+ * Checks everything logical replication of `table` needs before anything is created, each with its own stable
+ * error naming the setting to fix: `wal_level = logical` (`REPLICATION_NOT_ENABLED`), a role with `REPLICATION`
+ * (`REPLICATION_NOT_PERMITTED`), a primary key or replica identity (`REPLICA_IDENTITY_MISSING`).
+ */
+export async function checkReplicationPrerequisites(
+  client: pg.Client,
+  table: string,
+  configuredKey: string[] | null,
+): Promise<TableFacts> {
+  const wal = await client.query<{ wal_level: string }>('SHOW wal_level');
+  const walLevel = wal.rows[0]?.wal_level ?? 'unknown';
+  if (walLevel !== 'logical') throw new ReplicationNotEnabledError(walLevel);
+  const role = await client.query<{ name: string; allowed: boolean }>(
+    `SELECT rolname AS name, (rolreplication OR rolsuper) AS allowed FROM pg_roles WHERE rolname = current_user`,
+  );
+  const me = role.rows[0];
+  if (!me?.allowed) throw new ReplicationNotPermittedError(me?.name ?? 'current_user');
+  const relation = await client
+    .query<{ identity: string }>(`SELECT relreplident AS identity FROM pg_class WHERE oid = $1::regclass`, [
+      quoteIdent(table),
+    ])
+    .catch((err: unknown) => {
+      throw new SourceError(`Table ${table}: ${(err as Error).message}`, { cause: err });
+    });
+  const identity = relation.rows[0]?.identity ?? 'n';
+  const primaryKey = await primaryKeyOf(client, table);
+  // Updates and deletes name their row by the replica identity: the primary key (default), an index, or the
+  // whole old row (full). Without one, PostgreSQL refuses them on a published table — or sends nothing usable.
+  const hasIdentity = (identity === 'd' && primaryKey.length > 0) || identity === 'i' || identity === 'f';
+  const key = configuredKey ?? (primaryKey.length > 0 ? primaryKey : null);
+  if (!hasIdentity || key === null) throw new ReplicaIdentityMissingError(table);
+  return { key, columns: await columnsOf(client, table) };
+}
+
+/** The table's live columns (name, type OID) in attribute order. */
+export async function columnsOf(client: pg.Client, table: string): Promise<ColumnList> {
+  const result = await client.query<{ name: string; oid: number }>(
+    `SELECT attname AS name, atttypid::int AS oid FROM pg_attribute
+      WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+    [quoteIdent(table)],
+  );
+  return result.rows.map((r) => [r.name, r.oid]);
+}
+
+/**
+ * Why `next` cannot continue a cache filled with `previous`'s columns, or null: a column dropped or retyped
+ * changes what records mean (new generation); an added column only adds a field (continue).
+ */
+export function incompatibleColumns(previous: ColumnList, next: ColumnList): string | null {
+  const now = new Map(next);
+  for (const [name, oid] of previous) {
+    const type = now.get(name);
+    if (type === undefined) return `column "${name}" was dropped`;
+    if (type !== oid) return `column "${name}" changed type (oid ${oid} → ${type})`;
+  }
+  return null;
+}
+
+/** Creates the publication for `table` if absent, or adds the table to it. */
+export async function ensurePublication(
+  client: pg.Client,
+  publication: string,
+  table: string,
+): Promise<void> {
+  const exists = await client.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [publication]);
+  if (exists.rowCount === 0) {
+    try {
+      await client.query(`CREATE PUBLICATION ${quoteIdent(publication)} FOR TABLE ${quoteIdent(table)}`);
+      return;
+    } catch (err) {
+      if ((err as { code?: string }).code !== '42710')
+        throw asSetupError(err, `CREATE PUBLICATION ${publication}`);
+    }
+  }
+  const includes = await client.query(
+    `SELECT 1 FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+      WHERE p.pubname = $1 AND pr.prrelid = $2::regclass
+     UNION ALL SELECT 1 FROM pg_publication WHERE pubname = $1 AND puballtables`,
+    [publication, quoteIdent(table)],
+  );
+  if (includes.rowCount === 0) {
+    try {
+      await client.query(`ALTER PUBLICATION ${quoteIdent(publication)} ADD TABLE ${quoteIdent(table)}`);
+    } catch (err) {
+      if ((err as { code?: string }).code !== '42710')
+        throw asSetupError(err, `ALTER PUBLICATION ${publication}`);
+    }
+  }
+}
+
+function asSetupError(err: unknown, what: string): Error {
+  const code = (err as { code?: string }).code;
+  if (code !== undefined && privilegeCodes.has(code))
+    return new SourceError(`${what}: ${(err as Error).message} (the source's role must own the table)`, {
+      cause: err,
+    });
+  return new SourceError(`${what}: ${(err as Error).message}`, { cause: err });
+}
+
+/** A replication slot as `pg_replication_slots` reports it. */
+export interface SlotState {
+  name: string;
+  plugin: string | null;
+  database: string | null;
+  confirmedFlush: string | null;
+  /** `reserved`, `extended`, `unreserved` or `lost` (lost: the WAL it needs is gone). */
+  walStatus: string | null;
+  activePid: number | null;
+}
+
+/** The slot named `slot`, or null when there is none. */
+export async function slotState(client: pg.Client, slot: string): Promise<SlotState | null> {
+  const result = await client.query<{
+    plugin: string | null;
+    database: string | null;
+    confirmed: string | null;
+    wal_status: string | null;
+    active_pid: number | null;
+  }>(
+    `SELECT plugin, database, confirmed_flush_lsn::text AS confirmed, wal_status, active_pid
+       FROM pg_replication_slots WHERE slot_name = $1`,
+    [slot],
+  );
+  const row = result.rows[0];
+  if (!row) return null;
+  return {
+    name: slot,
+    plugin: row.plugin,
+    database: row.database,
+    confirmedFlush: row.confirmed === null ? null : normalizeLsn(row.confirmed),
+    walStatus: row.wal_status,
+    activePid: row.active_pid,
+  };
+}
+
+/**
+ * Drops `slot` if it exists. A slot still held by a walsender (a previous process that just died: PostgreSQL
+ * notices the closed socket within moments) is waited for, up to `waitMs`, then its backend is terminated.
+ */
+export async function dropSlot(client: pg.Client, slot: string, waitMs = 10_000): Promise<boolean> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const state = await slotState(client, slot);
+    if (state === null) return false;
+    if (state.activePid === null) {
+      try {
+        await client.query('SELECT pg_drop_replication_slot($1)', [slot]);
+        return true;
+      } catch (err) {
+        const code = (err as { code?: string }).code;
+        if (code === '42704') return false; // dropped meanwhile
+        if (code !== '55006')
+          throw new SourceError(`Cannot drop slot ${slot}: ${(err as Error).message}`, { cause: err });
+      }
+    } else if (Date.now() > deadline) {
+      await client.query('SELECT pg_terminate_backend($1)', [state.activePid]);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** A freshly created slot: where its stream starts and the snapshot that matches it. */
+export interface CreatedSlot {
+  consistentPoint: string;
+  snapshotName: string;
+  /** The replication connection; the exported snapshot lives until it is closed or runs another command. */
+  connection: pg.Client;
+}
+
+/**
+ * Creates a `pgoutput` slot with an exported snapshot on a replication connection, kept open so another session
+ * can import the snapshot (`SET TRANSACTION SNAPSHOT`); close it once imported.
+ */
+export async function createSlotWithSnapshot(url: string, slot: string): Promise<CreatedSlot> {
+  const connection = new pg.Client({ connectionString: url, replication: 'database' } as pg.ClientConfig);
+  connection.on('error', () => {});
+  try {
+    await connection.connect();
+    const result = await connection.query<{ consistent_point: string; snapshot_name: string }>(
+      `CREATE_REPLICATION_SLOT ${quoteIdent(slot)} LOGICAL pgoutput EXPORT_SNAPSHOT`,
+    );
+    const row = result.rows[0]!;
+    return {
+      consistentPoint: normalizeLsn(row.consistent_point),
+      snapshotName: row.snapshot_name,
+      connection,
+    };
+  } catch (err) {
+    await connection.end().catch(() => {});
+    const code = (err as { code?: string }).code;
+    if (code === '42501') throw new ReplicationNotPermittedError('current_user', { cause: err });
+    throw new SourceError(`Cannot create replication slot ${slot}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+}

@@ -1,0 +1,490 @@
+import { SourceError, SourceSchemaChangedError } from '@sluice/core';
+import type pg from 'pg';
+import type { Pgoutput } from 'pg-logical-replication';
+import { z } from 'zod';
+import type { BadRecordReport } from '../../bad-records.js';
+import type { RecordOp, Row } from '../../ops.js';
+import { connectPostgres, quoteIdent } from '../../pg.js';
+import type { PipelineSource, ReadOptions, ResumeCheck, SourceBatch, SourceItem } from '../../types.js';
+import { compareLsn, isLsn, lsnDistance, maxLsn, normalizeLsn } from './lsn.js';
+import {
+  type ColumnList,
+  checkReplicationPrerequisites,
+  columnsOf,
+  createSlotWithSnapshot,
+  dropSlot,
+  ensurePublication,
+  incompatibleColumns,
+  slotState,
+} from './setup.js';
+import { ReplicationStream } from './stream.js';
+
+const Lsn = z.string().refine(isLsn, 'not an LSN');
+
+/**
+ * The checkpointed position of a replication source. `lsn` is where the stream continues: the slot's consistent
+ * point until the first transaction, then the end of the last transaction committed with the cache. In `snapshot`
+ * the keyset snapshot has read up to `lastKey`; in `catch-up` a snapshot resumed in a later session (its exported
+ * snapshot died with the process) is complete only once the stream has passed `catchUp`.
+ */
+export const ReplicationPositionSchema = z.object({
+  capture: z.literal('replication'),
+  slot: z.string(),
+  publication: z.string(),
+  phase: z.enum(['snapshot', 'catch-up', 'stream']),
+  lsn: Lsn,
+  lastKey: z.array(z.string()).nullable(),
+  catchUp: Lsn.nullable(),
+  columns: z.array(z.tuple([z.string(), z.number().int()])),
+  read: z.number().int().nonnegative(),
+});
+export type ReplicationPosition = z.output<typeof ReplicationPositionSchema>;
+
+export interface ReplicationSourceOptions {
+  handle: string;
+  url: string;
+  /** `table` or `schema.table`. */
+  table: string;
+  /** Key columns (default: the primary key; required for a table with only `REPLICA IDENTITY FULL`). */
+  key?: string[];
+  slot: string;
+  publication: string;
+  /** Rows per snapshot page. Default 1000 (capped by the run's batch size). */
+  pageSize?: number;
+  /** Standby status updates asking for a keepalive, so an idle slot advances. Default 5000 ms. */
+  keepaliveMs?: number;
+  /** Messages buffered before the replication socket is paused. Default 10 000. */
+  highWater?: number;
+  /** How long to wait for a slot still held by a dead process's walsender before failing. Default 15 s. */
+  slotWaitMs?: number;
+}
+
+/** How far the endpoint is behind the source: WAL bytes and seconds since the oldest unapplied commit. */
+export interface ReplicationLag {
+  bytes: number;
+  seconds: number;
+}
+
+/** A replication source: a {@link PipelineSource} that can also say how far it lags. */
+export interface ReplicationSource extends PipelineSource {
+  /** Lag of what the cache committed behind what the server has sent (null before streaming). */
+  replicationLag(): ReplicationLag | null;
+  /** The LSN the cache has committed (the freshness position), or null before the first commit. */
+  committedLsn(): string | null;
+}
+
+/**
+ * A PostgreSQL table read by logical replication (`pgoutput`). On a fresh start it checks `wal_level`, the role's
+ * `REPLICATION` privilege and the table's replica identity (each a stable start-up error), creates the publication
+ * if absent, (re)creates the slot with an exported snapshot, reads the table by keyset pages inside that snapshot
+ * (`REPEATABLE READ`, `SET TRANSACTION SNAPSHOT`), then streams from the slot's consistent point — so nothing is
+ * lost or applied twice between the two. Each source transaction reaches the sink whole (`open` batches are never
+ * cut by a commit); deletes are deletes, a truncate empties the destination. The position is the LSN, and the slot
+ * is confirmed only through {@link PipelineSource.committed}, after the sink committed it.
+ *
+ * @example
+ * ```ts
+ * createReplicationSource({ handle: 'orders.source', url, table: 'public.orders',
+ *   slot: 'sluice_h1_orders_source', publication: 'sluice_h1_orders_source' });
+ * ```
+ */
+export function createReplicationSource(options: ReplicationSourceOptions): ReplicationSource {
+  const pageSize = options.pageSize ?? 1_000;
+  const keepaliveMs = options.keepaliveMs ?? 5_000;
+  const highWater = options.highWater ?? 10_000;
+  const slotWaitMs = options.slotWaitMs ?? 15_000;
+  const { slot, publication, table } = options;
+  let stream: ReplicationStream | null = null;
+  const clients = new Set<pg.Client>();
+  let committed: string | null = null;
+  let received: { lsn: string; at: number } | null = null;
+  let oldestUnapplied: number | null = null;
+
+  const connect = async () => {
+    try {
+      const client = await connectPostgres(options.url);
+      clients.add(client);
+      return client;
+    } catch (err) {
+      throw new SourceError(`Cannot connect to PostgreSQL: ${(err as Error).message}`, { cause: err });
+    }
+  };
+  const release = async (client: pg.Client) => {
+    clients.delete(client);
+    await client.end().catch(() => {});
+  };
+  const withClient = async <T>(fn: (client: pg.Client) => Promise<T>): Promise<T> => {
+    const client = await connect();
+    try {
+      return await fn(client);
+    } finally {
+      await release(client);
+    }
+  };
+
+  async function canResume(raw: unknown): Promise<ResumeCheck> {
+    const parsed = ReplicationPositionSchema.safeParse(raw);
+    if (!parsed.success) return { ok: false, reason: 'the checkpoint is not a replication position' };
+    const position = parsed.data;
+    if (position.slot !== slot || position.publication !== publication)
+      return { ok: false, reason: `the checkpoint is of slot ${position.slot}, the source now uses ${slot}` };
+    // Connection failures throw (the start is retried): only a definite answer may cost a new generation.
+    return withClient(async (client) => {
+      const state = await slotState(client, slot);
+      if (state === null) return { ok: false, reason: `replication slot ${slot} no longer exists` };
+      if (state.walStatus === 'lost')
+        return {
+          ok: false,
+          reason: `replication slot ${slot} lost the WAL it needs (max_slot_wal_keep_size)`,
+        };
+      if (state.confirmedFlush !== null && compareLsn(state.confirmedFlush, position.lsn) > 0)
+        return {
+          ok: false,
+          reason: `replication slot ${slot} is confirmed at ${state.confirmedFlush}, past the cache's ${position.lsn}`,
+        };
+      const problem = incompatibleColumns(position.columns, await columnsOf(client, table));
+      if (problem !== null) return { ok: false, reason: `table ${table}: ${problem}` };
+      return { ok: true };
+    });
+  }
+
+  /** The prerequisites (each its own stable error), then the publication, created if absent. */
+  const prepare = () =>
+    withClient(async (client) => {
+      const facts = await checkReplicationPrerequisites(client, table, options.key ?? null);
+      await ensurePublication(client, publication, table);
+      return facts;
+    });
+
+  async function* read(from: unknown | null, readOptions: ReadOptions): AsyncGenerator<SourceItem> {
+    const keys = (await prepare()).key;
+    let position: ReplicationPosition;
+    let snapshot: pg.Client | null = null;
+    if (from === null) {
+      // A fresh generation: a fresh slot, whose exported snapshot is exactly its consistent point.
+      await withClient((client) => dropSlot(client, slot, slotWaitMs));
+      const created = await createSlotWithSnapshot(options.url, slot);
+      try {
+        snapshot = await connect();
+        await snapshot.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+        await snapshot.query(`SET TRANSACTION SNAPSHOT '${created.snapshotName.replace(/'/g, "''")}'`);
+      } finally {
+        await created.connection.end().catch(() => {});
+      }
+      position = {
+        capture: 'replication',
+        slot,
+        publication,
+        phase: 'snapshot',
+        lsn: created.consistentPoint,
+        lastKey: null,
+        catchUp: null,
+        columns: await columnsOf(snapshot, table),
+        read: 0,
+      };
+    } else {
+      position = ReplicationPositionSchema.parse(from);
+      if (position.phase === 'snapshot') {
+        // The exported snapshot ended with the previous process: continue the pages in a new snapshot, and call
+        // the snapshot complete once the stream (replaying from the slot's consistent point) has passed it.
+        snapshot = await connect();
+        await snapshot.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+        const now = await snapshot.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
+        const at = normalizeLsn(now.rows[0]!.lsn);
+        position = { ...position, catchUp: position.catchUp ? maxLsn(position.catchUp, at) : at };
+      }
+    }
+
+    if (snapshot !== null) {
+      const client = snapshot;
+      try {
+        yield* readSnapshot(client, keys, position, readOptions, (next) => {
+          position = next;
+        });
+        await client.query('COMMIT');
+      } finally {
+        await release(client);
+      }
+      if (readOptions.signal.aborted) return;
+      if (readOptions.mode === 'transfer') {
+        // A transfer copies the consistent snapshot; nothing will stream from this slot.
+        await withClient((c) => dropSlot(c, slot, slotWaitMs));
+        yield { kind: 'snapshot-done', position };
+        return;
+      }
+      if (position.catchUp === null) {
+        position = { ...position, phase: 'stream', lastKey: null };
+        yield { kind: 'snapshot-done', position };
+      } else position = { ...position, phase: 'catch-up', lastKey: null };
+    } else if (position.phase === 'stream') yield { kind: 'snapshot-done', position };
+    if (readOptions.mode === 'transfer') return;
+
+    yield* readStream(position, keys, readOptions);
+  }
+
+  async function* readSnapshot(
+    client: pg.Client,
+    keys: string[],
+    start: ReplicationPosition,
+    readOptions: ReadOptions,
+    advance: (position: ReplicationPosition) => void,
+  ): AsyncGenerator<SourceItem> {
+    const keyList = keys.map(quoteIdent).join(', ');
+    const keyText = keys.map((k, i) => `${quoteIdent(k)}::text AS "__sluice_k${i}"`).join(', ');
+    const limit = Math.max(1, Math.min(pageSize, readOptions.batchSize));
+    let position = start;
+    for (;;) {
+      if (readOptions.signal.aborted) return;
+      const params: unknown[] = position.lastKey ?? [];
+      const where = position.lastKey
+        ? `WHERE (${keyList}) > (${keys.map((_, i) => `$${i + 1}`).join(', ')})`
+        : '';
+      let rows: Row[];
+      try {
+        rows = (
+          await client.query<Row>(
+            `SELECT *, ${keyText} FROM ${quoteIdent(table)} ${where} ORDER BY ${keyList} LIMIT ${limit}`,
+            params,
+          )
+        ).rows;
+      } catch (err) {
+        throw new SourceError(`Snapshot of ${table}: ${(err as Error).message}`, { cause: err });
+      }
+      if (rows.length > 0) {
+        const lastKey = keys.map((_, i) => String(rows[rows.length - 1]![`__sluice_k${i}`]));
+        const ops: RecordOp[] = rows.map((row) => {
+          const record: Row = {};
+          const key: string[] = [];
+          for (const name in row) {
+            if (name.startsWith('__sluice_k')) key.push(String(row[name]));
+            else record[name] = row[name];
+          }
+          return {
+            op: 'upsert',
+            record,
+            at: { source: options.handle, position: `s:${position.lsn}:${JSON.stringify(key)}` },
+          };
+        });
+        position = { ...position, lastKey, read: position.read + rows.length };
+        advance(position);
+        yield { kind: 'records', ops, read: rows.length, bad: [], position };
+      }
+      if (rows.length < limit) return;
+    }
+  }
+
+  async function* readStream(
+    start: ReplicationPosition,
+    keys: string[],
+    readOptions: ReadOptions,
+  ): AsyncGenerator<SourceItem> {
+    await waitForSlot(start.lsn);
+    let position = start;
+    committed = position.lsn;
+    const current = new ReplicationStream({
+      url: options.url,
+      slot,
+      publication,
+      startLsn: position.lsn,
+      keepaliveMs,
+      highWater,
+    });
+    stream = current;
+    current.start();
+    const qualified = await withClient(async (client) => {
+      const r = await client.query<{ schema: string; name: string }>(
+        `SELECT n.nspname AS schema, c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE c.oid = $1::regclass`,
+        [quoteIdent(table)],
+      );
+      return r.rows[0]!;
+    });
+    const ours = (relation: Pgoutput.MessageRelation) =>
+      relation.schema === qualified.schema && relation.name === qualified.name;
+    const batchSize = Math.max(1, readOptions.batchSize);
+
+    /** The open transaction: what it changed since its last yielded part, and whether a part was yielded. */
+    let txn: { ops: RecordOp[]; bad: BadRecordReport[]; truncate: boolean; id: string; seq: number } | null =
+      null;
+    const batch = (open: boolean, flush: boolean): SourceBatch => {
+      const t = txn!;
+      const out: SourceBatch = {
+        kind: 'records',
+        ops: t.ops,
+        read: t.ops.length + t.bad.length,
+        bad: t.bad,
+        position,
+        ...(open ? { open: true } : {}),
+        ...(flush ? { flush: true } : {}),
+        ...(t.truncate ? { truncate: true } : {}),
+      };
+      t.ops = [];
+      t.bad = [];
+      t.truncate = false;
+      return out;
+    };
+    const keyOfTuple = (tuple: Record<string, unknown> | null): unknown[] | null => {
+      if (tuple === null) return null;
+      const key = keys.map((k) => tuple[k]);
+      return key.some((v) => v === undefined || v === null) ? null : key;
+    };
+    const toRecord = (tuple: Record<string, unknown>): Row => {
+      const record: Row = {};
+      for (const name in tuple) record[name] = tuple[name];
+      return record;
+    };
+
+    try {
+      for (;;) {
+        const item = await current.next(readOptions.signal);
+        if (item === null) return;
+        if (item.kind === 'failed') throw item.error;
+        if (item.kind === 'keepalive') {
+          received = { lsn: item.lsn, at: Date.now() };
+          // Between transactions everything before the keepalive has been read: the position may move there,
+          // so an idle slot (or one whose WAL is all other tables') advances once this is committed.
+          if (txn === null && compareLsn(item.lsn, position.lsn) > 0 && current.buffered() === 0) {
+            position = { ...position, lsn: normalizeLsn(item.lsn) };
+            if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
+              position = { ...position, phase: 'stream', catchUp: null };
+              yield { kind: 'snapshot-done', position };
+            } else yield { kind: 'records', ops: [], read: 0, bad: [], position };
+          }
+          continue;
+        }
+        const message = item.message;
+        switch (message.tag) {
+          case 'begin':
+            txn = { ops: [], bad: [], truncate: false, id: message.commitLsn ?? `x${message.xid}`, seq: 0 };
+            oldestUnapplied ??= Date.now();
+            break;
+          case 'relation': {
+            if (!ours(message)) break;
+            const columns: ColumnList = message.columns.map((c) => [c.name, c.typeOid]);
+            const problem = incompatibleColumns(position.columns, columns);
+            if (problem !== null)
+              throw new SourceSchemaChangedError(
+                `Table ${table}: ${problem}; the endpoint needs a new generation`,
+                { details: { table, change: problem } },
+              );
+            position = { ...position, columns };
+            break;
+          }
+          case 'insert':
+          case 'update':
+          case 'delete': {
+            if (txn === null || !ours(message.relation)) break;
+            const at = { source: options.handle, position: `${txn.id}:${txn.seq++}` };
+            if (message.tag === 'delete') {
+              const key = keyOfTuple(message.key ?? message.old);
+              if (key === null) txn.bad.push({ ...at, reason: 'a delete without its key columns' });
+              else txn.ops.push({ op: 'delete', key, at });
+            } else {
+              const record = toRecord(message.new);
+              const missing = Object.keys(record).filter((name) => record[name] === undefined);
+              if (missing.length > 0) {
+                // An unchanged TOASTed value is not sent unless the replica identity is FULL: writing the row
+                // without it would silently lose the value.
+                txn.bad.push({
+                  ...at,
+                  reason: `unchanged TOAST value(s) of ${missing.join(', ')} not sent; set REPLICA IDENTITY FULL on ${table}`,
+                });
+                break;
+              }
+              if (message.tag === 'update') {
+                const before = keyOfTuple(message.key ?? message.old);
+                const after = keyOfTuple(record);
+                if (before !== null && JSON.stringify(before) !== JSON.stringify(after))
+                  txn.ops.push({ op: 'delete', key: before, at: { ...at, position: `${at.position}:old` } });
+              }
+              txn.ops.push({ op: 'upsert', record, at });
+            }
+            if (txn.ops.length >= batchSize) yield batch(true, false);
+            break;
+          }
+          case 'truncate':
+            if (txn === null || !message.relations.some((r) => r !== undefined && ours(r))) break;
+            // Everything this transaction did before is emptied too; the sink empties what it staged.
+            txn.ops = [];
+            txn.truncate = true;
+            break;
+          case 'commit': {
+            if (txn === null) break;
+            const end = normalizeLsn(message.commitEndLsn ?? message.commitLsn ?? position.lsn);
+            if (compareLsn(end, position.lsn) > 0) position = { ...position, lsn: end };
+            received = { lsn: position.lsn, at: Date.now() };
+            const flush = current.buffered() === 0;
+            if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
+              position = { ...position, phase: 'stream', catchUp: null };
+              yield batch(false, false);
+              yield { kind: 'snapshot-done', position };
+            } else yield batch(false, flush);
+            txn = null;
+            break;
+          }
+          default:
+            break;
+        }
+      }
+    } finally {
+      stream = null;
+      await current.close();
+    }
+  }
+
+  /** A slot still held by the walsender of a process that just died is released within moments: wait for it. */
+  async function waitForSlot(lsn: string): Promise<void> {
+    const deadline = Date.now() + slotWaitMs;
+    await withClient(async (client) => {
+      for (;;) {
+        const state = await slotState(client, slot);
+        if (state === null)
+          throw new SourceError(`Replication slot ${slot} no longer exists (resume at ${lsn})`);
+        if (state.activePid === null) return;
+        if (Date.now() > deadline)
+          throw new SourceError(
+            `Replication slot ${slot} is in use by PostgreSQL backend ${state.activePid}; is another process streaming it?`,
+          );
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    });
+  }
+
+  return {
+    handle: options.handle,
+    description: {
+      type: 'postgres',
+      capture: 'replication',
+      table,
+      key: options.key ?? null,
+      slot,
+      publication,
+    },
+    canResume,
+    preflight: async () => {
+      await prepare();
+    },
+    read,
+    committed(raw: unknown) {
+      const parsed = ReplicationPositionSchema.safeParse(raw);
+      if (!parsed.success || parsed.data.phase === 'snapshot') return;
+      committed = parsed.data.lsn;
+      if (received === null || compareLsn(committed, received.lsn) >= 0) oldestUnapplied = null;
+      stream?.confirm(parsed.data.lsn);
+    },
+    replicationLag() {
+      if (committed === null || received === null) return null;
+      return {
+        bytes: lsnDistance(committed, received.lsn),
+        seconds: oldestUnapplied === null ? 0 : (Date.now() - oldestUnapplied) / 1000,
+      };
+    },
+    committedLsn: () => committed,
+    close: async () => {
+      const s = stream;
+      stream = null;
+      await s?.close();
+      await Promise.all([...clients].map(release));
+    },
+  };
+}

@@ -1,0 +1,74 @@
+/**
+ * Test helpers for replication sources: SQL against a database, the served rows of an endpoint, its committed
+ * LSN, and the slot's confirmed position.
+ */
+import { parseQuery } from '@sluice/core';
+import pg from 'pg';
+
+/** Runs statements on a fresh connection. */
+export async function sql<R extends pg.QueryResultRow = pg.QueryResultRow>(
+  url: string,
+  text: string,
+  params: unknown[] = [],
+): Promise<R[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query<R>(text, params)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+interface ReadableCache {
+  query(query: ReturnType<typeof parseQuery>): { records: Record<string, unknown>[]; next: string | null };
+}
+
+/** Every record of a cache, in primary-key order. */
+export function allRecords(cache: ReadableCache): Record<string, unknown>[] {
+  const out: Record<string, unknown>[] = [];
+  let after: string | null = null;
+  do {
+    const page = cache.query(parseQuery({ $limit: 1000, ...(after !== null ? { $after: after } : {}) }));
+    out.push(...page.records);
+    after = page.next;
+  } while (after !== null);
+  return out;
+}
+
+/** The table's rows as JSON text per id, for a row-by-row comparison with the cache. */
+export async function tableRows(url: string, table: string): Promise<Map<number, string>> {
+  const rows = await sql<{ id: number; row: string }>(
+    url,
+    `SELECT id, row_to_json(t)::text AS row FROM ${table} t ORDER BY id`,
+  );
+  return new Map(rows.map((r) => [r.id, canonical(JSON.parse(r.row))]));
+}
+
+/** The cache's records as JSON text per id (fields sorted). */
+export function cacheRows(records: Record<string, unknown>[]): Map<number, string> {
+  return new Map(records.map((r) => [Number(r.id), canonical(r)]));
+}
+
+function canonical(record: Record<string, unknown>): string {
+  return JSON.stringify(Object.fromEntries(Object.entries(record).sort(([a], [b]) => (a < b ? -1 : 1))));
+}
+
+/** The LSN a replication source committed with the cache (its checkpoint position), or null. */
+export function committedLsn(
+  checkpoint: { positions: Record<string, unknown> } | null,
+  source: string,
+): string | null {
+  const position = checkpoint?.positions[source] as { lsn?: string } | undefined;
+  return position?.lsn ?? null;
+}
+
+/** The slot's `confirmed_flush_lsn`, or null when there is no such slot. */
+export async function confirmedFlush(url: string, slot: string): Promise<string | null> {
+  const rows = await sql<{ lsn: string | null }>(
+    url,
+    'SELECT confirmed_flush_lsn::text AS lsn FROM pg_replication_slots WHERE slot_name = $1',
+    [slot],
+  );
+  return rows[0]?.lsn ?? null;
+}
