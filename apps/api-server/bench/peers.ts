@@ -1,6 +1,6 @@
 /**
  * Peer servers for the benchmark, run as child processes (like the api-server itself):
- *   peers.ts bare <port> <recordJson>   a bare fastify route returning a fixed record (the limit)
+ *   peers.ts bare <port> <pageJson>     bare fastify routes returning a fixed record / page of records (the limit)
  *   peers.ts pg <port> <postgresUrl>    fastify + pg answering the same lookups and range queries
  */
 import Fastify from 'fastify';
@@ -12,8 +12,9 @@ const port = Number(portText);
 async function main(): Promise<void> {
   const app = Fastify({ logger: false });
   if (mode === 'bare') {
-    const record = JSON.parse(arg!) as Record<string, unknown>;
-    const page = { records: Array.from({ length: 50 }, () => record), next: 'x' };
+    const records = JSON.parse(arg!) as Array<Record<string, unknown>>;
+    const record = records[0]!;
+    const page = { records, next: 'x' };
     app.get('/records/:key', async () => record);
     app.post('/query', async () => page);
   } else {

@@ -4,9 +4,12 @@
  * HTTP JSON server on this machine — and (b) fastify + pg answering the same lookups/queries from PostgreSQL
  * (the peer a user would pick instead). Every server runs as its own process; autocannon runs in this one.
  *
- *   pnpm --filter @sluice/api-server bench     (RECORDS=100000 DURATION=4 ROUNDS=3 CONNECTIONS=32 to change)
+ *   pnpm --filter @sluice/api-server bench     (RECORDS=200000 DURATION=4 ROUNDS=3 CONNECTIONS=32 to change)
+ *   PROFILE=<dir> … bench                       also writes the api-server's CPU profile (node --cpu-prof) there
+ *   ONLY=query|lookup … bench                   one kind of run only (e.g. while profiling)
  *
- * Runs are interleaved (sluice, bare, pg, sluice, ...) and the best of ROUNDS counts for each.
+ * Runs are interleaved (sluice, bare, pg, sluice, ...); the table reports each target's median of ROUNDS and the
+ * median of the per-round ratios (a shared machine's noise hits the targets of one round alike).
  */
 import { fileURLToPath } from 'node:url';
 import { openCacheManager } from '@sluice/cache';
@@ -16,7 +19,9 @@ import pg from 'pg';
 import { ITEMS_SCHEMA, item } from '../test/fixtures/data.js';
 import { writeConfig } from '../test/helpers.js';
 
-const RECORDS = Number(process.env.RECORDS ?? 100_000);
+const RECORDS = Number(process.env.RECORDS ?? 200_000);
+const PROFILE = process.env.PROFILE;
+const KINDS = (['lookup', 'query'] as const).filter((k) => !process.env.ONLY || process.env.ONLY === k);
 const DURATION = Number(process.env.DURATION ?? 4);
 /** Rounds per target, interleaved; the best round counts (a shared machine's noise only ever slows a run down). */
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
@@ -129,10 +134,15 @@ async function main(): Promise<void> {
 
   const apiPort = await freePort();
   const config = await writeConfig(dir.path, { dataDir: dir.path, logLevel: 'warn', api: { port: apiPort } });
-  await using api = spawnTs(API_BIN, ['--config', config], { env: { SLUICE_LOG_LEVEL: 'info' } });
+  await using api = spawnTs(API_BIN, ['--config', config], {
+    env: { SLUICE_LOG_LEVEL: 'info' },
+    ...(PROFILE ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${PROFILE}`] } : {}),
+  });
   await api.waitForLine(/api-server listening/, 60_000);
   const barePort = await freePort();
-  await using bare = spawnTs(PEERS, ['bare', String(barePort), JSON.stringify(item(4242, 1))]);
+  // The limit returns the same record and the same page (the 50 records of one range) as prebuilt objects.
+  const page = Array.from({ length: 50 }, (_, i) => item(4242 + i, 1));
+  await using bare = spawnTs(PEERS, ['bare', String(barePort), JSON.stringify(page)]);
   await bare.waitForLine(/peer listening/, 60_000);
   const pgPort = await freePort();
   await using pgPeer = spawnTs(PEERS, ['pg', String(pgPort), db.url]);
@@ -156,7 +166,7 @@ async function main(): Promise<void> {
   ];
   // Warm every server (JIT, page cache, pg plans) before measuring.
   for (const target of targets)
-    for (const kind of ['lookup', 'query'] as const)
+    for (const kind of KINDS)
       await autocannon({
         url: target.url,
         connections: 8,
@@ -171,35 +181,42 @@ async function main(): Promise<void> {
         ],
       });
 
-  const results: Record<string, Record<string, Figures>> = {};
-  for (const kind of ['lookup', 'query'] as const) {
+  // Per kind and target, every round's figures (in round order).
+  const results: Record<string, Record<string, Figures[]>> = {};
+  for (const kind of KINDS) {
     for (let round = 1; round <= ROUNDS; round += 1) {
       for (const target of targets) {
         results[target.label] ??= {};
         const figures = await measure(target.label, target.url, kind, target.paths);
-        const best = results[target.label]![kind];
-        if (!best || figures.rps > best.rps) results[target.label]![kind] = figures;
+        const rounds = results[target.label]![kind] ?? [];
+        rounds.push(figures);
+        results[target.label]![kind] = rounds;
       }
     }
   }
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
   const sluice = results['sluice api-server']!;
   const bareFigures = results['bare fastify (limit)']!;
   const pgFigures = results['fastify + pg (peer)']!;
   console.log('');
   console.log(
-    '| run | sluice req/s | p50 / p99 ms | bare fastify req/s (limit) | ratio vs limit | fastify+pg req/s (peer) | ratio vs peer |',
+    `| run | sluice req/s | p50 / p99 ms | bare fastify req/s (limit) | ratio vs limit | fastify+pg req/s (peer) | ratio vs peer |`,
   );
   console.log('|---|---|---|---|---|---|---|');
-  for (const kind of ['lookup', 'query'] as const) {
+  for (const kind of KINDS) {
     const s = sluice[kind]!;
     const b = bareFigures[kind]!;
     const p = pgFigures[kind]!;
+    const rps = (f: Figures[]) => Math.round(median(f.map((x) => x.rps)));
+    const mid = s[Math.floor(s.length / 2)]!;
+    const vsBare = median(s.map((x, i) => x.rps / b[i]!.rps));
+    const vsPg = median(s.map((x, i) => x.rps / p[i]!.rps));
     console.log(
-      `| ${kind === 'lookup' ? 'point lookup' : 'indexed range query, limit 50'} | ${Math.round(s.rps)} | ${s.p50} / ${s.p99} | ${Math.round(b.rps)} | ${(s.rps / b.rps).toFixed(2)} | ${Math.round(p.rps)} (p50 ${p.p50} / p99 ${p.p99}) | ${(s.rps / p.rps).toFixed(2)}× |`,
+      `| ${kind === 'lookup' ? 'point lookup' : 'indexed range query, limit 50'} | ${rps(s)} | ${mid.p50} / ${mid.p99} | ${rps(b)} | ${vsBare.toFixed(2)} | ${rps(p)} | ${vsPg.toFixed(2)}× |`,
     );
   }
   const failures = Object.values(results)
-    .flatMap((r) => Object.values(r))
+    .flatMap((r) => Object.values(r).flat())
     .reduce((n, f) => n + f.non2xx + f.errors, 0);
   if (failures > 0) console.log(`WARNING: ${failures} non-2xx responses or errors during the runs`);
   await api.stop();

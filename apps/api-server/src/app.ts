@@ -25,11 +25,12 @@ import { jsonSchemaTransform, type ZodTypeProvider } from 'fastify-type-provider
 import type { Logger as PinoLogger } from 'pino';
 import type { z } from 'zod';
 import { OPEN_SCOPE, TokenAuthenticator, type TokenScope } from './auth.js';
-import type { ServedCache } from './cache-port.js';
+import type { ServedCommitState } from './cache-port.js';
 import { changeFeedPlugin } from './changes/plugin.js';
 import { unwrapCursor, wrapCursor } from './cursor.js';
 import { parseKeySegment, rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
+import { pageBody } from './page-body.js';
 import type { EndpointRegistry, Generation, Lease } from './registry.js';
 import {
   CountBodySchema,
@@ -54,6 +55,7 @@ export type ApiApp = Awaited<ReturnType<typeof buildApp>>;
 export const CACHE_HEADER = 'sluice-cache';
 /** Response header with the commit checkpoint of that cache (read before the data, so data ⊇ checkpoint). */
 export const CHECKPOINT_HEADER = 'sluice-checkpoint';
+const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 /** Longest time a `sluice-checkpoint` value is reused before the cache's commit state is read again. */
 export const CHECKPOINT_REFRESH_MS = 50;
 
@@ -78,7 +80,7 @@ declare module 'fastify' {
  * Formats the `sluice-checkpoint` header: `epoch=<n>, at="<checkpoint instant>", committed-at="<instant>"`
  * (an RFC 8941 dictionary), or `none` for a cache that has not committed a checkpoint yet.
  */
-export function formatCheckpointHeader(state: ReturnType<ServedCache['commitState']>): string {
+export function formatCheckpointHeader(state: Readonly<ServedCommitState>): string {
   const checkpoint = state.checkpoint;
   if (!checkpoint) return state.committedAt ? `none, committed-at="${state.committedAt}"` : 'none';
   const committed = state.committedAt ? `, committed-at="${state.committedAt}"` : '';
@@ -267,9 +269,6 @@ export async function buildApp(options: BuildAppOptions) {
     authenticator?.authorize(scope, name);
     return { lease: registry.acquire(name), rowFilter: scope.rowFilter(name) };
   };
-  // The checkpoint header is re-read at most every CHECKPOINT_REFRESH_MS per generation. It is always read
-  // before the data it is sent with, so "the data is at least as fresh as this checkpoint" holds either way.
-  const checkpoints = new WeakMap<Generation, { header: string; readAt: number }>();
   const predicates = new WeakMap<Filter, (record: Record<string, unknown>) => boolean>();
   const predicateOf = (filter: Filter) => {
     let predicate = predicates.get(filter);
@@ -279,6 +278,20 @@ export async function buildApp(options: BuildAppOptions) {
     }
     return predicate;
   };
+  // The checkpoint header of a data response is formatted once per commit: the cache hands out one commit-state
+  // object per commit, read in the snapshot of the data it is sent with.
+  const checkpointHeaders = new WeakMap<object, string>();
+  const stampState = (reply: FastifyReply, state: Readonly<ServedCommitState>): void => {
+    let header = checkpointHeaders.get(state);
+    if (header === undefined) {
+      header = formatCheckpointHeader(state);
+      checkpointHeaders.set(state, header);
+    }
+    reply.header(CHECKPOINT_HEADER, header);
+  };
+  // Other responses (endpoint info, counts) re-read the commit state at most every CHECKPOINT_REFRESH_MS per
+  // generation, always before the data they are sent with, so "the data is at least as fresh" holds.
+  const checkpoints = new WeakMap<Generation, { header: string; readAt: number }>();
   const stamp = (reply: FastifyReply, lease: Lease): void => {
     const now = performance.now();
     let cached = checkpoints.get(lease.generation);
@@ -388,14 +401,18 @@ export async function buildApp(options: BuildAppOptions) {
       const name = request.params.name;
       const { lease, rowFilter } = open(request, name);
       try {
-        stamp(reply, lease);
+        reply.header(CACHE_HEADER, lease.generation.name);
         const raw = rawKeySegment(request.url);
         const key = parseKeySegment(raw, lease.cache.schema);
-        const record = lease.cache.get(key);
-        // A record outside the token's row filter does not exist for that token.
-        if (record === undefined || (rowFilter && !predicateOf(rowFilter)(record)))
+        // The state and the record come from one read snapshot (servingState starts it, getJson reads in it).
+        const state = lease.cache.servingState();
+        stampState(reply, state);
+        const bytes = lease.cache.getJson(key);
+        // A record outside the token's row filter does not exist for that token (the only case it is decoded).
+        if (bytes === undefined || (rowFilter && !predicateOf(rowFilter)(JSON.parse(bytes.toString('utf8')))))
           throw new RecordNotFoundError(name, safeDecode(raw));
-        return record;
+        // Stored bytes go out as they are (fastify sends a Buffer without serializing it).
+        return reply.type(JSON_CONTENT_TYPE).send(bytes as never);
       } finally {
         lease.release();
       }
@@ -415,13 +432,17 @@ export async function buildApp(options: BuildAppOptions) {
     async (request, reply) => {
       const { lease, rowFilter } = open(request, request.params.name);
       try {
-        stamp(reply, lease);
-        const query = parseQuery(request.body, limits);
         const generation = lease.generation.name;
+        reply.header(CACHE_HEADER, generation);
+        const query = parseQuery(request.body, limits);
         if (query.after !== null) query.after = unwrapCursor(query.after, generation);
         query.filter = andFilters(query.filter, rowFilter);
-        const result = lease.cache.query(query);
-        return { records: result.records, next: wrapCursor(generation, result.next) };
+        // Records as stored bytes, with the commit state of the same snapshot.
+        const page = lease.cache.queryJson(query);
+        stampState(reply, page.state);
+        return reply
+          .type(JSON_CONTENT_TYPE)
+          .send(pageBody(page.records, wrapCursor(generation, page.next)) as never);
       } finally {
         lease.release();
       }

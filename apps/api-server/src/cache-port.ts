@@ -12,15 +12,31 @@ export interface ServedCacheSchema {
   indexes: string[][];
 }
 
+/** The commit state a response describes (read in the snapshot of its data). */
+export interface ServedCommitState {
+  checkpoint: PipelineCheckpoint | null;
+  committedAt: string | null;
+  recordCount: number;
+}
+
 /** What the api-server needs from one read-only cache generation. */
 export interface ServedCache {
   readonly name: string;
   readonly endpoint: string;
   readonly schema: ServedCacheSchema;
   get(key: unknown[]): Record<string, unknown> | undefined;
+  /** The record's stored JSON text, sent as it is. */
+  getJson(key: unknown[]): Buffer | undefined;
   query(query: Query): { records: Record<string, unknown>[]; next: string | null; plan?: unknown };
+  /** A page of stored JSON texts and the commit state of the same snapshot (one object per commit). */
+  queryJson(query: Query): { records: Buffer[]; next: string | null; state: Readonly<ServedCommitState> };
+  /**
+   * The latest commit state, one object per commit; it starts a fresh read snapshot that the next `getJson`
+   * in the same synchronous step reads too.
+   */
+  servingState(): Readonly<ServedCommitState>;
   count(filter: Filter): number;
-  commitState(): { checkpoint: PipelineCheckpoint | null; committedAt: string | null; recordCount: number };
+  commitState(): ServedCommitState;
   /** The generation's change log (change feeds). */
   changeLog(): ServedChangeLog;
   close(): Promise<void>;

@@ -120,6 +120,28 @@ describe('query API', () => {
     expect(arity.json.code).toBe('VALIDATION_FAILED');
   });
 
+  it('sends records as their stored JSON text: a lookup and a page are those bytes, in canonical field order', async () => {
+    const lookup = await fetch(`${server.url}/v1/endpoints/items/records/42`);
+    expect(lookup.headers.get('content-type')).toBe('application/json; charset=utf-8');
+    // item() lists the fields in the schema's declaration order, which is the stored order.
+    expect(await lookup.text()).toBe(JSON.stringify(item(42, 1)));
+    const page = await fetch(`${server.url}/v1/endpoints/items/query`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ $filter: { value: { $gte: 10, $lt: 13 } }, $order_by: { value: 'asc' } }),
+    });
+    expect(page.status).toBe(200);
+    expect(await page.text()).toBe(
+      JSON.stringify({ records: [10, 11, 12].map((id) => item(id, 1)), next: null }),
+    );
+    const empty = await fetch(`${server.url}/v1/endpoints/items/query`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ $filter: { value: { $lt: -1 } } }),
+    });
+    expect(await empty.text()).toBe('{"records":[],"next":null}');
+  });
+
   it('answers queries exactly as a brute-force reference, and walks pages with $after', async () => {
     const all = Array.from({ length: COUNT }, (_, i) => item(i + 1, 1));
     const expected = all

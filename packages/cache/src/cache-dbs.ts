@@ -14,8 +14,8 @@ export interface IndexDb {
   readonly budget: number;
 }
 
-// Plain MessagePack maps: ~30% faster to encode and decode than msgpackr's inline record structures.
-const DATA_OPTIONS = { keyEncoding: 'binary', encoder: { useRecords: false } } as DatabaseOptions;
+// Records are stored as their served JSON text (see record-json.ts): bytes in, bytes out.
+const DATA_OPTIONS: DatabaseOptions = { keyEncoding: 'binary', encoding: 'binary' };
 const INDEX_OPTIONS: DatabaseOptions = { keyEncoding: 'binary', encoding: 'binary' };
 
 /** The databases of one cache environment, typed (resolved through the environment on each use). */
@@ -46,9 +46,9 @@ export class CacheDbs {
     for (const index of this.indexes) void index.db;
   }
 
-  /** Records by encoded primary key. */
-  get data(): Database<Record<string, unknown>, Buffer> {
-    return this.env.db<Record<string, unknown>, Buffer>('data', DATA_OPTIONS);
+  /** Records by encoded primary key, as their JSON text (UTF-8; see `record-json.ts`). */
+  get data(): Database<Buffer, Buffer> {
+    return this.env.db<Buffer, Buffer>('data', DATA_OPTIONS);
   }
 
   /** `schema` and `commit` entries. */
@@ -64,6 +64,11 @@ export interface StoredSchema {
   schema: CacheSchema;
   schemaHash: string;
   createdAt: string;
+  /**
+   * The stored record form (`RECORD_FORMAT` of record-json.ts). Absent in caches written before records were
+   * stored as JSON text (MessagePack): those are refused and rebuilt.
+   */
+  recordFormat?: number;
 }
 
 export const EMPTY_COMMIT: CommitState = {

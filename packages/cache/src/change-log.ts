@@ -1,6 +1,7 @@
 import type { PipelineCheckpoint } from '@sluice/core';
 import type { Database, DatabaseOptions, Transaction } from 'lmdb';
 import type { CacheDbs } from './cache-dbs.js';
+import { decodeRecord } from './record-json.js';
 
 /**
  * The change log of one cache generation: a `changes` LMDB database keyed by sequence (1, 2, 3, …), written by
@@ -241,7 +242,7 @@ export class PinnedSnapshot implements Disposable {
       transaction: this.transaction,
     })) {
       if (afterKey && key.equals(afterKey)) continue;
-      yield { dataKey: key, record: value };
+      yield { dataKey: key, record: decodeRecord(value) };
     }
   }
 

@@ -1,4 +1,5 @@
 import { DiskFullError, SluiceError } from '@sluice/core';
+import { RECORD_FORMAT, RECORD_FORMAT_NAME } from './record-json.js';
 
 const DISK_FULL_MESSAGE = /ENOSPC|No space left|EFBIG|File too large|MDB_MAP_FULL|EDQUOT|quota/i;
 /**
@@ -22,4 +23,25 @@ export function translateWriteError(err: unknown, what: string): unknown {
       { cause: err },
     );
   return err;
+}
+
+/**
+ * A cache generation written in an older record form (before records were stored as JSON text). It is refused
+ * with `CACHE_SCHEMA_MISMATCH` — its stored layout does not match what this version reads — so the endpoint
+ * pipeline rebuilds it into a new generation through the blue/green path (as for a changed schema) and readers
+ * never serve its bytes.
+ */
+export class RecordFormatError extends SluiceError {
+  constructor(cache: string, stored: { recordFormat?: number }) {
+    const found =
+      stored.recordFormat === undefined
+        ? 'MessagePack records (format 1)'
+        : `record format ${stored.recordFormat}`;
+    super(
+      'CACHE_SCHEMA_MISMATCH',
+      `Cache "${cache}" stores ${found}; this version stores and serves format ${RECORD_FORMAT} (${RECORD_FORMAT_NAME}). Rebuild the endpoint (the app-server does so into a new generation on start)`,
+      409,
+      { details: { cache, recordFormat: stored.recordFormat ?? 1, expectedRecordFormat: RECORD_FORMAT } },
+    );
+  }
 }

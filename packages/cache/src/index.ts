@@ -6,7 +6,9 @@ export {
   DEFAULT_RETENTION,
   PinnedSnapshot,
 } from './change-log.js';
+export { RecordFormatError } from './errors.js';
 export { CacheManager, openCacheManager } from './manager.js';
+export { decodeRecord, RECORD_FORMAT, recordSerializer } from './record-json.js';
 export { RoCache } from './ro-cache.js';
 export { RwCache } from './rw-cache.js';
 export { CacheSchemaSchema, parseCacheSchema, schemaHash } from './schema.js';
@@ -22,6 +24,7 @@ export {
   type CommitState,
   type ConflictPolicy,
   type GenerationNotes,
+  type JsonPage,
   type QueryPlan,
   type QueryResult,
   type RecordOp,

@@ -12,9 +12,10 @@ import {
 import { AliasTable, type CacheMeta } from './alias-table.js';
 import { type CacheDbs, cacheDbs, EMPTY_COMMIT, type StoredSchema } from './cache-dbs.js';
 import { DEFAULT_RETENTION } from './change-log.js';
-import { translateWriteError } from './errors.js';
+import { RecordFormatError, translateWriteError } from './errors.js';
 import { acquireEnv, isEnvOpen, otherReaderPids, releaseEnv } from './lmdb-env.js';
 import { newCacheName } from './names.js';
+import { RECORD_FORMAT } from './record-json.js';
 import { type CacheHandleInit, type ReadSettings, RoCache } from './ro-cache.js';
 import { RwCache } from './rw-cache.js';
 import { parseCacheSchema, schemaHash } from './schema.js';
@@ -113,6 +114,7 @@ export class CacheManager implements AsyncDisposable {
           schema,
           schemaHash: meta.schemaHash,
           createdAt: meta.createdAt,
+          recordFormat: RECORD_FORMAT,
         };
         env.root.transactionSync(() => {
           dbs.meta.putSync('schema', stored);
@@ -348,6 +350,8 @@ export class CacheManager implements AsyncDisposable {
     const env = await acquireEnv(path, readOnly);
     try {
       const stored = env.db<StoredSchema, string>('meta').get('schema');
+      if (stored !== undefined && stored.recordFormat !== RECORD_FORMAT)
+        throw new RecordFormatError(meta.name, stored);
       const schema = stored?.schema ?? meta.schema;
       return {
         dbs: cacheDbs(env, schema),

@@ -1,6 +1,6 @@
 import { CursorExpiredError, compileFilter, type Filter } from '@sluice/core';
 import type { Transaction } from 'lmdb';
-import { type CacheDbs, dataKey } from './cache-dbs.js';
+import type { CacheDbs } from './cache-dbs.js';
 import {
   type Abbreviated,
   type DecodedCursor,
@@ -13,6 +13,7 @@ import {
 import { encodeKey, truncatedComponentEnd } from './key-codec.js';
 import type { CheckedQuery } from './query-check.js';
 import { type Plan, planQuery, recordComparator, sortTuple, tupleComparator } from './query-plan.js';
+import { decodeRecord } from './record-json.js';
 import type { QueryResult } from './types.js';
 
 /** What a query runs against: one cache's databases, read in one snapshot. */
@@ -53,13 +54,25 @@ function seekKey(
   return key;
 }
 
-/** Raw entries of the plan's ranges in scan order: the record and its scanned key. */
-function* entries(
-  ctx: ReadContext,
-  plan: Plan,
-  reverse: boolean,
-  seek: Buffer | null,
-): Generator<{ key: Buffer; record: Record<string, unknown> }> {
+/**
+ * One scanned entry: its scanned key, its data key and its stored JSON text. Its fields are decoded only when
+ * something needs them (a residual filter, a sort, a cursor): see {@link fieldsOf}.
+ */
+export interface Row {
+  key: Buffer;
+  dataKey: Buffer;
+  bytes: Buffer;
+  record: Record<string, unknown> | null;
+}
+
+/** The fields of a row (decoded from its JSON text once). */
+export function fieldsOf(row: Row): Record<string, unknown> {
+  if (row.record === null) row.record = decodeRecord(row.bytes);
+  return row.record;
+}
+
+/** Raw entries of the plan's ranges in scan order. */
+function* entries(ctx: ReadContext, plan: Plan, reverse: boolean, seek: Buffer | null): Generator<Row> {
   const ranges = reverse ? [...plan.ranges].reverse() : plan.ranges;
   const { transaction } = ctx;
   for (const range of ranges) {
@@ -74,58 +87,58 @@ function* entries(
     if (plan.source.kind === 'primary') {
       const iterable = reverse
         ? ctx.dbs.data.getRange({ start: hi, reverse: true, transaction })
-        : ctx.dbs.data.getRange({ start: lo, transaction });
+        : ctx.dbs.data.getRange({ start: lo, end: hi, transaction });
       for (const { key, value } of iterable) {
         if (reverse ? Buffer.compare(key, hi) >= 0 : false) continue;
-        if (reverse ? Buffer.compare(key, lo) < 0 : Buffer.compare(key, hi) >= 0) break;
-        yield { key, record: value };
+        if (reverse && Buffer.compare(key, lo) < 0) break;
+        yield { key, dataKey: key, bytes: value, record: null };
       }
     } else {
       const db = plan.source.index.db;
       const iterable = reverse
         ? db.getRange({ start: hi, reverse: true, transaction })
-        : db.getRange({ start: lo, transaction });
+        : db.getRange({ start: lo, end: hi, transaction });
       for (const { key, value } of iterable) {
         if (reverse ? Buffer.compare(key, hi) >= 0 : false) continue;
-        if (reverse ? Buffer.compare(key, lo) < 0 : Buffer.compare(key, hi) >= 0) break;
-        const record = ctx.dbs.data.get(value, { transaction });
-        if (record !== undefined) yield { key, record };
+        if (reverse && Buffer.compare(key, lo) < 0) break;
+        const bytes = ctx.dbs.data.get(value, { transaction });
+        if (bytes !== undefined) yield { key, dataKey: value, bytes, record: null };
       }
     }
   }
 }
 
 /**
- * Records of the plan in scan order. For ordered scans, runs of keys truncated at the same place (whose order
+ * Rows of the plan in scan order. For ordered scans, runs of keys truncated at the same place (whose order
  * is by hash) are re-sorted by their real values, so the order is exact.
  */
-function* records(
+function* rows(
   ctx: ReadContext,
   plan: Plan,
   reverse: boolean,
   seek: Buffer | null,
-  compare: (a: Record<string, unknown>, b: Record<string, unknown>) => number,
-): Generator<Record<string, unknown>> {
+  compare: (a: Row, b: Row) => number,
+): Generator<Row> {
   if (!plan.ordered) {
-    for (const entry of entries(ctx, plan, reverse, seek)) yield entry.record;
+    yield* entries(ctx, plan, reverse, seek);
     return;
   }
-  let cluster: { id: Buffer; items: Record<string, unknown>[] } | null = null;
-  for (const { key, record } of entries(ctx, plan, reverse, seek)) {
-    const end = truncatedComponentEnd(key, plan.components);
+  let cluster: { id: Buffer; items: Row[] } | null = null;
+  for (const row of entries(ctx, plan, reverse, seek)) {
+    const end = truncatedComponentEnd(row.key, plan.components);
     if (end < 0) {
       if (cluster) {
         yield* cluster.items.sort(compare);
         cluster = null;
       }
-      yield record;
+      yield row;
       continue;
     }
-    const id = key.subarray(0, end);
-    if (cluster?.id.equals(id)) cluster.items.push(record);
+    const id = row.key.subarray(0, end);
+    if (cluster?.id.equals(id)) cluster.items.push(row);
     else {
       if (cluster) yield* cluster.items.sort(compare);
-      cluster = { id: Buffer.from(id), items: [record] };
+      cluster = { id: Buffer.from(id), items: [row] };
     }
   }
   if (cluster) yield* cluster.items.sort(compare);
@@ -138,11 +151,11 @@ function* records(
  */
 function cursorTuple(ctx: ReadContext, cursor: DecodedCursor, query: CheckedQuery): unknown[] {
   if (cursor.abbreviated.length === 0) return cursor.tuple;
-  const record = cursor.dataKey
+  const bytes = cursor.dataKey
     ? ctx.dbs.data.get(cursor.dataKey, { transaction: ctx.transaction })
     : undefined;
-  if (record) {
-    const full = sortTuple(record, query.orderBy, ctx.primaryKey);
+  if (bytes) {
+    const full = sortTuple(decodeRecord(bytes), query.orderBy, ctx.primaryKey);
     if (cursor.abbreviated.every((i) => valueHash(full[i]) === (cursor.tuple[i] as Abbreviated).$h))
       return full;
   }
@@ -156,33 +169,44 @@ function cursorTuple(ctx: ReadContext, cursor: DecodedCursor, query: CheckedQuer
   });
 }
 
-/** Runs a checked query in one read snapshot. */
-export function runQuery(ctx: ReadContext, query: CheckedQuery): QueryResult {
+/** A page of rows: the records in order, the cursor of the next page, and how it was answered. */
+export interface RowPage {
+  rows: Row[];
+  next: string | null;
+  plan: QueryResult['plan'];
+}
+
+/**
+ * Runs a checked query in one read snapshot. Rows are decoded only where the plan needs their fields: a filter
+ * the index does not answer exactly, an in-memory sort, a truncated-key cluster, an `$after` position (until
+ * the scan passes it), the `next` cursor (the last row only).
+ */
+export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
   const { primaryKey } = ctx;
   const order = orderSignature(query.orderBy);
-  const filterSig = filterSignature(query.filter);
+  // Hashing the filter is only needed for cursors (read or written).
+  let filterSig: string | null = null;
+  const signature = () => (filterSig ??= filterSignature(query.filter));
   const after =
     query.after === null
       ? null
       : cursorTuple(
           ctx,
-          decodeCursor(query.after, ctx.cache, order, query.orderBy.length + primaryKey.length, filterSig),
+          decodeCursor(query.after, ctx.cache, order, query.orderBy.length + primaryKey.length, signature()),
           query,
         );
   const plan = planQuery(ctx.dbs, primaryKey, query.filter, query.orderBy);
-  const matches = compileFilter(query.filter);
-  const compare = recordComparator(query.orderBy, primaryKey);
+  const matches = plan.exact ? null : compileFilter(query.filter);
+  const compareRecords = recordComparator(query.orderBy, primaryKey);
+  const compare = (a: Row, b: Row) => compareRecords(fieldsOf(a), fieldsOf(b));
   const afterCursor = tupleComparator(query.orderBy, primaryKey);
-  const cursorOf = (record: Record<string, unknown>) =>
+  const cursorOf = (row: Row) =>
     encodeCursor(
       ctx.cache,
       order,
-      sortTuple(record, query.orderBy, primaryKey),
-      dataKey(
-        ctx.dbs,
-        primaryKey.map((f) => record[f]),
-      ),
-      filterSig,
+      sortTuple(fieldsOf(row), query.orderBy, primaryKey),
+      row.dataKey,
+      signature(),
     );
   const reverse = plan.ordered && plan.direction === 'desc';
   const seek = plan.ordered && after ? seekKey(plan, query, primaryKey, after) : null;
@@ -190,16 +214,19 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): QueryResult {
   let scanned = 0;
   let capped = false;
   if (plan.ordered) {
-    const page: Record<string, unknown>[] = [];
+    const page: Row[] = [];
     let skipped = 0;
     let more = false;
-    let lastExamined: Record<string, unknown> | null = null;
-    for (const record of records(ctx, plan, reverse, seek, compare)) {
+    let lastExamined: Row | null = null;
+    // Rows arrive in the query's order: once one is past the cursor, every later one is too.
+    let passed = after === null;
+    for (const row of rows(ctx, plan, reverse, seek, compare)) {
       scanned += 1;
-      lastExamined = record;
-      if ((after === null || afterCursor(record, after) > 0) && matches(record)) {
+      lastExamined = row;
+      if (!passed && afterCursor(fieldsOf(row), after!) > 0) passed = true;
+      if (passed && (matches === null || matches(fieldsOf(row)))) {
         if (skipped < query.skip) skipped += 1;
-        else if (page.length < query.limit) page.push(record);
+        else if (page.length < query.limit) page.push(row);
         else {
           more = true;
           break;
@@ -217,13 +244,17 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): QueryResult {
       const from = page.length === query.limit && last ? last : lastExamined;
       next = from ? cursorOf(from) : null;
     }
-    return { records: page, next, plan: { index: plan.name, scanned, capped } };
+    return { rows: page, next, plan: { index: plan.name, scanned, capped } };
   }
 
-  const found: Record<string, unknown>[] = [];
-  for (const record of records(ctx, plan, false, null, compare)) {
+  const found: Row[] = [];
+  for (const row of rows(ctx, plan, false, null, compare)) {
     scanned += 1;
-    if ((after === null || afterCursor(record, after) > 0) && matches(record)) found.push(record);
+    if (
+      (after === null || afterCursor(fieldsOf(row), after) > 0) &&
+      (matches === null || matches(fieldsOf(row)))
+    )
+      found.push(row);
     if (scanned >= ctx.scanCap) {
       capped = true;
       break;
@@ -234,16 +265,16 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): QueryResult {
   const last = page[page.length - 1];
   // A capped in-memory sort saw only part of the records: no position after it is trustworthy.
   const next = !capped && found.length > query.skip + query.limit && last ? cursorOf(last) : null;
-  return { records: page, next, plan: { index: plan.name, scanned, capped } };
+  return { rows: page, next, plan: { index: plan.name, scanned, capped } };
 }
 
 /** Counts the records matching a checked filter, using the best index for its bounds. */
 export function runCount(ctx: ReadContext, filter: Filter): number {
   const plan = planQuery(ctx.dbs, ctx.primaryKey, filter, []);
-  const matches = compileFilter(filter);
+  const matches = plan.exact ? null : compileFilter(filter);
   let count = 0;
-  for (const record of records(ctx, { ...plan, ordered: false }, false, null, () => 0)) {
-    if (matches(record)) count += 1;
+  for (const row of entries(ctx, plan, false, null)) {
+    if (matches === null || matches(fieldsOf(row))) count += 1;
   }
   return count;
 }

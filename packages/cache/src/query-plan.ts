@@ -1,6 +1,15 @@
 import { compareScalars, type Filter, type JsonScalar, type SortDirection } from '@sluice/core';
 import type { CacheDbs, IndexDb } from './cache-dbs.js';
-import { type ComponentRange, equalRange, lowerBound, Tag, typeRange, upperBound } from './key-codec.js';
+import {
+  type ComponentRange,
+  encodeComponent,
+  equalRange,
+  isTruncated,
+  lowerBound,
+  Tag,
+  typeRange,
+  upperBound,
+} from './key-codec.js';
 
 /** What the filter says about one field, from its top-level (ANDed) conditions only. */
 interface FieldBounds {
@@ -8,6 +17,11 @@ interface FieldBounds {
   in?: JsonScalar[];
   lowers: Array<{ value: JsonScalar; inclusive: boolean }>;
   uppers: Array<{ value: JsonScalar; inclusive: boolean }>;
+  /** How many `$eq` (or bare-value) and `$in` conditions name the field (only the first of each bounds a scan). */
+  eqs: number;
+  ins: number;
+  /** A condition that never bounds a scan (`$ne`, `$contains`, …) names the field. */
+  other: boolean;
 }
 
 /** A byte range `[lo, hi)` of keys to visit. */
@@ -36,30 +50,53 @@ export interface Plan {
   keyFields: readonly string[];
   /** String budget of the scanned keys' components. */
   budget: number;
+  /**
+   * True when the scanned ranges are exactly the records the filter matches (every condition is an equality,
+   * `$in` or range on a field the key prefix consumes, with no truncated key): records need no re-check.
+   */
+  exact: boolean;
 }
 
 const FF = Buffer.from([0xff]);
 const EMPTY = Buffer.alloc(0);
 
-function boundsOf(filter: Filter, out: Map<string, FieldBounds>): void {
+const BOUNDING_OPS = new Set(['$eq', '$in', '$gt', '$gte', '$lt', '$lte']);
+
+/** Collects the bounds of the top-level (ANDed) conditions; returns true when the filter has an `$or`. */
+function boundsOf(filter: Filter, out: Map<string, FieldBounds>): boolean {
+  let hasOr = false;
   for (const [key, value] of Object.entries(filter)) {
-    if (value === undefined || key === '$or') continue;
+    if (value === undefined) continue;
+    if (key === '$or') {
+      hasOr = true;
+      continue;
+    }
     if (key === '$and') {
-      for (const sub of value as Filter[]) boundsOf(sub, out);
+      for (const sub of value as Filter[]) hasOr = boundsOf(sub, out) || hasOr;
       continue;
     }
     let bounds = out.get(key);
     if (!bounds) {
-      bounds = { lowers: [], uppers: [] };
+      bounds = { lowers: [], uppers: [], eqs: 0, ins: 0, other: false };
       out.set(key, bounds);
     }
     if (value === null || typeof value !== 'object' || Array.isArray(value)) {
       bounds.eq ??= { value: value as JsonScalar };
+      bounds.eqs += 1;
+      if (Array.isArray(value)) bounds.other = true;
       continue;
     }
     const condition = value as Record<string, unknown>;
-    if (condition.$eq !== undefined) bounds.eq ??= { value: condition.$eq as JsonScalar };
-    if (condition.$in !== undefined) bounds.in ??= condition.$in as JsonScalar[];
+    for (const [op, operand] of Object.entries(condition))
+      if (operand !== undefined && !BOUNDING_OPS.has(op)) bounds.other = true;
+    if (condition.$eq !== undefined) {
+      bounds.eq ??= { value: condition.$eq as JsonScalar };
+      bounds.eqs += 1;
+    }
+    if (condition.$in !== undefined) {
+      bounds.in ??= condition.$in as JsonScalar[];
+      bounds.ins += 1;
+    }
     if (condition.$gt !== undefined)
       bounds.lowers.push({ value: condition.$gt as JsonScalar, inclusive: false });
     if (condition.$gte !== undefined)
@@ -68,6 +105,41 @@ function boundsOf(filter: Filter, out: Map<string, FieldBounds>): void {
       bounds.uppers.push({ value: condition.$lt as JsonScalar, inclusive: false });
     if (condition.$lte !== undefined)
       bounds.uppers.push({ value: condition.$lte as JsonScalar, inclusive: true });
+  }
+  return hasOr;
+}
+
+/** True when `value` encodes to a whole (not truncated) key component. */
+function exactComponent(value: unknown, budget: number): boolean {
+  return !isTruncated(encodeComponent(value, budget));
+}
+
+/** How a candidate's key prefix used a field's conditions. */
+type Use = 'fixed' | 'in' | 'range' | 'inexact';
+
+/** True when the key ranges select exactly the values the field's conditions accept. */
+function covered(bounds: FieldBounds, use: Use | undefined, budget: number): boolean {
+  const ranges = bounds.lowers.length + bounds.uppers.length;
+  if (bounds.other) return false;
+  if (bounds.eqs === 0 && bounds.ins === 0 && ranges === 0) return true; // constrains nothing
+  switch (use) {
+    case 'fixed':
+      return bounds.eqs === 1 && bounds.ins === 0 && ranges === 0;
+    case 'in':
+      return (
+        bounds.ins === 1 &&
+        bounds.eqs === 0 &&
+        ranges === 0 &&
+        bounds.in!.every((value) => exactComponent(value, budget))
+      );
+    case 'range':
+      return (
+        bounds.eqs === 0 &&
+        bounds.ins === 0 &&
+        [...bounds.lowers, ...bounds.uppers].every((b) => exactComponent(b.value, budget))
+      );
+    default:
+      return false;
   }
 }
 
@@ -125,11 +197,13 @@ function candidate(
   suffix: readonly string[],
   budget: number,
   bounds: Map<string, FieldBounds>,
+  hasOr: boolean,
   orderBy: ReadonlyArray<{ field: string; direction: SortDirection }>,
 ): Candidate {
   let prefixes: Buffer[] = [EMPTY];
   const fixed = new Map<string, JsonScalar>();
   let intervals: Array<{ lo: Buffer; hi: Buffer }> | null = null;
+  const uses = new Map<string, Use>();
   for (const field of fields) {
     const b = bounds.get(field);
     if (!b) break;
@@ -139,20 +213,26 @@ function candidate(
         const exact = range.exact;
         prefixes = prefixes.map((p) => Buffer.concat([p, exact]));
         fixed.set(field, b.eq.value);
+        uses.set(field, 'fixed');
         continue;
       }
       intervals = [{ lo: range.lo, hi: range.hi }];
+      uses.set(field, 'inexact');
       break;
     }
     if (b.in) {
       intervals = inIntervals(b.in, budget);
+      uses.set(field, 'in');
       break;
     }
     if (b.lowers.length > 0 || b.uppers.length > 0) {
       intervals = rangeInterval(b, budget);
+      uses.set(field, 'range');
     }
     break;
   }
+  let exact = !hasOr;
+  for (const [field, b] of bounds) if (exact && !covered(b, uses.get(field), budget)) exact = false;
   const ranges: KeyRange[] = [];
   for (const prefix of prefixes) {
     if (intervals === null) ranges.push({ lo: prefix, hi: Buffer.concat([prefix, FF]) });
@@ -188,6 +268,7 @@ function candidate(
       components: fields.length + suffix.length,
       keyFields: [...fields, ...suffix],
       budget,
+      exact,
     },
     score: source.kind === 'index' && !bounded && !ordered ? -1 : score,
   };
@@ -205,10 +286,18 @@ export function planQuery(
   orderBy: ReadonlyArray<{ field: string; direction: SortDirection }>,
 ): Plan {
   const bounds = new Map<string, FieldBounds>();
-  boundsOf(filter, bounds);
-  let best = candidate({ kind: 'primary' }, primaryKey, [], dbs.keyBudget, bounds, orderBy);
+  const hasOr = boundsOf(filter, bounds);
+  let best = candidate({ kind: 'primary' }, primaryKey, [], dbs.keyBudget, bounds, hasOr, orderBy);
   for (const index of dbs.indexes) {
-    const next = candidate({ kind: 'index', index }, index.fields, primaryKey, index.budget, bounds, orderBy);
+    const next = candidate(
+      { kind: 'index', index },
+      index.fields,
+      primaryKey,
+      index.budget,
+      bounds,
+      hasOr,
+      orderBy,
+    );
     if (next.score > best.score) best = next;
   }
   return best.plan;

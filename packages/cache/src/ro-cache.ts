@@ -1,12 +1,18 @@
 import { CacheClosedError, type Filter, InvalidQueryError, type Query } from '@sluice/core';
 import { type CacheDbs, dataKey, EMPTY_COMMIT } from './cache-dbs.js';
 import { ChangeLogReader, type ChangeRetention } from './change-log.js';
-import { writeNumberComponent } from './key-codec.js';
+import { truncatedComponentEnd, writeNumberComponent } from './key-codec.js';
 import { releaseEnv } from './lmdb-env.js';
 import { checkFilter, checkQuery } from './query-check.js';
-import { type ReadContext, runCount, runQuery } from './query-exec.js';
+import { fieldsOf, type ReadContext, runCount, runQuery } from './query-exec.js';
+import { decodeRecord } from './record-json.js';
 import { keyProblem } from './schema.js';
-import type { CacheSchema, CommitState, QueryResult } from './types.js';
+import type { CacheSchema, CommitState, JsonPage, QueryResult } from './types.js';
+
+/** True when an encoded key has a truncated (prefix + hash) component. */
+function isTruncatedKey(key: Buffer, components: number): boolean {
+  return truncatedComponentEnd(key, components) >= 0;
+}
 
 /** Settings a cache handle reads queries with. */
 export interface ReadSettings {
@@ -73,6 +79,20 @@ export class RoCache implements AsyncDisposable {
    * A key of the wrong shape or type is an `INVALID_QUERY`.
    */
   get(key: unknown[]): Record<string, unknown> | undefined {
+    const bytes = this.getJson(key);
+    return bytes === undefined ? undefined : decodeRecord(bytes);
+  }
+
+  /**
+   * The stored JSON text (UTF-8) of the record with these primary-key values, or undefined: the bytes a
+   * response sends as they are (see `record-json.ts` for the field order). Same checks as {@link get}.
+   *
+   * @example
+   * ```ts
+   * const bytes = cache.getJson([42]); // Buffer of '{"id":42,…}'
+   * ```
+   */
+  getJson(key: unknown[]): Buffer | undefined {
     this.assertOpen();
     const problem = keyProblem(this.schema, key);
     if (problem) throw new InvalidQueryError(`Invalid key: ${problem}`, [{ path: 'key', message: problem }]);
@@ -81,12 +101,14 @@ export class RoCache implements AsyncDisposable {
       // Hot path: a numeric key is encoded into a reused buffer (LMDB copies it) and is never truncated.
       return this.dbs.data.get(writeNumberComponent(this.keyScratch, single));
     }
-    const record = this.dbs.data.get(dataKey(this.dbs, key));
-    if (record === undefined) return undefined;
+    const encoded = dataKey(this.dbs, key);
+    const bytes = this.dbs.data.get(encoded);
+    if (bytes === undefined || !isTruncatedKey(encoded, key.length)) return bytes;
     // Long keys are stored as prefix + hash: make sure this is the record asked for.
+    const record = decodeRecord(bytes);
     const pk = this.schema.primaryKey;
     for (let i = 0; i < pk.length; i++) if (record[pk[i]!] !== key[i]) return undefined;
-    return record;
+    return bytes;
   }
 
   /**
@@ -97,8 +119,50 @@ export class RoCache implements AsyncDisposable {
   query(query: Query | Partial<Query>): QueryResult {
     this.assertOpen();
     const checked = checkQuery(query, this.schema, this.settings);
-    return this.read((ctx) => runQuery(ctx, checked));
+    const page = this.read((ctx) => runQuery(ctx, checked));
+    return { records: page.rows.map(fieldsOf), next: page.next, plan: page.plan };
   }
+
+  /**
+   * The same query, answered with each record's stored JSON text and the commit state of the same read
+   * snapshot: a server assembles its response from these bytes without decoding or re-serializing records
+   * (they are decoded only where the plan needs fields). `state` is one shared, frozen object per commit
+   * (compare by identity to reuse what was derived from it, e.g. a header).
+   *
+   * @example
+   * ```ts
+   * const { records, next, state } = cache.queryJson(parseQuery(body));
+   * const body = Buffer.concat([Buffer.from('{"records":['), ...joinWithCommas(records), …]);
+   * ```
+   */
+  queryJson(query: Query | Partial<Query>): JsonPage {
+    this.assertOpen();
+    const checked = checkQuery(query, this.schema, this.settings);
+    return this.read((ctx) => {
+      const state = this.servingState(ctx.transaction);
+      const page = runQuery(ctx, checked);
+      return { records: page.rows.map((row) => row.bytes), next: page.next, plan: page.plan, state };
+    });
+  }
+
+  /**
+   * The commit state as one frozen object per commit: re-decoded only when the stored state's bytes changed
+   * (a cheap comparison), so per-commit derivations can be cached by identity.
+   */
+  servingState(transaction?: ReadContext['transaction']): Readonly<CommitState> {
+    const options = transaction ? { transaction } : undefined;
+    if (!transaction) this.dbs.env.root.resetReadTxn();
+    // The raw (still encoded) entry: a small copy, compared with the last one seen.
+    const getRaw = this.dbs.meta.getBinary as (key: string, options?: unknown) => Buffer | undefined;
+    const raw = getRaw.call(this.dbs.meta, 'commit', options);
+    const memo = this.stateMemo;
+    if (memo && raw !== undefined && memo.raw.equals(raw)) return memo.state;
+    const state = Object.freeze(this.readCommit(transaction));
+    if (raw !== undefined) this.stateMemo = { raw, state };
+    return state;
+  }
+
+  private stateMemo: { raw: Buffer; state: Readonly<CommitState> } | undefined;
 
   /** How many records match `filter`. */
   count(filter: Filter = {}): number {

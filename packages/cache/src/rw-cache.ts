@@ -8,20 +8,17 @@ import {
   StaleEpochError,
 } from '@sluice/core';
 import { z } from 'zod';
+import { type StagedChange, writeChanges } from './batch-write.js';
 import { dataKey, indexKey } from './cache-dbs.js';
 import { appendChanges, clearChanges, ensureChangeLog } from './change-log.js';
 import { translateWriteError } from './errors.js';
+import { recordSerializer } from './record-json.js';
 import { type CacheHandleInit, RoCache } from './ro-cache.js';
 import { checkRecord, keyOf, keyProblem } from './schema.js';
 import type { ApplyOptions, CommitOptions, CommitState, RecordOp } from './types.js';
 
-/** A staged change of one primary key: the new record, or null for a delete. */
-interface Staged {
-  key: Buffer;
-  /** Primary-key values (for the change log). */
-  pk: unknown[];
-  record: Record<string, unknown> | null;
-}
+/** A staged change of one primary key (see batch-write.ts). */
+type Staged = StagedChange;
 
 const CheckpointInput = PipelineCheckpointSchema.nullable();
 const SourceHandle = z.string().min(1).max(512);
@@ -70,6 +67,8 @@ export class RwCache extends RoCache {
     if (ops.length > MAX_OPS_PER_APPLY)
       throw new BadRecordError(`At most ${MAX_OPS_PER_APPLY} operations per apply`, {});
     const batch = new Map<string, Staged>();
+    const serialize = recordSerializer(this.schema);
+    const pkFields = this.schema.primaryKey;
     const exists = (id: string, key: Buffer): boolean => {
       let own = batch.get(id) ?? this.staged.get(id);
       for (let i = this.committing.length - 1; own === undefined && i >= 0; i--)
@@ -92,7 +91,7 @@ export class RwCache extends RoCache {
             });
           return;
         }
-        batch.set(id, { key, pk: [...op.key], record: null });
+        batch.set(id, { key, pk: [...op.key], record: null, bytes: null, indexKeys: null });
         return;
       }
       if (op.op !== 'insert' && op.op !== 'update' && op.op !== 'upsert')
@@ -119,7 +118,10 @@ export class RwCache extends RoCache {
           return;
         }
       }
-      batch.set(id, { key, pk, record });
+      // Encoded now, outside the commit's write transaction: the stored text and every index key.
+      const bytes = Buffer.from(serialize(record), 'utf8');
+      const indexKeys = this.dbs.indexes.map((index) => indexKey(index, record, pkFields));
+      batch.set(id, { key, pk, record, bytes, indexKeys });
     });
     for (const [id, change] of batch) this.staged.set(id, change);
   }
@@ -153,7 +155,7 @@ export class RwCache extends RoCache {
             fences = { ...state.fences, [fence.writer]: fence.epoch };
           }
           let count = state.recordCount;
-          for (const change of batch.values()) count += this.writeChange(change);
+          count += writeChanges(this.dbs, this.schema.primaryKey, batch.values(), state.recordCount === 0);
           const checkpointOut = options.keepCheckpoint === true ? state.checkpoint : parsed;
           appendChanges(this.dbs, batch.values(), checkpointOut, this.settings.changes);
           return {
@@ -223,32 +225,6 @@ export class RwCache extends RoCache {
     await this.writing.catch(() => undefined);
     this.staged = new Map();
     await super.close();
-  }
-
-  /** Applies one staged change inside the write transaction; returns the record-count delta. */
-  private writeChange(change: Staged): number {
-    const { data } = this.dbs;
-    const pk = this.schema.primaryKey;
-    const old = data.get(change.key);
-    const oldKeys = old === undefined ? [] : this.dbs.indexes.map((index) => indexKey(index, old, pk));
-    if (change.record === null) {
-      if (old === undefined) return 0;
-      data.removeSync(change.key);
-      this.dbs.indexes.forEach((index, i) => {
-        index.db.removeSync(oldKeys[i]!);
-      });
-      return -1;
-    }
-    const record = change.record;
-    data.putSync(change.key, record);
-    this.dbs.indexes.forEach((index, i) => {
-      const key = indexKey(index, record, pk);
-      const before = oldKeys[i];
-      if (before?.equals(key)) return;
-      if (before) index.db.removeSync(before);
-      index.db.putSync(key, change.key);
-    });
-    return old === undefined ? 1 : 0;
   }
 
   /** Runs `update` on the commit state in one synchronous write transaction. */

@@ -123,6 +123,17 @@ export interface QueryResult {
   plan: QueryPlan;
 }
 
+/** A query answered with stored bytes (see `RoCache.queryJson`). */
+export interface JsonPage {
+  /** Each record's stored JSON text (UTF-8), in order. */
+  records: Buffer[];
+  /** Opaque `$after` cursor for the next page, bound to this cache; null when there is nothing more. */
+  next: string | null;
+  plan: QueryPlan;
+  /** The commit state of the snapshot the records were read in (one frozen object per commit). */
+  state: Readonly<CommitState>;
+}
+
 export interface CacheManagerOptions {
   /** How long a retired generation is kept before `gc` deletes it (default 10 minutes). */
   gcGraceMs?: number;

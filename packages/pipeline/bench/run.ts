@@ -5,6 +5,7 @@
  * pipeline: read, parse, type-check, index, commit, alias switch), next to raw `lmdb` batched puts of the
  * same records (the limit) and PostgreSQL `COPY` into a table with the same two indexes (the peer), all in
  * this run on this machine. Each case runs in its own process; peak memory is that process's max RSS.
+ * PROFILE=<dir> writes the pipeline case's CPU profile (`node --cpu-prof`) there.
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -64,7 +65,16 @@ function runCase(args: string[]): Promise<CaseResult> {
   return new Promise((resolve, reject) => {
     const child = spawn(
       process.execPath,
-      ['--conditions=@sluice/source', '--import', tsxLoaderPath(), CASE, ...args],
+      [
+        ...(process.env.PROFILE && args[0] === 'pipeline'
+          ? ['--cpu-prof', `--cpu-prof-dir=${process.env.PROFILE}`]
+          : []),
+        '--conditions=@sluice/source',
+        '--import',
+        tsxLoaderPath(),
+        CASE,
+        ...args,
+      ],
       { stdio: ['ignore', 'pipe', 'inherit'] },
     );
     let out = '';

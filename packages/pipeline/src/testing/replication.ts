@@ -50,8 +50,15 @@ export function cacheRows(records: Record<string, unknown>[]): Map<number, strin
   return new Map(records.map((r) => [Number(r.id), canonical(r)]));
 }
 
+/** Fields sorted, nulls left out (a column added later is absent from older records, null in the table). */
 function canonical(record: Record<string, unknown>): string {
-  return JSON.stringify(Object.fromEntries(Object.entries(record).sort(([a], [b]) => (a < b ? -1 : 1))));
+  return JSON.stringify(
+    Object.fromEntries(
+      Object.entries(record)
+        .filter(([, value]) => value !== null && value !== undefined)
+        .sort(([a], [b]) => (a < b ? -1 : 1)),
+    ),
+  );
 }
 
 /** The LSN a replication source committed with the cache (its checkpoint position), or null. */

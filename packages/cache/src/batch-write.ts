@@ -1,0 +1,102 @@
+/**
+ * Writes one commit's staged changes into the data and index databases, inside the commit's write transaction.
+ * Every database is written in key order (data by primary key, each index by its own key), which keeps the
+ * B-tree pages a commit touches together; a run of keys past the database's last key is appended
+ * (`MDB_APPEND`: no search, full pages), which is what a from-scratch snapshot read in key order produces.
+ */
+import type { Database } from 'lmdb';
+import { type CacheDbs, indexKey } from './cache-dbs.js';
+import { decodeRecord } from './record-json.js';
+
+/** A staged change of one primary key, encoded at `apply` time (outside the write transaction). */
+export interface StagedChange {
+  /** Data key (encoded primary key). */
+  key: Buffer;
+  /** Primary-key values (for the change log). */
+  pk: unknown[];
+  /** The new record, or null for a delete. */
+  record: Record<string, unknown> | null;
+  /** The record's stored JSON text (null for a delete). */
+  bytes: Buffer | null;
+  /** The record's key in each secondary index, in `dbs.indexes` order (null for a delete). */
+  indexKeys: Buffer[] | null;
+}
+
+const APPEND = { append: true };
+const NO_FLAGS = {};
+
+function byKey(a: { key: Buffer }, b: { key: Buffer }): number {
+  return Buffer.compare(a.key, b.key);
+}
+
+/** The last key of `db` in the current (write) transaction, or null when it is empty. */
+function lastKey(db: Database<Buffer, Buffer>): Buffer | null {
+  for (const key of db.getKeys({ reverse: true, limit: 1 })) return key as Buffer;
+  return null;
+}
+
+/** Puts `entries` (sorted, distinct keys) in key order; appends when they all sort after the last key. */
+function putSorted(db: Database<Buffer, Buffer>, entries: Array<{ key: Buffer; value: Buffer }>): void {
+  if (entries.length === 0) return;
+  const last = lastKey(db);
+  const append = last === null || Buffer.compare(entries[0]!.key, last) > 0;
+  for (const entry of entries) db.putSync(entry.key, entry.value, append ? APPEND : NO_FLAGS);
+}
+
+/**
+ * Applies `changes` (distinct data keys) and returns the record-count delta. `empty` says the data database
+ * held nothing before (no previous versions to look up). Call inside a write transaction.
+ */
+export function writeChanges(
+  dbs: CacheDbs,
+  primaryKey: readonly string[],
+  changes: Iterable<StagedChange>,
+  empty: boolean,
+): number {
+  const sorted = [...changes].sort(byKey);
+  const { data, indexes } = dbs;
+  const dataPuts: Array<{ key: Buffer; value: Buffer }> = [];
+  const dataRemoves: Buffer[] = [];
+  const indexPuts = indexes.map(() => [] as Array<{ key: Buffer; value: Buffer }>);
+  const indexRemoves = indexes.map(() => [] as Buffer[]);
+  let delta = 0;
+  for (const change of sorted) {
+    let oldKeys: Buffer[] | null = null;
+    if (!empty) {
+      // The previous version's index entries move: decode it (the fast read's buffer is reused by the next).
+      const old = data.getBinaryFast(change.key);
+      if (old !== undefined) {
+        const record = decodeRecord(old);
+        oldKeys = indexes.map((index) => indexKey(index, record, primaryKey));
+      }
+    }
+    if (change.bytes === null) {
+      if (oldKeys === null) continue;
+      dataRemoves.push(change.key);
+      oldKeys.forEach((key, i) => {
+        indexRemoves[i]!.push(key);
+      });
+      delta -= 1;
+      continue;
+    }
+    dataPuts.push({ key: change.key, value: change.bytes });
+    const keys = change.indexKeys!;
+    for (let i = 0; i < indexes.length; i++) {
+      const key = keys[i]!;
+      const before = oldKeys?.[i];
+      if (before?.equals(key)) continue;
+      if (before) indexRemoves[i]!.push(before);
+      indexPuts[i]!.push({ key, value: change.key });
+    }
+    if (oldKeys === null) delta += 1;
+  }
+  for (const key of dataRemoves) data.removeSync(key);
+  putSorted(data, dataPuts);
+  indexes.forEach((index, i) => {
+    const db = index.db;
+    const removes = indexRemoves[i]!.sort(Buffer.compare);
+    for (const key of removes) db.removeSync(key);
+    putSorted(db, indexPuts[i]!.sort(byKey));
+  });
+  return delta;
+}

@@ -1,0 +1,132 @@
+import { join } from 'node:path';
+import { parseQuery, SluiceError } from '@sluice/core';
+import { tempDir } from '@sluice/testkit';
+import { open } from 'lmdb';
+import { describe, expect, it } from 'vitest';
+import { openCacheManager } from './manager.js';
+import type { CacheSchema } from './types.js';
+
+const schema: CacheSchema = {
+  fields: { id: 'integer', value: 'number', category: 'string', tags: 'json' },
+  primaryKey: ['id'],
+  indexes: [['value'], ['category', 'value']],
+};
+
+describe('records stored as their served JSON text', () => {
+  it('stores each record once in canonical field order (declared fields, then extras) and serves those bytes', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply([
+      // Fields in another order, an extra field, an undefined one (dropped, as JSON does).
+      {
+        op: 'upsert',
+        record: { extra: 'x', tags: ['a', 1], category: 'c', value: 2.5, id: 1, gone: undefined },
+      },
+      { op: 'upsert', record: { id: 2, category: 'é "quoted"', value: -1 } },
+    ]);
+    await cache.commit(null);
+    expect(cache.getJson([1])?.toString('utf8')).toBe(
+      '{"id":1,"value":2.5,"category":"c","tags":["a",1],"extra":"x"}',
+    );
+    expect(cache.getJson([2])?.toString('utf8')).toBe('{"id":2,"value":-1,"category":"é \\"quoted\\""}');
+    expect(cache.getJson([3])).toBeUndefined();
+    expect(cache.get([1])).toEqual({ id: 1, value: 2.5, category: 'c', tags: ['a', 1], extra: 'x' });
+
+    // A query answers with the same bytes, in the same order as the decoded answer.
+    const query = parseQuery({ $filter: { value: { $gte: -5 } }, $order_by: { value: 'asc' } });
+    const page = cache.queryJson(query);
+    expect(page.records.map((b) => b.toString('utf8'))).toEqual([
+      cache.getJson([2])!.toString('utf8'),
+      cache.getJson([1])!.toString('utf8'),
+    ]);
+    expect(page.records.map((b) => JSON.parse(b.toString('utf8')))).toEqual(cache.query(query).records);
+    expect(page.plan).toEqual({ index: 'value', scanned: 2, capped: false });
+  });
+
+  it('answers exactly when the index answers the filter and when a residual condition needs the fields', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    const all = Array.from({ length: 200 }, (_, i) => ({
+      id: i,
+      value: i % 17,
+      category: ['a', 'b', 'c'][i % 3]!,
+      tags: i % 2 === 0 ? ['even'] : [],
+    }));
+    cache.apply(all.map((record) => ({ op: 'upsert' as const, record })));
+    await cache.commit(null);
+    const ids = (filter: Record<string, unknown>) =>
+      cache
+        .queryJson(parseQuery({ $filter: filter, $order_by: { value: 'asc' }, $limit: 1000 }))
+        .records.map((b) => (JSON.parse(b.toString('utf8')) as { id: number }).id);
+    const reference = (keep: (r: (typeof all)[number]) => boolean) =>
+      all
+        .filter(keep)
+        .sort((x, y) => x.value - y.value || x.id - y.id)
+        .map((r) => r.id);
+    // Fully answered by the `value` index.
+    expect(ids({ value: { $gt: 3, $lte: 9 } })).toEqual(reference((r) => r.value > 3 && r.value <= 9));
+    // Fully answered by `category,value` (equality, then a range).
+    expect(ids({ category: 'b', value: { $lt: 5 } })).toEqual(
+      reference((r) => r.category === 'b' && r.value < 5),
+    );
+    // Residual conditions: $ne, a field outside the index, two equalities on one field, an $or.
+    expect(ids({ value: { $gte: 2, $ne: 4 } })).toEqual(reference((r) => r.value >= 2 && r.value !== 4));
+    expect(ids({ value: { $lt: 6 }, tags: { $contains: 'even' } })).toEqual(
+      reference((r) => r.value < 6 && r.tags.includes('even')),
+    );
+    expect(ids({ $and: [{ category: 'a' }, { category: 'b' }] })).toEqual([]);
+    expect(ids({ value: { $lt: 3 }, $or: [{ category: 'a' }, { id: 5 }] })).toEqual(
+      reference((r) => r.value < 3 && (r.category === 'a' || r.id === 5)),
+    );
+  });
+
+  it('hands out one frozen commit state per commit, read in the snapshot of the records', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply([{ op: 'upsert', record: { id: 1, value: 1, category: 'a' } }]);
+    await cache.commit({ dag: 'd', epoch: 1, positions: {}, at: new Date().toISOString() });
+    const first = cache.queryJson(parseQuery({}));
+    expect(first.state).toEqual(cache.commitState());
+    expect(Object.isFrozen(first.state)).toBe(true);
+    expect(cache.queryJson(parseQuery({})).state).toBe(first.state);
+    expect(cache.servingState()).toBe(first.state);
+    cache.apply([{ op: 'upsert', record: { id: 2, value: 2, category: 'a' } }]);
+    await cache.commit({ dag: 'd', epoch: 2, positions: {}, at: new Date().toISOString() });
+    const second = cache.queryJson(parseQuery({}));
+    expect(second.state).not.toBe(first.state);
+    expect(second.state).toMatchObject({ recordCount: 2, checkpoint: { epoch: 2 } });
+    expect(second.records).toHaveLength(2);
+  });
+
+  it('refuses a cache stored as MessagePack (before format 2) with CACHE_SCHEMA_MISMATCH, so it is rebuilt', async () => {
+    await using dir = await tempDir();
+    let name: string;
+    {
+      await using caches = await openCacheManager(dir.path);
+      await using cache = await caches.create({ endpoint: 'items', schema });
+      name = cache.name;
+      cache.apply([{ op: 'upsert', record: { id: 1, value: 1, category: 'a' } }]);
+      await cache.commit(null);
+    }
+    // What an older version wrote: its schema entry had no record format.
+    const env = open({ path: join(dir.path, 'caches', name), maxDbs: 64 });
+    const meta = env.openDB<Record<string, unknown>, string>({ name: 'meta' });
+    const { recordFormat, ...old } = meta.get('schema')!;
+    expect(recordFormat).toBe(2);
+    await meta.put('schema', old);
+    await env.close();
+
+    await using caches = await openCacheManager(dir.path);
+    for (const opening of [() => caches.openRo(name), () => caches.openRw(name)]) {
+      const err = await opening().then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(SluiceError.hasCode(err, 'CACHE_SCHEMA_MISMATCH')).toBe(true);
+      expect((err as Error).message).toMatch(/MessagePack records \(format 1\).*format 2 \(JSON text/);
+    }
+  });
+});
