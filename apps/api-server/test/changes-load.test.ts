@@ -43,7 +43,10 @@ describe('change feeds under load', () => {
     expect(converged).toBe(1000);
     const metrics = await (await fetch(`${api.url}/metrics`)).text();
     expect(metrics).toMatch(/^sluice_api_change_subscribers 1000$/m);
-    for (const subscriber of subscribers) subscriber.kill();
+    // Graceful shutdown with 1 000 feeds open: every stream is ended and the process exits 0.
+    const exit = await api.child.stop('SIGTERM', 15_000);
+    expect(exit).toEqual({ code: 0, signal: null });
+    await waitFor(() => subscribers.every((s) => s.closed), { what: 'every feed ended by the shutdown' });
   }, 180_000);
 
   it('a subscriber that stops reading is cut off once its buffer fills; the others get every event and heartbeats', async () => {
@@ -52,7 +55,7 @@ describe('change feeds under load', () => {
     // Its own process, as in production: the readers here must not share the server's event loop.
     const configPath = await writeConfig(dir.path, {
       dataDir: writer.root,
-      api: { changes: { bufferBytes: 1024 * 1024, heartbeatMs: 200 } },
+      api: { changes: { bufferBytes: 2 * 1024 * 1024, heartbeatMs: 200 } },
     });
     await using api = await spawnApiServer(configPath);
     const readers = await Promise.all(
@@ -78,9 +81,9 @@ describe('change feeds under load', () => {
       },
     );
 
-    // ~24 MB of changes: far more than the socket buffers and the 1 MiB allowance of the stalled subscriber.
+    // ~24 MB of changes: far more than the socket buffers and the 2 MiB allowance of the stalled subscriber.
     const commits = 60;
-    await writer.run({ op: 'stream', commits, perCommit: 40, everyMs: 20, from: 1000, gen: 7, pad: 10_000 });
+    await writer.run({ op: 'stream', commits, perCommit: 40, everyMs: 100, from: 1000, gen: 7, pad: 10_000 });
     await waitFor(
       () => readers.every((r) => r.closed || r.events.filter((e) => e.event === 'commit').length === commits),
       {

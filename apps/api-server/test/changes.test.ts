@@ -1,3 +1,5 @@
+import { createHmac } from 'node:crypto';
+import { waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { del, range, startFeedApi, startFeedWriter, tempDir, upsert } from './feed-harness.js';
 import { item } from './fixtures/data.js';
@@ -5,6 +7,14 @@ import { applyFeed, queryAll, SseConnection, type SseEvent } from './sse.js';
 
 const feedUrl = (base: string, params: Record<string, string> = {}) =>
   `${base}/v1/endpoints/items/changes${Object.keys(params).length ? `?${new URLSearchParams(params)}` : ''}`;
+
+const SECRET = 'change-feed-test-secret-0123456789';
+
+function sign(claims: Record<string, unknown>): string {
+  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
+  const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ iat: Math.floor(Date.now() / 1000), ...claims })}`;
+  return `${head}.${createHmac('sha256', SECRET).update(head).digest('base64url')}`;
+}
 
 const dataEvents = (events: SseEvent[]) =>
   events.filter((e) => e.event === 'upsert' || e.event === 'delete' || e.event === 'commit');
@@ -195,5 +205,58 @@ describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
     await sub.waitForEvent((e) => e.event === 'commit', { count: 2 });
     expect(applyFeed(sub.events)).toEqual((await queryAll(api.url, 'items', filter)).records);
     sub.kill();
+  });
+
+  it("the token's row filter applies to the feed (ANDed with filter=); no token 401, another endpoint 403", async () => {
+    await using dir = await tempDir();
+    await using writer = await startFeedWriter(dir);
+    await using api = await startFeedApi(writer.root, { api: { auth: { jwtSecret: SECRET } } });
+    const token = sign({ endpoints: ['items'], filters: { items: { category: 'b' } } });
+    const auth = { authorization: `Bearer ${token}` };
+    const sub = await SseConnection.open(
+      feedUrl(api.url, { filter: JSON.stringify({ value: { $lt: 30 } }) }),
+      auth,
+    );
+    await sub.waitForEvent((e) => e.event === 'live');
+    const snapshot = sub.events
+      .filter((e) => e.event === 'upsert')
+      .map((e) => (e.data as { key: number[] }).key[0]);
+    // category b: id % 3 = 1; value = id (gen 1) < 30.
+    expect(snapshot).toEqual(range(1, 29).filter((id) => id % 3 === 1));
+    await writer.run({ op: 'commit', ops: [upsert({ ...item(1, 1), category: 'a' }), upsert(item(31, 1))] });
+    await sub.waitForEvent((e) => e.event === 'commit');
+    const live = sub.events.slice(sub.events.findIndex((e) => e.event === 'live') + 1);
+    // id 1 left the token's view (category a) → delete; id 31 is b but value 31 ≥ 30 → delete (never had it).
+    expect(live.map((e) => [e.event, (e.data as { key?: unknown[] }).key?.[0]])).toEqual([
+      ['delete', 1],
+      ['delete', 31],
+      ['commit', undefined],
+    ]);
+    sub.kill();
+
+    const none = await SseConnection.open(feedUrl(api.url)).catch((e) => e);
+    expect(none.status).toBe(401);
+    const other = sign({ endpoints: ['orders'] });
+    const forbidden = await SseConnection.open(feedUrl(api.url), { authorization: `Bearer ${other}` }).catch(
+      (e) => e,
+    );
+    expect(forbidden.status).toBe(403);
+  });
+
+  it('refuses subscribers past api.changes.maxSubscribers with 429 QUEUE_FULL', async () => {
+    await using dir = await tempDir();
+    await using writer = await startFeedWriter(dir);
+    await using api = await startFeedApi(writer.root, { api: { changes: { maxSubscribers: 2 } } });
+    const open = [await SseConnection.open(feedUrl(api.url)), await SseConnection.open(feedUrl(api.url))];
+    const third = await SseConnection.open(feedUrl(api.url)).catch((e) => e);
+    expect(third.status).toBe(429);
+    expect(JSON.parse(third.body)).toMatchObject({ code: 'QUEUE_FULL' });
+    open[0]!.kill();
+    const again = await waitFor(() => SseConnection.open(feedUrl(api.url)).catch(() => null), {
+      what: 'a free subscriber slot',
+    });
+    await again.waitForEvent((e) => e.event === 'live');
+    again.kill();
+    open[1]!.kill();
   });
 });

@@ -28,10 +28,13 @@ export async function writeConfig(
 export async function spawnApiServer(
   configPath: string,
   env: Record<string, string> = {},
+  /** Options for `node` itself (a benchmark passes `--cpu-prof`). */
+  nodeArgs: string[] = [],
 ): Promise<SpawnedApiServer> {
   const port = await freePort();
   const child = spawnTs(API_BIN, ['--config', configPath], {
     env: { SLUICE_API_PORT: String(port), ...env },
+    nodeArgs,
   });
   try {
     await child.waitForLine(/api-server listening/, 60_000);

@@ -53,7 +53,7 @@ describe('resolveConfig: defaults', () => {
       host: '127.0.0.1',
       port: 8080,
       reconcileMs: 5000,
-      changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 10, maxSubscribers: 10_000 },
+      changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 5, maxSubscribers: 10_000 },
     },
     control: {},
     limits: {
@@ -111,7 +111,7 @@ describe('resolveConfig: defaults', () => {
       host: '127.0.0.1',
       port: 9000,
       reconcileMs: 5000,
-      changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 10, maxSubscribers: 10_000 },
+      changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 5, maxSubscribers: 10_000 },
     });
   });
 

@@ -207,7 +207,7 @@ export const SluiceConfigSchema = z
               .max(256 * 1024 * 1024)
               .default(4 * 1024 * 1024),
             /** How often each followed generation's log head is checked for another process's commits. */
-            pollMs: z.number().int().min(1).max(10_000).default(10),
+            pollMs: z.number().int().min(1).max(10_000).default(5),
             /** Most concurrent subscribers per api-server (more → 503). */
             maxSubscribers: z.number().int().min(1).max(1_000_000).default(10_000),
           })

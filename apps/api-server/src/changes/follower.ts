@@ -7,7 +7,7 @@ export interface LiveSubscriber {
   /** The next sequence the subscriber expects. */
   readonly nextSeq: number;
   /** New entries of the generation (contiguous, starting at or before `nextSeq`); `frames[i]` is entry i unfiltered. */
-  deliver(entries: ChangeEntry[], frames: readonly string[], joined: () => string): void;
+  deliver(entries: ChangeEntry[], frames: readonly string[], joined: () => Buffer): void;
   /** The alias left this generation: run the switch. */
   generationLeft(): void;
   /** The log was trimmed past what the follower had read (it fell behind retention). */
@@ -95,9 +95,10 @@ export class GenerationFollower {
     if (entries.length === 0) return;
     this.lastSeen = entries[entries.length - 1]!.seq;
     const frames = entries.map(this.frame);
-    let joined: string | null = null;
+    // Encoded once, the same bytes written to every unfiltered subscriber's socket.
+    let joined: Buffer | null = null;
     const join = () => {
-      joined ??= frames.join('');
+      joined ??= Buffer.from(frames.join(''), 'utf8');
       return joined;
     };
     for (const subscriber of [...this.subscribers]) subscriber.deliver(entries, frames, join);

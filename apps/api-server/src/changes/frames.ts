@@ -21,7 +21,7 @@ export function sseFrame(event: FeedEvent, data: unknown, id?: string): string {
 }
 
 /** A comment line: keeps idle connections (and proxies) alive; EventSource ignores it. */
-export const HEARTBEAT_FRAME = ': heartbeat\n\n';
+export const HEARTBEAT_FRAME = Buffer.from(': heartbeat\n\n');
 
 /** Sent first: how long a browser's EventSource waits before reconnecting. */
 export const RETRY_FRAME = 'retry: 1000\n\n';

@@ -299,7 +299,7 @@ export class FeedSubscriber implements LiveSubscriber {
   }
 
   /** From the follower: new entries of this subscriber's generation. */
-  deliver(entries: ChangeEntry[], frames: readonly string[], joined: () => string): void {
+  deliver(entries: ChangeEntry[], frames: readonly string[], joined: () => Buffer): void {
     if (this.phase !== FeedPhase.live) return;
     const skip = this.nextSeq - entries[0]!.seq;
     if (skip < 0) {
@@ -358,7 +358,7 @@ export class FeedSubscriber implements LiveSubscriber {
   }
 
   /** Writes to the socket (a closed subscriber writes nothing). */
-  send(text: string): void {
+  send(text: string | Buffer): void {
     if (this.phase === FeedPhase.closed || text.length === 0) return;
     this.res.write(text);
   }

@@ -1,0 +1,236 @@
+import type { Filter, WireQuery } from '@sluice/core';
+import { ClientErrorCode, SluiceClientError } from './errors.js';
+import { backoffMs, delay, errorFrom, type HttpTarget, headersFor, requestJson } from './http.js';
+import { readEventStream } from './sse.js';
+
+/** A query of the query language, on the wire (core's `WireQuery`: `$filter`, `$order_by`, `$limit`, `$skip` | `$after`). */
+export type { WireQuery };
+
+/** A page of records and the `$after` cursor of the next one. */
+export interface Page<Row> {
+  records: Row[];
+  next: string | null;
+  /** The cache generation that answered (`sluice-cache`). */
+  cache: string | null;
+}
+
+/** What a change feed yields (each `token` is what `changes({ after })` resumes from). */
+export type ChangeEvent<Row> =
+  | { type: 'upsert'; key: unknown[]; record: Row; token?: string }
+  | { type: 'delete'; key: unknown[]; token: string }
+  | { type: 'commit'; position: Record<string, unknown> | null; epoch: number | null; token: string }
+  | { type: 'live'; generation: string; token: string }
+  | { type: 'switch'; from: string; to: string; token: string }
+  /**
+   * Drop the local copy: a snapshot follows. `reason` is the server's (`retention`, `generation-gone`,
+   * `unknown-position`) or `reconnected-during-snapshot` (the client lost the connection before `live`).
+   */
+  | { type: 'reset'; reason: string };
+
+export interface ChangesOptions {
+  /** Resume after this token (from a previous event). */
+  after?: string;
+  /** A `$filter` the feed applies (a record leaving it arrives as a `delete`). */
+  filter?: Filter;
+  /** Start with a snapshot even with a token. */
+  snapshot?: boolean;
+  /** Stops the iterator (it also stops when the loop breaks). */
+  signal?: AbortSignal;
+  /** Reconnect backoff (default 250 ms doubling to 10 s, jittered). */
+  backoff?: { initialMs?: number; maxMs?: number };
+}
+
+/** Formats primary-key values as the URL segment of `/records/:key` (components joined by `,`). */
+export function keySegment(key: unknown | unknown[]): string {
+  const values = Array.isArray(key) ? key : [key];
+  return values
+    .map((v) => encodeURIComponent(typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)))
+    .join(',');
+}
+
+/**
+ * One endpoint of the query API, typed by its rows.
+ *
+ * @example
+ * ```ts
+ * const cities = client.endpoint<{ id: number; name: string; country: string }>('cities');
+ * await cities.get(42);
+ * for await (const city of cities.scan({ $filter: { country: 'NO' } })) console.log(city.name);
+ * for await (const change of cities.changes()) apply(change);
+ * ```
+ */
+export class EndpointClient<Row extends Record<string, unknown> = Record<string, unknown>> {
+  constructor(
+    readonly name: string,
+    private readonly target: HttpTarget,
+  ) {}
+
+  private path(suffix: string): string {
+    return `/v1/endpoints/${encodeURIComponent(this.name)}${suffix}`;
+  }
+
+  /** The record with this primary key (values in primary-key order for a composite key), or undefined. */
+  async get(key: unknown | unknown[], options: { signal?: AbortSignal } = {}): Promise<Row | undefined> {
+    try {
+      const { body } = await requestJson<Row>(
+        this.target,
+        'GET',
+        this.path(`/records/${keySegment(key)}`),
+        undefined,
+        {},
+        options.signal,
+      );
+      return body;
+    } catch (err) {
+      if (err instanceof SluiceClientError && err.code === 'RECORD_NOT_FOUND') return undefined;
+      throw err;
+    }
+  }
+
+  /** One page of a query. */
+  async query(query: WireQuery = {}, options: { signal?: AbortSignal } = {}): Promise<Page<Row>> {
+    const { body, headers } = await requestJson<{ records: Row[]; next: string | null }>(
+      this.target,
+      'POST',
+      this.path('/query'),
+      query,
+      {},
+      options.signal,
+    );
+    return { records: body.records, next: body.next, cache: headers.get('sluice-cache') };
+  }
+
+  /** How many records match `filter`. */
+  async count(filter: Filter = {}, options: { signal?: AbortSignal } = {}): Promise<number> {
+    const { body } = await requestJson<{ count: number }>(
+      this.target,
+      'POST',
+      this.path('/count'),
+      { $filter: filter },
+      {},
+      options.signal,
+    );
+    return body.count;
+  }
+
+  /**
+   * Every record matching the query, page by page (`$after`). A walk that crosses a blue/green switch fails
+   * with `CURSOR_EXPIRED` (it never skips or repeats silently): start it again.
+   */
+  async *scan(query: Omit<WireQuery, '$after' | '$skip'> = {}, options: { signal?: AbortSignal } = {}) {
+    let after: string | null = null;
+    do {
+      const page: Page<Row> = await this.query({ ...query, ...(after ? { $after: after } : {}) }, options);
+      for (const record of page.records) yield record;
+      after = page.next;
+    } while (after !== null);
+  }
+
+  /**
+   * The endpoint's change feed. Reconnects on its own (backoff) and resumes from the last token, so the
+   * events it yields have no gap and no duplicate; apply them in order to a local copy.
+   */
+  async *changes(options: ChangesOptions = {}): AsyncGenerator<ChangeEvent<Row>> {
+    const initialMs = options.backoff?.initialMs ?? 250;
+    const maxMs = options.backoff?.maxMs ?? 10_000;
+    let token = options.after;
+    let snapshot = options.snapshot === true;
+    let inSnapshot = false;
+    let attempt = 0;
+    for (;;) {
+      if (options.signal?.aborted) return;
+      const controller = new AbortController();
+      const stop = () => controller.abort(options.signal?.reason);
+      options.signal?.addEventListener('abort', stop, { once: true });
+      try {
+        if (inSnapshot && token === undefined) {
+          // A fresh snapshot follows; what was received of the interrupted one may include deleted records.
+          yield { type: 'reset', reason: 'reconnected-during-snapshot' };
+          inSnapshot = false;
+        }
+        const params = new URLSearchParams();
+        if (token !== undefined) params.set('after', token);
+        if (snapshot) params.set('snapshot', 'true');
+        if (options.filter !== undefined) params.set('filter', JSON.stringify(options.filter));
+        const query = params.size > 0 ? `?${params}` : '';
+        let res: Response;
+        try {
+          res = await this.target.fetch(`${this.target.baseUrl}${this.path('/changes')}${query}`, {
+            headers: headersFor(this.target, { accept: 'text/event-stream' }),
+            signal: controller.signal,
+          });
+        } catch (err) {
+          if (options.signal?.aborted) return;
+          await delay(backoffMs(attempt++, initialMs, maxMs), options.signal).catch(() => undefined);
+          void err;
+          continue;
+        }
+        if (!res.ok) {
+          const error = await errorFrom(res);
+          // Refusals that will not change by retrying (bad token, filter, auth, unknown endpoint) end the feed.
+          if (res.status < 500 && res.status !== 429) throw error;
+          await delay(error.retryAfterMs ?? backoffMs(attempt++, initialMs, maxMs), options.signal).catch(
+            () => undefined,
+          );
+          continue;
+        }
+        if (!res.body)
+          throw new SluiceClientError(ClientErrorCode.BAD_RESPONSE, 'The change feed has no body', {
+            status: res.status,
+          });
+        snapshot = false;
+        try {
+          for await (const message of readEventStream(res.body)) {
+            attempt = 0;
+            const event = toEvent<Row>(message.event, message.data, message.id);
+            if (event === null) continue;
+            if (event.type === 'reset' || (event.type === 'upsert' && message.id === undefined))
+              inSnapshot = true;
+            if (event.type === 'live') inSnapshot = false;
+            if (message.id !== undefined) token = message.id;
+            yield event;
+          }
+        } catch (err) {
+          if (options.signal?.aborted) return;
+          void err; // the connection broke: reconnect below
+        }
+        if (options.signal?.aborted) return;
+        await delay(backoffMs(attempt++, initialMs, maxMs), options.signal).catch(() => undefined);
+      } finally {
+        options.signal?.removeEventListener('abort', stop);
+        controller.abort();
+      }
+    }
+  }
+}
+
+function toEvent<Row>(type: string, data: string, id: string | undefined): ChangeEvent<Row> | null {
+  let body: Record<string, unknown>;
+  try {
+    body = JSON.parse(data) as Record<string, unknown>;
+  } catch {
+    throw new SluiceClientError(ClientErrorCode.BAD_RESPONSE, `Change feed event "${type}" is not JSON`);
+  }
+  const token = id as string;
+  switch (type) {
+    case 'upsert':
+      return { type, key: body.key as unknown[], record: body.record as Row, ...(id ? { token } : {}) };
+    case 'delete':
+      return { type, key: body.key as unknown[], token };
+    case 'commit':
+      return {
+        type,
+        position: (body.position ?? null) as Record<string, unknown> | null,
+        epoch: (body.epoch ?? null) as number | null,
+        token,
+      };
+    case 'live':
+      return { type, generation: String(body.generation), token };
+    case 'switch':
+      return { type, from: String(body.from), to: String(body.to), token };
+    case 'reset':
+      return { type, reason: String(body.reason) };
+    default:
+      return null; // an event type this client does not know: skip it
+  }
+}

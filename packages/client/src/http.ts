@@ -1,0 +1,108 @@
+import { ClientErrorCode, type ProblemBody, SluiceClientError } from './errors.js';
+
+/** How the client reaches one of the two APIs. */
+export interface HttpTarget {
+  baseUrl: string;
+  token?: string | undefined;
+  fetch: typeof globalThis.fetch;
+}
+
+/** `retry-after` (seconds or an HTTP date) in ms, or null. */
+export function retryAfterMs(header: string | null, now = Date.now()): number | null {
+  if (header === null || header.trim() === '') return null;
+  const seconds = Number(header);
+  if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
+  const at = Date.parse(header);
+  return Number.isNaN(at) ? null : Math.max(0, at - now);
+}
+
+export function headersFor(target: HttpTarget, extra: Record<string, string> = {}): Record<string, string> {
+  return { ...(target.token ? { authorization: `Bearer ${target.token}` } : {}), ...extra };
+}
+
+/** Turns a non-2xx answer into a typed error with the server's `code`. */
+export async function errorFrom(res: Response): Promise<SluiceClientError> {
+  const text = await res.text().catch(() => '');
+  let problem: ProblemBody | null = null;
+  try {
+    const parsed = JSON.parse(text) as unknown;
+    if (parsed && typeof parsed === 'object') problem = parsed as ProblemBody;
+  } catch {
+    // not JSON: keep the text as the message
+  }
+  const code = typeof problem?.code === 'string' ? problem.code : `HTTP_${res.status}`;
+  const message = problem?.detail ?? (text.slice(0, 500) || `HTTP ${res.status}`);
+  return new SluiceClientError(code, message, {
+    status: res.status,
+    problem,
+    retryAfterMs: retryAfterMs(res.headers.get('retry-after')),
+  });
+}
+
+/** One request: JSON in and out; network failures are `NETWORK_ERROR`, non-2xx the server's code. */
+export async function requestJson<T>(
+  target: HttpTarget,
+  method: 'GET' | 'POST',
+  path: string,
+  body?: unknown,
+  extraHeaders: Record<string, string> = {},
+  signal?: AbortSignal,
+): Promise<{ status: number; body: T; headers: Headers }> {
+  let res: Response;
+  try {
+    res = await target.fetch(`${target.baseUrl}${path}`, {
+      method,
+      headers: headersFor(target, {
+        accept: 'application/json',
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        ...extraHeaders,
+      }),
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      ...(signal ? { signal } : {}),
+    });
+  } catch (err) {
+    if (signal?.aborted) throw err;
+    throw new SluiceClientError(
+      ClientErrorCode.NETWORK_ERROR,
+      `${method} ${path}: ${(err as Error).message}`,
+      {
+        cause: err,
+      },
+    );
+  }
+  if (!res.ok) throw await errorFrom(res);
+  const text = await res.text();
+  try {
+    return { status: res.status, body: (text === '' ? null : JSON.parse(text)) as T, headers: res.headers };
+  } catch (err) {
+    throw new SluiceClientError(ClientErrorCode.BAD_RESPONSE, `${method} ${path}: the answer is not JSON`, {
+      status: res.status,
+      cause: err,
+    });
+  }
+}
+
+/** Waits `ms`, or rejects when `signal` aborts. */
+export function delay(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** Exponential backoff with jitter: attempt 0 → about `initialMs`, doubling up to `maxMs`. */
+export function backoffMs(attempt: number, initialMs: number, maxMs: number): number {
+  const base = Math.min(maxMs, initialMs * 2 ** attempt);
+  return Math.round(base / 2 + Math.random() * (base / 2));
+}

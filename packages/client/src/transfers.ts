@@ -1,0 +1,131 @@
+import type { TransferRecord, TransferRequestInput, TransferState } from '@sluice/core';
+import { ClientErrorCode, SluiceClientError } from './errors.js';
+import { backoffMs, delay, type HttpTarget, requestJson } from './http.js';
+
+/** A value as it travels in JSON: dates become ISO strings. */
+export type Wire<T> = T extends Date
+  ? string
+  : T extends Array<infer U>
+    ? Array<Wire<U>>
+    : T extends object
+      ? { [K in keyof T]: Wire<T[K]> }
+      : T;
+
+/** A transfer record as the control API returns it (core's `TransferRecord`, dates as ISO strings). */
+export type TransferView = Wire<TransferRecord> & { resumed?: boolean };
+
+/** What `submit` answered: 201 created, 200 the stored outcome, 202 running (elsewhere) or accepted. */
+export interface Submitted {
+  status: 200 | 201 | 202;
+  transfer: TransferView | { id: string; mode: 'fire-and-forget'; accepted: true; owner?: string };
+}
+
+export interface RetryOptions {
+  /** Attempts after the first (default 5). */
+  retries?: number;
+  /** First backoff (default 250 ms, doubling, jittered, at most `maxDelayMs`). */
+  initialDelayMs?: number;
+  maxDelayMs?: number;
+  signal?: AbortSignal;
+  /** Called before each retry with the error that caused it and the wait (logging, metrics). */
+  onRetry?: (error: SluiceClientError, attempt: number, waitMs: number) => void;
+}
+
+const TERMINAL: ReadonlySet<TransferState> = new Set(['COMPLETED', 'FAILED', 'TERMINATED']);
+
+/**
+ * Transfers of the control API.
+ *
+ * @example
+ * ```ts
+ * await client.transfers.submit({ id: 'orders-2026-12-01', source, destination });
+ * const done = await client.transfers.wait('orders-2026-12-01', { timeoutMs: 60_000 });
+ * ```
+ */
+export class TransfersClient {
+  constructor(private readonly target: HttpTarget) {}
+
+  /**
+   * Submits a transfer; the id is its idempotency key (sent as `Idempotency-Key` too). Retries 429 and 503
+   * (after `retry-after` when given) and, for idempotent requests, network errors: resending the same id and
+   * body is safe. Other refusals throw with the server's `code`.
+   */
+  async submit(request: TransferRequestInput, options: RetryOptions = {}): Promise<Submitted> {
+    const retries = options.retries ?? 5;
+    const idempotent = request.mode !== 'fire-and-forget';
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        const { status, body } = await requestJson<Submitted['transfer']>(
+          this.target,
+          'POST',
+          '/v1/transfers',
+          request,
+          { 'idempotency-key': request.id },
+          options.signal,
+        );
+        return { status: status as Submitted['status'], transfer: body };
+      } catch (err) {
+        if (!(err instanceof SluiceClientError) || attempt >= retries) throw err;
+        const retryable =
+          err.status === 429 ||
+          err.status === 503 ||
+          (idempotent && err.code === ClientErrorCode.NETWORK_ERROR);
+        if (!retryable) throw err;
+        const wait =
+          err.retryAfterMs ?? backoffMs(attempt, options.initialDelayMs ?? 250, options.maxDelayMs ?? 10_000);
+        options.onRetry?.(err, attempt + 1, wait);
+        await delay(wait, options.signal);
+      }
+    }
+  }
+
+  /** The transfer's record (`TRANSFER_NOT_FOUND` when there is none). */
+  async get(id: string, options: { signal?: AbortSignal } = {}): Promise<TransferView> {
+    const { body } = await requestJson<TransferView>(
+      this.target,
+      'GET',
+      `/v1/transfers/${encodeURIComponent(id)}`,
+      undefined,
+      {},
+      options.signal,
+    );
+    return body;
+  }
+
+  /**
+   * Polls until the transfer is `COMPLETED`, `FAILED` or `TERMINATED` and returns that record; `TIMEOUT` after
+   * `timeoutMs` (default: no limit). Network errors while polling are retried.
+   */
+  async wait(
+    id: string,
+    options: { intervalMs?: number; timeoutMs?: number; signal?: AbortSignal } = {},
+  ): Promise<TransferView> {
+    const deadline =
+      options.timeoutMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + options.timeoutMs;
+    const interval = options.intervalMs ?? 250;
+    for (;;) {
+      try {
+        const transfer = await this.get(id, options);
+        if (TERMINAL.has(transfer.state)) return transfer;
+      } catch (err) {
+        if (!(err instanceof SluiceClientError) || err.code !== ClientErrorCode.NETWORK_ERROR) throw err;
+      }
+      if (Date.now() + interval > deadline)
+        throw new SluiceClientError(ClientErrorCode.TIMEOUT, `Transfer "${id}" did not finish in time`);
+      await delay(interval, options.signal);
+    }
+  }
+
+  /** Terminates the transfer (routed to its owner); answers its record. */
+  async terminate(id: string, options: { signal?: AbortSignal } = {}): Promise<TransferView> {
+    const { body } = await requestJson<TransferView>(
+      this.target,
+      'POST',
+      `/v1/transfers/${encodeURIComponent(id)}/terminate`,
+      undefined,
+      {},
+      options.signal,
+    );
+    return body;
+  }
+}

@@ -1,0 +1,188 @@
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { freePort, tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { type ChangeEvent, createClient, SluiceClientError } from '../src/index.js';
+import { item, startApi, startApp, startWriter, waitUntil } from './servers.js';
+
+type Item = { id: number; value: number; category: string };
+
+const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
+
+/** Applies change events to a local copy (what a subscriber keeps). */
+function apply(into: Map<number, Item>, event: ChangeEvent<Item>): void {
+  if (event.type === 'upsert') into.set(event.key[0] as number, event.record);
+  else if (event.type === 'delete') into.delete(event.key[0] as number);
+  else if (event.type === 'reset') into.clear();
+}
+
+describe('@sluice/client against real servers (Node)', () => {
+  it('endpoint: get, query, count, scan with $after paging, typed errors', async () => {
+    await using dir = await tempDir();
+    await using writer = await startWriter(
+      join(dir.path, 'data'),
+      range(1, 120).map((id) => item(id)),
+    );
+    await using api = await startApi(dir.path, writer.root);
+    const client = createClient({ queryUrl: api.url });
+    const items = client.endpoint<Item>('items');
+
+    expect(await items.get(7)).toEqual(item(7));
+    expect(await items.get([8])).toEqual(item(8));
+    expect(await items.get(9999)).toBeUndefined();
+    const page = await items.query({ $filter: { category: 'a' }, $order_by: { value: 'desc' }, $limit: 5 });
+    expect(page.records.map((r) => r.id)).toEqual([120, 117, 114, 111, 108]);
+    expect(page.next).not.toBeNull();
+    expect(page.cache).toBe(writer.cache.name);
+    expect(await items.count({ category: 'a' })).toBe(40);
+    expect(await items.count()).toBe(120);
+    const scanned: number[] = [];
+    for await (const row of items.scan({ $filter: { value: { $gte: 11 } }, $limit: 50 }))
+      scanned.push(row.id);
+    expect(scanned).toEqual(range(11, 120));
+
+    const bad = await items.query({ $filter: { value: { $gt: 'x' } } }).catch((e: unknown) => e);
+    expect(bad).toBeInstanceOf(SluiceClientError);
+    expect(bad).toMatchObject({ code: 'INVALID_QUERY', status: 400 });
+    expect((bad as SluiceClientError).errors[0]?.path).toContain('$filter.value');
+    const unknown = await client
+      .endpoint('nope')
+      .count()
+      .catch((e: unknown) => e);
+    expect(unknown).toMatchObject({ code: 'UNKNOWN_ENDPOINT', status: 404 });
+    const down = await createClient({ queryUrl: `http://127.0.0.1:${await freePort()}` })
+      .endpoint('items')
+      .count()
+      .catch((e: unknown) => e);
+    expect(down).toMatchObject({ code: 'NETWORK_ERROR', status: 0 });
+  });
+
+  it('changes(): snapshot, live, a killed api-server process, reconnect and resume by token, a blue/green switch', async () => {
+    await using dir = await tempDir();
+    await using writer = await startWriter(
+      join(dir.path, 'data'),
+      range(1, 30).map((id) => item(id)),
+    );
+    await using api = await startApi(dir.path, writer.root);
+    const items = createClient({ queryUrl: api.url }).endpoint<Item>('items');
+    const local = new Map<number, Item>();
+    const events: ChangeEvent<Item>[] = [];
+    const controller = new AbortController();
+    const consumed = (async () => {
+      for await (const event of items.changes({
+        signal: controller.signal,
+        backoff: { initialMs: 50, maxMs: 500 },
+      })) {
+        events.push(event);
+        apply(local, event);
+      }
+    })();
+    const commits = () => events.filter((e) => e.type === 'commit').length;
+    await waitUntil(() => events.some((e) => e.type === 'live'), 'live');
+    expect(local.size).toBe(30);
+
+    await writer.commit([
+      { op: 'upsert', record: item(1, 5) },
+      { op: 'delete', key: [2] },
+    ]);
+    await waitUntil(() => commits() === 1, 'first commit');
+    await api.kill();
+    // Committed while no api-server runs: the client must get these after it reconnects, by token.
+    await writer.commit([{ op: 'upsert', record: item(40, 1) }]);
+    await writer.commit([
+      { op: 'delete', key: [3] },
+      { op: 'upsert', record: item(4, 9) },
+    ]);
+    await api.restart();
+    await waitUntil(() => commits() === 3, 'the commits made while the server was down', 60_000);
+    const tokens = events.flatMap((e) => ('token' in e && e.token ? [e.token] : []));
+    expect(new Set(tokens).size).toBe(tokens.length);
+    expect(events.filter((e) => e.type === 'reset' || e.type === 'live')).toHaveLength(1);
+    const query = async () => {
+      const rows = new Map<number, Item>();
+      for await (const row of items.scan({ $limit: 1000 })) rows.set(row.id, row);
+      return rows;
+    };
+    expect(local).toEqual(await query());
+
+    const green = await writer.rebuild([...range(1, 20).map((id) => item(id, 2)), item(99)]);
+    await waitUntil(() => events.some((e) => e.type === 'switch'), 'switch');
+    await waitUntil(() => commits() === 4, 'the commit closing the merge');
+    expect(events.find((e) => e.type === 'switch')).toMatchObject({ to: green });
+    expect(local).toEqual(await query());
+    controller.abort();
+    await consumed;
+  });
+
+  it('transfers: submit, wait, get, idempotent resubmit, conflict, terminate; 429 and network errors retried', async () => {
+    await using dir = await tempDir();
+    const input = join(dir.path, 'in.jsonl');
+    await writeFile(
+      input,
+      `${range(1, 40)
+        .map((id) => JSON.stringify(item(id)))
+        .join('\n')}\n`,
+    );
+    const port = await freePort();
+    const client = createClient({ controlUrl: `http://127.0.0.1:${port}` });
+    const request = (id: string, extra: Record<string, unknown> = {}) => ({
+      id,
+      source: { type: 'file' as const, path: input, format: 'jsonl' as const },
+      destination: { type: 'file' as const, path: join(dir.path, `${id}.jsonl`), format: 'jsonl' as const },
+      ...extra,
+    });
+    // Nothing listens yet: the submit retries network errors until the app-server is up.
+    const networkRetries: string[] = [];
+    const early = client.transfers.submit(request('t-early'), {
+      retries: 200,
+      initialDelayMs: 100,
+      maxDelayMs: 500,
+      onRetry: (error) => networkRetries.push(error.code),
+    });
+    await new Promise((r) => setTimeout(r, 300));
+    await using _app = await startApp(dir.path, {
+      port,
+      limits: { maxConcurrentTransfers: 1, queueSize: 0 },
+    });
+    expect((await early).status).toBe(201);
+    expect(networkRetries.length).toBeGreaterThan(0);
+    expect(new Set(networkRetries)).toEqual(new Set(['NETWORK_ERROR']));
+    expect((await client.transfers.wait('t-early', { timeoutMs: 30_000 })).state).toBe('COMPLETED');
+
+    const first = await client.transfers.submit(request('t1'));
+    expect(first.status).toBe(201);
+    const done = await client.transfers.wait('t1', { timeoutMs: 30_000 });
+    expect(done).toMatchObject({
+      id: 't1',
+      state: 'COMPLETED',
+      result: { recordsRead: 40, recordsWritten: 40 },
+    });
+    expect(typeof done.createdAt).toBe('string');
+    expect((await client.transfers.get('t1')).state).toBe('COMPLETED');
+    expect((await client.transfers.submit(request('t1'))).status).toBe(200);
+    const conflict = await client.transfers
+      .submit(request('t1', { properties: { other: 'body' } }))
+      .catch((e: unknown) => e);
+    expect(conflict).toMatchObject({ code: 'IDEMPOTENCY_CONFLICT', status: 422 });
+    const missing = await client.transfers.get('nope').catch((e: unknown) => e);
+    expect(missing).toMatchObject({ code: 'TRANSFER_NOT_FOUND', status: 404 });
+
+    // One slot, no queue: a second transfer is 429 QUEUE_FULL while the slow one runs; submit retries it.
+    const slow = await client.transfers.submit(request('t-slow', { options: { maxRecordsPerSecond: 10 } }));
+    expect(slow.status).toBe(201);
+    const refusals: SluiceClientError[] = [];
+    const queued = client.transfers.submit(request('t-queued'), {
+      retries: 50,
+      maxDelayMs: 500,
+      onRetry: (error) => refusals.push(error),
+    });
+    await waitUntil(() => refusals.length > 0, 'a refusal while the slot is taken');
+    expect(refusals[0]).toMatchObject({ code: 'QUEUE_FULL', status: 429 });
+    expect(refusals[0]?.retryAfterMs).toBeGreaterThan(0);
+    const terminated = await client.transfers.terminate('t-slow');
+    expect(['TERMINATED', 'IN_PROGRESS']).toContain(terminated.state);
+    expect((await client.transfers.wait('t-slow', { timeoutMs: 30_000 })).state).toBe('TERMINATED');
+    expect((await queued).status).toBe(201);
+    expect((await client.transfers.wait('t-queued', { timeoutMs: 30_000 })).state).toBe('COMPLETED');
+  });
+});
