@@ -9,6 +9,7 @@ import {
   MalformedJsonError,
   NotFoundError,
   PayloadTooLargeError,
+  PositionNotReachedError,
   PROBLEM_CONTENT_TYPE,
   parseCountQuery,
   parseQuery,
@@ -28,6 +29,14 @@ import { OPEN_SCOPE, TokenAuthenticator, type TokenScope } from './auth.js';
 import type { ServedCommitState } from './cache-port.js';
 import { changeFeedPlugin } from './changes/plugin.js';
 import { unwrapCursor, wrapCursor } from './cursor.js';
+import {
+  bareMismatch,
+  formatPositionHeader,
+  MIN_POSITION_HEADER,
+  POSITION_HEADER,
+  parseMinPosition,
+  positionReached,
+} from './freshness.js';
 import { parseKeySegment, rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
 import { pageBody } from './page-body.js';
@@ -203,6 +212,8 @@ export async function buildApp(options: BuildAppOptions) {
     else if (error.status >= 500) request.log.error({ err }, 'request failed');
     const { status, body } = toProblem(error, request.url.length > 512 ? undefined : request.url);
     if (status === 401) void reply.header('www-authenticate', 'Bearer');
+    if (error instanceof PositionNotReachedError)
+      void reply.header('retry-after', String(error.retryAfterSeconds));
     void reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
   });
   app.setNotFoundHandler((request, reply) => {
@@ -237,7 +248,7 @@ export async function buildApp(options: BuildAppOptions) {
       origin: config.api.cors.origins === true ? true : config.api.cors.origins,
       methods: ['GET', 'POST', 'OPTIONS'],
       allowedHeaders: ['authorization', 'content-type'],
-      exposedHeaders: [CACHE_HEADER, CHECKPOINT_HEADER],
+      exposedHeaders: [CACHE_HEADER, CHECKPOINT_HEADER, POSITION_HEADER],
       maxAge: 600,
     });
   }
@@ -280,27 +291,75 @@ export async function buildApp(options: BuildAppOptions) {
   };
   // The checkpoint header of a data response is formatted once per commit: the cache hands out one commit-state
   // object per commit, read in the snapshot of the data it is sent with.
-  const checkpointHeaders = new WeakMap<object, string>();
+  const checkpointHeaders = new WeakMap<object, { header: string; position: string | null }>();
   const stampState = (reply: FastifyReply, state: Readonly<ServedCommitState>): void => {
-    let header = checkpointHeaders.get(state);
-    if (header === undefined) {
-      header = formatCheckpointHeader(state);
-      checkpointHeaders.set(state, header);
+    let headers = checkpointHeaders.get(state);
+    if (headers === undefined) {
+      headers = { header: formatCheckpointHeader(state), position: formatPositionHeader(state.checkpoint) };
+      checkpointHeaders.set(state, headers);
     }
-    reply.header(CHECKPOINT_HEADER, header);
+    reply.header(CHECKPOINT_HEADER, headers.header);
+    if (headers.position !== null) reply.header(POSITION_HEADER, headers.position);
   };
   // Other responses (endpoint info, counts) re-read the commit state at most every CHECKPOINT_REFRESH_MS per
   // generation, always before the data they are sent with, so "the data is at least as fresh" holds.
-  const checkpoints = new WeakMap<Generation, { header: string; readAt: number }>();
+  const checkpoints = new WeakMap<Generation, { header: string; position: string | null; readAt: number }>();
   const stamp = (reply: FastifyReply, lease: Lease): void => {
     const now = performance.now();
     let cached = checkpoints.get(lease.generation);
     if (!cached || now - cached.readAt > CHECKPOINT_REFRESH_MS) {
-      cached = { header: formatCheckpointHeader(lease.cache.commitState()), readAt: now };
+      const state = lease.cache.commitState();
+      cached = {
+        header: formatCheckpointHeader(state),
+        position: formatPositionHeader(state.checkpoint),
+        readAt: now,
+      };
       checkpoints.set(lease.generation, cached);
     }
     reply.header(CACHE_HEADER, lease.generation.name);
     reply.header(CHECKPOINT_HEADER, cached.header);
+    if (cached.position !== null) reply.header(POSITION_HEADER, cached.position);
+  };
+  const freshnessWaitMs = config.api.freshnessWaitMs;
+  /**
+   * `open`, and with `sluice-min-position` only once the leased generation has committed that position: polled
+   * every few milliseconds (a commit state read) up to `api.freshnessWaitMs`, then 503 POSITION_NOT_REACHED.
+   */
+  const openFresh = async (request: FastifyRequest, name: string) => {
+    const opened = open(request, name);
+    const header = request.headers[MIN_POSITION_HEADER];
+    if (header === undefined) return opened;
+    let lease = opened.lease;
+    try {
+      const wanted = parseMinPosition(Array.isArray(header) ? header.join(', ') : header);
+      const deadline = Date.now() + freshnessWaitMs;
+      for (;;) {
+        const checkpoint = lease.cache.commitState().checkpoint;
+        if (positionReached(checkpoint, wanted)) return { ...opened, lease };
+        if (bareMismatch(checkpoint, wanted))
+          throw new ValidationError(
+            `Endpoint "${name}" has several sources: name them in ${MIN_POSITION_HEADER}`,
+            [
+              {
+                path: `headers.${MIN_POSITION_HEADER}`,
+                message: 'a bare position needs a one-source endpoint',
+              },
+            ],
+          );
+        const remaining = deadline - Date.now();
+        if (remaining <= 0)
+          throw new PositionNotReachedError(
+            `Endpoint "${name}" has not committed ${MIN_POSITION_HEADER} ${String(header).slice(0, 200)} within ${freshnessWaitMs} ms (it is at ${formatPositionHeader(checkpoint) ?? 'no position'})`,
+            Math.max(1, Math.ceil(freshnessWaitMs / 1000)),
+          );
+        lease.release();
+        await new Promise((resolve) => setTimeout(resolve, Math.min(remaining, 5)));
+        lease = registry.acquire(name);
+      }
+    } catch (err) {
+      lease.release();
+      throw err;
+    }
   };
 
   await app.register(swagger, {
@@ -310,7 +369,7 @@ export async function buildApp(options: BuildAppOptions) {
         title: 'Sluice query API',
         version: '1',
         description:
-          'Read endpoints (materialized views behind aliases). Every data response carries `sluice-cache` (the cache generation that answered) and `sluice-checkpoint`.',
+          'Read endpoints (materialized views behind aliases). Every data response carries `sluice-cache` (the cache generation that answered), `sluice-checkpoint` and, for replication sources, `sluice-position` (RFC 8941 dictionary: source handle → committed LSN). Send `sluice-min-position` (same syntax, or a bare LSN for a one-source endpoint) to be answered only once that position is committed (waits up to `api.freshnessWaitMs`, else 503 POSITION_NOT_REACHED with retry-after).',
       },
       ...(auth
         ? {
@@ -378,7 +437,7 @@ export async function buildApp(options: BuildAppOptions) {
       },
     },
     async (request, reply) => {
-      const { lease } = open(request, request.params.name);
+      const { lease } = await openFresh(request, request.params.name);
       try {
         stamp(reply, lease);
         return describe(lease.generation);
@@ -399,7 +458,7 @@ export async function buildApp(options: BuildAppOptions) {
     },
     async (request, reply) => {
       const name = request.params.name;
-      const { lease, rowFilter } = open(request, name);
+      const { lease, rowFilter } = await openFresh(request, name);
       try {
         reply.header(CACHE_HEADER, lease.generation.name);
         const raw = rawKeySegment(request.url);
@@ -430,7 +489,7 @@ export async function buildApp(options: BuildAppOptions) {
       },
     },
     async (request, reply) => {
-      const { lease, rowFilter } = open(request, request.params.name);
+      const { lease, rowFilter } = await openFresh(request, request.params.name);
       try {
         const generation = lease.generation.name;
         reply.header(CACHE_HEADER, generation);
@@ -442,7 +501,7 @@ export async function buildApp(options: BuildAppOptions) {
         stampState(reply, page.state);
         return reply
           .type(JSON_CONTENT_TYPE)
-          .send(pageBody(page.records, wrapCursor(generation, page.next)) as never);
+          .send(pageBody(page.json, wrapCursor(generation, page.next)) as never);
       } finally {
         lease.release();
       }
@@ -460,7 +519,7 @@ export async function buildApp(options: BuildAppOptions) {
       },
     },
     async (request, reply) => {
-      const { lease, rowFilter } = open(request, request.params.name);
+      const { lease, rowFilter } = await openFresh(request, request.params.name);
       try {
         stamp(reply, lease);
         const filter = parseCountQuery(request.body, limits);

@@ -28,8 +28,8 @@ export interface ServedCache {
   /** The record's stored JSON text, sent as it is. */
   getJson(key: unknown[]): Buffer | undefined;
   query(query: Query): { records: Record<string, unknown>[]; next: string | null; plan?: unknown };
-  /** A page of stored JSON texts and the commit state of the same snapshot (one object per commit). */
-  queryJson(query: Query): { records: Buffer[]; next: string | null; state: Readonly<ServedCommitState> };
+  /** A page as the JSON array of its stored texts, and the commit state of the same snapshot (one per commit). */
+  queryJson(query: Query): { json: Buffer; next: string | null; state: Readonly<ServedCommitState> };
   /**
    * The latest commit state, one object per commit; it starts a fresh read snapshot that the next `getJson`
    * in the same synchronous step reads too.

@@ -20,6 +20,14 @@ export { decodeFeedToken, encodeFeedToken, type FeedPosition } from './changes/t
 export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.js';
 export { unwrapCursor, wrapCursor } from './cursor.js';
 export {
+  formatPositionHeader,
+  MIN_POSITION_HEADER,
+  type MinPosition,
+  POSITION_HEADER,
+  parseMinPosition,
+  positionReached,
+} from './freshness.js';
+export {
   convertKeyComponent,
   formatKeySegment,
   MAX_KEY_SEGMENT,

@@ -35,6 +35,7 @@ export interface EndpointPipelineHandle {
     checkpoint: PipelineCheckpoint | null;
     progress: PipelineProgress;
     held: { cache: string; reason: string } | null;
+    replication?: ReplicationStatus | null;
   };
   rebuild(): Promise<void>;
   promote(): Promise<SwitchOutcome>;
@@ -50,6 +51,14 @@ export interface BuildProgress {
   expected: number | null;
   /** records / expected, capped at 1; null when there is nothing to compare with. */
   ratio: number | null;
+}
+
+/** A logical replication source's slot, committed LSN and lag (bytes of WAL, seconds). */
+export interface ReplicationStatus {
+  slot: string;
+  committedLsn: string | null;
+  lagBytes: number | null;
+  lagSeconds: number | null;
 }
 
 /** One endpoint as `GET /v1/endpoints` reports it. */
@@ -70,6 +79,8 @@ export interface EndpointStatus {
   /** The generation being built (not yet finished or held), with its progress. */
   building: BuildProgress | null;
   error: { code: string; message: string } | null;
+  /** Set for endpoints fed by PostgreSQL logical replication. */
+  replication: ReplicationStatus | null;
 }
 
 /**
@@ -146,6 +157,7 @@ export class EndpointManager {
           held: null,
           building: null,
           error: this.#failures.get(endpoint.name) ?? null,
+          replication: null,
         });
         continue;
       }
@@ -176,6 +188,7 @@ export class EndpointManager {
         held: status.held,
         building,
         error: null,
+        replication: status.replication ?? null,
       });
     }
     return out;
@@ -184,13 +197,16 @@ export class EndpointManager {
   /** Samples for the metrics endpoint (synchronous: read from the pipelines' progress). */
   samples(): PipelineSample[] {
     return [...this.#pipelines.entries()].map(([endpoint, pipeline]) => {
-      const progress = pipeline.status().progress;
+      const status = pipeline.status();
+      const progress = status.progress;
       return {
         endpoint,
         recordsRead: progress.recordsRead,
         recordsWritten: progress.recordsWritten,
         rate: progress.rate,
         lag: progress.lag,
+        replicationLagBytes: status.replication?.lagBytes ?? null,
+        replicationLagSeconds: status.replication?.lagSeconds ?? null,
       };
     });
   }

@@ -7,6 +7,9 @@ export interface PipelineSample {
   recordsWritten: number;
   rate: number;
   lag: number | null;
+  /** Logical replication sources: WAL bytes and seconds the cache is behind what the server sent. */
+  replicationLagBytes?: number | null;
+  replicationLagSeconds?: number | null;
 }
 
 /**
@@ -86,6 +89,16 @@ export function createMetrics(sources: {
   );
   pipelineGauge('sluice_pipeline_rate', 'Endpoint pipeline records per second', (s) => s.rate);
   pipelineGauge('sluice_pipeline_lag', 'Endpoint pipeline lag behind its source', (s) => s.lag);
+  pipelineGauge(
+    'sluice_replication_lag_bytes',
+    'WAL bytes between what PostgreSQL sent and what the endpoint cache committed (logical replication)',
+    (s) => s.replicationLagBytes ?? null,
+  );
+  pipelineGauge(
+    'sluice_replication_lag_seconds',
+    'Seconds since the oldest change PostgreSQL sent that the endpoint cache has not committed',
+    (s) => s.replicationLagSeconds ?? null,
+  );
   return { registry, submits, finished, takeovers, fenced };
 }
 

@@ -1,9 +1,10 @@
 /**
  * Benchmark of @sluice/cache on 1M records (override with BENCH_RECORDS), each compared in the same run with
  * its physical limit or peer:
- *   1. get by primary key                 vs raw `lmdb` get (same value encoding)        — the limit
- *   2. indexed range query, limit 50      vs PostgreSQL with a b-tree index (fresh db)   — the peer
- *   3. bulk load with two secondary indexes vs raw `lmdb` puts without indexes          — the limit
+ *   1. get by primary key                 vs raw `lmdb` get of the same bytes                    — the limit
+ *   2. indexed range query, limit 50      vs raw `lmdb` range over an index + gets of the same bytes — the limit
+ *                                         and PostgreSQL with a b-tree index, prepared statement — the peer
+ *   3. bulk load with two secondary indexes vs raw `lmdb` batched puts of the same records and index entries
  * Run: pnpm --filter @sluice/cache bench
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -11,9 +12,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseQuery, type Query } from '@sluice/core';
 import { createTestDatabase } from '@sluice/testkit';
-import { type DatabaseOptions, open } from 'lmdb';
+import { open } from 'lmdb';
 import pg from 'pg';
-import { openCacheManager } from '../src/index.js';
+import { openCacheManager, recordSerializer } from '../src/index.js';
+import { encodeKey, stringBudget, writeNumberComponent } from '../src/key-codec.js';
 
 const RECORDS = Number(process.env.BENCH_RECORDS ?? 1_000_000);
 const BATCH = 200_000; // records per commit (one LMDB transaction) on both sides
@@ -63,16 +65,40 @@ async function main() {
   console.log(`records: ${fmt(RECORDS)}, node ${process.version}, dir ${dir}`);
   try {
     // --- 3. bulk load -----------------------------------------------------------------------------------------
+    // The limit: the same stored bytes (the cache's JSON text) and the same index entries (the cache's key
+    // codec), put in key order per batch in one transaction each — what the cache must write, and nothing else.
+    const schema = {
+      fields: { id: 'integer', value: 'integer', category: 'string', name: 'string', price: 'number' },
+      primaryKey: ['id'],
+      indexes: [['value'], ['category', 'value']],
+    } as const;
+    const serialize = recordSerializer(schema as never);
     const raw = open({ path: join(dir, 'raw'), maxDbs: 4 });
-    // The same value encoding as the cache's records, so the ratio is the cache's own overhead.
-    const rawDb = raw.openDB<Record<string, unknown>, number>({
-      name: 'data',
-      encoder: { useRecords: false },
-    } as DatabaseOptions & { name: string });
+    const rawDb = raw.openDB<Buffer, Buffer>({ name: 'data', keyEncoding: 'binary', encoding: 'binary' });
+    const rawValue = raw.openDB<Buffer, Buffer>({ name: 'value', keyEncoding: 'binary', encoding: 'binary' });
+    const rawCatValue = raw.openDB<Buffer, Buffer>({ name: 'cv', keyEncoding: 'binary', encoding: 'binary' });
+    const budget2 = stringBudget(2);
+    const budget3 = stringBudget(3);
+    const dataKeyOf = (id: number) => encodeKey([id], stringBudget(1));
+    const byKey = (a: [Buffer, Buffer], b: [Buffer, Buffer]) => Buffer.compare(a[0], b[0]);
     let t = performance.now();
     for (let start = 0; start < RECORDS; start += BATCH) {
+      const data: Array<[Buffer, Buffer]> = [];
+      const byValue: Array<[Buffer, Buffer]> = [];
+      const byCatValue: Array<[Buffer, Buffer]> = [];
+      for (let id = start; id < Math.min(RECORDS, start + BATCH); id++) {
+        const r = record(id);
+        const key = dataKeyOf(id);
+        data.push([key, Buffer.from(serialize(r))]);
+        byValue.push([encodeKey([r.value, id], budget2), key]);
+        byCatValue.push([encodeKey([r.category, r.value, id], budget3), key]);
+      }
+      byValue.sort(byKey);
+      byCatValue.sort(byKey);
       raw.transactionSync(() => {
-        for (let id = start; id < Math.min(RECORDS, start + BATCH); id++) rawDb.putSync(id, record(id));
+        for (const [k, v] of data) rawDb.putSync(k, v);
+        for (const [k, v] of byValue) rawValue.putSync(k, v);
+        for (const [k, v] of byCatValue) rawCatValue.putSync(k, v);
       });
     }
     const rawLoadMs = performance.now() - t;
@@ -81,9 +107,9 @@ async function main() {
     const cache = await caches.create({
       endpoint: 'bench',
       schema: {
-        fields: { id: 'integer', value: 'integer', category: 'string', name: 'string', price: 'number' },
-        primaryKey: ['id'],
-        indexes: [['value'], ['category', 'value']],
+        fields: { ...schema.fields },
+        primaryKey: [...schema.primaryKey],
+        indexes: schema.indexes.map((i) => [...i]),
       },
     });
     t = performance.now();
@@ -102,7 +128,7 @@ async function main() {
     const loadMs = performance.now() - t;
     if (cache.count() !== RECORDS) throw new Error(`loaded ${cache.count()} records, expected ${RECORDS}`);
     report(
-      `bulk load (2 indexes, ${BATCH}/commit): ${fmt(rate(RECORDS, loadMs))} rec/s | raw lmdb puts (no index): ${fmt(rate(RECORDS, rawLoadMs))} rec/s | ratio ${(rawLoadMs / loadMs).toFixed(2)}`,
+      `bulk load (2 indexes, ${BATCH}/commit): ${fmt(rate(RECORDS, loadMs))} rec/s | raw lmdb puts of records + index entries: ${fmt(rate(RECORDS, rawLoadMs))} rec/s | ratio ${(rawLoadMs / loadMs).toFixed(2)}`,
     );
 
     // --- 1. get by key ---------------------------------------------------------------------------------------
@@ -116,10 +142,11 @@ async function main() {
     for (let round = 0; round <= ROUNDS; round++) {
       // Round 0 warms up both (page cache, JIT) and is not counted.
       t = performance.now();
-      for (let i = 0; i < GETS; i++) sink += (rawDb.get(ids[i]!) as { value: number }).value;
+      const scratch = Buffer.allocUnsafe(9);
+      for (let i = 0; i < GETS; i++) sink += rawDb.get(writeNumberComponent(scratch, ids[i]!))!.length;
       const rawGetMs = performance.now() - t;
       t = performance.now();
-      for (let i = 0; i < GETS; i++) sink += cache.get(keys[i]!)!.value as number;
+      for (let i = 0; i < GETS; i++) sink += cache.getJson(keys[i]!)!.length;
       const getMs = performance.now() - t;
       if (round === 0) continue;
       getRatios.push(rawGetMs / getMs);
@@ -127,7 +154,7 @@ async function main() {
       bestRawGet = Math.max(bestRawGet, rate(GETS, rawGetMs));
     }
     report(
-      `get by key: ${fmt(bestGet)} ops/s | raw lmdb get: ${fmt(bestRawGet)} ops/s | ratio ${median(getRatios).toFixed(2)} (median of ${ROUNDS} rounds)`,
+      `get by key (stored bytes): ${fmt(bestGet)} ops/s | raw lmdb get of the same bytes: ${fmt(bestRawGet)} ops/s | ratio ${median(getRatios).toFixed(2)} (median of ${ROUNDS} rounds)`,
     );
 
     // --- 2. indexed range query, limit 50 --------------------------------------------------------------------
@@ -163,9 +190,33 @@ async function main() {
       if (JSON.stringify(ours) !== JSON.stringify(theirs))
         throw new Error(`answers differ for value >= ${from}`);
     }
+    // The limit: the same index range and gets of the same bytes, straight on lmdb.
+    const rawRange = (from: number): Buffer[] => {
+      const out: Buffer[] = [];
+      for (const { value } of rawValue.getRange({
+        start: encodeKey([from], budget2),
+        end: encodeKey([from + SPAN], budget2),
+        limit: 50,
+      }))
+        out.push(rawDb.get(value)!);
+      return out;
+    };
+    for (const from of starts.slice(0, 20)) {
+      const ours = cache.queryJson(queryOf(from)).json.toString();
+      if (
+        ours !==
+        `[${rawRange(from)
+          .map((b) => b.toString())
+          .join(',')}]`
+      )
+        throw new Error(`raw lmdb answers differ for value >= ${from}`);
+    }
     const queryRatios: number[] = [];
+    const rawRatios: number[] = [];
     let bestQuery = 0;
     let bestPg = 0;
+    let bestRaw = 0;
+    let bestDecoded = 0;
     let bestParsed = 0;
     for (let round = 0; round <= ROUNDS; round++) {
       t = performance.now();
@@ -173,31 +224,44 @@ async function main() {
         sink += (await client.query({ name: 'range', text: sql, values: [from, from + SPAN] })).rows.length;
       const pgMs = performance.now() - t;
       t = performance.now();
+      for (const from of starts) sink += rawRange(from).length;
+      const rawMs = performance.now() - t;
+      t = performance.now();
       for (const from of starts) {
-        const result = cache.query(queryOf(from));
+        const result = cache.queryJson(queryOf(from));
         if (result.plan.index !== 'value') throw new Error(`planner chose ${result.plan.index}`);
-        sink += result.records.length;
+        sink += result.count;
       }
       const queryMs = performance.now() - t;
       t = performance.now();
+      for (const from of starts) sink += cache.query(queryOf(from)).records.length;
+      const decodedMs = performance.now() - t;
+      t = performance.now();
       for (const from of starts)
-        sink += cache.query(
+        sink += cache.queryJson(
           parseQuery({
             $filter: { value: { $gte: from, $lt: from + SPAN } },
             $order_by: { value: 'asc' },
             $limit: 50,
           }),
-        ).records.length;
+        ).count;
       const parsedMs = performance.now() - t;
       if (round === 0) continue;
       queryRatios.push(pgMs / queryMs);
+      rawRatios.push(rawMs / queryMs);
       bestQuery = Math.max(bestQuery, rate(QUERIES, queryMs));
       bestPg = Math.max(bestPg, rate(QUERIES, pgMs));
+      bestRaw = Math.max(bestRaw, rate(QUERIES, rawMs));
+      bestDecoded = Math.max(bestDecoded, rate(QUERIES, decodedMs));
       bestParsed = Math.max(bestParsed, rate(QUERIES, parsedMs));
     }
     report(
-      `range query, limit 50 (index on value): ${fmt(bestQuery)} q/s | postgres b-tree (prepared, 1 connection): ${fmt(bestPg)} q/s | ratio ${median(queryRatios).toFixed(2)} (median)`,
+      `range query, limit 50 (index on value, stored bytes): ${fmt(bestQuery)} q/s | raw lmdb range + gets: ${fmt(bestRaw)} q/s | ratio ${median(rawRatios).toFixed(2)} (median)`,
     );
+    report(
+      `range query, limit 50 (index on value, stored bytes): ${fmt(bestQuery)} q/s | postgres b-tree (prepared, 1 connection): ${fmt(bestPg)} q/s | ratio ${median(queryRatios).toFixed(2)} (median)`,
+    );
+    report(`  same query answered as decoded records (RoCache.query): ${fmt(bestDecoded)} q/s`);
     report(`  same query incl. core parseQuery of the wire form: ${fmt(bestParsed)} q/s`);
     await client.end();
     await caches.close();

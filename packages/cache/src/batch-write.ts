@@ -25,8 +25,19 @@ export interface StagedChange {
 const APPEND = { append: true };
 const NO_FLAGS = {};
 
-function byKey(a: { key: Buffer }, b: { key: Buffer }): number {
-  return Buffer.compare(a.key, b.key);
+/**
+ * Sorts entries by key bytes. Already-sorted input (a snapshot read in key order) is detected in one pass;
+ * otherwise keys are compared as latin1 strings (one char per byte, so string order is byte order), which is
+ * several times cheaper than a native `Buffer.compare` per comparison.
+ */
+function sortByKey<T extends { key: Buffer }>(entries: T[]): T[] {
+  let sorted = true;
+  for (let i = 1; sorted && i < entries.length; i++)
+    if (Buffer.compare(entries[i - 1]!.key, entries[i]!.key) > 0) sorted = false;
+  if (sorted) return entries;
+  const tagged = entries.map((entry) => ({ id: entry.key.toString('latin1'), entry }));
+  tagged.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  return tagged.map((t) => t.entry);
 }
 
 /** The last key of `db` in the current (write) transaction, or null when it is empty. */
@@ -53,7 +64,7 @@ export function writeChanges(
   changes: Iterable<StagedChange>,
   empty: boolean,
 ): number {
-  const sorted = [...changes].sort(byKey);
+  const sorted = sortByKey([...changes]);
   const { data, indexes } = dbs;
   const dataPuts: Array<{ key: Buffer; value: Buffer }> = [];
   const dataRemoves: Buffer[] = [];
@@ -94,9 +105,9 @@ export function writeChanges(
   putSorted(data, dataPuts);
   indexes.forEach((index, i) => {
     const db = index.db;
-    const removes = indexRemoves[i]!.sort(Buffer.compare);
-    for (const key of removes) db.removeSync(key);
-    putSorted(db, indexPuts[i]!.sort(byKey));
+    const removes = sortByKey(indexRemoves[i]!.map((key) => ({ key })));
+    for (const { key } of removes) db.removeSync(key);
+    putSorted(db, sortByKey(indexPuts[i]!));
   });
   return delta;
 }

@@ -23,7 +23,42 @@ export interface ReadContext {
   primaryKey: readonly string[];
   transaction: Transaction;
   scanCap: number;
+  /** Where records fetched through an index are copied to (reused from query to query). */
+  arena: Arena;
 }
+
+/**
+ * A reusable byte arena for one query's fetched records: each record is copied once, from LMDB's read buffer
+ * into the arena (no Buffer object per record); the page is copied out of it at the end. A query that needs
+ * more room moves on to a bigger arena (rows already read keep their buffer).
+ */
+export class Arena {
+  private buffer = Buffer.allocUnsafe(64 * 1024);
+  private at = 0;
+
+  /** Starts a query (drops an arena grown past 8 MiB). */
+  reset(): void {
+    if (this.buffer.length > 8 * 1024 * 1024) this.buffer = Buffer.allocUnsafe(64 * 1024);
+    this.at = 0;
+  }
+
+  /** Copies `size` bytes of `source` in; returns the buffer and offset holding them. */
+  copyIn(source: Uint8Array, size: number): { buffer: Buffer; offset: number } {
+    if (this.at + size > this.buffer.length) {
+      this.buffer = Buffer.allocUnsafe(Math.max(this.buffer.length * 2, size * 2));
+      this.at = 0;
+    }
+    // A view of exactly `size` bytes: LMDB's read buffer is larger than its (overridden) length says.
+    this.buffer.set(new Uint8Array(source.buffer, source.byteOffset, size), this.at);
+    const offset = this.at;
+    this.at += size;
+    return { buffer: this.buffer, offset };
+  }
+}
+
+// lmdb reads in a given snapshot with options (its typings omit the parameter). The returned buffer is LMDB's
+// reusable read buffer: valid until the next read, its own `length` set to the value's size.
+type FastGet = (key: Buffer, options: { transaction: Transaction }) => Uint8Array | undefined;
 
 const FF = Buffer.from([0xff]);
 
@@ -61,14 +96,37 @@ function seekKey(
 export interface Row {
   key: Buffer;
   dataKey: Buffer;
+  /** The buffer holding the record's JSON text at `offset`, `length` bytes (an arena, or its own buffer). */
   bytes: Buffer;
+  offset: number;
+  length: number;
   record: Record<string, unknown> | null;
 }
 
 /** The fields of a row (decoded from its JSON text once). */
 export function fieldsOf(row: Row): Record<string, unknown> {
-  if (row.record === null) row.record = decodeRecord(row.bytes);
-  return row.record;
+  if (row.record === null)
+    row.record = JSON.parse(row.bytes.toString('utf8', row.offset, row.offset + row.length));
+  return row.record!;
+}
+
+const OPEN = 0x5b; // [
+const COMMA = 0x2c;
+const CLOSE = 0x5d; // ]
+
+/** The JSON array of the rows' stored texts, `[a,b,…]`, in one buffer. */
+export function rowsJson(rows: readonly Row[]): Buffer {
+  let size = 2 + Math.max(0, rows.length - 1);
+  for (const row of rows) size += row.length;
+  const out = Buffer.allocUnsafe(size);
+  let at = 0;
+  out[at++] = OPEN;
+  rows.forEach((row, i) => {
+    if (i > 0) out[at++] = COMMA;
+    at += row.bytes.copy(out, at, row.offset, row.offset + row.length);
+  });
+  out[at] = CLOSE;
+  return out;
 }
 
 /** Raw entries of the plan's ranges in scan order. */
@@ -91,18 +149,24 @@ function* entries(ctx: ReadContext, plan: Plan, reverse: boolean, seek: Buffer |
       for (const { key, value } of iterable) {
         if (reverse ? Buffer.compare(key, hi) >= 0 : false) continue;
         if (reverse && Buffer.compare(key, lo) < 0) break;
-        yield { key, dataKey: key, bytes: value, record: null };
+        yield { key, dataKey: key, bytes: value, offset: 0, length: value.length, record: null };
       }
     } else {
       const db = plan.source.index.db;
+      const data = ctx.dbs.data;
+      const getFast = data.getBinaryFast as unknown as FastGet;
+      const options = { transaction };
       const iterable = reverse
         ? db.getRange({ start: hi, reverse: true, transaction })
         : db.getRange({ start: lo, end: hi, transaction });
       for (const { key, value } of iterable) {
         if (reverse ? Buffer.compare(key, hi) >= 0 : false) continue;
         if (reverse && Buffer.compare(key, lo) < 0) break;
-        const bytes = ctx.dbs.data.get(value, { transaction });
-        if (bytes !== undefined) yield { key, dataKey: value, bytes, record: null };
+        const found = getFast.call(data, value, options);
+        if (found === undefined) continue;
+        const length = found.length;
+        const { buffer, offset } = ctx.arena.copyIn(found, length);
+        yield { key, dataKey: value, bytes: buffer, offset, length, record: null };
       }
     }
   }

@@ -4,7 +4,7 @@ import { ChangeLogReader, type ChangeRetention } from './change-log.js';
 import { truncatedComponentEnd, writeNumberComponent } from './key-codec.js';
 import { releaseEnv } from './lmdb-env.js';
 import { checkFilter, checkQuery } from './query-check.js';
-import { fieldsOf, type ReadContext, runCount, runQuery } from './query-exec.js';
+import { Arena, fieldsOf, type ReadContext, rowsJson, runCount, runQuery } from './query-exec.js';
 import { decodeRecord } from './record-json.js';
 import { keyProblem } from './schema.js';
 import type { CacheSchema, CommitState, JsonPage, QueryResult } from './types.js';
@@ -131,8 +131,8 @@ export class RoCache implements AsyncDisposable {
    *
    * @example
    * ```ts
-   * const { records, next, state } = cache.queryJson(parseQuery(body));
-   * const body = Buffer.concat([Buffer.from('{"records":['), ...joinWithCommas(records), …]);
+   * const { json, next, state } = cache.queryJson(parseQuery(body)); // json: Buffer of '[{…},{…}]'
+   * const body = Buffer.concat([Buffer.from('{"records":'), json, Buffer.from(`,"next":${JSON.stringify(next)}}`)]);
    * ```
    */
   queryJson(query: Query | Partial<Query>): JsonPage {
@@ -141,7 +141,7 @@ export class RoCache implements AsyncDisposable {
     return this.read((ctx) => {
       const state = this.servingState(ctx.transaction);
       const page = runQuery(ctx, checked);
-      return { records: page.rows.map((row) => row.bytes), next: page.next, plan: page.plan, state };
+      return { json: rowsJson(page.rows), count: page.rows.length, next: page.next, plan: page.plan, state };
     });
   }
 
@@ -163,6 +163,7 @@ export class RoCache implements AsyncDisposable {
   }
 
   private stateMemo: { raw: Buffer; state: Readonly<CommitState> } | undefined;
+  private readonly arena = new Arena();
 
   /** How many records match `filter`. */
   count(filter: Filter = {}): number {
@@ -192,8 +193,10 @@ export class RoCache implements AsyncDisposable {
     // Start from the latest commit, even one made by another process earlier in this event turn.
     this.dbs.env.root.resetReadTxn();
     const transaction = this.dbs.env.root.useReadTransaction();
+    this.arena.reset();
     try {
       return fn({
+        arena: this.arena,
         dbs: this.dbs,
         cache: this.name,
         primaryKey: this.schema.primaryKey,

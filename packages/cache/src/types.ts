@@ -125,8 +125,10 @@ export interface QueryResult {
 
 /** A query answered with stored bytes (see `RoCache.queryJson`). */
 export interface JsonPage {
-  /** Each record's stored JSON text (UTF-8), in order. */
-  records: Buffer[];
+  /** The page's records as one JSON array, `[…]`: each record's stored text (UTF-8), in order. */
+  json: Buffer;
+  /** How many records `json` holds. */
+  count: number;
   /** Opaque `$after` cursor for the next page, bound to this cache; null when there is nothing more. */
   next: string | null;
   plan: QueryPlan;

@@ -53,6 +53,7 @@ describe('resolveConfig: defaults', () => {
       host: '127.0.0.1',
       port: 8080,
       reconcileMs: 5000,
+      freshnessWaitMs: 2000,
       changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 5, maxSubscribers: 10_000 },
     },
     control: {},
@@ -111,6 +112,7 @@ describe('resolveConfig: defaults', () => {
       host: '127.0.0.1',
       port: 9000,
       reconcileMs: 5000,
+      freshnessWaitMs: 2000,
       changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 5, maxSubscribers: 10_000 },
     });
   });

@@ -194,6 +194,11 @@ export const SluiceConfigSchema = z
         auth: JwtAuthSchema.optional(),
         cors: z.strictObject({ origins: z.union([z.literal(true), z.array(z.string())]) }).optional(),
         reconcileMs: z.number().int().min(100).max(600_000).default(5_000),
+        /**
+         * Longest wait of a read sending `sluice-min-position` for the serving generation to commit that position;
+         * then `503 POSITION_NOT_REACHED` with `retry-after`.
+         */
+        freshnessWaitMs: z.number().int().min(0).max(60_000).default(2_000),
         /** Change feeds (`GET /v1/endpoints/:name/changes`). */
         changes: z
           .strictObject({

@@ -30,6 +30,7 @@ import { ProgressTracker } from './progress.js';
 import { runPipeline } from './run.js';
 import { inferCsvFields, inferFields } from './schema.js';
 import { announceRedirect, type CacheSink, createCacheSink } from './sinks/cache.js';
+import { isReplicationSource } from './sources/replication/source.js';
 import { switchHoldReason } from './switch-gate.js';
 import type { PipelineProcessor, SourceBranch } from './types.js';
 
@@ -74,6 +75,16 @@ export interface EndpointStatus {
   held: { cache: string; reason: string } | null;
   /** The last failure of the pipeline, when it is waiting to retry. */
   error: { code: string; message: string } | null;
+  /**
+   * For a source read by logical replication: its slot, the LSN the cache committed, and how far that is behind
+   * what the server has sent (bytes of WAL, seconds since the oldest change not yet committed). Else null.
+   */
+  replication: {
+    slot: string;
+    committedLsn: string | null;
+    lagBytes: number | null;
+    lagSeconds: number | null;
+  } | null;
 }
 
 /** What a promote or rollback did: the move, or `changed: false` when it had already been done (idempotent). */
@@ -510,6 +521,17 @@ export async function startEndpointPipeline(
   };
 
   const servingCache = () => caches.resolveAlias(name)?.cache ?? null;
+  const replicationStatus = (): EndpointStatus['replication'] => {
+    const source = branch?.source;
+    if (!source || !isReplicationSource(source)) return null;
+    const lag = source.replicationLag();
+    return {
+      slot: source.slot,
+      committedLsn: source.committedLsn(),
+      lagBytes: lag?.bytes ?? null,
+      lagSeconds: lag?.seconds ?? null,
+    };
+  };
 
   /** Operator actions (rebuild, promote, rollback) run one at a time. */
   let steering: Promise<unknown> = Promise.resolve();
@@ -657,6 +679,7 @@ export async function startEndpointPipeline(
             ? { cache: current.cache.name, reason: current.sink.held }
             : null,
         error: lastError,
+        replication: replicationStatus(),
       };
     },
     rebuild: () =>

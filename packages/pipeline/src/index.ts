@@ -50,6 +50,21 @@ export {
   type PostgresPosition,
   type PostgresSourceOptions,
 } from './sources/postgres.js';
+export { compareLsn, formatLsn, parseLsn } from './sources/replication/lsn.js';
+export { defaultReplicationName, dropSlot } from './sources/replication/setup.js';
+export {
+  dropReplicationSlot,
+  listReplicationSlots,
+  type ReplicationSlotInfo,
+} from './sources/replication/slots.js';
+export {
+  createReplicationSource,
+  isReplicationSource,
+  type ReplicationLag,
+  type ReplicationPosition,
+  type ReplicationSource,
+  type ReplicationSourceOptions,
+} from './sources/replication/source.js';
 export { type SwitchFacts, switchHoldReason } from './switch-gate.js';
 export {
   discardTransferLeftovers,

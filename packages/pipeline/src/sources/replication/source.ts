@@ -66,7 +66,14 @@ export interface ReplicationLag {
 }
 
 /** A replication source: a {@link PipelineSource} that can also say how far it lags. */
+/** True for a source made by {@link createReplicationSource}. */
+export function isReplicationSource(source: PipelineSource): source is ReplicationSource {
+  return typeof (source as Partial<ReplicationSource>).replicationLag === 'function';
+}
+
 export interface ReplicationSource extends PipelineSource {
+  /** The replication slot it reads. */
+  readonly slot: string;
   /** Lag of what the cache committed behind what the server has sent (null before streaming). */
   replicationLag(): ReplicationLag | null;
   /** The LSN the cache has committed (the freshness position), or null before the first commit. */
@@ -452,6 +459,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
 
   return {
     handle: options.handle,
+    slot,
     description: {
       type: 'postgres',
       capture: 'replication',

@@ -1,0 +1,95 @@
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { resolveConfig } from '@sluice/core';
+import { spawnTs, tempDir } from '@sluice/testkit';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { formatPositionHeader, parseMinPosition, positionReached } from '../src/freshness.js';
+import { startApiServer } from '../src/index.js';
+
+const WRITER = fileURLToPath(new URL('./fixtures/position-writer.ts', import.meta.url));
+
+const checkpoint = (positions: Record<string, unknown>) => ({ dag: 'd', epoch: 1, positions, at: 'x' });
+
+describe('freshness headers (issue 16)', () => {
+  it('formats sluice-position and parses sluice-min-position strictly', () => {
+    const cp = checkpoint({ 'items.source': { lsn: '0/16B3748' }, 'items.cache': { written: 3 } });
+    expect(formatPositionHeader(cp)).toBe('items.source="0/16B3748"');
+    expect(formatPositionHeader(checkpoint({ 'items.source': { offset: 10 } }))).toBeNull();
+    expect(positionReached(cp, parseMinPosition('0/16B3748'))).toBe(true);
+    expect(positionReached(cp, parseMinPosition('0/16B3749'))).toBe(false);
+    expect(positionReached(cp, parseMinPosition('items.source="0/1000"'))).toBe(true);
+    expect(positionReached(cp, parseMinPosition('items.source="0/1000", other.source="0/1"'))).toBe(false);
+    expect(positionReached(cp, parseMinPosition('items.source="1/0"'))).toBe(false); // 1/0 > 0/16B3748
+    for (const bad of [
+      '',
+      'items.source=0/1',
+      'Items.source="0/1"',
+      'items.source="zz"',
+      '0/',
+      'x'.repeat(5000),
+    ])
+      expect(() => parseMinPosition(bad), bad).toThrow(/sluice-min-position/);
+  });
+
+  it('a read with sluice-min-position waits for the commit, times out with 503 POSITION_NOT_REACHED', {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const root = join(dir.path, 'data');
+    await using writer = spawnTs(WRITER, ['--root', root, '--trigger', dir.path, '--lsns', '0/100,0/300']);
+    const cacheName = (await writer.waitForLine(/^READY /, 30_000)).split(' ')[1]!;
+    const server = await startApiServer({
+      config: resolveConfig({ dataDir: root, logLevel: 'silent', api: { freshnessWaitMs: 1_500 } }),
+      dataDir: root,
+      port: 0,
+      host: '127.0.0.1',
+      logger: pino({ level: 'silent' }),
+      watchMs: 50,
+    });
+    try {
+      const get = (headers: Record<string, string> = {}) =>
+        fetch(`${server.url}/v1/endpoints/items/records/0`, { headers });
+      const plain = await get();
+      expect(plain.status).toBe(200);
+      expect(plain.headers.get('sluice-cache')).toBe(cacheName);
+      expect(plain.headers.get('sluice-position')).toBe('items.source="0/100"');
+
+      // Asked for 0/200: not answered while the generation is at 0/100, answered once 0/300 is committed.
+      let answered = false;
+      const waiting = get({ 'sluice-min-position': 'items.source="0/200"' }).then((r) => {
+        answered = true;
+        return r;
+      });
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      expect(answered).toBe(false);
+      await writeFile(join(dir.path, 'go-1'), '');
+      const fresh = await waiting;
+      expect(fresh.status).toBe(200);
+      expect(fresh.headers.get('sluice-position')).toBe('items.source="0/300"');
+      // A bare position names the only source.
+      expect((await get({ 'sluice-min-position': '0/300' })).status).toBe(200);
+
+      const started = Date.now();
+      const late = await get({ 'sluice-min-position': '0/900' });
+      const waited = Date.now() - started;
+      expect(late.status).toBe(503);
+      expect(late.headers.get('retry-after')).toBe('2');
+      const problem = (await late.json()) as { code: string; detail: string };
+      expect(problem.code).toBe('POSITION_NOT_REACHED');
+      expect(problem.detail).toContain('items.source="0/300"');
+      expect(waited).toBeGreaterThanOrEqual(1_400);
+
+      const bad = await fetch(`${server.url}/v1/endpoints/items/count`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'sluice-min-position': 'items.source=0/1' },
+        body: '{}',
+      });
+      expect(bad.status).toBe(400);
+      expect(((await bad.json()) as { code: string }).code).toBe('VALIDATION_FAILED');
+    } finally {
+      await server.close();
+    }
+  });
+});
