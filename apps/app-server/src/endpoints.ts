@@ -5,12 +5,24 @@ import {
   type PipelineProgress,
   UnknownEndpointError,
 } from '@sluice/core';
+import { type GenerationInfo, type GenerationView, generationsView, type SwitchView } from './generations.js';
 import type { PipelineSample } from './metrics.js';
 
 /** What the manager needs of the cache manager (`@sluice/cache`'s `CacheManager`). */
 export interface CacheCatalog {
   resolveAlias(alias: string): { cache: string } | null;
   info(name: string): Promise<{ recordCount: number } | null>;
+  list(): Promise<GenerationInfo[]>;
+  history(alias: string): SwitchView[];
+}
+
+/** What a promote or rollback did (`changed: false`: it had been done already). */
+export interface SwitchOutcome {
+  endpoint: string;
+  from: string | null;
+  to: string;
+  cause: 'promote' | 'rollback';
+  changed: boolean;
 }
 
 /** What the manager needs of a running endpoint pipeline (`@sluice/pipeline`'s `EndpointPipeline`). */
@@ -22,10 +34,23 @@ export interface EndpointPipelineHandle {
     buildingCache: string | null;
     checkpoint: PipelineCheckpoint | null;
     progress: PipelineProgress;
+    held: { cache: string; reason: string } | null;
     replication?: ReplicationStatus | null;
   };
   rebuild(): Promise<void>;
+  promote(): Promise<SwitchOutcome>;
+  rollback(to?: string): Promise<SwitchOutcome>;
   stop(): Promise<void>;
+}
+
+/** How far a generation being built is: its committed records against the serving generation's. */
+export interface BuildProgress {
+  cache: string;
+  records: number;
+  /** Records of the serving generation (what a rebuild is expected to reach), or null. */
+  expected: number | null;
+  /** records / expected, capped at 1; null when there is nothing to compare with. */
+  ratio: number | null;
 }
 
 /** A logical replication source's slot, committed LSN and lag (bytes of WAL, seconds). */
@@ -43,11 +68,16 @@ export interface EndpointStatus {
   servingCache: string | null;
   buildingCache: string | null;
   checkpoint: PipelineCheckpoint | null;
+  /** The pipeline's phase, or `held` while a finished green generation waits for promote. */
   phase: string;
   records: number | null;
   lag: number | null;
   rate: number;
   decision: { decision: string; reason: string } | null;
+  /** The generation held by a switch gate (or manual mode), and why. */
+  held: { cache: string; reason: string } | null;
+  /** The generation being built (not yet finished or held), with its progress. */
+  building: BuildProgress | null;
   error: { code: string; message: string } | null;
   /** Set for endpoints fed by PostgreSQL logical replication. */
   replication: ReplicationStatus | null;
@@ -124,6 +154,8 @@ export class EndpointManager {
           lag: null,
           rate: 0,
           decision: null,
+          held: null,
+          building: null,
           error: this.#failures.get(endpoint.name) ?? null,
           replication: null,
         });
@@ -131,17 +163,30 @@ export class EndpointManager {
       }
       const status = pipeline.status();
       const info = status.servingCache ? await this.#caches.info(status.servingCache) : null;
+      const records = info?.recordCount ?? null;
+      let building: BuildProgress | null = null;
+      if (status.buildingCache && !status.held) {
+        const built = (await this.#caches.info(status.buildingCache))?.recordCount ?? 0;
+        building = {
+          cache: status.buildingCache,
+          records: built,
+          expected: records,
+          ratio: records ? Math.min(1, built / records) : null,
+        };
+      }
       out.push({
         name: endpoint.name,
         alias: status.alias,
         servingCache: status.servingCache,
         buildingCache: status.buildingCache,
         checkpoint: status.checkpoint,
-        phase: status.progress.phase,
-        records: info?.recordCount ?? null,
+        phase: status.held ? 'held' : status.progress.phase,
+        records,
         lag: status.progress.lag,
         rate: status.progress.rate,
         decision: pipeline.decision,
+        held: status.held,
+        building,
         error: null,
         replication: status.replication ?? null,
       });
@@ -168,17 +213,46 @@ export class EndpointManager {
 
   /** Forces a blue/green rebuild of one endpoint. */
   async rebuild(name: string): Promise<void> {
+    await this.#pipeline(name).rebuild();
+  }
+
+  /** Switches the endpoint's alias to its held generation (`NOTHING_TO_PROMOTE` when none is held). */
+  async promote(name: string): Promise<SwitchOutcome> {
+    return this.#pipeline(name).promote();
+  }
+
+  /** Points the alias back at the previous retained generation (or `to`), continuing it from its checkpoint. */
+  async rollback(name: string, to?: string): Promise<SwitchOutcome> {
+    return this.#pipeline(name).rollback(to);
+  }
+
+  /** Every retained generation of the endpoint, newest first, and its alias's switch history (newest first). */
+  async generations(
+    name: string,
+  ): Promise<{ endpoint: string; generations: GenerationView[]; history: SwitchView[] }> {
+    if (!this.#configs.some((endpoint) => endpoint.name === name)) throw new UnknownEndpointError(name);
+    const all = (await this.#caches.list()).filter((info) => info.endpoint === name);
+    const building = this.#pipelines.get(name)?.status().buildingCache ?? null;
+    return {
+      endpoint: name,
+      generations: generationsView(all, {
+        serving: this.#caches.resolveAlias(name)?.cache ?? null,
+        building,
+      }),
+      history: this.#caches.history(name),
+    };
+  }
+
+  #pipeline(name: string): EndpointPipelineHandle {
     const pipeline = this.#pipelines.get(name);
-    if (!pipeline) {
-      if (this.#configs.some((endpoint) => endpoint.name === name)) {
-        const failure = this.#failures.get(name);
-        throw new UnknownEndpointError(
-          `${name} (its pipeline is not running: ${failure?.message ?? 'stopped'})`,
-        );
-      }
-      throw new UnknownEndpointError(name);
+    if (pipeline) return pipeline;
+    if (this.#configs.some((endpoint) => endpoint.name === name)) {
+      const failure = this.#failures.get(name);
+      throw new UnknownEndpointError(
+        `${name} (its pipeline is not running: ${failure?.message ?? 'stopped'})`,
+      );
     }
-    await pipeline.rebuild();
+    throw new UnknownEndpointError(name);
   }
 
   async stop(): Promise<void> {

@@ -1,6 +1,6 @@
 import type { Database } from 'lmdb';
 import type { SharedEnv } from './lmdb-env.js';
-import type { AliasEntry, CacheSchema, CacheState } from './types.js';
+import type { AliasEntry, AliasSwitch, CacheSchema, CacheState, GenerationNotes } from './types.js';
 
 /** What the alias environment records about each cache generation. */
 export interface CacheMeta {
@@ -13,7 +13,14 @@ export interface CacheMeta {
   retiredAt: string | null;
   /** Set before the files are removed; a cache marked deleting is finished off by the next `gc`. */
   deleting?: boolean;
+  /** When the alias last moved to this generation. */
+  switchedAt?: string | null;
+  /** What the writer noted about the generation (snapshot done, hold, restart decision, why it was built). */
+  notes?: GenerationNotes;
 }
+
+/** Most switches kept per alias (older ones are dropped as new ones are recorded). */
+export const HISTORY_LIMIT = 200;
 
 interface StoredAlias {
   cache: string;
@@ -30,6 +37,7 @@ export class AliasTable {
     void this.aliases;
     void this.caches;
     void this.meta;
+    void this.history;
   }
 
   private get aliases(): Database<StoredAlias, string> {
@@ -38,6 +46,11 @@ export class AliasTable {
 
   private get caches(): Database<CacheMeta, string> {
     return this.env.db<CacheMeta, string>('caches');
+  }
+
+  /** Alias switch history: `[alias, version]` → the switch. */
+  private get history(): Database<AliasSwitch, [string, number]> {
+    return this.env.db<AliasSwitch, [string, number]>('history');
   }
 
   private get meta(): Database<number, string> {
@@ -84,6 +97,31 @@ export class AliasTable {
 
   setAlias(name: string, cache: string, version: number): void {
     this.aliases.putSync(name, { cache, version, at: new Date().toISOString() });
+  }
+
+  /** Records one switch of `alias` (inside the redirect's write transaction) and trims the oldest beyond the limit. */
+  addSwitch(entry: AliasSwitch): void {
+    this.history.putSync([entry.alias, entry.version], entry);
+    const keys: Array<[string, number]> = [];
+    for (const key of this.history.getKeys({
+      start: [entry.alias, 0],
+      end: [entry.alias, Number.MAX_SAFE_INTEGER],
+    }))
+      keys.push(key as [string, number]);
+    for (const key of keys.slice(0, Math.max(0, keys.length - HISTORY_LIMIT))) this.history.removeSync(key);
+  }
+
+  /** The switches of `alias`, newest first. */
+  switches(alias: string, options?: { transaction: import('lmdb').Transaction }): AliasSwitch[] {
+    const out: AliasSwitch[] = [];
+    for (const { value } of this.history.getRange({
+      start: [alias, Number.MAX_SAFE_INTEGER],
+      end: [alias, 0],
+      reverse: true,
+      ...options,
+    }))
+      out.push(value);
+    return out;
   }
 
   cache(name: string, options?: { transaction: import('lmdb').Transaction }): CacheMeta | null {

@@ -14,6 +14,7 @@ export { RwCache } from './rw-cache.js';
 export { CacheSchemaSchema, parseCacheSchema, schemaHash } from './schema.js';
 export {
   type AliasEntry,
+  type AliasSwitch,
   type ApplyOptions,
   type CacheInfo,
   type CacheManagerOptions,
@@ -22,8 +23,10 @@ export {
   type CommitOptions,
   type CommitState,
   type ConflictPolicy,
+  type GenerationNotes,
   type JsonPage,
   type QueryPlan,
   type QueryResult,
   type RecordOp,
+  type SwitchCause,
 } from './types.js';

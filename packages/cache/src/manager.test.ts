@@ -142,6 +142,83 @@ describe('CacheManager', () => {
     expect(caches.resolveAlias('items')!.cache).toBe(green.name);
   });
 
+  it('keeps each alias switch (from, to, at, cause) in the alias table, newest first, across reopening', async () => {
+    await using dir = await tempDir();
+    const names: string[] = [];
+    {
+      await using caches = await openCacheManager(dir.path);
+      for (let i = 0; i < 3; i++) {
+        const cache = await caches.create({ endpoint: 'items', schema });
+        names.push(cache.name);
+        await cache.close();
+      }
+      const other = await caches.create({ endpoint: 'orders', schema });
+      await other.close();
+      await caches.redirect('items', names[0]!, { cause: 'restart' });
+      await caches.redirect('orders', other.name);
+      await caches.redirect('items', names[1]!, { cause: 'rebuild' });
+      await caches.redirect('items', names[2]!, { cause: 'promote' });
+      await caches.redirect('items', names[1]!, { cause: 'rollback' });
+    }
+    await using reopened = await openCacheManager(dir.path);
+    const history = reopened.history('items');
+    expect(history.map(({ from, to, cause, version }) => ({ from, to, cause, version }))).toEqual([
+      { from: names[2], to: names[1], cause: 'rollback', version: 4 },
+      { from: names[1], to: names[2], cause: 'promote', version: 3 },
+      { from: names[0], to: names[1], cause: 'rebuild', version: 2 },
+      { from: null, to: names[0], cause: 'restart', version: 1 },
+    ]);
+    expect(history.every((h) => h.alias === 'items' && !Number.isNaN(Date.parse(h.at)))).toBe(true);
+    expect(reopened.history('orders').map((h) => h.cause)).toEqual(['rebuild']);
+    expect(reopened.history('nope')).toEqual([]);
+    // The generation the alias went back to serves again; the one it left is retired.
+    const back = (await reopened.info(names[1]!))!;
+    expect(back).toMatchObject({ state: 'serving', retiredAt: null, switchedAt: history[0]!.at });
+    expect((await reopened.info(names[2]!))!.state).toBe('retired');
+    // A reader sees the history too.
+    await using reader = await openCacheManager(dir.path, { readOnly: true });
+    expect(reader.history('items')).toHaveLength(4);
+  });
+
+  it('keeps a bounded history per alias', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    const a = await caches.create({ endpoint: 'items', schema });
+    const b = await caches.create({ endpoint: 'items', schema });
+    for (let i = 0; i < 205; i++) await caches.redirect('items', i % 2 === 0 ? a.name : b.name);
+    const history = caches.history('items');
+    expect(history).toHaveLength(200);
+    expect(history[0]!.version).toBe(205);
+    expect(history.at(-1)!.version).toBe(6);
+  });
+
+  it('annotates generations (held, snapshot done, decision) and a redirect lifts the hold', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    const blue = await caches.create({ endpoint: 'items', schema });
+    const green = await caches.create({ endpoint: 'items', schema });
+    const held = { reason: 'manual switch mode', at: new Date().toISOString() };
+    await caches.annotate(green.name, { held, snapshotDoneAt: held.at, cause: 'rebuild' });
+    await caches.annotate(green.name, {
+      decision: { decision: 'from-scratch', reason: 'rebuild requested' },
+    });
+    expect((await caches.info(green.name))!.notes).toEqual({
+      held,
+      snapshotDoneAt: held.at,
+      cause: 'rebuild',
+      decision: { decision: 'from-scratch', reason: 'rebuild requested' },
+    });
+    expect((await caches.info(blue.name))!.notes).toEqual({});
+    await caches.redirect('items', green.name, { cause: 'promote' });
+    expect((await caches.info(green.name))!.notes.held).toBeNull();
+    await expect(caches.annotate('nope', { held: null })).rejects.toMatchObject({ code: 'CACHE_NOT_FOUND' });
+    // retire: abandons a building generation, never the alias target.
+    await caches.retire(blue.name);
+    await caches.retire(green.name);
+    expect((await caches.info(blue.name))!.state).toBe('retired');
+    expect((await caches.info(green.name))!.state).toBe('serving');
+  });
+
   it('refuses writes through a read-only manager', async () => {
     await using dir = await tempDir();
     {

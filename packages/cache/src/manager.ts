@@ -19,7 +19,16 @@ import { RECORD_FORMAT } from './record-json.js';
 import { type CacheHandleInit, type ReadSettings, RoCache } from './ro-cache.js';
 import { RwCache } from './rw-cache.js';
 import { parseCacheSchema, schemaHash } from './schema.js';
-import type { AliasEntry, CacheInfo, CacheManagerOptions, CacheSchema, CommitState } from './types.js';
+import type {
+  AliasEntry,
+  AliasSwitch,
+  CacheInfo,
+  CacheManagerOptions,
+  CacheSchema,
+  CommitState,
+  GenerationNotes,
+  SwitchCause,
+} from './types.js';
 
 const DEFAULTS = { gcGraceMs: 10 * 60_000, scanCap: 50_000, defaultLimit: 50, maxLimit: 1000 } as const;
 
@@ -166,9 +175,14 @@ export class CacheManager implements AsyncDisposable {
   /**
    * Points `alias` at cache `to` atomically and returns the previous target and the alias's new version.
    * `to` becomes `serving`; the previous target becomes `retired` (unless another alias still points to it),
-   * and `gc` deletes it after the grace period.
+   * and `gc` deletes it after the grace period. The switch is recorded in the alias's history with its `cause`
+   * (default `rebuild`) in the same transaction, and a hold on `to` is lifted.
    */
-  async redirect(alias: string, to: string): Promise<{ from: string | null; version: number }> {
+  async redirect(
+    alias: string,
+    to: string,
+    options: { cause?: SwitchCause } = {},
+  ): Promise<{ from: string | null; version: number }> {
     this.assertWritable('redirect an alias');
     const name = parseOrThrow(NameSchema, alias, 'Invalid alias');
     try {
@@ -177,9 +191,17 @@ export class CacheManager implements AsyncDisposable {
         if (!target || target.deleting) throw new CacheNotFoundError(String(to).slice(0, 256));
         const previous = this.table.alias(name);
         const version = (previous?.version ?? 0) + 1;
+        const at = new Date().toISOString();
         this.table.setAlias(name, to, version);
-        this.table.putCache({ ...target, state: 'serving', retiredAt: null });
+        this.table.putCache({
+          ...target,
+          state: 'serving',
+          retiredAt: null,
+          switchedAt: at,
+          notes: { ...target.notes, held: null },
+        });
         const from = previous?.cache ?? null;
+        this.table.addSwitch({ alias: name, from, to, at, cause: options.cause ?? 'rebuild', version });
         if (from !== null && from !== to) {
           const old = this.table.cache(from);
           const stillTarget = this.table.aliasList().some((a) => a.cache === from);
@@ -191,6 +213,49 @@ export class CacheManager implements AsyncDisposable {
       });
     } catch (err) {
       throw translateWriteError(err, `Redirecting "${name}" failed`);
+    }
+  }
+
+  /** The switches of `alias` (from, to, at, cause, version), newest first; kept across restarts. */
+  history(alias: string): AliasSwitch[] {
+    this.assertOpen();
+    if (typeof alias !== 'string') return [];
+    return this.table.read((options) => this.table.switches(alias, options));
+  }
+
+  /**
+   * Merges `notes` into what the alias table says about generation `name` (a writer's annotations: held and why,
+   * snapshot done, restart decision). Unknown names are `CACHE_NOT_FOUND`.
+   */
+  async annotate(name: string, notes: GenerationNotes): Promise<void> {
+    this.assertWritable('annotate a cache');
+    try {
+      this.table.write(() => {
+        const meta = this.table.cache(name);
+        if (!meta || meta.deleting) throw new CacheNotFoundError(String(name).slice(0, 256));
+        this.table.putCache({ ...meta, notes: { ...meta.notes, ...notes } });
+      });
+    } catch (err) {
+      throw translateWriteError(err, `Annotating "${name}" failed`);
+    }
+  }
+
+  /** Marks a generation retired now (a held or building one an operator's rollback abandoned); gc removes it later. */
+  async retire(name: string): Promise<void> {
+    this.assertWritable('retire a cache');
+    try {
+      this.table.write(() => {
+        const meta = this.table.cache(name);
+        if (!meta || meta.deleting || this.table.aliasList().some((a) => a.cache === name)) return;
+        this.table.putCache({
+          ...meta,
+          state: 'retired',
+          retiredAt: new Date().toISOString(),
+          notes: { ...meta.notes, held: null },
+        });
+      });
+    } catch (err) {
+      throw translateWriteError(err, `Retiring "${name}" failed`);
     }
   }
 
@@ -355,6 +420,8 @@ export class CacheManager implements AsyncDisposable {
       recordCount: commit.recordCount,
       checkpoint: commit.checkpoint,
       committedAt: commit.committedAt,
+      switchedAt: meta.switchedAt ?? null,
+      notes: meta.notes ?? {},
     };
   }
 

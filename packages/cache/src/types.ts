@@ -15,6 +15,34 @@ export interface CacheSchema {
 export const CacheState = { building: 'building', serving: 'serving', retired: 'retired' } as const;
 export type CacheState = (typeof CacheState)[keyof typeof CacheState];
 
+/** Why an alias moved (core's `SwitchCause`). */
+export type SwitchCause = 'rebuild' | 'schema-change' | 'restart' | 'promote' | 'rollback';
+
+/** One move of an alias, kept in the alias table (durable, newest first in {@link CacheManager.history}). */
+export interface AliasSwitch {
+  alias: string;
+  from: string | null;
+  to: string;
+  at: string;
+  cause: SwitchCause;
+  /** The alias version the switch produced. */
+  version: number;
+}
+
+/** What the writer notes about a generation in the alias table, beside its state. */
+export interface GenerationNotes {
+  /** When every source of the generation finished its snapshot. */
+  snapshotDoneAt?: string | null;
+  /** Set while the generation is held by a switch gate (or manual mode): why, and since when. */
+  held?: { reason: string; at: string } | null;
+  /** The restart decision of the latest run into this generation. */
+  decision?: { decision: string; reason: string } | null;
+  /** Why the generation was built (the cause its switch will carry). */
+  cause?: SwitchCause | null;
+  /** Bad records skipped while building it. */
+  badRecords?: number | null;
+}
+
 /** What a cache's list entry says about it. */
 export interface CacheInfo {
   name: string;
@@ -29,6 +57,9 @@ export interface CacheInfo {
   recordCount: number;
   checkpoint: PipelineCheckpoint | null;
   committedAt: string | null;
+  /** When the alias last moved to it (null: never served). */
+  switchedAt: string | null;
+  notes: GenerationNotes;
 }
 
 /** The state written by the last commit, read in the same snapshot as the data it describes. */

@@ -595,6 +595,26 @@ describe('component schemas', () => {
     expect(ControlAuthSchema.safeParse({ jwtSecret: 's'.repeat(15) }).success).toBe(false);
   });
 
+  it('an endpoint switch: mode defaults to auto, gates are optional and bounded', () => {
+    expect(EndpointConfigSchema.parse({ ...ITEMS, switch: {} }).switch).toEqual({ mode: 'auto' });
+    expect(
+      EndpointConfigSchema.parse({
+        ...ITEMS,
+        switch: { mode: 'manual', minRecordRatio: 0.9, maxBadRecords: 0 },
+      }).switch,
+    ).toEqual({ mode: 'manual', minRecordRatio: 0.9, maxBadRecords: 0 });
+    for (const [bad, path] of [
+      [{ mode: 'sometimes' }, 'switch.mode'],
+      [{ minRecordRatio: -0.1 }, 'switch.minRecordRatio'],
+      [{ maxBadRecords: 1.5 }, 'switch.maxBadRecords'],
+      [{ gate: true }, 'switch'],
+    ] as const) {
+      const parsed = EndpointConfigSchema.safeParse({ ...ITEMS, switch: bad });
+      expect(parsed.success).toBe(false);
+      expect(parsed.error?.issues.map((i) => i.path.join('.'))).toEqual([path]);
+    }
+  });
+
   it('LimitsSchema fills every default', () => {
     expect(LimitsSchema.parse({})).toEqual(resolveConfig({}).limits);
   });

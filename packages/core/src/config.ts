@@ -26,6 +26,24 @@ const FieldName = z
     message: 'not a valid field name',
   });
 
+/** How a green generation replaces the serving one (DESIGN.md § Generations an operator steers). */
+export const SwitchMode = { auto: 'auto', manual: 'manual' } as const;
+export type SwitchMode = (typeof SwitchMode)[keyof typeof SwitchMode];
+
+/**
+ * The gates a green generation passes at `SnapshottingDone` before the alias moves to it. A green that breaks one,
+ * or any green in `manual` mode, is held (it keeps following its source, the alias stays) until promoted. An
+ * endpoint's first generation has nothing to protect and always switches. Absent gates are not checked.
+ */
+export const SwitchConfigSchema = z.strictObject({
+  mode: z.enum(['auto', 'manual']).default('auto'),
+  /** Hold a green with fewer records than this fraction of the serving generation's (e.g. 0.9). */
+  minRecordRatio: z.number().min(0).max(1000).optional(),
+  /** Hold a green whose build skipped more bad records than this (e.g. 0). */
+  maxBadRecords: z.number().int().min(0).optional(),
+});
+export type SwitchConfig = z.output<typeof SwitchConfigSchema>;
+
 /** One endpoint: a source materialized into a cache behind an alias of the same name. */
 export const EndpointConfigSchema = z
   .strictObject({
@@ -43,6 +61,8 @@ export const EndpointConfigSchema = z
         refuseProtoKey(z.record(FieldName, FieldName), 'not a valid field name'),
       ])
       .optional(),
+    /** When a rebuilt generation takes over: automatically (past the gates; the default) or on promote. */
+    switch: SwitchConfigSchema.optional(),
   })
   .superRefine((endpoint, ctx) => {
     const fields = endpoint.fields;

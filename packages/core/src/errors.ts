@@ -46,6 +46,9 @@ export const ErrorCode = {
   SOURCE_SCHEMA_CHANGED: 'SOURCE_SCHEMA_CHANGED',
   POSITION_NOT_REACHED: 'POSITION_NOT_REACHED',
   INTERNAL: 'INTERNAL',
+  NOTHING_TO_PROMOTE: 'NOTHING_TO_PROMOTE',
+  NOTHING_TO_ROLL_BACK: 'NOTHING_TO_ROLL_BACK',
+  CANNOT_RESUME: 'CANNOT_RESUME',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
@@ -238,6 +241,36 @@ export class QueueFullError extends SluiceError {
 export class UnknownEndpointError extends SluiceError {
   constructor(name: string) {
     super(ErrorCode.UNKNOWN_ENDPOINT, `No endpoint named ${q(name)}`, 404, { details: { endpoint: name } });
+  }
+}
+
+/** `POST /v1/endpoints/:name/promote` found no held generation to switch to. */
+export class NothingToPromoteError extends SluiceError {
+  constructor(endpoint: string) {
+    super(ErrorCode.NOTHING_TO_PROMOTE, `Endpoint ${q(endpoint)} has no held generation to promote`, 409, {
+      details: { endpoint },
+    });
+  }
+}
+
+/** A rollback found no retained generation to go back to (none yet, or it was garbage-collected). */
+export class NothingToRollBackError extends SluiceError {
+  constructor(endpoint: string, why: string) {
+    super(ErrorCode.NOTHING_TO_ROLL_BACK, `Endpoint ${q(endpoint)} cannot roll back: ${why}`, 409, {
+      details: { endpoint },
+    });
+  }
+}
+
+/** A rollback target's source cannot continue from that generation's checkpoint; nothing was changed. */
+export class CannotResumeError extends SluiceError {
+  constructor(endpoint: string, generation: string, reason: string) {
+    super(
+      ErrorCode.CANNOT_RESUME,
+      `Endpoint ${q(endpoint)} cannot roll back to ${q(generation)}: ${reason}`,
+      409,
+      { details: { endpoint, generation, reason } },
+    );
   }
 }
 

@@ -3,6 +3,17 @@ import { PipelineCheckpointSchema } from './checkpoint.js';
 
 const ShortString = z.string().min(1).max(512);
 
+/** Why an alias moved: a requested rebuild, a changed schema/key/indexes, a restart that could not resume, an operator's promote or rollback. */
+export const SwitchCause = {
+  rebuild: 'rebuild',
+  schemaChange: 'schema-change',
+  restart: 'restart',
+  promote: 'promote',
+  rollback: 'rollback',
+} as const;
+export type SwitchCause = (typeof SwitchCause)[keyof typeof SwitchCause];
+export const SwitchCauseSchema = z.enum(['rebuild', 'schema-change', 'restart', 'promote', 'rollback']);
+
 /**
  * Published when an endpoint's alias moves to a new cache generation. Caches and alias-table versions are per
  * host, so the event names its `host` (the `node.id` of the app-server owning the `dataDir`): an api-server acts
@@ -18,6 +29,8 @@ export const AliasRedirectedSchema = z.object({
   checkpoint: PipelineCheckpointSchema.nullable(),
   /** Version of the alias table entry after the redirect. */
   version: z.number().int().nonnegative().optional(),
+  /** Why the alias moved (readers switch the same way whatever the cause). */
+  cause: SwitchCauseSchema.optional(),
   at: z.string(),
 });
 export type AliasRedirected = z.output<typeof AliasRedirectedSchema>;

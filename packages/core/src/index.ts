@@ -47,6 +47,9 @@ export {
   type SluiceConfig,
   type SluiceConfigInput,
   SluiceConfigSchema,
+  type SwitchConfig,
+  SwitchConfigSchema,
+  SwitchMode,
 } from './config.js';
 export {
   DEFAULT_CONFIG_FILE,
@@ -64,6 +67,7 @@ export {
   CacheClosedError,
   CacheConflictError,
   CacheNotFoundError,
+  CannotResumeError,
   ConfigError,
   CursorExpiredError,
   DiskFullError,
@@ -77,6 +81,8 @@ export {
   LeaseHeldError,
   MalformedJsonError,
   NotFoundError,
+  NothingToPromoteError,
+  NothingToRollBackError,
   PathNotAllowedError,
   PayloadTooLargeError,
   PositionNotReachedError,
@@ -112,6 +118,8 @@ export {
   type SluiceEventType,
   type SnapshottingDone,
   SnapshottingDoneSchema,
+  SwitchCause,
+  SwitchCauseSchema,
   snapshottingDone,
 } from './events.js';
 export {

@@ -2,7 +2,7 @@
  * The part of `@sluice/cache` the pipeline uses, as structural types (the real `CacheManager`, `RwCache`
  * and `RoCache` satisfy them), so the pipeline depends on the cache contract, not its internals.
  */
-import type { Filter, PipelineCheckpoint, Query } from '@sluice/core';
+import type { Filter, PipelineCheckpoint, Query, SwitchCause } from '@sluice/core';
 import type { RecordSchema } from './ops.js';
 
 export interface CacheCommitState {
@@ -21,6 +21,28 @@ export interface CacheInfoLike {
   checkpoint: PipelineCheckpoint | null;
   recordCount: number;
   createdAt: string;
+  retiredAt: string | null;
+  switchedAt: string | null;
+  notes: GenerationNotesLike;
+}
+
+/** What the pipeline notes about a generation in the alias table (`@sluice/cache`'s `GenerationNotes`). */
+export interface GenerationNotesLike {
+  snapshotDoneAt?: string | null;
+  held?: { reason: string; at: string } | null;
+  decision?: { decision: string; reason: string } | null;
+  cause?: SwitchCause | null;
+  badRecords?: number | null;
+}
+
+/** One recorded alias switch (`@sluice/cache`'s `AliasSwitch`). */
+export interface AliasSwitchLike {
+  alias: string;
+  from: string | null;
+  to: string;
+  at: string;
+  cause: SwitchCause;
+  version: number;
 }
 
 export type CacheRecordOp =
@@ -52,7 +74,14 @@ export interface CacheManagerLike {
   openRw(name: string, expectedSchema?: RecordSchema): Promise<RwCacheLike>;
   openRo(nameOrAlias: string): Promise<RoCacheLike>;
   resolveAlias(alias: string): { cache: string; version: number } | null;
-  redirect(alias: string, to: string): Promise<{ from: string | null; version: number }>;
+  redirect(
+    alias: string,
+    to: string,
+    options?: { cause?: SwitchCause },
+  ): Promise<{ from: string | null; version: number }>;
   list(): Promise<CacheInfoLike[]>;
   info(name: string): Promise<CacheInfoLike | null>;
+  history(alias: string): AliasSwitchLike[];
+  annotate(name: string, notes: GenerationNotesLike): Promise<void>;
+  retire(name: string): Promise<void>;
 }

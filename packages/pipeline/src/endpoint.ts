@@ -1,5 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import {
+  CannotResumeError,
   type CheckpointPort,
   type ConnectionConfig,
   type EndpointConfig,
@@ -8,12 +9,15 @@ import {
   type FieldType,
   type Logger,
   type NatsConfig,
+  NothingToPromoteError,
+  NothingToRollBackError,
   type PipelineCheckpoint,
   PipelineCheckpointSchema,
   type PipelineProgress,
   parseConfigOrThrow,
   SchemaMismatchError,
   SluiceError,
+  type SwitchCause,
   silentLogger,
 } from '@sluice/core';
 import { type ConnectionContext, sourceFor } from './addresses.js';
@@ -25,9 +29,10 @@ import { filterProcessor, selectProcessor } from './processors.js';
 import { ProgressTracker } from './progress.js';
 import { runPipeline } from './run.js';
 import { inferCsvFields, inferFields } from './schema.js';
-import { createCacheSink } from './sinks/cache.js';
+import { announceRedirect, type CacheSink, createCacheSink } from './sinks/cache.js';
 import { isReplicationSource } from './sources/replication/source.js';
-import type { PipelineProcessor, PipelineSink, SourceBranch } from './types.js';
+import { switchHoldReason } from './switch-gate.js';
+import type { PipelineProcessor, SourceBranch } from './types.js';
 
 export interface EndpointContext {
   caches: CacheManagerLike;
@@ -66,6 +71,8 @@ export interface EndpointStatus {
   buildingCache: string | null;
   checkpoint: PipelineCheckpoint | null;
   progress: PipelineProgress;
+  /** The generation being built finished its snapshot and is held by a switch gate (or manual mode): why. */
+  held: { cache: string; reason: string } | null;
   /** The last failure of the pipeline, when it is waiting to retry. */
   error: { code: string; message: string } | null;
   /**
@@ -80,12 +87,33 @@ export interface EndpointStatus {
   } | null;
 }
 
+/** What a promote or rollback did: the move, or `changed: false` when it had already been done (idempotent). */
+export interface SwitchOutcome {
+  endpoint: string;
+  from: string | null;
+  to: string;
+  cause: 'promote' | 'rollback';
+  changed: boolean;
+}
+
 export interface EndpointPipeline extends AsyncDisposable {
   /** The restart decision of the latest start (or rebuild) and its reason. */
   readonly decision: { decision: 'resume' | 'from-scratch'; reason: string };
   status(): EndpointStatus;
   /** Forces a blue/green rebuild: a new generation is built while the current one keeps serving. */
   rebuild(): Promise<void>;
+  /**
+   * Switches the alias to the held generation (`AliasRedirected`, cause `promote`); it keeps following its source.
+   * Nothing held: the last promote again (`changed: false`) or `NOTHING_TO_PROMOTE`.
+   */
+  promote(): Promise<SwitchOutcome>;
+  /**
+   * Points the alias back at the generation that served before the current one (or at `to`, a retained generation
+   * that served before) and continues it from its own checkpoint; a generation being built or held is abandoned.
+   * Refused with `CANNOT_RESUME` (nothing changes) when its source cannot continue from there; `NOTHING_TO_ROLL_BACK`
+   * when no such generation is retained. Repeating the last rollback answers `changed: false`.
+   */
+  rollback(to?: string): Promise<SwitchOutcome>;
   stop(): Promise<void>;
   /** Resolves once the alias points at a generation whose every source finished its snapshot. */
   whenServing(options?: { timeoutMs?: number }): Promise<string>;
@@ -95,7 +123,7 @@ interface Run {
   controller: AbortController;
   finished: Promise<void>;
   cache: RwCacheLike;
-  sink: PipelineSink & { readonly redirected: boolean };
+  sink: CacheSink;
 }
 
 /**
@@ -250,14 +278,23 @@ export async function startEndpointPipeline(
   /** Chooses the generation to write and how (the restart decision). */
   const plan = async (
     force: boolean,
-  ): Promise<{ cache: RwCacheLike; plan: RestartPlan; sink: Run['sink']; schema: RecordSchema }> => {
+  ): Promise<{
+    cache: RwCacheLike;
+    plan: RestartPlan;
+    sink: Run['sink'];
+    schema: RecordSchema;
+    cause: SwitchCause | null;
+  }> => {
     const { schema, csvFields } = await resolveSchema(!force);
     await branch?.source.close();
     branch = buildBranch(csvFields);
     await branch.source.preflight?.();
     const sources = [branch.source.handle];
+    let cause: SwitchCause = force ? 'rebuild' : 'restart';
     const makeSink = (cache: RwCacheLike) =>
       createCacheSink({
+        cause,
+        holdReason: () => holdReason(cache),
         handle: `${name}.cache`,
         endpoint: name,
         caches,
@@ -275,8 +312,10 @@ export async function startEndpointPipeline(
       try {
         cache = await caches.openRw(cacheName, schema);
       } catch (err) {
-        if (SluiceError.hasCode(err, 'CACHE_SCHEMA_MISMATCH') || err instanceof SchemaMismatchError)
+        if (SluiceError.hasCode(err, 'CACHE_SCHEMA_MISMATCH') || err instanceof SchemaMismatchError) {
+          if (!force) cause = 'schema-change';
           return { reason: `the schema, key or indexes changed (${(err as Error).message})` };
+        }
         throw err;
       }
       const sink = makeSink(cache);
@@ -289,7 +328,15 @@ export async function startEndpointPipeline(
         sinkCheckpoint: committed,
       });
       if (restart.decision === 'resume')
-        return { run: { cache, sink, schema, plan: { ...restart, reason: `${label}: ${restart.reason}` } } };
+        return {
+          run: {
+            cache,
+            sink,
+            schema,
+            cause: null,
+            plan: { ...restart, reason: `${label}: ${restart.reason}` },
+          },
+        };
       return { reason: restart.reason, cache, sink };
     };
 
@@ -312,13 +359,16 @@ export async function startEndpointPipeline(
     if (force) reason = 'rebuild requested';
     else if (greens.length > 0) reason = `a rebuild into ${greens[0]!.name} was interrupted`;
     for (const green of greens.slice(0, 1)) {
+      // The interrupted rebuild keeps the cause it was started for.
+      if (!force && green.notes.cause) cause = green.notes.cause;
       const attempt = await tryResume(green.name, `continuing the rebuild in ${green.name}`);
-      if (attempt.run && !force) return attempt.run;
+      if (attempt.run && !force) return { ...attempt.run, cause };
       if (attempt.cache && attempt.sink)
         return {
           cache: attempt.cache,
           sink: attempt.sink,
           schema,
+          cause,
           plan: {
             decision: 'from-scratch',
             reason: `${reason}; rebuilding into ${green.name}`,
@@ -333,14 +383,39 @@ export async function startEndpointPipeline(
       cache,
       sink: makeSink(cache),
       schema,
+      cause,
       plan: { decision: 'from-scratch', reason: `${reason}; building ${cache.name}`, checkpoint: null },
     };
   };
 
+  /** The gates of `endpoint.switch`, asked when a green generation finished its snapshot. */
+  const holdReason = async (cache: RwCacheLike): Promise<string | null> => {
+    const target = caches.resolveAlias(name);
+    const serving = target && target.cache !== cache.name ? await caches.info(target.cache) : null;
+    return switchHoldReason(endpoint.switch, {
+      records: cache.commitState().recordCount,
+      servingRecords: serving ? serving.recordCount : null,
+      badRecords: progress.badRecords,
+    });
+  };
+
   const launch = async (force: boolean) => {
-    const chosen = await plan(force);
+    await start(await plan(force));
+  };
+
+  /** Starts a run into the chosen generation (the restart decision already made), noting the decision on it. */
+  const start = async (chosen: {
+    cache: RwCacheLike;
+    plan: RestartPlan;
+    sink: Run['sink'];
+    schema: RecordSchema;
+    cause: SwitchCause | null;
+  }) => {
     decision = { decision: chosen.plan.decision, reason: chosen.plan.reason };
     logger.info({ endpoint: name, ...decision, cache: chosen.cache.name }, 'endpoint restart decision');
+    await caches
+      .annotate(chosen.cache.name, { decision, ...(chosen.cause ? { cause: chosen.cause } : {}) })
+      .catch((err) => logger.warn({ err, endpoint: name }, 'could not note the restart decision'));
     await chosen.sink.prepare(chosen.plan);
     lastCheckpoint = chosen.plan.checkpoint;
     const controller = new AbortController();
@@ -458,6 +533,134 @@ export async function startEndpointPipeline(
     };
   };
 
+  /** Operator actions (rebuild, promote, rollback) run one at a time. */
+  let steering: Promise<unknown> = Promise.resolve();
+  const exclusive = <T>(action: () => Promise<T>): Promise<T> => {
+    const next = steering.then(action, action);
+    steering = next.catch(() => {});
+    return next;
+  };
+  const assertRunning = () => {
+    if (stopped) throw new SluiceError('INTERNAL', `Endpoint pipeline "${name}" is stopped`);
+  };
+
+  const promote = async (): Promise<SwitchOutcome> => {
+    assertRunning();
+    const run = current;
+    if (run && !run.sink.redirected && run.sink.held !== null) {
+      const { from, to } = await run.sink.promote();
+      return { endpoint: name, from, to, cause: 'promote', changed: true };
+    }
+    const last = caches.history(name)[0];
+    if (last?.cause === 'promote' && last.to === servingCache())
+      return { endpoint: name, from: last.from, to: last.to, cause: 'promote', changed: false };
+    throw new NothingToPromoteError(name);
+  };
+
+  const rollback = async (to?: string): Promise<SwitchOutcome> => {
+    assertRunning();
+    const serving = servingCache();
+    const history = caches.history(name);
+    const last = history[0];
+    if (to === undefined && last?.cause === 'rollback' && last.to === serving)
+      return { endpoint: name, from: last.from, to: last.to, cause: 'rollback', changed: false };
+    if (to !== undefined && to === serving)
+      return { endpoint: name, from: serving, to, cause: 'rollback', changed: false };
+    const targetName = to ?? (last?.to === serving ? last?.from : null) ?? null;
+    if (targetName === null) throw new NothingToRollBackError(name, 'no earlier generation served it');
+    const info = await caches.info(targetName);
+    if (!info || info.endpoint !== name || info.switchedAt === null)
+      throw new NothingToRollBackError(
+        name,
+        `${targetName} is not a retained generation that served it (it may have been garbage-collected)`,
+      );
+    // Decide on a branch and sink of its own: the running generation is untouched until the decision is made.
+    // The schema as a run of today's configuration would write it (configured fields, else the generation's own).
+    const schema: RecordSchema = endpoint.fields
+      ? { fields: endpoint.fields, primaryKey: endpoint.primaryKey, indexes: endpoint.indexes }
+      : info.schema;
+    const candidate = buildBranch(isCsv ? csvFieldsOf(schema.fields) : undefined);
+    let cache: RwCacheLike | null = null;
+    let halted = false;
+    try {
+      try {
+        cache = await caches.openRw(targetName, schema);
+      } catch (err) {
+        if (SluiceError.hasCode(err, 'CACHE_SCHEMA_MISMATCH') || err instanceof SchemaMismatchError)
+          throw new CannotResumeError(name, targetName, 'it was built for another schema, key or index set');
+        throw err;
+      }
+      const probe = createCacheSink({
+        handle: `${name}.cache`,
+        endpoint: name,
+        caches,
+        cache,
+        schema,
+        sources: [candidate.source.handle],
+      });
+      const committed = cache.commitState().checkpoint;
+      const restart = await decideRestart({
+        dag: dagHash([candidate], probe),
+        branches: [candidate],
+        sink: probe,
+        checkpoint: committed,
+        sinkCheckpoint: committed,
+      });
+      if (restart.decision !== 'resume') throw new CannotResumeError(name, targetName, restart.reason);
+      halted = true;
+      await halt();
+      await supervisor?.catch(() => {});
+      const { from, version } = await caches.redirect(name, targetName, { cause: 'rollback' });
+      for (const generation of await caches.list())
+        if (generation.endpoint === name && generation.state === 'building' && generation.name !== targetName)
+          await caches.retire(generation.name);
+      await announceRedirect(ctx.events, logger, {
+        alias: name,
+        from,
+        to: targetName,
+        version,
+        checkpoint: restart.checkpoint,
+        cause: 'rollback',
+      });
+      await branch?.source.close();
+      branch = candidate;
+      const sink = createCacheSink({
+        handle: `${name}.cache`,
+        endpoint: name,
+        caches,
+        cache,
+        schema,
+        sources: [candidate.source.handle],
+        events: ctx.events,
+        logger,
+      });
+      const rolledBack = cache;
+      cache = null;
+      await start({
+        cache: rolledBack,
+        sink,
+        schema,
+        cause: null,
+        plan: { ...restart, reason: `rolled back to ${targetName}: ${restart.reason}` },
+      });
+      supervisor = supervise();
+      for (const wake of servingWaiters) wake();
+      return { endpoint: name, from, to: targetName, cause: 'rollback', changed: true };
+    } catch (err) {
+      if (cache) await cache.close().catch(() => {});
+      if (branch !== candidate) await candidate.source.close().catch(() => {});
+      if (halted && !current) {
+        // Stopped for the rollback, which then failed: the supervisor plans from the alias table again.
+        lastError = {
+          code: SluiceError.isInstance(err) ? err.code : 'INTERNAL',
+          message: (err as Error).message,
+        };
+        supervisor = supervise();
+      }
+      throw err;
+    }
+  };
+
   return {
     get decision() {
       return decision;
@@ -471,17 +674,24 @@ export async function startEndpointPipeline(
         buildingCache: building,
         checkpoint: lastCheckpoint,
         progress: progress.snapshot(),
+        held:
+          current && !current.sink.redirected && current.sink.held !== null
+            ? { cache: current.cache.name, reason: current.sink.held }
+            : null,
         error: lastError,
         replication: replicationStatus(),
       };
     },
-    async rebuild() {
-      if (stopped) throw new SluiceError('INTERNAL', `Endpoint pipeline "${name}" is stopped`);
-      await halt();
-      await supervisor?.catch(() => {});
-      await launch(true);
-      supervisor = supervise();
-    },
+    rebuild: () =>
+      exclusive(async () => {
+        assertRunning();
+        await halt();
+        await supervisor?.catch(() => {});
+        await launch(true);
+        supervisor = supervise();
+      }),
+    promote: () => exclusive(promote),
+    rollback: (to?: string) => exclusive(() => rollback(to)),
     stop,
     async whenServing(options = {}) {
       const deadline = Date.now() + (options.timeoutMs ?? 60_000);

@@ -6,10 +6,12 @@ export {
   MAX_BAD_RECORD_REPORTS,
 } from './bad-records.js';
 export type {
+  AliasSwitchLike,
   CacheCommitState,
   CacheInfoLike,
   CacheManagerLike,
   CacheRecordOp,
+  GenerationNotesLike,
   RoCacheLike,
   RwCacheLike,
 } from './cache-port.js';
@@ -25,7 +27,13 @@ export { filterProcessor, functionProcessor, type RecordFunction, selectProcesso
 export { ProgressTracker } from './progress.js';
 export { type RunPipelineOptions, type RunPipelineResult, runPipeline } from './run.js';
 export { checkRecord, convertCsvCell, inferCsvFields, inferFields, typeMismatch } from './schema.js';
-export { type CacheSinkOptions, createCacheSink, createEndpointTransferSink } from './sinks/cache.js';
+export {
+  announceRedirect,
+  type CacheSink,
+  type CacheSinkOptions,
+  createCacheSink,
+  createEndpointTransferSink,
+} from './sinks/cache.js';
 export { createFileSink, type FileSinkOptions } from './sinks/file.js';
 export { createJetStreamSink, type JetStreamSinkOptions } from './sinks/jetstream.js';
 export { createPostgresSink, type PostgresSinkOptions, SINK_CHECKPOINT_TABLE } from './sinks/postgres.js';
@@ -57,6 +65,7 @@ export {
   type ReplicationSource,
   type ReplicationSourceOptions,
 } from './sources/replication/source.js';
+export { type SwitchFacts, switchHoldReason } from './switch-gate.js';
 export {
   discardTransferLeftovers,
   runTransfer,

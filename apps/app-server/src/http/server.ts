@@ -29,6 +29,7 @@ import type { NodeMetrics } from '../metrics.js';
 import { submissionReply, type TransferCoordinator } from '../transfers/coordinator.js';
 import { type AuthSettings, bearerCheck } from './auth.js';
 import { normalizeHttpError } from './errors.js';
+import { steeringRoutes } from './steering-routes.js';
 
 /** What the internal routes of the direct-address backplane call (a DirectBackplane). */
 export interface DirectRoutesTarget {
@@ -246,6 +247,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       return reply.code(202).send({ endpoint: request.params.name, rebuild: 'started' });
     },
   );
+
+  await app.register(steeringRoutes, { endpoints: options.endpoints });
 
   api.get('/v1/nodes', { schema: { summary: 'Cluster members and when they were last seen' } }, async () => ({
     nodes: await options.nodes(),

@@ -5,6 +5,7 @@ import {
   type PipelineCheckpoint,
   parseQuery,
   SinkError,
+  type SwitchCause,
   silentLogger,
   snapshottingDone,
 } from '@sluice/core';
@@ -26,6 +27,52 @@ export interface CacheSinkOptions {
   logger?: Logger;
   /** Called once the alias points at `cache`. */
   onRedirected?: (event: { from: string | null; to: string; version: number }) => void;
+  /** Why this generation was built: the cause its switch records (default `rebuild`). */
+  cause?: SwitchCause;
+  /**
+   * Asked once every source finished its snapshot, before the alias moves: a reason to hold the generation
+   * (a switch gate broken, manual mode) or null to switch. A held generation keeps being written; only
+   * {@link CacheSink.promote} moves the alias to it then.
+   */
+  holdReason?: () => Promise<string | null>;
+}
+
+/** The blue/green cache sink, with what the endpoint pipeline steers it by. */
+export interface CacheSink extends PipelineSink {
+  /** The alias points at this sink's generation. */
+  readonly redirected: boolean;
+  /** The generation finished its snapshot and is held by a gate: why. */
+  readonly held: string | null;
+  /** Moves the alias to a held generation (cause `promote`), whatever the gates said. */
+  promote(): Promise<{ from: string | null; to: string; version: number }>;
+}
+
+/**
+ * Publishes `AliasRedirected` for a move the caller made; a publish failure is logged, never thrown (readers also
+ * reconcile from the alias table, so a lost event delays them, never misleads them).
+ */
+export async function announceRedirect(
+  events: EventPublisher | undefined,
+  logger: Logger,
+  move: {
+    alias: string;
+    from: string | null;
+    to: string;
+    version: number;
+    checkpoint: PipelineCheckpoint | null;
+    cause: SwitchCause;
+  },
+): Promise<void> {
+  logger.info(
+    { endpoint: move.alias, from: move.from, to: move.to, version: move.version, cause: move.cause },
+    'alias redirected',
+  );
+  if (!events) return;
+  try {
+    await events.publish(aliasRedirected(move));
+  } catch (err) {
+    logger.warn({ err, endpoint: move.alias }, 'could not publish AliasRedirected');
+  }
 }
 
 /**
@@ -41,34 +88,62 @@ export interface CacheSinkOptions {
  *   sources: ['items.source'], events });
  * ```
  */
-export function createCacheSink(options: CacheSinkOptions): PipelineSink & { readonly redirected: boolean } {
+export function createCacheSink(options: CacheSinkOptions): CacheSink {
   const logger = options.logger ?? silentLogger;
   const { cache, caches } = options;
   let redirected = caches.resolveAlias(options.endpoint)?.cache === cache.name;
   const done = new Set(cache.commitState().snapshottingDone);
-  let redirecting: Promise<void> | null = null;
+  let redirecting: Promise<{ from: string | null; to: string; version: number }> | null = null;
+  let held: string | null = null;
+  let lastCheckpoint: PipelineCheckpoint | null = null;
+  let gating: Promise<void> | null = null;
+
+  const moveAlias = (cause: SwitchCause) => {
+    redirecting ??= (async () => {
+      const { from, version } = await caches.redirect(options.endpoint, cache.name, { cause });
+      redirected = true;
+      held = null;
+      options.onRedirected?.({ from, to: cache.name, version });
+      await announceRedirect(options.events, logger, {
+        alias: options.endpoint,
+        from,
+        to: cache.name,
+        version,
+        checkpoint: lastCheckpoint,
+        cause,
+      });
+      return { from, to: cache.name, version };
+    })();
+    return redirecting;
+  };
   /** Keys upserted since the last commit (a truncate deletes them too: the cache cannot list staged keys). */
   const stagedKeys = new Map<string, unknown[]>();
 
   const redirectWhenReady = async (checkpoint: PipelineCheckpoint | null) => {
-    if (redirected || !options.sources.every((s) => done.has(s))) return;
-    redirecting ??= (async () => {
-      const { from, version } = await caches.redirect(options.endpoint, cache.name);
-      redirected = true;
-      logger.info({ endpoint: options.endpoint, from, to: cache.name, version }, 'alias redirected');
-      options.onRedirected?.({ from, to: cache.name, version });
-      if (options.events) {
-        try {
-          await options.events.publish(
-            aliasRedirected({ alias: options.endpoint, from, to: cache.name, checkpoint, version }),
-          );
-        } catch (err) {
-          // Readers also reconcile from the alias table, so a lost event delays them, never misleads them.
-          logger.warn({ err, endpoint: options.endpoint }, 'could not publish AliasRedirected');
-        }
+    lastCheckpoint = checkpoint ?? lastCheckpoint;
+    if (redirected || held !== null || !options.sources.every((s) => done.has(s))) return;
+    gating ??= (async () => {
+      const notes = (await caches.info(cache.name))?.notes ?? {};
+      const at = new Date().toISOString();
+      // A hold survives restarts: a held generation resumed after a restart stays held until promoted.
+      const reason = notes.held?.reason ?? (await options.holdReason?.()) ?? null;
+      await caches.annotate(cache.name, {
+        snapshotDoneAt: notes.snapshotDoneAt ?? at,
+        ...(reason !== null ? { held: notes.held ?? { reason, at } } : {}),
+      });
+      if (reason !== null) {
+        held = reason;
+        logger.warn(
+          { endpoint: options.endpoint, cache: cache.name, reason },
+          'generation held: the alias stays',
+        );
+        return;
       }
-    })();
-    await redirecting;
+      await moveAlias(options.cause ?? 'rebuild');
+    })().finally(() => {
+      gating = null;
+    });
+    await gating;
   };
 
   return {
@@ -79,12 +154,25 @@ export function createCacheSink(options: CacheSinkOptions): PipelineSink & { rea
     get redirected() {
       return redirected;
     },
+    get held() {
+      return held;
+    },
+    async promote() {
+      if (redirected && !redirecting) throw new SinkError(`Cache ${cache.name} already serves`);
+      return moveAlias('promote');
+    },
     async committed() {
       return cache.commitState().checkpoint;
     },
     async prepare({ decision }) {
       if (decision === 'from-scratch' && cache.commitState().recordCount > 0) await cache.clear();
       if (decision === 'from-scratch') done.clear();
+      if (redirected) return;
+      if (decision === 'resume') {
+        // A generation held before a restart stays held (its snapshot is done; it is not gated again).
+        const notes = (await caches.info(cache.name))?.notes;
+        if (notes?.held) held = notes.held.reason;
+      } else await caches.annotate(cache.name, { held: null, snapshotDoneAt: null });
     },
     async write(ops: RecordOp[]) {
       const out: CacheRecordOp[] = new Array(ops.length);
@@ -127,6 +215,7 @@ export function createCacheSink(options: CacheSinkOptions): PipelineSink & { rea
     },
     async commit(checkpoint: PipelineCheckpoint) {
       await cache.commit(checkpoint);
+      lastCheckpoint = checkpoint;
       stagedKeys.clear();
     },
     async snapshotDone(source: string, checkpoint: PipelineCheckpoint | null) {

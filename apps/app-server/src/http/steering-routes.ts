@@ -1,0 +1,67 @@
+import { NameSchema } from '@sluice/core';
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { EndpointManager } from '../endpoints.js';
+
+const NameParams = z.object({ name: NameSchema });
+/** A rollback may name the retained generation to go back to; without one, the generation that served before. */
+const RollbackBody = z.strictObject({ to: NameSchema.max(512).optional() }).nullish();
+
+/**
+ * The routes an operator steers generations by: the generation list with the alias history, promote and
+ * rollback. Registered inside the control API, so they are authorized like the rest of it.
+ *
+ * @example
+ * ```ts
+ * await app.register(steeringRoutes, { endpoints });
+ * ```
+ */
+export async function steeringRoutes(
+  app: FastifyInstance,
+  options: { endpoints: EndpointManager },
+): Promise<void> {
+  const api = app.withTypeProvider<ZodTypeProvider>();
+  const { endpoints } = options;
+
+  api.get(
+    '/v1/endpoints/:name/generations',
+    {
+      schema: {
+        summary: 'Retained generations of an endpoint (newest first) and its alias history',
+        description:
+          '`generations`: name, state (serving | building | held | retired), createdAt, snapshotDoneAt, switchedAt, retiredAt, records, checkpoint, decision, reason, cause. `history`: each switch of the alias (from, to, at, cause, version), newest first.',
+        params: NameParams,
+      },
+    },
+    async (request) => endpoints.generations(request.params.name),
+  );
+
+  api.post(
+    '/v1/endpoints/:name/promote',
+    {
+      schema: {
+        summary: 'Switch the alias to the held generation',
+        description:
+          '200 with the move (`changed: false` when the last promote is repeated); 409 NOTHING_TO_PROMOTE when no generation is held.',
+        params: NameParams,
+      },
+    },
+    async (request) => endpoints.promote(request.params.name),
+  );
+
+  api.post(
+    '/v1/endpoints/:name/rollback',
+    {
+      schema: {
+        summary:
+          'Point the alias back at the previous retained generation and continue it from its checkpoint',
+        description:
+          '200 with the move (`changed: false` when repeated); 409 CANNOT_RESUME (nothing changes) when its source cannot resume from that generation; 409 NOTHING_TO_ROLL_BACK when no earlier generation is retained. Optional body `{ "to": "<generation>" }`.',
+        params: NameParams,
+        body: RollbackBody,
+      },
+    },
+    async (request) => endpoints.rollback(request.params.name, request.body?.to),
+  );
+}
