@@ -31,6 +31,7 @@ const PUBLIC_RUNTIME_EXPORTS = [
   'FORBIDDEN_KEYS',
   'FieldType',
   'FieldTypeSchema',
+  'GenerationState',
   'FileAddressSchema',
   'FileFormat',
   'ForbiddenError',
