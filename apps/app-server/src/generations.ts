@@ -1,30 +1,4 @@
-/** What the cache catalogue says about one generation (`@sluice/cache`'s `CacheInfo`, the fields used here). */
-export interface GenerationInfo {
-  name: string;
-  endpoint: string;
-  state: 'building' | 'serving' | 'retired';
-  createdAt: string;
-  retiredAt: string | null;
-  switchedAt: string | null;
-  recordCount: number;
-  checkpoint: unknown;
-  notes: {
-    snapshotDoneAt?: string | null;
-    held?: { reason: string; at: string } | null;
-    decision?: { decision: string; reason: string } | null;
-    cause?: string | null;
-  };
-}
-
-/** One switch of an alias, as the alias table keeps it. */
-export interface SwitchView {
-  alias: string;
-  from: string | null;
-  to: string;
-  at: string;
-  cause: string;
-  version: number;
-}
+import type { CacheInfo } from '@sluice/core';
 
 /** The generation states an operator sees. */
 export const GenerationState = {
@@ -64,10 +38,10 @@ export interface GenerationView {
  * ```
  */
 export function generationsView(
-  infos: readonly GenerationInfo[],
+  infos: readonly CacheInfo[],
   current: { serving: string | null; building: string | null },
 ): GenerationView[] {
-  const stateOf = (info: GenerationInfo): GenerationState => {
+  const stateOf = (info: CacheInfo): GenerationState => {
     if (info.name === current.serving) return 'serving';
     if (info.state === 'building' && info.notes.held) return 'held';
     if (info.state === 'building' && info.name === current.building) return 'building';
