@@ -1,49 +1,19 @@
 import {
-  type AliasSwitch,
+  type BuildProgress,
   type CacheCatalog,
   type EndpointConfig,
-  type EndpointDecision,
   type EndpointPipeline,
+  type EndpointStatus,
+  type GenerationsView,
   type Logger,
-  type PipelineCheckpoint,
   type ReplicationStatus,
   type SwitchOutcome,
   UnknownEndpointError,
 } from '@sluice/core';
-import { type GenerationView, generationsView } from './generations.js';
+import { generationsView } from './generations.js';
 import type { PipelineSample } from './metrics.js';
 
-/** How far a generation being built is: its committed records against the serving generation's. */
-export interface BuildProgress {
-  cache: string;
-  records: number;
-  /** Records of the serving generation (what a rebuild is expected to reach), or null. */
-  expected: number | null;
-  /** records / expected, capped at 1; null when there is nothing to compare with. */
-  ratio: number | null;
-}
-
-/** One endpoint as `GET /v1/endpoints` reports it. */
-export interface EndpointView {
-  name: string;
-  alias: string;
-  servingCache: string | null;
-  buildingCache: string | null;
-  checkpoint: PipelineCheckpoint | null;
-  /** The pipeline's phase, or `held` while a finished green generation waits for promote. */
-  phase: string;
-  records: number | null;
-  lag: number | null;
-  rate: number;
-  decision: EndpointDecision | null;
-  /** The generation held by a switch gate (or manual mode), and why. */
-  held: { cache: string; reason: string } | null;
-  /** The generation being built (not yet finished or held), with its progress. */
-  building: BuildProgress | null;
-  error: { code: string; message: string } | null;
-  /** Set for endpoints fed by PostgreSQL logical replication. */
-  replication: ReplicationStatus | null;
-}
+export type { BuildProgress, EndpointStatus, ReplicationStatus, SwitchOutcome };
 
 /**
  * The serving plane of this host: one pipeline per configured endpoint, started with the node (alias exists →
@@ -100,8 +70,8 @@ export class EndpointManager {
     return this.#configs.map((endpoint) => endpoint.name);
   }
 
-  async status(): Promise<EndpointView[]> {
-    const out: EndpointView[] = [];
+  async status(): Promise<EndpointStatus[]> {
+    const out: EndpointStatus[] = [];
     for (const endpoint of this.#configs) {
       const pipeline = this.#pipelines.get(endpoint.name);
       if (!pipeline) {
@@ -189,9 +159,7 @@ export class EndpointManager {
   }
 
   /** Every retained generation of the endpoint, newest first, and its alias's switch history (newest first). */
-  async generations(
-    name: string,
-  ): Promise<{ endpoint: string; generations: GenerationView[]; history: AliasSwitch[] }> {
+  async generations(name: string): Promise<GenerationsView> {
     if (!this.#configs.some((endpoint) => endpoint.name === name)) throw new UnknownEndpointError(name);
     const all = (await this.#caches.list()).filter((info) => info.endpoint === name);
     const building = this.#pipelines.get(name)?.status().buildingCache ?? null;

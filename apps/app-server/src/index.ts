@@ -1,5 +1,5 @@
 export { backplaneKind, loadConfig, parseConfigText } from './config.js';
-export { type BuildProgress, EndpointManager, type EndpointView } from './endpoints.js';
+export { EndpointManager, type EndpointStatus } from './endpoints.js';
 export { type AuthSettings, bearerCheck } from './http/auth.js';
 export { buildServer, type DirectRoutesTarget, type ServerOptions } from './http/server.js';
 export { asPortLogger, createLogger, type LogLevel } from './logger.js';

@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import { type CacheManager, openCacheManager } from '@sluice/cache';
-import type { EventPublisher, Logger, SluiceConfig, SluiceEvent } from '@sluice/core';
+import type { AliasRedirected, EventPublisher, Logger, SluiceConfig, SluiceEvent } from '@sluice/core';
 import { startEndpointPipeline } from '@sluice/pipeline';
 import { EndpointManager } from './endpoints.js';
 
@@ -8,6 +8,8 @@ import { EndpointManager } from './endpoints.js';
 export interface ServingPlane {
   caches: CacheManager;
   endpoints: EndpointManager;
+  /** Calls `listener` on every alias switch of this host (as published); returns the unsubscribe. */
+  onSwitch(listener: (event: AliasRedirected) => void): () => void;
   close(): Promise<void>;
 }
 
@@ -50,7 +52,22 @@ export async function openServingPlane(
     changes: config.cache.changes,
     logger: context.logger,
   });
-  const events = withHost(context.events, config.node.id);
+  const switchListeners = new Set<(event: AliasRedirected) => void>();
+  const published = withHost(context.events, config.node.id);
+  // The alias has moved when its event is published: tell this process's watchers (the console's stream) too.
+  const events: EventPublisher = {
+    publish: (event) => {
+      if (event.type === 'AliasRedirected')
+        for (const listener of switchListeners) {
+          try {
+            listener(event);
+          } catch (err) {
+            context.logger.warn({ err }, 'a switch listener failed');
+          }
+        }
+      return published.publish(event);
+    },
+  };
   let endpoints: EndpointManager;
   try {
     endpoints = await EndpointManager.start(config.endpoints, {
@@ -88,6 +105,10 @@ export async function openServingPlane(
   return {
     caches,
     endpoints,
+    onSwitch(listener) {
+      switchListeners.add(listener);
+      return () => switchListeners.delete(listener);
+    },
     async close() {
       clearInterval(gcTimer);
       await endpoints.stop();

@@ -60,6 +60,19 @@ export {
   redactConfig,
 } from './config-file.js';
 export {
+  type BuildProgress,
+  type EndpointStatus,
+  type EndpointStreamEvent,
+  type EndpointWatchView,
+  GenerationState,
+  type GenerationsView,
+  type GenerationView,
+  type NodeView,
+  type ReplicationStatus,
+  type SwitchOutcome,
+  type SwitchView,
+} from './control-views.js';
+export {
   asSluiceError,
   BackplaneUnavailableError,
   BadRecordError,
@@ -157,13 +170,7 @@ export {
   type WritableCache,
   type WritableCacheCatalog,
 } from './ports/cache.js';
-export type {
-  EndpointDecision,
-  EndpointPipeline,
-  EndpointStatus,
-  ReplicationStatus,
-  SwitchOutcome,
-} from './ports/endpoint.js';
+export type { EndpointDecision, EndpointPipeline, EndpointPipelineStatus } from './ports/endpoint.js';
 export {
   type Backplane,
   type BackplaneStatus,

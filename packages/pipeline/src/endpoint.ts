@@ -7,7 +7,7 @@ import {
   type EndpointConfig,
   EndpointConfigSchema,
   type EndpointPipeline,
-  type EndpointStatus,
+  type EndpointPipelineStatus,
   type EventPublisher,
   type FieldType,
   type Logger,
@@ -471,7 +471,7 @@ export async function startEndpointPipeline(
   };
 
   const servingCache = () => caches.resolveAlias(name)?.cache ?? null;
-  const replicationStatus = (): EndpointStatus['replication'] => {
+  const replicationStatus = (): EndpointPipelineStatus['replication'] => {
     const source = branch?.source;
     if (!source || !isReplicationSource(source)) return null;
     const lag = source.replicationLag();

@@ -3,16 +3,7 @@
  * endpoint into its cache generations. `@sluice/pipeline`'s `startEndpointPipeline` returns one.
  */
 import type { PipelineCheckpoint, PipelineProgress, RestartDecision } from '../checkpoint.js';
-
-/** A logical replication source's slot, the LSN the cache committed, and how far that is behind the server. */
-export interface ReplicationStatus {
-  slot: string;
-  committedLsn: string | null;
-  /** Bytes of WAL the server has sent beyond what the cache committed. */
-  lagBytes: number | null;
-  /** Seconds since the oldest change not yet committed. */
-  lagSeconds: number | null;
-}
+import type { ReplicationStatus, SwitchOutcome } from '../control-views.js';
 
 /** The restart decision of a pipeline's latest start (or rebuild), and why. */
 export interface EndpointDecision {
@@ -20,8 +11,10 @@ export interface EndpointDecision {
   reason: string;
 }
 
-/** What an endpoint pipeline reports about itself. */
-export interface EndpointStatus {
+/**
+ * What an endpoint pipeline reports about itself (the app-server turns it into the control API's `EndpointStatus`).
+ */
+export interface EndpointPipelineStatus {
   endpoint: string;
   alias: string;
   servingCache: string | null;
@@ -34,15 +27,6 @@ export interface EndpointStatus {
   error: { code: string; message: string } | null;
   /** For a source read by logical replication: its slot and lag. Else null. */
   replication: ReplicationStatus | null;
-}
-
-/** What a promote or rollback did: the move, or `changed: false` when it had already been done (idempotent). */
-export interface SwitchOutcome {
-  endpoint: string;
-  from: string | null;
-  to: string;
-  cause: 'promote' | 'rollback';
-  changed: boolean;
 }
 
 /**
@@ -58,7 +42,7 @@ export interface SwitchOutcome {
 export interface EndpointPipeline extends AsyncDisposable {
   /** The restart decision of the latest start (or rebuild) and its reason. */
   readonly decision: EndpointDecision;
-  status(): EndpointStatus;
+  status(): EndpointPipelineStatus;
   /** Forces a blue/green rebuild: a new generation is built while the current one keeps serving. */
   rebuild(): Promise<void>;
   /**
