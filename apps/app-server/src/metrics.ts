@@ -91,7 +91,7 @@ export function createMetrics(sources: {
   pipelineGauge('sluice_pipeline_lag', 'Endpoint pipeline lag behind its source', (s) => s.lag);
   pipelineGauge(
     'sluice_replication_lag_bytes',
-    'WAL bytes between PostgreSQL\'s current position and what the endpoint cache committed (logical replication)',
+    "WAL bytes between PostgreSQL's current position and what the endpoint cache committed (logical replication)",
     (s) => s.replicationLagBytes ?? null,
   );
   pipelineGauge(
