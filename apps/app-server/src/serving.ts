@@ -3,6 +3,7 @@ import { type CacheManager, openCacheManager } from '@sluice/cache';
 import type { AliasRedirected, EventPublisher, Logger, SluiceConfig, SluiceEvent } from '@sluice/core';
 import { startEndpointPipeline } from '@sluice/pipeline';
 import { EndpointManager } from './endpoints.js';
+import { dropRemovedEndpointSlots } from './replication-slots.js';
 
 /** The serving plane of this host: its LMDB caches and the endpoint pipelines that fill them. */
 export interface ServingPlane {
@@ -91,6 +92,12 @@ export async function openServingPlane(
     await caches.close();
     throw err;
   }
+  // A removed endpoint's slot would keep WAL until the disk fills: drop the ones this node created (in the
+  // background: an unreachable database must not delay serving the others).
+  const sweepAbort = new AbortController();
+  const slotSweep = dropRemovedEndpointSlots(config, context.logger, { signal: sweepAbort.signal }).catch(
+    (err) => context.logger.warn({ err }, 'cannot drop the replication slots of removed endpoints'),
+  );
   const gcEveryMs = Math.min(Math.max(config.cache.gcGraceMs, 1_000), 60_000);
   const gcTimer = setInterval(() => {
     caches.gc().then(
@@ -111,6 +118,8 @@ export async function openServingPlane(
     },
     async close() {
       clearInterval(gcTimer);
+      sweepAbort.abort();
+      await slotSweep;
       await endpoints.stop();
       await caches.close();
     },
