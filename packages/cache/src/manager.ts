@@ -1,7 +1,9 @@
 import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import {
+  CACHE_DEFAULTS,
   CacheNotFoundError,
+  DEFAULT_QUERY_LIMITS,
   ForbiddenError,
   type Logger,
   NameSchema,
@@ -30,7 +32,13 @@ import type {
   SwitchCause,
 } from './types.js';
 
-const DEFAULTS = { gcGraceMs: 10 * 60_000, scanCap: 50_000, defaultLimit: 50, maxLimit: 1000 } as const;
+// The configuration's defaults (defined once, in core), for a caller that leaves an option out.
+const DEFAULTS = {
+  gcGraceMs: CACHE_DEFAULTS.gcGraceMs,
+  scanCap: CACHE_DEFAULTS.scanCap,
+  defaultLimit: DEFAULT_QUERY_LIMITS.defaultLimit,
+  maxLimit: DEFAULT_QUERY_LIMITS.maxLimit,
+} as const;
 
 /**
  * Owns the caches under one root directory: `<root>/caches/<name>/` (one LMDB environment per cache) and
