@@ -96,6 +96,19 @@ export {
   redactConfig,
 } from './config-file.js';
 export {
+  type BuildProgress,
+  type EndpointStatus,
+  type EndpointStreamEvent,
+  type EndpointWatchView,
+  GenerationState,
+  type GenerationsView,
+  type GenerationView,
+  type NodeView,
+  type ReplicationStatus,
+  type SwitchOutcome,
+  type SwitchView,
+} from './control-views.js';
+export {
   asSluiceError,
   BackplaneUnavailableError,
   BadRecordError,
@@ -130,6 +143,8 @@ export {
   SchemaMismatchError,
   ShuttingDownError,
   SinkError,
+  SlotActiveError,
+  SlotNotOwnedError,
   SluiceError,
   type SluiceErrorOptions,
   SourceError,
@@ -141,6 +156,7 @@ export {
   UnauthorizedError,
   UnknownConnectionError,
   UnknownEndpointError,
+  UnknownSlotError,
   UnsupportedAddressTypeError,
   UnsupportedMediaTypeError,
   ValidationError,

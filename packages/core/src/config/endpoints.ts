@@ -16,7 +16,7 @@ export const FieldType = {
 export type FieldType = (typeof FieldType)[keyof typeof FieldType];
 export const FieldTypeSchema = z.enum(['string', 'integer', 'number', 'boolean', 'timestamp', 'json']);
 
-/** How a green generation replaces the serving one (docs/operations.md § blue/green). */
+/** How a green generation replaces the serving one (docs/architecture.md § Protocol 2). */
 export const SwitchMode = { auto: 'auto', manual: 'manual' } as const;
 export type SwitchMode = (typeof SwitchMode)[keyof typeof SwitchMode];
 
