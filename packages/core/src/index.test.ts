@@ -16,6 +16,7 @@ const PUBLIC_RUNTIME_EXPORTS = [
   'CacheClosedError',
   'CacheConflictError',
   'CacheNotFoundError',
+  'CacheState',
   'ConfigError',
   'CACHE_DEFAULTS',
   'ConnectionConfigSchema',
