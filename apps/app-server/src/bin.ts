@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { loadConfigFile, redactConfig, SluiceError } from '@sluice/core';
 import { Command } from 'commander';
+import { loadConfig } from './config.js';
 import { isDatabaseConnectionLoss } from './crash-guard.js';
 
 const program = new Command()
