@@ -127,10 +127,10 @@ export async function startApi(
   return serve(API_BIN, configFile, port, /api-server listening/, dir);
 }
 
-/** A real `sluice-app-server` process (SQLite store, no endpoints) for the control API. */
+/** A real `sluice-app-server` process (SQLite store; no endpoints unless `extra` has some) for the control API. */
 export async function startApp(
   dir: string,
-  options: { port?: number; transfers?: Record<string, number> } = {},
+  options: { port?: number; transfers?: Record<string, number>; extra?: Record<string, unknown> } = {},
 ): Promise<Server> {
   const port = options.port ?? (await freePort());
   await mkdir(join(dir, 'app'), { recursive: true });
@@ -149,6 +149,7 @@ export async function startApp(
         sweepIntervalMs: 300,
         ...options.transfers,
       },
+      ...options.extra,
     }),
   );
   return serve(APP_BIN, configFile, port, /app-server ready/, join(dir, 'app'));

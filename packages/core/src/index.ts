@@ -107,6 +107,8 @@ export {
   type ReplicationStatus,
   type SwitchOutcome,
   type SwitchView,
+  type TransferProgressView,
+  type TransferView,
 } from './control-views.js';
 export {
   asSluiceError,
