@@ -49,6 +49,8 @@ export const ErrorCode = {
   NOTHING_TO_PROMOTE: 'NOTHING_TO_PROMOTE',
   NOTHING_TO_ROLL_BACK: 'NOTHING_TO_ROLL_BACK',
   CANNOT_RESUME: 'CANNOT_RESUME',
+  ENDPOINT_STOPPED: 'ENDPOINT_STOPPED',
+  ENDPOINT_TIMEOUT: 'ENDPOINT_TIMEOUT',
   UNKNOWN_SLOT: 'UNKNOWN_SLOT',
   SLOT_ACTIVE: 'SLOT_ACTIVE',
   SLOT_NOT_OWNED: 'SLOT_NOT_OWNED',
@@ -273,6 +275,27 @@ export class CannotResumeError extends SluiceError {
       `Endpoint ${q(endpoint)} cannot roll back to ${q(generation)}: ${reason}`,
       409,
       { details: { endpoint, generation, reason } },
+    );
+  }
+}
+
+/** The endpoint's pipeline was stopped (the node is shutting down): it takes no more steering or waits. */
+export class EndpointStoppedError extends SluiceError {
+  constructor(endpoint: string) {
+    super(ErrorCode.ENDPOINT_STOPPED, `Endpoint pipeline ${q(endpoint)} is stopped`, 503, {
+      details: { endpoint },
+    });
+  }
+}
+
+/** Waiting for an endpoint to serve a complete generation took longer than allowed. */
+export class EndpointTimeoutError extends SluiceError {
+  constructor(endpoint: string, timeoutMs: number) {
+    super(
+      ErrorCode.ENDPOINT_TIMEOUT,
+      `Endpoint ${q(endpoint)} did not finish its snapshot within ${timeoutMs} ms`,
+      504,
+      { details: { endpoint, timeoutMs } },
     );
   }
 }

@@ -28,6 +28,8 @@ const PUBLIC_RUNTIME_EXPORTS = [
   'ENV_OVERRIDES',
   'EndpointAddressSchema',
   'EndpointConfigSchema',
+  'EndpointStoppedError',
+  'EndpointTimeoutError',
   'ErrorCode',
   'FORBIDDEN_KEYS',
   'FieldType',

@@ -84,6 +84,8 @@ export {
   ConfigError,
   CursorExpiredError,
   DiskFullError,
+  EndpointStoppedError,
+  EndpointTimeoutError,
   ErrorCode,
   type FieldIssue,
   ForbiddenError,
