@@ -1,30 +1,20 @@
-import {
-  ConfigError,
-  loadConfigFile,
-  parseConfigText as parseCoreConfigText,
-  type SluiceConfig,
-} from '@sluice/core';
+import { ConfigError, parseConfigText as parseCoreConfigText, type SluiceConfig } from '@sluice/core';
+import { type LoadConfigOptions, type LoadedConfig, loadConfig as loadHostConfig } from '@sluice/http';
 
 /**
- * Loads the node configuration with core's `loadConfigFile`: the YAML file at `path`, else `./sluice.yaml` when
- * present, else the embedded defaults; environment overrides applied; validated by core's schema plus the
- * app-server's own rules (backplane choice, heartbeat shorter than the lease). A bad file or value throws
+ * Loads the node configuration the way both apps do (`@sluice/http`'s `loadConfig`: the YAML file at
+ * `configPath`, else `./sluice.yaml` when present, else the embedded defaults; environment overrides; core's
+ * schema), then the app-server's own rules ({@link validateNodeConfig}). A bad file or value throws
  * `CONFIG_INVALID` naming the exact field and the reason.
  *
  * @example
  * ```ts
- * const config = await loadConfig('sluice.yaml', process.env);
+ * const { config } = loadConfig({ configPath: 'sluice.yaml', env: process.env });
  * console.log(config.node.id, config.store);
  * ```
  */
-export async function loadConfig(
-  path: string | undefined,
-  env: Record<string, string | undefined> = process.env,
-  cwd: string = process.cwd(),
-): Promise<SluiceConfig> {
-  const { config } = loadConfigFile({ configPath: path, env, cwd });
-  assertBackplaneChoice(config);
-  return config;
+export function loadConfig(options: Omit<LoadConfigOptions, 'validate'> = {}): LoadedConfig {
+  return loadHostConfig({ ...options, validate: validateNodeConfig });
 }
 
 /**
@@ -41,11 +31,20 @@ export function parseConfigText(
   source = 'configuration',
 ): SluiceConfig {
   const config = parseCoreConfigText(text, env, source);
-  assertBackplaneChoice(config);
+  validateNodeConfig(config);
   return config;
 }
 
-function assertBackplaneChoice(config: SluiceConfig): void {
+/**
+ * The app-server's rules on top of core's schema: the backplane strategy must fit the store and NATS settings,
+ * and the heartbeat must be shorter than the lease. Throws `CONFIG_INVALID` naming the field.
+ *
+ * @example
+ * ```ts
+ * validateNodeConfig(parseCoreConfigText('backplane: { strategy: nats }')); // throws: nats is required
+ * ```
+ */
+export function validateNodeConfig(config: SluiceConfig): void {
   if (config.backplane.strategy === 'nats' && config.nats === undefined)
     throw new ConfigError('backplane.strategy "nats" needs a nats connection', [
       { path: 'nats', message: 'required when backplane.strategy is "nats"' },
