@@ -85,7 +85,7 @@ describe('loadConfig', () => {
     expect(() => loadConfig({ configPath: '/nonexistent/sluice.yaml', env: {} })).toThrow(
       /Cannot read configuration file/,
     );
-    // loadConfig applies the app-server's own rules too, not only core's schema.
+    // loadConfig applies core's cross-field rules too, not only the schema of each key.
     await using dir = await tempDir();
     await writeFile(join(dir.path, 'sluice.yaml'), 'backplane: { strategy: nats }\n');
     const fromFile = configError(() => loadConfig({ cwd: dir.path, env: {} }));

@@ -1,57 +1,6 @@
-/** What the cache catalogue says about one generation (`@sluice/cache`'s `CacheInfo`, the fields used here). */
-export interface GenerationInfo {
-  name: string;
-  endpoint: string;
-  state: 'building' | 'serving' | 'retired';
-  createdAt: string;
-  retiredAt: string | null;
-  switchedAt: string | null;
-  recordCount: number;
-  checkpoint: unknown;
-  notes: {
-    snapshotDoneAt?: string | null;
-    held?: { reason: string; at: string } | null;
-    decision?: { decision: string; reason: string } | null;
-    cause?: string | null;
-  };
-}
+import { type CacheInfo, GenerationState, type GenerationView, type SwitchView } from '@sluice/core';
 
-/** One switch of an alias, as the alias table keeps it. */
-export interface SwitchView {
-  alias: string;
-  from: string | null;
-  to: string;
-  at: string;
-  cause: string;
-  version: number;
-}
-
-/** The generation states an operator sees. */
-export const GenerationState = {
-  serving: 'serving',
-  building: 'building',
-  held: 'held',
-  retired: 'retired',
-} as const;
-export type GenerationState = (typeof GenerationState)[keyof typeof GenerationState];
-
-/** One retained generation as `GET /v1/endpoints/:name/generations` reports it. */
-export interface GenerationView {
-  name: string;
-  state: GenerationState;
-  createdAt: string;
-  snapshotDoneAt: string | null;
-  switchedAt: string | null;
-  retiredAt: string | null;
-  records: number;
-  checkpoint: unknown;
-  /** The restart decision of the latest run into it (`resume` | `from-scratch`). */
-  decision: string | null;
-  /** Why it is held, else why the decision was made. */
-  reason: string | null;
-  /** Why it was built (the cause its switch records). */
-  cause: string | null;
-}
+export { GenerationState, type GenerationView, type SwitchView };
 
 /**
  * The operator's view of an endpoint's generations, newest first: the alias target serves; a finished green
@@ -64,10 +13,10 @@ export interface GenerationView {
  * ```
  */
 export function generationsView(
-  infos: readonly GenerationInfo[],
+  infos: readonly CacheInfo[],
   current: { serving: string | null; building: string | null },
 ): GenerationView[] {
-  const stateOf = (info: GenerationInfo): GenerationState => {
+  const stateOf = (info: CacheInfo): GenerationState => {
     if (info.name === current.serving) return 'serving';
     if (info.state === 'building' && info.notes.held) return 'held';
     if (info.state === 'building' && info.name === current.building) return 'building';

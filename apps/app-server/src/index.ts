@@ -1,4 +1,4 @@
-export { backplaneKind, loadConfig, parseConfigText, validateNodeConfig } from './config.js';
+export { backplaneKind, loadConfig, parseConfigText } from './config.js';
 export { EndpointManager, type EndpointStatus } from './endpoints.js';
 export { type AuthSettings, bearerCheck } from './http/auth.js';
 export { buildServer, type DirectRoutesTarget, type ServerOptions } from './http/server.js';

@@ -1,13 +1,23 @@
 import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import {
+  type AliasEntry,
+  type AliasSwitch,
+  CACHE_DEFAULTS,
+  type CacheInfo,
   CacheNotFoundError,
+  type CacheSchema,
+  type CommitState,
+  DEFAULT_QUERY_LIMITS,
   ForbiddenError,
+  type GenerationNotes,
   type Logger,
   NameSchema,
   parseOrThrow,
   SchemaMismatchError,
+  type SwitchCause,
   silentLogger,
+  type WritableCacheCatalog,
 } from '@sluice/core';
 import { AliasTable, type CacheMeta } from './alias-table.js';
 import { type CacheDbs, cacheDbs, EMPTY_COMMIT, type StoredSchema } from './cache-dbs.js';
@@ -19,18 +29,15 @@ import { RECORD_FORMAT } from './record-json.js';
 import { type CacheHandleInit, type ReadSettings, RoCache } from './ro-cache.js';
 import { RwCache } from './rw-cache.js';
 import { parseCacheSchema, schemaHash } from './schema.js';
-import type {
-  AliasEntry,
-  AliasSwitch,
-  CacheInfo,
-  CacheManagerOptions,
-  CacheSchema,
-  CommitState,
-  GenerationNotes,
-  SwitchCause,
-} from './types.js';
+import type { CacheManagerOptions } from './types.js';
 
-const DEFAULTS = { gcGraceMs: 10 * 60_000, scanCap: 50_000, defaultLimit: 50, maxLimit: 1000 } as const;
+// The configuration's defaults (defined once, in core), for a caller that leaves an option out.
+const DEFAULTS = {
+  gcGraceMs: CACHE_DEFAULTS.gcGraceMs,
+  scanCap: CACHE_DEFAULTS.scanCap,
+  defaultLimit: DEFAULT_QUERY_LIMITS.defaultLimit,
+  maxLimit: DEFAULT_QUERY_LIMITS.maxLimit,
+} as const;
 
 /**
  * Owns the caches under one root directory: `<root>/caches/<name>/` (one LMDB environment per cache) and
@@ -46,7 +53,7 @@ const DEFAULTS = { gcGraceMs: 10 * 60_000, scanCap: 50_000, defaultLimit: 50, ma
  * const { from } = await caches.redirect('items', green.name);
  * ```
  */
-export class CacheManager implements AsyncDisposable {
+export class CacheManager implements WritableCacheCatalog {
   readonly rootDir: string;
   readonly readOnly: boolean;
   private readonly table: AliasTable;

@@ -34,6 +34,12 @@ export interface RunCliOptions<Loaded extends { config: unknown }, Flags extends
   description: string;
   /** Adds the program's own options to the command (`--config` and `--check` are there already). */
   options?: (command: Command) => void;
+  /**
+   * Adds subcommands (e.g. `slots list`). Their actions get the configuration through `configured` (loaded by
+   * `load` from the parent's `--config`), set `process.exitCode`, and may throw: a throw is printed like a failed
+   * start and exits 1.
+   */
+  commands?: (command: Command, configured: () => Promise<Loaded>) => void;
   /** Loads and validates the configuration; throws `CONFIG_INVALID` naming the field. */
   load: (input: {
     configPath: string | undefined;
@@ -95,9 +101,10 @@ export function formatCliError(name: string, err: unknown, portHint = 'another p
  * Runs a Sluice program the one way both apps do:
  * 1. parses the command line (commander): `-c, --config <file>`, `--check`, and the program's own `options`;
  * 2. `load`s the configuration; `--check` prints it (secrets redacted) and exits 0;
- * 3. `start`s the program; on SIGINT or SIGTERM closes it once (a repeated signal is ignored) and exits 0, or 1
+ * 3. or runs a subcommand the program added (`commands`), with the configuration `load` gives;
+ * 4. `start`s the program; on SIGINT or SIGTERM closes it once (a repeated signal is ignored) and exits 0, or 1
  *    when closing fails or takes longer than `graceMs` + {@link FORCED_EXIT_MARGIN_MS} (one forced-exit timer);
- * 4. a failure to load or start is printed to stderr by {@link formatCliError} and exits 1 (see {@link ExitCode}).
+ * 5. a failure to load or start is printed to stderr by {@link formatCliError} and exits 1 (see {@link ExitCode}).
  *
  * @example
  * ```ts
@@ -106,7 +113,7 @@ export function formatCliError(name: string, err: unknown, portHint = 'another p
  *   description: 'Serves the query API over the endpoint caches of this host.',
  *   load: ({ configPath, env, cwd }) => loadConfig({ configPath, env, cwd }),
  *   start: ({ config, dataDir }) => startApiServer({ config, dataDir }),
- *   graceMs: ({ config }) => config.limits.shutdownGraceMs,
+ *   graceMs: ({ config }) => config.transfers.shutdownGraceMs,
  *   portHint: 'api.port (SLUICE_API_PORT, --port)',
  * });
  * ```
@@ -125,24 +132,39 @@ export async function runCli<Loaded extends { config: unknown }, Flags extends C
     .option('--check', 'validate the configuration, print it (secrets redacted), and exit');
   options.options?.(program);
   program.showHelpAfterError();
-  program.parse(options.argv ?? process.argv);
-  const flags = program.opts<Flags>();
-
   const fail = (err: unknown): never => {
     process.stderr.write(formatCliError(name, err, options.portHint));
     process.exit(ExitCode.FAILED);
   };
-
-  let loaded: Loaded;
+  const configured = async () => {
+    const { config: configPath } = program.opts<CliFlags>();
+    return options.load({ configPath, env: process.env, cwd: process.cwd() });
+  };
+  options.commands?.(program, configured);
+  program.action(async () => {
+    const flags = program.opts<Flags>();
+    const loaded = await configured().catch(fail);
+    if (flags.check) {
+      process.stdout.write(`${JSON.stringify(redactConfig(loaded.config), null, 2)}\n`);
+      return;
+    }
+    await serve(options, loaded, flags, fail);
+  });
   try {
-    loaded = await options.load({ configPath: flags.config, env: process.env, cwd: process.cwd() });
+    await program.parseAsync(options.argv ?? process.argv);
   } catch (err) {
-    return fail(err);
+    fail(err);
   }
-  if (flags.check) {
-    process.stdout.write(`${JSON.stringify(redactConfig(loaded.config), null, 2)}\n`);
-    return;
-  }
+}
+
+/** Starts the program and stops it on SIGINT/SIGTERM (see {@link runCli}). */
+async function serve<Loaded extends { config: unknown }, Flags extends CliFlags>(
+  options: RunCliOptions<Loaded, Flags>,
+  loaded: Loaded,
+  flags: Flags,
+  fail: (err: unknown) => never,
+): Promise<void> {
+  const { name } = options;
   const graceMs = typeof options.graceMs === 'function' ? options.graceMs(loaded) : options.graceMs;
   let running: Running | undefined;
   let stopSignal: NodeJS.Signals | undefined;

@@ -16,7 +16,10 @@ const noStack = /\n\s+at /;
 async function started(env: Record<string, string> = {}, args: string[] = []) {
   const dir = await tempDir('sluice-http-cli-');
   const port = await freePort();
-  await writeFile(join(dir.path, 'sluice.yaml'), `api: { port: ${port} }\nlimits: { shutdownGraceMs: 0 }\n`);
+  await writeFile(
+    join(dir.path, 'sluice.yaml'),
+    `api: { port: ${port} }\ntransfers: { shutdownGraceMs: 0 }\n`,
+  );
   const child = spawnTs(CHILD, args, { cwd: dir.path, env });
   await child.waitForLine(/^listening \d+/);
   return { dir, port, child };
@@ -50,7 +53,7 @@ describe('runCli', () => {
     );
   });
 
-  it('--check prints the configuration with secrets redacted and exits 0; a bad argument exits 1', async () => {
+  it('--check prints the configuration with secrets redacted and exits 0; subcommands get the configuration; a bad argument exits 1', async () => {
     await using dir = await tempDir('sluice-http-cli-');
     await writeFile(
       join(dir.path, 'sluice.yaml'),
@@ -64,6 +67,15 @@ describe('runCli', () => {
     const unknown = spawnTs(CHILD, ['--colour', 'blue'], { cwd: dir.path });
     expect((await unknown.exited).code).toBe(1);
     expect(unknown.output()).toContain("error: unknown option '--colour'");
+    const subcommand = spawnTs(CHILD, ['show-port'], { cwd: dir.path });
+    expect((await subcommand.exited).code).toBe(3);
+    expect(subcommand.output()).toBe('port 18181');
+    await writeFile(join(dir.path, 'bad.yaml'), 'api: { port: 70000 }\n');
+    const badSubcommand = spawnTs(CHILD, ['--config', 'bad.yaml', 'show-port'], { cwd: dir.path });
+    expect((await badSubcommand.exited).code).toBe(1);
+    expect(badSubcommand.output()).toMatch(
+      /^sluice-test-cli: CONFIG_INVALID: Invalid configuration in bad\.yaml/,
+    );
     const badPort = spawnTs(CHILD, ['--port', 'eighty'], { cwd: dir.path });
     expect((await badPort.exited).code).toBe(1);
     expect(badPort.output()).toContain('must be a port number');

@@ -9,8 +9,8 @@ import {
   type SourceAddress,
   UnknownConnectionError,
   ValidationError,
+  type WritableCacheCatalog,
 } from '@sluice/core';
-import type { CacheManagerLike } from './cache-port.js';
 import { createEndpointTransferSink } from './sinks/cache.js';
 import { createFileSink } from './sinks/file.js';
 import { createJetStreamSink } from './sinks/jetstream.js';
@@ -94,6 +94,8 @@ export function sourceFor(
           ...(key.length > 0 ? { key } : {}),
           slot: address.slot ?? defaultReplicationName(node, handle),
           publication: address.publication ?? defaultReplicationName(node, handle),
+          owner: { node, handle, role: options.role ?? 'transfer' },
+          ...(address.heartbeat !== undefined ? { heartbeat: address.heartbeat } : {}),
           ...(ctx.replication ?? {}),
         });
       }
@@ -127,7 +129,7 @@ export function sinkFor(
   address: DestinationAddress,
   handle: string,
   writerId: string,
-  ctx: ConnectionContext & { caches?: CacheManagerLike; fence?: SinkFence },
+  ctx: ConnectionContext & { caches?: WritableCacheCatalog; fence?: SinkFence },
   sourceKey: string[],
 ): PipelineSink {
   const fence = ctx.fence ? { fence: ctx.fence } : {};

@@ -6,6 +6,7 @@ import {
   keyFields,
   type Logger,
   type NatsConfig,
+  PIPELINE_DEFAULTS,
   type PipelineCheckpoint,
   PipelineCheckpointSchema,
   type PipelineProgress,
@@ -15,10 +16,10 @@ import {
   TransferRequestSchema,
   type TransferResult,
   TransferTerminatedError,
+  type WritableCacheCatalog,
 } from '@sluice/core';
 import { sinkFor, sourceFor } from './addresses.js';
 import { BadRecordCollector, type BadRecordReport } from './bad-records.js';
-import type { CacheManagerLike } from './cache-port.js';
 import { dagHash, decideRestart, type RestartPlan } from './dag.js';
 import { runPipeline } from './run.js';
 import type { SourceBranch } from './types.js';
@@ -28,7 +29,7 @@ export interface TransferContext {
   checkpoint: CheckpointPort;
   connections: Record<string, ConnectionConfig>;
   /** For destination `{type: 'endpoint'}`. */
-  caches?: CacheManagerLike;
+  caches?: WritableCacheCatalog;
   events?: EventPublisher;
   /** Abort = terminate: the run stops promptly and throws `TransferTerminatedError`. */
   signal: AbortSignal;
@@ -88,7 +89,8 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
   );
   const branches: SourceBranch[] = [{ source, processors: [] }];
   const dag = dagHash(branches, sink);
-  const commitEveryRecords = parsed.options.batchSize ?? ctx.commitEveryRecords ?? 10_000;
+  const commitEveryRecords =
+    parsed.options.batchSize ?? ctx.commitEveryRecords ?? PIPELINE_DEFAULTS.commitEveryRecords;
   const badRecords = new BadRecordCollector(parsed.options.onBadRecord, (report) =>
     logger.warn({ transfer: parsed.id, ...report }, 'bad record'),
   );

@@ -29,7 +29,7 @@ const WATCHDOG_MS = 20;
 const SUBMIT_PASSES = 8;
 
 /**
- * The idempotence protocol of DESIGN.md § Transfers on top of the store and backplane ports. This class only
+ * The idempotence protocol of docs/architecture.md § Protocol 1 on top of the store and backplane ports. This class only
  * composes; each job lives in its own module (docs/coordinator.md): the run lifecycle (local-run.ts), the one
  * claim wrapper (claim.ts), execution and settling (execution.ts), leases (leases.ts), recovery
  * (recovery.ts), terminate (terminate.ts) and fire-and-forget (fire-and-forget.ts).
@@ -189,7 +189,7 @@ export class TransferCoordinator {
   async get(id: string): Promise<TransferView> {
     const record = await this.#state.o.store.get(id);
     if (!record) throw new TransferNotFoundError(id);
-    return transferView(record);
+    return transferView(record, this.#localProgress(record));
   }
 
   async list(input: { state?: TransferState; owner?: string; cursor?: string; limit?: number }) {
@@ -199,7 +199,16 @@ export class TransferCoordinator {
       ...(input.cursor !== undefined ? { cursor: input.cursor } : {}),
       ...(input.limit !== undefined ? { limit: input.limit } : {}),
     });
-    return { records: page.records.map(transferView), next: page.next };
+    return {
+      records: page.records.map((record) => transferView(record, this.#localProgress(record))),
+      next: page.next,
+    };
+  }
+
+  /** This node's progress of a transfer it runs under the record's epoch (none for another owner's). */
+  #localProgress(record: TransferRecord) {
+    const run = this.#state.runs.get(record.id);
+    return run && run.epoch === record.epoch ? run.progress : null;
   }
 
   /** Terminates a transfer wherever it runs; resolves with the record once the work has stopped. */
