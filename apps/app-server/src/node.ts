@@ -1,6 +1,11 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
-import { createDirectBackplane, createNatsBackplane, createSingleNodeBackplane } from '@sluice/backplane';
+import {
+  createDirectBackplane,
+  createNatsBackplane,
+  createSingleNodeBackplane,
+  type DirectRoutesTarget,
+} from '@sluice/backplane';
 import {
   type Backplane,
   type Clock,
@@ -16,7 +21,7 @@ import type { FastifyInstance } from 'fastify';
 import type pino from 'pino';
 import { backplaneKind } from './config.js';
 import { lockDataDir } from './data-dir-lock.js';
-import { buildServer, type DirectRoutesTarget } from './http/server.js';
+import { buildServer } from './http/server.js';
 import { createMetrics } from './metrics.js';
 import { openServingPlane } from './serving.js';
 import { RequestPolicy } from './transfers/confinement.js';

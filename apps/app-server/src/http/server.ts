@@ -1,15 +1,13 @@
 import fastifyJwt from '@fastify/jwt';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
+import { type DirectRoutesTarget, directRoutes } from '@sluice/backplane';
 import {
   NameSchema,
-  NotFoundError,
-  PROBLEM_CONTENT_TYPE,
   parseTransferRequest,
   TransferIdSchema,
   TransferRequestSchema,
   TransferStateSchema,
-  toProblem,
   ValidationError,
 } from '@sluice/core';
 import { problemDetailsPlugin } from '@sluice/http';
@@ -30,12 +28,6 @@ import { consoleAssetsDir, consoleRoutes, isConsolePath } from './console-routes
 import { endpointStreamRoutes, type SwitchSubscription } from './endpoint-stream.js';
 import { steeringRoutes } from './steering-routes.js';
 
-/** What the internal routes of the direct-address backplane call (a DirectBackplane). */
-export interface DirectRoutesTarget {
-  handleOwnerQuery(id: string): unknown | null;
-  handleTerminate(id: string): Promise<boolean>;
-}
-
 export interface ServerOptions {
   logger: pino.Logger;
   bodyLimit: number;
@@ -48,6 +40,7 @@ export interface ServerOptions {
   metrics: NodeMetrics;
   nodes: () => Promise<unknown[]>;
   readiness: () => Promise<{ ready: boolean; checks: Record<string, string> }>;
+  /** The direct-address backplane whose internal routes this node serves (null with another strategy). */
   direct: DirectRoutesTarget | null;
   nodeId: string;
   /** The built console (`dist/console`); default: found beside the server; null: not served. */
@@ -242,31 +235,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     return reply.type(options.metrics.registry.contentType).send(text);
   });
 
-  const direct = options.direct;
-  if (direct) {
-    api.get(
-      '/v1/internal/transfers/:id/owner',
-      { schema: { hide: true, params: IdParams } },
-      async (request, reply) => {
-        const report = direct.handleOwnerQuery(request.params.id);
-        if (report === null)
-          return reply.code(404).type(PROBLEM_CONTENT_TYPE).send(notRunning(request.params.id));
-        return report;
-      },
-    );
-    api.post(
-      '/v1/internal/transfers/:id/terminate',
-      { schema: { hide: true, params: IdParams } },
-      async (request, reply) => {
-        const stopped = await direct.handleTerminate(request.params.id);
-        if (!stopped) return reply.code(404).type(PROBLEM_CONTENT_TYPE).send(notRunning(request.params.id));
-        return { terminated: true, by: options.nodeId };
-      },
-    );
-  }
+  // The direct-address backplane's internal routes: its plugin defines them (paths, answers, 404 code).
+  if (options.direct) await app.register(directRoutes, { backplane: options.direct });
   return app;
-}
-
-function notRunning(id: string) {
-  return toProblem(new NotFoundError(`Transfer "${id}" is not running on this node`)).body;
 }
