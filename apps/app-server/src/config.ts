@@ -1,5 +1,7 @@
-import { isSqliteStore, parseConfigText as parseCoreConfigText, type SluiceConfig } from '@sluice/core';
+import { isSqliteStore, type SluiceConfig } from '@sluice/core';
 
+/** Parses YAML configuration text and validates it like `loadConfig` (core's `parseConfigText`). */
+export { parseConfigText } from '@sluice/core';
 /**
  * The node configuration is loaded with `@sluice/http`'s `loadConfig` (the same function as the api-server's):
  * the YAML file at `configPath`, else `./sluice.yaml` when present, else the embedded defaults; environment
@@ -13,22 +15,6 @@ import { isSqliteStore, parseConfigText as parseCoreConfigText, type SluiceConfi
  * ```
  */
 export { loadConfig } from '@sluice/http';
-
-/**
- * Parses YAML configuration text and validates it (with environment overrides) like `loadConfig`.
- *
- * @example
- * ```ts
- * const config = parseConfigText('node: { id: h1, port: 7070 }', {});
- * ```
- */
-export function parseConfigText(
-  text: string,
-  env: Record<string, string | undefined> = {},
-  source = 'configuration',
-): SluiceConfig {
-  return parseCoreConfigText(text, env, source);
-}
 
 /** Which backplane a configuration selects: NATS when configured, else single-node on SQLite, else direct. */
 export function backplaneKind(config: SluiceConfig): 'nats' | 'single' | 'direct' {

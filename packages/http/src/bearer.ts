@@ -1,6 +1,13 @@
 import { UnauthorizedError } from '@sluice/core';
 
-/** Longest bearer token accepted (a JWT with generous claims fits; a runaway header does not). */
+/**
+ * Longest bearer token accepted (a JWT with generous claims fits; a runaway header does not).
+ *
+ * @example
+ * ```ts
+ * parseBearer(`Bearer ${'a'.repeat(MAX_BEARER_LENGTH + 1)}`); // throws UNAUTHORIZED
+ * ```
+ */
 export const MAX_BEARER_LENGTH = 8192;
 
 // Visible ASCII only: a header is read as latin-1, so no other character could match a configured token anyway.

@@ -5,6 +5,11 @@ import { Command } from 'commander';
  * How a Sluice program exits: `OK` after a clean stop (or `--check` of a valid configuration); `FAILED` for an
  * invalid configuration, a failed start (e.g. the port in use), a failed or overlong shutdown, an uncaught
  * exception, and bad command-line arguments (commander's usage errors).
+ *
+ * @example
+ * ```ts
+ * if ((await child.exited).code === ExitCode.FAILED) console.error(child.output());
+ * ```
  */
 export const ExitCode = { OK: 0, FAILED: 1 } as const;
 export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
@@ -12,6 +17,11 @@ export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
 /**
  * Time a program gets after its own shutdown grace before it is forced out: closing the store, the caches and
  * the backplane comes after the grace a running transfer or request is given.
+ *
+ * @example
+ * ```ts
+ * const forcedAfterMs = config.transfers.shutdownGraceMs + FORCED_EXIT_MARGIN_MS; // 20 000 by default
+ * ```
  */
 export const FORCED_EXIT_MARGIN_MS = 10_000;
 

@@ -2,7 +2,14 @@ import { MalformedJsonError } from '@sluice/core';
 import type { FastifyInstance } from 'fastify';
 import { EMPTY_BODY_MESSAGE } from './normalize.js';
 
-/** The media types read as JSON: `application/json` and the `+json` structured suffix (RFC 6839). */
+/**
+ * The media types read as JSON: `application/json` and the `+json` structured suffix (RFC 6839).
+ *
+ * @example
+ * ```ts
+ * JSON_MEDIA_TYPES.some((type) => (typeof type === 'string' ? type === mediaType : type.test(mediaType)));
+ * ```
+ */
 export const JSON_MEDIA_TYPES = ['application/json', /^application\/[a-z0-9.-]+\+json$/] as const;
 
 /**

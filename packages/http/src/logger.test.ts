@@ -1,17 +1,6 @@
-import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
+import { captureLines as capture } from '../test/helpers.js';
 import { createLogger } from './logger.js';
-
-function capture() {
-  const lines: Array<Record<string, unknown>> = [];
-  const destination = new Writable({
-    write(chunk, _encoding, callback) {
-      for (const line of String(chunk).split('\n')) if (line !== '') lines.push(JSON.parse(line));
-      callback();
-    },
-  });
-  return { lines, destination };
-}
 
 describe('createLogger', () => {
   it('writes JSON lines with service, pid and the bindings, at the configured level', () => {

@@ -28,7 +28,14 @@ interface FrameworkError {
   validationContext?: string;
 }
 
-/** The message the empty-body error carries, from the parser and from fastify's own check alike. */
+/**
+ * The message the empty-body error carries, from the parser and from fastify's own check alike.
+ *
+ * @example
+ * ```ts
+ * expect(problem.detail).toBe(EMPTY_BODY_MESSAGE);
+ * ```
+ */
 export const EMPTY_BODY_MESSAGE = 'The body is empty; send a JSON object (or no Content-Type at all)';
 
 /** `/a/0/b` (a validator's JSON pointer) → `a[0].b`, prefixed with the request part unless it is the body. */

@@ -10,7 +10,14 @@ export interface ProblemDetailsOptions {
   bodyLimit: number;
 }
 
-/** Longest request path echoed as a problem's `instance` (8 KiB record keys make longer ones possible). */
+/**
+ * Longest request path echoed as a problem's `instance` (8 KiB record keys make longer ones possible).
+ *
+ * @example
+ * ```ts
+ * problemInstance(`/${'k'.repeat(MAX_INSTANCE_LENGTH)}`); // undefined
+ * ```
+ */
 export const MAX_INSTANCE_LENGTH = 512;
 
 /** The request path without its query string: queries may carry cursors or filters that do not belong in errors. */

@@ -7,8 +7,8 @@ import { problemDetailsPlugin } from '../src/problem-details.js';
 /** The JSON body limit of the test application. */
 export const BODY_LIMIT = 2048;
 
-/** Log lines captured from a logger made by `createLogger`. */
-export function capturedLogger() {
+/** A destination that keeps every JSON line written to it, parsed. */
+export function captureLines() {
   const lines: Array<Record<string, unknown>> = [];
   const destination = new Writable({
     write(chunk, _encoding, callback) {
@@ -16,6 +16,12 @@ export function capturedLogger() {
       callback();
     },
   });
+  return { lines, destination };
+}
+
+/** Log lines captured from a logger made by `createLogger`. */
+export function capturedLogger() {
+  const { lines, destination } = captureLines();
   return { lines, logger: createLogger({ service: 'http-test', level: 'info', destination }) };
 }
 
