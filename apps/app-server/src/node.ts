@@ -1,15 +1,27 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
-import { createDirectBackplane, createNatsBackplane, createSingleNodeBackplane } from '@sluice/backplane';
-import { type Backplane, type Clock, type SluiceConfig, systemClock } from '@sluice/core';
+import {
+  createDirectBackplane,
+  createNatsBackplane,
+  createSingleNodeBackplane,
+  type DirectRoutesTarget,
+} from '@sluice/backplane';
+import {
+  type Backplane,
+  type Clock,
+  type ConfigWarning,
+  type Logger,
+  type SluiceConfig,
+  systemClock,
+} from '@sluice/core';
+import { createLogger } from '@sluice/http';
 import { discardTransferLeftovers, runTransfer } from '@sluice/pipeline';
 import { openStore } from '@sluice/store';
 import type { FastifyInstance } from 'fastify';
 import type pino from 'pino';
 import { backplaneKind } from './config.js';
 import { lockDataDir } from './data-dir-lock.js';
-import { buildServer, type DirectRoutesTarget } from './http/server.js';
-import { asPortLogger, createLogger } from './logger.js';
+import { buildServer } from './http/server.js';
 import { createMetrics } from './metrics.js';
 import { openServingPlane } from './serving.js';
 import { RequestPolicy } from './transfers/confinement.js';
@@ -32,6 +44,8 @@ export interface StartNodeOptions {
   clock?: Clock;
   /** Working directory that relative paths (store, dataDir, file roots, endpoint sources) resolve against. */
   cwd?: string;
+  /** What the configuration's parse warned about (keys that moved): logged once at start. */
+  configWarnings?: ReadonlyArray<ConfigWarning>;
 }
 
 /** An HS256 JWT this node presents to its peers' internal routes when auth is JWT-only. */
@@ -48,22 +62,30 @@ function peerJwt(secret: string, nodeId: string): string {
  *
  * @example
  * ```ts
- * const node = await startNode(await loadConfig('sluice.yaml'));
+ * const node = await startNode(loadConfig({ configPath: 'sluice.yaml', env: process.env }).config);
  * process.once('SIGTERM', () => void node.close());
  * ```
  */
 export async function startNode(config: SluiceConfig, options: StartNodeOptions = {}): Promise<SluiceNode> {
-  const logger = options.logger ?? createLogger({ level: config.logLevel, nodeId: config.node.id });
-  const log = asPortLogger(logger);
+  const logger =
+    options.logger ??
+    createLogger({
+      service: 'sluice-app-server',
+      level: config.logLevel,
+      bindings: { node: config.node.id },
+    });
+  const log: Logger = logger;
+  for (const warning of options.configWarnings ?? [])
+    logger.warn({ key: warning.path, movedTo: warning.movedTo }, warning.message);
   const clock = options.clock ?? systemClock;
   const cwd = options.cwd ?? process.cwd();
   const instanceId = randomUUID();
   const nodeId = config.node.id;
   const identity = { nodeId, address: config.node.advertisedUrl ?? '', instanceId };
   const cleanups: Array<() => Promise<unknown>> = [];
-  // Each step of a shutdown is bounded, and all of them together end before bin.ts's hard stop (grace + 10 s): a
-  // peer that is down (NATS between reconnects, a hung connection) must not turn a graceful stop into exit 1.
-  // What such a step would have flushed is fenced or re-sent by the next owner.
+  // Each step of a shutdown is bounded, and all of them together end before runCli's forced exit (@sluice/http:
+  // grace + 10 s): a peer that is down (NATS between reconnects, a hung connection) must not turn a graceful stop
+  // into exit 1. What such a step would have flushed is fenced or re-sent by the next owner.
   let shutdownDeadline = Number.POSITIVE_INFINITY;
   const within = async (what: string, step: Promise<unknown>, ms = 2_000) => {
     const wait = Math.max(0, Math.min(ms, shutdownDeadline - Date.now()));
@@ -113,7 +135,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
       const directBackplane = createDirectBackplane({
         nodeId,
         logger: log,
-        fetchTimeoutMs: Math.max(config.limits.ownerWaitMs, 30_000),
+        fetchTimeoutMs: Math.max(config.transfers.ownerWaitMs, 30_000),
         ...(peerToken ? { headers: { authorization: `Bearer ${peerToken}` } } : {}),
       });
       direct = directBackplane;
@@ -140,7 +162,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
       store,
       backplane,
       identity,
-      limits: config.limits,
+      limits: config.transfers,
       policy,
       metrics,
       logger: log,
@@ -175,8 +197,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
 
     const server = await buildServer({
       logger,
-      bodyLimit: config.limits.bodyBytes,
-      pageSizeMax: config.limits.pageSizeMax,
+      bodyLimit: config.http.bodyBytes,
+      pageSizeMax: config.http.pageSizeMax,
       auth,
       coordinator: activeCoordinator,
       endpoints,
@@ -192,7 +214,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
           startedAt: node.startedAt.toISOString(),
           lastSeenAt: node.lastSeenAt.toISOString(),
           // Judged on the store's clock: a node whose wall clock is off sees the same answer as every other.
-          alive: node.silentMs <= config.limits.leaseMs,
+          alive: node.silentMs <= config.transfers.leaseMs,
         })),
       readiness: async () => {
         const checks: Record<string, string> = {};
@@ -221,8 +243,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     }
     await store.registerNode({ nodeId, address: identity.address, instanceId });
     activeCoordinator.start();
-    // Finished records are kept `limits.retentionDays` (0 = forever), then purged by whichever node gets there.
-    const retentionMs = config.limits.retentionDays * 86_400_000;
+    // Finished records are kept `retention.transferDays` (0 = forever), then purged by whichever node gets there.
+    const retentionMs = config.retention.transferDays * 86_400_000;
     const purge = () => {
       if (retentionMs <= 0) return;
       store.purge(new Date(clock.now().getTime() - retentionMs)).then(
@@ -245,11 +267,11 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     const close = () => {
       closing ??= (async () => {
         logger.info('shutting down: handing transfers back');
-        shutdownDeadline = Date.now() + config.limits.shutdownGraceMs + 8_000;
+        shutdownDeadline = Date.now() + config.transfers.shutdownGraceMs + 8_000;
         // Stop accepting first (in-flight requests finish), then hand work back, then close the rest.
         cleanups.splice(cleanups.indexOf(closeServer), 1);
         const serverClosed = server.close();
-        await within('transfers', activeCoordinator.shutdown(), config.limits.shutdownGraceMs + 1_000);
+        await within('transfers', activeCoordinator.shutdown(), config.transfers.shutdownGraceMs + 1_000);
         await within('http server', serverClosed);
         await unwind();
         logger.info('app-server stopped');

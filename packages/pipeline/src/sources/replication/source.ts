@@ -22,6 +22,22 @@ import {
 } from './setup.js';
 import { ReplicationStream } from './stream.js';
 
+/** The heartbeat table of a source that configures `heartbeat` without naming one. */
+export const DEFAULT_HEARTBEAT_TABLE = 'sluice_heartbeat';
+
+/** One row per slot: the last heartbeat write. */
+async function createHeartbeatTable(client: pg.Client, table: string): Promise<void> {
+  try {
+    await client.query(
+      `CREATE TABLE IF NOT EXISTS ${quoteIdent(table)} (slot text PRIMARY KEY, at timestamptz NOT NULL)`,
+    );
+  } catch (err) {
+    // Two sources creating it at once: one wins, the other sees a duplicate type/table.
+    if ((err as { code?: string }).code !== '23505' && (err as { code?: string }).code !== '42P07')
+      throw new SourceError(`Heartbeat table ${table}: ${(err as Error).message}`, { cause: err });
+  }
+}
+
 const Lsn = z.string().refine(isLsn, 'not an LSN');
 
 /**
@@ -56,12 +72,23 @@ export interface ReplicationSourceOptions {
   pageSize?: number;
   /** Standby status updates asking for a keepalive, so an idle slot advances. Default 5000 ms. */
   keepaliveMs?: number;
+  /**
+   * The longest a transaction read waits for a commit behind a stream that never pauses: past it the batch asks
+   * the run to commit (more transactions per commit below it). Default 20 ms.
+   */
+  flushWithinMs?: number;
   /** How often PostgreSQL's current WAL position is sampled for the lag (also while nothing streams). Default 1000 ms. */
   lagProbeMs?: number;
   /** Messages buffered before the replication socket is paused. Default 10 000. */
   highWater?: number;
   /** How long to wait for a slot still held by a dead process's walsender before failing. Default 15 s. */
   slotWaitMs?: number;
+  /**
+   * Writes a row to `table` (default `sluice_heartbeat`, created if absent, added to the publication) every
+   * `intervalMs` while streaming, so the slot's confirmed position advances through a transaction of its own
+   * even when the table is idle — not only through keepalives.
+   */
+  heartbeat?: { table?: string; intervalMs: number };
   /**
    * Who this source belongs to: marked on the publication it creates (see {@link SlotOwner}), so that
    * `sluice-app-server slots` and the removal of an endpoint drop only the slots Sluice created.
@@ -110,6 +137,8 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
   let stream: ReplicationStream | null = null;
   const clients = new Set<pg.Client>();
   const lagProbeMs = options.lagProbeMs ?? 1_000;
+  const flushWithinMs = options.flushWithinMs ?? 20;
+  const heartbeatTable = options.heartbeat?.table ?? DEFAULT_HEARTBEAT_TABLE;
   let lag = new LagTracker();
 
   const connect = async () => {
@@ -169,6 +198,10 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     withClient(async (client) => {
       const facts = await checkReplicationPrerequisites(client, table, options.key ?? null);
       const created = await ensurePublication(client, publication, table);
+      if (options.heartbeat !== undefined) {
+        await createHeartbeatTable(client, heartbeatTable);
+        await ensurePublication(client, publication, heartbeatTable);
+      }
       const owner = options.owner;
       if (owner !== undefined) {
         const ours =
@@ -308,6 +341,8 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     lag.commit(position.lsn);
     /** The end of the last transaction of ours read: the stream is caught up past it once that is committed. */
     let lastChange: string | null = null;
+    /** When the oldest transaction read and not yet flagged for commit ended. */
+    let unflushedSince: number | null = null;
     const current = new ReplicationStream({
       url: options.url,
       slot,
@@ -318,7 +353,22 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     });
     stream = current;
     current.start();
-    const probe = probeServerLsn(lagProbeMs, (lsn) => lag.observeServer(lsn));
+    // PostgreSQL's own position, for the lag also while nothing streams.
+    const probe = every(lagProbeMs, async (client) => {
+      const result = await client.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
+      lag.observeServer(result.rows[0]!.lsn);
+    });
+    // A write that streams through this slot, so it advances even when the table is idle and nothing else does.
+    const heartbeat =
+      options.heartbeat === undefined
+        ? null
+        : every(options.heartbeat.intervalMs, async (client) => {
+            await client.query(
+              `INSERT INTO ${quoteIdent(heartbeatTable)} (slot, at) VALUES ($1, now())
+                 ON CONFLICT (slot) DO UPDATE SET at = excluded.at`,
+              [slot],
+            );
+          });
     const qualified = await withClient(async (client) => {
       const r = await client.query<{ schema: string; name: string }>(
         `SELECT n.nspname AS schema, c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -388,7 +438,15 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
             if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
               position = { ...position, phase: 'stream', catchUp: null };
               yield { kind: 'snapshot-done', position };
-            } else yield { kind: 'records', ops: [], read: 0, bad: [], position };
+            } else {
+              yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: unflushedSince !== null };
+              unflushedSince = null;
+            }
+          } else if (txn === null && unflushedSince !== null && current.buffered() === 0) {
+            // The last transaction was read with this keepalive still queued behind it: commit it now rather
+            // than at the run's next commitEveryMs.
+            yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: true };
+            unflushedSince = null;
           }
           continue;
         }
@@ -463,7 +521,11 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
             if (compareLsn(end, position.lsn) > 0) position = { ...position, lsn: end };
             lag.observeReceived(position.lsn);
             if (txn.changed) lastChange = position.lsn;
-            const flush = current.buffered() === 0;
+            // Commit now when nothing more is waiting, or when transactions have waited `flushWithinMs` behind a
+            // never-empty buffer (a steady stream would otherwise wait for the run's commitEveryMs).
+            unflushedSince ??= Date.now();
+            const flush = current.buffered() === 0 || Date.now() - unflushedSince >= flushWithinMs;
+            if (flush) unflushedSince = null;
             if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
               position = { ...position, phase: 'stream', catchUp: null };
               yield batch(false, false);
@@ -479,15 +541,16 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     } finally {
       stream = null;
       probe.stop();
+      heartbeat?.stop();
       await current.close();
     }
   }
 
   /**
-   * Samples `pg_current_wal_lsn()` every `everyMs` on a connection of its own, so the lag shows also while the
-   * stream delivers nothing (a stalled walsender). A failed sample is skipped; the next one reconnects.
+   * Runs `task` every `everyMs` on a connection of its own (opened on first use): the lag probe and the heartbeat.
+   * A failed run is skipped and its connection dropped; the next run reconnects.
    */
-  function probeServerLsn(everyMs: number, observe: (lsn: string) => void): { stop(): void } {
+  function every(everyMs: number, task: (client: pg.Client) => Promise<void>): { stop(): void } {
     let client: pg.Client | null = null;
     let busy = false;
     let stopped = false;
@@ -496,8 +559,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       busy = true;
       try {
         client ??= await connect();
-        const result = await client.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
-        observe(result.rows[0]!.lsn);
+        await task(client);
       } catch {
         if (client !== null) await release(client);
         client = null;
