@@ -6,6 +6,7 @@ import {
   andFilters,
   compileFilter,
   type Filter,
+  InternalError,
   MalformedJsonError,
   NotFoundError,
   PayloadTooLargeError,
@@ -132,7 +133,7 @@ function normalizeError(err: unknown, bodyLimit: number, request: FastifyRequest
     if (e.statusCode === 413) return new PayloadTooLargeError(bodyLimit);
     return new ValidationError(e.message ?? 'Bad request', [{ path: '(request)', message: e.message ?? '' }]);
   }
-  return new SluiceError('INTERNAL', e.message ?? String(err), 500, { cause: err });
+  return new InternalError(e.message ?? String(err), { cause: err });
 }
 
 /**

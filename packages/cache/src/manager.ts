@@ -1,8 +1,9 @@
 import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import {
+  CacheClosedError,
   CacheNotFoundError,
-  ForbiddenError,
+  CacheReadOnlyError,
   type Logger,
   NameSchema,
   parseOrThrow,
@@ -77,12 +78,12 @@ export class CacheManager implements AsyncDisposable {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new ForbiddenError('The cache manager is closed');
+    if (this.closed) throw new CacheClosedError();
   }
 
   private assertWritable(what: string): void {
     this.assertOpen();
-    if (this.readOnly) throw new ForbiddenError(`The cache manager is read-only; cannot ${what}`);
+    if (this.readOnly) throw new CacheReadOnlyError(what);
   }
 
   /** Creates a cache generation for `endpoint` (unique time-sortable name, state `building`). */

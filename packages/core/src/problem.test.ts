@@ -109,7 +109,9 @@ describe('toProblem', () => {
   });
 
   it('never lets details override the standard members or reach the prototype', () => {
-    const err = new SluiceError('QUEUE_FULL', 'full', 429, {
+    const err = new SluiceError({
+      code: 'QUEUE_FULL',
+      message: 'full',
       details: JSON.parse(
         '{"status": 200, "code": "OK", "type": "x", "__proto__": {"polluted": true}, "n": 1}',
       ),

@@ -541,7 +541,8 @@ export async function startEndpointPipeline(
     return next;
   };
   const assertRunning = () => {
-    if (stopped) throw new SluiceError('INTERNAL', `Endpoint pipeline "${name}" is stopped`);
+    if (stopped)
+      throw new SluiceError({ code: 'INTERNAL', message: `Endpoint pipeline "${name}" is stopped` });
   };
 
   const promote = async (): Promise<SwitchOutcome> => {
@@ -697,10 +698,14 @@ export async function startEndpointPipeline(
       const deadline = Date.now() + (options.timeoutMs ?? 60_000);
       for (;;) {
         if (current?.sink.redirected) return current.cache.name;
-        if (stopped) throw new SluiceError('INTERNAL', `Endpoint pipeline "${name}" stopped`);
+        if (stopped)
+          throw new SluiceError({ code: 'INTERNAL', message: `Endpoint pipeline "${name}" stopped` });
         const remaining = deadline - Date.now();
         if (remaining <= 0)
-          throw new SluiceError('INTERNAL', `Endpoint "${name}" did not finish its snapshot in time`);
+          throw new SluiceError({
+            code: 'INTERNAL',
+            message: `Endpoint "${name}" did not finish its snapshot in time`,
+          });
         await new Promise<void>((resolve) => {
           const wake = () => {
             servingWaiters.delete(wake);

@@ -5,6 +5,7 @@ import {
   type DataPlaneStore,
   IdempotencyConflictError,
   IllegalTransitionError,
+  InternalError,
   isTerminal,
   LeaseHeldError,
   type ListTransfersInput,
@@ -417,7 +418,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
           return outcome;
         }
         if (attempt >= SUBMIT_ATTEMPTS) {
-          throw new Error(`transfer "${request.id}" kept vanishing between insert and read`);
+          throw new InternalError(`transfer "${request.id}" kept vanishing between insert and read`);
         }
       }
     });

@@ -61,10 +61,9 @@ export function normalizeHttpError(
   }
   if (err instanceof SyntaxError) return new MalformedJsonError(err.message);
   if (typeof error.statusCode === 'number' && error.statusCode >= 400 && error.statusCode < 500)
-    return new SluiceError(
-      error.statusCode === 404 ? ErrorCode.NOT_FOUND : ErrorCode.VALIDATION_FAILED,
-      error.message ?? 'Bad request',
-      error.statusCode,
-    );
+    return new SluiceError({
+      code: error.statusCode === 404 ? ErrorCode.NOT_FOUND : ErrorCode.VALIDATION_FAILED,
+      message: error.message ?? 'Bad request',
+    });
   return err;
 }
