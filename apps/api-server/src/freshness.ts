@@ -1,5 +1,5 @@
 /**
- * The freshness contract (DESIGN.md "Freshness"): data responses carry `sluice-position`, an RFC 8941 dictionary of
+ * The freshness contract (docs/architecture.md § Protocol 2; docs/http-api.md, freshness): data responses carry `sluice-position`, an RFC 8941 dictionary of
  * source handle → the position the answering generation committed (an LSN for replication sources, as an
  * sf-string); a request may send `sluice-min-position` (same syntax, or a bare LSN for a one-source endpoint) and
  * is answered once the serving generation has committed at least that far.

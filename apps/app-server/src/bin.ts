@@ -12,10 +12,55 @@ const program = new Command()
     'YAML configuration file (default: ./sluice.yaml when present, else the embedded defaults)',
   )
   .option('--check', 'validate the configuration, print it (secrets redacted), and exit')
-  .showHelpAfterError();
+  .showHelpAfterError()
+  .action(() => serve());
+
+const slots = program
+  .command('slots')
+  .description('list or drop the logical replication slots of the configured PostgreSQL connections');
+slots
+  .command('list')
+  .description(
+    'list the slots, each with what it is to this node (in-use, orphaned, transfer, other-node, foreign)',
+  )
+  .option('--connection <name>', 'only this configured connection')
+  .option('--json', 'print JSON instead of a table')
+  .action(async (options: { connection?: string; json?: boolean }) => {
+    const { runSlotsList } = await import('./slots-command.js');
+    process.exitCode = await runSlotsList(
+      await loadConfig(program.opts<{ config?: string }>().config),
+      options,
+    );
+  });
+slots
+  .command('drop')
+  .description(
+    'drop a slot Sluice created (and its publication): by name, of an endpoint, or every orphaned one',
+  )
+  .argument('[slot]', 'the slot name')
+  .option('--endpoint <name>', 'the slot of this endpoint (configured or removed)')
+  .option('--orphaned', 'every slot this node created for an endpoint no longer in its configuration')
+  .option('--connection <name>', 'only look on this configured connection')
+  .option('--json', 'print JSON')
+  .action(
+    async (
+      slot: string | undefined,
+      options: { endpoint?: string; orphaned?: boolean; connection?: string; json?: boolean },
+    ) => {
+      const { runSlotsDrop } = await import('./slots-command.js');
+      process.exitCode = await runSlotsDrop(
+        await loadConfig(program.opts<{ config?: string }>().config),
+        slot,
+        options,
+      );
+    },
+  );
 
 async function main(): Promise<void> {
-  program.parse();
+  await program.parseAsync();
+}
+
+async function serve(): Promise<void> {
   const options = program.opts<{ config?: string; check?: boolean }>();
   const config = await loadConfig(options.config, process.env);
   if (options.check) {

@@ -1,4 +1,4 @@
-import { mkdirSync, rmdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError, isProcessAlive, readPidFile } from '@sluice/core';
 
@@ -24,6 +24,17 @@ function pause(ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
+/**
+ * A takeover mutex is stale when the starter that made it is gone. Its pid is written inside it right after the
+ * mkdir; a mutex without one is judged by age (its maker died between the two steps). Age alone would break the
+ * mutex of a live starter the scheduler paused for a while, and two takeovers would then overlap.
+ */
+function mutexIsStale(mutex: string): boolean {
+  const owner = readPidFile(join(mutex, 'owner'));
+  if (owner !== null) return owner !== process.pid && !isProcessAlive(owner);
+  return ageMs(mutex) > MUTEX_STALE_MS;
+}
+
 /** Removes `file` if, judged while holding `<file>.takeover`, it still names no live process. */
 function removeStaleUnderMutex(file: string): void {
   const mutex = `${file}.takeover`;
@@ -31,18 +42,23 @@ function removeStaleUnderMutex(file: string): void {
     mkdirSync(mutex);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-    // Another starter is taking over; a mutex older than any takeover takes is a crashed starter's leftover.
-    if (ageMs(mutex) > MUTEX_STALE_MS) rmSync(mutex, { recursive: true, force: true });
+    // Another starter is taking over; a mutex whose maker is gone is a crashed starter's leftover.
+    if (mutexIsStale(mutex)) rmSync(mutex, { recursive: true, force: true });
     else pause(20);
     return;
   }
   try {
+    writeFileSync(join(mutex, 'owner'), `${process.pid}\n`);
+    // Only removal happens under the mutex; creation (`wx`) does not. So an absent file must be left alone: a
+    // starter may create its live lock between this read and an `rm`, and removing that would let two starters
+    // hold the directory (seen as two LOCKED in the defect 8 race test under load).
+    if (!existsSync(file)) return;
     const pid = readPidFile(file);
     const halfWritten = pid === null && ageMs(file) < 2_000;
     if (!halfWritten && (pid === null || pid === process.pid || !isProcessAlive(pid)))
       rmSync(file, { force: true });
   } finally {
-    rmdirSync(mutex);
+    rmSync(mutex, { recursive: true, force: true });
   }
 }
 

@@ -1,12 +1,19 @@
 import {
+  type BuildProgress,
   type EndpointConfig,
+  type EndpointStatus,
+  type GenerationsView,
   type Logger,
   type PipelineCheckpoint,
   type PipelineProgress,
+  type ReplicationStatus,
+  type SwitchOutcome,
   UnknownEndpointError,
 } from '@sluice/core';
-import { type GenerationInfo, type GenerationView, generationsView, type SwitchView } from './generations.js';
+import { type GenerationInfo, generationsView, type SwitchView } from './generations.js';
 import type { PipelineSample } from './metrics.js';
+
+export type { BuildProgress, EndpointStatus, ReplicationStatus, SwitchOutcome };
 
 /** What the manager needs of the cache manager (`@sluice/cache`'s `CacheManager`). */
 export interface CacheCatalog {
@@ -14,15 +21,6 @@ export interface CacheCatalog {
   info(name: string): Promise<{ recordCount: number } | null>;
   list(): Promise<GenerationInfo[]>;
   history(alias: string): SwitchView[];
-}
-
-/** What a promote or rollback did (`changed: false`: it had been done already). */
-export interface SwitchOutcome {
-  endpoint: string;
-  from: string | null;
-  to: string;
-  cause: 'promote' | 'rollback';
-  changed: boolean;
 }
 
 /** What the manager needs of a running endpoint pipeline (`@sluice/pipeline`'s `EndpointPipeline`). */
@@ -41,46 +39,6 @@ export interface EndpointPipelineHandle {
   promote(): Promise<SwitchOutcome>;
   rollback(to?: string): Promise<SwitchOutcome>;
   stop(): Promise<void>;
-}
-
-/** How far a generation being built is: its committed records against the serving generation's. */
-export interface BuildProgress {
-  cache: string;
-  records: number;
-  /** Records of the serving generation (what a rebuild is expected to reach), or null. */
-  expected: number | null;
-  /** records / expected, capped at 1; null when there is nothing to compare with. */
-  ratio: number | null;
-}
-
-/** A logical replication source's slot, committed LSN and lag (bytes of WAL, seconds). */
-export interface ReplicationStatus {
-  slot: string;
-  committedLsn: string | null;
-  lagBytes: number | null;
-  lagSeconds: number | null;
-}
-
-/** One endpoint as `GET /v1/endpoints` reports it. */
-export interface EndpointStatus {
-  name: string;
-  alias: string;
-  servingCache: string | null;
-  buildingCache: string | null;
-  checkpoint: PipelineCheckpoint | null;
-  /** The pipeline's phase, or `held` while a finished green generation waits for promote. */
-  phase: string;
-  records: number | null;
-  lag: number | null;
-  rate: number;
-  decision: { decision: string; reason: string } | null;
-  /** The generation held by a switch gate (or manual mode), and why. */
-  held: { cache: string; reason: string } | null;
-  /** The generation being built (not yet finished or held), with its progress. */
-  building: BuildProgress | null;
-  error: { code: string; message: string } | null;
-  /** Set for endpoints fed by PostgreSQL logical replication. */
-  replication: ReplicationStatus | null;
 }
 
 /**
@@ -227,9 +185,7 @@ export class EndpointManager {
   }
 
   /** Every retained generation of the endpoint, newest first, and its alias's switch history (newest first). */
-  async generations(
-    name: string,
-  ): Promise<{ endpoint: string; generations: GenerationView[]; history: SwitchView[] }> {
+  async generations(name: string): Promise<GenerationsView> {
     if (!this.#configs.some((endpoint) => endpoint.name === name)) throw new UnknownEndpointError(name);
     const all = (await this.#caches.list()).filter((info) => info.endpoint === name);
     const building = this.#pipelines.get(name)?.status().buildingCache ?? null;

@@ -1,3 +1,5 @@
+import { GenerationState, type GenerationView, type SwitchView } from '@sluice/core';
+
 /** What the cache catalogue says about one generation (`@sluice/cache`'s `CacheInfo`, the fields used here). */
 export interface GenerationInfo {
   name: string;
@@ -16,42 +18,7 @@ export interface GenerationInfo {
   };
 }
 
-/** One switch of an alias, as the alias table keeps it. */
-export interface SwitchView {
-  alias: string;
-  from: string | null;
-  to: string;
-  at: string;
-  cause: string;
-  version: number;
-}
-
-/** The generation states an operator sees. */
-export const GenerationState = {
-  serving: 'serving',
-  building: 'building',
-  held: 'held',
-  retired: 'retired',
-} as const;
-export type GenerationState = (typeof GenerationState)[keyof typeof GenerationState];
-
-/** One retained generation as `GET /v1/endpoints/:name/generations` reports it. */
-export interface GenerationView {
-  name: string;
-  state: GenerationState;
-  createdAt: string;
-  snapshotDoneAt: string | null;
-  switchedAt: string | null;
-  retiredAt: string | null;
-  records: number;
-  checkpoint: unknown;
-  /** The restart decision of the latest run into it (`resume` | `from-scratch`). */
-  decision: string | null;
-  /** Why it is held, else why the decision was made. */
-  reason: string | null;
-  /** Why it was built (the cause its switch records). */
-  cause: string | null;
-}
+export { GenerationState, type GenerationView, type SwitchView };
 
 /**
  * The operator's view of an endpoint's generations, newest first: the alias target serves; a finished green

@@ -180,6 +180,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
       auth,
       coordinator: activeCoordinator,
       endpoints,
+      switches: serving.onSwitch,
       metrics,
       nodeId,
       direct,

@@ -1,13 +1,16 @@
 import { resolve } from 'node:path';
 import { type CacheManager, openCacheManager } from '@sluice/cache';
-import type { EventPublisher, Logger, SluiceConfig, SluiceEvent } from '@sluice/core';
+import type { AliasRedirected, EventPublisher, Logger, SluiceConfig, SluiceEvent } from '@sluice/core';
 import { startEndpointPipeline } from '@sluice/pipeline';
 import { EndpointManager } from './endpoints.js';
+import { dropRemovedEndpointSlots } from './replication-slots.js';
 
 /** The serving plane of this host: its LMDB caches and the endpoint pipelines that fill them. */
 export interface ServingPlane {
   caches: CacheManager;
   endpoints: EndpointManager;
+  /** Calls `listener` on every alias switch of this host (as published); returns the unsubscribe. */
+  onSwitch(listener: (event: AliasRedirected) => void): () => void;
   close(): Promise<void>;
 }
 
@@ -50,7 +53,22 @@ export async function openServingPlane(
     changes: config.cache.changes,
     logger: context.logger,
   });
-  const events = withHost(context.events, config.node.id);
+  const switchListeners = new Set<(event: AliasRedirected) => void>();
+  const published = withHost(context.events, config.node.id);
+  // The alias has moved when its event is published: tell this process's watchers (the console's stream) too.
+  const events: EventPublisher = {
+    publish: (event) => {
+      if (event.type === 'AliasRedirected')
+        for (const listener of switchListeners) {
+          try {
+            listener(event);
+          } catch (err) {
+            context.logger.warn({ err }, 'a switch listener failed');
+          }
+        }
+      return published.publish(event);
+    },
+  };
   let endpoints: EndpointManager;
   try {
     endpoints = await EndpointManager.start(config.endpoints, {
@@ -74,6 +92,12 @@ export async function openServingPlane(
     await caches.close();
     throw err;
   }
+  // A removed endpoint's slot would keep WAL until the disk fills: drop the ones this node created (in the
+  // background: an unreachable database must not delay serving the others).
+  const sweepAbort = new AbortController();
+  const slotSweep = dropRemovedEndpointSlots(config, context.logger, { signal: sweepAbort.signal }).catch(
+    (err) => context.logger.warn({ err }, 'cannot drop the replication slots of removed endpoints'),
+  );
   const gcEveryMs = Math.min(Math.max(config.cache.gcGraceMs, 1_000), 60_000);
   const gcTimer = setInterval(() => {
     caches.gc().then(
@@ -88,8 +112,14 @@ export async function openServingPlane(
   return {
     caches,
     endpoints,
+    onSwitch(listener) {
+      switchListeners.add(listener);
+      return () => switchListeners.delete(listener);
+    },
     async close() {
       clearInterval(gcTimer);
+      sweepAbort.abort();
+      await slotSweep;
       await endpoints.stop();
       await caches.close();
     },

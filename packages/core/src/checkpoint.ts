@@ -23,7 +23,7 @@ export const PipelinePhase = {
 } as const;
 export type PipelinePhase = (typeof PipelinePhase)[keyof typeof PipelinePhase];
 
-/** The restart decision of a pipeline (DESIGN.md restart cases 1 and 4). */
+/** The restart decision of a pipeline (docs/architecture.md § Protocol 2, restart cases 1 and 4). */
 export const RestartDecision = { resume: 'resume', fromScratch: 'from-scratch' } as const;
 export type RestartDecision = (typeof RestartDecision)[keyof typeof RestartDecision];
 

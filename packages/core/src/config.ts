@@ -26,7 +26,7 @@ const FieldName = z
     message: 'not a valid field name',
   });
 
-/** How a green generation replaces the serving one (DESIGN.md § Generations an operator steers). */
+/** How a green generation replaces the serving one (docs/architecture.md § Protocol 2). */
 export const SwitchMode = { auto: 'auto', manual: 'manual' } as const;
 export type SwitchMode = (typeof SwitchMode)[keyof typeof SwitchMode];
 

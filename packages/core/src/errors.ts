@@ -51,6 +51,9 @@ export const ErrorCode = {
   NOTHING_TO_PROMOTE: 'NOTHING_TO_PROMOTE',
   NOTHING_TO_ROLL_BACK: 'NOTHING_TO_ROLL_BACK',
   CANNOT_RESUME: 'CANNOT_RESUME',
+  UNKNOWN_SLOT: 'UNKNOWN_SLOT',
+  SLOT_ACTIVE: 'SLOT_ACTIVE',
+  SLOT_NOT_OWNED: 'SLOT_NOT_OWNED',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
@@ -581,6 +584,44 @@ export class ReplicationNotPermittedError extends SluiceError {
       ...options,
       details: { role, privilege: 'REPLICATION' },
     });
+  }
+}
+
+/** `slots drop` named a replication slot that no configured PostgreSQL connection has. */
+export class UnknownSlotError extends SluiceError {
+  constructor(slot: string) {
+    super(
+      ErrorCode.UNKNOWN_SLOT,
+      `No logical replication slot ${q(slot)} on the configured connections`,
+      404,
+      {
+        details: { slot },
+      },
+    );
+  }
+}
+
+/** A replication slot a walsender is streaming from: stop the process that reads it first. */
+export class SlotActiveError extends SluiceError {
+  constructor(slot: string, pid: number | null) {
+    super(
+      ErrorCode.SLOT_ACTIVE,
+      `Replication slot ${q(slot)} is in use${pid === null ? '' : ` by PostgreSQL backend ${pid}`}; stop the app-server that streams it (or remove its endpoint) first`,
+      409,
+      { details: { slot, pid } },
+    );
+  }
+}
+
+/** A replication slot Sluice did not create: it is never dropped by Sluice (use SQL if it must go). */
+export class SlotNotOwnedError extends SluiceError {
+  constructor(slot: string) {
+    super(
+      ErrorCode.SLOT_NOT_OWNED,
+      `Replication slot ${q(slot)} was not created by Sluice (no Sluice publication names it); drop it with SQL if it is really unused`,
+      409,
+      { details: { slot } },
+    );
   }
 }
 

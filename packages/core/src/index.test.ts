@@ -32,6 +32,7 @@ const PUBLIC_RUNTIME_EXPORTS = [
   'FORBIDDEN_KEYS',
   'FieldType',
   'FieldTypeSchema',
+  'GenerationState',
   'FileAddressSchema',
   'FileFormat',
   'ForbiddenError',

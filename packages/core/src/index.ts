@@ -60,6 +60,19 @@ export {
   redactConfig,
 } from './config-file.js';
 export {
+  type BuildProgress,
+  type EndpointStatus,
+  type EndpointStreamEvent,
+  type EndpointWatchView,
+  GenerationState,
+  type GenerationsView,
+  type GenerationView,
+  type NodeView,
+  type ReplicationStatus,
+  type SwitchOutcome,
+  type SwitchView,
+} from './control-views.js';
+export {
   asSluiceError,
   BackplaneUnavailableError,
   BadRecordError,
@@ -96,6 +109,8 @@ export {
   SchemaMismatchError,
   ShuttingDownError,
   SinkError,
+  SlotActiveError,
+  SlotNotOwnedError,
   SluiceError,
   type SluiceErrorInit,
   type SluiceErrorOptions,
@@ -110,6 +125,7 @@ export {
   UnauthorizedError,
   UnknownConnectionError,
   UnknownEndpointError,
+  UnknownSlotError,
   UnsupportedAddressTypeError,
   UnsupportedMediaTypeError,
   ValidationError,

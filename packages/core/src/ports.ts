@@ -191,8 +191,8 @@ export interface OwnerReport {
 /**
  * An answer the backplane could not make certain. `silent` marks the one case that is not an outage: the
  * backplane is connected and the question reached the owner's subscription, but no owner answered within the
- * wait (a hung or frozen process). DESIGN.md reads that as "nobody answers within the configured wait", which
- * allows a takeover (fenced by the epoch, so a hung owner that wakes up cannot write); any other `unknown` must
+ * wait (a hung or frozen process). The idempotence protocol (docs/architecture.md § Protocol 1) reads that as
+ * "nobody answers within the configured wait", which allows a takeover (fenced by the epoch, so a hung owner that wakes up cannot write); any other `unknown` must
  * fall back to the lease.
  */
 export interface UnknownAnswer {

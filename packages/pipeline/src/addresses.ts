@@ -94,6 +94,7 @@ export function sourceFor(
           ...(key.length > 0 ? { key } : {}),
           slot: address.slot ?? defaultReplicationName(node, handle),
           publication: address.publication ?? defaultReplicationName(node, handle),
+          owner: { node, handle, role: options.role ?? 'transfer' },
           ...(ctx.replication ?? {}),
         });
       }

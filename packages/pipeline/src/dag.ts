@@ -30,7 +30,7 @@ export interface RestartPlan {
 }
 
 /**
- * Decides how a pipeline starts (DESIGN.md restart cases): resume only when the pipeline checkpoint and
+ * Decides how a pipeline starts (docs/architecture.md § Protocol 2, restart cases): resume only when the pipeline checkpoint and
  * the sink's committed checkpoint agree, both come from this DAG, every node has a position, and every
  * source says it can continue from its position. Anything else starts from scratch, with the reason.
  *

@@ -51,6 +51,7 @@ export {
   type PostgresSourceOptions,
 } from './sources/postgres.js';
 export { compareLsn, formatLsn, parseLsn } from './sources/replication/lsn.js';
+export type { OwnedSlotMark, SlotOwner } from './sources/replication/ownership.js';
 export { defaultReplicationName, dropSlot } from './sources/replication/setup.js';
 export {
   dropReplicationSlot,

@@ -28,6 +28,7 @@ import type { EndpointManager } from '../endpoints.js';
 import type { NodeMetrics } from '../metrics.js';
 import { submissionReply, type TransferCoordinator } from '../transfers/coordinator.js';
 import { type AuthSettings, bearerCheck } from './auth.js';
+import { endpointStreamRoutes, type SwitchSubscription } from './endpoint-stream.js';
 import { normalizeHttpError } from './errors.js';
 import { steeringRoutes } from './steering-routes.js';
 
@@ -44,6 +45,8 @@ export interface ServerOptions {
   auth: AuthSettings | undefined;
   coordinator: TransferCoordinator;
   endpoints: EndpointManager;
+  /** This host's alias switches, pushed to the endpoint stream as they happen. */
+  switches: SwitchSubscription;
   metrics: NodeMetrics;
   nodes: () => Promise<unknown[]>;
   readiness: () => Promise<{ ready: boolean; checks: Record<string, string> }>;
@@ -249,6 +252,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   );
 
   await app.register(steeringRoutes, { endpoints: options.endpoints });
+  await app.register(endpointStreamRoutes, { endpoints: options.endpoints, switches: options.switches });
 
   api.get('/v1/nodes', { schema: { summary: 'Cluster members and when they were last seen' } }, async () => ({
     nodes: await options.nodes(),

@@ -1,5 +1,5 @@
 import { SluiceError, type TransferRecord, type TransferRequest } from '@sluice/core';
-import { type CoordinatorState, transitionOnce } from './context.js';
+import type { CoordinatorState } from './context.js';
 import { schedule, settle, settleStopped, stopRun } from './execution.js';
 import { LocalRun, RunPhase, StopReason } from './local-run.js';
 import type { Ticket } from './scheduler.js';

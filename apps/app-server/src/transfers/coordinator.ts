@@ -29,7 +29,7 @@ const WATCHDOG_MS = 20;
 const SUBMIT_PASSES = 8;
 
 /**
- * The idempotence protocol of DESIGN.md § Transfers on top of the store and backplane ports. This class only
+ * The idempotence protocol of docs/architecture.md § Protocol 1 on top of the store and backplane ports. This class only
  * composes; each job lives in its own module (docs/coordinator.md): the run lifecycle (local-run.ts), the one
  * claim wrapper (claim.ts), execution and settling (execution.ts), leases (leases.ts), recovery
  * (recovery.ts), terminate (terminate.ts) and fire-and-forget (fire-and-forget.ts).

@@ -5,7 +5,7 @@ import type { Submission } from './submission.js';
 
 /**
  * Fire-and-forget requests: never in the store, run on the receiving node with bounded concurrency; lost if
- * the node dies (DESIGN.md § Transfers). Their checkpoint lives in memory and their epoch is 0 (unfenced).
+ * the node dies (docs/architecture.md § Protocol 1). Their checkpoint lives in memory and their epoch is 0 (unfenced).
  */
 export class FireAndForget {
   readonly #o: CoordinatorOptions;

@@ -96,17 +96,17 @@ export function incompatibleColumns(previous: ColumnList, next: ColumnList): str
   return null;
 }
 
-/** Creates the publication for `table` if absent, or adds the table to it. */
+/** Creates the publication for `table` if absent, or adds the table to it. True when it created it. */
 export async function ensurePublication(
   client: pg.Client,
   publication: string,
   table: string,
-): Promise<void> {
+): Promise<boolean> {
   const exists = await client.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [publication]);
   if (exists.rowCount === 0) {
     try {
       await client.query(`CREATE PUBLICATION ${quoteIdent(publication)} FOR TABLE ${quoteIdent(table)}`);
-      return;
+      return true;
     } catch (err) {
       if ((err as { code?: string }).code !== '42710')
         throw asSetupError(err, `CREATE PUBLICATION ${publication}`);
@@ -126,6 +126,7 @@ export async function ensurePublication(
         throw asSetupError(err, `ALTER PUBLICATION ${publication}`);
     }
   }
+  return false;
 }
 
 function asSetupError(err: unknown, what: string): Error {

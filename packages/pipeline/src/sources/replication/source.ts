@@ -7,11 +7,13 @@ import type { RecordOp, Row } from '../../ops.js';
 import { connectPostgres, quoteIdent } from '../../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceBatch, SourceItem } from '../../types.js';
 import { compareLsn, isLsn, lsnDistance, maxLsn, normalizeLsn } from './lsn.js';
+import { markPublication, publicationComment, type SlotOwner } from './ownership.js';
 import {
   type ColumnList,
   checkReplicationPrerequisites,
   columnsOf,
   createSlotWithSnapshot,
+  defaultReplicationName,
   dropSlot,
   ensurePublication,
   incompatibleColumns,
@@ -57,6 +59,11 @@ export interface ReplicationSourceOptions {
   highWater?: number;
   /** How long to wait for a slot still held by a dead process's walsender before failing. Default 15 s. */
   slotWaitMs?: number;
+  /**
+   * Who this source belongs to: marked on the publication it creates (see {@link SlotOwner}), so that
+   * `sluice-app-server slots` and the removal of an endpoint drop only the slots Sluice created.
+   */
+  owner?: SlotOwner;
 }
 
 /** How far the endpoint is behind the source: WAL bytes and seconds since the oldest unapplied commit. */
@@ -155,11 +162,23 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     });
   }
 
-  /** The prerequisites (each its own stable error), then the publication, created if absent. */
+  /**
+   * The prerequisites (each its own stable error), then the publication, created if absent and then marked as
+   * Sluice's. A publication of Sluice's own default name without a mark (made before marks existed) is marked
+   * too; one the operator made and named stays unmarked, and so does its slot: Sluice never drops those.
+   */
   const prepare = () =>
     withClient(async (client) => {
       const facts = await checkReplicationPrerequisites(client, table, options.key ?? null);
-      await ensurePublication(client, publication, table);
+      const created = await ensurePublication(client, publication, table);
+      const owner = options.owner;
+      if (owner !== undefined) {
+        const ours =
+          created ||
+          (publication === defaultReplicationName(owner.node, owner.handle) &&
+            (await publicationComment(client, publication)) === null);
+        if (ours) await markPublication(client, publication, owner, slot);
+      }
       return facts;
     });
 

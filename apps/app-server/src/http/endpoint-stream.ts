@@ -1,0 +1,267 @@
+import type { ServerResponse } from 'node:http';
+import {
+  type AliasRedirected,
+  type EndpointStatus,
+  type EndpointStreamEvent,
+  type EndpointWatchView,
+  ErrorCode,
+  type GenerationsView,
+  SluiceError,
+} from '@sluice/core';
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+
+/** What the stream reads: the host's endpoints (the app-server's `EndpointManager`). */
+export interface EndpointSource {
+  status(): Promise<EndpointStatus[]>;
+  generations(name: string): Promise<GenerationsView>;
+}
+
+/** Subscribes to this host's alias switches (AliasRedirected as the pipelines publish it); returns the unsubscribe. */
+export type SwitchSubscription = (listener: (event: AliasRedirected) => void) => () => void;
+
+export interface EndpointStreamOptions {
+  endpoints: EndpointSource;
+  switches: SwitchSubscription;
+  /** How often the picture is sampled while someone watches (default 500 ms): progress, records, lag, rate. */
+  sampleMs?: number;
+  /** Heartbeat comment interval unless the request asks for another (default 15 000 ms). */
+  heartbeatMs?: number;
+  /** Streams open at once (default 256); more are refused with 429 QUEUE_FULL. */
+  maxSubscribers?: number;
+}
+
+/** A watcher that stops reading is cut off once this much is waiting in its socket. */
+const MAX_BUFFERED_BYTES = 4 * 1024 * 1024;
+
+/** Sent first: how long a browser's EventSource waits before reconnecting. */
+const RETRY_FRAME = 'retry: 1000\n\n';
+const HEARTBEAT_FRAME = ': heartbeat\n\n';
+
+function frame(event: EndpointStreamEvent): string {
+  const { type, ...data } = event;
+  return `event: ${type}\ndata: ${JSON.stringify(data)}\n\n`;
+}
+
+interface Watcher {
+  res: ServerResponse;
+  heartbeat: NodeJS.Timeout;
+}
+
+/**
+ * The host's endpoints as one picture (status + generations + alias history per endpoint), pushed to every
+ * watcher when any of it changes: sampled every `sampleMs` while at least one watcher is connected (one sampling
+ * for all of them), and at once after an alias switch, which is also pushed as its own `switch` event.
+ *
+ * @example
+ * ```ts
+ * const hub = new EndpointWatchHub({ endpoints, switches: serving.onSwitch }, app.log);
+ * hub.watch(reply.raw, 15_000);
+ * await hub.close();
+ * ```
+ */
+export class EndpointWatchHub {
+  readonly #watchers = new Set<Watcher>();
+  readonly #endpoints: EndpointSource;
+  readonly #sampleMs: number;
+  readonly #log: FastifyBaseLogger;
+  readonly #unsubscribe: () => void;
+  #timer: NodeJS.Timeout | null = null;
+  /** The last picture sent (its JSON), so an unchanged sample sends nothing. */
+  #last: string | null = null;
+  #sampling: Promise<void> | null = null;
+  #again = false;
+  #closed = false;
+
+  constructor(options: EndpointStreamOptions, log: FastifyBaseLogger) {
+    this.#endpoints = options.endpoints;
+    this.#sampleMs = options.sampleMs ?? 500;
+    this.#log = log;
+    this.#unsubscribe = options.switches((event) => this.#onSwitch(event));
+  }
+
+  get size(): number {
+    return this.#watchers.size;
+  }
+
+  get isClosed(): boolean {
+    return this.#closed;
+  }
+
+  /** Starts a watcher on a response whose headers are written: the current picture first, then changes. */
+  async watch(res: ServerResponse, heartbeatMs: number): Promise<void> {
+    const watcher: Watcher = {
+      res,
+      heartbeat: setInterval(() => this.#send(watcher, HEARTBEAT_FRAME), heartbeatMs),
+    };
+    this.#watchers.add(watcher);
+    res.on('close', () => this.#drop(watcher));
+    this.#send(watcher, RETRY_FRAME);
+    try {
+      const picture = await this.#picture();
+      this.#last ??= JSON.stringify(picture);
+      this.#send(watcher, frame({ type: 'endpoints', endpoints: picture }));
+    } catch (err) {
+      this.#log.warn({ err }, 'endpoint stream: the first picture failed; the next sample sends it');
+      this.#last = null;
+    }
+    this.#timer ??= setInterval(() => this.#sample(), this.#sampleMs);
+  }
+
+  /** Ends every stream (shutdown) and stops sampling. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#unsubscribe();
+    for (const watcher of [...this.#watchers]) {
+      watcher.res.end();
+      this.#drop(watcher);
+    }
+    await this.#sampling;
+  }
+
+  #onSwitch(event: AliasRedirected): void {
+    if (this.#closed || this.#watchers.size === 0) return;
+    this.#broadcast(
+      frame({
+        type: 'switch',
+        endpoint: event.alias,
+        from: event.from,
+        to: event.to,
+        cause: event.cause ?? null,
+        version: event.version ?? null,
+        at: event.at,
+      }),
+    );
+    this.#sample();
+  }
+
+  /** Takes a sample unless one runs; one asked for meanwhile runs right after it (a switch must not be missed). */
+  #sample(): void {
+    if (this.#closed) return;
+    if (this.#sampling) {
+      this.#again = true;
+      return;
+    }
+    this.#sampling = (async () => {
+      do {
+        this.#again = false;
+        try {
+          const picture = await this.#picture();
+          const json = JSON.stringify(picture);
+          if (json !== this.#last) {
+            this.#last = json;
+            this.#broadcast(frame({ type: 'endpoints', endpoints: picture }));
+          }
+        } catch (err) {
+          this.#log.warn({ err }, 'endpoint stream: sampling failed; retrying at the next interval');
+        }
+      } while (this.#again && !this.#closed);
+    })().finally(() => {
+      this.#sampling = null;
+    });
+  }
+
+  async #picture(): Promise<EndpointWatchView[]> {
+    const statuses = await this.#endpoints.status();
+    return Promise.all(
+      statuses.map(async (status) => {
+        const { generations, history } = await this.#endpoints.generations(status.name);
+        return { ...status, generations, history };
+      }),
+    );
+  }
+
+  #broadcast(text: string): void {
+    for (const watcher of this.#watchers) this.#send(watcher, text);
+  }
+
+  #send(watcher: Watcher, text: string): void {
+    if (watcher.res.destroyed || watcher.res.writableEnded) return;
+    if (watcher.res.writableLength > MAX_BUFFERED_BYTES) {
+      this.#log.warn('endpoint stream: a watcher stopped reading; disconnected');
+      watcher.res.destroy();
+      this.#drop(watcher);
+      return;
+    }
+    watcher.res.write(text);
+  }
+
+  #drop(watcher: Watcher): void {
+    clearInterval(watcher.heartbeat);
+    if (!this.#watchers.delete(watcher)) return;
+    if (this.#watchers.size === 0 && this.#timer) {
+      clearInterval(this.#timer);
+      this.#timer = null;
+      // A watcher arriving later gets a fresh picture; changes meanwhile were seen by nobody.
+      this.#last = null;
+    }
+  }
+}
+
+const StreamQuery = z.strictObject({
+  heartbeatMs: z.coerce
+    .number()
+    .int()
+    .min(1_000)
+    .max(60_000)
+    .optional()
+    .describe('Heartbeat comment interval (default 15 000 ms), for proxies with short idle timeouts'),
+});
+
+/**
+ * `GET /v1/endpoints/stream`: the host's endpoints as Server-Sent Events — `endpoints` (status, generations and
+ * alias history of every endpoint) on connect and on every change, `switch` on every alias switch, heartbeat
+ * comments. Registered inside the control API, so it is authorized like the rest of it.
+ *
+ * @example
+ * ```ts
+ * await app.register(endpointStreamRoutes, { endpoints, switches: serving.onSwitch });
+ * // curl -N -H 'authorization: Bearer …' localhost:7070/v1/endpoints/stream
+ * ```
+ */
+export async function endpointStreamRoutes(
+  app: FastifyInstance,
+  options: EndpointStreamOptions,
+): Promise<void> {
+  const hub = new EndpointWatchHub(options, app.log);
+  const maxSubscribers = options.maxSubscribers ?? 256;
+  const defaultHeartbeatMs = options.heartbeatMs ?? 15_000;
+  // Streams never end on their own: end them before the server waits for its connections to close.
+  app.addHook('preClose', async () => hub.close());
+
+  app.withTypeProvider<ZodTypeProvider>().get(
+    '/v1/endpoints/stream',
+    {
+      schema: {
+        summary:
+          'Endpoint status as Server-Sent Events (endpoints on connect and on change, switch, heartbeats)',
+        description:
+          '`event: endpoints` `{endpoints: [...]}`: every endpoint of this host as `GET /v1/endpoints` reports it, with `generations` and `history` as `GET /v1/endpoints/:name/generations`; sent on connect and whenever any of it changes. `event: switch` `{endpoint, from, to, cause, version, at}`: an alias switch of this host. `: heartbeat` comments every `heartbeatMs`.',
+        querystring: StreamQuery,
+      },
+    },
+    async (request, reply) => {
+      if (hub.isClosed || hub.size >= maxSubscribers) {
+        reply.header('retry-after', '5');
+        throw new SluiceError(
+          ErrorCode.QUEUE_FULL,
+          'This app-server has as many endpoint streams open as it accepts; retry later',
+          429,
+          { details: { retryAfterSeconds: 5 } },
+        );
+      }
+      reply.hijack();
+      const res = reply.raw;
+      res.writeHead(200, {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache, no-transform',
+        'x-accel-buffering': 'no',
+      });
+      request.raw.socket.setNoDelay(true);
+      await hub.watch(res, request.query.heartbeatMs ?? defaultHeartbeatMs);
+      return reply;
+    },
+  );
+}

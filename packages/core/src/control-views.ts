@@ -1,0 +1,131 @@
+/**
+ * What the control API (app-server) answers about endpoints, their generations and the cluster's members: one
+ * definition, used by the app-server that builds these views and by `@sluice/client` (and the console) that reads
+ * them. Types only: the app-server builds them from its pipelines and caches, never from untrusted input.
+ */
+import type { PipelineCheckpoint } from './checkpoint.js';
+
+/** How far a generation being built is: its committed records against the serving generation's. */
+export interface BuildProgress {
+  cache: string;
+  records: number;
+  /** Records of the serving generation (what a rebuild is expected to reach), or null. */
+  expected: number | null;
+  /** records / expected, capped at 1; null when there is nothing to compare with. */
+  ratio: number | null;
+}
+
+/** A logical replication source's slot, committed LSN and lag (bytes of WAL, seconds). */
+export interface ReplicationStatus {
+  slot: string;
+  committedLsn: string | null;
+  lagBytes: number | null;
+  lagSeconds: number | null;
+}
+
+/** One endpoint as `GET /v1/endpoints` reports it. */
+export interface EndpointStatus {
+  name: string;
+  alias: string;
+  servingCache: string | null;
+  buildingCache: string | null;
+  checkpoint: PipelineCheckpoint | null;
+  /** The pipeline's phase, or `held` while a finished green generation waits for promote. */
+  phase: string;
+  records: number | null;
+  lag: number | null;
+  rate: number;
+  decision: { decision: string; reason: string } | null;
+  /** The generation held by a switch gate (or manual mode), and why. */
+  held: { cache: string; reason: string } | null;
+  /** The generation being built (not yet finished or held), with its progress. */
+  building: BuildProgress | null;
+  error: { code: string; message: string } | null;
+  /** Set for endpoints fed by PostgreSQL logical replication. */
+  replication: ReplicationStatus | null;
+}
+
+/** The generation states an operator sees. */
+export const GenerationState = {
+  serving: 'serving',
+  building: 'building',
+  held: 'held',
+  retired: 'retired',
+} as const;
+export type GenerationState = (typeof GenerationState)[keyof typeof GenerationState];
+
+/** One retained generation as `GET /v1/endpoints/:name/generations` reports it. */
+export interface GenerationView {
+  name: string;
+  state: GenerationState;
+  createdAt: string;
+  snapshotDoneAt: string | null;
+  switchedAt: string | null;
+  retiredAt: string | null;
+  records: number;
+  checkpoint: unknown;
+  /** The restart decision of the latest run into it (`resume` | `from-scratch`). */
+  decision: string | null;
+  /** Why it is held, else why the decision was made. */
+  reason: string | null;
+  /** Why it was built (the cause its switch records). */
+  cause: string | null;
+}
+
+/** One switch of an alias, as the alias table keeps it. */
+export interface SwitchView {
+  alias: string;
+  from: string | null;
+  to: string;
+  at: string;
+  cause: string;
+  version: number;
+}
+
+/** `GET /v1/endpoints/:name/generations`: retained generations and the alias history, both newest first. */
+export interface GenerationsView {
+  endpoint: string;
+  generations: GenerationView[];
+  history: SwitchView[];
+}
+
+/** What a promote or rollback did (`changed: false`: it had been done already). */
+export interface SwitchOutcome {
+  endpoint: string;
+  from: string | null;
+  to: string;
+  cause: 'promote' | 'rollback';
+  changed: boolean;
+}
+
+/** One member of the cluster as `GET /v1/nodes` reports it (`alive`: seen within `leaseMs`, store clock). */
+export interface NodeView {
+  nodeId: string;
+  address: string;
+  instanceId: string;
+  startedAt: string;
+  lastSeenAt: string;
+  alive: boolean;
+}
+
+/** One endpoint as `GET /v1/endpoints/stream` pushes it: its status, generations and alias history. */
+export interface EndpointWatchView extends EndpointStatus {
+  generations: GenerationView[];
+  history: SwitchView[];
+}
+
+/**
+ * The events of `GET /v1/endpoints/stream` (Server-Sent Events): the whole picture of the host's endpoints on
+ * connect and whenever any of it changes, and each alias switch of this host as it happens.
+ */
+export type EndpointStreamEvent =
+  | { type: 'endpoints'; endpoints: EndpointWatchView[] }
+  | {
+      type: 'switch';
+      endpoint: string;
+      from: string | null;
+      to: string;
+      cause: string | null;
+      version: number | null;
+      at: string;
+    };
