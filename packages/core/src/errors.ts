@@ -74,6 +74,7 @@ export const STATUS_BY_CODE = {
   UNKNOWN_ENDPOINT: 404,
   RECORD_NOT_FOUND: 404,
   CACHE_NOT_FOUND: 404,
+  UNKNOWN_SLOT: 404,
   NOT_FOUND: 404,
   STALE_EPOCH: 409,
   LEASE_HELD: 409,
@@ -85,6 +86,8 @@ export const STATUS_BY_CODE = {
   CACHE_CONFLICT: 409,
   TRANSFER_TERMINATED: 409,
   SOURCE_SCHEMA_CHANGED: 409,
+  SLOT_ACTIVE: 409,
+  SLOT_NOT_OWNED: 409,
   CURSOR_EXPIRED: 410,
   PAYLOAD_TOO_LARGE: 413,
   UNSUPPORTED_MEDIA_TYPE: 415,
@@ -590,38 +593,33 @@ export class ReplicationNotPermittedError extends SluiceError {
 /** `slots drop` named a replication slot that no configured PostgreSQL connection has. */
 export class UnknownSlotError extends SluiceError {
   constructor(slot: string) {
-    super(
-      ErrorCode.UNKNOWN_SLOT,
-      `No logical replication slot ${q(slot)} on the configured connections`,
-      404,
-      {
-        details: { slot },
-      },
-    );
+    super({
+      code: ErrorCode.UNKNOWN_SLOT,
+      message: `No logical replication slot ${q(slot)} on the configured connections`,
+      details: { slot },
+    });
   }
 }
 
 /** A replication slot a walsender is streaming from: stop the process that reads it first. */
 export class SlotActiveError extends SluiceError {
   constructor(slot: string, pid: number | null) {
-    super(
-      ErrorCode.SLOT_ACTIVE,
-      `Replication slot ${q(slot)} is in use${pid === null ? '' : ` by PostgreSQL backend ${pid}`}; stop the app-server that streams it (or remove its endpoint) first`,
-      409,
-      { details: { slot, pid } },
-    );
+    super({
+      code: ErrorCode.SLOT_ACTIVE,
+      message: `Replication slot ${q(slot)} is in use${pid === null ? '' : ` by PostgreSQL backend ${pid}`}; stop the app-server that streams it (or remove its endpoint) first`,
+      details: { slot, pid },
+    });
   }
 }
 
 /** A replication slot Sluice did not create: it is never dropped by Sluice (use SQL if it must go). */
 export class SlotNotOwnedError extends SluiceError {
   constructor(slot: string) {
-    super(
-      ErrorCode.SLOT_NOT_OWNED,
-      `Replication slot ${q(slot)} was not created by Sluice (no Sluice publication names it); drop it with SQL if it is really unused`,
-      409,
-      { details: { slot } },
-    );
+    super({
+      code: ErrorCode.SLOT_NOT_OWNED,
+      message: `Replication slot ${q(slot)} was not created by Sluice (no Sluice publication names it); drop it with SQL if it is really unused`,
+      details: { slot },
+    });
   }
 }
 
