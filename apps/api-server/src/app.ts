@@ -4,6 +4,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import {
   andFilters,
+  type CommitState,
   compileFilter,
   type Filter,
   InternalError,
@@ -27,7 +28,6 @@ import { jsonSchemaTransform, type ZodTypeProvider } from 'fastify-type-provider
 import type { Logger as PinoLogger } from 'pino';
 import type { z } from 'zod';
 import { OPEN_SCOPE, TokenAuthenticator, type TokenScope } from './auth.js';
-import type { ServedCommitState } from './cache-port.js';
 import { changeFeedPlugin } from './changes/plugin.js';
 import { unwrapCursor, wrapCursor } from './cursor.js';
 import {
@@ -90,7 +90,7 @@ declare module 'fastify' {
  * Formats the `sluice-checkpoint` header: `epoch=<n>, at="<checkpoint instant>", committed-at="<instant>"`
  * (an RFC 8941 dictionary), or `none` for a cache that has not committed a checkpoint yet.
  */
-export function formatCheckpointHeader(state: Readonly<ServedCommitState>): string {
+export function formatCheckpointHeader(state: Readonly<CommitState>): string {
   const checkpoint = state.checkpoint;
   if (!checkpoint) return state.committedAt ? `none, committed-at="${state.committedAt}"` : 'none';
   const committed = state.committedAt ? `, committed-at="${state.committedAt}"` : '';
@@ -293,7 +293,7 @@ export async function buildApp(options: BuildAppOptions) {
   // The checkpoint header of a data response is formatted once per commit: the cache hands out one commit-state
   // object per commit, read in the snapshot of the data it is sent with.
   const checkpointHeaders = new WeakMap<object, { header: string; position: string | null }>();
-  const stampState = (reply: FastifyReply, state: Readonly<ServedCommitState>): void => {
+  const stampState = (reply: FastifyReply, state: Readonly<CommitState>): void => {
     let headers = checkpointHeaders.get(state);
     if (headers === undefined) {
       headers = { header: formatCheckpointHeader(state), position: formatPositionHeader(state.checkpoint) };

@@ -13,7 +13,6 @@ export {
   TokenClaimsSchema,
   type TokenScope,
 } from './auth.js';
-export type { CacheDirectory, ServedCache, ServedCacheSchema } from './cache-port.js';
 export { FeedEvent, sseFrame } from './changes/frames.js';
 export { type ChangeFeedPluginOptions, ChangesQuerySchema, changeFeedPlugin } from './changes/plugin.js';
 export { decodeFeedToken, encodeFeedToken, type FeedPosition } from './changes/token.js';

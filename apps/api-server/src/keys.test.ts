@@ -1,9 +1,9 @@
-import { SluiceError } from '@sluice/core';
+import { type CacheSchema, type FieldType, SluiceError } from '@sluice/core';
 import { describe, expect, it } from 'vitest';
 import { formatKeySegment, parseKeySegment, rawKeySegment } from './keys.js';
 
-const single = (type: string) => ({ fields: { id: type }, primaryKey: ['id'], indexes: [] });
-const composite = {
+const single = (type: FieldType): CacheSchema => ({ fields: { id: type }, primaryKey: ['id'], indexes: [] });
+const composite: CacheSchema = {
   fields: { region: 'string', id: 'integer', active: 'boolean' },
   primaryKey: ['region', 'id', 'active'],
   indexes: [],

@@ -1,5 +1,4 @@
-import { ValidationError } from '@sluice/core';
-import type { ServedCacheSchema } from './cache-port.js';
+import { type CacheSchema, ValidationError } from '@sluice/core';
 
 /** Longest raw key segment accepted in a URL. */
 export const MAX_KEY_SEGMENT = 8_192;
@@ -65,7 +64,7 @@ export function convertKeyComponent(text: string, type: string | undefined, path
  * // → ['eu', 42]
  * ```
  */
-export function parseKeySegment(raw: string, schema: ServedCacheSchema): unknown[] {
+export function parseKeySegment(raw: string, schema: CacheSchema): unknown[] {
   if (raw.length === 0) throw bad('empty');
   if (raw.length > MAX_KEY_SEGMENT) throw bad(`longer than ${MAX_KEY_SEGMENT} characters`);
   const fields = schema.primaryKey;

@@ -1,14 +1,15 @@
 import {
   type AliasRedirected,
   type BackplaneStatus,
+  type CacheCatalog,
   type EventSubscriber,
   type Logger,
+  type ReadableCache,
   type Registration,
   type SluiceEvent,
   silentLogger,
   UnknownEndpointError,
 } from '@sluice/core';
-import type { CacheDirectory, ServedCache } from './cache-port.js';
 
 /** Where alias events come from: a backplane (NATS) or nothing at all (embedded mode). */
 export interface AliasEventSource extends EventSubscriber {
@@ -19,7 +20,7 @@ export interface AliasEventSource extends EventSubscriber {
 /** One open cache generation behind an alias, with the requests currently reading it. */
 export interface Generation {
   readonly alias: string;
-  readonly cache: ServedCache;
+  readonly cache: ReadableCache;
   /** The concrete cache name (what the `sluice-cache` header reports). */
   readonly name: string;
   /** The alias-table version that pointed the alias at this cache. */
@@ -34,7 +35,7 @@ export interface Generation {
 /** A request's hold on one generation; release it exactly once when the response is built. */
 export interface Lease {
   readonly generation: Generation;
-  readonly cache: ServedCache;
+  readonly cache: ReadableCache;
   release(): void;
 }
 
@@ -42,7 +43,7 @@ export interface Lease {
 export type SwitchReason = 'event' | 'reconcile' | 'watch' | 'initial';
 
 export interface RegistryOptions {
-  caches: CacheDirectory;
+  caches: CacheCatalog;
   /**
    * This host (`node.id` of the shared sluice.yaml, i.e. of the app-server owning `dataDir`): alias events of
    * other hosts are ignored — their cache names and alias versions mean nothing in this host's `dataDir`.
@@ -83,7 +84,7 @@ interface Slot {
  */
 export class EndpointRegistry implements AsyncDisposable {
   private readonly slots = new Map<string, Slot>();
-  private readonly caches: CacheDirectory;
+  private readonly caches: CacheCatalog;
   private events: AliasEventSource | undefined;
   private readonly logger: Logger;
   private readonly options: RegistryOptions;
@@ -203,7 +204,7 @@ export class EndpointRegistry implements AsyncDisposable {
    * Opens a generation by its concrete name, outside the serving slot (a change feed resuming from a token of a
    * generation the alias has left, while it still exists). The caller closes it.
    */
-  openGeneration(name: string): Promise<ServedCache> {
+  openGeneration(name: string): Promise<ReadableCache> {
     return this.caches.openRo(name);
   }
 
@@ -339,7 +340,7 @@ export class EndpointRegistry implements AsyncDisposable {
       return;
     }
     if (current && target.version <= current.version) return; // a stale event or table read
-    let cache: ServedCache;
+    let cache: ReadableCache;
     try {
       cache = await this.caches.openRo(target.cache);
     } catch (err) {

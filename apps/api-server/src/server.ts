@@ -2,10 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { createNatsBackplane } from '@sluice/backplane';
 import { openCacheManager } from '@sluice/cache';
-import { type Logger, queryLimitsOf, type SluiceConfig } from '@sluice/core';
+import { type CacheCatalog, type Logger, queryLimitsOf, type SluiceConfig } from '@sluice/core';
 import type { Logger as PinoLogger } from 'pino';
 import { type ApiApp, buildApp } from './app.js';
-import type { CacheDirectory } from './cache-port.js';
 import { createLogger } from './logger.js';
 import { type ApiMetrics, createMetrics } from './metrics.js';
 import { type AliasEventSource, EndpointRegistry } from './registry.js';
@@ -62,7 +61,7 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
       scanCap: config.cache.scanCap,
       defaultLimit: limits.defaultLimit,
       maxLimit: limits.maxLimit,
-    })) satisfies CacheDirectory;
+    })) satisfies CacheCatalog;
     disposers.unshift(() => caches.close());
 
     // The backplane is optional for correctness (the alias table is the truth): when NATS cannot be reached at

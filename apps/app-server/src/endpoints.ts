@@ -1,45 +1,19 @@
 import {
   type BuildProgress,
+  type CacheCatalog,
   type EndpointConfig,
+  type EndpointPipeline,
   type EndpointStatus,
   type GenerationsView,
   type Logger,
-  type PipelineCheckpoint,
-  type PipelineProgress,
   type ReplicationStatus,
   type SwitchOutcome,
   UnknownEndpointError,
 } from '@sluice/core';
-import { type GenerationInfo, generationsView, type SwitchView } from './generations.js';
+import { generationsView } from './generations.js';
 import type { PipelineSample } from './metrics.js';
 
 export type { BuildProgress, EndpointStatus, ReplicationStatus, SwitchOutcome };
-
-/** What the manager needs of the cache manager (`@sluice/cache`'s `CacheManager`). */
-export interface CacheCatalog {
-  resolveAlias(alias: string): { cache: string } | null;
-  info(name: string): Promise<{ recordCount: number } | null>;
-  list(): Promise<GenerationInfo[]>;
-  history(alias: string): SwitchView[];
-}
-
-/** What the manager needs of a running endpoint pipeline (`@sluice/pipeline`'s `EndpointPipeline`). */
-export interface EndpointPipelineHandle {
-  readonly decision: { decision: string; reason: string };
-  status(): {
-    alias: string;
-    servingCache: string | null;
-    buildingCache: string | null;
-    checkpoint: PipelineCheckpoint | null;
-    progress: PipelineProgress;
-    held: { cache: string; reason: string } | null;
-    replication?: ReplicationStatus | null;
-  };
-  rebuild(): Promise<void>;
-  promote(): Promise<SwitchOutcome>;
-  rollback(to?: string): Promise<SwitchOutcome>;
-  stop(): Promise<void>;
-}
 
 /**
  * The serving plane of this host: one pipeline per configured endpoint, started with the node (alias exists →
@@ -52,7 +26,7 @@ export interface EndpointPipelineHandle {
  * ```
  */
 export class EndpointManager {
-  readonly #pipelines = new Map<string, EndpointPipelineHandle>();
+  readonly #pipelines = new Map<string, EndpointPipeline>();
   readonly #failures = new Map<string, { code: string; message: string }>();
   readonly #caches: CacheCatalog;
   readonly #configs: EndpointConfig[];
@@ -66,7 +40,7 @@ export class EndpointManager {
     endpoints: EndpointConfig[],
     context: {
       caches: CacheCatalog;
-      startPipeline: (endpoint: EndpointConfig) => Promise<EndpointPipelineHandle>;
+      startPipeline: (endpoint: EndpointConfig) => Promise<EndpointPipeline>;
       logger: Logger;
     },
   ): Promise<EndpointManager> {
@@ -199,7 +173,7 @@ export class EndpointManager {
     };
   }
 
-  #pipeline(name: string): EndpointPipelineHandle {
+  #pipeline(name: string): EndpointPipeline {
     const pipeline = this.#pipelines.get(name);
     if (pipeline) return pipeline;
     if (this.#configs.some((endpoint) => endpoint.name === name)) {

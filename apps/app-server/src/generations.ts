@@ -1,22 +1,4 @@
-import { GenerationState, type GenerationView, type SwitchView } from '@sluice/core';
-
-/** What the cache catalogue says about one generation (`@sluice/cache`'s `CacheInfo`, the fields used here). */
-export interface GenerationInfo {
-  name: string;
-  endpoint: string;
-  state: 'building' | 'serving' | 'retired';
-  createdAt: string;
-  retiredAt: string | null;
-  switchedAt: string | null;
-  recordCount: number;
-  checkpoint: unknown;
-  notes: {
-    snapshotDoneAt?: string | null;
-    held?: { reason: string; at: string } | null;
-    decision?: { decision: string; reason: string } | null;
-    cause?: string | null;
-  };
-}
+import { type CacheInfo, GenerationState, type GenerationView, type SwitchView } from '@sluice/core';
 
 export { GenerationState, type GenerationView, type SwitchView };
 
@@ -31,10 +13,10 @@ export { GenerationState, type GenerationView, type SwitchView };
  * ```
  */
 export function generationsView(
-  infos: readonly GenerationInfo[],
+  infos: readonly CacheInfo[],
   current: { serving: string | null; building: string | null },
 ): GenerationView[] {
-  const stateOf = (info: GenerationInfo): GenerationState => {
+  const stateOf = (info: CacheInfo): GenerationState => {
     if (info.name === current.serving) return 'serving';
     if (info.state === 'building' && info.notes.held) return 'held';
     if (info.state === 'building' && info.name === current.building) return 'building';

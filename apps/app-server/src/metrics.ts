@@ -91,12 +91,12 @@ export function createMetrics(sources: {
   pipelineGauge('sluice_pipeline_lag', 'Endpoint pipeline lag behind its source', (s) => s.lag);
   pipelineGauge(
     'sluice_replication_lag_bytes',
-    'WAL bytes between what PostgreSQL sent and what the endpoint cache committed (logical replication)',
+    "WAL bytes between PostgreSQL's current position and what the endpoint cache committed (logical replication)",
     (s) => s.replicationLagBytes ?? null,
   );
   pipelineGauge(
     'sluice_replication_lag_seconds',
-    'Seconds since the oldest change PostgreSQL sent that the endpoint cache has not committed',
+    'Seconds since the oldest WAL position the endpoint cache has not caught up with was written (logical replication)',
     (s) => s.replicationLagSeconds ?? null,
   );
   return { registry, submits, finished, takeovers, fenced };

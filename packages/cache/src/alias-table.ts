@@ -1,6 +1,6 @@
+import type { AliasEntry, AliasSwitch, CacheSchema, CacheState, GenerationNotes } from '@sluice/core';
 import type { Database } from 'lmdb';
 import type { SharedEnv } from './lmdb-env.js';
-import type { AliasEntry, AliasSwitch, CacheSchema, CacheState, GenerationNotes } from './types.js';
 
 /** What the alias environment records about each cache generation. */
 export interface CacheMeta {

@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
+import type { CacheSchema, CommitState } from '@sluice/core';
 import type { Database, DatabaseOptions } from 'lmdb';
 import { encodeKey, stringBudget } from './key-codec.js';
 import type { SharedEnv } from './lmdb-env.js';
 import { indexId } from './schema.js';
-import type { CacheSchema, CommitState } from './types.js';
 
 /** One secondary index: its fields, its database, and the string budget of its keys. */
 export interface IndexDb {

@@ -1,9 +1,7 @@
-import { SluiceError } from '@sluice/core';
+import { type CacheSchema, type ChangeEntry, SluiceError } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import type { ChangeEntry } from './change-log.js';
 import { openCacheManager } from './manager.js';
-import type { CacheSchema } from './types.js';
 
 const schema: CacheSchema = {
   fields: { id: 'integer', value: 'number', category: 'string' },

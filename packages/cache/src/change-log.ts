@@ -1,4 +1,4 @@
-import type { PipelineCheckpoint } from '@sluice/core';
+import type { ChangeEntry, ChangeHead, ChangeLog, PinnedGeneration, PipelineCheckpoint } from '@sluice/core';
 import type { Database, DatabaseOptions, Transaction } from 'lmdb';
 import type { CacheDbs } from './cache-dbs.js';
 import { decodeRecord } from './record-json.js';
@@ -20,26 +20,6 @@ export interface ChangeRetention {
 }
 
 export const DEFAULT_RETENTION: ChangeRetention = { retainRecords: 100_000, retainMs: 24 * 3_600_000 };
-
-/** One entry of the log, as readers get it. */
-export type ChangeEntry =
-  | { seq: number; op: 'upsert'; key: unknown[]; record: Record<string, unknown> }
-  | { seq: number; op: 'delete'; key: unknown[] }
-  | {
-      seq: number;
-      op: 'commit';
-      /** The checkpoint's positions (DAG node handle → position) reached by this commit, or null. */
-      position: Record<string, unknown> | null;
-      epoch: number | null;
-      /** Commit instant, ms since the epoch. */
-      at: number;
-    };
-
-/** Retained range: entries `first … last` exist (`last < first` when the log is empty). */
-export interface ChangeHead {
-  first: number;
-  last: number;
-}
 
 /** Stored form (short field names: the log is written on every commit). */
 type StoredEntry =
@@ -152,7 +132,7 @@ function decode(seq: number, entry: StoredEntry): ChangeEntry {
  * Read access to a generation's change log. Each call without a transaction reads the latest commit (another
  * process's commits included): `head()` is one small read, cheap enough to check on a timer.
  */
-export class ChangeLogReader {
+export class ChangeLogReader implements ChangeLog {
   constructor(private readonly dbs: CacheDbs) {}
 
   private opts(transaction: Transaction | undefined) {
@@ -215,7 +195,7 @@ export class ChangeLogReader {
 }
 
 /** One held read snapshot of a generation (release with `close`, or `using`). */
-export class PinnedSnapshot implements Disposable {
+export class PinnedSnapshot implements PinnedGeneration, Disposable {
   readonly head: ChangeHead;
   private done = false;
 

@@ -1,8 +1,7 @@
-import { parseQuery, SluiceError } from '@sluice/core';
+import { type CacheSchema, parseQuery, SluiceError } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { openCacheManager } from './manager.js';
-import type { CacheSchema } from './types.js';
 
 const schema: CacheSchema = {
   fields: { id: 'integer', value: 'number', category: 'string' },

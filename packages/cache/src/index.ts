@@ -1,6 +1,4 @@
 export {
-  type ChangeEntry,
-  type ChangeHead,
   ChangeLogReader,
   type ChangeRetention,
   DEFAULT_RETENTION,
@@ -12,21 +10,4 @@ export { decodeRecord, RECORD_FORMAT, recordSerializer } from './record-json.js'
 export { RoCache } from './ro-cache.js';
 export { RwCache } from './rw-cache.js';
 export { CacheSchemaSchema, parseCacheSchema, schemaHash } from './schema.js';
-export {
-  type AliasEntry,
-  type AliasSwitch,
-  type ApplyOptions,
-  type CacheInfo,
-  type CacheManagerOptions,
-  type CacheSchema,
-  CacheState,
-  type CommitOptions,
-  type CommitState,
-  type ConflictPolicy,
-  type GenerationNotes,
-  type JsonPage,
-  type QueryPlan,
-  type QueryResult,
-  type RecordOp,
-  type SwitchCause,
-} from './types.js';
+export type { CacheManagerOptions } from './types.js';

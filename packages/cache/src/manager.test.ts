@@ -1,12 +1,11 @@
 import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { SluiceError, toProblem } from '@sluice/core';
+import { type CacheSchema, SluiceError, toProblem } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { open } from 'lmdb';
 import { describe, expect, it } from 'vitest';
 import { openCacheManager } from './manager.js';
 import { schemaHash } from './schema.js';
-import type { CacheSchema } from './types.js';
 
 const schema: CacheSchema = {
   fields: { id: 'integer', value: 'number' },

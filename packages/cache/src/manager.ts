@@ -1,14 +1,22 @@
 import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import {
+  type AliasEntry,
+  type AliasSwitch,
   CacheClosedError,
+  type CacheInfo,
   CacheNotFoundError,
   CacheReadOnlyError,
+  type CacheSchema,
+  type CommitState,
+  type GenerationNotes,
   type Logger,
   NameSchema,
   parseOrThrow,
   SchemaMismatchError,
+  type SwitchCause,
   silentLogger,
+  type WritableCacheCatalog,
 } from '@sluice/core';
 import { AliasTable, type CacheMeta } from './alias-table.js';
 import { type CacheDbs, cacheDbs, EMPTY_COMMIT, type StoredSchema } from './cache-dbs.js';
@@ -20,16 +28,7 @@ import { RECORD_FORMAT } from './record-json.js';
 import { type CacheHandleInit, type ReadSettings, RoCache } from './ro-cache.js';
 import { RwCache } from './rw-cache.js';
 import { parseCacheSchema, schemaHash } from './schema.js';
-import type {
-  AliasEntry,
-  AliasSwitch,
-  CacheInfo,
-  CacheManagerOptions,
-  CacheSchema,
-  CommitState,
-  GenerationNotes,
-  SwitchCause,
-} from './types.js';
+import type { CacheManagerOptions } from './types.js';
 
 const DEFAULTS = { gcGraceMs: 10 * 60_000, scanCap: 50_000, defaultLimit: 50, maxLimit: 1000 } as const;
 
@@ -47,7 +46,7 @@ const DEFAULTS = { gcGraceMs: 10 * 60_000, scanCap: 50_000, defaultLimit: 50, ma
  * const { from } = await caches.redirect('items', green.name);
  * ```
  */
-export class CacheManager implements AsyncDisposable {
+export class CacheManager implements WritableCacheCatalog {
   readonly rootDir: string;
   readonly readOnly: boolean;
   private readonly table: AliasTable;

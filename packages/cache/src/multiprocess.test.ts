@@ -1,9 +1,8 @@
 import { fileURLToPath } from 'node:url';
-import { parseQuery } from '@sluice/core';
+import { type CacheSchema, parseQuery } from '@sluice/core';
 import { sleep, spawnProcess, spawnTs, tempDir, tsxLoaderPath } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { openCacheManager } from './manager.js';
-import type { CacheSchema } from './types.js';
 
 const fixture = (name: string) => fileURLToPath(new URL(`../test/fixtures/${name}`, import.meta.url));
 

@@ -1,4 +1,5 @@
 import {
+  type CacheSchema,
   DEFAULT_QUERY_LIMITS,
   type FieldIssue,
   type FieldType,
@@ -12,7 +13,6 @@ import {
   type SortDirection,
 } from '@sluice/core';
 import { z } from 'zod';
-import type { CacheSchema } from './types.js';
 
 /** A query after checking it against a cache's schema and limits. */
 export interface CheckedQuery {

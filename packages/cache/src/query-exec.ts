@@ -1,4 +1,4 @@
-import { CursorExpiredError, compileFilter, type Filter } from '@sluice/core';
+import { CursorExpiredError, compileFilter, type Filter, type QueryResult } from '@sluice/core';
 import type { Transaction } from 'lmdb';
 import type { CacheDbs } from './cache-dbs.js';
 import {
@@ -14,7 +14,6 @@ import { encodeKey, truncatedComponentEnd } from './key-codec.js';
 import type { CheckedQuery } from './query-check.js';
 import { type Plan, planQuery, recordComparator, sortTuple, tupleComparator } from './query-plan.js';
 import { decodeRecord } from './record-json.js';
-import type { QueryResult } from './types.js';
 
 /** What a query runs against: one cache's databases, read in one snapshot. */
 export interface ReadContext {

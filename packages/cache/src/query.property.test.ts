@@ -1,8 +1,15 @@
-import { compareScalars, compileFilter, type Filter, parseQuery, type SortDirection } from '@sluice/core';
+import {
+  type CacheSchema,
+  compareScalars,
+  compileFilter,
+  type Filter,
+  parseQuery,
+  type RecordOp,
+  type SortDirection,
+} from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { openCacheManager } from './manager.js';
-import type { CacheSchema, RecordOp } from './types.js';
 
 /** A small deterministic PRNG, so a failure can be replayed from its seed. */
 function prng(seed: number) {

@@ -1,8 +1,7 @@
-import { parseQuery, type Query, SluiceError } from '@sluice/core';
+import { type CacheSchema, parseQuery, type Query, type RecordOp, SluiceError } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { openCacheManager } from './manager.js';
-import type { CacheSchema, RecordOp } from './types.js';
 
 const schema: CacheSchema = {
   fields: {

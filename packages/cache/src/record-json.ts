@@ -4,7 +4,7 @@
  * schema's declared fields in declaration order, then any extra fields in the record's own order. A field whose
  * value is `undefined` is omitted (as `JSON.stringify` does).
  */
-import type { CacheSchema } from './types.js';
+import type { CacheSchema } from '@sluice/core';
 
 /** Version of the stored record form; caches stored in another form are refused (rebuild them). */
 export const RECORD_FORMAT = 2;

@@ -1,4 +1,14 @@
-import { CacheClosedError, type Filter, InvalidQueryError, type Query } from '@sluice/core';
+import {
+  CacheClosedError,
+  type CacheSchema,
+  type CommitState,
+  type Filter,
+  InvalidQueryError,
+  type JsonPage,
+  type Query,
+  type QueryResult,
+  type ReadableCache,
+} from '@sluice/core';
 import { type CacheDbs, dataKey, EMPTY_COMMIT } from './cache-dbs.js';
 import { ChangeLogReader, type ChangeRetention } from './change-log.js';
 import { truncatedComponentEnd, writeNumberComponent } from './key-codec.js';
@@ -7,7 +17,6 @@ import { checkFilter, checkQuery } from './query-check.js';
 import { Arena, fieldsOf, type ReadContext, rowsJson, runCount, runQuery } from './query-exec.js';
 import { decodeRecord } from './record-json.js';
 import { keyProblem } from './schema.js';
-import type { CacheSchema, CommitState, JsonPage, QueryResult } from './types.js';
 
 /** True when an encoded key has a truncated (prefix + hash) component. */
 function isTruncatedKey(key: Buffer, components: number): boolean {
@@ -46,7 +55,7 @@ export interface CacheHandleInit {
  * const { records, next } = cache.query(parseQuery({ $filter: { value: { $gte: 10 } }, $order_by: { value: 'asc' } }));
  * ```
  */
-export class RoCache implements AsyncDisposable {
+export class RoCache implements ReadableCache {
   readonly name: string;
   readonly schema: CacheSchema;
   readonly endpoint: string;

@@ -1,11 +1,16 @@
 import {
+  type ApplyOptions,
   BadRecordError,
   CacheConflictError,
+  type CommitOptions,
+  type CommitState,
   type PipelineCheckpoint,
   PipelineCheckpointSchema,
   parseOrThrow,
+  type RecordOp,
   SluiceError,
   StaleEpochError,
+  type WritableCache,
 } from '@sluice/core';
 import { z } from 'zod';
 import { type StagedChange, writeChanges } from './batch-write.js';
@@ -15,7 +20,6 @@ import { translateWriteError } from './errors.js';
 import { recordSerializer } from './record-json.js';
 import { type CacheHandleInit, RoCache } from './ro-cache.js';
 import { checkRecord, keyOf, keyProblem } from './schema.js';
-import type { ApplyOptions, CommitOptions, CommitState, RecordOp } from './types.js';
 
 /** A staged change of one primary key (see batch-write.ts). */
 type Staged = StagedChange;
@@ -37,7 +41,7 @@ const MAX_OPS_PER_APPLY = 1_000_000;
  * await cache.commit(checkpoint);
  * ```
  */
-export class RwCache extends RoCache {
+export class RwCache extends RoCache implements WritableCache {
   private staged = new Map<string, Staged>();
   /** Batches taken by `commit` calls that have not landed yet, oldest first (visible to conflict checks). */
   private committing: Array<Map<string, Staged>> = [];

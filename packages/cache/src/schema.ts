@@ -1,5 +1,6 @@
 import {
   BadRecordError,
+  type CacheSchema,
   type FieldType,
   FieldTypeSchema,
   FORBIDDEN_KEYS,
@@ -7,7 +8,6 @@ import {
   parseOrThrow,
 } from '@sluice/core';
 import { z } from 'zod';
-import type { CacheSchema } from './types.js';
 
 const FieldNameSchema = z
   .string()

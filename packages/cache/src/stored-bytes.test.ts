@@ -1,10 +1,9 @@
 import { join } from 'node:path';
-import { parseQuery, SluiceError } from '@sluice/core';
+import { type CacheSchema, parseQuery, SluiceError } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { open } from 'lmdb';
 import { describe, expect, it } from 'vitest';
 import { openCacheManager } from './manager.js';
-import type { CacheSchema } from './types.js';
 
 const schema: CacheSchema = {
   fields: { id: 'integer', value: 'number', category: 'string', tags: 'json' },

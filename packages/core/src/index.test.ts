@@ -17,6 +17,7 @@ const PUBLIC_RUNTIME_EXPORTS = [
   'CacheConflictError',
   'CacheNotFoundError',
   'CacheReadOnlyError',
+  'CacheState',
   'ConfigError',
   'ConnectionConfigSchema',
   'ControlAuthSchema',

@@ -155,6 +155,31 @@ export {
 } from './json.js';
 export { isProcessAlive, readPidFile } from './pid-file.js';
 export {
+  type AliasEntry,
+  type AliasSwitch,
+  type ApplyOptions,
+  type CacheCatalog,
+  type CacheInfo,
+  type CacheSchema,
+  CacheState,
+  type ChangeEntry,
+  type ChangeHead,
+  type ChangeLog,
+  type CommitOptions,
+  type CommitState,
+  type ConflictPolicy,
+  type GenerationNotes,
+  type JsonPage,
+  type PinnedGeneration,
+  type QueryPlan,
+  type QueryResult,
+  type ReadableCache,
+  type RecordOp,
+  type WritableCache,
+  type WritableCacheCatalog,
+} from './ports/cache.js';
+export type { EndpointDecision, EndpointPipeline, EndpointPipelineStatus } from './ports/endpoint.js';
+export {
   type Backplane,
   type BackplaneStatus,
   type CheckpointPort,

@@ -9,8 +9,8 @@ import {
   type SourceAddress,
   UnknownConnectionError,
   ValidationError,
+  type WritableCacheCatalog,
 } from '@sluice/core';
-import type { CacheManagerLike } from './cache-port.js';
 import { createEndpointTransferSink } from './sinks/cache.js';
 import { createFileSink } from './sinks/file.js';
 import { createJetStreamSink } from './sinks/jetstream.js';
@@ -128,7 +128,7 @@ export function sinkFor(
   address: DestinationAddress,
   handle: string,
   writerId: string,
-  ctx: ConnectionContext & { caches?: CacheManagerLike; fence?: SinkFence },
+  ctx: ConnectionContext & { caches?: WritableCacheCatalog; fence?: SinkFence },
   sourceKey: string[],
 ): PipelineSink {
   const fence = ctx.fence ? { fence: ctx.fence } : {};

@@ -1,10 +1,13 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import {
+  type CacheSchema,
   CannotResumeError,
   type CheckpointPort,
   type ConnectionConfig,
   type EndpointConfig,
   EndpointConfigSchema,
+  type EndpointPipeline,
+  type EndpointPipelineStatus,
   type EventPublisher,
   type FieldType,
   type Logger,
@@ -18,13 +21,15 @@ import {
   SchemaMismatchError,
   SluiceError,
   type SwitchCause,
+  type SwitchOutcome,
   silentLogger,
+  type WritableCache,
+  type WritableCacheCatalog,
 } from '@sluice/core';
 import { type ConnectionContext, sourceFor } from './addresses.js';
 import { BadRecordCollector } from './bad-records.js';
-import type { CacheManagerLike, RwCacheLike } from './cache-port.js';
 import { dagHash, decideRestart, type RestartPlan } from './dag.js';
-import type { RecordSchema, Row } from './ops.js';
+import type { Row } from './ops.js';
 import { filterProcessor, selectProcessor } from './processors.js';
 import { ProgressTracker } from './progress.js';
 import { runPipeline } from './run.js';
@@ -35,7 +40,7 @@ import { switchHoldReason } from './switch-gate.js';
 import type { PipelineProcessor, SourceBranch } from './types.js';
 
 export interface EndpointContext {
-  caches: CacheManagerLike;
+  caches: WritableCacheCatalog;
   events: EventPublisher;
   connections: Record<string, ConnectionConfig>;
   /** Relative source paths resolve against this directory. */
@@ -64,65 +69,10 @@ export interface EndpointContext {
   replication?: ConnectionContext['replication'];
 }
 
-export interface EndpointStatus {
-  endpoint: string;
-  alias: string;
-  servingCache: string | null;
-  buildingCache: string | null;
-  checkpoint: PipelineCheckpoint | null;
-  progress: PipelineProgress;
-  /** The generation being built finished its snapshot and is held by a switch gate (or manual mode): why. */
-  held: { cache: string; reason: string } | null;
-  /** The last failure of the pipeline, when it is waiting to retry. */
-  error: { code: string; message: string } | null;
-  /**
-   * For a source read by logical replication: its slot, the LSN the cache committed, and how far that is behind
-   * what the server has sent (bytes of WAL, seconds since the oldest change not yet committed). Else null.
-   */
-  replication: {
-    slot: string;
-    committedLsn: string | null;
-    lagBytes: number | null;
-    lagSeconds: number | null;
-  } | null;
-}
-
-/** What a promote or rollback did: the move, or `changed: false` when it had already been done (idempotent). */
-export interface SwitchOutcome {
-  endpoint: string;
-  from: string | null;
-  to: string;
-  cause: 'promote' | 'rollback';
-  changed: boolean;
-}
-
-export interface EndpointPipeline extends AsyncDisposable {
-  /** The restart decision of the latest start (or rebuild) and its reason. */
-  readonly decision: { decision: 'resume' | 'from-scratch'; reason: string };
-  status(): EndpointStatus;
-  /** Forces a blue/green rebuild: a new generation is built while the current one keeps serving. */
-  rebuild(): Promise<void>;
-  /**
-   * Switches the alias to the held generation (`AliasRedirected`, cause `promote`); it keeps following its source.
-   * Nothing held: the last promote again (`changed: false`) or `NOTHING_TO_PROMOTE`.
-   */
-  promote(): Promise<SwitchOutcome>;
-  /**
-   * Points the alias back at the generation that served before the current one (or at `to`, a retained generation
-   * that served before) and continues it from its own checkpoint; a generation being built or held is abandoned.
-   * Refused with `CANNOT_RESUME` (nothing changes) when its source cannot continue from there; `NOTHING_TO_ROLL_BACK`
-   * when no such generation is retained. Repeating the last rollback answers `changed: false`.
-   */
-  rollback(to?: string): Promise<SwitchOutcome>;
-  stop(): Promise<void>;
-  /** Resolves once the alias points at a generation whose every source finished its snapshot. */
-  whenServing(options?: { timeoutMs?: number }): Promise<string>;
-}
-
 interface Run {
   controller: AbortController;
   finished: Promise<void>;
-  cache: RwCacheLike;
+  cache: WritableCache;
   sink: CacheSink;
 }
 
@@ -220,7 +170,7 @@ export async function startEndpointPipeline(
   /** The cache schema: configured fields, else the current generation's when its key and indexes match, else inferred. */
   const resolveSchema = async (
     reuse: boolean,
-  ): Promise<{ schema: RecordSchema; csvFields?: Record<string, FieldType> }> => {
+  ): Promise<{ schema: CacheSchema; csvFields?: Record<string, FieldType> }> => {
     const base = { primaryKey: endpoint.primaryKey, indexes: endpoint.indexes };
     if (endpoint.fields) {
       const schema = { fields: endpoint.fields, ...base };
@@ -279,10 +229,10 @@ export async function startEndpointPipeline(
   const plan = async (
     force: boolean,
   ): Promise<{
-    cache: RwCacheLike;
+    cache: WritableCache;
     plan: RestartPlan;
     sink: Run['sink'];
-    schema: RecordSchema;
+    schema: CacheSchema;
     cause: SwitchCause | null;
   }> => {
     const { schema, csvFields } = await resolveSchema(!force);
@@ -291,7 +241,7 @@ export async function startEndpointPipeline(
     await branch.source.preflight?.();
     const sources = [branch.source.handle];
     let cause: SwitchCause = force ? 'rebuild' : 'restart';
-    const makeSink = (cache: RwCacheLike) =>
+    const makeSink = (cache: WritableCache) =>
       createCacheSink({
         cause,
         holdReason: () => holdReason(cache),
@@ -308,7 +258,7 @@ export async function startEndpointPipeline(
         },
       });
     const tryResume = async (cacheName: string, label: string) => {
-      let cache: RwCacheLike;
+      let cache: WritableCache;
       try {
         cache = await caches.openRw(cacheName, schema);
       } catch (err) {
@@ -389,7 +339,7 @@ export async function startEndpointPipeline(
   };
 
   /** The gates of `endpoint.switch`, asked when a green generation finished its snapshot. */
-  const holdReason = async (cache: RwCacheLike): Promise<string | null> => {
+  const holdReason = async (cache: WritableCache): Promise<string | null> => {
     const target = caches.resolveAlias(name);
     const serving = target && target.cache !== cache.name ? await caches.info(target.cache) : null;
     return switchHoldReason(endpoint.switch, {
@@ -405,10 +355,10 @@ export async function startEndpointPipeline(
 
   /** Starts a run into the chosen generation (the restart decision already made), noting the decision on it. */
   const start = async (chosen: {
-    cache: RwCacheLike;
+    cache: WritableCache;
     plan: RestartPlan;
     sink: Run['sink'];
-    schema: RecordSchema;
+    schema: CacheSchema;
     cause: SwitchCause | null;
   }) => {
     decision = { decision: chosen.plan.decision, reason: chosen.plan.reason };
@@ -521,7 +471,7 @@ export async function startEndpointPipeline(
   };
 
   const servingCache = () => caches.resolveAlias(name)?.cache ?? null;
-  const replicationStatus = (): EndpointStatus['replication'] => {
+  const replicationStatus = (): EndpointPipelineStatus['replication'] => {
     const source = branch?.source;
     if (!source || !isReplicationSource(source)) return null;
     const lag = source.replicationLag();
@@ -577,11 +527,11 @@ export async function startEndpointPipeline(
       );
     // Decide on a branch and sink of its own: the running generation is untouched until the decision is made.
     // The schema as a run of today's configuration would write it (configured fields, else the generation's own).
-    const schema: RecordSchema = endpoint.fields
+    const schema: CacheSchema = endpoint.fields
       ? { fields: endpoint.fields, primaryKey: endpoint.primaryKey, indexes: endpoint.indexes }
       : info.schema;
     const candidate = buildBranch(isCsv ? csvFieldsOf(schema.fields) : undefined);
-    let cache: RwCacheLike | null = null;
+    let cache: WritableCache | null = null;
     let halted = false;
     try {
       try {

@@ -5,24 +5,9 @@ export {
   type BadRecordReport,
   MAX_BAD_RECORD_REPORTS,
 } from './bad-records.js';
-export type {
-  AliasSwitchLike,
-  CacheCommitState,
-  CacheInfoLike,
-  CacheManagerLike,
-  CacheRecordOp,
-  GenerationNotesLike,
-  RoCacheLike,
-  RwCacheLike,
-} from './cache-port.js';
 export { dagHash, decideRestart, nodeHandles, type RestartPlan } from './dag.js';
-export {
-  type EndpointContext,
-  type EndpointPipeline,
-  type EndpointStatus,
-  startEndpointPipeline,
-} from './endpoint.js';
-export { keyOf, keyString, type RecordLocation, type RecordOp, type RecordSchema, type Row } from './ops.js';
+export { type EndpointContext, startEndpointPipeline } from './endpoint.js';
+export { keyOf, keyString, type RecordLocation, type RecordOp, type Row } from './ops.js';
 export { filterProcessor, functionProcessor, type RecordFunction, selectProcessor } from './processors.js';
 export { ProgressTracker } from './progress.js';
 export { type RunPipelineOptions, type RunPipelineResult, runPipeline } from './run.js';

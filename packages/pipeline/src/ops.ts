@@ -1,4 +1,4 @@
-import type { FieldType } from '@sluice/core';
+import type { RecordOp as CacheRecordOp } from '@sluice/core';
 
 /** A record: a flat object of field values. */
 export type Row = Record<string, unknown>;
@@ -32,19 +32,10 @@ export function sourcePosition(at: RecordLocation | undefined): string | undefin
 }
 
 /**
- * A typed record operation flowing through the DAG. `insert`, `update` and `upsert` carry the whole record;
- * `delete` carries the primary-key values in key order.
+ * A typed record operation flowing through the DAG: core's {@link CacheRecordOp} (`insert`, `update` and `upsert`
+ * carry the whole record; `delete` the primary-key values in key order) plus where it was read.
  */
-export type RecordOp =
-  | { op: 'insert' | 'update' | 'upsert'; record: Row; at?: RecordLocation }
-  | { op: 'delete'; key: unknown[]; at?: RecordLocation };
-
-/** The schema records are written with (same shape as `@sluice/cache`'s `CacheSchema`). */
-export interface RecordSchema {
-  fields: Record<string, FieldType>;
-  primaryKey: string[];
-  indexes: string[][];
-}
+export type RecordOp = CacheRecordOp & { at?: RecordLocation };
 
 /** The primary-key values of a record, in key order (undefined when a key field is missing or null). */
 export function keyOf(record: Row, keyFields: readonly string[]): unknown[] | undefined {

@@ -15,10 +15,10 @@ import {
   TransferRequestSchema,
   type TransferResult,
   TransferTerminatedError,
+  type WritableCacheCatalog,
 } from '@sluice/core';
 import { sinkFor, sourceFor } from './addresses.js';
 import { BadRecordCollector, type BadRecordReport } from './bad-records.js';
-import type { CacheManagerLike } from './cache-port.js';
 import { dagHash, decideRestart, type RestartPlan } from './dag.js';
 import { runPipeline } from './run.js';
 import type { SourceBranch } from './types.js';
@@ -28,7 +28,7 @@ export interface TransferContext {
   checkpoint: CheckpointPort;
   connections: Record<string, ConnectionConfig>;
   /** For destination `{type: 'endpoint'}`. */
-  caches?: CacheManagerLike;
+  caches?: WritableCacheCatalog;
   events?: EventPublisher;
   /** Abort = terminate: the run stops promptly and throws `TransferTerminatedError`. */
   signal: AbortSignal;

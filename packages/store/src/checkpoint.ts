@@ -1,13 +1,33 @@
 import type { CheckpointPort, DataPlaneStore } from '@sluice/core';
 
+/** What the owner of a run adds to the store's fencing (the app-server's coordinator wires its run state here). */
+export interface CheckpointPortOptions {
+  /** Lease renewed by every fenced write. */
+  leaseMs?: number;
+  /** The checkpoint already read with the claimed record: `load` answers it without a store round trip. */
+  initial?: unknown | null;
+  /**
+   * Called before every step; throws to refuse it (a run that was fenced, lost its lease or is being stopped).
+   * `finishing` calls it again after its store confirmation, so a stop that arrived meanwhile still refuses.
+   */
+  refuse?: (step: 'save' | 'finishing') => void;
+  /** Called after each fenced write with the instant (`performance.now()`) it started: the lease runs from there. */
+  onLeaseRenewed?: (startedAt: number) => void;
+  /**
+   * Asked by `finishing` when the last step was a successful `save`: true lets it skip the store confirmation
+   * (that save just confirmed the epoch, and the lease it renewed is still fresh enough).
+   */
+  recentlyConfirmed?: () => boolean;
+}
+
 /**
  * The {@link CheckpointPort} of one run of a transfer: loads the checkpoint from its record and saves it
  * fenced by `epoch` (renewing the lease when `leaseMs` is given), so a node that lost the transfer cannot
- * overwrite the new owner's progress (`STALE_EPOCH`).
+ * overwrite the new owner's progress (`STALE_EPOCH`). `finishing` is a fenced write of what is already there.
  *
  * @example
  * ```ts
- * const checkpoint = createCheckpointPort(store, record.id, record.epoch, 30_000);
+ * const checkpoint = createCheckpointPort(store, record.id, record.epoch, { leaseMs: 30_000, initial: record.checkpoint });
  * await runTransfer(record.request, { checkpoint, connections, signal });
  * ```
  */
@@ -15,24 +35,39 @@ export function createCheckpointPort(
   store: DataPlaneStore,
   id: string,
   epoch: number,
-  leaseMs?: number,
+  options: CheckpointPortOptions = {},
 ): CheckpointPort {
-  let last: unknown | null | undefined;
+  const { leaseMs, refuse, onLeaseRenewed, recentlyConfirmed } = options;
+  let last: unknown | null | undefined = options.initial;
+  // True from a successful save until the next step starts: the sink's last commit was followed by a fenced write.
+  let confirmedAfterLastSave = false;
+  const fencedWrite = async (checkpoint: unknown) => {
+    const startedAt = performance.now();
+    await store.saveCheckpoint(id, epoch, checkpoint, leaseMs);
+    onLeaseRenewed?.(startedAt);
+  };
   return {
     epoch,
     async load() {
-      const record = await store.get(id);
-      last = record?.checkpoint ?? null;
+      // Without an initial checkpoint every load reads the record (another run may have saved since).
+      if (options.initial === undefined) last = (await store.get(id))?.checkpoint ?? null;
       return last;
     },
     async save(checkpoint) {
-      await store.saveCheckpoint(id, epoch, checkpoint, leaseMs);
+      refuse?.('save');
+      confirmedAfterLastSave = false;
+      await fencedWrite(checkpoint);
       last = checkpoint;
+      confirmedAfterLastSave = true;
     },
     async finishing() {
-      // A fenced write of what is already there: it fails with STALE_EPOCH once another owner took over.
+      // Past this point a sink publishes what cannot be taken back: only the current owner may.
+      refuse?.('finishing');
+      if (confirmedAfterLastSave && recentlyConfirmed?.()) return;
+      // It fails with STALE_EPOCH once another owner took over.
       if (last === undefined) last = (await store.get(id))?.checkpoint ?? null;
-      await store.saveCheckpoint(id, epoch, last, leaseMs);
+      await fencedWrite(last);
+      refuse?.('finishing');
     },
   };
 }

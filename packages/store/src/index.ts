@@ -1,4 +1,4 @@
-export { createCheckpointPort } from './checkpoint.js';
+export { type CheckpointPortOptions, createCheckpointPort } from './checkpoint.js';
 export { StoreDialect } from './dialect.js';
 export { isUnavailableError, TransferFinalError, toStoreError } from './errors.js';
 export { MIGRATION_TABLE, storeMigrations } from './migrations.js';

@@ -168,7 +168,7 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     const store = await fx.open();
     const { record } = await store.submit(submitInput(makeRequest()));
     const checkpoint = { dag: 'abc', epoch: 3, positions: { 'source:file': { offset: 1234 } }, at: 'now' };
-    const port = createCheckpointPort(store, record.id, record.epoch, 60_000);
+    const port = createCheckpointPort(store, record.id, record.epoch, { leaseMs: 60_000 });
     expect(await port.load()).toBeNull();
     await fx.advance(1_000);
     await port.save(checkpoint);
@@ -185,7 +185,7 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     await using fx = await storeFixture(dialect);
     const store = await fx.open();
     const { record } = await store.submit(submitInput(makeRequest()));
-    const port = createCheckpointPort(store, record.id, record.epoch, 60_000);
+    const port = createCheckpointPort(store, record.id, record.epoch, { leaseMs: 60_000 });
     expect(port.epoch).toBe(1);
     await port.save({ offset: 10 });
     await fx.advance(1_000);

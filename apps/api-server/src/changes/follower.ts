@@ -1,6 +1,4 @@
-import type { ChangeEntry } from '@sluice/cache';
-import type { Logger } from '@sluice/core';
-import type { ServedCache } from '../cache-port.js';
+import type { ChangeEntry, Logger, ReadableCache } from '@sluice/core';
 
 /** What a follower delivers to: a live subscriber of its generation. */
 export interface LiveSubscriber {
@@ -32,7 +30,7 @@ export class GenerationFollower {
 
   constructor(
     readonly name: string,
-    private readonly cache: ServedCache,
+    private readonly cache: ReadableCache,
     private readonly frame: (entry: ChangeEntry) => string,
     private readonly stillServing: () => boolean,
     private readonly pollMs: number,

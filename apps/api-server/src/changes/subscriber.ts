@@ -1,7 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import type { ChangeEntry } from '@sluice/cache';
-import type { Logger } from '@sluice/core';
-import type { PinnedGeneration, ServedCache } from '../cache-port.js';
+import type { ChangeEntry, Logger, PinnedGeneration, ReadableCache } from '@sluice/core';
 import type { EndpointRegistry } from '../registry.js';
 import type { GenerationFollower, LiveSubscriber } from './follower.js';
 import { FeedEvent, sseFrame } from './frames.js';
@@ -10,7 +8,7 @@ import { encodeFeedToken, type FeedPosition } from './token.js';
 /** A generation a feed reads, and how to let go of it (a registry lease, or a cache opened by name). */
 export interface HeldGeneration {
   readonly name: string;
-  readonly cache: ServedCache;
+  readonly cache: ReadableCache;
   release(): void;
 }
 
@@ -126,7 +124,7 @@ export class FeedSubscriber implements LiveSubscriber {
       return this.resume(position);
     }
     // A generation the alias has left: follow it from the token, then switch, while it still exists.
-    let old: ServedCache;
+    let old: ReadableCache;
     try {
       old = await this.ctx.registry.openGeneration(position.generation);
     } catch {
@@ -256,9 +254,9 @@ export class FeedSubscriber implements LiveSubscriber {
   /** Upserts/deletes that turn `from`'s records into `to`'s, for this subscriber's filter. */
   private async merge(
     pinFrom: PinnedGeneration,
-    fromCache: ServedCache,
+    fromCache: ReadableCache,
     pinTo: PinnedGeneration,
-    toCache: ServedCache,
+    toCache: ReadableCache,
     id: string,
   ): Promise<void> {
     const fromPk = fromCache.schema.primaryKey;
@@ -399,7 +397,7 @@ export class FeedSubscriber implements LiveSubscriber {
     this.close();
   }
 
-  private pin(cache: ServedCache): PinnedGeneration {
+  private pin(cache: ReadableCache): PinnedGeneration {
     const pin = cache.changeLog().pin();
     this.pins.add(pin);
     return pin;

@@ -9,6 +9,7 @@ import {
   type TransferState,
   TransferTerminatedError,
 } from '@sluice/core';
+import { createCheckpointPort } from '@sluice/store';
 import { type CoordinatorState, transitionOnce } from './context.js';
 import { type LocalRun, RunPhase, StopReason } from './local-run.js';
 import type { Ticket } from './scheduler.js';
@@ -109,44 +110,25 @@ export function schedule(
 /** The checkpoint port of a run: every write fenced by its epoch, `finishing` refused once it must stop. */
 function checkpointPort(state: CoordinatorState, run: LocalRun, initial: unknown | null): CheckpointPort {
   const { store, limits } = state.o;
-  let checkpoint = initial;
-  // True from a successful save until the next one starts: the sink's last commit was followed by a fenced store
-  // write (the runner saves right after every sink commit, and a sink's finish follows the final save).
-  let confirmedAfterLastCommit = false;
-  const refuseWhenStopped = () => {
-    if (run.stopReason === StopReason.fenced || run.stopReason === StopReason.leaseLost)
-      throw new StaleEpochError(run.id, run.epoch);
-    if (run.stopReason !== null) throw new TransferTerminatedError(run.id);
-  };
-  return {
-    epoch: run.epoch,
-    load: async () => checkpoint,
-    save: async (next) => {
+  return createCheckpointPort(store, run.id, run.epoch, {
+    leaseMs: limits.leaseMs,
+    initial,
+    refuse: (step) => {
       if (run.stopReason === StopReason.fenced || run.stopReason === StopReason.leaseLost)
         throw new StaleEpochError(run.id, run.epoch);
-      confirmedAfterLastCommit = false;
-      const savedAt = performance.now();
-      await store.saveCheckpoint(run.id, run.epoch, next, limits.leaseMs);
-      // The save renewed the lease too.
-      run.leaseDeadline = Math.max(run.leaseDeadline, savedAt + limits.leaseMs);
-      checkpoint = next;
-      confirmedAfterLastCommit = true;
+      if (step === 'finishing' && run.stopReason !== null) throw new TransferTerminatedError(run.id);
     },
-    finishing: async () => {
-      // Past this point a sink publishes what cannot be taken back: only the current owner, not stopping.
-      refuseWhenStopped();
-      // The final save just confirmed the epoch in the store, and the lease it renewed still has more than half
-      // its time: a takeover since then is no likelier than one between a fresh check and the publish (another
-      // node takes a live owner's transfer only once its lease expired — the lease watchdog stops this run first —
-      // or once the backplane says nobody runs it, which this run's responder contradicts). One store commit
-      // fewer per transfer; past half the lease — a pause since the save — the store is asked again.
-      if (confirmedAfterLastCommit && performance.now() < run.leaseDeadline - limits.leaseMs / 2) return;
-      const confirmedAt = performance.now();
-      await store.saveCheckpoint(run.id, run.epoch, checkpoint, limits.leaseMs);
-      run.leaseDeadline = Math.max(run.leaseDeadline, confirmedAt + limits.leaseMs);
-      refuseWhenStopped();
+    // Every fenced write renewed the lease too.
+    onLeaseRenewed: (startedAt) => {
+      run.leaseDeadline = Math.max(run.leaseDeadline, startedAt + limits.leaseMs);
     },
-  };
+    // The final save just confirmed the epoch in the store, and the lease it renewed still has more than half
+    // its time: a takeover since then is no likelier than one between a fresh check and the publish (another
+    // node takes a live owner's transfer only once its lease expired — the lease watchdog stops this run first —
+    // or once the backplane says nobody runs it, which this run's responder contradicts). One store commit
+    // fewer per transfer; past half the lease — a pause since the save — the store is asked again.
+    recentlyConfirmed: () => performance.now() < run.leaseDeadline - limits.leaseMs / 2,
+  });
 }
 
 async function execute(state: CoordinatorState, run: LocalRun, record: TransferRecord): Promise<void> {

@@ -1,5 +1,7 @@
 import {
   aliasRedirected,
+  type RecordOp as CacheRecordOp,
+  type CacheSchema,
   type EventPublisher,
   type Logger,
   type PipelineCheckpoint,
@@ -8,19 +10,20 @@ import {
   type SwitchCause,
   silentLogger,
   snapshottingDone,
+  type WritableCache,
+  type WritableCacheCatalog,
 } from '@sluice/core';
-import type { CacheManagerLike, CacheRecordOp, RwCacheLike } from '../cache-port.js';
-import { keyOf, type RecordOp, type RecordSchema } from '../ops.js';
+import { keyOf, type RecordOp } from '../ops.js';
 import type { PipelineSink, SinkFence } from '../types.js';
 
 export interface CacheSinkOptions {
   handle: string;
   /** The endpoint (and alias) name. */
   endpoint: string;
-  caches: CacheManagerLike;
+  caches: WritableCacheCatalog;
   /** The cache generation written to: the alias target (resume in place) or a green one being built. */
-  cache: RwCacheLike;
-  schema: RecordSchema;
+  cache: WritableCache;
+  schema: CacheSchema;
   /** Every source handle of the endpoint; the alias moves only when all of them finished their snapshot. */
   sources: readonly string[];
   events?: EventPublisher;
@@ -247,12 +250,12 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
 export function createEndpointTransferSink(options: {
   handle: string;
   endpoint: string;
-  caches: CacheManagerLike;
+  caches: WritableCacheCatalog;
   /** The transfer id: whose fencing token the cache keeps. */
   writerId: string;
   fence?: SinkFence;
 }): PipelineSink {
-  let cache: RwCacheLike | null = null;
+  let cache: WritableCache | null = null;
   return {
     handle: options.handle,
     description: { type: 'endpoint', endpoint: options.endpoint },

@@ -6,7 +6,8 @@ import type { BadRecordReport } from '../../bad-records.js';
 import type { RecordOp, Row } from '../../ops.js';
 import { connectPostgres, quoteIdent } from '../../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceBatch, SourceItem } from '../../types.js';
-import { compareLsn, isLsn, lsnDistance, maxLsn, normalizeLsn } from './lsn.js';
+import { LagTracker, type ReplicationLag } from './lag.js';
+import { compareLsn, isLsn, maxLsn, normalizeLsn } from './lsn.js';
 import { markPublication, publicationComment, type SlotOwner } from './ownership.js';
 import {
   type ColumnList,
@@ -55,6 +56,8 @@ export interface ReplicationSourceOptions {
   pageSize?: number;
   /** Standby status updates asking for a keepalive, so an idle slot advances. Default 5000 ms. */
   keepaliveMs?: number;
+  /** How often PostgreSQL's current WAL position is sampled for the lag (also while nothing streams). Default 1000 ms. */
+  lagProbeMs?: number;
   /** Messages buffered before the replication socket is paused. Default 10 000. */
   highWater?: number;
   /** How long to wait for a slot still held by a dead process's walsender before failing. Default 15 s. */
@@ -66,11 +69,7 @@ export interface ReplicationSourceOptions {
   owner?: SlotOwner;
 }
 
-/** How far the endpoint is behind the source: WAL bytes and seconds since the oldest unapplied commit. */
-export interface ReplicationLag {
-  bytes: number;
-  seconds: number;
-}
+export type { ReplicationLag } from './lag.js';
 
 /** A replication source: a {@link PipelineSource} that can also say how far it lags. */
 /** True for a source made by {@link createReplicationSource}. */
@@ -81,7 +80,7 @@ export function isReplicationSource(source: PipelineSource): source is Replicati
 export interface ReplicationSource extends PipelineSource {
   /** The replication slot it reads. */
   readonly slot: string;
-  /** Lag of what the cache committed behind what the server has sent (null before streaming). */
+  /** Lag of what the cache committed behind PostgreSQL's current WAL position (null before streaming). */
   replicationLag(): ReplicationLag | null;
   /** The LSN the cache has committed (the freshness position), or null before the first commit. */
   committedLsn(): string | null;
@@ -110,9 +109,8 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
   const { slot, publication, table } = options;
   let stream: ReplicationStream | null = null;
   const clients = new Set<pg.Client>();
-  let committed: string | null = null;
-  let received: { lsn: string; at: number } | null = null;
-  let oldestUnapplied: number | null = null;
+  const lagProbeMs = options.lagProbeMs ?? 1_000;
+  let lag = new LagTracker();
 
   const connect = async () => {
     try {
@@ -306,7 +304,10 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
   ): AsyncGenerator<SourceItem> {
     await waitForSlot(start.lsn);
     let position = start;
-    committed = position.lsn;
+    lag = new LagTracker();
+    lag.commit(position.lsn);
+    /** The end of the last transaction of ours read: the stream is caught up past it once that is committed. */
+    let lastChange: string | null = null;
     const current = new ReplicationStream({
       url: options.url,
       slot,
@@ -317,6 +318,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     });
     stream = current;
     current.start();
+    const probe = probeServerLsn(lagProbeMs, (lsn) => lag.observeServer(lsn));
     const qualified = await withClient(async (client) => {
       const r = await client.query<{ schema: string; name: string }>(
         `SELECT n.nspname AS schema, c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -330,8 +332,14 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     const batchSize = Math.max(1, readOptions.batchSize);
 
     /** The open transaction: what it changed since its last yielded part, and whether a part was yielded. */
-    let txn: { ops: RecordOp[]; bad: BadRecordReport[]; truncate: boolean; id: string; seq: number } | null =
-      null;
+    let txn: {
+      ops: RecordOp[];
+      bad: BadRecordReport[];
+      truncate: boolean;
+      id: string;
+      seq: number;
+      changed: boolean;
+    } | null = null;
     const batch = (open: boolean, flush: boolean): SourceBatch => {
       const t = txn!;
       const out: SourceBatch = {
@@ -366,9 +374,15 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         if (item === null) return;
         if (item.kind === 'failed') throw item.error;
         if (item.kind === 'keepalive') {
-          received = { lsn: item.lsn, at: Date.now() };
+          lag.observeReceived(item.lsn);
+          lag.observeServer(item.lsn);
           // Between transactions everything before the keepalive has been read: the position may move there,
           // so an idle slot (or one whose WAL is all other tables') advances once this is committed.
+          if (txn === null && current.buffered() === 0) {
+            const applied = lag.committedLsn();
+            if (lastChange === null || (applied !== null && compareLsn(lastChange, applied) <= 0))
+              lag.readPast(item.lsn);
+          }
           if (txn === null && compareLsn(item.lsn, position.lsn) > 0 && current.buffered() === 0) {
             position = { ...position, lsn: normalizeLsn(item.lsn) };
             if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
@@ -381,8 +395,15 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         const message = item.message;
         switch (message.tag) {
           case 'begin':
-            txn = { ops: [], bad: [], truncate: false, id: message.commitLsn ?? `x${message.xid}`, seq: 0 };
-            oldestUnapplied ??= Date.now();
+            txn = {
+              ops: [],
+              bad: [],
+              truncate: false,
+              id: message.commitLsn ?? `x${message.xid}`,
+              seq: 0,
+              changed: false,
+            };
+            lag.beginTransaction();
             break;
           case 'relation': {
             if (!ours(message)) break;
@@ -400,6 +421,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
           case 'update':
           case 'delete': {
             if (txn === null || !ours(message.relation)) break;
+            txn.changed = true;
             const at = { source: options.handle, position: `${txn.id}:${txn.seq++}` };
             if (message.tag === 'delete') {
               const key = keyOfTuple(message.key ?? message.old);
@@ -433,12 +455,14 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
             // Everything this transaction did before is emptied too; the sink empties what it staged.
             txn.ops = [];
             txn.truncate = true;
+            txn.changed = true;
             break;
           case 'commit': {
             if (txn === null) break;
             const end = normalizeLsn(message.commitEndLsn ?? message.commitLsn ?? position.lsn);
             if (compareLsn(end, position.lsn) > 0) position = { ...position, lsn: end };
-            received = { lsn: position.lsn, at: Date.now() };
+            lag.observeReceived(position.lsn);
+            if (txn.changed) lastChange = position.lsn;
             const flush = current.buffered() === 0;
             if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
               position = { ...position, phase: 'stream', catchUp: null };
@@ -454,8 +478,44 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       }
     } finally {
       stream = null;
+      probe.stop();
       await current.close();
     }
+  }
+
+  /**
+   * Samples `pg_current_wal_lsn()` every `everyMs` on a connection of its own, so the lag shows also while the
+   * stream delivers nothing (a stalled walsender). A failed sample is skipped; the next one reconnects.
+   */
+  function probeServerLsn(everyMs: number, observe: (lsn: string) => void): { stop(): void } {
+    let client: pg.Client | null = null;
+    let busy = false;
+    let stopped = false;
+    const tick = async () => {
+      if (busy || stopped) return;
+      busy = true;
+      try {
+        client ??= await connect();
+        const result = await client.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
+        observe(result.rows[0]!.lsn);
+      } catch {
+        if (client !== null) await release(client);
+        client = null;
+      } finally {
+        busy = false;
+        if (stopped && client !== null) await release(client);
+      }
+    };
+    const timer = setInterval(() => void tick(), everyMs);
+    timer.unref();
+    void tick();
+    return {
+      stop() {
+        stopped = true;
+        clearInterval(timer);
+        if (!busy && client !== null) void release(client);
+      },
+    };
   }
 
   /** A slot still held by the walsender of a process that just died is released within moments: wait for it. */
@@ -495,18 +555,11 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     committed(raw: unknown) {
       const parsed = ReplicationPositionSchema.safeParse(raw);
       if (!parsed.success || parsed.data.phase === 'snapshot') return;
-      committed = parsed.data.lsn;
-      if (received === null || compareLsn(committed, received.lsn) >= 0) oldestUnapplied = null;
+      lag.commit(parsed.data.lsn);
       stream?.confirm(parsed.data.lsn);
     },
-    replicationLag() {
-      if (committed === null || received === null) return null;
-      return {
-        bytes: lsnDistance(committed, received.lsn),
-        seconds: oldestUnapplied === null ? 0 : (Date.now() - oldestUnapplied) / 1000,
-      };
-    },
-    committedLsn: () => committed,
+    replicationLag: (): ReplicationLag | null => lag.lag(),
+    committedLsn: () => lag.committedLsn(),
     close: async () => {
       const s = stream;
       stream = null;

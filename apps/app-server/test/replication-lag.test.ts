@@ -1,0 +1,158 @@
+/**
+ * Replication lag as `GET /v1/endpoints` and `/metrics` report it, against a real PostgreSQL with
+ * `wal_level=logical`: the walsender that streams the endpoint's slot is stopped (SIGSTOP) while the table is
+ * written, so the pipeline is held back while the app-server keeps answering; the lag in bytes and seconds goes up,
+ * and after SIGCONT the endpoint catches up and both go back to about zero.
+ */
+import { join } from 'node:path';
+import { type LogicalPostgresHandle, sleep, startLogicalPostgres, tempDir, waitFor } from '@sluice/testkit';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { call, type NodeProcess, startNodeProcess } from './harness.js';
+
+let server: LogicalPostgresHandle;
+beforeAll(async () => {
+  server = await startLogicalPostgres();
+});
+afterAll(async () => {
+  await server?.[Symbol.asyncDispose]();
+});
+
+async function sql<R extends pg.QueryResultRow>(
+  url: string,
+  text: string,
+  params: unknown[] = [],
+): Promise<R[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query<R>(text, params)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+interface Replication {
+  slot: string;
+  committedLsn: string | null;
+  lagBytes: number | null;
+  lagSeconds: number | null;
+}
+
+async function status(
+  node: NodeProcess,
+): Promise<{ records: number | null; replication: Replication | null }> {
+  const endpoints = (await call(`${node.url}/v1/endpoints`)).body.endpoints as Array<{
+    name: string;
+    records: number | null;
+    replication: Replication | null;
+  }>;
+  return endpoints.find((e) => e.name === 'items')!;
+}
+
+async function metric(node: NodeProcess, name: string): Promise<number | null> {
+  const text = (await call(`${node.url}/metrics`)).body as string;
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes('endpoint="items"'));
+  return line === undefined ? null : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+describe('replication lag reporting', () => {
+  it('lag bytes and seconds go up while the walsender is stopped, and back to about zero once it runs', {
+    timeout: 120_000,
+  }, async () => {
+    await using dir = await tempDir('sluice-app-lag-');
+    const url = await server.createDatabase('lag');
+    await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int, pad text)');
+    await sql(url, 'INSERT INTO items SELECT g, g, NULL FROM generate_series(1, 100) g');
+    await using node = await startNodeProcess({
+      nodeId: 'h3',
+      dir: join(dir.path, 'node'),
+      store: `sqlite:${join(dir.path, 'node', 'store.db')}`,
+      roots: [dir.path],
+      extraYaml: [
+        'connections:',
+        `  db: { type: postgres, url: "${url}" }`,
+        'endpoints:',
+        '  - name: items',
+        '    source: { type: postgres, connection: db, table: items }',
+        '    primaryKey: [id]',
+        '    fields: { id: integer, v: integer, pad: string }',
+        '    indexes: [[v]]',
+      ].join('\n'),
+    });
+    await waitFor(
+      async () => {
+        const s = await status(node);
+        return s.records === 100 && s.replication?.committedLsn != null;
+      },
+      { timeoutMs: 60_000, what: 'the endpoint to stream' },
+    );
+    // Settled: nothing behind.
+    const settled = await waitFor(
+      async () => {
+        const r = (await status(node)).replication!;
+        return r.lagBytes !== null && r.lagBytes < 1024 && r.lagSeconds! < 1 ? r : null;
+      },
+      { timeoutMs: 30_000, what: 'the idle lag to be about zero' },
+    );
+    expect(settled.slot).toBe('sluice_h3_items_source');
+
+    const pid = await waitFor(
+      async () =>
+        (
+          await sql<{ pid: number | null }>(
+            url,
+            'SELECT active_pid AS pid FROM pg_replication_slots WHERE slot_name = $1',
+            [settled.slot],
+          )
+        )[0]?.pid ?? null,
+      { what: 'the walsender of the slot' },
+    );
+    expect(pid).toBeGreaterThan(0);
+    process.kill(pid, 'SIGSTOP');
+    let held: Replication;
+    try {
+      // Writes keep coming while nothing reaches the endpoint.
+      for (let batch = 0; batch < 5; batch++) {
+        await sql(
+          url,
+          `INSERT INTO items SELECT g, g, repeat('x', 200) FROM generate_series(${1000 + batch * 1000}, ${1999 + batch * 1000}) g`,
+        );
+        await sleep(400);
+      }
+      held = await waitFor(
+        async () => {
+          const r = (await status(node)).replication!;
+          return r.lagBytes! > 500_000 && r.lagSeconds! >= 1.5 ? r : null;
+        },
+        { timeoutMs: 10_000, what: 'the lag to show the stalled stream' },
+      );
+      expect((await status(node)).records).toBe(100);
+      expect(await metric(node, 'sluice_replication_lag_bytes')).toBeGreaterThan(500_000);
+      expect(await metric(node, 'sluice_replication_lag_seconds')).toBeGreaterThanOrEqual(1.5);
+      // Still held back: the seconds keep growing.
+      await sleep(1_000);
+      expect((await status(node)).replication!.lagSeconds!).toBeGreaterThan(held.lagSeconds! + 0.5);
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+
+    await waitFor(async () => (await status(node)).records === 5_100, {
+      timeoutMs: 30_000,
+      what: 'the endpoint to catch up',
+    });
+    const after = await waitFor(
+      async () => {
+        const r = (await status(node)).replication!;
+        return r.lagBytes! < 1024 && r.lagSeconds! < 1 ? r : null;
+      },
+      { timeoutMs: 30_000, what: 'the lag to fall back to about zero' },
+    );
+    expect(after.committedLsn).not.toBe(settled.committedLsn);
+    await waitFor(async () => ((await metric(node, 'sluice_replication_lag_bytes')) ?? Infinity) < 1024, {
+      timeoutMs: 10_000,
+      what: 'the lag metric to fall back',
+    });
+    expect(await metric(node, 'sluice_replication_lag_seconds')).toBeLessThan(1);
+  });
+});

@@ -1,0 +1,323 @@
+/**
+ * The cache ports: what the pipeline (writer), the app-server (catalogue and steering) and the api-server
+ * (reader) need from a host's cache generations and their alias table. `@sluice/cache` implements them
+ * (`CacheManager implements WritableCacheCatalog`, `RwCache implements WritableCache`, `RoCache implements
+ * ReadableCache`); everyone else sees only these types.
+ */
+import type { PipelineCheckpoint } from '../checkpoint.js';
+import type { FieldType } from '../config.js';
+import type { SwitchCause } from '../events.js';
+import type { Filter, Query } from '../query.js';
+
+/**
+ * The shape of a cache: typed fields, a primary key of one or more fields, and secondary indexes (each a list
+ * of fields). Two caches with equal schemas have equal schema hashes (`@sluice/cache`'s `schemaHash`).
+ *
+ * @example
+ * ```ts
+ * const schema: CacheSchema = { fields: { id: 'integer', region: 'string' }, primaryKey: ['id'], indexes: [['region']] };
+ * ```
+ */
+export interface CacheSchema {
+  fields: Record<string, FieldType>;
+  primaryKey: string[];
+  indexes: string[][];
+}
+
+/** Lifecycle of a cache generation: filled while `building`, read while `serving`, deleted after `retired`. */
+export const CacheState = { building: 'building', serving: 'serving', retired: 'retired' } as const;
+export type CacheState = (typeof CacheState)[keyof typeof CacheState];
+
+/**
+ * One write to a cache: insert/update/upsert a whole record, or delete by primary-key values (in primary-key
+ * order). The pipeline's ops are these plus where they were read (`@sluice/pipeline`'s `RecordOp`).
+ *
+ * @example
+ * ```ts
+ * const ops: RecordOp[] = [{ op: 'upsert', record: { id: 1, value: 10 } }, { op: 'delete', key: [2] }];
+ * cache.apply(ops);
+ * ```
+ */
+export type RecordOp =
+  | { op: 'insert' | 'update' | 'upsert'; record: Record<string, unknown> }
+  | { op: 'delete'; key: unknown[] };
+
+/**
+ * What happens when an op meets the existing state: `insert` of a present key or `update`/`delete` of an
+ * absent one. `fail` (default) rejects the whole batch with `CACHE_CONFLICT`; `skip` ignores the op;
+ * `overwrite` turns the op into an upsert (or a no-op delete).
+ */
+export type ConflictPolicy = 'fail' | 'skip' | 'overwrite';
+
+export interface ApplyOptions {
+  onConflict?: ConflictPolicy;
+}
+
+/** The state written by the last commit, read in the same snapshot as the data it describes. */
+export interface CommitState {
+  checkpoint: PipelineCheckpoint | null;
+  committedAt: string | null;
+  recordCount: number;
+  /** Handles of the sources that reported their snapshot complete into this cache. */
+  snapshottingDone: string[];
+  /**
+   * Fencing tokens of the transfers that write into this cache: writer (transfer id) → the highest epoch that
+   * committed. Checked and advanced inside the commit transaction (`commit(…, { fence })`).
+   */
+  fences?: Record<string, number>;
+}
+
+/** Options of {@link WritableCache.commit}. */
+export interface CommitOptions {
+  /**
+   * A transfer's fencing token: the commit is refused with `STALE_EPOCH` (nothing written) when a higher epoch of
+   * `writer` already committed here, and records `epoch` otherwise — in the same transaction as the data.
+   */
+  fence?: { writer: string; epoch: number };
+  /**
+   * Keep the checkpoint the cache holds at commit time (read inside the transaction) instead of writing one: for
+   * writers that are not the cache's own pipeline, so its checkpoint never moves backwards under them.
+   */
+  keepCheckpoint?: boolean;
+}
+
+/** How a query was answered. */
+export interface QueryPlan {
+  /** The index used (its fields joined by ","), `"primary"` for the primary key, or null for a full scan. */
+  index: string | null;
+  /** Records examined. */
+  scanned: number;
+  /** True when the scan stopped at the configured cap: the page may be incomplete (see `next`). */
+  capped: boolean;
+}
+
+export interface QueryResult {
+  records: Record<string, unknown>[];
+  /** Opaque `$after` cursor for the next page, bound to this cache; null when there is nothing more. */
+  next: string | null;
+  plan: QueryPlan;
+}
+
+/** A query answered with stored bytes (see {@link ReadableCache.queryJson}). */
+export interface JsonPage {
+  /** The page's records as one JSON array, `[…]`: each record's stored text (UTF-8), in order. */
+  json: Buffer;
+  /** How many records `json` holds. */
+  count: number;
+  /** Opaque `$after` cursor for the next page, bound to this cache; null when there is nothing more. */
+  next: string | null;
+  plan: QueryPlan;
+  /** The commit state of the snapshot the records were read in (one frozen object per commit). */
+  state: Readonly<CommitState>;
+}
+
+/**
+ * One entry of a generation's change log, as readers get it: a record's new value, a delete, or the marker
+ * that ends one commit (with the checkpoint positions it reached).
+ */
+export type ChangeEntry =
+  | { seq: number; op: 'upsert'; key: unknown[]; record: Record<string, unknown> }
+  | { seq: number; op: 'delete'; key: unknown[] }
+  | {
+      seq: number;
+      op: 'commit';
+      /** The checkpoint's positions (DAG node handle → position) reached by this commit, or null. */
+      position: Record<string, unknown> | null;
+      epoch: number | null;
+      /** Commit instant, ms since the epoch. */
+      at: number;
+    };
+
+/** Retained range of a change log: entries `first … last` exist (`last < first` when the log is empty). */
+export interface ChangeHead {
+  first: number;
+  last: number;
+}
+
+/** One held read snapshot of a generation: its head, its records (primary-key order) and its log agree. */
+export interface PinnedGeneration {
+  readonly head: ChangeHead;
+  /** Entries after sequence `after` in this snapshot, oldest first. */
+  read(after: number, limit: number): ChangeEntry[];
+  /**
+   * Records in encoded primary-key order, from after `afterKey` (exclusive), each with its data key (byte
+   * order = key order, so two generations with the same key types merge by comparing these).
+   */
+  records(afterKey?: Buffer): Iterable<{ dataKey: Buffer; record: Record<string, unknown> }>;
+  close(): void;
+}
+
+/**
+ * A generation's change log (change feeds read it). Each call reads the latest commit, another process's
+ * included; {@link ChangeLog.pin} holds one snapshot.
+ *
+ * @example
+ * ```ts
+ * const log = cache.changeLog();
+ * const entries = log.read(log.head().first - 1, 100);
+ * ```
+ */
+export interface ChangeLog {
+  head(): ChangeHead;
+  read(after: number, limit: number): ChangeEntry[];
+  pin(): PinnedGeneration;
+}
+
+/**
+ * A read-only handle of one cache generation. Every call reads the latest commit in one snapshot, so records,
+ * counts and the commit state agree; another process's commits are visible without reopening.
+ *
+ * @example
+ * ```ts
+ * await using cache = await caches.openRo('items');
+ * const record = cache.get([42]);
+ * const { records, next } = cache.query(parseQuery({ $filter: { value: { $gte: 10 } } }));
+ * ```
+ */
+export interface ReadableCache extends AsyncDisposable {
+  readonly name: string;
+  /** The endpoint the generation materializes. */
+  readonly endpoint: string;
+  readonly schema: CacheSchema;
+  /** The record with these primary-key values (in key order), or undefined. */
+  get(key: unknown[]): Record<string, unknown> | undefined;
+  /** The record's stored JSON text, to send as it is. */
+  getJson(key: unknown[]): Buffer | undefined;
+  query(query: Query | Partial<Query>): QueryResult;
+  /** A page as the JSON array of its stored texts, and the commit state of the same snapshot. */
+  queryJson(query: Query | Partial<Query>): JsonPage;
+  /**
+   * The latest commit state, one frozen object per commit; it starts a fresh read snapshot that the next
+   * `getJson` in the same synchronous step reads too.
+   */
+  servingState(): Readonly<CommitState>;
+  count(filter?: Filter): number;
+  commitState(): CommitState;
+  changeLog(): ChangeLog;
+  close(): Promise<void>;
+}
+
+/**
+ * The writable handle of one generation (one writer process per cache): `apply` stages ops, `commit` makes them
+ * visible together with the checkpoint, in one transaction.
+ *
+ * @example
+ * ```ts
+ * await using cache = await caches.create({ endpoint: 'items', schema });
+ * cache.apply([{ op: 'upsert', record: { id: 1, value: 10 } }]);
+ * await cache.commit(checkpoint, { fence: { writer: transferId, epoch } });
+ * ```
+ */
+export interface WritableCache extends ReadableCache {
+  /** Stages ops, all or nothing (`BAD_RECORD`, or `CACHE_CONFLICT` under `onConflict: 'fail'`). */
+  apply(ops: RecordOp[], options?: ApplyOptions): void;
+  /** Writes what was staged, the checkpoint and the commit instant atomically. */
+  commit(checkpoint: PipelineCheckpoint | null, options?: CommitOptions): Promise<void>;
+  /** Records that `source` finished its snapshot into this generation. */
+  markSnapshottingDone(source: string): Promise<void>;
+  /** Deletes every record, the checkpoint and the change log (a rebuild into the same generation). */
+  clear(): Promise<void>;
+}
+
+/** One move of an alias, kept in the alias table (newest first in {@link CacheCatalog.history}). */
+export interface AliasSwitch {
+  alias: string;
+  from: string | null;
+  to: string;
+  at: string;
+  cause: SwitchCause;
+  /** The alias version the switch produced. */
+  version: number;
+}
+
+/** An alias and the generation it points at. */
+export interface AliasEntry {
+  alias: string;
+  cache: string;
+  version: number;
+}
+
+/** What the writer notes about a generation in the alias table, beside its state. */
+export interface GenerationNotes {
+  /** When every source of the generation finished its snapshot. */
+  snapshotDoneAt?: string | null;
+  /** Set while the generation is held by a switch gate (or manual mode): why, and since when. */
+  held?: { reason: string; at: string } | null;
+  /** The restart decision of the latest run into this generation. */
+  decision?: { decision: string; reason: string } | null;
+  /** Why the generation was built (the cause its switch will carry). */
+  cause?: SwitchCause | null;
+  /** Bad records skipped while building it. */
+  badRecords?: number | null;
+}
+
+/** What the catalogue says about one generation. */
+export interface CacheInfo {
+  name: string;
+  endpoint: string;
+  createdAt: string;
+  schemaHash: string;
+  schema: CacheSchema;
+  state: CacheState;
+  retiredAt: string | null;
+  /** Bytes on disk of the generation's files. */
+  sizeBytes: number;
+  recordCount: number;
+  checkpoint: PipelineCheckpoint | null;
+  committedAt: string | null;
+  /** When the alias last moved to it (null: never served). */
+  switchedAt: string | null;
+  notes: GenerationNotes;
+}
+
+/**
+ * A host's cache generations and alias table, for reading: what serving processes (opened read-only) and the
+ * operator views need.
+ *
+ * @example
+ * ```ts
+ * const target = caches.resolveAlias('items'); // { cache: 'items-…', version: 3 } or null
+ * await using cache = await caches.openRo('items');
+ * ```
+ */
+export interface CacheCatalog extends AsyncDisposable {
+  /** Opens a generation, by name or through an alias, for reading. `CACHE_NOT_FOUND` when there is none. */
+  openRo(nameOrAlias: string): Promise<ReadableCache>;
+  resolveAlias(alias: string): { cache: string; version: number } | null;
+  listAliases(): AliasEntry[];
+  /** Increments on every alias-table write (readers poll it to notice switches). */
+  aliasTableVersion(): number;
+  list(): Promise<CacheInfo[]>;
+  info(name: string): Promise<CacheInfo | null>;
+  /** The switches of `alias`, newest first. */
+  history(alias: string): AliasSwitch[];
+  close(): Promise<void>;
+}
+
+/**
+ * The writer's catalogue: creates and opens generations for writing, moves aliases, annotates and retires
+ * generations. One writer process per host (the app-server).
+ *
+ * @example
+ * ```ts
+ * const green = await caches.create({ endpoint: 'items', schema });
+ * // … fill and commit green …
+ * const { from, version } = await caches.redirect('items', green.name, { cause: 'rebuild' });
+ * ```
+ */
+export interface WritableCacheCatalog extends CacheCatalog {
+  /** A new, empty generation of `endpoint` (state `building`) under a unique generated name. */
+  create(input: { endpoint: string; schema: CacheSchema }): Promise<WritableCache>;
+  /** Opens a generation for writing; `CACHE_SCHEMA_MISMATCH` when `expectedSchema` differs from its own. */
+  openRw(name: string, expectedSchema?: CacheSchema): Promise<WritableCache>;
+  /** Points `alias` at `to` atomically (recorded in its history with `cause`); returns the previous target. */
+  redirect(
+    alias: string,
+    to: string,
+    options?: { cause?: SwitchCause },
+  ): Promise<{ from: string | null; version: number }>;
+  /** Merges `notes` into what the alias table says about generation `name`. */
+  annotate(name: string, notes: GenerationNotes): Promise<void>;
+  /** Marks a generation retired now (garbage collection removes it later); never an alias target. */
+  retire(name: string): Promise<void>;
+}
