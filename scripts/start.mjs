@@ -416,6 +416,9 @@ async function main() {
   say();
   say(bold('Sluice is running.'));
   say(`  query API (api-server):   ${apiUrl}   OpenAPI docs: ${apiUrl}/docs`);
+  say(
+    `  console (app-server):     ${appUrl}/console   endpoints, transfers, nodes; Rebuild / Promote / Roll back`,
+  );
   say(`  control API (app-server): ${appUrl}   OpenAPI docs: ${appUrl}/docs   metrics: ${appUrl}/metrics`);
   say(
     `  logs (JSON lines):        ${shown(join(logDir, 'app-server.log'))}, ${shown(join(logDir, 'api-server.log'))}`,

@@ -148,7 +148,7 @@ function normalizeError(err: unknown, bodyLimit: number, request: FastifyRequest
  */
 export async function buildApp(options: BuildAppOptions) {
   const { config, registry, metrics, limits } = options;
-  const bodyLimit = config.limits.bodyBytes;
+  const bodyLimit = config.http.bodyBytes;
   const app = Fastify({
     loggerInstance: options.logger,
     // No per-request log lines: at tens of thousands of requests per second they would cost more than the

@@ -38,6 +38,8 @@ async function main(): Promise<void> {
     return;
   }
   const logger = createLogger(loaded.config.logLevel);
+  for (const warning of loaded.warnings)
+    logger.warn({ key: warning.path, movedTo: warning.movedTo }, warning.message);
   logger.info({ config: loaded.path, dataDir: loaded.dataDir }, 'starting api-server');
   let server: Awaited<ReturnType<typeof startApiServer>>;
   try {
@@ -71,7 +73,7 @@ async function main(): Promise<void> {
     const force = setTimeout(() => {
       logger.error('shutdown took too long; exiting');
       process.exit(1);
-    }, loaded.config.limits.shutdownGraceMs + 5_000);
+    }, loaded.config.transfers.shutdownGraceMs + 5_000);
     force.unref();
     void server.close().then(
       () => process.exit(0),

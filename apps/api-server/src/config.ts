@@ -1,4 +1,4 @@
-import { loadConfigFile, type SluiceConfig } from '@sluice/core';
+import { type ConfigWarning, loadConfigFile, type SluiceConfig } from '@sluice/core';
 
 export interface LoadedConfig {
   config: SluiceConfig;
@@ -8,6 +8,8 @@ export interface LoadedConfig {
   baseDir: string;
   /** `dataDir` as an absolute path. */
   dataDir: string;
+  /** Keys that still work but moved (one each), for the start-up log. */
+  warnings: ConfigWarning[];
 }
 
 export interface LoadConfigOptions {

@@ -1,5 +1,6 @@
 import {
   type AliasRedirected,
+  API_DEFAULTS,
   type BackplaneStatus,
   type CacheCatalog,
   type EventSubscriber,
@@ -128,7 +129,7 @@ export class EndpointRegistry implements AsyncDisposable {
     this.pending = null;
     for (const event of buffered) this.dispatch(event);
     this.started = true;
-    const reconcileMs = this.options.reconcileMs ?? 5_000;
+    const reconcileMs = this.options.reconcileMs ?? API_DEFAULTS.reconcileMs;
     this.timers.push(setInterval(() => void this.reconcile('reconcile'), reconcileMs));
     const watchMs = this.options.watchMs ?? 200;
     this.timers.push(setInterval(() => this.watchTable(), watchMs));

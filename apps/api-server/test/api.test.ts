@@ -24,7 +24,8 @@ function startServer(root: string, extra: SluiceConfigInput = {}): Promise<ApiSe
     dataDir: root,
     logLevel: 'silent',
     ...extra,
-    limits: { bodyBytes: 4096, queryLimitMax: 100, inMax: 10, depthMax: 3, ...(extra.limits ?? {}) },
+    http: { bodyBytes: 4096, ...extra.http },
+    query: { maxLimit: 100, maxIn: 10, maxDepth: 3, ...extra.query },
   });
   return startApiServer({
     config,

@@ -28,6 +28,31 @@ describe('sluice-api-server command', () => {
     expect(check.output()).not.toContain('not-to-be-printed-secret');
   });
 
+  it('logs one warning per key that moved (an old sluice.yaml still starts)', async () => {
+    await using dir = await tempDir('sluice-api-cli-');
+    const port = await freePort();
+    // The port is taken so that the process stops right after logging its start-up lines.
+    const blocker = createServer();
+    await new Promise<void>((resolve) => blocker.listen(port, '127.0.0.1', resolve));
+    try {
+      await writeFile(join(dir.path, 'sluice.yaml'), 'limits: { bodyBytes: 4096, queryLimitMax: 100 }\n');
+      const child = spawnTs(API_BIN, ['--port', String(port)], { cwd: dir.path });
+      expect((await child.exited).code).toBe(1);
+      const warnings = child.lines
+        .filter((line) => line.includes('is deprecated'))
+        .map((line) => JSON.parse(line) as { level: number; key: string; movedTo: string; msg: string });
+      expect(warnings.map(({ level, key, movedTo }) => ({ level, key, movedTo }))).toEqual([
+        { level: 40, key: 'limits.bodyBytes', movedTo: 'http.bodyBytes' },
+        { level: 40, key: 'limits.queryLimitMax', movedTo: 'query.maxLimit' },
+      ]);
+      expect(warnings[0]?.msg).toBe(
+        'sluice.yaml: limits.bodyBytes is deprecated: it is now http.bodyBytes (the old key still works; move it to silence this warning)',
+      );
+    } finally {
+      await new Promise((resolve) => blocker.close(resolve));
+    }
+  });
+
   it('a port already in use is a one-line error and exit 1', async () => {
     await using dir = await tempDir('sluice-api-cli-');
     const port = await freePort();

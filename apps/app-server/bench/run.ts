@@ -80,7 +80,7 @@ async function main() {
   const source = join(files, 'one.jsonl');
   await writeFile(source, '{"id":1,"value":1}\n');
   const destination = join(files, 'out.jsonl');
-  const limits = { queueSize: 100_000, maxConcurrentTransfers: 16, fireAndForgetConcurrency: 16 };
+  const transfers = { queueSize: 100_000, maxConcurrentTransfers: 16, fireAndForgetConcurrency: 16 };
   const transfer = (id: string) => fileTransfer(id, source, destination);
 
   // The peer: a bare fastify route, kept running and measured again right before every workload, so each
@@ -127,7 +127,7 @@ async function main() {
       dir: join(dir.path, 'embedded'),
       store: `sqlite:${join(dir.path, 'embedded', 'store.db')}`,
       roots: [files],
-      limits,
+      transfers,
       logLevel: 'warn',
     });
     await runSubmits('sqlite', node);
@@ -143,7 +143,7 @@ async function main() {
       store: db.url,
       nats: nats.url,
       roots: [files],
-      limits,
+      transfers,
       logLevel: 'warn',
       // CPU_PROF=<dir> writes the node's CPU profile there (node --cpu-prof) when it stops.
       nodeArgs: process.env.CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.CPU_PROF}`] : [],
@@ -185,7 +185,7 @@ async function main() {
     store: db.url,
     nats: nats.url,
     roots: [files],
-    limits: { leaseMs: 2_000, heartbeatMs: 300, sweepIntervalMs: 250, ownerWaitMs: 500 },
+    transfers: { leaseMs: 2_000, heartbeatMs: 300, sweepIntervalMs: 250, ownerWaitMs: 500 },
   });
   await using store = await openStore(db.url);
   const survivor = await startNodeProcess(spec('tb'));

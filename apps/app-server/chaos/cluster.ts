@@ -12,7 +12,7 @@ import { tailOf } from './evidence.js';
 const SOURCE_BIN = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'bin.ts');
 
 /** Timings short enough that leases expire and sweepers act many times within one run. */
-export const CHAOS_LIMITS = {
+export const CHAOS_TRANSFERS = {
   leaseMs: 2_000,
   heartbeatMs: 300,
   ownerWaitMs: 500,
@@ -213,7 +213,7 @@ export class Cluster implements AsyncDisposable {
 }
 
 function configYaml(spec: ClusterSpec, node: ChaosNode): string {
-  const limits = Object.entries(CHAOS_LIMITS).map(([key, value]) => `  ${key}: ${value}`);
+  const transfers = Object.entries(CHAOS_TRANSFERS).map(([key, value]) => `  ${key}: ${value}`);
   return [
     `node: { id: ${node.id}, port: ${node.port}, advertisedUrl: "http://127.0.0.1:${node.port}" }`,
     `store: "${spec.storeUrl}"`,
@@ -226,8 +226,8 @@ function configYaml(spec: ClusterSpec, node: ChaosNode): string {
     // Frequent commits: most faults land between two checkpoints of a running transfer.
     'pipeline: { commitEveryRecords: 10, commitEveryMs: 300 }',
     'logLevel: info',
-    'limits:',
-    ...limits,
+    'transfers:',
+    ...transfers,
     '',
   ].join('\n');
 }

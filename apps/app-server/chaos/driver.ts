@@ -10,7 +10,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createTestDatabase, sleep, startNatsServer } from '@sluice/testkit';
-import { CHAOS_LIMITS, Cluster } from './cluster.js';
+import { CHAOS_TRANSFERS, Cluster } from './cluster.js';
 import { Destinations } from './destinations.js';
 import { codeVersion, logsAbout } from './evidence.js';
 import { FaultInjector } from './faults.js';
@@ -170,7 +170,7 @@ export async function runChaos(
   }
   event(`settled: ${requests.open().length} not final`);
   // A stale writer of a TERMINATED transfer would show up after its lease at the latest.
-  await sleep(CHAOS_LIMITS.leaseMs * 2);
+  await sleep(CHAOS_TRANSFERS.leaseMs * 2);
   await requests.poll();
 
   for (const t of tracked.values()) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { redactConfig, SluiceError } from '@sluice/core';
+import { loadConfigFile, redactConfig, SluiceError } from '@sluice/core';
 import { Command } from 'commander';
 import { loadConfig } from './config.js';
 import { isDatabaseConnectionLoss } from './crash-guard.js';
@@ -62,14 +62,14 @@ async function main(): Promise<void> {
 
 async function serve(): Promise<void> {
   const options = program.opts<{ config?: string; check?: boolean }>();
-  const config = await loadConfig(options.config, process.env);
+  const { config, warnings } = loadConfigFile({ configPath: options.config, env: process.env });
   if (options.check) {
     process.stdout.write(`${JSON.stringify(redactConfig(config), null, 2)}\n`);
     return;
   }
   // Loaded after the configuration is valid: a bad file fails fast, without loading the whole node.
   const { startNode } = await import('./node.js');
-  const node = await startNode(config);
+  const node = await startNode(config, { configWarnings: warnings });
   process.on('uncaughtException', (err) => {
     if (isDatabaseConnectionLoss(err)) {
       process.stderr.write(
@@ -87,7 +87,7 @@ async function serve(): Promise<void> {
     const hardStop = setTimeout(() => {
       process.stderr.write(`sluice-app-server: shutdown took too long after ${signal}, exiting\n`);
       process.exit(1);
-    }, config.limits.shutdownGraceMs + 10_000);
+    }, config.transfers.shutdownGraceMs + 10_000);
     hardStop.unref();
     node.close().then(
       () => process.exit(0),

@@ -1,5 +1,5 @@
 import {
-  ConfigError,
+  isSqliteStore,
   loadConfigFile,
   parseConfigText as parseCoreConfigText,
   type SluiceConfig,
@@ -7,9 +7,10 @@ import {
 
 /**
  * Loads the node configuration with core's `loadConfigFile`: the YAML file at `path`, else `./sluice.yaml` when
- * present, else the embedded defaults; environment overrides applied; validated by core's schema plus the
- * app-server's own rules (backplane choice, heartbeat shorter than the lease). A bad file or value throws
- * `CONFIG_INVALID` naming the exact field and the reason.
+ * present, else the embedded defaults; environment overrides applied; validated by core's schema and its
+ * cross-field rules (backplane choice, heartbeat shorter than the lease). A bad file or value throws
+ * `CONFIG_INVALID` naming the exact field and the reason. The warnings about old keys are dropped here: `bin.ts`
+ * reads them from `loadConfigFile` and the node logs them.
  *
  * @example
  * ```ts
@@ -22,9 +23,7 @@ export async function loadConfig(
   env: Record<string, string | undefined> = process.env,
   cwd: string = process.cwd(),
 ): Promise<SluiceConfig> {
-  const { config } = loadConfigFile({ configPath: path, env, cwd });
-  assertBackplaneChoice(config);
-  return config;
+  return loadConfigFile({ configPath: path, env, cwd }).config;
 }
 
 /**
@@ -40,24 +39,7 @@ export function parseConfigText(
   env: Record<string, string | undefined> = {},
   source = 'configuration',
 ): SluiceConfig {
-  const config = parseCoreConfigText(text, env, source);
-  assertBackplaneChoice(config);
-  return config;
-}
-
-function assertBackplaneChoice(config: SluiceConfig): void {
-  if (config.backplane.strategy === 'nats' && config.nats === undefined)
-    throw new ConfigError('backplane.strategy "nats" needs a nats connection', [
-      { path: 'nats', message: 'required when backplane.strategy is "nats"' },
-    ]);
-  if (config.backplane.strategy === 'single' && !config.store.startsWith('sqlite:'))
-    throw new ConfigError('backplane.strategy "single" only works with an embedded SQLite store', [
-      { path: 'backplane.strategy', message: '"single" needs a sqlite: store; use "direct" or "nats"' },
-    ]);
-  if (config.limits.heartbeatMs >= config.limits.leaseMs)
-    throw new ConfigError('limits.heartbeatMs must be shorter than limits.leaseMs', [
-      { path: 'limits.heartbeatMs', message: `must be less than limits.leaseMs (${config.limits.leaseMs})` },
-    ]);
+  return parseCoreConfigText(text, env, source);
 }
 
 /** Which backplane a configuration selects: NATS when configured, else single-node on SQLite, else direct. */
@@ -65,5 +47,5 @@ export function backplaneKind(config: SluiceConfig): 'nats' | 'single' | 'direct
   const strategy = config.backplane.strategy;
   if (strategy !== 'auto') return strategy;
   if (config.nats !== undefined) return 'nats';
-  return config.store.startsWith('sqlite:') ? 'single' : 'direct';
+  return isSqliteStore(config.store) ? 'single' : 'direct';
 }

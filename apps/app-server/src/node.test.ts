@@ -57,7 +57,7 @@ describe('startNode (in process)', () => {
       store: `sqlite:${join(dir.path, 'store.db')}`,
       dataDir: join(dir.path, 'data'),
       files: { roots: [dir.path] },
-      limits: { leaseMs: 60_000, heartbeatMs: 1_000 },
+      transfers: { leaseMs: 60_000, heartbeatMs: 1_000 },
     });
     const lines = Array.from({ length: 2_000 }, (_, i) => JSON.stringify({ id: i + 1 })).join('\n');
     const { writeFile } = await import('node:fs/promises');
@@ -125,7 +125,7 @@ describe('startNode (in process)', () => {
     expect((await fetch(`${node.url}/v1/transfers/too-late`)).status).toBe(404);
   });
 
-  it('purges finished transfers past limits.retentionDays', async () => {
+  it('purges finished transfers past retention.transferDays', async () => {
     await using dir = await tempDir();
     const { writeFile } = await import('node:fs/promises');
     await writeFile(join(dir.path, 'in.jsonl'), '{"id":1}\n{"id":2}\n');
@@ -134,7 +134,7 @@ describe('startNode (in process)', () => {
       store: `sqlite:${join(dir.path, 'store.db')}`,
       dataDir: join(dir.path, 'data'),
       files: { roots: [dir.path] },
-      limits: { retentionDays: 1 / 86_400 },
+      retention: { transferDays: 1 / 86_400 },
     });
     const logger = pino({ level: 'silent' });
     const first = await startNode(config, { logger, cwd: dir.path });

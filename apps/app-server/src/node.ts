@@ -1,7 +1,7 @@
 import { createHmac, randomUUID } from 'node:crypto';
 import { resolve } from 'node:path';
 import { createDirectBackplane, createNatsBackplane, createSingleNodeBackplane } from '@sluice/backplane';
-import { type Backplane, type Clock, type SluiceConfig, systemClock } from '@sluice/core';
+import { type Backplane, type Clock, type ConfigWarning, type SluiceConfig, systemClock } from '@sluice/core';
 import { discardTransferLeftovers, runTransfer } from '@sluice/pipeline';
 import { openStore } from '@sluice/store';
 import type { FastifyInstance } from 'fastify';
@@ -32,6 +32,8 @@ export interface StartNodeOptions {
   clock?: Clock;
   /** Working directory that relative paths (store, dataDir, file roots, endpoint sources) resolve against. */
   cwd?: string;
+  /** What the configuration's parse warned about (keys that moved): logged once at start. */
+  configWarnings?: ReadonlyArray<ConfigWarning>;
 }
 
 /** An HS256 JWT this node presents to its peers' internal routes when auth is JWT-only. */
@@ -55,6 +57,8 @@ function peerJwt(secret: string, nodeId: string): string {
 export async function startNode(config: SluiceConfig, options: StartNodeOptions = {}): Promise<SluiceNode> {
   const logger = options.logger ?? createLogger({ level: config.logLevel, nodeId: config.node.id });
   const log = asPortLogger(logger);
+  for (const warning of options.configWarnings ?? [])
+    logger.warn({ key: warning.path, movedTo: warning.movedTo }, warning.message);
   const clock = options.clock ?? systemClock;
   const cwd = options.cwd ?? process.cwd();
   const instanceId = randomUUID();
@@ -113,7 +117,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
       const directBackplane = createDirectBackplane({
         nodeId,
         logger: log,
-        fetchTimeoutMs: Math.max(config.limits.ownerWaitMs, 30_000),
+        fetchTimeoutMs: Math.max(config.transfers.ownerWaitMs, 30_000),
         ...(peerToken ? { headers: { authorization: `Bearer ${peerToken}` } } : {}),
       });
       direct = directBackplane;
@@ -140,7 +144,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
       store,
       backplane,
       identity,
-      limits: config.limits,
+      limits: config.transfers,
       policy,
       metrics,
       logger: log,
@@ -175,8 +179,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
 
     const server = await buildServer({
       logger,
-      bodyLimit: config.limits.bodyBytes,
-      pageSizeMax: config.limits.pageSizeMax,
+      bodyLimit: config.http.bodyBytes,
+      pageSizeMax: config.http.pageSizeMax,
       auth,
       coordinator: activeCoordinator,
       endpoints,
@@ -192,7 +196,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
           startedAt: node.startedAt.toISOString(),
           lastSeenAt: node.lastSeenAt.toISOString(),
           // Judged on the store's clock: a node whose wall clock is off sees the same answer as every other.
-          alive: node.silentMs <= config.limits.leaseMs,
+          alive: node.silentMs <= config.transfers.leaseMs,
         })),
       readiness: async () => {
         const checks: Record<string, string> = {};
@@ -221,8 +225,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     }
     await store.registerNode({ nodeId, address: identity.address, instanceId });
     activeCoordinator.start();
-    // Finished records are kept `limits.retentionDays` (0 = forever), then purged by whichever node gets there.
-    const retentionMs = config.limits.retentionDays * 86_400_000;
+    // Finished records are kept `retention.transferDays` (0 = forever), then purged by whichever node gets there.
+    const retentionMs = config.retention.transferDays * 86_400_000;
     const purge = () => {
       if (retentionMs <= 0) return;
       store.purge(new Date(clock.now().getTime() - retentionMs)).then(
@@ -245,11 +249,11 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     const close = () => {
       closing ??= (async () => {
         logger.info('shutting down: handing transfers back');
-        shutdownDeadline = Date.now() + config.limits.shutdownGraceMs + 8_000;
+        shutdownDeadline = Date.now() + config.transfers.shutdownGraceMs + 8_000;
         // Stop accepting first (in-flight requests finish), then hand work back, then close the rest.
         cleanups.splice(cleanups.indexOf(closeServer), 1);
         const serverClosed = server.close();
-        await within('transfers', activeCoordinator.shutdown(), config.limits.shutdownGraceMs + 1_000);
+        await within('transfers', activeCoordinator.shutdown(), config.transfers.shutdownGraceMs + 1_000);
         await within('http server', serverClosed);
         await unwind();
         logger.info('app-server stopped');

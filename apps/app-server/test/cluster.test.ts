@@ -20,7 +20,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   call,
   exactlyOnce,
-  FAST_LIMITS,
+  FAST_TRANSFERS,
   fileTransfer,
   type NodeProcess,
   startNodeProcess,
@@ -139,7 +139,7 @@ describe('app-server cluster (PostgreSQL + NATS)', { timeout: 90_000 }, () => {
     expect(resubmit.body.owner.nodeId).toBe('n2');
     expect(resubmit.body.epoch).toBe(before.epoch + 1);
     // Taken over at once (NATS answered "nobody"), not after the lease.
-    expect(Date.now() - started).toBeLessThan(FAST_LIMITS.leaseMs);
+    expect(Date.now() - started).toBeLessThan(FAST_TRANSFERS.leaseMs);
     const done = await waitForState(node('n2').url, 'kill-1', 'COMPLETED');
     expect(done.attempts).toBe(2);
     expect(done.owner.nodeId).toBe('n2');
@@ -206,7 +206,7 @@ describe('app-server cluster (PostgreSQL + NATS)', { timeout: 90_000 }, () => {
       store: hungDb.url,
       nats: nats.url,
       roots: [join(dir.path, 'files')],
-      limits: lease,
+      transfers: lease,
     });
     const [h1, h2] = await Promise.all([startNodeProcess(spec('h1')), startNodeProcess(spec('h2'))]);
     try {
@@ -284,7 +284,7 @@ describe('app-server cluster (PostgreSQL + NATS)', { timeout: 90_000 }, () => {
       expect(resubmit.body.resumed).toBe(false);
       expect(resubmit.body.owner.nodeId).toBe('n3');
       // Longer than a lease: heartbeats go to PostgreSQL, so the owner keeps it and nobody takes over.
-      await new Promise((resolve) => setTimeout(resolve, FAST_LIMITS.leaseMs + 500));
+      await new Promise((resolve) => setTimeout(resolve, FAST_TRANSFERS.leaseMs + 500));
       const during = await store.get('nats-1');
       expect(during?.epoch).toBe(1);
       expect(during?.ownerNodeId).toBe('n3');

@@ -32,8 +32,10 @@ async function start(): Promise<NodeProcess> {
     dir: join(dir.path, 'node'),
     store: storeUrl,
     roots,
-    limits: { bodyBytes: 4096, maxConcurrentTransfers: 1, queueSize: 1 },
     extraYaml: [
+      // Written the way sluice.yaml files were before the sections: still applied (413 above 4096 bytes, a queue
+      // of 1), with one start-up warning per key.
+      'limits: { bodyBytes: 4096, maxConcurrentTransfers: 1, queueSize: 1 }',
       'connections: { warehouse: { type: postgres, url: "postgres://nobody@127.0.0.1:1/none" } }',
     ].join('\n'),
   });
@@ -63,6 +65,20 @@ afterAll(async () => {
 });
 
 describe('app-server on embedded defaults', { timeout: 90_000 }, () => {
+  it('logs one warning per key of the old limits section, naming its new place', () => {
+    const warnings = node.child.lines
+      .filter((line) => line.includes('is deprecated'))
+      .map((line) => JSON.parse(line) as { level: number; key: string; movedTo: string; msg: string });
+    expect(warnings.map(({ level, key, movedTo }) => ({ level, key, movedTo }))).toEqual([
+      { level: 40, key: 'limits.bodyBytes', movedTo: 'http.bodyBytes' },
+      { level: 40, key: 'limits.maxConcurrentTransfers', movedTo: 'transfers.maxConcurrentTransfers' },
+      { level: 40, key: 'limits.queueSize', movedTo: 'transfers.queueSize' },
+    ]);
+    expect(warnings[0]?.msg).toMatch(
+      /sluice\.yaml: limits\.bodyBytes is deprecated: it is now http\.bodyBytes/,
+    );
+  });
+
   it('refuses every bad-input class with a problem+json body and writes nothing', async () => {
     const source = await writeRecords(join(roots[0]!, 'ok.jsonl'), 10);
     const out = (name: string) => join(roots[1]!, name);

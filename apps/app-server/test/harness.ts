@@ -14,9 +14,10 @@ export interface NodeSpec {
   nats?: string;
   roots: string[];
   port?: number;
-  /** Extra top-level YAML (already formatted), e.g. limits or endpoints. */
+  /** Extra top-level YAML (already formatted), e.g. endpoints. */
   extraYaml?: string;
-  limits?: Record<string, number>;
+  /** `transfers` keys over {@link FAST_TRANSFERS}. */
+  transfers?: Record<string, number>;
   logLevel?: string;
   env?: Record<string, string>;
   /** Options for `node` itself (a benchmark passes `--cpu-prof`). */
@@ -33,7 +34,7 @@ export interface NodeProcess extends AsyncDisposable {
 }
 
 /** Short timings so that leases expire and sweepers run within a test's patience. */
-export const FAST_LIMITS = {
+export const FAST_TRANSFERS = {
   leaseMs: 2_000,
   heartbeatMs: 300,
   ownerWaitMs: 500,
@@ -41,8 +42,8 @@ export const FAST_LIMITS = {
   shutdownGraceMs: 5_000,
 };
 
-function yamlLimits(limits: Record<string, number>): string {
-  return `limits:\n${Object.entries(limits)
+function yamlTransfers(transfers: Record<string, number>): string {
+  return `transfers:\n${Object.entries(transfers)
     .map(([key, value]) => `  ${key}: ${value}`)
     .join('\n')}\n`;
 }
@@ -60,7 +61,7 @@ export async function startNodeProcess(spec: NodeSpec): Promise<NodeProcess> {
     `files: { roots: [${spec.roots.map((r) => JSON.stringify(r)).join(', ')}] }`,
     'pipeline: { commitEveryRecords: 50, commitEveryMs: 5000 }',
     `logLevel: ${spec.logLevel ?? 'info'}`,
-    yamlLimits({ ...FAST_LIMITS, ...spec.limits }),
+    yamlTransfers({ ...FAST_TRANSFERS, ...spec.transfers }),
     spec.extraYaml ?? '',
   ];
   await writeFile(configFile, lines.filter((l) => l !== '').join('\n'));

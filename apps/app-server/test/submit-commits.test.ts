@@ -28,7 +28,7 @@ describe('store commits of an idempotent transfer (PostgreSQL)', () => {
       store: db.url,
       roots: [dir.path],
       // Long lease: no heartbeat renews it during these short transfers, so every write counted is the transfer's.
-      limits: { leaseMs: 60_000, heartbeatMs: 20_000 },
+      transfers: { leaseMs: 60_000, heartbeatMs: 20_000 },
     });
     const audit = new pg.Client({ connectionString: db.url });
     await audit.connect();

@@ -1,4 +1,11 @@
-import type { ChangeEntry, ChangeHead, ChangeLog, PinnedGeneration, PipelineCheckpoint } from '@sluice/core';
+import {
+  CACHE_DEFAULTS,
+  type ChangeEntry,
+  type ChangeHead,
+  type ChangeLog,
+  type PinnedGeneration,
+  type PipelineCheckpoint,
+} from '@sluice/core';
 import type { Database, DatabaseOptions, Transaction } from 'lmdb';
 import type { CacheDbs } from './cache-dbs.js';
 import { decodeRecord } from './record-json.js';
@@ -19,7 +26,8 @@ export interface ChangeRetention {
   retainMs: number;
 }
 
-export const DEFAULT_RETENTION: ChangeRetention = { retainRecords: 100_000, retainMs: 24 * 3_600_000 };
+/** Configuration's `cache.changes` defaults (defined once, in core). */
+export const DEFAULT_RETENTION: ChangeRetention = { ...CACHE_DEFAULTS.changes };
 
 /** Stored form (short field names: the log is written on every commit). */
 type StoredEntry =

@@ -3,12 +3,14 @@ import { join, resolve } from 'node:path';
 import {
   type AliasEntry,
   type AliasSwitch,
+  CACHE_DEFAULTS,
   CacheClosedError,
   type CacheInfo,
   CacheNotFoundError,
   CacheReadOnlyError,
   type CacheSchema,
   type CommitState,
+  DEFAULT_QUERY_LIMITS,
   type GenerationNotes,
   type Logger,
   NameSchema,
@@ -30,7 +32,13 @@ import { RwCache } from './rw-cache.js';
 import { parseCacheSchema, schemaHash } from './schema.js';
 import type { CacheManagerOptions } from './types.js';
 
-const DEFAULTS = { gcGraceMs: 10 * 60_000, scanCap: 50_000, defaultLimit: 50, maxLimit: 1000 } as const;
+// The configuration's defaults (defined once, in core), for a caller that leaves an option out.
+const DEFAULTS = {
+  gcGraceMs: CACHE_DEFAULTS.gcGraceMs,
+  scanCap: CACHE_DEFAULTS.scanCap,
+  defaultLimit: DEFAULT_QUERY_LIMITS.defaultLimit,
+  maxLimit: DEFAULT_QUERY_LIMITS.maxLimit,
+} as const;
 
 /**
  * Owns the caches under one root directory: `<root>/caches/<name>/` (one LMDB environment per cache) and

@@ -8,9 +8,9 @@ import type { ChangeRetention } from './change-log.js';
 
 /** Options of {@link CacheManager} (`openCacheManager`). */
 export interface CacheManagerOptions {
-  /** How long a retired generation is kept before `gc` deletes it (default 10 minutes). */
+  /** How long a retired generation is kept before `gc` deletes it (default `CACHE_DEFAULTS.gcGraceMs`: 60 s). */
   gcGraceMs?: number;
-  /** Most records a query examines before it answers with `capped: true` (default 50 000). */
+  /** Most records a query examines before it answers with `capped: true` (default `CACHE_DEFAULTS.scanCap`: 100 000). */
   scanCap?: number;
   /** `limit` applied when a query has none (default 50). */
   defaultLimit?: number;

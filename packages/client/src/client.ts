@@ -1,9 +1,10 @@
+import { ControlClient } from './control.js';
 import { EndpointClient } from './endpoint.js';
 import type { HttpTarget } from './http.js';
 import { TransfersClient } from './transfers.js';
 
 export interface ClientOptions {
-  /** The app-server's control API, e.g. `http://10.0.0.5:7070` (transfers). */
+  /** The app-server's control API, e.g. `http://10.0.0.5:7070` (transfers, endpoints, nodes); `''` = same origin. */
   controlUrl?: string;
   /** An api-server, e.g. `http://10.0.0.5:8080` (endpoints). */
   queryUrl?: string;
@@ -21,6 +22,8 @@ export interface SluiceClient {
   endpoint<Row extends Record<string, unknown> = Record<string, unknown>>(name: string): EndpointClient<Row>;
   /** Transfers of the control API. */
   readonly transfers: TransfersClient;
+  /** Endpoints (status, generations, rebuild, promote, rollback, the live stream) and nodes of the control API. */
+  readonly control: ControlClient;
 }
 
 function target(
@@ -56,5 +59,6 @@ export function createClient(options: ClientOptions): SluiceClient {
   return {
     endpoint: <Row extends Record<string, unknown>>(name: string) => new EndpointClient<Row>(name, query),
     transfers: new TransfersClient(control),
+    control: new ControlClient(control),
   };
 }

@@ -1,5 +1,17 @@
 export { type ClientOptions, createClient, type SluiceClient } from './client.js';
 export {
+  ControlClient,
+  type EndpointStatus,
+  type EndpointStreamEvent,
+  type EndpointWatchView,
+  type GenerationsView,
+  type GenerationView,
+  type NodeView,
+  type SwitchOutcome,
+  type SwitchView,
+  type WatchOptions,
+} from './control.js';
+export {
   type ChangeEvent,
   type ChangesOptions,
   EndpointClient,

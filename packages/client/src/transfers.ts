@@ -1,4 +1,4 @@
-import type { TransferRecord, TransferRequestInput, TransferState } from '@sluice/core';
+import type { TransferView as CoreTransferView, TransferRequestInput, TransferState } from '@sluice/core';
 import { ClientErrorCode, SluiceClientError } from './errors.js';
 import { backoffMs, delay, type HttpTarget, requestJson } from './http.js';
 
@@ -11,8 +11,11 @@ export type Wire<T> = T extends Date
       ? { [K in keyof T]: Wire<T[K]> }
       : T;
 
-/** A transfer record as the control API returns it (core's `TransferRecord`, dates as ISO strings). */
-export type TransferView = Wire<TransferRecord> & { resumed?: boolean };
+/**
+ * A transfer record as the control API returns it (core's `TransferView`: dates as ISO strings, `owner`
+ * `{nodeId, address}`, `progress` when the answering node runs it); `resumed` when a submit took it over.
+ */
+export type TransferView = CoreTransferView & { resumed?: boolean };
 
 /** What `submit` answered: 201 created, 200 the stored outcome, 202 running (elsewhere) or accepted. */
 export interface Submitted {
@@ -114,6 +117,36 @@ export class TransfersClient {
         throw new SluiceClientError(ClientErrorCode.TIMEOUT, `Transfer "${id}" did not finish in time`);
       await delay(interval, options.signal);
     }
+  }
+
+  /**
+   * One page of transfer records, filtered by `state` and/or `owner` (a node id); `next` is the cursor of the
+   * following page (`null` at the end). `limit` is capped by the server's `limits.pageSizeMax`.
+   */
+  async list(
+    options: {
+      state?: TransferState;
+      owner?: string;
+      limit?: number;
+      cursor?: string;
+      signal?: AbortSignal;
+    } = {},
+  ): Promise<{ records: TransferView[]; next: string | null }> {
+    const params = new URLSearchParams();
+    if (options.state !== undefined) params.set('state', options.state);
+    if (options.owner !== undefined) params.set('owner', options.owner);
+    if (options.limit !== undefined) params.set('limit', String(options.limit));
+    if (options.cursor !== undefined) params.set('cursor', options.cursor);
+    const query = params.size > 0 ? `?${params}` : '';
+    const { body } = await requestJson<{ records: TransferView[]; next: string | null }>(
+      this.target,
+      'GET',
+      `/v1/transfers${query}`,
+      undefined,
+      {},
+      options.signal,
+    );
+    return body;
   }
 
   /** Terminates the transfer (routed to its owner); answers its record. */

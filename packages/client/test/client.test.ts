@@ -148,7 +148,7 @@ describe('@sluice/client against real servers (Node)', () => {
     await new Promise((r) => setTimeout(r, 300));
     await using _app = await startApp(dir.path, {
       port,
-      limits: { maxConcurrentTransfers: 1, queueSize: 0 },
+      transfers: { maxConcurrentTransfers: 1, queueSize: 0 },
     });
     expect((await early).status).toBe(201);
     expect(networkRetries.length).toBeGreaterThan(0);

@@ -127,10 +127,10 @@ export async function startApi(
   return serve(API_BIN, configFile, port, /api-server listening/, dir);
 }
 
-/** A real `sluice-app-server` process (SQLite store, no endpoints) for the control API. */
+/** A real `sluice-app-server` process (SQLite store; no endpoints unless `extra` has some) for the control API. */
 export async function startApp(
   dir: string,
-  options: { port?: number; limits?: Record<string, number> } = {},
+  options: { port?: number; transfers?: Record<string, number>; extra?: Record<string, unknown> } = {},
 ): Promise<Server> {
   const port = options.port ?? (await freePort());
   await mkdir(join(dir, 'app'), { recursive: true });
@@ -142,7 +142,14 @@ export async function startApp(
       store: `sqlite:${join(dir, 'app', 'store.db')}`,
       dataDir: join(dir, 'app', 'data'),
       files: { roots: [dir] },
-      limits: { leaseMs: 2_000, heartbeatMs: 300, ownerWaitMs: 500, sweepIntervalMs: 300, ...options.limits },
+      transfers: {
+        leaseMs: 2_000,
+        heartbeatMs: 300,
+        ownerWaitMs: 500,
+        sweepIntervalMs: 300,
+        ...options.transfers,
+      },
+      ...options.extra,
     }),
   );
   return serve(APP_BIN, configFile, port, /app-server ready/, join(dir, 'app'));

@@ -2,7 +2,7 @@
 // the servers accept. Run: pnpm --filter @sluice/core docs:config
 import { writeFileSync } from 'node:fs';
 import { z } from 'zod';
-import { ENV_OVERRIDES, SluiceConfigSchema } from '../src/index.ts';
+import { ENV_OVERRIDES, MOVED_KEYS, SluiceConfigSchema } from '../src/index.ts';
 
 type JsonSchema = {
   type?: string | string[];
@@ -117,6 +117,29 @@ const out = [
   'the serving one (e.g. `0.9`), or more bad records than `maxBadRecords` (e.g. `0`), or any green in `manual` mode, is',
   '**held**: it keeps following its source, the alias does not move, the endpoint reports `phase: held` with the reason,',
   "until `POST /v1/endpoints/:name/promote`. An endpoint's first generation always switches (nothing serves yet).",
+  '',
+  '## Keys that moved',
+  '',
+  'The former `limits` section was split by concern into `transfers`, `http`, `query` and `retention`. A',
+  '`sluice.yaml` written with the old keys keeps working: each old key is applied at its new place and logged once',
+  'at start-up as a warning naming that place (`limits.leaseMs is deprecated: it is now transfers.leaseMs`). A key',
+  'set at both places is refused (`CONFIG_INVALID`, "set twice"), and a bad value under an old key is reported at',
+  'the old key as written.',
+  '',
+  '| old key | new key |',
+  '|---|---|',
+  ...Object.entries(MOVED_KEYS).map(([from, to]) => `| \`${from}\` | \`${to}\` |`),
+  '',
+  '## Rules across keys',
+  '',
+  'Checked at start (and by `--check`) by both apps, after each value is in range (`packages/core/src/config/rules.ts`):',
+  '',
+  "- an endpoint's `primaryKey` and `indexes` name fields of its `fields` (when given), and a list `select` keeps the",
+  '  primary key; endpoint names are unique;',
+  '- an endpoint source naming a `connection` names one defined in `connections`, of the right type (`postgres` for',
+  '  a postgres source, `nats` for a jetstream source);',
+  '- `backplane.strategy: nats` needs `nats`; `backplane.strategy: single` needs a `sqlite:` store;',
+  '- `transfers.heartbeatMs` is less than `transfers.leaseMs`.',
   '',
   '## Environment overrides',
   '',

@@ -220,6 +220,18 @@ describe('PostgreSQL capture (issue 16)', () => {
     ]);
     expect(pathsOf(PostgresAddressSchema, { ...table, capture: 'poll', slot: 's' })).toEqual(['slot']);
     expect(pathsOf(PostgresAddressSchema, { ...table, capture: 'cdc' })).toEqual(['capture']);
+    expect(PostgresAddressSchema.parse({ ...table, heartbeat: { intervalMs: 10_000 } }).heartbeat).toEqual({
+      intervalMs: 10_000,
+    });
+    expect(
+      pathsOf(PostgresAddressSchema, { ...table, capture: 'poll', heartbeat: { intervalMs: 1000 } }),
+    ).toEqual(['heartbeat']);
+    expect(pathsOf(PostgresAddressSchema, { ...table, heartbeat: { intervalMs: 5 } })).toEqual([
+      'heartbeat.intervalMs',
+    ]);
+    expect(
+      pathsOf(PostgresAddressSchema, { ...table, heartbeat: { intervalMs: 1000, table: 'a b' } }),
+    ).toEqual(['heartbeat.table']);
     expect(
       pathsOf(PostgresAddressSchema, {
         type: 'postgres',

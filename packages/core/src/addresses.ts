@@ -65,6 +65,16 @@ export const PostgresAddressSchema = z
     slot: ReplicationName.optional(),
     /** Publication name (default derived from the node id and the source's handle). */
     publication: ReplicationName.optional(),
+    /**
+     * Replication only: write a row to `table` (default `sluice_heartbeat`, created if absent and added to the
+     * publication) every `intervalMs`, so the slot advances through its own transactions even when the table is idle.
+     */
+    heartbeat: z
+      .strictObject({
+        table: SqlIdentifierSchema.optional(),
+        intervalMs: z.number().int().min(100).max(86_400_000),
+      })
+      .optional(),
   })
   .refine((a) => (a.table === undefined) !== (a.query === undefined), {
     message: 'exactly one of "table" or "query" is required',
@@ -77,6 +87,10 @@ export const PostgresAddressSchema = z
   .refine((a) => (a.slot === undefined && a.publication === undefined) || a.capture !== 'poll', {
     message: '"slot" and "publication" belong to capture "replication"',
     path: ['slot'],
+  })
+  .refine((a) => a.heartbeat === undefined || (a.capture !== 'poll' && a.table !== undefined), {
+    message: '"heartbeat" belongs to capture "replication" of a table',
+    path: ['heartbeat'],
   });
 export type PostgresAddress = z.output<typeof PostgresAddressSchema>;
 

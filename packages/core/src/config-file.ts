@@ -1,7 +1,13 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import YAML from 'yaml';
-import { ENV_OVERRIDES, resolveConfig, type SluiceConfig } from './config.js';
+import {
+  type ConfigWarning,
+  ENV_OVERRIDES,
+  type ParsedConfig,
+  parseConfig,
+  type SluiceConfig,
+} from './config.js';
 import { ConfigError } from './errors.js';
 
 /** Largest configuration file read (configuration is trusted, but a runaway file is still a mistake). */
@@ -11,9 +17,9 @@ const MAX_CONFIG_BYTES = 4 * 1024 * 1024;
 export const DEFAULT_CONFIG_FILE = 'sluice.yaml';
 
 /**
- * Parses YAML configuration text and validates it with {@link resolveConfig} after the `SLUICE_*` environment
- * overrides. Invalid YAML names the line and column; an invalid value names every failing key. Both throw
- * `CONFIG_INVALID`.
+ * Parses YAML configuration text and validates it with {@link parseConfigYaml}, returning the configuration only
+ * (the warnings about old keys are dropped: a process reading an operator's file uses `parseConfigYaml` or
+ * `loadConfigFile` and logs them).
  *
  * @example
  * ```ts
@@ -25,6 +31,26 @@ export function parseConfigText(
   env: Record<string, string | undefined> = {},
   source = 'configuration',
 ): SluiceConfig {
+  return parseConfigYaml(text, env, source).config;
+}
+
+/**
+ * Parses YAML configuration text and validates it with `parseConfig` after the `SLUICE_*` environment
+ * overrides. Invalid YAML names the line and column; an invalid value names every failing key. Both throw
+ * `CONFIG_INVALID`. Keys that moved (e.g. `limits.leaseMs`) still work and come back as `warnings`, each naming
+ * `source`, the old key and its new place.
+ *
+ * @example
+ * ```ts
+ * const { config, warnings } = parseConfigYaml('limits: { leaseMs: 20000 }', process.env, 'sluice.yaml');
+ * // warnings[0].message: 'sluice.yaml: limits.leaseMs is deprecated: it is now transfers.leaseMs (…)'
+ * ```
+ */
+export function parseConfigYaml(
+  text: string,
+  env: Record<string, string | undefined> = {},
+  source = 'configuration',
+): ParsedConfig {
   const document = YAML.parseDocument(text, { prettyErrors: true, uniqueKeys: true });
   const yamlError = document.errors[0];
   if (yamlError) {
@@ -49,7 +75,8 @@ export function parseConfigText(
       { path: '(root)', message: 'expected a mapping' },
     ]);
   try {
-    return resolveConfig(raw ?? {}, env);
+    const { config, warnings } = parseConfig(raw ?? {}, env);
+    return { config, warnings: warnings.map((w) => ({ ...w, message: `${source}: ${w.message}` })) };
   } catch (err) {
     if (err instanceof ConfigError) {
       // A value set by an environment variable is blamed on the variable, not on the file.
@@ -87,6 +114,8 @@ export interface LoadedConfigFile {
   path: string | null;
   /** `dataDir` as an absolute path (a relative one resolves against the working directory). */
   dataDir: string;
+  /** Keys that still work but moved (one each): the process logs them at start-up. */
+  warnings: ConfigWarning[];
 }
 
 /**
@@ -96,7 +125,8 @@ export interface LoadedConfigFile {
  *
  * @example
  * ```ts
- * const { config, dataDir, path } = loadConfigFile({ configPath: 'sluice.yaml', env: process.env });
+ * const { config, dataDir, warnings } = loadConfigFile({ configPath: 'sluice.yaml', env: process.env });
+ * for (const warning of warnings) logger.warn({ key: warning.path, movedTo: warning.movedTo }, warning.message);
  * ```
  */
 export function loadConfigFile(options: LoadConfigFileOptions = {}): LoadedConfigFile {
@@ -105,8 +135,8 @@ export function loadConfigFile(options: LoadConfigFileOptions = {}): LoadedConfi
   let path: string | null = null;
   if (options.configPath !== undefined) path = resolve(cwd, options.configPath);
   else if (existsSync(resolve(cwd, DEFAULT_CONFIG_FILE))) path = resolve(cwd, DEFAULT_CONFIG_FILE);
-  let config: SluiceConfig;
-  if (path === null) config = parseConfigText('{}', env, 'the embedded defaults');
+  let parsed: ParsedConfig;
+  if (path === null) parsed = parseConfigYaml('{}', env, 'the embedded defaults');
   else {
     let text: string;
     try {
@@ -120,10 +150,11 @@ export function loadConfigFile(options: LoadConfigFileOptions = {}): LoadedConfi
         cause: err,
       });
     }
-    config = parseConfigText(text, env, options.configPath ?? DEFAULT_CONFIG_FILE);
+    parsed = parseConfigYaml(text, env, options.configPath ?? DEFAULT_CONFIG_FILE);
   }
+  const { config, warnings } = parsed;
   const dataDir = isAbsolute(config.dataDir) ? config.dataDir : resolve(cwd, config.dataDir);
-  return { config, path, dataDir };
+  return { config, path, dataDir, warnings };
 }
 
 const SECRET_KEYS = /^(jwtSecret|tokens?|password|pass|secret|nkeySeed)$/i;

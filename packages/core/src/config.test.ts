@@ -6,11 +6,14 @@ import {
   EndpointConfigSchema,
   FieldType,
   FieldTypeSchema,
-  LimitsSchema,
+  HttpConfigSchema,
   NatsConfigSchema,
+  QueryConfigSchema,
   queryLimitsOf,
+  RetentionConfigSchema,
   resolveConfig,
   SluiceConfigSchema,
+  TransfersConfigSchema,
 } from './config.js';
 import { ConfigError, SluiceError } from './errors.js';
 import { DEFAULT_QUERY_LIMITS } from './query.js';
@@ -57,8 +60,7 @@ describe('resolveConfig: defaults', () => {
       changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 5, maxSubscribers: 10_000 },
     },
     control: {},
-    limits: {
-      bodyBytes: 1_048_576,
+    transfers: {
       maxConcurrentTransfers: 4,
       queueSize: 100,
       fireAndForgetConcurrency: 8,
@@ -67,13 +69,10 @@ describe('resolveConfig: defaults', () => {
       ownerWaitMs: 2_000,
       sweepIntervalMs: 5_000,
       shutdownGraceMs: 10_000,
-      pageSizeMax: 500,
-      queryLimitMax: 1000,
-      queryLimitDefault: 50,
-      inMax: 1000,
-      depthMax: 8,
-      retentionDays: 30,
     },
+    http: { bodyBytes: 1_048_576, pageSizeMax: 500 },
+    query: { maxLimit: 1000, defaultLimit: 50, maxIn: 1000, maxDepth: 8 },
+    retention: { transferDays: 30 },
     cache: {
       gcGraceMs: 60_000,
       scanCap: 100_000,
@@ -99,15 +98,15 @@ describe('resolveConfig: defaults', () => {
   });
 
   it('fills defaults inside partially given sections', () => {
-    const config = resolveConfig({ node: { id: 'h1' }, limits: { leaseMs: 1000 }, api: { port: 9000 } });
+    const config = resolveConfig({ node: { id: 'h1' }, transfers: { leaseMs: 9000 }, api: { port: 9000 } });
     expect(config.node).toEqual({
       id: 'h1',
       host: '127.0.0.1',
       port: 7070,
       advertisedUrl: 'http://127.0.0.1:7070',
     });
-    expect(config.limits.leaseMs).toBe(1000);
-    expect(config.limits.heartbeatMs).toBe(5000);
+    expect(config.transfers.leaseMs).toBe(9000);
+    expect(config.transfers.heartbeatMs).toBe(5000);
     expect(config.api).toEqual({
       host: '127.0.0.1',
       port: 9000,
@@ -422,8 +421,10 @@ describe('resolveConfig: bad fields name their exact path', () => {
     expect(configPaths({ api: { auth: { jwtSecret: 'short' } } })).toEqual(['api.auth.jwtSecret']);
     expect(configPaths({ api: { cors: { origins: 5 } } })).toEqual(['api.cors.origins']);
     expect(configPaths({ control: { auth: { tokens: ['short'] } } })).toEqual(['control.auth.tokens[0]']);
-    expect(configPaths({ limits: { leaseMs: 10 } })).toEqual(['limits.leaseMs']);
-    expect(configPaths({ limits: { bodyBytes: 1.5 } })).toEqual(['limits.bodyBytes']);
+    expect(configPaths({ transfers: { leaseMs: 10 } })).toEqual(['transfers.leaseMs']);
+    expect(configPaths({ http: { bodyBytes: 1.5 } })).toEqual(['http.bodyBytes']);
+    expect(configPaths({ query: { maxDepth: 65 } })).toEqual(['query.maxDepth']);
+    expect(configPaths({ retention: { transferDays: -1 } })).toEqual(['retention.transferDays']);
     expect(configPaths({ backplane: { strategy: 'carrier-pigeon' } })).toEqual(['backplane.strategy']);
     expect(configPaths({ files: { roots: [''] } })).toEqual(['files.roots[0]']);
     expect(configPaths({ files: { roots: '/a:/b' } })).toEqual(['files.roots']);
@@ -457,7 +458,7 @@ describe('resolveConfig: bad fields name their exact path', () => {
       { path: 'stor', message: 'Unrecognized key: "stor"' },
     ]);
     expect(configPaths({ api: { prot: 1 } })).toEqual(['api.prot']);
-    expect(configPaths({ limits: { leaseMS: 1000 } })).toEqual(['limits.leaseMS']);
+    expect(configPaths({ transfers: { leaseMS: 1000 } })).toEqual(['transfers.leaseMS']);
     expect(configPaths(withEndpoint({ primarykey: ['id'] }))).toEqual(['endpoints[0].primarykey']);
   });
 
@@ -539,9 +540,7 @@ describe('queryLimitsOf', () => {
   it('maps the configured limits onto query limits', () => {
     expect(queryLimitsOf(resolveConfig({}))).toEqual(DEFAULT_QUERY_LIMITS);
     expect(
-      queryLimitsOf(
-        resolveConfig({ limits: { queryLimitMax: 200, queryLimitDefault: 20, inMax: 10, depthMax: 3 } }),
-      ),
+      queryLimitsOf(resolveConfig({ query: { maxLimit: 200, defaultLimit: 20, maxIn: 10, maxDepth: 3 } })),
     ).toEqual({
       maxLimit: 200,
       defaultLimit: 20,
@@ -552,9 +551,7 @@ describe('queryLimitsOf', () => {
   });
 
   it('never lets the default exceed the maximum', () => {
-    expect(
-      queryLimitsOf(resolveConfig({ limits: { queryLimitMax: 10, queryLimitDefault: 50 } })).defaultLimit,
-    ).toBe(10);
+    expect(queryLimitsOf(resolveConfig({ query: { maxLimit: 10, defaultLimit: 50 } })).defaultLimit).toBe(10);
   });
 });
 
@@ -615,8 +612,12 @@ describe('component schemas', () => {
     }
   });
 
-  it('LimitsSchema fills every default', () => {
-    expect(LimitsSchema.parse({})).toEqual(resolveConfig({}).limits);
+  it('the section schemas fill the same defaults as the whole configuration', () => {
+    const defaults = resolveConfig({});
+    expect(TransfersConfigSchema.parse(undefined)).toEqual(defaults.transfers);
+    expect(HttpConfigSchema.parse(undefined)).toEqual(defaults.http);
+    expect(QueryConfigSchema.parse(undefined)).toEqual(defaults.query);
+    expect(RetentionConfigSchema.parse(undefined)).toEqual(defaults.retention);
   });
 
   it('EndpointConfigSchema and SluiceConfigSchema are usable directly', () => {

@@ -4,6 +4,7 @@
  * them. Types only: the app-server builds them from its pipelines and caches, never from untrusted input.
  */
 import type { PipelineCheckpoint } from './checkpoint.js';
+import type { TransferFailure, TransferRequest, TransferResult, TransferState } from './transfer.js';
 
 /** How far a generation being built is: its committed records against the serving generation's. */
 export interface BuildProgress {
@@ -129,3 +130,32 @@ export type EndpointStreamEvent =
       version: number | null;
       at: string;
     };
+
+/** How far a running transfer is, as the node that runs it counts (since its latest start). */
+export interface TransferProgressView {
+  recordsRead: number;
+  recordsWritten: number;
+  /** Records per second over the recent window. */
+  rate: number;
+}
+
+/** A transfer record as the control API returns it (dates as ISO strings, no checkpoint). */
+export interface TransferView {
+  id: string;
+  mode: string;
+  state: TransferState;
+  owner: { nodeId: string; address: string | null } | null;
+  epoch: number;
+  attempts: number;
+  leaseExpiresAt: string | null;
+  error: TransferFailure | null;
+  result: TransferResult | null;
+  /**
+   * The run's progress when the answering node is the one running it (`IN_PROGRESS` there); `null` otherwise
+   * (ask `owner.address` for a transfer another node runs).
+   */
+  progress: TransferProgressView | null;
+  createdAt: string;
+  updatedAt: string;
+  request: TransferRequest;
+}

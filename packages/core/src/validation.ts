@@ -145,8 +145,20 @@ export function parseQueryOrThrow<S extends z.ZodType>(schema: S, input: unknown
 export function parseConfigOrThrow<S extends z.ZodType>(schema: S, input: unknown): z.output<S> {
   const result = schema.safeParse(input);
   if (result.success) return result.data;
-  const issues = issuesOf(result.error);
-  throw new ConfigError(summary('Invalid configuration', issues, countIssues(result.error)), issues, {
-    cause: result.error,
-  });
+  throw configErrorOf(result.error);
+}
+
+/**
+ * The {@link ConfigError} of a failed configuration parse: `before` (issues found ahead of the schema) first, then
+ * the schema's, each path passed through `rename` (a value moved from an old key is blamed on the key as written).
+ */
+export function configErrorOf(
+  error: z.ZodError | undefined,
+  options: { before?: FieldIssue[]; rename?: (path: string) => string } = {},
+): ConfigError {
+  const rename = options.rename ?? ((path: string) => path);
+  const fromSchema = error ? issuesOf(error).map((issue) => ({ ...issue, path: rename(issue.path) })) : [];
+  const issues = [...(options.before ?? []), ...fromSchema].slice(0, MAX_REPORTED_ISSUES);
+  const total = (options.before?.length ?? 0) + (error ? countIssues(error) : 0);
+  return new ConfigError(summary('Invalid configuration', issues, total), issues, { cause: error });
 }

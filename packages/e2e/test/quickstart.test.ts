@@ -116,6 +116,13 @@ describe('pnpm start (the quick start)', () => {
       // Every printed command succeeds and answers JSON.
       for (const command of commands) await curlJson(command);
 
+      // The console URL it prints serves the operator console (built into the app-server package).
+      const consoleUrl = /console \(app-server\):\s+(\S+)/.exec(out.join('\n'))?.[1];
+      expect(consoleUrl).toBe(`http://127.0.0.1:${env.SLUICE_PORT}/console`);
+      const consolePage = await fetch(consoleUrl!);
+      expect(consolePage.status).toBe(200);
+      expect(await consolePage.text()).toContain('<title>Sluice console</title>');
+
       // JSON logs of both servers.
       const logs = await readdir(join(env.SLUICE_DATA_DIR, 'logs'));
       expect(logs.sort()).toEqual(['api-server.log', 'app-server.log']);

@@ -95,6 +95,7 @@ export function sourceFor(
           slot: address.slot ?? defaultReplicationName(node, handle),
           publication: address.publication ?? defaultReplicationName(node, handle),
           owner: { node, handle, role: options.role ?? 'transfer' },
+          ...(address.heartbeat !== undefined ? { heartbeat: address.heartbeat } : {}),
           ...(ctx.replication ?? {}),
         });
       }

@@ -1,5 +1,11 @@
 import { setTimeout as delay } from 'node:timers/promises';
-import { type FieldType, type Logger, type PipelineCheckpoint, silentLogger } from '@sluice/core';
+import {
+  type FieldType,
+  type Logger,
+  PIPELINE_DEFAULTS,
+  type PipelineCheckpoint,
+  silentLogger,
+} from '@sluice/core';
 import type { BadRecordCollector } from './bad-records.js';
 import type { RestartPlan } from './dag.js';
 import { mergeSources } from './merge.js';
@@ -75,8 +81,8 @@ class SinkCallAborted extends Error {}
 export async function runPipeline(options: RunPipelineOptions): Promise<RunPipelineResult> {
   const logger = options.logger ?? silentLogger;
   const { sink, branches, signal } = options;
-  const commitEveryRecords = options.commitEveryRecords ?? 10_000;
-  const commitEveryMs = options.commitEveryMs ?? 1_000;
+  const commitEveryRecords = options.commitEveryRecords ?? PIPELINE_DEFAULTS.commitEveryRecords;
+  const commitEveryMs = options.commitEveryMs ?? PIPELINE_DEFAULTS.commitEveryMs;
   const batchSize = options.batchSize ?? Math.max(1, Math.min(commitEveryRecords, 1_000));
   const progress = options.progress ?? new ProgressTracker();
   const start = options.plan.checkpoint;

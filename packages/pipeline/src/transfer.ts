@@ -6,6 +6,7 @@ import {
   keyFields,
   type Logger,
   type NatsConfig,
+  PIPELINE_DEFAULTS,
   type PipelineCheckpoint,
   PipelineCheckpointSchema,
   type PipelineProgress,
@@ -88,7 +89,8 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
   );
   const branches: SourceBranch[] = [{ source, processors: [] }];
   const dag = dagHash(branches, sink);
-  const commitEveryRecords = parsed.options.batchSize ?? ctx.commitEveryRecords ?? 10_000;
+  const commitEveryRecords =
+    parsed.options.batchSize ?? ctx.commitEveryRecords ?? PIPELINE_DEFAULTS.commitEveryRecords;
   const badRecords = new BadRecordCollector(parsed.options.onBadRecord, (report) =>
     logger.warn({ transfer: parsed.id, ...report }, 'bad record'),
   );

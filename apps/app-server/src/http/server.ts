@@ -28,6 +28,7 @@ import type { EndpointManager } from '../endpoints.js';
 import type { NodeMetrics } from '../metrics.js';
 import { submissionReply, type TransferCoordinator } from '../transfers/coordinator.js';
 import { type AuthSettings, bearerCheck } from './auth.js';
+import { consoleAssetsDir, consoleRoutes, isConsolePath } from './console-routes.js';
 import { endpointStreamRoutes, type SwitchSubscription } from './endpoint-stream.js';
 import { normalizeHttpError } from './errors.js';
 import { steeringRoutes } from './steering-routes.js';
@@ -52,9 +53,14 @@ export interface ServerOptions {
   readiness: () => Promise<{ ready: boolean; checks: Record<string, string> }>;
   direct: DirectRoutesTarget | null;
   nodeId: string;
+  /** The built console (`dist/console`); default: found beside the server; null: not served. */
+  consoleDir?: string | null;
 }
 
-/** Routes that stay open when auth is enabled: the probes. (Peers present a token on the internal routes.) */
+/**
+ * Routes that stay open when auth is enabled: the probes, and the console's static files (which ask for the token
+ * and send it with every API call). Peers present a token on the internal routes.
+ */
 const OPEN_PATHS = new Set(['/healthz', '/readyz']);
 
 const IdParams = z.object({ id: TransferIdSchema });
@@ -148,7 +154,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     );
     app.addHook('onRequest', async (request) => {
       const path = request.url.split('?')[0] ?? '';
-      if (OPEN_PATHS.has(path)) return;
+      if (OPEN_PATHS.has(path) || isConsolePath(path)) return;
       await check(request.headers.authorization);
     });
   }
@@ -253,6 +259,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   await app.register(steeringRoutes, { endpoints: options.endpoints });
   await app.register(endpointStreamRoutes, { endpoints: options.endpoints, switches: options.switches });
+  await app.register(consoleRoutes, {
+    dir: options.consoleDir === undefined ? consoleAssetsDir() : options.consoleDir,
+  });
 
   api.get('/v1/nodes', { schema: { summary: 'Cluster members and when they were last seen' } }, async () => ({
     nodes: await options.nodes(),

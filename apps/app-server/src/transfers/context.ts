@@ -27,7 +27,7 @@ export type TransferExecutor = (
   },
 ) => Promise<TransferResult>;
 
-/** Timings and bounds of the protocol (all from `limits` in the configuration). */
+/** Timings and bounds of the protocol (the `transfers` section of the configuration). */
 export interface CoordinatorLimits {
   leaseMs: number;
   heartbeatMs: number;

@@ -189,7 +189,7 @@ export class TransferCoordinator {
   async get(id: string): Promise<TransferView> {
     const record = await this.#state.o.store.get(id);
     if (!record) throw new TransferNotFoundError(id);
-    return transferView(record);
+    return transferView(record, this.#localProgress(record));
   }
 
   async list(input: { state?: TransferState; owner?: string; cursor?: string; limit?: number }) {
@@ -199,7 +199,16 @@ export class TransferCoordinator {
       ...(input.cursor !== undefined ? { cursor: input.cursor } : {}),
       ...(input.limit !== undefined ? { limit: input.limit } : {}),
     });
-    return { records: page.records.map(transferView), next: page.next };
+    return {
+      records: page.records.map((record) => transferView(record, this.#localProgress(record))),
+      next: page.next,
+    };
+  }
+
+  /** This node's progress of a transfer it runs under the record's epoch (none for another owner's). */
+  #localProgress(record: TransferRecord) {
+    const run = this.#state.runs.get(record.id);
+    return run && run.epoch === record.epoch ? run.progress : null;
   }
 
   /** Terminates a transfer wherever it runs; resolves with the record once the work has stopped. */

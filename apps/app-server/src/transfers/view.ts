@@ -1,29 +1,20 @@
-import type { TransferRecord } from '@sluice/core';
+import type { PipelineProgress, TransferRecord, TransferView } from '@sluice/core';
+
+export type { TransferView };
 
 /** The owner of a transfer as clients see it. */
-export interface OwnerView {
-  nodeId: string;
-  address: string | null;
-}
+export type OwnerView = NonNullable<TransferView['owner']>;
 
-/** A transfer record as the control API returns it (JSON-ready: dates as ISO strings, no checkpoint). */
-export interface TransferView {
-  id: string;
-  mode: string;
-  state: TransferRecord['state'];
-  owner: OwnerView | null;
-  epoch: number;
-  attempts: number;
-  leaseExpiresAt: string | null;
-  error: TransferRecord['error'];
-  result: TransferRecord['result'];
-  createdAt: string;
-  updatedAt: string;
-  request: TransferRecord['request'];
-}
-
-/** Renders a record for the API. */
-export function transferView(record: TransferRecord): TransferView {
+/**
+ * Renders a record for the API. `local` is this node's progress of the transfer when it runs it here: shown only
+ * while the record is `IN_PROGRESS` (a finished record has its `result`).
+ *
+ * @example
+ * ```ts
+ * reply.send(transferView(record, runs.get(record.id)?.progress));
+ * ```
+ */
+export function transferView(record: TransferRecord, local?: PipelineProgress | null): TransferView {
   return {
     id: record.id,
     mode: record.request.mode,
@@ -34,6 +25,10 @@ export function transferView(record: TransferRecord): TransferView {
     leaseExpiresAt: record.leaseExpiresAt ? record.leaseExpiresAt.toISOString() : null,
     error: record.error,
     result: record.result,
+    progress:
+      local && record.state === 'IN_PROGRESS'
+        ? { recordsRead: local.recordsRead, recordsWritten: local.recordsWritten, rate: local.rate }
+        : null,
     createdAt: record.createdAt.toISOString(),
     updatedAt: record.updatedAt.toISOString(),
     request: record.request,

@@ -39,7 +39,12 @@ const endpoint = (extra: Partial<EndpointConfig['source']> = {}): EndpointConfig
     indexes: [['v'], ['name']],
   }) as EndpointConfig;
 
-async function start(root: string, url: string, config = endpoint()) {
+async function start(
+  root: string,
+  url: string,
+  config = endpoint(),
+  replication: { keepaliveMs: number } = { keepaliveMs: 200 },
+) {
   const caches = await openCacheManager(root);
   const pipeline = await startEndpointPipeline(config, {
     caches,
@@ -48,7 +53,7 @@ async function start(root: string, url: string, config = endpoint()) {
     nodeId: 't1',
     commitEveryMs: 50,
     retryMs: 100,
-    replication: { keepaliveMs: 200 },
+    replication,
   });
   return {
     caches,
@@ -197,6 +202,48 @@ describe('PostgreSQL logical replication source (issue 16)', () => {
     const after = committedLsn((await served(started)).state.checkpoint, 'items.source')!;
     expect(compareLsn(after, before)).toBe(1);
     expect(compareLsn((await confirmedFlush(url, SLOT))!, after)).toBeLessThanOrEqual(0);
+  });
+
+  it('heartbeat: its row is written every interval through the publication; the idle slot passes other tables’ WAL with keepalive requests off', {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const url = await server.createDatabase('heartbeat');
+    await itemsTable(url, 10);
+    await sql(url, 'CREATE TABLE other (id serial PRIMARY KEY, x int)');
+    // Keepalive requests every 10 minutes: only the heartbeat can move the slot within the test.
+    const config = endpoint({ heartbeat: { intervalMs: 200 } } as Partial<EndpointConfig['source']>);
+    await using started = await start(join(dir.path, 'data'), url, config, { keepaliveMs: 600_000 });
+    await started.pipeline.whenServing({ timeoutMs: 30_000 });
+    const before = (await confirmedFlush(url, SLOT))!;
+    for (let i = 0; i < 5; i++) {
+      await sql(url, 'INSERT INTO other (x) SELECT i FROM generate_series(1, 1000) i');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    const written = (await sql<{ lsn: string }>(url, 'SELECT pg_current_wal_lsn()::text AS lsn'))[0]!.lsn;
+    await waitFor(
+      async () => {
+        const confirmed = await confirmedFlush(url, SLOT);
+        return confirmed !== null && compareLsn(confirmed, written) >= 0;
+      },
+      { timeoutMs: 15_000, what: 'the slot to pass the other table’s WAL' },
+    );
+    expect(compareLsn((await confirmedFlush(url, SLOT))!, before)).toBe(1);
+    const beat = async () =>
+      (await sql<{ slot: string; at: Date }>(url, 'SELECT slot, at FROM sluice_heartbeat'))[0]!;
+    const first = await beat();
+    expect(first.slot).toBe(SLOT);
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect((await beat()).at.getTime()).toBeGreaterThan(first.at.getTime());
+    expect(await sql(url, 'SELECT * FROM sluice_heartbeat')).toHaveLength(1);
+    const published = await sql<{ tablename: string }>(
+      url,
+      'SELECT tablename FROM pg_publication_tables WHERE pubname = $1 ORDER BY tablename',
+      [SLOT],
+    );
+    expect(published.map((p) => p.tablename)).toEqual(['items', 'sluice_heartbeat']);
+    // The heartbeat rows are not the endpoint's records.
+    expect((await served(started)).records).toHaveLength(10);
   });
 
   it('misconfigurations stop start-up with their code: wal_level, REPLICATION privilege, no primary key', async () => {

@@ -22,6 +22,22 @@ import {
 } from './setup.js';
 import { ReplicationStream } from './stream.js';
 
+/** The heartbeat table of a source that configures `heartbeat` without naming one. */
+export const DEFAULT_HEARTBEAT_TABLE = 'sluice_heartbeat';
+
+/** One row per slot: the last heartbeat write. */
+async function createHeartbeatTable(client: pg.Client, table: string): Promise<void> {
+  try {
+    await client.query(
+      `CREATE TABLE IF NOT EXISTS ${quoteIdent(table)} (slot text PRIMARY KEY, at timestamptz NOT NULL)`,
+    );
+  } catch (err) {
+    // Two sources creating it at once: one wins, the other sees a duplicate type/table.
+    if ((err as { code?: string }).code !== '23505' && (err as { code?: string }).code !== '42P07')
+      throw new SourceError(`Heartbeat table ${table}: ${(err as Error).message}`, { cause: err });
+  }
+}
+
 const Lsn = z.string().refine(isLsn, 'not an LSN');
 
 /**
@@ -62,6 +78,12 @@ export interface ReplicationSourceOptions {
   highWater?: number;
   /** How long to wait for a slot still held by a dead process's walsender before failing. Default 15 s. */
   slotWaitMs?: number;
+  /**
+   * Writes a row to `table` (default `sluice_heartbeat`, created if absent, added to the publication) every
+   * `intervalMs` while streaming, so the slot's confirmed position advances through a transaction of its own
+   * even when the table is idle — not only through keepalives.
+   */
+  heartbeat?: { table?: string; intervalMs: number };
   /**
    * Who this source belongs to: marked on the publication it creates (see {@link SlotOwner}), so that
    * `sluice-app-server slots` and the removal of an endpoint drop only the slots Sluice created.
@@ -110,6 +132,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
   let stream: ReplicationStream | null = null;
   const clients = new Set<pg.Client>();
   const lagProbeMs = options.lagProbeMs ?? 1_000;
+  const heartbeatTable = options.heartbeat?.table ?? DEFAULT_HEARTBEAT_TABLE;
   let lag = new LagTracker();
 
   const connect = async () => {
@@ -169,6 +192,10 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     withClient(async (client) => {
       const facts = await checkReplicationPrerequisites(client, table, options.key ?? null);
       const created = await ensurePublication(client, publication, table);
+      if (options.heartbeat !== undefined) {
+        await createHeartbeatTable(client, heartbeatTable);
+        await ensurePublication(client, publication, heartbeatTable);
+      }
       const owner = options.owner;
       if (owner !== undefined) {
         const ours =
@@ -318,7 +345,22 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     });
     stream = current;
     current.start();
-    const probe = probeServerLsn(lagProbeMs, (lsn) => lag.observeServer(lsn));
+    // PostgreSQL's own position, for the lag also while nothing streams.
+    const probe = every(lagProbeMs, async (client) => {
+      const result = await client.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
+      lag.observeServer(result.rows[0]!.lsn);
+    });
+    // A write that streams through this slot, so it advances even when the table is idle and nothing else does.
+    const heartbeat =
+      options.heartbeat === undefined
+        ? null
+        : every(options.heartbeat.intervalMs, async (client) => {
+            await client.query(
+              `INSERT INTO ${quoteIdent(heartbeatTable)} (slot, at) VALUES ($1, now())
+                 ON CONFLICT (slot) DO UPDATE SET at = excluded.at`,
+              [slot],
+            );
+          });
     const qualified = await withClient(async (client) => {
       const r = await client.query<{ schema: string; name: string }>(
         `SELECT n.nspname AS schema, c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -479,15 +521,16 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     } finally {
       stream = null;
       probe.stop();
+      heartbeat?.stop();
       await current.close();
     }
   }
 
   /**
-   * Samples `pg_current_wal_lsn()` every `everyMs` on a connection of its own, so the lag shows also while the
-   * stream delivers nothing (a stalled walsender). A failed sample is skipped; the next one reconnects.
+   * Runs `task` every `everyMs` on a connection of its own (opened on first use): the lag probe and the heartbeat.
+   * A failed run is skipped and its connection dropped; the next run reconnects.
    */
-  function probeServerLsn(everyMs: number, observe: (lsn: string) => void): { stop(): void } {
+  function every(everyMs: number, task: (client: pg.Client) => Promise<void>): { stop(): void } {
     let client: pg.Client | null = null;
     let busy = false;
     let stopped = false;
@@ -496,8 +539,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       busy = true;
       try {
         client ??= await connect();
-        const result = await client.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
-        observe(result.rows[0]!.lsn);
+        await task(client);
       } catch {
         if (client !== null) await release(client);
         client = null;

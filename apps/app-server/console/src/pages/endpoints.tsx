@@ -1,0 +1,294 @@
+import type { EndpointWatchView, GenerationView, SluiceClient, SwitchView } from '@sluice/client';
+import { useEffect, useState } from 'preact/hooks';
+import { count, percent, shortGeneration, when } from '../format.js';
+import { type ActionOutcome, useAction } from '../hooks.js';
+import { isUnauthorized, messageOf } from '../session.js';
+
+type StreamState = {
+  endpoints: EndpointWatchView[] | null;
+  live: boolean;
+  error: string | null;
+};
+
+/** The endpoint stream (`GET /v1/endpoints/stream`): live, reconnecting by itself; no polling. */
+function useEndpointStream(client: SluiceClient, onUnauthorized: () => void): StreamState {
+  const [state, setState] = useState<StreamState>({ endpoints: null, live: false, error: null });
+  useEffect(() => {
+    const controller = new AbortController();
+    void (async () => {
+      try {
+        for await (const event of client.control.watchEndpoints({
+          signal: controller.signal,
+          backoff: { initialMs: 250, maxMs: 5_000 },
+          onOpen: () => setState((s) => ({ ...s, live: true, error: null })),
+        })) {
+          if (event.type === 'endpoints') setState({ endpoints: event.endpoints, live: true, error: null });
+        }
+      } catch (err) {
+        if (controller.signal.aborted) return;
+        if (isUnauthorized(err)) onUnauthorized();
+        else setState((s) => ({ ...s, live: false, error: messageOf(err) }));
+      }
+    })();
+    return () => controller.abort();
+  }, [client, onUnauthorized]);
+  return state;
+}
+
+export function EndpointsPage(props: { client: SluiceClient; onUnauthorized: () => void }) {
+  const stream = useEndpointStream(props.client, props.onUnauthorized);
+  return (
+    <>
+      <div class="page-head">
+        <h1>Endpoints</h1>
+        <p class={stream.live ? 'live' : 'stale'} role="status">
+          {stream.live ? 'Live' : stream.error ? `Not live: ${stream.error}` : 'Connecting…'}
+        </p>
+      </div>
+      {stream.endpoints === null ? (
+        <p>Loading…</p>
+      ) : stream.endpoints.length === 0 ? (
+        <p>This host has no endpoints (see endpoints: in sluice.yaml).</p>
+      ) : (
+        stream.endpoints.map((endpoint) => (
+          <EndpointCard key={endpoint.name} client={props.client} endpoint={endpoint} />
+        ))
+      )}
+    </>
+  );
+}
+
+function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView }) {
+  const { endpoint } = props;
+  const control = props.client.control;
+  const action = useAction();
+  const id = `endpoint-${endpoint.name}`;
+  const held = endpoint.generations.filter((g) => g.state === 'held');
+  const short = (name: string | null | undefined) => shortGeneration(name, endpoint.name);
+  const rollbackTarget = rollbackTargetOf(endpoint);
+  return (
+    <article class="card" aria-labelledby={id} data-endpoint={endpoint.name}>
+      <header class="card-head">
+        <h2 id={id}>{endpoint.name}</h2>
+        <span class={`phase phase-${endpoint.phase}`}>{endpoint.phase}</span>
+        <button
+          type="button"
+          disabled={action.busy !== null || endpoint.building !== null}
+          onClick={() =>
+            action.run('Rebuild', async () => {
+              await control.rebuild(endpoint.name);
+              return `Rebuild of ${endpoint.name} started: a new generation is built while ${short(endpoint.servingCache)} serves.`;
+            })
+          }
+        >
+          Rebuild
+        </button>
+      </header>
+      <Outcome outcome={action.outcome} busy={action.busy} />
+      <dl class="facts">
+        <div>
+          <dt>Alias → serving generation</dt>
+          <dd>
+            <code>{endpoint.alias}</code> →{' '}
+            <code title={endpoint.servingCache ?? ''}>{endpoint.servingCache ?? '—'}</code>
+          </dd>
+        </div>
+        <div>
+          <dt>Records</dt>
+          <dd data-fact="records">{count(endpoint.records)}</dd>
+        </div>
+        <div>
+          <dt>Lag</dt>
+          <dd>
+            {endpoint.replication?.lagBytes != null
+              ? `${count(endpoint.replication.lagBytes)} bytes of WAL${endpoint.replication.lagSeconds != null ? `, ${endpoint.replication.lagSeconds.toFixed(1)} s` : ''}`
+              : endpoint.lag === null
+                ? '—'
+                : count(endpoint.lag)}
+          </dd>
+        </div>
+        <div>
+          <dt>Ingest rate</dt>
+          {/* Clamped: the pipeline's window may straddle a restart of its counters (a rebuild). */}
+          <dd>{count(Math.max(0, Math.round(endpoint.rate)))} records/s</dd>
+        </div>
+        <div class="wide">
+          <dt>Last decision</dt>
+          <dd>
+            {endpoint.decision ? (
+              <>
+                <strong>{endpoint.decision.decision}</strong> — {endpoint.decision.reason}
+              </>
+            ) : (
+              '—'
+            )}
+          </dd>
+        </div>
+        {endpoint.error && (
+          <div class="wide">
+            <dt>Error</dt>
+            <dd class="error">
+              {endpoint.error.code}: {endpoint.error.message}
+            </dd>
+          </div>
+        )}
+      </dl>
+
+      {endpoint.building && (
+        <section class="building" aria-label="Building generation">
+          <h3>
+            Building <code>{endpoint.building.cache}</code>
+          </h3>
+          <label for={`${id}-progress`}>
+            {endpoint.building.expected === null
+              ? `${count(endpoint.building.records)} records so far`
+              : `${count(endpoint.building.records)} / ${count(endpoint.building.expected)} records (${percent(endpoint.building.ratio ?? 0)})`}
+          </label>
+          {endpoint.building.ratio === null ? (
+            <progress id={`${id}-progress`} aria-label={`Build progress of ${endpoint.building.cache}`} />
+          ) : (
+            <progress
+              id={`${id}-progress`}
+              max={1}
+              value={endpoint.building.ratio}
+              aria-label={`Build progress of ${endpoint.building.cache}`}
+            />
+          )}
+        </section>
+      )}
+
+      {held.length > 0 && (
+        <section class="held" aria-label="Held generations">
+          <h3>Held</h3>
+          <ul class="held-list">
+            {held.map((generation) => (
+              <li key={generation.name}>
+                <code>{generation.name}</code>: {count(generation.records)} records, held because{' '}
+                <em>{generation.reason ?? 'the switch is manual'}</em>
+                <button
+                  type="button"
+                  disabled={action.busy !== null}
+                  onClick={() =>
+                    action.run('Promote', async () => {
+                      const moved = await control.promote(endpoint.name);
+                      return moved.changed
+                        ? `Promoted: ${endpoint.name} now serves ${short(moved.to)} (was ${short(moved.from)}).`
+                        : `${short(moved.to)} was already promoted.`;
+                    })
+                  }
+                >
+                  Promote {short(generation.name)}
+                </button>
+              </li>
+            ))}
+          </ul>
+        </section>
+      )}
+
+      <div class="columns">
+        <section aria-labelledby={`${id}-timeline`}>
+          <h3 id={`${id}-timeline`}>Switch timeline</h3>
+          <Timeline
+            endpoint={endpoint.name}
+            history={endpoint.history}
+            rollbackTarget={rollbackTarget}
+            busy={action.busy !== null}
+            onRollback={() =>
+              action.run('Roll back', async () => {
+                const moved = await control.rollback(endpoint.name);
+                return moved.changed
+                  ? `Rolled back: ${endpoint.name} serves ${short(moved.to)} again (was ${short(moved.from)}).`
+                  : `${endpoint.name} was already rolled back to ${short(moved.to)}.`;
+              })
+            }
+          />
+        </section>
+        <section aria-labelledby={`${id}-generations`}>
+          <h3 id={`${id}-generations`}>Generations</h3>
+          <Generations endpoint={endpoint.name} generations={endpoint.generations} />
+        </section>
+      </div>
+    </article>
+  );
+}
+
+/**
+ * Roll back is offered where the API would do it: the latest switch came from a generation that is still
+ * retained (not garbage-collected) and was not itself a rollback (a repeated rollback changes nothing).
+ */
+function rollbackTargetOf(endpoint: EndpointWatchView): string | null {
+  const latest = endpoint.history[0];
+  if (!latest || latest.from === null || latest.cause === 'rollback') return null;
+  const previous = endpoint.generations.find((g) => g.name === latest.from);
+  return previous && previous.state !== 'serving' ? previous.name : null;
+}
+
+function Timeline(props: {
+  endpoint: string;
+  history: SwitchView[];
+  rollbackTarget: string | null;
+  busy: boolean;
+  onRollback: () => void;
+}) {
+  if (props.history.length === 0) return <p>No switch yet.</p>;
+  return (
+    <ol class="timeline">
+      {props.history.map((entry, i) => (
+        <li key={`${entry.version}-${entry.at}`} data-cause={entry.cause}>
+          <time dateTime={entry.at}>{when(entry.at)}</time>{' '}
+          <span class={`cause cause-${entry.cause}`}>{entry.cause}</span>{' '}
+          <span class="move">
+            {entry.from ? <code>{shortGeneration(entry.from, props.endpoint)}</code> : 'nothing'} →{' '}
+            <code>{shortGeneration(entry.to, props.endpoint)}</code>
+          </span>
+          {i === 0 && props.rollbackTarget && (
+            <button type="button" class="secondary rollback" disabled={props.busy} onClick={props.onRollback}>
+              Roll back to {shortGeneration(props.rollbackTarget, props.endpoint)}
+            </button>
+          )}
+        </li>
+      ))}
+    </ol>
+  );
+}
+
+function Generations(props: { endpoint: string; generations: GenerationView[] }) {
+  return (
+    <table class="compact">
+      <thead>
+        <tr>
+          <th scope="col">Generation</th>
+          <th scope="col">State</th>
+          <th scope="col" class="num">
+            Records
+          </th>
+          <th scope="col">Created</th>
+          <th scope="col">Why</th>
+        </tr>
+      </thead>
+      <tbody>
+        {props.generations.map((g) => (
+          <tr key={g.name} data-state={g.state}>
+            <td>
+              <code title={g.name}>{shortGeneration(g.name, props.endpoint)}</code>
+            </td>
+            <td>
+              <span class={`state state-${g.state}`}>{g.state}</span>
+            </td>
+            <td class="num">{count(g.records)}</td>
+            <td>{when(g.createdAt)}</td>
+            <td>{[g.cause, g.reason].filter(Boolean).join(': ') || '—'}</td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+export function Outcome(props: { outcome: ActionOutcome; busy: string | null }) {
+  return (
+    <p class={`outcome ${props.outcome?.kind ?? ''}`} role="status" aria-live="polite">
+      {props.busy ? `${props.busy}…` : (props.outcome?.text ?? '')}
+    </p>
+  );
+}

@@ -1,0 +1,223 @@
+import type {
+  EndpointStatus,
+  EndpointStreamEvent,
+  EndpointWatchView,
+  GenerationsView,
+  GenerationView,
+  NodeView,
+  SwitchOutcome,
+  SwitchView,
+} from '@sluice/core';
+import { ClientErrorCode, SluiceClientError } from './errors.js';
+import { backoffMs, delay, errorFrom, type HttpTarget, headersFor, requestJson } from './http.js';
+import { readEventStream } from './sse.js';
+
+export type {
+  EndpointStatus,
+  EndpointStreamEvent,
+  EndpointWatchView,
+  GenerationsView,
+  GenerationView,
+  NodeView,
+  SwitchOutcome,
+  SwitchView,
+};
+
+export interface WatchOptions {
+  /** Stops the iterator (it also stops when the loop breaks). */
+  signal?: AbortSignal;
+  /** Reconnect backoff (default 250 ms doubling to 10 s, jittered). */
+  backoff?: { initialMs?: number; maxMs?: number };
+  /** Heartbeat interval the server is asked for (1 000–60 000 ms; the server's default is 15 000). */
+  heartbeatMs?: number;
+  /** Called after each (re)connection is accepted, before its first event (e.g. to show "live"). */
+  onOpen?: () => void;
+}
+
+const path = (name: string, suffix: string) => `/v1/endpoints/${encodeURIComponent(name)}${suffix}`;
+
+/**
+ * The endpoints and members of an app-server's control API: status, generations and alias history, rebuild,
+ * promote, rollback, the live endpoint stream, and the cluster's nodes.
+ *
+ * @example
+ * ```ts
+ * const control = createClient({ controlUrl: 'http://127.0.0.1:7070', token }).control;
+ * await control.rebuild('cities');
+ * for await (const event of control.watchEndpoints()) if (event.type === 'switch') console.log(event.to);
+ * ```
+ */
+export class ControlClient {
+  constructor(private readonly target: HttpTarget) {}
+
+  /** The endpoints of the app-server's host (`GET /v1/endpoints`). */
+  async endpoints(options: { signal?: AbortSignal } = {}): Promise<EndpointStatus[]> {
+    const { body } = await requestJson<{ endpoints: EndpointStatus[] }>(
+      this.target,
+      'GET',
+      '/v1/endpoints',
+      undefined,
+      {},
+      options.signal,
+    );
+    return body.endpoints;
+  }
+
+  /** Retained generations (newest first) and the alias history of one endpoint. */
+  async generations(name: string, options: { signal?: AbortSignal } = {}): Promise<GenerationsView> {
+    const { body } = await requestJson<GenerationsView>(
+      this.target,
+      'GET',
+      path(name, '/generations'),
+      undefined,
+      {},
+      options.signal,
+    );
+    return body;
+  }
+
+  /** Starts a blue/green rebuild: a new generation is built while the current one serves, then the alias moves. */
+  async rebuild(
+    name: string,
+    options: { signal?: AbortSignal } = {},
+  ): Promise<{ endpoint: string; rebuild: string }> {
+    const { body } = await requestJson<{ endpoint: string; rebuild: string }>(
+      this.target,
+      'POST',
+      path(name, '/rebuild'),
+      undefined,
+      {},
+      options.signal,
+    );
+    return body;
+  }
+
+  /** Switches the alias to the held generation (`NOTHING_TO_PROMOTE` when none is held). */
+  async promote(name: string, options: { signal?: AbortSignal } = {}): Promise<SwitchOutcome> {
+    const { body } = await requestJson<SwitchOutcome>(
+      this.target,
+      'POST',
+      path(name, '/promote'),
+      undefined,
+      {},
+      options.signal,
+    );
+    return body;
+  }
+
+  /**
+   * Points the alias back at the generation that served before (or `to`), continuing it from its checkpoint;
+   * `CANNOT_RESUME` (nothing changed) when its source cannot resume there, `NOTHING_TO_ROLL_BACK` when none is
+   * retained.
+   */
+  async rollback(name: string, options: { to?: string; signal?: AbortSignal } = {}): Promise<SwitchOutcome> {
+    const { body } = await requestJson<SwitchOutcome>(
+      this.target,
+      'POST',
+      path(name, '/rollback'),
+      options.to === undefined ? undefined : { to: options.to },
+      {},
+      options.signal,
+    );
+    return body;
+  }
+
+  /** The members that share the store, alive or not (`GET /v1/nodes`). */
+  async nodes(options: { signal?: AbortSignal } = {}): Promise<NodeView[]> {
+    const { body } = await requestJson<{ nodes: NodeView[] }>(
+      this.target,
+      'GET',
+      '/v1/nodes',
+      undefined,
+      {},
+      options.signal,
+    );
+    return body.nodes;
+  }
+
+  /**
+   * The live endpoint stream (`GET /v1/endpoints/stream`): an `endpoints` event with the whole picture on every
+   * (re)connection and on every change, a `switch` event per alias switch. Reconnects on its own after a dropped
+   * connection, `429` or `5xx`; refusals retrying cannot fix (auth, bad parameters) end it with a
+   * `SluiceClientError`.
+   */
+  async *watchEndpoints(options: WatchOptions = {}): AsyncGenerator<EndpointStreamEvent> {
+    const initialMs = options.backoff?.initialMs ?? 250;
+    const maxMs = options.backoff?.maxMs ?? 10_000;
+    const query = options.heartbeatMs === undefined ? '' : `?heartbeatMs=${options.heartbeatMs}`;
+    let attempt = 0;
+    for (;;) {
+      if (options.signal?.aborted) return;
+      const controller = new AbortController();
+      const stop = () => controller.abort(options.signal?.reason);
+      options.signal?.addEventListener('abort', stop, { once: true });
+      try {
+        let res: Response;
+        try {
+          res = await this.target.fetch(`${this.target.baseUrl}/v1/endpoints/stream${query}`, {
+            headers: headersFor(this.target, { accept: 'text/event-stream' }),
+            signal: controller.signal,
+          });
+        } catch {
+          if (options.signal?.aborted) return;
+          await delay(backoffMs(attempt++, initialMs, maxMs), options.signal).catch(() => undefined);
+          continue;
+        }
+        if (!res.ok) {
+          const error = await errorFrom(res);
+          if (res.status < 500 && res.status !== 429) throw error;
+          await delay(error.retryAfterMs ?? backoffMs(attempt++, initialMs, maxMs), options.signal).catch(
+            () => undefined,
+          );
+          continue;
+        }
+        if (!res.body)
+          throw new SluiceClientError(ClientErrorCode.BAD_RESPONSE, 'The endpoint stream has no body', {
+            status: res.status,
+          });
+        options.onOpen?.();
+        try {
+          for await (const message of readEventStream(res.body)) {
+            attempt = 0;
+            const event = toStreamEvent(message.event, message.data);
+            if (event) yield event;
+          }
+        } catch (err) {
+          if (options.signal?.aborted) return;
+          if (err instanceof SluiceClientError) throw err;
+          // the connection broke: reconnect below
+        }
+        if (options.signal?.aborted) return;
+        await delay(backoffMs(attempt++, initialMs, maxMs), options.signal).catch(() => undefined);
+      } finally {
+        options.signal?.removeEventListener('abort', stop);
+        controller.abort();
+      }
+    }
+  }
+}
+
+function toStreamEvent(type: string, data: string): EndpointStreamEvent | null {
+  let body: Record<string, unknown>;
+  try {
+    body = JSON.parse(data) as Record<string, unknown>;
+  } catch {
+    throw new SluiceClientError(ClientErrorCode.BAD_RESPONSE, `Endpoint stream event "${type}" is not JSON`);
+  }
+  switch (type) {
+    case 'endpoints':
+      return { type, endpoints: body.endpoints as EndpointWatchView[] };
+    case 'switch':
+      return {
+        type,
+        endpoint: String(body.endpoint),
+        from: (body.from ?? null) as string | null,
+        to: String(body.to),
+        cause: (body.cause ?? null) as string | null,
+        version: (body.version ?? null) as number | null,
+        at: String(body.at),
+      };
+    default:
+      return null; // an event type this client does not know: skip it
+  }
+}

@@ -1,0 +1,47 @@
+import { z } from 'zod';
+import { PortSchema } from './primitives.js';
+
+const JwtAuthSchema = z.strictObject({
+  /** HS256 shared secret. */
+  jwtSecret: z.string().min(16, 'must be at least 16 characters'),
+  issuer: z.string().optional(),
+  audience: z.string().optional(),
+});
+
+/** Defaults of the api-server's own settings, read by the api-server where an option is left out. */
+export const API_DEFAULTS = { reconcileMs: 5_000 } as const;
+
+/** `api`: the api-servers of this host (the query API over the LMDB caches). */
+export const ApiConfigSchema = z
+  .strictObject({
+    host: z.string().min(1).default('127.0.0.1'),
+    port: PortSchema.default(8080),
+    auth: JwtAuthSchema.optional(),
+    cors: z.strictObject({ origins: z.union([z.literal(true), z.array(z.string())]) }).optional(),
+    reconcileMs: z.number().int().min(100).max(600_000).default(API_DEFAULTS.reconcileMs),
+    /**
+     * Longest wait of a read sending `sluice-min-position` for the serving generation to commit that position;
+     * then `503 POSITION_NOT_REACHED` with `retry-after`.
+     */
+    freshnessWaitMs: z.number().int().min(0).max(60_000).default(2_000),
+    /** Change feeds (`GET /v1/endpoints/:name/changes`). */
+    changes: z
+      .strictObject({
+        /** A comment line is sent this often on an idle feed (keeps proxies and clients from timing out). */
+        heartbeatMs: z.number().int().min(100).max(600_000).default(15_000),
+        /** Bytes a subscriber may leave unread before it is disconnected (it resumes by token). */
+        bufferBytes: z
+          .number()
+          .int()
+          .min(16 * 1024)
+          .max(256 * 1024 * 1024)
+          .default(4 * 1024 * 1024),
+        /** How often each followed generation's log head is checked for another process's commits. */
+        pollMs: z.number().int().min(1).max(10_000).default(5),
+        /** Most concurrent subscribers per api-server (more → 503). */
+        maxSubscribers: z.number().int().min(1).max(1_000_000).default(10_000),
+      })
+      .prefault({}),
+  })
+  .prefault({});
+export type ApiConfig = z.output<typeof ApiConfigSchema>;

@@ -1,0 +1,46 @@
+import { z } from 'zod';
+
+/**
+ * The cache settings' defaults, defined once: the schema below fills them into configuration, and
+ * `@sluice/cache` falls back to them when a caller of `openCacheManager` leaves an option out.
+ */
+export const CACHE_DEFAULTS = {
+  /** How long a retired generation is kept before `gc` may delete it. */
+  gcGraceMs: 60_000,
+  /** Most records one query without a fitting index examines before it answers `capped: true`. */
+  scanCap: 100_000,
+  /** Each generation's change log (what change feeds resume from), trimmed at every commit. */
+  changes: { retainRecords: 100_000, retainMs: 24 * 3_600_000 },
+} as const;
+
+/** `cache`: this host's LMDB cache generations. */
+export const CacheConfigSchema = z
+  .strictObject({
+    gcGraceMs: z
+      .number()
+      .int()
+      .min(0)
+      .max(7 * 24 * 3_600_000)
+      .default(CACHE_DEFAULTS.gcGraceMs),
+    scanCap: z.number().int().min(1).max(100_000_000).default(CACHE_DEFAULTS.scanCap),
+    changes: z
+      .strictObject({
+        /** Most log entries kept per generation (the newest transaction is always kept whole). */
+        retainRecords: z
+          .number()
+          .int()
+          .min(1)
+          .max(1_000_000_000)
+          .default(CACHE_DEFAULTS.changes.retainRecords),
+        /** Transactions older than this are dropped (0 = no age limit). */
+        retainMs: z
+          .number()
+          .int()
+          .min(0)
+          .max(365 * 24 * 3_600_000)
+          .default(CACHE_DEFAULTS.changes.retainMs),
+      })
+      .prefault({}),
+  })
+  .prefault({});
+export type CacheConfig = z.output<typeof CacheConfigSchema>;

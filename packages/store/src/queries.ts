@@ -1,0 +1,269 @@
+/**
+ * The SQL statements of the store, built and compiled once per store (kysely, with the dialect's differences
+ * behind `StoreDialect`). `SqlDataPlaneStore` (store.ts) runs them and owns the protocol around them; this
+ * module owns only what each statement says.
+ */
+import { ACTIVE_STATES, canTransition, isTerminal, TERMINAL_STATES, type TransferState } from '@sluice/core';
+import { type Kysely, sql } from 'kysely';
+import type { StoreDialect } from './dialect.js';
+import { type PreparedQuery, param, prepareQuery } from './prepared.js';
+import type { StoreDatabase, TransferRow } from './schema.js';
+import { storeClock } from './store-clock.js';
+
+/** The named parameters of submit's insert. */
+export type InsertNames =
+  | 'id'
+  | 'hash'
+  | 'request'
+  | 'state'
+  | 'nodeId'
+  | 'address'
+  | 'instance'
+  | 'leaseMs'
+  | 'now';
+type StateEpoch = Pick<TransferRow, 'state' | 'epoch'>;
+/** What submit's single PostgreSQL statement returns: the row, and whether this statement inserted it. */
+type SubmitRow = TransferRow & { created: number };
+
+const ACTIVE = ACTIVE_STATES as TransferState[];
+const TERMINAL = TERMINAL_STATES as TransferState[];
+
+/** The queries the store runs, compiled once per store. */
+export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect) {
+  const clock = storeClock(dialect);
+  const getById = prepareQuery<'id', TransferRow>(
+    db.selectFrom('transfers').selectAll().where('id', '=', param<string>('id')),
+  );
+  const stateById = prepareQuery<'id', StateEpoch>(
+    db.selectFrom('transfers').select(['state', 'epoch']).where('id', '=', param<string>('id')),
+  );
+  const insertValues = {
+    id: param<string>('id'),
+    request_hash: param<string>('hash'),
+    request: param<string>('request'),
+    state: param<TransferState>('state'),
+    owner_node_id: param<string>('nodeId'),
+    owner_address: param<string>('address'),
+    owner_instance: param<string>('instance'),
+    epoch: 1,
+    lease_expires_at: clock.leaseUntil,
+    attempts: 1,
+    error: null,
+    result: null,
+    checkpoint: null,
+    created_at: clock.now,
+    updated_at: clock.now,
+  };
+  // SQLite: in-process and cheap to read, so look first and insert only when absent.
+  const insert = prepareQuery<InsertNames, never>(
+    db
+      .insertInto('transfers')
+      .values(insertValues)
+      .onConflict((oc) => oc.column('id').doNothing()),
+  );
+  // PostgreSQL: one round trip that inserts or returns the existing row.
+  const submitPg = prepareQuery<InsertNames, SubmitRow>(
+    db
+      .with('ins', (qc) =>
+        qc
+          .insertInto('transfers')
+          .values(insertValues)
+          .onConflict((oc) => oc.column('id').doNothing())
+          .returningAll(),
+      )
+      .selectFrom('ins')
+      .select(sql<number>`1`.as('created'))
+      .selectAll('ins')
+      .unionAll((eb) =>
+        eb
+          .selectFrom('transfers')
+          .select(sql<number>`0`.as('created'))
+          .selectAll('transfers')
+          .where('transfers.id', '=', param<string>('id'))
+          .where(({ not, exists, selectFrom }) => not(exists(selectFrom('ins').select('ins.id')))),
+      ),
+  );
+  type OwnerChangeNames = 'id' | 'epoch' | 'nodeId' | 'address' | 'instance' | 'leaseMs' | 'now';
+  const newOwner = {
+    owner_node_id: param<string>('nodeId'),
+    owner_address: param<string>('address'),
+    owner_instance: param<string>('instance'),
+    updated_at: clock.now,
+  };
+  /** An owner change from `epoch` of an active record; with `requireExpiredLease`, only once its lease expired. */
+  const ownerChange = (requireExpiredLease: boolean) =>
+    db
+      .updateTable('transfers')
+      .where('id', '=', param<string>('id'))
+      .where('epoch', '=', param<number>('epoch'))
+      .where('state', 'in', ACTIVE)
+      .$if(requireExpiredLease, (q) =>
+        q.where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<=', clock.now)])),
+      );
+  const takeOverQuery = (requireExpiredLease: boolean) =>
+    prepareQuery<OwnerChangeNames, TransferRow>(
+      ownerChange(requireExpiredLease)
+        .set((eb) => ({
+          ...newOwner,
+          epoch: eb('epoch', '+', 1),
+          attempts: eb('attempts', '+', 1),
+          lease_expires_at: clock.leaseUntil,
+        }))
+        .returningAll(),
+    );
+  const takeOver = takeOverQuery(false);
+  const takeOverExpired = takeOverQuery(true);
+  // Owner and TERMINATED in one statement: no crash between two writes can leave the caller owning a live run.
+  const terminateQuery = (requireExpiredLease: boolean) =>
+    prepareQuery<Exclude<OwnerChangeNames, 'leaseMs'>, TransferRow>(
+      ownerChange(requireExpiredLease)
+        .set((eb) => ({
+          ...newOwner,
+          epoch: eb('epoch', '+', 1),
+          state: 'TERMINATED' as const,
+          lease_expires_at: null,
+        }))
+        .returningAll(),
+    );
+  const terminateAbandoned = terminateQuery(false);
+  const terminateAbandonedExpired = terminateQuery(true);
+  const transitions = new Map<
+    TransferState,
+    PreparedQuery<'id' | 'epoch' | 'error' | 'result' | 'now', TransferRow>
+  >();
+  for (const to of [...ACTIVE, ...TERMINAL]) {
+    const from = [...ACTIVE, ...TERMINAL].filter((state) => canTransition(state, to));
+    if (from.length === 0) continue; // nothing leads there (RECEIVED): always illegal
+    transitions.set(
+      to,
+      prepareQuery(
+        db
+          .updateTable('transfers')
+          .set({
+            state: to,
+            error: param<string | null>('error'),
+            result: param<string | null>('result'),
+            updated_at: clock.now,
+            // A final record holds no lease: nobody may recover or heartbeat it.
+            ...(isTerminal(to) ? { lease_expires_at: null } : {}),
+          })
+          .where('id', '=', param<string>('id'))
+          .where('epoch', '=', param<number>('epoch'))
+          .where('state', 'in', from)
+          .returningAll(),
+      ),
+    );
+  }
+  const saveCheckpoint = prepareQuery<'id' | 'epoch' | 'checkpoint' | 'now', never>(
+    db
+      .updateTable('transfers')
+      .set({ checkpoint: param<string>('checkpoint'), updated_at: clock.now })
+      .where('id', '=', param<string>('id'))
+      .where('epoch', '=', param<number>('epoch'))
+      .where('state', 'in', ACTIVE),
+  );
+  const saveCheckpointAndLease = prepareQuery<'id' | 'epoch' | 'checkpoint' | 'now' | 'leaseMs', never>(
+    db
+      .updateTable('transfers')
+      .set({
+        checkpoint: param<string>('checkpoint'),
+        updated_at: clock.now,
+        lease_expires_at: clock.leaseUntil,
+      })
+      .where('id', '=', param<string>('id'))
+      .where('epoch', '=', param<number>('epoch'))
+      .where('state', 'in', ACTIVE),
+  );
+  const heartbeat = prepareQuery<'nodeId' | 'instance' | 'leaseMs' | 'now', { id: string }>(
+    db
+      .updateTable('transfers')
+      .set({ lease_expires_at: clock.leaseUntil })
+      .where('owner_instance', '=', param<string>('instance'))
+      .where('owner_node_id', '=', param<string>('nodeId'))
+      .where('state', 'in', ACTIVE)
+      .returning('id'),
+  );
+  const release = prepareQuery<'id' | 'epoch' | 'now', never>(
+    db
+      .updateTable('transfers')
+      .set({ lease_expires_at: clock.now, updated_at: clock.now })
+      .where('id', '=', param<string>('id'))
+      .where('epoch', '=', param<number>('epoch'))
+      .where('state', 'in', ACTIVE),
+  );
+  const recoverSet = {
+    owner_node_id: param<string>('nodeId'),
+    owner_address: param<string>('address'),
+    owner_instance: param<string>('instance'),
+    lease_expires_at: clock.leaseUntil,
+    updated_at: clock.now,
+  };
+  type RecoverNames = 'nodeId' | 'address' | 'instance' | 'leaseMs' | 'now' | 'limit';
+  const recover =
+    dialect === 'postgres'
+      ? // Lock the oldest expired rows, skipping rows another sweeper holds: no row goes to two sweepers,
+        // and a row committed by another sweeper meanwhile is re-checked (its lease is no longer expired).
+        prepareQuery<RecoverNames, TransferRow>(
+          db
+            .updateTable('transfers as t')
+            .set((eb) => ({
+              ...recoverSet,
+              epoch: eb('t.epoch', '+', 1),
+              attempts: eb('t.attempts', '+', 1),
+            }))
+            .from(
+              db
+                .selectFrom('transfers')
+                .select('id')
+                .where('state', 'in', ACTIVE)
+                .where('lease_expires_at', '<=', clock.now)
+                .orderBy('lease_expires_at')
+                .orderBy('id')
+                .limit(param<number>('limit'))
+                .forUpdate()
+                .skipLocked()
+                .as('c'),
+            )
+            .whereRef('t.id', '=', 'c.id')
+            .returningAll('t'),
+        )
+      : // SQLite: one statement holds the database's single write lock from the pick to the update.
+        prepareQuery<RecoverNames, TransferRow>(
+          db
+            .updateTable('transfers')
+            .set((eb) => ({
+              ...recoverSet,
+              epoch: eb('epoch', '+', 1),
+              attempts: eb('attempts', '+', 1),
+            }))
+            .where('id', 'in', (eb) =>
+              eb
+                .selectFrom('transfers')
+                .select('id')
+                .where('state', 'in', ACTIVE)
+                .where('lease_expires_at', '<=', clock.now)
+                .orderBy('lease_expires_at')
+                .orderBy('id')
+                .limit(param<number>('limit')),
+            )
+            .returningAll(),
+        );
+  return {
+    getById,
+    stateById,
+    insert,
+    submitPg,
+    takeOver,
+    takeOverExpired,
+    terminateAbandoned,
+    terminateAbandonedExpired,
+    transitions,
+    saveCheckpoint,
+    saveCheckpointAndLease,
+    heartbeat,
+    release,
+    recover,
+  };
+}
+
+export type Queries = ReturnType<typeof prepareQueries>;
