@@ -5,13 +5,17 @@
  *
  * Run: pnpm --filter @sluice/backplane bench   (spawns a private nats-server; takes well under a minute)
  */
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { cpus } from 'node:os';
 import { connect, Empty, type NatsConnection } from '@nats-io/transport-node';
 import { snapshottingDone } from '@sluice/core';
 import { startNatsServer } from '@sluice/testkit';
-import { createDirectBackplane, createNatsBackplane, type NatsBackplane } from '../src/index.js';
+import Fastify from 'fastify';
+import {
+  createDirectBackplane,
+  createNatsBackplane,
+  directRoutes,
+  type NatsBackplane,
+} from '../src/index.js';
 
 const QUERIES = Number(process.env.BENCH_QUERIES ?? 3_000);
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 600);
@@ -96,19 +100,16 @@ await owner.serve('bench-transfer', {
   async terminate() {},
 });
 
-// Direct-address peer: the same question over HTTP to a real node:http server.
+// Direct-address peer: the same question over HTTP to a node serving the routes plugin (as production does).
 const directOwner = createDirectBackplane({ nodeId: 'owner' });
 const directAsker = createDirectBackplane({ nodeId: 'asker' });
 await directOwner.serve('bench-transfer', {
   report: () => ({ nodeId: 'owner', address: 'http://owner:7070', epoch: 3 }),
   async terminate() {},
 });
-const routes = directOwner.requestListener();
-const http = createServer((req, res) => {
-  if (!routes(req, res)) res.writeHead(404).end();
-});
-await new Promise<void>((resolve) => http.listen(0, '127.0.0.1', resolve));
-const ownerAddress = `http://127.0.0.1:${(http.address() as AddressInfo).port}`;
+const http = Fastify();
+await http.register(directRoutes, { backplane: directOwner });
+const ownerAddress = await http.listen({ port: 0, host: '127.0.0.1' });
 
 const directQueries = Math.min(QUERIES, 1_000);
 const { raw, rawNoResponders, found, nobody } = await measureInterleaved(QUERIES, {
@@ -221,5 +222,4 @@ await Promise.all([
   rawServer.close(),
   rawClient.close(),
 ]);
-http.closeAllConnections();
-await new Promise<void>((resolve) => http.close(() => resolve()));
+await http.close();

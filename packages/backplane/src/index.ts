@@ -3,7 +3,8 @@ export {
   DirectBackplane,
   type DirectBackplaneOptions,
 } from './direct/direct-backplane.js';
-export { matchInternalRoute, ownerPath, terminatePath } from './direct/routes.js';
+export { type DirectRoutesOptions, type DirectRoutesTarget, directRoutes } from './direct/plugin.js';
+export { OWNER_ROUTE, ownerPath, TERMINATE_ROUTE, terminatePath } from './direct/routes.js';
 export type { ReconnectPolicy } from './nats/connection-options.js';
 export { createNatsBackplane, NatsBackplane, type NatsBackplaneOptions } from './nats/nats-backplane.js';
 export { defaultKvBucket, Subjects } from './nats/subjects.js';

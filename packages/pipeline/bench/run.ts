@@ -1,5 +1,5 @@
 /**
- * `pnpm --filter @sluice/pipeline bench [records...]` (default: 1000000 5000000).
+ * `pnpm --filter @sluice/pipeline bench [records...]` (default: 1000000 5000000); `bench cdc` runs bench/cdc.ts.
  *
  * Records per second from a JSON Lines file into an endpoint cache with two secondary indexes (the whole
  * pipeline: read, parse, type-check, index, commit, alias switch), next to raw `lmdb` batched puts of the
@@ -15,6 +15,12 @@ import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createTestDatabase, tsxLoaderPath } from '@sluice/testkit';
+
+// `bench cdc [changes] [lagSeconds]`: the change data capture bench (bench/cdc.ts) instead of the ingest one.
+if (process.argv.slice(2).includes('cdc')) {
+  await import('./cdc.js');
+  process.exit(0);
+}
 
 const CASE = fileURLToPath(new URL('./case.ts', import.meta.url));
 const sizes = process.argv

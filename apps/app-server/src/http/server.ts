@@ -1,20 +1,16 @@
 import fastifyJwt from '@fastify/jwt';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
+import { type DirectRoutesTarget, directRoutes } from '@sluice/backplane';
 import {
-  MalformedJsonError,
   NameSchema,
-  NotFoundError,
-  PROBLEM_CONTENT_TYPE,
   parseTransferRequest,
-  QueueFullError,
-  SluiceError,
   TransferIdSchema,
   TransferRequestSchema,
   TransferStateSchema,
-  toProblem,
   ValidationError,
 } from '@sluice/core';
+import { problemDetailsPlugin } from '@sluice/http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import {
   jsonSchemaTransform,
@@ -30,14 +26,7 @@ import { submissionReply, type TransferCoordinator } from '../transfers/coordina
 import { type AuthSettings, bearerCheck } from './auth.js';
 import { consoleAssetsDir, consoleRoutes, isConsolePath } from './console-routes.js';
 import { endpointStreamRoutes, type SwitchSubscription } from './endpoint-stream.js';
-import { normalizeHttpError } from './errors.js';
 import { steeringRoutes } from './steering-routes.js';
-
-/** What the internal routes of the direct-address backplane call (a DirectBackplane). */
-export interface DirectRoutesTarget {
-  handleOwnerQuery(id: string): unknown | null;
-  handleTerminate(id: string): Promise<boolean>;
-}
 
 export interface ServerOptions {
   logger: pino.Logger;
@@ -51,6 +40,7 @@ export interface ServerOptions {
   metrics: NodeMetrics;
   nodes: () => Promise<unknown[]>;
   readiness: () => Promise<{ ready: boolean; checks: Record<string, string> }>;
+  /** The direct-address backplane whose internal routes this node serves (null with another strategy). */
   direct: DirectRoutesTarget | null;
   nodeId: string;
   /** The built console (`dist/console`); default: found beside the server; null: not served. */
@@ -90,51 +80,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
 
-  // JSON only: every other media type is a 415 (fastify would otherwise accept text/plain).
-  app.removeAllContentTypeParsers();
-  const parseJson = (
-    _request: unknown,
-    body: string | Buffer,
-    done: (err: Error | null, value?: unknown) => void,
-  ) => {
-    const text = typeof body === 'string' ? body : body.toString('utf8');
-    if (text.trim() === '') {
-      done(new MalformedJsonError('The body is empty; send a JSON object'), undefined);
-      return;
-    }
-    try {
-      done(null, JSON.parse(text));
-    } catch (err) {
-      done(new MalformedJsonError(`The body is not valid JSON: ${(err as Error).message}`), undefined);
-    }
-  };
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, parseJson);
-  app.addContentTypeParser(/^application\/[a-z0-9.-]+\+json$/, { parseAs: 'string' }, parseJson);
-
-  app.setErrorHandler((rawError, request, reply) => {
-    const error = normalizeHttpError(rawError, {
-      contentType: request.headers['content-type'],
-      bodyLimit: options.bodyLimit,
-    });
-    const { status, body } = toProblem(error, request.url.split('?')[0]);
-    // 503s are expected conditions (store or backplane unavailable, shutting down): a warning without a stack.
-    if (status === 503)
-      request.log.warn(
-        { code: body.code, detail: body.detail, url: request.url },
-        'request refused: unavailable',
-      );
-    else if (status >= 500) request.log.error({ err: rawError, url: request.url }, 'request failed');
-    if (error instanceof QueueFullError) reply.header('retry-after', String(error.retryAfterSeconds));
-    if (SluiceError.hasCode(error, 'UNAUTHORIZED')) reply.header('www-authenticate', 'Bearer');
-    return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
-  });
-  app.setNotFoundHandler((request, reply) => {
-    const { status, body } = toProblem(
-      new NotFoundError(`No route ${request.method} ${request.url.split('?')[0]}`),
-      request.url.split('?')[0],
-    );
-    return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
-  });
+  // JSON bodies only, RFC 9457 problem details for every error and for unknown routes.
+  await app.register(problemDetailsPlugin, { bodyLimit: options.bodyLimit });
 
   if (options.auth && (options.auth.tokens?.length || options.auth.jwtSecret)) {
     const jwtSecret = options.auth.jwtSecret;
@@ -288,31 +235,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     return reply.type(options.metrics.registry.contentType).send(text);
   });
 
-  const direct = options.direct;
-  if (direct) {
-    api.get(
-      '/v1/internal/transfers/:id/owner',
-      { schema: { hide: true, params: IdParams } },
-      async (request, reply) => {
-        const report = direct.handleOwnerQuery(request.params.id);
-        if (report === null)
-          return reply.code(404).type(PROBLEM_CONTENT_TYPE).send(notRunning(request.params.id));
-        return report;
-      },
-    );
-    api.post(
-      '/v1/internal/transfers/:id/terminate',
-      { schema: { hide: true, params: IdParams } },
-      async (request, reply) => {
-        const stopped = await direct.handleTerminate(request.params.id);
-        if (!stopped) return reply.code(404).type(PROBLEM_CONTENT_TYPE).send(notRunning(request.params.id));
-        return { terminated: true, by: options.nodeId };
-      },
-    );
-  }
+  // The direct-address backplane's internal routes: its plugin defines them (paths, answers, 404 code).
+  if (options.direct) await app.register(directRoutes, { backplane: options.direct });
   return app;
-}
-
-function notRunning(id: string) {
-  return toProblem(new NotFoundError(`Transfer "${id}" is not running on this node`)).body;
 }

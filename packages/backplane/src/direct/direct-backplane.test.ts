@@ -1,32 +1,23 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { freePort } from '@sluice/testkit';
+import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
 import { capturingLogger, countingResponder } from '../../test/helpers.js';
 import { createDirectBackplane, type DirectBackplane } from './direct-backplane.js';
+import { directRoutes } from './plugin.js';
 
 interface HttpNode extends AsyncDisposable {
   url: string;
   requests: string[];
 }
 
-/** A real HTTP server; `handler` answers everything (or the backplane's routes when given a backplane). */
-async function httpNode(
-  handler: DirectBackplane | ((req: IncomingMessage, res: ServerResponse) => void),
-): Promise<HttpNode> {
+/** A real HTTP server answering everything with `handler` (a peer that misbehaves in some way). */
+async function httpNode(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<HttpNode> {
   const requests: string[] = [];
-  const listener =
-    typeof handler === 'function'
-      ? handler
-      : (() => {
-          const routes = handler.requestListener();
-          return (req: IncomingMessage, res: ServerResponse) => {
-            if (!routes(req, res)) res.writeHead(404).end();
-          };
-        })();
   const server: Server = createServer((req, res) => {
     requests.push(`${req.method} ${req.url}`);
-    listener(req, res);
+    handler(req, res);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
@@ -36,6 +27,22 @@ async function httpNode(
     async [Symbol.asyncDispose]() {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+/** A node serving the backplane's internal routes the way production does: fastify with the `directRoutes` plugin. */
+async function routesNode(backplane: DirectBackplane): Promise<HttpNode> {
+  const requests: string[] = [];
+  const app = Fastify();
+  app.addHook('onRequest', async (request) => void requests.push(`${request.method} ${request.url}`));
+  await app.register(directRoutes, { backplane });
+  const url = await app.listen({ port: 0, host: '127.0.0.1' });
+  return {
+    url,
+    requests,
+    async [Symbol.asyncDispose]() {
+      await app.close();
     },
   };
 }
@@ -52,8 +59,8 @@ describe('direct-address backplane', () => {
     await using owner = createDirectBackplane({ nodeId: 'owner' });
     await using idle = createDirectBackplane({ nodeId: 'idle' });
     await using asker = createDirectBackplane({ nodeId: 'asker' });
-    await using ownerHttp = await httpNode(owner);
-    await using idleHttp = await httpNode(idle);
+    await using ownerHttp = await routesNode(owner);
+    await using idleHttp = await routesNode(idle);
     await using _r = await owner.serve('orders.2026:12', countingResponder(report('owner', 4)));
 
     expect(await asker.whoRuns('orders.2026:12', { timeoutMs: 1_000, ownerAddress: ownerHttp.url })).toEqual({
@@ -137,7 +144,7 @@ describe('direct-address backplane', () => {
     await using owner = createDirectBackplane({ nodeId: 'owner' });
     await using a = createDirectBackplane({ nodeId: 'a' });
     await using b = createDirectBackplane({ nodeId: 'b' });
-    await using ownerHttp = await httpNode(owner);
+    await using ownerHttp = await routesNode(owner);
     const responder = countingResponder(report('owner'), { stopMs: 100 });
     await using _r = await owner.serve('t-term', responder);
     const options = { timeoutMs: 3_000, ownerAddress: ownerHttp.url };
@@ -152,17 +159,38 @@ describe('direct-address backplane', () => {
     expect(await a.terminate('t-other', options)).toEqual({ status: 'not-running' });
   });
 
-  it('the request listener validates ids and methods', async () => {
+  it('the routes plugin answers the wire contract: problems for a bad id and for a transfer not running here', async () => {
     await using owner = createDirectBackplane({ nodeId: 'owner' });
-    await using ownerHttp = await httpNode(owner);
+    await using ownerHttp = await routesNode(owner);
+    await using _r = await owner.serve('t1', countingResponder(report('owner', 2)));
+    const found = await fetch(`${ownerHttp.url}/v1/internal/transfers/t1/owner`);
+    expect(found.status).toBe(200);
+    expect(await found.json()).toEqual(report('owner', 2));
+
     const bad = await fetch(`${ownerHttp.url}/v1/internal/transfers/${encodeURIComponent('a b')}/owner`);
     expect(bad.status).toBe(400);
-    expect(bad.headers.get('content-type')).toBe('application/problem+json');
+    expect(bad.headers.get('content-type')).toMatch(/^application\/problem\+json/);
     expect(await bad.json()).toMatchObject({ code: 'VALIDATION_FAILED' });
-    const wrongMethod = await fetch(`${ownerHttp.url}/v1/internal/transfers/t1/terminate`);
-    expect(wrongMethod.status).toBe(405);
-    const elsewhere = await fetch(`${ownerHttp.url}/v1/other`);
-    expect(elsewhere.status).toBe(404);
+
+    for (const [method, action] of [
+      ['GET', 'owner'],
+      ['POST', 'terminate'],
+    ] as const) {
+      const absent = await fetch(`${ownerHttp.url}/v1/internal/transfers/t2/${action}`, { method });
+      expect(absent.status).toBe(404);
+      expect(absent.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      expect(await absent.json()).toMatchObject({
+        code: 'NOT_FOUND',
+        detail: 'Transfer "t2" is not running on this node',
+        instance: `/v1/internal/transfers/t2/${action}`,
+      });
+    }
+    const stopped = await fetch(`${ownerHttp.url}/v1/internal/transfers/t1/terminate`, { method: 'POST' });
+    expect(stopped.status).toBe(200);
+    expect(await stopped.json()).toEqual({ terminated: true, by: 'owner' });
+    // Only the two routes, each with its one method.
+    expect((await fetch(`${ownerHttp.url}/v1/internal/transfers/t1/terminate`)).status).toBe(404);
+    expect((await fetch(`${ownerHttp.url}/v1/other`)).status).toBe(404);
   });
 
   it('events stay in-process: subscribers get each event, the latest redirect per alias is kept', async () => {

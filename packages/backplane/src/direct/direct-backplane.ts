@@ -1,4 +1,3 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import type {
   Logger,
   OwnerAnswer,
@@ -7,9 +6,9 @@ import type {
   UnknownAnswer,
   WhoRunsOptions,
 } from '@sluice/core';
-import { SluiceError, toProblem } from '@sluice/core';
 import { z } from 'zod';
 import { LocalBackplane } from '../shared/local-backplane.js';
+import { localOwner, localTerminate } from '../shared/local-first.js';
 import {
   checkTimeout,
   checkTransferId,
@@ -19,7 +18,7 @@ import {
   OwnerReportSchema,
 } from '../shared/wire.js';
 import { callHttp, HttpCallError } from './http-client.js';
-import { joinUrl, matchInternalRoute, ownerPath, terminatePath } from './routes.js';
+import { joinUrl, ownerPath, terminatePath } from './routes.js';
 
 const TerminatedBodySchema = z.object({ terminated: z.literal(true), by: z.string().min(1).max(256) });
 
@@ -38,9 +37,16 @@ export interface DirectBackplaneOptions {
  * Asks the owner's advertised URL directly over HTTP (`GET …/owner`, `POST …/terminate`). Only a 404 or a
  * refused connection (nothing listens at the owner's address) means "not running there"; a timeout or a reset
  * is `unknown` (`silent` for a timeout on a reachable owner: connected, then no answer), as is any other
- * failure — a busy or restarting owner is not a dead one. Events stay in-process.
- * {@link DirectBackplane.handleOwnerQuery} and {@link DirectBackplane.handleTerminate} are what a node's HTTP
- * server calls for those two routes ({@link DirectBackplane.requestListener} mounts them on `node:http`).
+ * failure — a busy or restarting owner is not a dead one. Events stay in-process. Every node serves the two
+ * routes by mounting the {@link directRoutes} fastify plugin, which answers with
+ * {@link DirectBackplane.handleOwnerQuery} and {@link DirectBackplane.handleTerminate}.
+ *
+ * @example
+ * ```ts
+ * const backplane = createDirectBackplane({ nodeId: 'n1' });
+ * await app.register(directRoutes, { backplane }); // serve this node's answers to its peers
+ * const answer = await backplane.whoRuns('t-1', { timeoutMs: 500, ownerAddress: record.ownerAddress });
+ * ```
  */
 export class DirectBackplane extends LocalBackplane {
   readonly #fetchTimeoutMs: number;
@@ -64,64 +70,12 @@ export class DirectBackplane extends LocalBackplane {
     return this.registry.terminate(checkTransferId(transferId));
   }
 
-  /**
-   * A `node:http` request listener serving the two internal routes; returns false (without answering) for any
-   * other request so the caller can route it elsewhere.
-   *
-   * @example
-   * ```ts
-   * const listener = backplane.requestListener();
-   * http.createServer((req, res) => { if (!listener(req, res)) { res.statusCode = 404; res.end(); } });
-   * ```
-   */
-  requestListener(): (req: IncomingMessage, res: ServerResponse) => boolean {
-    return (req, res) => {
-      const route = matchInternalRoute(new URL(req.url ?? '/', 'http://x').pathname);
-      if (!route) return false;
-      const expected = route.action === 'owner' ? 'GET' : 'POST';
-      if (req.method !== expected) {
-        res.writeHead(405, { allow: expected }).end();
-        return true;
-      }
-      req.resume();
-      void this.#answerRoute(route.transferId, route.action, res);
-      return true;
-    };
-  }
-
-  async #answerRoute(transferId: string, action: 'owner' | 'terminate', res: ServerResponse): Promise<void> {
-    const send = (status: number, body: unknown, type = 'application/json') => {
-      if (res.headersSent) return;
-      res.writeHead(status, { 'content-type': type }).end(JSON.stringify(body));
-    };
-    try {
-      if (action === 'owner') {
-        const report = this.handleOwnerQuery(transferId);
-        if (report) send(200, report);
-        else send(404, { code: 'TRANSFER_NOT_FOUND', detail: 'not running on this node' });
-        return;
-      }
-      if (await this.handleTerminate(transferId)) send(200, { terminated: true, by: this.nodeId });
-      else send(404, { code: 'TRANSFER_NOT_FOUND', detail: 'not running on this node' });
-    } catch (err) {
-      if (!SluiceError.isInstance(err))
-        this.logger.error({ err, transferId, action }, 'internal route failed');
-      const problem = toProblem(err);
-      send(problem.status, problem.body, 'application/problem+json');
-    }
-  }
-
   async whoRuns(transferId: string, options: WhoRunsOptions): Promise<OwnerAnswer> {
     const id = checkTransferId(transferId);
     const timeoutMs = Math.min(checkTimeout(options.timeoutMs), this.#fetchTimeoutMs);
     if (this.closed) return { status: 'unknown', reason: 'backplane closed' };
-    try {
-      const local = this.registry.report(id);
-      if (local) return { status: 'owner', owner: local };
-    } catch (err) {
-      this.logger.error({ err, transferId: id }, 'local responder produced an invalid report');
-      return { status: 'unknown', reason: 'the owner produced an invalid report' };
-    }
+    const local = localOwner(this.local, id);
+    if (local) return local;
     if (!options.ownerAddress) return { status: 'unknown', reason: 'no owner address to ask' };
     const url = joinUrl(options.ownerAddress, ownerPath(id));
     try {
@@ -143,13 +97,8 @@ export class DirectBackplane extends LocalBackplane {
     const id = checkTransferId(transferId);
     const timeoutMs = Math.min(checkTimeout(options.timeoutMs), this.#fetchTimeoutMs);
     if (this.closed) return { status: 'unknown', reason: 'backplane closed' };
-    if (this.registry.has(id)) {
-      try {
-        if (await this.registry.terminate(id)) return { status: 'terminated', by: this.nodeId };
-      } catch (err) {
-        return { status: 'unknown', reason: `the owner failed to stop: ${(err as Error).message}` };
-      }
-    }
+    const local = await localTerminate(this.local, id);
+    if (local) return local;
     if (!options.ownerAddress) return { status: 'unknown', reason: 'no owner address to ask' };
     const url = joinUrl(options.ownerAddress, terminatePath(id));
     try {

@@ -1,33 +1,22 @@
-/** The two internal routes every node serves for the direct-address strategy. */
+/** The two internal routes every node serves for the direct-address strategy (the wire contract, once). */
 
-/** `GET` → 200 OwnerReport | 404. */
+/** `GET` → 200 OwnerReport | 404 problem (`NOT_FOUND`): not running on this node. */
+export const OWNER_ROUTE = '/v1/internal/transfers/:id/owner';
+
+/** `POST` → 200 `{ terminated: true, by }` once stopped | 404 problem (`NOT_FOUND`): not running on this node. */
+export const TERMINATE_ROUTE = '/v1/internal/transfers/:id/terminate';
+
+/** The owner route of one transfer. */
 export function ownerPath(transferId: string): string {
-  return `/v1/internal/transfers/${encodeURIComponent(transferId)}/owner`;
+  return OWNER_ROUTE.replace(':id', encodeURIComponent(transferId));
 }
 
-/** `POST` → 200 `{ terminated: true, by }` once stopped | 404. */
+/** The terminate route of one transfer. */
 export function terminatePath(transferId: string): string {
-  return `/v1/internal/transfers/${encodeURIComponent(transferId)}/terminate`;
+  return TERMINATE_ROUTE.replace(':id', encodeURIComponent(transferId));
 }
 
 /** Joins an advertised base URL (maybe with a path prefix or trailing slash) and a route path. */
 export function joinUrl(base: string, path: string): string {
   return `${base.replace(/\/+$/, '')}${path}`;
-}
-
-const ROUTE = /^\/v1\/internal\/transfers\/([^/]+)\/(owner|terminate)$/;
-
-/** Parses a request path into the transfer id and action, or null when it is not one of the routes. */
-export function matchInternalRoute(
-  pathname: string,
-): { transferId: string; action: 'owner' | 'terminate' } | null {
-  const match = ROUTE.exec(pathname);
-  if (!match) return null;
-  let transferId: string;
-  try {
-    transferId = decodeURIComponent(match[1]!);
-  } catch {
-    return null;
-  }
-  return { transferId, action: match[2] as 'owner' | 'terminate' };
 }

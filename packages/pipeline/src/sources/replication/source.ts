@@ -72,6 +72,11 @@ export interface ReplicationSourceOptions {
   pageSize?: number;
   /** Standby status updates asking for a keepalive, so an idle slot advances. Default 5000 ms. */
   keepaliveMs?: number;
+  /**
+   * The longest a transaction read waits for a commit behind a stream that never pauses: past it the batch asks
+   * the run to commit (more transactions per commit below it). Default 20 ms.
+   */
+  flushWithinMs?: number;
   /** How often PostgreSQL's current WAL position is sampled for the lag (also while nothing streams). Default 1000 ms. */
   lagProbeMs?: number;
   /** Messages buffered before the replication socket is paused. Default 10 000. */
@@ -132,6 +137,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
   let stream: ReplicationStream | null = null;
   const clients = new Set<pg.Client>();
   const lagProbeMs = options.lagProbeMs ?? 1_000;
+  const flushWithinMs = options.flushWithinMs ?? 20;
   const heartbeatTable = options.heartbeat?.table ?? DEFAULT_HEARTBEAT_TABLE;
   let lag = new LagTracker();
 
@@ -335,6 +341,8 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     lag.commit(position.lsn);
     /** The end of the last transaction of ours read: the stream is caught up past it once that is committed. */
     let lastChange: string | null = null;
+    /** When the oldest transaction read and not yet flagged for commit ended. */
+    let unflushedSince: number | null = null;
     const current = new ReplicationStream({
       url: options.url,
       slot,
@@ -430,7 +438,15 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
             if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
               position = { ...position, phase: 'stream', catchUp: null };
               yield { kind: 'snapshot-done', position };
-            } else yield { kind: 'records', ops: [], read: 0, bad: [], position };
+            } else {
+              yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: unflushedSince !== null };
+              unflushedSince = null;
+            }
+          } else if (txn === null && unflushedSince !== null && current.buffered() === 0) {
+            // The last transaction was read with this keepalive still queued behind it: commit it now rather
+            // than at the run's next commitEveryMs.
+            yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: true };
+            unflushedSince = null;
           }
           continue;
         }
@@ -505,7 +521,11 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
             if (compareLsn(end, position.lsn) > 0) position = { ...position, lsn: end };
             lag.observeReceived(position.lsn);
             if (txn.changed) lastChange = position.lsn;
-            const flush = current.buffered() === 0;
+            // Commit now when nothing more is waiting, or when transactions have waited `flushWithinMs` behind a
+            // never-empty buffer (a steady stream would otherwise wait for the run's commitEveryMs).
+            unflushedSince ??= Date.now();
+            const flush = current.buffered() === 0 || Date.now() - unflushedSince >= flushWithinMs;
+            if (flush) unflushedSince = null;
             if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
               position = { ...position, phase: 'stream', catchUp: null };
               yield batch(false, false);
