@@ -51,6 +51,8 @@ export const ErrorCode = {
   NOTHING_TO_PROMOTE: 'NOTHING_TO_PROMOTE',
   NOTHING_TO_ROLL_BACK: 'NOTHING_TO_ROLL_BACK',
   CANNOT_RESUME: 'CANNOT_RESUME',
+  ENDPOINT_STOPPED: 'ENDPOINT_STOPPED',
+  ENDPOINT_TIMEOUT: 'ENDPOINT_TIMEOUT',
   UNKNOWN_SLOT: 'UNKNOWN_SLOT',
   SLOT_ACTIVE: 'SLOT_ACTIVE',
   SLOT_NOT_OWNED: 'SLOT_NOT_OWNED',
@@ -109,6 +111,8 @@ export const STATUS_BY_CODE = {
   CACHE_CLOSED: 503,
   CACHE_BUSY: 503,
   POSITION_NOT_REACHED: 503,
+  ENDPOINT_STOPPED: 503,
+  ENDPOINT_TIMEOUT: 504,
   CACHE_DISK_FULL: 507,
 } as const satisfies Record<ErrorCode, number>;
 
@@ -388,6 +392,28 @@ export class CannotResumeError extends SluiceError {
       code: ErrorCode.CANNOT_RESUME,
       message: `Endpoint ${q(endpoint)} cannot roll back to ${q(generation)}: ${reason}`,
       details: { endpoint, generation, reason },
+    });
+  }
+}
+
+/** The endpoint's pipeline was stopped (the node is shutting down): it takes no more steering or waits. */
+export class EndpointStoppedError extends SluiceError {
+  constructor(endpoint: string) {
+    super({
+      code: ErrorCode.ENDPOINT_STOPPED,
+      message: `Endpoint pipeline ${q(endpoint)} is stopped`,
+      details: { endpoint },
+    });
+  }
+}
+
+/** Waiting for an endpoint to serve a complete generation took longer than allowed. */
+export class EndpointTimeoutError extends SluiceError {
+  constructor(endpoint: string, timeoutMs: number) {
+    super({
+      code: ErrorCode.ENDPOINT_TIMEOUT,
+      message: `Endpoint ${q(endpoint)} did not finish its snapshot within ${timeoutMs} ms`,
+      details: { endpoint, timeoutMs },
     });
   }
 }

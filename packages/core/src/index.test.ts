@@ -30,6 +30,8 @@ const PUBLIC_RUNTIME_EXPORTS = [
   'ENV_OVERRIDES',
   'EndpointAddressSchema',
   'EndpointConfigSchema',
+  'EndpointStoppedError',
+  'EndpointTimeoutError',
   'ErrorCode',
   'FORBIDDEN_KEYS',
   'FieldType',

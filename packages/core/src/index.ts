@@ -123,6 +123,8 @@ export {
   ConfigError,
   CursorExpiredError,
   DiskFullError,
+  EndpointStoppedError,
+  EndpointTimeoutError,
   ErrorCode,
   type FieldIssue,
   ForbiddenError,

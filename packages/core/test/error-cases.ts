@@ -10,6 +10,8 @@ import {
   ConfigError,
   CursorExpiredError,
   DiskFullError,
+  EndpointStoppedError,
+  EndpointTimeoutError,
   type ErrorCode,
   ForbiddenError,
   IdempotencyConflictError,
@@ -254,6 +256,18 @@ export const ERROR_CASES: ReadonlyArray<{
     cls: CannotResumeError,
     code: 'CANNOT_RESUME',
     status: 409,
+  },
+  {
+    error: new EndpointStoppedError('items'),
+    cls: EndpointStoppedError,
+    code: 'ENDPOINT_STOPPED',
+    status: 503,
+  },
+  {
+    error: new EndpointTimeoutError('items', 60_000),
+    cls: EndpointTimeoutError,
+    code: 'ENDPOINT_TIMEOUT',
+    status: 504,
   },
   {
     error: new UnknownSlotError('sluice_h1_gone_source'),
