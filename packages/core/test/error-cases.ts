@@ -5,6 +5,7 @@ import {
   CacheClosedError,
   CacheConflictError,
   CacheNotFoundError,
+  CacheReadOnlyError,
   CannotResumeError,
   ConfigError,
   CursorExpiredError,
@@ -118,7 +119,7 @@ export const ERROR_CASES: ReadonlyArray<{
   },
   { error: new StaleEpochError('t-1', 3), cls: StaleEpochError, code: 'STALE_EPOCH', status: 409 },
   { error: new LeaseHeldError('t-1'), cls: LeaseHeldError, code: 'LEASE_HELD', status: 409 },
-  { error: new ShuttingDownError(), cls: ShuttingDownError, code: 'SHUTTING_DOWN', status: 503 },
+  { error: new ShuttingDownError(), cls: ShuttingDownError, code: 'NODE_SHUTTING_DOWN', status: 503 },
   {
     error: new IllegalTransitionError('t-1', 'COMPLETED', 'IN_PROGRESS'),
     cls: IllegalTransitionError,
@@ -181,6 +182,13 @@ export const ERROR_CASES: ReadonlyArray<{
     status: 409,
   },
   { error: new CacheClosedError('items-01'), cls: CacheClosedError, code: 'CACHE_CLOSED', status: 503 },
+  { error: new CacheClosedError(), cls: CacheClosedError, code: 'CACHE_CLOSED', status: 503 },
+  {
+    error: new CacheReadOnlyError('create a cache'),
+    cls: CacheReadOnlyError,
+    code: 'CACHE_READ_ONLY',
+    status: 403,
+  },
   {
     error: new CacheBusyError('locked', { path: '/data/caches/items-01' }),
     cls: CacheBusyError,

@@ -116,7 +116,7 @@ describe('problemDetailsPlugin (inject)', () => {
     logs.length = 0;
     const stopping = await app.inject({ method: 'GET', url: '/stopping?x=1' });
     expect(stopping.statusCode).toBe(503);
-    expect(stopping.json().code).toBe('SHUTTING_DOWN');
+    expect(stopping.json().code).toBe('NODE_SHUTTING_DOWN');
     const bug = await app.inject({ method: 'GET', url: '/bug' });
     expect(bug.statusCode).toBe(500);
     expect(bug.json()).toMatchObject({ code: 'INTERNAL', detail: 'An internal error occurred' });
@@ -124,7 +124,7 @@ describe('problemDetailsPlugin (inject)', () => {
     expect(logs).toHaveLength(2);
     expect(logs[0]).toMatchObject({
       level: 40,
-      code: 'SHUTTING_DOWN',
+      code: 'NODE_SHUTTING_DOWN',
       url: '/stopping',
       msg: 'request refused: unavailable',
     });

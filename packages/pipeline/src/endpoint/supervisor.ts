@@ -166,10 +166,10 @@ export class EndpointSupervisor {
 
   #to(next: SupervisorPhase): void {
     if (!TRANSITIONS[this.#phase].includes(next))
-      throw new SluiceError(
-        ErrorCode.INTERNAL,
-        `Endpoint supervisor of "${this.options.endpoint}": illegal move ${this.#phase} → ${next}`,
-      );
+      throw new SluiceError({
+        code: ErrorCode.INTERNAL,
+        message: `Endpoint supervisor of "${this.options.endpoint}": illegal move ${this.#phase} → ${next}`,
+      });
     this.#phase = next;
   }
 
