@@ -7,21 +7,15 @@ import {
   type CommitState,
   compileFilter,
   type Filter,
-  MalformedJsonError,
-  NotFoundError,
-  PayloadTooLargeError,
   PositionNotReachedError,
-  PROBLEM_CONTENT_TYPE,
   parseCountQuery,
   parseQuery,
   type QueryLimits,
   RecordNotFoundError,
   type SluiceConfig,
-  SluiceError,
-  toProblem,
-  UnsupportedMediaTypeError,
   ValidationError,
 } from '@sluice/core';
+import { problemDetailsPlugin } from '@sluice/http';
 import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
 import { jsonSchemaTransform, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger as PinoLogger } from 'pino';
@@ -109,32 +103,6 @@ function describe(generation: Generation): EndpointInfo {
   };
 }
 
-/** Maps framework errors (body parser, validation, routing) onto core's typed errors. */
-function normalizeError(err: unknown, bodyLimit: number, request: FastifyRequest): SluiceError {
-  if (SluiceError.isInstance(err)) return err;
-  const e = err as { code?: string; statusCode?: number; message?: string; validation?: unknown };
-  switch (e.code) {
-    case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return new PayloadTooLargeError(bodyLimit);
-    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return new UnsupportedMediaTypeError(request.headers['content-type']);
-    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-      return new MalformedJsonError('The body is empty; send a JSON object (or no Content-Type at all)');
-    case 'FST_ERR_CTP_INVALID_JSON_BODY':
-      return new MalformedJsonError();
-    default:
-      break;
-  }
-  if (err instanceof SyntaxError && e.statusCode === 400)
-    return new MalformedJsonError(`The body is not valid JSON: ${e.message ?? ''}`.trim());
-  if (typeof e.statusCode === 'number' && e.statusCode >= 400 && e.statusCode < 500) {
-    if (e.statusCode === 404) return new NotFoundError(e.message ?? 'Not found');
-    if (e.statusCode === 413) return new PayloadTooLargeError(bodyLimit);
-    return new ValidationError(e.message ?? 'Bad request', [{ path: '(request)', message: e.message ?? '' }]);
-  }
-  return new SluiceError('INTERNAL', e.message ?? String(err), 500, { cause: err });
-}
-
 /**
  * Builds the fastify application of the api-server (routes, auth, CORS, OpenAPI, metrics, problem details).
  * `startApiServer` wires it to the cache manager and the backplane; tests and embedders may use it directly.
@@ -182,46 +150,12 @@ export async function buildApp(options: BuildAppOptions) {
       };
     };
   });
-  // JSON only: anything else is 415 UNSUPPORTED_MEDIA_TYPE rather than a string the query parser rejects.
-  // Plain JSON.parse (a "__proto__" key becomes an ordinary own property, never a prototype): the query parser
-  // then refuses reserved keys with INVALID_QUERY naming their path, instead of a vague "not valid JSON".
-  app.removeAllContentTypeParsers();
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
-    const text = typeof body === 'string' ? body : body.toString('utf8');
-    if (text.trim() === '') {
-      done(
-        new MalformedJsonError('The body is empty; send a JSON object (or no Content-Type at all)'),
-        undefined,
-      );
-      return;
-    }
-    try {
-      done(null, JSON.parse(text));
-    } catch (err) {
-      done(new MalformedJsonError(`The body is not valid JSON: ${(err as Error).message}`), undefined);
-    }
-  });
+  // JSON bodies only (415 otherwise, plain JSON.parse so the query parser refuses reserved keys naming their path),
+  // RFC 9457 problem details for every error and unknown route, www-authenticate on 401, retry-after on
+  // POSITION_NOT_REACHED, 503 logged as a warning.
+  await app.register(problemDetailsPlugin, { bodyLimit });
   // Plain JSON: records are arbitrary objects, which a schema-driven serializer would have to drop fields from.
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
-
-  app.setErrorHandler((err, request, reply) => {
-    const error = normalizeError(err, bodyLimit, request);
-    // 503s are expected conditions (shutting down, a backplane outage): a warning without a stack.
-    if (error.status === 503)
-      request.log.warn({ code: error.code, detail: error.message }, 'request refused: unavailable');
-    else if (error.status >= 500) request.log.error({ err }, 'request failed');
-    const { status, body } = toProblem(error, request.url.length > 512 ? undefined : request.url);
-    if (status === 401) void reply.header('www-authenticate', 'Bearer');
-    if (error instanceof PositionNotReachedError)
-      void reply.header('retry-after', String(error.retryAfterSeconds));
-    void reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
-  });
-  app.setNotFoundHandler((request, reply) => {
-    const { status, body } = toProblem(
-      new NotFoundError(`No route ${request.method} ${request.url.slice(0, 256)}`),
-    );
-    void reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
-  });
 
   // Metrics: one counter increment and one histogram observation per request.
   // Label children are cached per (route, endpoint, status): prom-client hashes label objects otherwise.

@@ -7,6 +7,7 @@ import {
   SluiceError,
   UnauthorizedError,
 } from '@sluice/core';
+import { parseBearer } from '@sluice/http';
 import { z } from 'zod';
 
 /**
@@ -78,10 +79,7 @@ export class TokenAuthenticator {
   ) {}
 
   authenticate(header: string | string[] | undefined): TokenScope {
-    if (typeof header !== 'string' || header.length === 0) throw new UnauthorizedError();
-    const match = /^Bearer\s+([A-Za-z0-9_\-.=]{1,8192})$/i.exec(header.trim());
-    if (!match) throw new UnauthorizedError('The Authorization header must be "Bearer <token>"');
-    const token = match[1]!;
+    const token = parseBearer(header);
     const cached = this.cache.get(token);
     if (cached && cached.expiresAt > Date.now()) return cached.scope;
     let payload: unknown;

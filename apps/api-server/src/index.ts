@@ -1,3 +1,5 @@
+// The configuration and logger both apps share (documented in @sluice/http).
+export { createLogger, type LoadConfigOptions, type LoadedConfig, loadConfig } from '@sluice/http';
 export {
   type ApiApp,
   type BuildAppOptions,
@@ -16,7 +18,6 @@ export {
 export { FeedEvent, sseFrame } from './changes/frames.js';
 export { type ChangeFeedPluginOptions, ChangesQuerySchema, changeFeedPlugin } from './changes/plugin.js';
 export { decodeFeedToken, encodeFeedToken, type FeedPosition } from './changes/token.js';
-export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.js';
 export { unwrapCursor, wrapCursor } from './cursor.js';
 export {
   formatPositionHeader,
@@ -33,7 +34,6 @@ export {
   parseKeySegment,
   rawKeySegment,
 } from './keys.js';
-export { createLogger } from './logger.js';
 export { type ApiMetrics, createMetrics } from './metrics.js';
 export {
   type AliasEventSource,

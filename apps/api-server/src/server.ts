@@ -3,9 +3,9 @@ import { resolve } from 'node:path';
 import { createNatsBackplane } from '@sluice/backplane';
 import { openCacheManager } from '@sluice/cache';
 import { type CacheCatalog, type Logger, queryLimitsOf, type SluiceConfig } from '@sluice/core';
+import { createLogger } from '@sluice/http';
 import type { Logger as PinoLogger } from 'pino';
 import { type ApiApp, buildApp } from './app.js';
-import { createLogger } from './logger.js';
 import { type ApiMetrics, createMetrics } from './metrics.js';
 import { type AliasEventSource, EndpointRegistry } from './registry.js';
 
@@ -46,7 +46,7 @@ export interface ApiServer extends AsyncDisposable {
  */
 export async function startApiServer(options: StartApiServerOptions): Promise<ApiServer> {
   const { config } = options;
-  const logger = options.logger ?? createLogger(config.logLevel);
+  const logger = options.logger ?? createLogger({ service: 'sluice-api-server', level: config.logLevel });
   const coreLogger: Logger = logger;
   const dataDir = options.dataDir ?? resolve(config.dataDir);
   const limits = queryLimitsOf(config);

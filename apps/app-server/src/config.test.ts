@@ -17,7 +17,7 @@ function configError(run: () => unknown): ConfigError {
 
 describe('loadConfig', () => {
   it('starts on embedded defaults with no file: SQLite, single-node backplane, cwd roots', async () => {
-    const config = await loadConfig(undefined, {});
+    const { config } = loadConfig({ env: {} });
     expect(config.store).toBe('sqlite:./.sluice/store.db');
     expect(config.node.id).toBe('local');
     expect(config.node.advertisedUrl).toBe('http://127.0.0.1:7070');
@@ -26,14 +26,16 @@ describe('loadConfig', () => {
   });
 
   it('applies every environment override', async () => {
-    const config = await loadConfig(undefined, {
-      SLUICE_NODE_ID: 'n7',
-      SLUICE_PORT: '9123',
-      SLUICE_ADVERTISED_URL: 'http://10.0.0.7:9123',
-      SLUICE_STORE_URL: 'postgres://u@db:5432/s',
-      SLUICE_NATS_URL: 'nats://127.0.0.1:4222',
-      SLUICE_DATA_DIR: '/var/lib/sluice',
-      SLUICE_FILE_ROOTS: '/data:/out',
+    const { config } = loadConfig({
+      env: {
+        SLUICE_NODE_ID: 'n7',
+        SLUICE_PORT: '9123',
+        SLUICE_ADVERTISED_URL: 'http://10.0.0.7:9123',
+        SLUICE_STORE_URL: 'postgres://u@db:5432/s',
+        SLUICE_NATS_URL: 'nats://127.0.0.1:4222',
+        SLUICE_DATA_DIR: '/var/lib/sluice',
+        SLUICE_FILE_ROOTS: '/data:/out',
+      },
     });
     expect(config.node).toMatchObject({ id: 'n7', port: 9123, advertisedUrl: 'http://10.0.0.7:9123' });
     expect(config.store).toBe('postgres://u@db:5432/s');
@@ -50,7 +52,7 @@ describe('loadConfig', () => {
       file,
       'node: { id: h1, port: 7071 }\nstore: postgres://u@db/x\nendpoints:\n  - name: items\n    source: { type: file, path: ./items.jsonl }\n    primaryKey: [id]\n',
     );
-    const config = await loadConfig(file, { SLUICE_PORT: '7999' });
+    const { config } = loadConfig({ configPath: file, env: { SLUICE_PORT: '7999' } });
     expect(config.node.id).toBe('h1');
     expect(config.node.port).toBe(7999);
     expect(config.endpoints[0]?.name).toBe('items');
@@ -80,8 +82,13 @@ describe('loadConfig', () => {
     expect(heartbeat.errors[0]?.path).toBe('limits.heartbeatMs');
     const strategy = configError(() => parseConfigText('backplane: { strategy: nats }'));
     expect(strategy.errors[0]?.path).toBe('nats');
-    await expect(loadConfig('/nonexistent/sluice.yaml', {})).rejects.toThrow(
+    expect(() => loadConfig({ configPath: '/nonexistent/sluice.yaml', env: {} })).toThrow(
       /Cannot read configuration file/,
     );
+    // loadConfig applies core's cross-field rules too, not only the schema of each key.
+    await using dir = await tempDir();
+    await writeFile(join(dir.path, 'sluice.yaml'), 'backplane: { strategy: nats }\n');
+    const fromFile = configError(() => loadConfig({ cwd: dir.path, env: {} }));
+    expect(fromFile.errors[0]?.path).toBe('nats');
   });
 });

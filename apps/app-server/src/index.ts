@@ -2,7 +2,6 @@ export { backplaneKind, loadConfig, parseConfigText } from './config.js';
 export { EndpointManager, type EndpointStatus } from './endpoints.js';
 export { type AuthSettings, bearerCheck } from './http/auth.js';
 export { buildServer, type ServerOptions } from './http/server.js';
-export { asPortLogger, createLogger, type LogLevel } from './logger.js';
 export { createMetrics, type NodeMetrics, type PipelineSample } from './metrics.js';
 export { type SluiceNode, type StartNodeOptions, startNode } from './node.js';
 export { RequestPolicy } from './transfers/confinement.js';

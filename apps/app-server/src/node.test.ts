@@ -89,6 +89,42 @@ describe('startNode (in process)', () => {
     expect(recovered.map((r) => r.id)).toEqual(['handback-1']);
   });
 
+  it('answers a submit once the node is handing its transfers back with 503 NODE_SHUTTING_DOWN, writing nothing', async () => {
+    await using dir = await tempDir();
+    const { writeFile } = await import('node:fs/promises');
+    await writeFile(join(dir.path, 'in.jsonl'), '{"id":1}\n');
+    const config = resolveConfig({
+      node: { id: 'leaving', port: 0 },
+      store: `sqlite:${join(dir.path, 'store.db')}`,
+      dataDir: join(dir.path, 'data'),
+      files: { roots: [dir.path] },
+    });
+    await using node = await startNode(config, { logger: pino({ level: 'silent' }), cwd: dir.path });
+    // The first step of close(): from here on the node takes no new work, while the store is still up.
+    await node.coordinator.shutdown();
+    const refused = await fetch(`${node.url}/v1/transfers`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        id: 'too-late',
+        source: { type: 'file', path: 'in.jsonl' },
+        destination: { type: 'file', path: 'out.jsonl' },
+      }),
+    });
+    expect(refused.status).toBe(503);
+    expect(refused.headers.get('content-type')).toMatch(/application\/problem\+json/);
+    expect(await refused.json()).toEqual({
+      type: 'https://sluice.dev/problems/node-shutting-down',
+      title: 'Service Unavailable',
+      status: 503,
+      detail: 'This node is shutting down; send the request to another node',
+      code: 'NODE_SHUTTING_DOWN',
+      instance: '/v1/transfers',
+    });
+    // Not the store's fault: the store still answers, and the refused transfer was never written.
+    expect((await fetch(`${node.url}/v1/transfers/too-late`)).status).toBe(404);
+  });
+
   it('purges finished transfers past retention.transferDays', async () => {
     await using dir = await tempDir();
     const { writeFile } = await import('node:fs/promises');

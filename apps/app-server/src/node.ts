@@ -6,7 +6,15 @@ import {
   createSingleNodeBackplane,
   type DirectRoutesTarget,
 } from '@sluice/backplane';
-import { type Backplane, type Clock, type ConfigWarning, type SluiceConfig, systemClock } from '@sluice/core';
+import {
+  type Backplane,
+  type Clock,
+  type ConfigWarning,
+  type Logger,
+  type SluiceConfig,
+  systemClock,
+} from '@sluice/core';
+import { createLogger } from '@sluice/http';
 import { discardTransferLeftovers, runTransfer } from '@sluice/pipeline';
 import { openStore } from '@sluice/store';
 import type { FastifyInstance } from 'fastify';
@@ -14,7 +22,6 @@ import type pino from 'pino';
 import { backplaneKind } from './config.js';
 import { lockDataDir } from './data-dir-lock.js';
 import { buildServer } from './http/server.js';
-import { asPortLogger, createLogger } from './logger.js';
 import { createMetrics } from './metrics.js';
 import { openServingPlane } from './serving.js';
 import { RequestPolicy } from './transfers/confinement.js';
@@ -55,13 +62,19 @@ function peerJwt(secret: string, nodeId: string): string {
  *
  * @example
  * ```ts
- * const node = await startNode(await loadConfig('sluice.yaml'));
+ * const node = await startNode(loadConfig({ configPath: 'sluice.yaml', env: process.env }).config);
  * process.once('SIGTERM', () => void node.close());
  * ```
  */
 export async function startNode(config: SluiceConfig, options: StartNodeOptions = {}): Promise<SluiceNode> {
-  const logger = options.logger ?? createLogger({ level: config.logLevel, nodeId: config.node.id });
-  const log = asPortLogger(logger);
+  const logger =
+    options.logger ??
+    createLogger({
+      service: 'sluice-app-server',
+      level: config.logLevel,
+      bindings: { node: config.node.id },
+    });
+  const log: Logger = logger;
   for (const warning of options.configWarnings ?? [])
     logger.warn({ key: warning.path, movedTo: warning.movedTo }, warning.message);
   const clock = options.clock ?? systemClock;
@@ -70,9 +83,9 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
   const nodeId = config.node.id;
   const identity = { nodeId, address: config.node.advertisedUrl ?? '', instanceId };
   const cleanups: Array<() => Promise<unknown>> = [];
-  // Each step of a shutdown is bounded, and all of them together end before bin.ts's hard stop (grace + 10 s): a
-  // peer that is down (NATS between reconnects, a hung connection) must not turn a graceful stop into exit 1.
-  // What such a step would have flushed is fenced or re-sent by the next owner.
+  // Each step of a shutdown is bounded, and all of them together end before runCli's forced exit (@sluice/http:
+  // grace + 10 s): a peer that is down (NATS between reconnects, a hung connection) must not turn a graceful stop
+  // into exit 1. What such a step would have flushed is fenced or re-sent by the next owner.
   let shutdownDeadline = Number.POSITIVE_INFINITY;
   const within = async (what: string, step: Promise<unknown>, ms = 2_000) => {
     const wait = Math.max(0, Math.min(ms, shutdownDeadline - Date.now()));

@@ -1,5 +1,6 @@
 import type { Logger, OwnerAnswer, TerminateAnswer, WhoRunsOptions } from '@sluice/core';
 import { LocalBackplane } from './shared/local-backplane.js';
+import { localOwner, localTerminate } from './shared/local-first.js';
 import { checkTimeout, checkTransferId } from './shared/wire.js';
 
 export interface SingleNodeBackplaneOptions {
@@ -21,27 +22,15 @@ export class SingleNodeBackplane extends LocalBackplane {
     const id = checkTransferId(transferId);
     checkTimeout(options.timeoutMs);
     if (this.closed) return { status: 'unknown', reason: 'backplane closed' };
-    try {
-      const owner = this.registry.report(id);
-      return owner ? { status: 'owner', owner } : { status: 'nobody' };
-    } catch (err) {
-      this.logger.error({ err, transferId: id }, 'local responder produced an invalid report');
-      return { status: 'unknown', reason: 'the owner produced an invalid report' };
-    }
+    // One process is the whole cluster: what it does not run, nobody runs.
+    return localOwner(this.local, id) ?? { status: 'nobody' };
   }
 
   async terminate(transferId: string, options: WhoRunsOptions): Promise<TerminateAnswer> {
     const id = checkTransferId(transferId);
     checkTimeout(options.timeoutMs);
     if (this.closed) return { status: 'unknown', reason: 'backplane closed' };
-    try {
-      return (await this.registry.terminate(id))
-        ? { status: 'terminated', by: this.nodeId }
-        : { status: 'not-running' };
-    } catch (err) {
-      this.logger.error({ err, transferId: id }, 'terminating a local transfer failed');
-      return { status: 'unknown', reason: `the owner failed to stop: ${(err as Error).message}` };
-    }
+    return (await localTerminate(this.local, id)) ?? { status: 'not-running' };
   }
 }
 

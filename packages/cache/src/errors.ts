@@ -37,11 +37,10 @@ export class RecordFormatError extends SluiceError {
       stored.recordFormat === undefined
         ? 'MessagePack records (format 1)'
         : `record format ${stored.recordFormat}`;
-    super(
-      'CACHE_SCHEMA_MISMATCH',
-      `Cache "${cache}" stores ${found}; this version stores and serves format ${RECORD_FORMAT} (${RECORD_FORMAT_NAME}). Rebuild the endpoint (the app-server does so into a new generation on start)`,
-      409,
-      { details: { cache, recordFormat: stored.recordFormat ?? 1, expectedRecordFormat: RECORD_FORMAT } },
-    );
+    super({
+      code: 'CACHE_SCHEMA_MISMATCH',
+      message: `Cache "${cache}" stores ${found}; this version stores and serves format ${RECORD_FORMAT} (${RECORD_FORMAT_NAME}). Rebuild the endpoint (the app-server does so into a new generation on start)`,
+      details: { cache, recordFormat: stored.recordFormat ?? 1, expectedRecordFormat: RECORD_FORMAT },
+    });
   }
 }

@@ -1,6 +1,6 @@
 import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { type CacheSchema, SluiceError } from '@sluice/core';
+import { type CacheSchema, SluiceError, toProblem } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { open } from 'lmdb';
 import { describe, expect, it } from 'vitest';
@@ -218,7 +218,7 @@ describe('CacheManager', () => {
     expect((await caches.info(green.name))!.state).toBe('serving');
   });
 
-  it('refuses writes through a read-only manager', async () => {
+  it('refuses writes through a read-only manager with CACHE_READ_ONLY (not the auth code FORBIDDEN)', async () => {
     await using dir = await tempDir();
     {
       await using writer = await openCacheManager(dir.path);
@@ -226,11 +226,27 @@ describe('CacheManager', () => {
       await writer.redirect('items', c.name);
     }
     await using reader = await openCacheManager(dir.path, { readOnly: true });
-    await expect(reader.create({ endpoint: 'items', schema })).rejects.toMatchObject({ code: 'FORBIDDEN' });
-    await expect(reader.redirect('items', 'x')).rejects.toMatchObject({ code: 'FORBIDDEN' });
-    await expect(reader.gc()).rejects.toMatchObject({ code: 'FORBIDDEN' });
+    const readOnly = { code: 'CACHE_READ_ONLY', status: 403, name: 'CacheReadOnlyError' };
+    await expect(reader.create({ endpoint: 'items', schema })).rejects.toMatchObject(readOnly);
+    await expect(reader.redirect('items', 'x')).rejects.toMatchObject(readOnly);
+    await expect(reader.gc()).rejects.toMatchObject(readOnly);
+    const refused = await reader.gc().catch((err: unknown) => err);
+    expect(toProblem(refused).body).toMatchObject({ status: 403, code: 'CACHE_READ_ONLY' });
     const ro = await reader.openRo('items');
     expect(ro.commitState().recordCount).toBe(0);
+    // The alias still names the writer's generation: nothing was changed through the reader.
+    expect(reader.resolveAlias('items')?.cache).toBe(ro.name);
+  });
+
+  it('refuses every call on a closed manager with CACHE_CLOSED 503', async () => {
+    await using dir = await tempDir();
+    const caches = await openCacheManager(dir.path);
+    await caches.close();
+    const closed = { code: 'CACHE_CLOSED', status: 503, name: 'CacheClosedError' };
+    await expect(caches.create({ endpoint: 'items', schema })).rejects.toMatchObject(closed);
+    await expect(caches.openRo('items')).rejects.toMatchObject(closed);
+    await expect(caches.gc()).rejects.toMatchObject(closed);
+    expect(() => caches.resolveAlias('items')).toThrow(expect.objectContaining(closed));
   });
   it('lets a writer join a process that so far only read (read-only handles keep working)', async () => {
     await using dir = await tempDir();

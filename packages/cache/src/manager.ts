@@ -4,12 +4,13 @@ import {
   type AliasEntry,
   type AliasSwitch,
   CACHE_DEFAULTS,
+  CacheClosedError,
   type CacheInfo,
   CacheNotFoundError,
+  CacheReadOnlyError,
   type CacheSchema,
   type CommitState,
   DEFAULT_QUERY_LIMITS,
-  ForbiddenError,
   type GenerationNotes,
   type Logger,
   NameSchema,
@@ -84,12 +85,12 @@ export class CacheManager implements WritableCacheCatalog {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new ForbiddenError('The cache manager is closed');
+    if (this.closed) throw new CacheClosedError();
   }
 
   private assertWritable(what: string): void {
     this.assertOpen();
-    if (this.readOnly) throw new ForbiddenError(`The cache manager is read-only; cannot ${what}`);
+    if (this.readOnly) throw new CacheReadOnlyError(what);
   }
 
   /** Creates a cache generation for `endpoint` (unique time-sortable name, state `building`). */

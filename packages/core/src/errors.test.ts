@@ -3,29 +3,37 @@ import { ERROR_CASES } from '../test/error-cases.js';
 import {
   asSluiceError,
   BadRecordError,
+  CacheClosedError,
+  CacheReadOnlyError,
   ConfigError,
   ErrorCode,
   IdempotencyConflictError,
   IdempotencyKeyMismatchError,
   IllegalTransitionError,
+  InternalError,
   InvalidQueryError,
   PathNotAllowedError,
   PayloadTooLargeError,
   QueueFullError,
   RecordNotFoundError,
   SchemaMismatchError,
+  ShuttingDownError,
   SinkError,
   SluiceError,
   SourceError,
+  STATUS_BY_CODE,
   StaleEpochError,
   StoreUnavailableError,
+  statusOf,
   TransferNotFoundError,
+  TransferTerminatedError,
   UnknownConnectionError,
   UnknownEndpointError,
   UnsupportedAddressTypeError,
   UnsupportedMediaTypeError,
   ValidationError,
 } from './errors.js';
+import { PROBLEM_CONTENT_TYPE, toProblem } from './problem.js';
 
 describe('error classes', () => {
   it.each(ERROR_CASES.map((c) => [c.error.name, c] as const))(
@@ -124,6 +132,90 @@ describe('error classes', () => {
 
   it('quotes names so control characters cannot forge log lines', () => {
     expect(new UnknownEndpointError('a"\nb').message).toBe('No endpoint named "a\\"\\nb"');
+  });
+});
+
+describe('STATUS_BY_CODE and statusOf', () => {
+  it('gives every error code exactly one HTTP error status, and nothing else', () => {
+    expect(Object.keys(STATUS_BY_CODE).sort()).toEqual(Object.values(ErrorCode).sort());
+    for (const code of Object.values(ErrorCode)) {
+      const status = STATUS_BY_CODE[code];
+      expect(Number.isInteger(status), code).toBe(true);
+      expect(status, code).toBeGreaterThanOrEqual(400);
+      expect(status, code).toBeLessThanOrEqual(599);
+      expect(statusOf(code)).toBe(status);
+      // Whatever throws it, an error of a code carries that code's status.
+      expect(new SluiceError({ code, message: 'm' }).status).toBe(status);
+    }
+  });
+
+  it('agrees with every error class: the class passes its code, the table decides the status', () => {
+    for (const { error, code, status } of ERROR_CASES) {
+      expect(STATUS_BY_CODE[code]).toBe(status);
+      expect(statusOf(error)).toBe(status);
+    }
+  });
+
+  it('is 500 for unknown codes and for anything that is not a Sluice error', () => {
+    for (const value of [
+      'NOT_A_CODE',
+      'toString',
+      '__proto__',
+      '',
+      new Error('x'),
+      new TypeError('x'),
+      { code: 'QUEUE_FULL', status: 429 },
+      null,
+      undefined,
+      42,
+      Object.create(null),
+    ])
+      expect(statusOf(value)).toBe(500);
+  });
+
+  it('keeps the valid status of a branded error from another copy, and 500 for a malformed one', () => {
+    const brand = Symbol.for('sluice.error');
+    expect(statusOf({ [brand]: true, code: 'SOME_NEWER_CODE', status: 418 })).toBe(418);
+    expect(statusOf({ [brand]: true, code: 'QUEUE_FULL', status: 1e9 })).toBe(500);
+    expect(statusOf({ [brand]: true, code: 'QUEUE_FULL', status: 200 })).toBe(500);
+    expect(statusOf({ [brand]: true })).toBe(500);
+  });
+
+  it('the corrected codes: a shutting-down node, a closed and a read-only cache manager', () => {
+    expect(toProblem(new ShuttingDownError())).toMatchObject({
+      status: 503,
+      body: { code: 'NODE_SHUTTING_DOWN', type: 'https://sluice.dev/problems/node-shutting-down' },
+    });
+    expect(toProblem(new CacheClosedError()).body).toEqual({
+      type: 'https://sluice.dev/problems/cache-closed',
+      title: 'Service Unavailable',
+      status: 503,
+      detail: 'The cache manager is closed',
+      code: 'CACHE_CLOSED',
+    });
+    expect(toProblem(new CacheReadOnlyError('run gc')).body).toEqual({
+      type: 'https://sluice.dev/problems/cache-read-only',
+      title: 'Forbidden',
+      status: 403,
+      detail: 'The cache manager is read-only; cannot run gc',
+      code: 'CACHE_READ_ONLY',
+      operation: 'run gc',
+    });
+    expect(PROBLEM_CONTENT_TYPE).toBe('application/problem+json');
+  });
+
+  it('InternalError is INTERNAL 500 and keeps its cause', () => {
+    const cause = new Error('row vanished');
+    const err = new InternalError('the store lost a row', { cause });
+    expect(err).toMatchObject({ code: 'INTERNAL', status: 500, name: 'InternalError', cause });
+    expect(toProblem(err).body.detail).toBe('An internal error occurred');
+  });
+
+  it('TransferTerminatedError carries the reason of the stop in its details', () => {
+    expect(new TransferTerminatedError('t-1', { details: { reason: 'handback' } }).details).toEqual({
+      id: 't-1',
+      reason: 'handback',
+    });
   });
 });
 

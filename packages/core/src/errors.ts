@@ -1,6 +1,7 @@
 /**
- * Typed errors with stable codes. Every failure a user can cause has its own class and `code`; the HTTP layer
- * maps them to RFC 9457 problem details with {@link toProblem}.
+ * Typed errors with stable codes. Every failure a user can cause has its own class and `code`; the HTTP status
+ * of a code is defined once, in {@link STATUS_BY_CODE}, and the HTTP layer maps errors to RFC 9457 problem
+ * details with {@link toProblem}.
  */
 
 /** Stable, documented error codes. Clients match on these, never on messages. */
@@ -29,12 +30,13 @@ export const ErrorCode = {
   CONFIG_INVALID: 'CONFIG_INVALID',
   STORE_UNAVAILABLE: 'STORE_UNAVAILABLE',
   BACKPLANE_UNAVAILABLE: 'BACKPLANE_UNAVAILABLE',
-  SHUTTING_DOWN: 'SHUTTING_DOWN',
+  NODE_SHUTTING_DOWN: 'NODE_SHUTTING_DOWN',
   CACHE_NOT_FOUND: 'CACHE_NOT_FOUND',
   CACHE_SCHEMA_MISMATCH: 'CACHE_SCHEMA_MISMATCH',
   CACHE_DISK_FULL: 'CACHE_DISK_FULL',
   CACHE_CONFLICT: 'CACHE_CONFLICT',
   CACHE_CLOSED: 'CACHE_CLOSED',
+  CACHE_READ_ONLY: 'CACHE_READ_ONLY',
   CACHE_BUSY: 'CACHE_BUSY',
   BAD_RECORD: 'BAD_RECORD',
   SOURCE_FAILED: 'SOURCE_FAILED',
@@ -49,11 +51,70 @@ export const ErrorCode = {
   NOTHING_TO_PROMOTE: 'NOTHING_TO_PROMOTE',
   NOTHING_TO_ROLL_BACK: 'NOTHING_TO_ROLL_BACK',
   CANNOT_RESUME: 'CANNOT_RESUME',
+  ENDPOINT_STOPPED: 'ENDPOINT_STOPPED',
+  ENDPOINT_TIMEOUT: 'ENDPOINT_TIMEOUT',
   UNKNOWN_SLOT: 'UNKNOWN_SLOT',
   SLOT_ACTIVE: 'SLOT_ACTIVE',
   SLOT_NOT_OWNED: 'SLOT_NOT_OWNED',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
+
+/**
+ * The HTTP status of every error code: the one place a code's status is defined, so the two cannot drift
+ * apart per throw site. Adding a code without a status does not compile.
+ */
+export const STATUS_BY_CODE = {
+  VALIDATION_FAILED: 400,
+  MALFORMED_JSON: 400,
+  IDEMPOTENCY_KEY_MISMATCH: 400,
+  INVALID_QUERY: 400,
+  UNAUTHORIZED: 401,
+  FORBIDDEN: 403,
+  PATH_NOT_ALLOWED: 403,
+  CACHE_READ_ONLY: 403,
+  TRANSFER_NOT_FOUND: 404,
+  UNKNOWN_ENDPOINT: 404,
+  RECORD_NOT_FOUND: 404,
+  CACHE_NOT_FOUND: 404,
+  UNKNOWN_SLOT: 404,
+  NOT_FOUND: 404,
+  STALE_EPOCH: 409,
+  LEASE_HELD: 409,
+  ILLEGAL_TRANSITION: 409,
+  NOTHING_TO_PROMOTE: 409,
+  NOTHING_TO_ROLL_BACK: 409,
+  CANNOT_RESUME: 409,
+  CACHE_SCHEMA_MISMATCH: 409,
+  CACHE_CONFLICT: 409,
+  TRANSFER_TERMINATED: 409,
+  SOURCE_SCHEMA_CHANGED: 409,
+  SLOT_ACTIVE: 409,
+  SLOT_NOT_OWNED: 409,
+  CURSOR_EXPIRED: 410,
+  PAYLOAD_TOO_LARGE: 413,
+  UNSUPPORTED_MEDIA_TYPE: 415,
+  IDEMPOTENCY_CONFLICT: 422,
+  UNSUPPORTED_ADDRESS_TYPE: 422,
+  UNKNOWN_CONNECTION: 422,
+  BAD_RECORD: 422,
+  QUEUE_FULL: 429,
+  CONFIG_INVALID: 500,
+  INTERNAL: 500,
+  SOURCE_FAILED: 502,
+  SINK_FAILED: 502,
+  REPLICATION_NOT_ENABLED: 502,
+  REPLICATION_NOT_PERMITTED: 502,
+  REPLICA_IDENTITY_MISSING: 502,
+  STORE_UNAVAILABLE: 503,
+  BACKPLANE_UNAVAILABLE: 503,
+  NODE_SHUTTING_DOWN: 503,
+  CACHE_CLOSED: 503,
+  CACHE_BUSY: 503,
+  POSITION_NOT_REACHED: 503,
+  ENDPOINT_STOPPED: 503,
+  ENDPOINT_TIMEOUT: 504,
+  CACHE_DISK_FULL: 507,
+} as const satisfies Record<ErrorCode, number>;
 
 /** One failing location of a validation error: the path of the bad field and why. */
 export interface FieldIssue {
@@ -70,17 +131,55 @@ function q(text: string): string {
   return JSON.stringify(value.length > 200 ? `${value.slice(0, 200)}…` : value);
 }
 
+function isErrorStatus(value: unknown): value is number {
+  return Number.isInteger(value) && (value as number) >= 400 && (value as number) <= 599;
+}
+
+/**
+ * The HTTP status for an error code or a thrown value: a code's entry in {@link STATUS_BY_CODE}; for a Sluice
+ * error (also one from another copy of this package, which may know newer codes) the status it carries when
+ * that is a valid error status; 500 for anything else.
+ *
+ * @example
+ * ```ts
+ * statusOf('QUEUE_FULL'); // 429
+ * statusOf(new CacheClosedError('items-01')); // 503
+ * statusOf(new TypeError('x')); // 500
+ * ```
+ */
+export function statusOf(codeOrError: unknown): number {
+  if (typeof codeOrError === 'string')
+    return Object.hasOwn(STATUS_BY_CODE, codeOrError)
+      ? STATUS_BY_CODE[codeOrError as ErrorCode]
+      : STATUS_BY_CODE.INTERNAL;
+  if (SluiceError.isInstance(codeOrError)) {
+    const { status } = codeOrError as { status?: unknown };
+    return isErrorStatus(status) ? status : STATUS_BY_CODE.INTERNAL;
+  }
+  return STATUS_BY_CODE.INTERNAL;
+}
+
 export interface SluiceErrorOptions {
   cause?: unknown;
   /** Extra machine-readable details, copied into the problem body. */
   details?: Record<string, unknown>;
 }
 
+/** What a {@link SluiceError} is made of; its HTTP status follows from `code`. */
+export interface SluiceErrorInit extends SluiceErrorOptions {
+  code: ErrorCode;
+  message: string;
+}
+
 /**
- * Base of every Sluice error: a stable `code`, the HTTP `status` it maps to, an optional `cause`.
+ * Base of every Sluice error: a stable `code`, the HTTP `status` that code maps to (from
+ * {@link STATUS_BY_CODE}), an optional `cause` and machine-readable `details`. Throw a specific subclass where
+ * one exists; the base class is for codes without one (e.g. `INTERNAL`).
  *
  * @example
  * ```ts
+ * throw new SluiceError({ code: 'INTERNAL', message: 'the ledger lost a row', cause: err });
+ *
  * try { await store.transition(id, epoch, 'COMPLETED') }
  * catch (err) { if (SluiceError.isInstance(err) && err.code === 'STALE_EPOCH') stopWork() }
  * ```
@@ -91,12 +190,12 @@ export class SluiceError extends Error {
   readonly details: Record<string, unknown> | undefined;
   readonly [BRAND] = true;
 
-  constructor(code: ErrorCode, message: string, status = 500, options: SluiceErrorOptions = {}) {
-    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+  constructor(init: SluiceErrorInit) {
+    super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
     this.name = new.target.name;
-    this.code = code;
-    this.status = status;
-    this.details = options.details;
+    this.code = init.code;
+    this.status = statusOf(init.code);
+    this.details = init.details;
   }
 
   /** True for any Sluice error, even one thrown by another copy of this package. */
@@ -114,30 +213,31 @@ export class SluiceError extends Error {
 export class ValidationError extends SluiceError {
   readonly errors: FieldIssue[];
   constructor(message: string, errors: FieldIssue[], options: SluiceErrorOptions = {}) {
-    super(ErrorCode.VALIDATION_FAILED, message, 400, options);
+    super({ code: ErrorCode.VALIDATION_FAILED, message, ...options });
     this.errors = errors;
   }
 }
 
 export class MalformedJsonError extends SluiceError {
   constructor(message = 'The body is not valid JSON', options: SluiceErrorOptions = {}) {
-    super(ErrorCode.MALFORMED_JSON, message, 400, options);
+    super({ code: ErrorCode.MALFORMED_JSON, message, ...options });
   }
 }
 
 export class UnsupportedMediaTypeError extends SluiceError {
   constructor(contentType: string | undefined) {
-    super(
-      ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-      `Content type ${contentType ? q(contentType) : '(none)'} is not supported; send application/json`,
-      415,
-    );
+    super({
+      code: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+      message: `Content type ${contentType ? q(contentType) : '(none)'} is not supported; send application/json`,
+    });
   }
 }
 
 export class PayloadTooLargeError extends SluiceError {
   constructor(limitBytes: number) {
-    super(ErrorCode.PAYLOAD_TOO_LARGE, `The body exceeds the limit of ${limitBytes} bytes`, 413, {
+    super({
+      code: ErrorCode.PAYLOAD_TOO_LARGE,
+      message: `The body exceeds the limit of ${limitBytes} bytes`,
       details: { limitBytes },
     });
   }
@@ -145,29 +245,29 @@ export class PayloadTooLargeError extends SluiceError {
 
 export class IdempotencyKeyMismatchError extends SluiceError {
   constructor(headerKey: string, bodyId: string) {
-    super(
-      ErrorCode.IDEMPOTENCY_KEY_MISMATCH,
-      `The Idempotency-Key header ${q(headerKey)} differs from the body id ${q(bodyId)}`,
-      400,
-    );
+    super({
+      code: ErrorCode.IDEMPOTENCY_KEY_MISMATCH,
+      message: `The Idempotency-Key header ${q(headerKey)} differs from the body id ${q(bodyId)}`,
+    });
   }
 }
 
 /** The idempotency key was used before with a different request body. */
 export class IdempotencyConflictError extends SluiceError {
   constructor(id: string) {
-    super(
-      ErrorCode.IDEMPOTENCY_CONFLICT,
-      `Transfer ${q(id)} already exists with a different request body; use a new id for a different request`,
-      422,
-      { details: { id } },
-    );
+    super({
+      code: ErrorCode.IDEMPOTENCY_CONFLICT,
+      message: `Transfer ${q(id)} already exists with a different request body; use a new id for a different request`,
+      details: { id },
+    });
   }
 }
 
 export class UnsupportedAddressTypeError extends SluiceError {
   constructor(role: 'source' | 'destination', type: string) {
-    super(ErrorCode.UNSUPPORTED_ADDRESS_TYPE, `Unsupported ${role} type ${q(type)}`, 422, {
+    super({
+      code: ErrorCode.UNSUPPORTED_ADDRESS_TYPE,
+      message: `Unsupported ${role} type ${q(type)}`,
       details: { role, type },
     });
   }
@@ -175,7 +275,9 @@ export class UnsupportedAddressTypeError extends SluiceError {
 
 export class UnknownConnectionError extends SluiceError {
   constructor(name: string) {
-    super(ErrorCode.UNKNOWN_CONNECTION, `No connection named ${q(name)} is configured on this node`, 422, {
+    super({
+      code: ErrorCode.UNKNOWN_CONNECTION,
+      message: `No connection named ${q(name)} is configured on this node`,
       details: { connection: name },
     });
   }
@@ -183,7 +285,9 @@ export class UnknownConnectionError extends SluiceError {
 
 export class PathNotAllowedError extends SluiceError {
   constructor(path: string) {
-    super(ErrorCode.PATH_NOT_ALLOWED, `Path ${q(path)} is outside the configured file roots`, 403, {
+    super({
+      code: ErrorCode.PATH_NOT_ALLOWED,
+      message: `Path ${q(path)} is outside the configured file roots`,
       details: { path },
     });
   }
@@ -191,19 +295,23 @@ export class PathNotAllowedError extends SluiceError {
 
 export class TransferNotFoundError extends SluiceError {
   constructor(id: string) {
-    super(ErrorCode.TRANSFER_NOT_FOUND, `Transfer ${q(id)} does not exist`, 404, { details: { id } });
+    super({
+      code: ErrorCode.TRANSFER_NOT_FOUND,
+      message: `Transfer ${q(id)} does not exist`,
+      details: { id },
+    });
   }
 }
 
 /** A write was fenced off: the caller's epoch is no longer the record's epoch (another node took over). */
 export class StaleEpochError extends SluiceError {
   constructor(id: string, expectedEpoch: number, options: SluiceErrorOptions = {}) {
-    super(
-      ErrorCode.STALE_EPOCH,
-      `Transfer ${q(id)} is no longer at epoch ${expectedEpoch}; another owner took it over`,
-      409,
-      { ...options, details: { id, expectedEpoch, ...options.details } },
-    );
+    super({
+      code: ErrorCode.STALE_EPOCH,
+      message: `Transfer ${q(id)} is no longer at epoch ${expectedEpoch}; another owner took it over`,
+      ...options,
+      details: { id, expectedEpoch, ...options.details },
+    });
   }
 }
 
@@ -213,18 +321,20 @@ export class StaleEpochError extends SluiceError {
  */
 export class LeaseHeldError extends SluiceError {
   constructor(id: string, options: SluiceErrorOptions = {}) {
-    super(
-      ErrorCode.LEASE_HELD,
-      `Transfer ${q(id)} is still leased by its owner; try again once the lease has expired`,
-      409,
-      { ...options, details: { id, ...options.details } },
-    );
+    super({
+      code: ErrorCode.LEASE_HELD,
+      message: `Transfer ${q(id)} is still leased by its owner; try again once the lease has expired`,
+      ...options,
+      details: { id, ...options.details },
+    });
   }
 }
 
 export class IllegalTransitionError extends SluiceError {
   constructor(id: string, from: string, to: string) {
-    super(ErrorCode.ILLEGAL_TRANSITION, `Transfer ${q(id)} cannot move from ${from} to ${to}`, 409, {
+    super({
+      code: ErrorCode.ILLEGAL_TRANSITION,
+      message: `Transfer ${q(id)} cannot move from ${from} to ${to}`,
       details: { id, from, to },
     });
   }
@@ -234,7 +344,9 @@ export class IllegalTransitionError extends SluiceError {
 export class QueueFullError extends SluiceError {
   readonly retryAfterSeconds: number;
   constructor(retryAfterSeconds: number) {
-    super(ErrorCode.QUEUE_FULL, 'This node is at its transfer capacity; retry later', 429, {
+    super({
+      code: ErrorCode.QUEUE_FULL,
+      message: 'This node is at its transfer capacity; retry later',
       details: { retryAfterSeconds },
     });
     this.retryAfterSeconds = retryAfterSeconds;
@@ -243,14 +355,20 @@ export class QueueFullError extends SluiceError {
 
 export class UnknownEndpointError extends SluiceError {
   constructor(name: string) {
-    super(ErrorCode.UNKNOWN_ENDPOINT, `No endpoint named ${q(name)}`, 404, { details: { endpoint: name } });
+    super({
+      code: ErrorCode.UNKNOWN_ENDPOINT,
+      message: `No endpoint named ${q(name)}`,
+      details: { endpoint: name },
+    });
   }
 }
 
 /** `POST /v1/endpoints/:name/promote` found no held generation to switch to. */
 export class NothingToPromoteError extends SluiceError {
   constructor(endpoint: string) {
-    super(ErrorCode.NOTHING_TO_PROMOTE, `Endpoint ${q(endpoint)} has no held generation to promote`, 409, {
+    super({
+      code: ErrorCode.NOTHING_TO_PROMOTE,
+      message: `Endpoint ${q(endpoint)} has no held generation to promote`,
       details: { endpoint },
     });
   }
@@ -259,7 +377,9 @@ export class NothingToPromoteError extends SluiceError {
 /** A rollback found no retained generation to go back to (none yet, or it was garbage-collected). */
 export class NothingToRollBackError extends SluiceError {
   constructor(endpoint: string, why: string) {
-    super(ErrorCode.NOTHING_TO_ROLL_BACK, `Endpoint ${q(endpoint)} cannot roll back: ${why}`, 409, {
+    super({
+      code: ErrorCode.NOTHING_TO_ROLL_BACK,
+      message: `Endpoint ${q(endpoint)} cannot roll back: ${why}`,
       details: { endpoint },
     });
   }
@@ -268,12 +388,33 @@ export class NothingToRollBackError extends SluiceError {
 /** A rollback target's source cannot continue from that generation's checkpoint; nothing was changed. */
 export class CannotResumeError extends SluiceError {
   constructor(endpoint: string, generation: string, reason: string) {
-    super(
-      ErrorCode.CANNOT_RESUME,
-      `Endpoint ${q(endpoint)} cannot roll back to ${q(generation)}: ${reason}`,
-      409,
-      { details: { endpoint, generation, reason } },
-    );
+    super({
+      code: ErrorCode.CANNOT_RESUME,
+      message: `Endpoint ${q(endpoint)} cannot roll back to ${q(generation)}: ${reason}`,
+      details: { endpoint, generation, reason },
+    });
+  }
+}
+
+/** The endpoint's pipeline was stopped (the node is shutting down): it takes no more steering or waits. */
+export class EndpointStoppedError extends SluiceError {
+  constructor(endpoint: string) {
+    super({
+      code: ErrorCode.ENDPOINT_STOPPED,
+      message: `Endpoint pipeline ${q(endpoint)} is stopped`,
+      details: { endpoint },
+    });
+  }
+}
+
+/** Waiting for an endpoint to serve a complete generation took longer than allowed. */
+export class EndpointTimeoutError extends SluiceError {
+  constructor(endpoint: string, timeoutMs: number) {
+    super({
+      code: ErrorCode.ENDPOINT_TIMEOUT,
+      message: `Endpoint ${q(endpoint)} did not finish its snapshot within ${timeoutMs} ms`,
+      details: { endpoint, timeoutMs },
+    });
   }
 }
 
@@ -281,7 +422,7 @@ export class CannotResumeError extends SluiceError {
 export class InvalidQueryError extends SluiceError {
   readonly errors: FieldIssue[];
   constructor(message: string, errors: FieldIssue[] = [], options: SluiceErrorOptions = {}) {
-    super(ErrorCode.INVALID_QUERY, message, 400, options);
+    super({ code: ErrorCode.INVALID_QUERY, message, ...options });
     this.errors = errors;
   }
 }
@@ -291,13 +432,15 @@ export class CursorExpiredError extends SluiceError {
   constructor(
     message = 'The cursor belongs to a cache generation that is no longer served; restart the query',
   ) {
-    super(ErrorCode.CURSOR_EXPIRED, message, 410);
+    super({ code: ErrorCode.CURSOR_EXPIRED, message });
   }
 }
 
 export class RecordNotFoundError extends SluiceError {
   constructor(endpoint: string, key: string) {
-    super(ErrorCode.RECORD_NOT_FOUND, `No record with key ${q(key)} in endpoint ${q(endpoint)}`, 404, {
+    super({
+      code: ErrorCode.RECORD_NOT_FOUND,
+      message: `No record with key ${q(key)} in endpoint ${q(endpoint)}`,
       details: { endpoint, key },
     });
   }
@@ -305,19 +448,19 @@ export class RecordNotFoundError extends SluiceError {
 
 export class UnauthorizedError extends SluiceError {
   constructor(message = 'A valid bearer token is required') {
-    super(ErrorCode.UNAUTHORIZED, message, 401);
+    super({ code: ErrorCode.UNAUTHORIZED, message });
   }
 }
 
 export class ForbiddenError extends SluiceError {
   constructor(message = 'The token does not grant access to this resource') {
-    super(ErrorCode.FORBIDDEN, message, 403);
+    super({ code: ErrorCode.FORBIDDEN, message });
   }
 }
 
 export class NotFoundError extends SluiceError {
   constructor(message: string) {
-    super(ErrorCode.NOT_FOUND, message, 404);
+    super({ code: ErrorCode.NOT_FOUND, message });
   }
 }
 
@@ -325,180 +468,203 @@ export class NotFoundError extends SluiceError {
 export class ConfigError extends SluiceError {
   readonly errors: FieldIssue[];
   constructor(message: string, errors: FieldIssue[] = [], options: SluiceErrorOptions = {}) {
-    super(ErrorCode.CONFIG_INVALID, message, 500, options);
+    super({ code: ErrorCode.CONFIG_INVALID, message, ...options });
     this.errors = errors;
   }
 }
 
 export class StoreUnavailableError extends SluiceError {
   constructor(message: string, options: SluiceErrorOptions = {}) {
-    super(ErrorCode.STORE_UNAVAILABLE, message, 503, options);
+    super({ code: ErrorCode.STORE_UNAVAILABLE, message, ...options });
   }
 }
 
 export class BackplaneUnavailableError extends SluiceError {
   constructor(message: string, options: SluiceErrorOptions = {}) {
-    super(ErrorCode.BACKPLANE_UNAVAILABLE, message, 503, options);
+    super({ code: ErrorCode.BACKPLANE_UNAVAILABLE, message, ...options });
   }
 }
 
-/** The node is shutting down and takes no new work; another node (or this one, restarted) will. */
+/**
+ * `NODE_SHUTTING_DOWN`: the node is shutting down and takes no new work; another node (or this one, restarted)
+ * will. Not `STORE_UNAVAILABLE`: the store is fine, so a client should go elsewhere rather than wait for it.
+ */
 export class ShuttingDownError extends SluiceError {
   constructor(
     message = 'This node is shutting down; send the request to another node',
     options: SluiceErrorOptions = {},
   ) {
-    super(ErrorCode.SHUTTING_DOWN, message, 503, options);
+    super({ code: ErrorCode.NODE_SHUTTING_DOWN, message, ...options });
   }
 }
 
 export class CacheNotFoundError extends SluiceError {
   constructor(name: string) {
-    super(ErrorCode.CACHE_NOT_FOUND, `Cache or alias ${q(name)} does not exist`, 404, { details: { name } });
+    super({
+      code: ErrorCode.CACHE_NOT_FOUND,
+      message: `Cache or alias ${q(name)} does not exist`,
+      details: { name },
+    });
   }
 }
 
 /** An existing cache was created with another schema (fields, primary key or indexes). */
 export class SchemaMismatchError extends SluiceError {
   constructor(cache: string, expectedHash: string, actualHash: string) {
-    super(
-      ErrorCode.CACHE_SCHEMA_MISMATCH,
-      `Cache ${q(cache)} has schema ${actualHash}, expected ${expectedHash}`,
-      409,
-      { details: { cache, expectedHash, actualHash } },
-    );
+    super({
+      code: ErrorCode.CACHE_SCHEMA_MISMATCH,
+      message: `Cache ${q(cache)} has schema ${actualHash}, expected ${expectedHash}`,
+      details: { cache, expectedHash, actualHash },
+    });
   }
 }
 
 export class DiskFullError extends SluiceError {
   constructor(message: string, options: SluiceErrorOptions = {}) {
-    super(ErrorCode.CACHE_DISK_FULL, message, 507, options);
+    super({ code: ErrorCode.CACHE_DISK_FULL, message, ...options });
   }
 }
 
 /** A cache write hit its conflict policy (insert of an existing key, update of a missing one). */
 export class CacheConflictError extends SluiceError {
   constructor(message: string, options: SluiceErrorOptions = {}) {
-    super(ErrorCode.CACHE_CONFLICT, message, 409, options);
+    super({ code: ErrorCode.CACHE_CONFLICT, message, ...options });
   }
 }
 
+/** A cache generation, or (without a `name`) the whole cache manager, was used after it was closed. */
 export class CacheClosedError extends SluiceError {
-  constructor(name: string) {
-    super(ErrorCode.CACHE_CLOSED, `Cache ${q(name)} is closed`, 503, { details: { name } });
+  constructor(name?: string) {
+    super(
+      name === undefined
+        ? { code: ErrorCode.CACHE_CLOSED, message: 'The cache manager is closed' }
+        : { code: ErrorCode.CACHE_CLOSED, message: `Cache ${q(name)} is closed`, details: { name } },
+    );
+  }
+}
+
+/** A write (create, redirect, gc, …) through a cache manager opened with `readOnly: true`. */
+export class CacheReadOnlyError extends SluiceError {
+  constructor(operation: string) {
+    super({
+      code: ErrorCode.CACHE_READ_ONLY,
+      message: `The cache manager is read-only; cannot ${operation}`,
+      details: { operation },
+    });
   }
 }
 
 /** A cache environment stayed locked by another live process for longer than the wait allowed. */
 export class CacheBusyError extends SluiceError {
   constructor(message: string, details: Record<string, unknown>) {
-    super(ErrorCode.CACHE_BUSY, message, 503, { details });
+    super({ code: ErrorCode.CACHE_BUSY, message, details });
   }
 }
 
 /** A source record could not be parsed or typed; carries where it was found. */
 export class BadRecordError extends SluiceError {
   constructor(message: string, location: { line?: number; offset?: number; source?: string }) {
-    super(ErrorCode.BAD_RECORD, message, 422, { details: location });
+    super({ code: ErrorCode.BAD_RECORD, message, details: location });
   }
 }
 
 export class SourceError extends SluiceError {
   constructor(message: string, options: SluiceErrorOptions = {}) {
-    super(ErrorCode.SOURCE_FAILED, message, 502, options);
+    super({ code: ErrorCode.SOURCE_FAILED, message, ...options });
   }
 }
 
 export class SinkError extends SluiceError {
   constructor(message: string, options: SluiceErrorOptions = {}) {
-    super(ErrorCode.SINK_FAILED, message, 502, options);
+    super({ code: ErrorCode.SINK_FAILED, message, ...options });
   }
 }
 
+/** The transfer was terminated (or handed back) while it ran; `details.reason` says which stop it was. */
 export class TransferTerminatedError extends SluiceError {
-  constructor(id: string) {
-    super(ErrorCode.TRANSFER_TERMINATED, `Transfer ${q(id)} was terminated`, 409, { details: { id } });
+  constructor(id: string, options: SluiceErrorOptions = {}) {
+    super({
+      code: ErrorCode.TRANSFER_TERMINATED,
+      message: `Transfer ${q(id)} was terminated`,
+      ...options,
+      details: { id, ...options.details },
+    });
   }
 }
 
 /** A replication source's database does not run `wal_level = logical` (start-up error; no fallback to polling). */
 export class ReplicationNotEnabledError extends SluiceError {
   constructor(walLevel: string, options: SluiceErrorOptions = {}) {
-    super(
-      ErrorCode.REPLICATION_NOT_ENABLED,
-      `PostgreSQL runs wal_level=${q(walLevel)}; logical replication needs wal_level=logical (set it in postgresql.conf or ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL), or configure the source with capture: poll and a cursor column`,
-      502,
-      { ...options, details: { setting: 'wal_level', value: walLevel, required: 'logical' } },
-    );
+    super({
+      code: ErrorCode.REPLICATION_NOT_ENABLED,
+      message: `PostgreSQL runs wal_level=${q(walLevel)}; logical replication needs wal_level=logical (set it in postgresql.conf or ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL), or configure the source with capture: poll and a cursor column`,
+      ...options,
+      details: { setting: 'wal_level', value: walLevel, required: 'logical' },
+    });
   }
 }
 
 /** The source's role may not create or read a replication slot (start-up error). */
 export class ReplicationNotPermittedError extends SluiceError {
   constructor(role: string, options: SluiceErrorOptions = {}) {
-    super(
-      ErrorCode.REPLICATION_NOT_PERMITTED,
-      `Role ${q(role)} lacks the REPLICATION privilege logical replication needs (ALTER ROLE ${role} WITH REPLICATION), or configure the source with capture: poll`,
-      502,
-      { ...options, details: { role, privilege: 'REPLICATION' } },
-    );
+    super({
+      code: ErrorCode.REPLICATION_NOT_PERMITTED,
+      message: `Role ${q(role)} lacks the REPLICATION privilege logical replication needs (ALTER ROLE ${role} WITH REPLICATION), or configure the source with capture: poll`,
+      ...options,
+      details: { role, privilege: 'REPLICATION' },
+    });
   }
 }
 
 /** `slots drop` named a replication slot that no configured PostgreSQL connection has. */
 export class UnknownSlotError extends SluiceError {
   constructor(slot: string) {
-    super(
-      ErrorCode.UNKNOWN_SLOT,
-      `No logical replication slot ${q(slot)} on the configured connections`,
-      404,
-      {
-        details: { slot },
-      },
-    );
+    super({
+      code: ErrorCode.UNKNOWN_SLOT,
+      message: `No logical replication slot ${q(slot)} on the configured connections`,
+      details: { slot },
+    });
   }
 }
 
 /** A replication slot a walsender is streaming from: stop the process that reads it first. */
 export class SlotActiveError extends SluiceError {
   constructor(slot: string, pid: number | null) {
-    super(
-      ErrorCode.SLOT_ACTIVE,
-      `Replication slot ${q(slot)} is in use${pid === null ? '' : ` by PostgreSQL backend ${pid}`}; stop the app-server that streams it (or remove its endpoint) first`,
-      409,
-      { details: { slot, pid } },
-    );
+    super({
+      code: ErrorCode.SLOT_ACTIVE,
+      message: `Replication slot ${q(slot)} is in use${pid === null ? '' : ` by PostgreSQL backend ${pid}`}; stop the app-server that streams it (or remove its endpoint) first`,
+      details: { slot, pid },
+    });
   }
 }
 
 /** A replication slot Sluice did not create: it is never dropped by Sluice (use SQL if it must go). */
 export class SlotNotOwnedError extends SluiceError {
   constructor(slot: string) {
-    super(
-      ErrorCode.SLOT_NOT_OWNED,
-      `Replication slot ${q(slot)} was not created by Sluice (no Sluice publication names it); drop it with SQL if it is really unused`,
-      409,
-      { details: { slot } },
-    );
+    super({
+      code: ErrorCode.SLOT_NOT_OWNED,
+      message: `Replication slot ${q(slot)} was not created by Sluice (no Sluice publication names it); drop it with SQL if it is really unused`,
+      details: { slot },
+    });
   }
 }
 
 /** A replicated table whose updates and deletes would not name their row (no primary key, no replica identity). */
 export class ReplicaIdentityMissingError extends SluiceError {
   constructor(table: string, options: SluiceErrorOptions = {}) {
-    super(
-      ErrorCode.REPLICA_IDENTITY_MISSING,
-      `Table ${q(table)} has no primary key and no replica identity, so its updates and deletes cannot be mirrored: add a primary key, or ALTER TABLE ${table} REPLICA IDENTITY FULL (with "key" configured)`,
-      502,
-      { ...options, details: { table } },
-    );
+    super({
+      code: ErrorCode.REPLICA_IDENTITY_MISSING,
+      message: `Table ${q(table)} has no primary key and no replica identity, so its updates and deletes cannot be mirrored: add a primary key, or ALTER TABLE ${table} REPLICA IDENTITY FULL (with "key" configured)`,
+      ...options,
+      details: { table },
+    });
   }
 }
 
 /** The source table's columns changed in a way the endpoint's schema cannot take: a new generation is built. */
 export class SourceSchemaChangedError extends SluiceError {
   constructor(message: string, options: SluiceErrorOptions = {}) {
-    super(ErrorCode.SOURCE_SCHEMA_CHANGED, message, 409, options);
+    super({ code: ErrorCode.SOURCE_SCHEMA_CHANGED, message, ...options });
   }
 }
 
@@ -507,8 +673,15 @@ export class PositionNotReachedError extends SluiceError {
   /** Seconds after which a retry is worth it (`retry-after`). */
   readonly retryAfterSeconds: number;
   constructor(message: string, retryAfterSeconds = 1, options: SluiceErrorOptions = {}) {
-    super(ErrorCode.POSITION_NOT_REACHED, message, 503, options);
+    super({ code: ErrorCode.POSITION_NOT_REACHED, message, ...options });
     this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+
+/** A bug or an unexpected failure (`INTERNAL`, 500): its message stays out of HTTP bodies; keep the `cause`. */
+export class InternalError extends SluiceError {
+  constructor(message: string, options: SluiceErrorOptions = {}) {
+    super({ code: ErrorCode.INTERNAL, message, ...options });
   }
 }
 
@@ -522,5 +695,5 @@ export function asSluiceError(err: unknown): SluiceError {
     // e.g. an object without a prototype, or whose toString throws
     message = 'non-error value thrown';
   }
-  return new SluiceError(ErrorCode.INTERNAL, message, 500, { cause: err });
+  return new InternalError(message, { cause: err });
 }

@@ -24,6 +24,7 @@ const TITLES: Record<number, string> = {
   500: 'Internal Server Error',
   502: 'Bad Gateway',
   503: 'Service Unavailable',
+  504: 'Gateway Timeout',
   507: 'Insufficient Storage',
 };
 
@@ -109,7 +110,9 @@ describe('toProblem', () => {
   });
 
   it('never lets details override the standard members or reach the prototype', () => {
-    const err = new SluiceError('QUEUE_FULL', 'full', 429, {
+    const err = new SluiceError({
+      code: 'QUEUE_FULL',
+      message: 'full',
       details: JSON.parse(
         '{"status": 200, "code": "OK", "type": "x", "__proto__": {"polluted": true}, "n": 1}',
       ),

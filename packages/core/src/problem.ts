@@ -3,6 +3,7 @@ import {
   type FieldIssue,
   InvalidQueryError,
   type SluiceError,
+  statusOf,
   ValidationError,
 } from './errors.js';
 
@@ -35,6 +36,7 @@ const TITLES: Record<number, string> = {
   500: 'Internal Server Error',
   502: 'Bad Gateway',
   503: 'Service Unavailable',
+  504: 'Gateway Timeout',
   507: 'Insufficient Storage',
 };
 
@@ -53,8 +55,8 @@ export function toProblem(err: unknown, instance?: string): { status: number; bo
   // read its fields defensively so mapping an error never throws.
   const code =
     typeof error.code === 'string' && /^[A-Z][A-Z0-9_]{0,63}$/.test(error.code) ? error.code : 'INTERNAL';
-  const status =
-    Number.isInteger(error.status) && error.status >= 400 && error.status <= 599 ? error.status : 500;
+  // The status the code maps to (a branded value from elsewhere: the status it carries, when valid).
+  const status = statusOf(error);
   const body: ProblemDetails = {
     type: `https://sluice.dev/problems/${code.toLowerCase().replaceAll('_', '-')}`,
     title: TITLES[status] ?? 'Error',

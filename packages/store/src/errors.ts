@@ -1,6 +1,6 @@
 import {
-  ErrorCode,
   IllegalTransitionError,
+  InternalError,
   SluiceError,
   StoreUnavailableError,
   type TransferState,
@@ -95,9 +95,7 @@ export function toStoreError(err: unknown, operation: string): SluiceError {
       cause: err,
     });
   }
-  return new SluiceError(ErrorCode.INTERNAL, `The transfer store failed (${operation}): ${message}`, 500, {
-    cause: err,
-  });
+  return new InternalError(`The transfer store failed (${operation}): ${message}`, { cause: err });
 }
 
 /**

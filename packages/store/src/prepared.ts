@@ -1,3 +1,4 @@
+import { InternalError } from '@sluice/core';
 import type { Compilable, CompiledQuery } from 'kysely';
 
 const SENTINEL = '\u0000sluice-param:';
@@ -42,7 +43,7 @@ export function prepareQuery<N extends string, R>(query: Compilable<R> | Compila
       const parameters = slots.map((slot) => {
         if (!('name' in slot)) return slot.value;
         const value = values[slot.name as N];
-        if (value === undefined) throw new Error(`Missing query parameter "${slot.name}"`);
+        if (value === undefined) throw new InternalError(`Missing query parameter "${slot.name}"`);
         return value;
       });
       return { ...compiled, parameters };

@@ -3,6 +3,7 @@ import {
   type DataPlaneStore,
   IdempotencyConflictError,
   IllegalTransitionError,
+  InternalError,
   isTerminal,
   LeaseHeldError,
   type ListTransfersInput,
@@ -160,7 +161,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
           return outcome;
         }
         if (attempt >= SUBMIT_ATTEMPTS) {
-          throw new Error(`transfer "${request.id}" kept vanishing between insert and read`);
+          throw new InternalError(`transfer "${request.id}" kept vanishing between insert and read`);
         }
       }
     });

@@ -93,12 +93,12 @@ export async function changeFeedPlugin(
       const combined = andFilters(filter, rowFilter);
       const matches = Object.keys(combined).length > 0 ? compileFilter(combined) : null;
       if (hub.size >= settings.maxSubscribers || hub.isClosed)
-        throw new SluiceError(
-          ErrorCode.QUEUE_FULL,
-          'This api-server has as many change-feed subscribers as it accepts; retry later or elsewhere',
-          429,
-          { details: { retryAfterSeconds: 5 } },
-        );
+        throw new SluiceError({
+          code: ErrorCode.QUEUE_FULL,
+          message:
+            'This api-server has as many change-feed subscribers as it accepts; retry later or elsewhere',
+          details: { retryAfterSeconds: 5 },
+        });
       const lease = registry.acquire(name);
       const start: FeedStart =
         position === null || query.snapshot === 'true' ? { kind: 'snapshot' } : { kind: 'resume', position };

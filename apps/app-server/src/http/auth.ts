@@ -1,5 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { UnauthorizedError } from '@sluice/core';
+import { parseBearer } from '@sluice/http';
 
 /** How a control-API caller proves who it is: a fixed token list and/or HS256 JWTs. */
 export interface AuthSettings {
@@ -22,12 +23,10 @@ const digest = (value: string) => createHash('sha256').update(value).digest();
 export function bearerCheck(
   settings: AuthSettings,
   verifyJwt: ((token: string) => Promise<boolean>) | null,
-): (authorization: string | undefined) => Promise<void> {
+): (authorization: string | string[] | undefined) => Promise<void> {
   const allowed = (settings.tokens ?? []).map(digest);
   return async (authorization) => {
-    const match = /^Bearer\s+(\S{1,8192})$/i.exec(authorization ?? '');
-    if (!match) throw new UnauthorizedError();
-    const token = match[1]!;
+    const token = parseBearer(authorization);
     const candidate = digest(token);
     if (allowed.some((known) => timingSafeEqual(known, candidate))) return;
     if (verifyJwt && (await verifyJwt(token))) return;

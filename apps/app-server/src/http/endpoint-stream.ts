@@ -245,12 +245,11 @@ export async function endpointStreamRoutes(
     async (request, reply) => {
       if (hub.isClosed || hub.size >= maxSubscribers) {
         reply.header('retry-after', '5');
-        throw new SluiceError(
-          ErrorCode.QUEUE_FULL,
-          'This app-server has as many endpoint streams open as it accepts; retry later',
-          429,
-          { details: { retryAfterSeconds: 5 } },
-        );
+        throw new SluiceError({
+          code: ErrorCode.QUEUE_FULL,
+          message: 'This app-server has as many endpoint streams open as it accepts; retry later',
+          details: { retryAfterSeconds: 5 },
+        });
       }
       reply.hijack();
       const res = reply.raw;

@@ -3,19 +3,14 @@ import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
 import { type DirectRoutesTarget, directRoutes } from '@sluice/backplane';
 import {
-  MalformedJsonError,
   NameSchema,
-  NotFoundError,
-  PROBLEM_CONTENT_TYPE,
   parseTransferRequest,
-  QueueFullError,
-  SluiceError,
   TransferIdSchema,
   TransferRequestSchema,
   TransferStateSchema,
-  toProblem,
   ValidationError,
 } from '@sluice/core';
+import { problemDetailsPlugin } from '@sluice/http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import {
   jsonSchemaTransform,
@@ -31,7 +26,6 @@ import { submissionReply, type TransferCoordinator } from '../transfers/coordina
 import { type AuthSettings, bearerCheck } from './auth.js';
 import { consoleAssetsDir, consoleRoutes, isConsolePath } from './console-routes.js';
 import { endpointStreamRoutes, type SwitchSubscription } from './endpoint-stream.js';
-import { normalizeHttpError } from './errors.js';
 import { steeringRoutes } from './steering-routes.js';
 
 export interface ServerOptions {
@@ -86,51 +80,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
 
-  // JSON only: every other media type is a 415 (fastify would otherwise accept text/plain).
-  app.removeAllContentTypeParsers();
-  const parseJson = (
-    _request: unknown,
-    body: string | Buffer,
-    done: (err: Error | null, value?: unknown) => void,
-  ) => {
-    const text = typeof body === 'string' ? body : body.toString('utf8');
-    if (text.trim() === '') {
-      done(new MalformedJsonError('The body is empty; send a JSON object'), undefined);
-      return;
-    }
-    try {
-      done(null, JSON.parse(text));
-    } catch (err) {
-      done(new MalformedJsonError(`The body is not valid JSON: ${(err as Error).message}`), undefined);
-    }
-  };
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, parseJson);
-  app.addContentTypeParser(/^application\/[a-z0-9.-]+\+json$/, { parseAs: 'string' }, parseJson);
-
-  app.setErrorHandler((rawError, request, reply) => {
-    const error = normalizeHttpError(rawError, {
-      contentType: request.headers['content-type'],
-      bodyLimit: options.bodyLimit,
-    });
-    const { status, body } = toProblem(error, request.url.split('?')[0]);
-    // 503s are expected conditions (store or backplane unavailable, shutting down): a warning without a stack.
-    if (status === 503)
-      request.log.warn(
-        { code: body.code, detail: body.detail, url: request.url },
-        'request refused: unavailable',
-      );
-    else if (status >= 500) request.log.error({ err: rawError, url: request.url }, 'request failed');
-    if (error instanceof QueueFullError) reply.header('retry-after', String(error.retryAfterSeconds));
-    if (SluiceError.hasCode(error, 'UNAUTHORIZED')) reply.header('www-authenticate', 'Bearer');
-    return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
-  });
-  app.setNotFoundHandler((request, reply) => {
-    const { status, body } = toProblem(
-      new NotFoundError(`No route ${request.method} ${request.url.split('?')[0]}`),
-      request.url.split('?')[0],
-    );
-    return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
-  });
+  // JSON bodies only, RFC 9457 problem details for every error and for unknown routes.
+  await app.register(problemDetailsPlugin, { bodyLimit: options.bodyLimit });
 
   if (options.auth && (options.auth.tokens?.length || options.auth.jwtSecret)) {
     const jwtSecret = options.auth.jwtSecret;

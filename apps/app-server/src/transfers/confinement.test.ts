@@ -81,6 +81,6 @@ describe('RequestPolicy', () => {
     ).toThrow(expect.objectContaining({ code: 'UNKNOWN_CONNECTION' }));
     expect(() =>
       policy.confine(request(file('/tmp/i.jsonl'), { type: 'endpoint', endpoint: 'nope' })),
-    ).toThrow(expect.objectContaining({ code: 'UNKNOWN_ENDPOINT', status: 422 }));
+    ).toThrow(expect.objectContaining({ code: 'UNKNOWN_ENDPOINT', status: 404 }));
   });
 });

@@ -3,11 +3,10 @@ import { basename, dirname, isAbsolute, resolve, sep } from 'node:path';
 import {
   type ConnectionConfig,
   type DataAddress,
-  ErrorCode,
   PathNotAllowedError,
-  SluiceError,
   type TransferRequest,
   UnknownConnectionError,
+  UnknownEndpointError,
 } from '@sluice/core';
 
 /**
@@ -93,13 +92,7 @@ export class RequestPolicy {
         if (address.connection !== undefined) this.#connection(address.connection, 'nats');
         return address;
       case 'endpoint':
-        if (!this.#endpoints.has(address.endpoint))
-          throw new SluiceError(
-            ErrorCode.UNKNOWN_ENDPOINT,
-            `No endpoint named "${address.endpoint}" is configured on this node`,
-            422,
-            { details: { endpoint: address.endpoint } },
-          );
+        if (!this.#endpoints.has(address.endpoint)) throw new UnknownEndpointError(address.endpoint);
         return address;
     }
   }

@@ -1,9 +1,9 @@
 import {
-  ErrorCode,
+  InternalError,
   type PipelineProgress,
   type Registration,
-  SluiceError,
   type TransferRequest,
+  TransferTerminatedError,
 } from '@sluice/core';
 
 /**
@@ -106,8 +106,7 @@ export class LocalRun {
   dispatch(action: RunAction): void {
     const rule = NEXT[action.type];
     if (!rule.from.includes(this.#phase))
-      throw new SluiceError(
-        ErrorCode.INTERNAL,
+      throw new InternalError(
         `transfer run ${this.id}: ${action.type} is not allowed in phase ${this.#phase}`,
       );
     switch (action.type) {
@@ -135,7 +134,7 @@ export class LocalRun {
     if (this.stopReason !== null) return null;
     if (this.#phase === RunPhase.finishing || this.#phase === RunPhase.settled) return null;
     this.stopReason = reason;
-    this.controller.abort(new SluiceError(ErrorCode.TRANSFER_TERMINATED, `stopped: ${reason}`, 409));
+    this.controller.abort(new TransferTerminatedError(this.id, { details: { reason } }));
     return this.#phase;
   }
 }

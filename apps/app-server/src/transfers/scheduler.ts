@@ -1,3 +1,5 @@
+import { InternalError } from '@sluice/core';
+
 /**
  * Bounded concurrency with a bounded FIFO queue: at most `concurrency` jobs run, at most `queueSize` wait.
  * `tryReserve` is the admission check (a reservation holds a place until the job is started or dropped), so
@@ -64,7 +66,7 @@ export class Scheduler {
 
   /** Runs `job` on the reservation: now if a slot is free, else when one frees up. */
   start(ticket: Ticket, job: () => Promise<void>): void {
-    if (!ticket.use()) throw new Error('ticket already used');
+    if (!ticket.use()) throw new InternalError('scheduler: ticket already used');
     const run = () => {
       this.#running++;
       void job()

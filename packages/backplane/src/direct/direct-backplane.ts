@@ -8,6 +8,7 @@ import type {
 } from '@sluice/core';
 import { z } from 'zod';
 import { LocalBackplane } from '../shared/local-backplane.js';
+import { localOwner, localTerminate } from '../shared/local-first.js';
 import {
   checkTimeout,
   checkTransferId,
@@ -73,13 +74,8 @@ export class DirectBackplane extends LocalBackplane {
     const id = checkTransferId(transferId);
     const timeoutMs = Math.min(checkTimeout(options.timeoutMs), this.#fetchTimeoutMs);
     if (this.closed) return { status: 'unknown', reason: 'backplane closed' };
-    try {
-      const local = this.registry.report(id);
-      if (local) return { status: 'owner', owner: local };
-    } catch (err) {
-      this.logger.error({ err, transferId: id }, 'local responder produced an invalid report');
-      return { status: 'unknown', reason: 'the owner produced an invalid report' };
-    }
+    const local = localOwner(this.local, id);
+    if (local) return local;
     if (!options.ownerAddress) return { status: 'unknown', reason: 'no owner address to ask' };
     const url = joinUrl(options.ownerAddress, ownerPath(id));
     try {
@@ -101,13 +97,8 @@ export class DirectBackplane extends LocalBackplane {
     const id = checkTransferId(transferId);
     const timeoutMs = Math.min(checkTimeout(options.timeoutMs), this.#fetchTimeoutMs);
     if (this.closed) return { status: 'unknown', reason: 'backplane closed' };
-    if (this.registry.has(id)) {
-      try {
-        if (await this.registry.terminate(id)) return { status: 'terminated', by: this.nodeId };
-      } catch (err) {
-        return { status: 'unknown', reason: `the owner failed to stop: ${(err as Error).message}` };
-      }
-    }
+    const local = await localTerminate(this.local, id);
+    if (local) return local;
     if (!options.ownerAddress) return { status: 'unknown', reason: 'no owner address to ask' };
     const url = joinUrl(options.ownerAddress, terminatePath(id));
     try {

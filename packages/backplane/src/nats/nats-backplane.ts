@@ -26,6 +26,7 @@ import {
 import { aliasEventKey, aliasSlot, isOlderAliasEvent } from '../shared/alias-latest.js';
 import { OrderedDelivery } from '../shared/delivery.js';
 import { checkSubscribeTypes } from '../shared/local-events.js';
+import { type LocalSide, localOwner, localTerminate } from '../shared/local-first.js';
 import { LocalRegistry } from '../shared/local-registry.js';
 import { StatusTracker } from '../shared/status.js';
 import {
@@ -112,6 +113,8 @@ export class NatsBackplane implements Backplane {
   readonly #nc: NatsConnection;
   readonly #logger: Logger;
   readonly #registry = new LocalRegistry();
+  /** This process's side of "who runs X?", asked before NATS. */
+  readonly #local: LocalSide;
   readonly #status: StatusTracker;
   readonly #backoff: Backoff;
   readonly #aliases: AliasStore;
@@ -134,6 +137,7 @@ export class NatsBackplane implements Backplane {
     this.nodeId = options.nodeId;
     this.subjects = new Subjects(options.clusterName);
     this.#logger = options.logger ?? silentLogger;
+    this.#local = { registry: this.#registry, nodeId: this.nodeId, logger: this.#logger };
     this.#backoff = options.backoff;
     this.#settleMs = options.settleMs;
     this.#aliasHost = options.aliasHost;
@@ -367,13 +371,8 @@ export class NatsBackplane implements Backplane {
   async whoRuns(transferId: string, options: WhoRunsOptions): Promise<OwnerAnswer> {
     const id = checkTransferId(transferId);
     const timeoutMs = checkTimeout(options.timeoutMs);
-    try {
-      const local = this.#registry.report(id);
-      if (local) return { status: 'owner', owner: local };
-    } catch (err) {
-      this.#logger.error({ err, transferId: id }, 'local responder produced an invalid report');
-      return { status: 'unknown', reason: 'the owner produced an invalid report' };
-    }
+    const local = localOwner(this.#local, id);
+    if (local) return local;
     if (!this.#connected()) return { status: 'unknown', reason: `NATS is ${this.#status.get()}` };
     const settled = this.#settled();
     let msg: Msg;
@@ -395,13 +394,8 @@ export class NatsBackplane implements Backplane {
   async terminate(transferId: string, options: WhoRunsOptions): Promise<TerminateAnswer> {
     const id = checkTransferId(transferId);
     const timeoutMs = checkTimeout(options.timeoutMs);
-    if (this.#registry.has(id)) {
-      try {
-        if (await this.#registry.terminate(id)) return { status: 'terminated', by: this.nodeId };
-      } catch (err) {
-        return { status: 'unknown', reason: `the owner failed to stop: ${(err as Error).message}` };
-      }
-    }
+    const local = await localTerminate(this.#local, id);
+    if (local) return local;
     if (!this.#connected()) return { status: 'unknown', reason: `NATS is ${this.#status.get()}` };
     const settled = this.#settled();
     let msg: Msg;

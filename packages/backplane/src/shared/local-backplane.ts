@@ -12,6 +12,7 @@ import type {
 } from '@sluice/core';
 import { BackplaneUnavailableError, silentLogger } from '@sluice/core';
 import { LocalEventBus } from './local-events.js';
+import type { LocalSide } from './local-first.js';
 import { LocalRegistry } from './local-registry.js';
 import { StatusTracker } from './status.js';
 import { checkTransferId } from './wire.js';
@@ -24,12 +25,15 @@ export abstract class LocalBackplane implements Backplane {
   readonly nodeId: string;
   protected readonly registry = new LocalRegistry();
   protected readonly logger: Logger;
+  /** This process's side of "who runs X?", asked first (`localOwner`, `localTerminate`). */
+  protected readonly local: LocalSide;
   readonly #events: LocalEventBus;
   readonly #status: StatusTracker;
 
   constructor(nodeId: string, logger: Logger | undefined) {
     this.nodeId = nodeId;
     this.logger = logger ?? silentLogger;
+    this.local = { registry: this.registry, nodeId, logger: this.logger };
     this.#events = new LocalEventBus(this.logger);
     this.#status = new StatusTracker('connected', this.logger);
   }

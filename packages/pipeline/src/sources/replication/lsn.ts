@@ -1,3 +1,5 @@
+import { ValidationError } from '@sluice/core';
+
 /**
  * PostgreSQL log sequence numbers (`16/B374D848`): 64-bit WAL positions written as two hex halves. Compared as
  * bigints; formatted the way PostgreSQL prints them (upper-case hex, no padding), so a checkpointed LSN reads
@@ -5,10 +7,13 @@
  */
 const LSN = /^([0-9A-Fa-f]{1,8})\/([0-9A-Fa-f]{1,8})$/;
 
-/** Parses `X/Y`; throws on anything else. */
+/** Parses `X/Y`; throws `VALIDATION_FAILED` on anything else. */
 export function parseLsn(text: string): bigint {
   const match = LSN.exec(text);
-  if (!match) throw new Error(`not an LSN: ${JSON.stringify(text)}`);
+  if (!match)
+    throw new ValidationError(`Not an LSN: ${JSON.stringify(String(text).slice(0, 40))}`, [
+      { path: 'lsn', message: 'expected two hexadecimal halves, e.g. 16/B374D848' },
+    ]);
   return (BigInt(`0x${match[1]}`) << 32n) | BigInt(`0x${match[2]}`);
 }
 

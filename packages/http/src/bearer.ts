@@ -1,0 +1,32 @@
+import { UnauthorizedError } from '@sluice/core';
+
+/**
+ * Longest bearer token accepted (a JWT with generous claims fits; a runaway header does not).
+ *
+ * @example
+ * ```ts
+ * parseBearer(`Bearer ${'a'.repeat(MAX_BEARER_LENGTH + 1)}`); // throws UNAUTHORIZED
+ * ```
+ */
+export const MAX_BEARER_LENGTH = 8192;
+
+// Visible ASCII only: a header is read as latin-1, so no other character could match a configured token anyway.
+const BEARER = new RegExp(`^Bearer[ \\t]+([\\x21-\\x7E]{1,${MAX_BEARER_LENGTH}})$`, 'i');
+
+/**
+ * Reads the token of an `Authorization: Bearer <token>` header (RFC 6750). A missing header is `UNAUTHORIZED`
+ * ("A valid bearer token is required"); any other scheme, a repeated header, an empty, over-long or non-ASCII
+ * token is `UNAUTHORIZED` saying the expected form. Surrounding whitespace is ignored; checking the token is the
+ * caller's job.
+ *
+ * @example
+ * ```ts
+ * const token = parseBearer(request.headers.authorization); // 'eyJhbGciOi…' or throws UNAUTHORIZED
+ * ```
+ */
+export function parseBearer(header: string | string[] | undefined): string {
+  if (header === undefined || header === '') throw new UnauthorizedError();
+  const match = typeof header === 'string' ? BEARER.exec(header.trim()) : null;
+  if (!match) throw new UnauthorizedError('The Authorization header must be "Bearer <token>"');
+  return match[1]!;
+}

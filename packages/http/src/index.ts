@@ -1,0 +1,20 @@
+export { MAX_BEARER_LENGTH, parseBearer } from './bearer.js';
+export {
+  type CliFlags,
+  ExitCode,
+  FORCED_EXIT_MARGIN_MS,
+  formatCliError,
+  type RunCliOptions,
+  type Running,
+  runCli,
+} from './cli.js';
+export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.js';
+export { JSON_MEDIA_TYPES } from './json-body.js';
+export { type CreateLoggerOptions, createLogger, type LogLevel } from './logger.js';
+export { EMPTY_BODY_MESSAGE, type NormalizeContext, normalizeHttpError } from './normalize.js';
+export {
+  MAX_INSTANCE_LENGTH,
+  type ProblemDetailsOptions,
+  problemDetailsPlugin,
+  problemInstance,
+} from './problem-details.js';

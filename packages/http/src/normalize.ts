@@ -1,0 +1,116 @@
+import {
+  asSluiceError,
+  type FieldIssue,
+  ForbiddenError,
+  MalformedJsonError,
+  NotFoundError,
+  PayloadTooLargeError,
+  SluiceError,
+  UnauthorizedError,
+  UnsupportedMediaTypeError,
+  ValidationError,
+} from '@sluice/core';
+
+/** What the normalizer needs to know about the request whose handling failed. */
+export interface NormalizeContext {
+  /** The request's `content-type` header (named in a 415). */
+  contentType: string | undefined;
+  /** The JSON body limit in bytes (named in a 413). */
+  bodyLimit: number;
+}
+
+/** The fields fastify (and plugins such as `@fastify/jwt`) put on the errors they raise. */
+interface FrameworkError {
+  code?: unknown;
+  statusCode?: unknown;
+  message?: unknown;
+  validation?: Array<{ instancePath?: string; message?: string }>;
+  validationContext?: string;
+}
+
+/**
+ * The message the empty-body error carries, from the parser and from fastify's own check alike.
+ *
+ * @example
+ * ```ts
+ * expect(problem.detail).toBe(EMPTY_BODY_MESSAGE);
+ * ```
+ */
+export const EMPTY_BODY_MESSAGE = 'The body is empty; send a JSON object (or no Content-Type at all)';
+
+/** `/a/0/b` (a validator's JSON pointer) → `a[0].b`, prefixed with the request part unless it is the body. */
+function pointerToPath(pointer: string | undefined, context: string | undefined): string {
+  const segments = (pointer ?? '').split('/').filter((segment) => segment !== '');
+  let out = context && context !== 'body' ? context : '';
+  for (const segment of segments) {
+    if (/^\d+$/.test(segment)) out += `[${segment}]`;
+    else out += out === '' ? segment : `.${segment}`;
+  }
+  return out === '' ? '(root)' : out;
+}
+
+function textOf(value: unknown, fallback: string): string {
+  return typeof value === 'string' && value !== '' ? value : fallback;
+}
+
+/**
+ * Turns any error a route, hook or fastify itself raised into a {@link SluiceError}, so every failure leaves as
+ * an RFC 9457 body with a stable code: Sluice errors pass through; fastify's body errors (media type, size,
+ * JSON syntax, content length) and schema validation become their typed errors; any other client error
+ * (a 4xx `statusCode`) becomes the typed error of its status; everything else is `INTERNAL`, its message kept
+ * out of the body by core's `toProblem`.
+ *
+ * @example
+ * ```ts
+ * const error = normalizeHttpError(err, { contentType: request.headers['content-type'], bodyLimit: 1 << 20 });
+ * const { status, body } = toProblem(error, '/v1/transfers');
+ * ```
+ */
+export function normalizeHttpError(err: unknown, context: NormalizeContext): SluiceError {
+  if (SluiceError.isInstance(err)) return err;
+  const error = (typeof err === 'object' && err !== null ? err : {}) as FrameworkError;
+  switch (error.code) {
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new UnsupportedMediaTypeError(context.contentType?.slice(0, 128));
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new PayloadTooLargeError(context.bodyLimit);
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new MalformedJsonError(EMPTY_BODY_MESSAGE);
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new MalformedJsonError(textOf(error.message, 'The body is not valid JSON'));
+  }
+  if (Array.isArray(error.validation)) {
+    const issues: FieldIssue[] = error.validation.map((item) => ({
+      path: pointerToPath(item.instancePath, error.validationContext),
+      message: item.message ?? 'invalid',
+    }));
+    const first = issues[0];
+    return new ValidationError(
+      `Invalid ${error.validationContext ?? 'request'}${first ? `: ${first.path}: ${first.message}` : ''}`,
+      issues,
+    );
+  }
+  const status = error.statusCode;
+  // Only a SyntaxError fastify marked as the client's (400) is the body's fault; one thrown by a handler is a bug.
+  if (err instanceof SyntaxError && status === 400)
+    return new MalformedJsonError(`The body is not valid JSON: ${err.message}`);
+  if (typeof status === 'number' && status >= 400 && status < 500) {
+    const message = textOf(error.message, 'Bad request');
+    switch (status) {
+      case 401:
+        return new UnauthorizedError(message);
+      case 403:
+        return new ForbiddenError(message);
+      case 404:
+        return new NotFoundError(message);
+      case 413:
+        return new PayloadTooLargeError(context.bodyLimit);
+      case 415:
+        return new UnsupportedMediaTypeError(context.contentType?.slice(0, 128));
+      default:
+        return new ValidationError(message, [{ path: '(request)', message }]);
+    }
+  }
+  return asSluiceError(err);
+}

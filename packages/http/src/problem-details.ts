@@ -1,0 +1,108 @@
+import { NotFoundError, PROBLEM_CONTENT_TYPE, type SluiceError, toProblem } from '@sluice/core';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import { useJsonBodies } from './json-body.js';
+import { normalizeHttpError } from './normalize.js';
+
+/** Options of {@link problemDetailsPlugin}. */
+export interface ProblemDetailsOptions {
+  /** Largest JSON body accepted, in bytes; a larger one is 413 `PAYLOAD_TOO_LARGE` naming this limit. */
+  bodyLimit: number;
+}
+
+/**
+ * Longest request path echoed as a problem's `instance` (8 KiB record keys make longer ones possible).
+ *
+ * @example
+ * ```ts
+ * problemInstance(`/${'k'.repeat(MAX_INSTANCE_LENGTH)}`); // undefined
+ * ```
+ */
+export const MAX_INSTANCE_LENGTH = 512;
+
+/** The request path without its query string: queries may carry cursors or filters that do not belong in errors. */
+function pathOf(url: string): string {
+  const query = url.indexOf('?');
+  return query === -1 ? url : url.slice(0, query);
+}
+
+/**
+ * The `instance` member of a problem about `url`: the request path without its query string, omitted when longer
+ * than {@link MAX_INSTANCE_LENGTH} (a clipped path would name another resource).
+ *
+ * @example
+ * ```ts
+ * problemInstance('/v1/transfers?limit=5'); // '/v1/transfers'
+ * ```
+ */
+export function problemInstance(url: string): string | undefined {
+  const path = pathOf(url);
+  return path.length > MAX_INSTANCE_LENGTH ? undefined : path;
+}
+
+/** Seconds a client should wait before retrying, for errors that say so (`QUEUE_FULL`, `POSITION_NOT_REACHED`). */
+function retryAfterOf(error: SluiceError): number | undefined {
+  const seconds = (error as { retryAfterSeconds?: unknown }).retryAfterSeconds;
+  return typeof seconds === 'number' && Number.isFinite(seconds) && seconds >= 0 ? seconds : undefined;
+}
+
+/**
+ * Sends `err` as an RFC 9457 problem: normalized to a Sluice error, status from core's mapping of its code,
+ * `www-authenticate: Bearer` on 401, `retry-after` when the error carries one. 503s are expected conditions
+ * (shutting down, a store or backplane outage) and log a warning without a stack; other 5xx log the error.
+ */
+function sendProblem(
+  err: unknown,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  options: ProblemDetailsOptions,
+): FastifyReply {
+  const error = normalizeHttpError(err, {
+    contentType: request.headers['content-type'],
+    bodyLimit: options.bodyLimit,
+  });
+  const url = problemInstance(request.url);
+  const { status, body } = toProblem(error, url);
+  if (status === 503)
+    request.log.warn({ code: body.code, detail: body.detail, url }, 'request refused: unavailable');
+  else if (status >= 500) request.log.error({ err, code: body.code, url }, 'request failed');
+  if (status === 401) void reply.header('www-authenticate', 'Bearer');
+  const retryAfter = retryAfterOf(error);
+  if (retryAfter !== undefined) void reply.header('retry-after', String(retryAfter));
+  return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
+}
+
+async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptions): Promise<void> {
+  useJsonBodies(app, options.bodyLimit);
+  app.setErrorHandler((err, request, reply) => sendProblem(err, request, reply, options));
+  app.setNotFoundHandler((request, reply) =>
+    sendProblem(
+      new NotFoundError(`No route ${request.method} ${pathOf(request.url).slice(0, 256)}`),
+      request,
+      reply,
+      options,
+    ),
+  );
+}
+
+/**
+ * The HTTP error shell both Sluice apps share, as a fastify plugin that applies to the instance it is registered
+ * on (fastify-plugin: no encapsulation, so register it on the root before the routes):
+ * - JSON bodies only (`application/json`, `application/*+json`) up to `bodyLimit`, parsed with plain `JSON.parse`;
+ *   anything else is 415, an empty or malformed body `MALFORMED_JSON`, a larger one 413;
+ * - every error, fastify's own included, answered as `application/problem+json` with a stable `code`, its status
+ *   looked up from that code by core, and `instance` = the request path;
+ * - unknown routes answered `404 NOT_FOUND` the same way;
+ * - `www-authenticate: Bearer` on 401, `retry-after` where the error says when; 503 logged as a warning.
+ *
+ * @example
+ * ```ts
+ * const app = Fastify({ bodyLimit: config.limits.bodyBytes });
+ * await app.register(problemDetailsPlugin, { bodyLimit: config.limits.bodyBytes });
+ * app.get('/v1/things/:id', async () => { throw new NotFoundError('No such thing') });
+ * ```
+ */
+export const problemDetailsPlugin = fp(problemDetails, {
+  name: '@sluice/http/problem-details',
+  fastify: '5.x',
+});

@@ -1,0 +1,201 @@
+/**
+ * The problem-details plugin on a real fastify instance: through `inject` for every error class, and over a real
+ * socket for what only a real connection shows (headers on the wire, a streamed body over the limit).
+ */
+import { request as httpRequest } from 'node:http';
+import { PROBLEM_CONTENT_TYPE } from '@sluice/core';
+import type { FastifyInstance } from 'fastify';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EMPTY_BODY_MESSAGE } from '../src/normalize.js';
+import { MAX_INSTANCE_LENGTH } from '../src/problem-details.js';
+import { BODY_LIMIT, buildTestApp } from './helpers.js';
+
+let app: FastifyInstance;
+let logs: Array<Record<string, unknown>>;
+
+beforeAll(async () => {
+  ({ app, logs } = await buildTestApp());
+  await app.ready();
+});
+afterAll(async () => {
+  await app.close();
+});
+
+/** fastify adds the charset to the problem media type. */
+const PROBLEM_TYPE = `${PROBLEM_CONTENT_TYPE}; charset=utf-8`;
+
+const post = (url: string, payload: string, contentType: string) =>
+  app.inject({ method: 'POST', url, payload, headers: { 'content-type': contentType } });
+
+describe('problemDetailsPlugin (inject)', () => {
+  it('answers an unknown route with 404 NOT_FOUND and the path (no query) as instance', async () => {
+    const reply = await app.inject({ method: 'GET', url: '/nowhere?token=secret' });
+    expect(reply.statusCode).toBe(404);
+    expect(reply.headers['content-type']).toBe(PROBLEM_TYPE);
+    expect(reply.json()).toEqual({
+      type: 'https://sluice.dev/problems/not-found',
+      title: 'Not Found',
+      status: 404,
+      detail: 'No route GET /nowhere',
+      code: 'NOT_FOUND',
+      instance: '/nowhere',
+    });
+  });
+
+  it('reads JSON and +json bodies with plain JSON.parse ("__proto__" stays an own property)', async () => {
+    const plain = await post('/echo', '{"a":1}', 'application/json; charset=utf-8');
+    expect(plain.statusCode).toBe(200);
+    expect(plain.json()).toEqual({ body: { a: 1 }, ownProto: false });
+    const suffixed = await post('/echo', '{"__proto__":{"polluted":true}}', 'application/merge-patch+json');
+    expect(suffixed.statusCode).toBe(200);
+    expect(suffixed.json().ownProto).toBe(true);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    const none = await app.inject({ method: 'POST', url: '/echo' });
+    expect(none.json()).toEqual({ body: null, ownProto: false });
+  });
+
+  it('refuses malformed, empty, non-JSON and oversized bodies with their codes, in every scope', async () => {
+    const cases: Array<[string, string, string, number, string]> = [
+      ['/echo', '{"a": ', 'application/json', 400, 'MALFORMED_JSON'],
+      ['/echo', '', 'application/json', 400, 'MALFORMED_JSON'],
+      ['/echo', '   ', 'application/json', 400, 'MALFORMED_JSON'],
+      ['/echo', '{"a":1}', 'text/plain', 415, 'UNSUPPORTED_MEDIA_TYPE'],
+      ['/echo', 'a=1', 'application/x-www-form-urlencoded', 415, 'UNSUPPORTED_MEDIA_TYPE'],
+      [
+        '/echo',
+        JSON.stringify({ big: 'x'.repeat(BODY_LIMIT) }),
+        'application/json',
+        413,
+        'PAYLOAD_TOO_LARGE',
+      ],
+      ['/scoped/echo', '{"a": ', 'application/json', 400, 'MALFORMED_JSON'],
+      ['/scoped/echo', '{}', 'text/csv', 415, 'UNSUPPORTED_MEDIA_TYPE'],
+    ];
+    for (const [url, payload, contentType, status, code] of cases) {
+      const reply = await post(url, payload, contentType);
+      const name = `${url} ${contentType} ${JSON.stringify(payload.slice(0, 20))}`;
+      expect(reply.statusCode, name).toBe(status);
+      expect(reply.headers['content-type'], name).toBe(PROBLEM_TYPE);
+      expect(reply.json(), name).toMatchObject({ status, code, instance: url });
+    }
+    expect((await post('/echo', '', 'application/json')).json().detail).toBe(EMPTY_BODY_MESSAGE);
+    expect((await post('/echo', '{"a": ', 'application/json')).json().detail).toMatch(
+      /^The body is not valid JSON: /,
+    );
+    expect((await post('/echo', 'x'.repeat(BODY_LIMIT + 1), 'application/json')).json().limitBytes).toBe(
+      BODY_LIMIT,
+    );
+  });
+
+  it("turns fastify's schema validation into VALIDATION_FAILED naming the field", async () => {
+    const reply = await app.inject({ method: 'GET', url: '/items?limit=50' });
+    expect(reply.statusCode).toBe(400);
+    expect(reply.json()).toMatchObject({
+      code: 'VALIDATION_FAILED',
+      instance: '/items',
+      errors: [{ path: 'querystring.limit' }],
+    });
+    const thrown = await app.inject({ method: 'GET', url: '/invalid' });
+    expect(thrown.json()).toMatchObject({ status: 400, errors: [{ path: 'a.b', message: 'bad' }] });
+  });
+
+  it('adds www-authenticate on 401 (root and encapsulated routes) and retry-after where the error says', async () => {
+    for (const url of ['/private', '/scoped/private']) {
+      const reply = await app.inject({ method: 'GET', url });
+      expect(reply.statusCode, url).toBe(401);
+      expect(reply.headers['www-authenticate'], url).toBe('Bearer');
+      expect(reply.json(), url).toMatchObject({ code: 'UNAUTHORIZED', instance: url });
+    }
+    const busy = await app.inject({ method: 'GET', url: '/busy' });
+    expect(busy.statusCode).toBe(429);
+    expect(busy.headers['retry-after']).toBe('7');
+    expect(busy.headers['www-authenticate']).toBeUndefined();
+  });
+
+  it('logs a 503 as a warning without a stack, and any other 5xx as an error, keeping its message out of the body', async () => {
+    logs.length = 0;
+    const stopping = await app.inject({ method: 'GET', url: '/stopping?x=1' });
+    expect(stopping.statusCode).toBe(503);
+    expect(stopping.json().code).toBe('NODE_SHUTTING_DOWN');
+    const bug = await app.inject({ method: 'GET', url: '/bug' });
+    expect(bug.statusCode).toBe(500);
+    expect(bug.json()).toMatchObject({ code: 'INTERNAL', detail: 'An internal error occurred' });
+    expect(bug.body).not.toContain('hunter2');
+    expect(logs).toHaveLength(2);
+    expect(logs[0]).toMatchObject({
+      level: 40,
+      code: 'NODE_SHUTTING_DOWN',
+      url: '/stopping',
+      msg: 'request refused: unavailable',
+    });
+    expect(logs[0]).not.toHaveProperty('err');
+    expect(logs[1]).toMatchObject({ level: 50, code: 'INTERNAL', url: '/bug', msg: 'request failed' });
+    expect((logs[1]!.err as { message: string }).message).toContain('hunter2');
+    // Client errors are not logged.
+    await app.inject({ method: 'GET', url: '/private' });
+    expect(logs).toHaveLength(2);
+  });
+
+  it(`omits instance for a path longer than ${MAX_INSTANCE_LENGTH} characters rather than clipping it`, async () => {
+    const long = `/${'k'.repeat(MAX_INSTANCE_LENGTH)}`;
+    const reply = await app.inject({ method: 'GET', url: long });
+    expect(reply.statusCode).toBe(404);
+    expect(reply.json()).not.toHaveProperty('instance');
+    expect(reply.json().detail).toBe(`No route GET ${long.slice(0, 256)}`);
+  });
+});
+
+describe('problemDetailsPlugin (real socket)', () => {
+  let base: string;
+  beforeAll(async () => {
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const address = app.server.address();
+    if (address === null || typeof address === 'string') throw new Error('no port');
+    base = `http://127.0.0.1:${address.port}`;
+  });
+
+  it('sends problem bodies and headers on the wire', async () => {
+    const denied = await fetch(`${base}/private`);
+    expect(denied.status).toBe(401);
+    expect(denied.headers.get('www-authenticate')).toBe('Bearer');
+    expect(denied.headers.get('content-type')).toBe(PROBLEM_TYPE);
+    expect(await denied.json()).toMatchObject({ code: 'UNAUTHORIZED', instance: '/private' });
+    const malformed = await fetch(`${base}/echo`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"a":',
+    });
+    expect(malformed.status).toBe(400);
+    expect(await malformed.json()).toMatchObject({ code: 'MALFORMED_JSON' });
+    const ok = await fetch(`${base}/echo`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"a":[1,2]}',
+    });
+    expect(await ok.json()).toEqual({ body: { a: [1, 2] }, ownProto: false });
+  });
+
+  it('refuses a chunked body that grows past the limit with 413, and keeps serving', async () => {
+    const reply = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = httpRequest(`${base}/echo`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+      });
+      req.on('response', (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          body += chunk;
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      req.on('error', reject);
+      req.write('{"big":"');
+      for (let i = 0; i < 8; i++) req.write('x'.repeat(512));
+      req.end('"}');
+    });
+    expect(reply.status).toBe(413);
+    expect(JSON.parse(reply.body)).toMatchObject({ code: 'PAYLOAD_TOO_LARGE', limitBytes: BODY_LIMIT });
+    expect((await fetch(`${base}/nowhere`)).status).toBe(404);
+  });
+});

@@ -1,0 +1,3 @@
+import { library } from '../../tsup.base';
+
+export default library();

@@ -1,0 +1,276 @@
+import {
+  type CacheSchema,
+  type CheckpointPort,
+  type EndpointDecision,
+  type EventPublisher,
+  type Logger,
+  type PipelineCheckpoint,
+  PipelineCheckpointSchema,
+  type PipelineProgress,
+  SchemaMismatchError,
+  SluiceError,
+  type SwitchCause,
+  type WritableCache,
+  type WritableCacheCatalog,
+} from '@sluice/core';
+import { BadRecordCollector } from '../bad-records.js';
+import { dagHash, decideRestart, type RestartPlan } from '../dag.js';
+import type { ProgressTracker } from '../progress.js';
+import { runPipeline } from '../run.js';
+import { type CacheSink, createCacheSink } from '../sinks/cache.js';
+import { switchHoldReason } from '../switch-gate.js';
+import type { SourceBranch } from '../types.js';
+import {
+  type EndpointRestartPlan,
+  type GenerationAssessment,
+  planRestart,
+  RestartCase,
+  restartCandidate,
+} from './restart-plan.js';
+import { resolveSchema } from './schema-resolution.js';
+import type { EndpointShape } from './shape.js';
+
+/** What launching a run needs: the endpoint's shape, the caches, and the pipeline's settings and callbacks. */
+export interface LaunchContext {
+  shape: EndpointShape;
+  caches: WritableCacheCatalog;
+  events: EventPublisher;
+  logger: Logger;
+  progress: ProgressTracker;
+  /** The pipeline's own checkpoint; without it the cache's commit checkpoint is the pipeline checkpoint. */
+  checkpoint?: CheckpointPort;
+  /** Records sampled to infer field types. */
+  sampleSize: number;
+  commitEveryRecords?: number;
+  commitEveryMs?: number;
+  onProgress?: (progress: PipelineProgress) => void;
+  /** A sink moved the alias to its generation. */
+  onRedirected: () => void;
+  /** A run committed `checkpoint`. */
+  onCommit: (checkpoint: PipelineCheckpoint) => void;
+}
+
+/** A run about to start: its branch, the generation and sink it writes, and the restart decision. */
+export interface Launch {
+  branch: SourceBranch;
+  cache: WritableCache;
+  sink: CacheSink;
+  schema: CacheSchema;
+  /** Noted on the generation: why it is being built (null when continuing in place). */
+  cause: SwitchCause | null;
+  plan: RestartPlan;
+}
+
+/** A run in progress (or ended: `finished` settled). */
+export interface Run {
+  readonly controller: AbortController;
+  readonly finished: Promise<void>;
+  readonly cache: WritableCache;
+  readonly sink: CacheSink;
+  readonly branch: SourceBranch;
+  readonly decision: EndpointDecision;
+  /** Where the run started (its plan's checkpoint; null from scratch). */
+  readonly checkpoint: PipelineCheckpoint | null;
+}
+
+/** The blue/green sink of the endpoint into `cache` (the alias moves with `cause` once every source is done). */
+export function endpointSink(
+  lc: LaunchContext,
+  cache: WritableCache,
+  schema: CacheSchema,
+  branch: SourceBranch,
+  cause: SwitchCause = 'restart',
+): CacheSink {
+  const { shape, caches, logger } = lc;
+  return createCacheSink({
+    cause,
+    holdReason: () => holdReason(lc, cache),
+    handle: `${shape.name}.cache`,
+    endpoint: shape.name,
+    caches,
+    cache,
+    schema,
+    sources: [branch.source.handle],
+    events: lc.events,
+    logger,
+    onRedirected: lc.onRedirected,
+  });
+}
+
+/** The gates of `endpoint.switch`, asked when a green generation finished its snapshot. */
+async function holdReason(lc: LaunchContext, cache: WritableCache): Promise<string | null> {
+  const { caches, shape } = lc;
+  const target = caches.resolveAlias(shape.name);
+  const serving = target && target.cache !== cache.name ? await caches.info(target.cache) : null;
+  return switchHoldReason(shape.endpoint.switch, {
+    records: cache.commitState().recordCount,
+    servingRecords: serving ? serving.recordCount : null,
+    badRecords: lc.progress.badRecords,
+  });
+}
+
+/**
+ * Opens generation `name` for writing with `schema` and asks whether a run of `branch` can continue it (its
+ * commit checkpoint against the pipeline's, and every source's `canResume`). The cache stays open unless the
+ * schema was refused.
+ */
+export async function assessGeneration(
+  lc: LaunchContext,
+  name: string,
+  schema: CacheSchema,
+  branch: SourceBranch,
+  /** Judge by the generation's own commit checkpoint alone (a rollback: the pipeline's is the current one's). */
+  ownCheckpoint = false,
+): Promise<{ cache: WritableCache | null; assessment: GenerationAssessment; plan: RestartPlan | null }> {
+  let cache: WritableCache;
+  try {
+    cache = await lc.caches.openRw(name, schema);
+  } catch (err) {
+    if (SluiceError.hasCode(err, 'CACHE_SCHEMA_MISMATCH') || err instanceof SchemaMismatchError)
+      return {
+        cache: null,
+        assessment: { verdict: 'schema-changed', message: (err as Error).message },
+        plan: null,
+      };
+    throw err;
+  }
+  try {
+    const probe = endpointSink(lc, cache, schema, branch);
+    const committed = cache.commitState().checkpoint;
+    const plan = await decideRestart({
+      dag: dagHash([branch], probe),
+      branches: [branch],
+      sink: probe,
+      checkpoint: lc.checkpoint && !ownCheckpoint ? await loadPipelineCheckpoint(lc.checkpoint) : committed,
+      sinkCheckpoint: committed,
+    });
+    const assessment: GenerationAssessment =
+      plan.decision === 'resume' && plan.checkpoint !== null
+        ? { verdict: 'resumable', checkpoint: plan.checkpoint, reason: plan.reason }
+        : { verdict: 'not-resumable', reason: plan.reason };
+    return { cache, assessment, plan };
+  } catch (err) {
+    await cache.close().catch(() => {});
+    throw err;
+  }
+}
+
+async function loadPipelineCheckpoint(port: CheckpointPort): Promise<PipelineCheckpoint | null> {
+  const parsed = PipelineCheckpointSchema.safeParse(await port.load());
+  return parsed.success ? parsed.data : null;
+}
+
+/**
+ * Chooses the generation to write and how: resolves the schema, builds the source branch (and runs its
+ * preflight), assesses the one candidate generation, plans ({@link planRestart}) and opens or creates what the
+ * plan names. `force`: an operator's rebuild.
+ */
+export async function prepareLaunch(lc: LaunchContext, force: boolean): Promise<Launch> {
+  const { shape, caches } = lc;
+  const { schema, csvFields } = await resolveSchema(shape, caches, {
+    reuse: !force,
+    sampleSize: lc.sampleSize,
+  });
+  const branch = shape.branch(csvFields);
+  let opened: WritableCache | null = null;
+  try {
+    await branch.source.preflight?.();
+    const aliasTarget = caches.resolveAlias(shape.name)?.cache ?? null;
+    const generations = (await caches.list())
+      .filter((info) => info.endpoint === shape.name)
+      .map((info) => ({
+        name: info.name,
+        state: info.state,
+        createdAt: info.createdAt,
+        cause: info.notes.cause ?? null,
+      }));
+    const candidate = restartCandidate({ force, aliasTarget, generations });
+    let assessment: GenerationAssessment | null = null;
+    if (candidate)
+      ({ cache: opened, assessment } = await assessGeneration(lc, candidate.name, schema, branch));
+    const plan = planRestart({ force, aliasTarget, generations, assessment });
+    const cache = await generationFor(lc, plan, opened, schema);
+    if (cache !== opened) await opened?.close();
+    opened = null;
+    return {
+      branch,
+      cache,
+      schema,
+      sink: endpointSink(lc, cache, schema, branch, plan.cause ?? 'restart'),
+      cause: plan.cause,
+      plan: restartPlanOf(plan, cache.name),
+    };
+  } catch (err) {
+    await opened?.close().catch(() => {});
+    await branch.source.close().catch(() => {});
+    throw err;
+  }
+}
+
+/** The generation the plan writes: the assessed one it continues or rebuilds, or a new one. */
+async function generationFor(
+  lc: LaunchContext,
+  plan: EndpointRestartPlan,
+  opened: WritableCache | null,
+  schema: CacheSchema,
+): Promise<WritableCache> {
+  if (plan.case !== RestartCase.rebuildNew && opened?.name === plan.cache) return opened;
+  return lc.caches.create({ endpoint: lc.shape.name, schema });
+}
+
+/** The run's restart plan (dag.ts's form): resume from the checkpoint, or from scratch into `cache`. */
+function restartPlanOf(plan: EndpointRestartPlan, cache: string): RestartPlan {
+  switch (plan.case) {
+    case RestartCase.resumeInPlace:
+    case RestartCase.resumeRebuild:
+      return { decision: 'resume', reason: plan.reason, checkpoint: plan.checkpoint };
+    case RestartCase.rebuildInGreen:
+      return { decision: 'from-scratch', reason: plan.reason, checkpoint: null };
+    case RestartCase.rebuildNew:
+      return { decision: 'from-scratch', reason: `${plan.reason}; building ${cache}`, checkpoint: null };
+  }
+}
+
+/** Starts a run into the launch's generation (the restart decision already made), noting the decision on it. */
+export async function startRun(lc: LaunchContext, launch: Launch): Promise<Run> {
+  const { shape, caches, logger, checkpoint } = lc;
+  const name = shape.name;
+  const decision: EndpointDecision = { decision: launch.plan.decision, reason: launch.plan.reason };
+  logger.info({ endpoint: name, ...decision, cache: launch.cache.name }, 'endpoint restart decision');
+  await caches
+    .annotate(launch.cache.name, { decision, ...(launch.cause ? { cause: launch.cause } : {}) })
+    .catch((err) => logger.warn({ err, endpoint: name }, 'could not note the restart decision'));
+  await launch.sink.prepare(launch.plan);
+  const controller = new AbortController();
+  const badRecords = new BadRecordCollector('skip', (report) =>
+    logger.warn({ endpoint: name, ...report }, 'bad record'),
+  );
+  const finished = runPipeline({
+    name,
+    dag: dagHash([launch.branch], launch.sink),
+    branches: [launch.branch],
+    sink: launch.sink,
+    mode: 'endpoint',
+    plan: launch.plan,
+    badRecords,
+    signal: controller.signal,
+    ...(checkpoint ? { saveCheckpoint: (c: PipelineCheckpoint) => checkpoint.save(c) } : {}),
+    // The cache refuses values of another type than its schema's; here they become bad records instead.
+    fields: launch.schema.fields,
+    ...(lc.commitEveryRecords !== undefined ? { commitEveryRecords: lc.commitEveryRecords } : {}),
+    ...(lc.commitEveryMs !== undefined ? { commitEveryMs: lc.commitEveryMs } : {}),
+    progress: lc.progress,
+    ...(lc.onProgress ? { onProgress: lc.onProgress } : {}),
+    onCommit: lc.onCommit,
+    logger,
+  }).then(() => {});
+  return {
+    controller,
+    finished,
+    cache: launch.cache,
+    sink: launch.sink,
+    branch: launch.branch,
+    decision,
+    checkpoint: launch.plan.checkpoint,
+  };
+}

@@ -1,0 +1,119 @@
+import {
+  CannotResumeError,
+  NothingToPromoteError,
+  NothingToRollBackError,
+  type SwitchOutcome,
+  type WritableCache,
+} from '@sluice/core';
+import { announceRedirect } from '../sinks/cache.js';
+import { assessGeneration, endpointSink, type LaunchContext } from './launch.js';
+import { generationSchema } from './schema-resolution.js';
+import type { EndpointSupervisor } from './supervisor.js';
+
+/** The operator's switches of one endpoint: promote a held generation, roll back to an earlier one. */
+export interface Steering {
+  promote(): Promise<SwitchOutcome>;
+  rollback(to?: string): Promise<SwitchOutcome>;
+}
+
+/**
+ * Promote and rollback of an endpoint whose runs `supervisor` keeps. Both are idempotent: repeating the last one
+ * answers `changed: false`.
+ *
+ * @example
+ * ```ts
+ * const steering = endpointSteering(launchContext, supervisor, wakeWaiters);
+ * await steering.rollback(); // back to the generation that served before
+ * ```
+ */
+export function endpointSteering(
+  lc: LaunchContext,
+  supervisor: EndpointSupervisor,
+  onSwitched: () => void,
+): Steering {
+  const { caches, shape, logger } = lc;
+  const name = shape.name;
+  const servingCache = () => caches.resolveAlias(name)?.cache ?? null;
+
+  const promote = async (): Promise<SwitchOutcome> => {
+    supervisor.assertNotStopped();
+    const run = supervisor.run;
+    if (run && !run.sink.redirected && run.sink.held !== null) {
+      const { from, to } = await run.sink.promote();
+      return { endpoint: name, from, to, cause: 'promote', changed: true };
+    }
+    const last = caches.history(name)[0];
+    if (last?.cause === 'promote' && last.to === servingCache())
+      return { endpoint: name, from: last.from, to: last.to, cause: 'promote', changed: false };
+    throw new NothingToPromoteError(name);
+  };
+
+  const rollback = async (to?: string): Promise<SwitchOutcome> => {
+    supervisor.assertNotStopped();
+    const serving = servingCache();
+    const last = caches.history(name)[0];
+    if (to === undefined && last?.cause === 'rollback' && last.to === serving)
+      return { endpoint: name, from: last.from, to: last.to, cause: 'rollback', changed: false };
+    if (to !== undefined && to === serving)
+      return { endpoint: name, from: serving, to, cause: 'rollback', changed: false };
+    const targetName = to ?? (last?.to === serving ? last?.from : null) ?? null;
+    if (targetName === null) throw new NothingToRollBackError(name, 'no earlier generation served it');
+    const info = await caches.info(targetName);
+    if (!info || info.endpoint !== name || info.switchedAt === null)
+      throw new NothingToRollBackError(
+        name,
+        `${targetName} is not a retained generation that served it (it may have been garbage-collected)`,
+      );
+    // Decide on a branch and sink of its own: the running generation is untouched until the decision is made.
+    // The schema as a run of today's configuration would write it (configured fields, else the generation's own).
+    const { schema, csvFields } = generationSchema(shape, info.schema);
+    const candidate = shape.branch(csvFields);
+    let cache: WritableCache | null = null;
+    let halted = false;
+    let adopted = false;
+    try {
+      const assessed = await assessGeneration(lc, targetName, schema, candidate, true);
+      cache = assessed.cache;
+      if (assessed.assessment.verdict === 'schema-changed')
+        throw new CannotResumeError(name, targetName, 'it was built for another schema, key or index set');
+      if (assessed.assessment.verdict !== 'resumable' || !cache || !assessed.plan)
+        throw new CannotResumeError(name, targetName, assessed.assessment.reason);
+      const restart = assessed.plan;
+      halted = true;
+      await supervisor.halt();
+      const { from, version } = await caches.redirect(name, targetName, { cause: 'rollback' });
+      for (const generation of await caches.list())
+        if (generation.endpoint === name && generation.state === 'building' && generation.name !== targetName)
+          await caches.retire(generation.name);
+      await announceRedirect(lc.events, logger, {
+        alias: name,
+        from,
+        to: targetName,
+        version,
+        checkpoint: restart.checkpoint,
+        cause: 'rollback',
+      });
+      const rolledBack = cache;
+      cache = null;
+      adopted = true;
+      await supervisor.resume({
+        branch: candidate,
+        cache: rolledBack,
+        sink: endpointSink(lc, rolledBack, schema, candidate),
+        schema,
+        cause: null,
+        plan: { ...restart, reason: `rolled back to ${targetName}: ${restart.reason}` },
+      });
+      onSwitched();
+      return { endpoint: name, from, to: targetName, cause: 'rollback', changed: true };
+    } catch (err) {
+      if (cache) await cache.close().catch(() => {});
+      if (!adopted) await candidate.source.close().catch(() => {});
+      // Stopped for the rollback, which then failed: the supervisor plans from the alias table again.
+      if (halted) supervisor.resumeAfterFailure(err);
+      throw err;
+    }
+  };
+
+  return { promote, rollback };
+}

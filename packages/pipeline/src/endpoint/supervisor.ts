@@ -1,0 +1,290 @@
+import { setTimeout as delay } from 'node:timers/promises';
+import {
+  type EndpointDecision,
+  EndpointStoppedError,
+  ErrorCode,
+  type Logger,
+  type PipelineCheckpoint,
+  SluiceError,
+} from '@sluice/core';
+import type { SourceBranch } from '../types.js';
+import type { Launch, Run } from './launch.js';
+
+/**
+ * Where an endpoint pipeline's supervisor is:
+ * - `launching`: planning and starting a run;
+ * - `running`: a run is in progress;
+ * - `retrying`: a run or a launch failed; waiting out the back-off before planning again;
+ * - `idle`: the run ended (every source ended, a file not followed): serving what was built;
+ * - `halted`: stopped for an operator's rebuild or rollback, which starts what comes next;
+ * - `stopped`: for good.
+ */
+export const SupervisorPhase = {
+  launching: 'launching',
+  running: 'running',
+  retrying: 'retrying',
+  idle: 'idle',
+  halted: 'halted',
+  stopped: 'stopped',
+} as const;
+export type SupervisorPhase = (typeof SupervisorPhase)[keyof typeof SupervisorPhase];
+
+/** Every legal move; anything else is a bug (thrown as `INTERNAL`). */
+const TRANSITIONS: Record<SupervisorPhase, readonly SupervisorPhase[]> = {
+  launching: ['running', 'retrying', 'halted', 'stopped'],
+  // `launching`: the source's schema changed under the run, which is replaced by a new generation at once.
+  running: ['launching', 'retrying', 'idle', 'halted', 'stopped'],
+  retrying: ['launching', 'halted', 'stopped'],
+  idle: ['halted', 'stopped'],
+  // `running`: a rollback starts its own run; `retrying`: an operator's action failed after the halt.
+  halted: ['launching', 'running', 'retrying', 'stopped'],
+  stopped: [],
+};
+
+/** What the supervisor needs: how to plan and start runs, and its back-off. */
+export interface SupervisorOptions {
+  endpoint: string;
+  logger: Logger;
+  /** Plans the next run (`force`: an operator's rebuild). */
+  prepare: (force: boolean) => Promise<Launch>;
+  start: (launch: Launch) => Promise<Run>;
+  /** Wait before re-planning after a failure; doubles up to 30 s. */
+  retryMs: number;
+  /** Called when the pipeline stops (wakes waiters). */
+  onStopped: () => void;
+}
+
+const MAX_BACKOFF_MS = 30_000;
+
+/**
+ * Keeps an endpoint's pipeline running: one run at a time, a failed run (or a failed re-plan) retried after a
+ * growing back-off, a source whose schema changed answered at once with a new generation. Operators' actions
+ * halt it first ({@link EndpointSupervisor.halt}), then hand it what runs next. Every phase change goes through
+ * one transition table.
+ *
+ * @example
+ * ```ts
+ * const supervisor = new EndpointSupervisor({ endpoint: 'items', logger, prepare, start, retryMs: 1_000, onStopped });
+ * await supervisor.launch(false);
+ * supervisor.status; // 'running'
+ * await supervisor.stop();
+ * ```
+ */
+export class EndpointSupervisor {
+  /** Halted until the first launch. */
+  #phase: SupervisorPhase = SupervisorPhase.halted;
+  #run: Run | null = null;
+  #branch: SourceBranch | null = null;
+  #decision: EndpointDecision = { decision: 'from-scratch', reason: 'not started' };
+  #checkpoint: PipelineCheckpoint | null = null;
+  #error: { code: string; message: string } | null = null;
+  #loop: Promise<void> | null = null;
+  /** Ends the back-off wait early (halt, stop). */
+  #wake = new AbortController();
+
+  constructor(private readonly options: SupervisorOptions) {}
+
+  get phase(): SupervisorPhase {
+    return this.#phase;
+  }
+  /** The current (or last, when idle) run. */
+  get run(): Run | null {
+    return this.#run;
+  }
+  /** The source branch of the current run (also while retrying: the last one planned). */
+  get branch(): SourceBranch | null {
+    return this.#branch;
+  }
+  get decision(): EndpointDecision {
+    return this.#decision;
+  }
+  /** The checkpoint of the run's latest commit (where it started, before its first). */
+  get checkpoint(): PipelineCheckpoint | null {
+    return this.#checkpoint;
+  }
+  /** The last failure, while waiting to retry. */
+  get error(): { code: string; message: string } | null {
+    return this.#error;
+  }
+
+  /** Records a commit of the current run. */
+  committed(checkpoint: PipelineCheckpoint): void {
+    this.#checkpoint = checkpoint;
+  }
+
+  /** Plans and starts a run, and keeps supervising it. Rejects (phase `retrying`, supervised) when it fails. */
+  async launch(force: boolean): Promise<void> {
+    try {
+      await this.#launch(force);
+    } catch (err) {
+      if (this.#in(SupervisorPhase.launching)) this.#retryAfter(err);
+      throw err;
+    } finally {
+      this.#supervise();
+    }
+  }
+
+  /** Starts `launch` (planned by the caller, e.g. a rollback) on a halted supervisor, and supervises it. */
+  async resume(launch: Launch): Promise<void> {
+    if (this.#branch !== launch.branch) await this.#branch?.source.close();
+    this.#branch = launch.branch;
+    const run = await this.options.start(launch);
+    this.#adopt(run);
+    this.#supervise();
+  }
+
+  /** The halted supervisor's operator action failed: back to planning on its own after the back-off. */
+  resumeAfterFailure(err: unknown): void {
+    if (!this.#in(SupervisorPhase.halted)) return;
+    this.#retryAfter(err);
+    this.#supervise();
+  }
+
+  /** Stops the run and the supervision for an operator's action; `EndpointStoppedError` once stopped. */
+  async halt(): Promise<void> {
+    this.assertNotStopped();
+    this.#to(SupervisorPhase.halted);
+    await this.#quiesce();
+  }
+
+  async stop(): Promise<void> {
+    if (this.#in(SupervisorPhase.stopped)) return;
+    this.#to(SupervisorPhase.stopped);
+    await this.#quiesce();
+    await this.#branch?.source.close();
+    this.options.onStopped();
+  }
+
+  assertNotStopped(): void {
+    if (this.#in(SupervisorPhase.stopped)) throw new EndpointStoppedError(this.options.endpoint);
+  }
+
+  /** The phase now (a method, so that checks after an `await` are not narrowed away by the compiler). */
+  #in(phase: SupervisorPhase): boolean {
+    return this.#phase === phase;
+  }
+
+  #to(next: SupervisorPhase): void {
+    if (!TRANSITIONS[this.#phase].includes(next))
+      throw new SluiceError({
+        code: ErrorCode.INTERNAL,
+        message: `Endpoint supervisor of "${this.options.endpoint}": illegal move ${this.#phase} → ${next}`,
+      });
+    this.#phase = next;
+  }
+
+  /** Ends the run and waits for the supervision loop to leave (the phase already says why). */
+  async #quiesce(): Promise<void> {
+    this.#wake.abort();
+    await this.#endRun();
+    await this.#loop?.catch(() => {});
+    this.#loop = null;
+    this.#wake = new AbortController();
+  }
+
+  async #endRun(): Promise<void> {
+    const run = this.#run;
+    this.#run = null;
+    if (!run) return;
+    run.controller.abort();
+    await run.finished.catch(() => {});
+    await run.sink.close().catch(() => {});
+  }
+
+  async #launch(force: boolean): Promise<void> {
+    this.#to(SupervisorPhase.launching);
+    // The previous run's source goes first: a replication slot takes one reader at a time.
+    await this.#branch?.source.close();
+    this.#branch = null;
+    const launch = await this.options.prepare(force);
+    this.#branch = launch.branch;
+    if (!this.#in(SupervisorPhase.launching)) {
+      // Halted or stopped while planning: what was planned is dropped.
+      await launch.sink.close().catch(() => {});
+      throw new EndpointStoppedError(this.options.endpoint);
+    }
+    const run = await this.options.start(launch);
+    if (!this.#in(SupervisorPhase.launching)) {
+      this.#run = run;
+      await this.#endRun();
+      throw new EndpointStoppedError(this.options.endpoint);
+    }
+    this.#adopt(run);
+  }
+
+  #adopt(run: Run): void {
+    this.#run = run;
+    this.#decision = run.decision;
+    this.#checkpoint = run.checkpoint;
+    this.#error = null;
+    this.#to(SupervisorPhase.running);
+  }
+
+  #retryAfter(err: unknown): void {
+    this.#error = failureOf(err);
+    this.#to(SupervisorPhase.retrying);
+  }
+
+  /** Starts the supervision loop unless it runs (or there is nothing to supervise). */
+  #supervise(): void {
+    if (this.#loop !== null) return;
+    if (!this.#in(SupervisorPhase.running) && !this.#in(SupervisorPhase.retrying)) return;
+    const loop = this.#superviseLoop().finally(() => {
+      if (this.#loop === loop) this.#loop = null;
+    });
+    this.#loop = loop;
+  }
+
+  async #superviseLoop(): Promise<void> {
+    const { logger, endpoint } = this.options;
+    let backoff = this.options.retryMs;
+    for (;;) {
+      if (this.#in(SupervisorPhase.running)) {
+        const run = this.#run!;
+        try {
+          await run.finished;
+          if (this.#in(SupervisorPhase.running) && this.#run === run) this.#to(SupervisorPhase.idle);
+          return;
+        } catch (err) {
+          if (!this.#in(SupervisorPhase.running) || this.#run !== run) return;
+          this.#error = failureOf(err);
+          await this.#endRun();
+          if (SluiceError.hasCode(err, 'SOURCE_SCHEMA_CHANGED')) {
+            // The table changed in a way this generation cannot take: a new one, the old serving meanwhile.
+            logger.warn({ endpoint, err }, 'source schema changed; building a new generation');
+            try {
+              await this.#launch(true);
+              backoff = this.options.retryMs;
+              continue;
+            } catch (relaunch) {
+              if (!this.#in(SupervisorPhase.launching)) return;
+              this.#retryAfter(relaunch);
+            }
+          } else {
+            logger.error({ endpoint, err }, 'endpoint pipeline failed; retrying');
+            this.#to(SupervisorPhase.retrying);
+          }
+        }
+      }
+      if (!this.#in(SupervisorPhase.retrying)) return;
+      try {
+        await delay(backoff, undefined, { signal: this.#wake.signal });
+      } catch {
+        return;
+      }
+      if (!this.#in(SupervisorPhase.retrying)) return;
+      backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+      try {
+        await this.#launch(false);
+      } catch (err) {
+        if (!this.#in(SupervisorPhase.launching)) return;
+        this.#retryAfter(err);
+        logger.error({ endpoint, err }, 'endpoint pipeline could not restart; retrying');
+      }
+    }
+  }
+}
+
+function failureOf(err: unknown): { code: string; message: string } {
+  return { code: SluiceError.isInstance(err) ? err.code : 'INTERNAL', message: (err as Error).message };
+}
