@@ -123,6 +123,44 @@ describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
     late.kill();
   });
 
+  it('across a switch that changes the primary key: every old key is deleted, the subscriber holds exactly the new generation', async () => {
+    await using dir = await tempDir();
+    await using writer = await startFeedWriter(dir);
+    await using api = await startFeedApi(writer.root);
+    const sub = await SseConnection.open(feedUrl(api.url));
+    const live = await sub.waitForEvent((e) => e.event === 'live');
+    const blue = (live.data as { generation: string }).generation;
+    expect([...applyFeed(sub.events).keys()]).toContain('[1]');
+
+    // Green keys records by [category, id]: same ids 1..30 (some changed), 31..50 gone, 60..62 new.
+    const green = [
+      ...range(1, 20).map((id) => item(id, 1)),
+      ...range(21, 30).map((id) => item(id, 2)),
+      ...range(60, 62).map((id) => item(id, 3)),
+    ];
+    const greenName = await writer.run({ op: 'rebuild', records: green, primaryKey: ['category', 'id'] });
+    const switched = await sub.waitForEvent((e) => e.event === 'switch');
+    expect(switched.data).toEqual({ from: blue, to: greenName });
+    await sub.waitForEvent((e) => e.event === 'commit', { from: sub.events.indexOf(switched) });
+
+    const { records, cache } = await queryAll(api.url, 'items', {}, ['category', 'id']);
+    expect(cache).toBe(greenName);
+    expect(records.size).toBe(33);
+    const local = applyFeed(sub.events);
+    // No record survives under its old key ([id]); each is there once, under [category, id].
+    expect([...local.keys()].filter((key) => JSON.parse(key).length === 1)).toEqual([]);
+    expect(local).toEqual(records);
+
+    // The new generation's changes use the new key.
+    await writer.run({
+      op: 'commit',
+      ops: [upsert(item(70, 4)), { op: 'delete', key: [item(1, 1).category, 1] }],
+    });
+    await sub.waitForEvent((e) => e.event === 'commit', { from: sub.events.indexOf(switched), count: 2 });
+    expect(applyFeed(sub.events)).toEqual((await queryAll(api.url, 'items', {}, ['category', 'id'])).records);
+    sub.kill();
+  });
+
   it('a token older than retention gets reset {reason} and a snapshot; a forged or foreign token is 400', async () => {
     await using dir = await tempDir();
     await using writer = await startFeedWriter(dir, { retainRecords: 10 });

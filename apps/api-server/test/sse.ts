@@ -127,6 +127,7 @@ export async function queryAll(
   base: string,
   endpoint: string,
   filter: Record<string, unknown> = {},
+  primaryKey: readonly string[] = ['id'],
 ): Promise<{ records: Map<string, unknown>; cache: string | null }> {
   const records = new Map<string, unknown>();
   let after: string | null = null;
@@ -145,7 +146,8 @@ export async function queryAll(
     if (res.status !== 200) throw new Error(`query: HTTP ${res.status} ${await res.text()}`);
     cache = res.headers.get('sluice-cache');
     const page = (await res.json()) as { records: Array<Record<string, unknown>>; next: string | null };
-    for (const record of page.records) records.set(JSON.stringify([record.id]), record);
+    for (const record of page.records)
+      records.set(JSON.stringify(primaryKey.map((field) => record[field])), record);
     after = page.next;
   } while (after);
   return { records, cache };
