@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createClient } from '@sluice/client';
 import { parseConfigText } from '@sluice/core';
-import { tempDir, waitFor } from '@sluice/testkit';
+import { CHROMIUM_PATH, chromiumLaunchOptions, tempDir, waitFor } from '@sluice/testkit';
 import { type BrowserContext, chromium, type Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { startNodeProcess } from './harness.js';
@@ -20,17 +20,6 @@ import { startNodeProcess } from './harness.js';
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const BUILT = fileURLToPath(new URL('../dist/console/index.html', import.meta.url));
 const ARTIFACTS = fileURLToPath(new URL('../test-artifacts', import.meta.url));
-const CHROMIUM = '/usr/bin/chromium';
-const FLAGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 const TOKEN = 'console-test-token-0123456789';
 
 /** The quick start's endpoint, as examples/quickstart/sluice.yaml defines it, reading `source`. */
@@ -62,8 +51,7 @@ async function writeCities(path: string, count: number): Promise<void> {
 async function openBrowser(): Promise<{ context: BrowserContext; page: Page; close: () => Promise<void> }> {
   const profile = await tempDir('sluice-console-chromium-');
   const context = await chromium.launchPersistentContext(profile.path, {
-    executablePath: CHROMIUM,
-    args: FLAGS,
+    ...chromiumLaunchOptions(),
     headless: true,
     viewport: { width: 1366, height: 900 },
   });
@@ -97,7 +85,9 @@ async function screenshot(page: Page, name: string): Promise<void> {
 
 describe('the operator console in headless Chromium', () => {
   it('without control auth: lists the quick-start endpoint at once, live; the Nodes page', async () => {
-    expect(existsSync(CHROMIUM), 'chromium is installed (.ci/run: apt-get install -y chromium)').toBe(true);
+    expect(existsSync(CHROMIUM_PATH), 'chromium is installed (.ci/run: apt-get install -y chromium)').toBe(
+      true,
+    );
     expect(existsSync(BUILT), 'the console is built (pnpm build)').toBe(true);
     await using dir = await tempDir('sluice-console-open-');
     const source = join(dir.path, 'cities.jsonl');

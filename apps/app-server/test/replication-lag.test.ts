@@ -5,8 +5,14 @@
  * and after SIGCONT the endpoint catches up and both go back to about zero.
  */
 import { join } from 'node:path';
-import { type LogicalPostgresHandle, sleep, startLogicalPostgres, tempDir, waitFor } from '@sluice/testkit';
-import pg from 'pg';
+import {
+  type LogicalPostgresHandle,
+  sleep,
+  sql,
+  startLogicalPostgres,
+  tempDir,
+  waitFor,
+} from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, type NodeProcess, startNodeProcess } from './harness.js';
 
@@ -17,20 +23,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await server?.[Symbol.asyncDispose]();
 });
-
-async function sql<R extends pg.QueryResultRow>(
-  url: string,
-  text: string,
-  params: unknown[] = [],
-): Promise<R[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query<R>(text, params)).rows;
-  } finally {
-    await client.end();
-  }
-}
 
 interface Replication {
   slot: string;

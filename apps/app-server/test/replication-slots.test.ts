@@ -6,8 +6,14 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { type LogicalPostgresHandle, spawnTs, startLogicalPostgres, tempDir, waitFor } from '@sluice/testkit';
-import pg from 'pg';
+import {
+  type LogicalPostgresHandle,
+  spawnTs,
+  sql,
+  startLogicalPostgres,
+  tempDir,
+  waitFor,
+} from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BIN, call, type NodeProcess, type NodeSpec, startNodeProcess } from './harness.js';
 
@@ -18,20 +24,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await server?.[Symbol.asyncDispose]();
 });
-
-async function sql<R extends pg.QueryResultRow>(
-  url: string,
-  text: string,
-  params: unknown[] = [],
-): Promise<R[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query<R>(text, params)).rows;
-  } finally {
-    await client.end();
-  }
-}
 
 const slotNames = async (url: string) =>
   (

@@ -3,24 +3,13 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { tempDir } from '@sluice/testkit';
+import { CHROMIUM_PATH, chromiumLaunchOptions, tempDir } from '@sluice/testkit';
 import { chromium } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { item, startApi, startWriter } from './servers.js';
 
 /** The built ESM bundle: what a browser application imports (`pnpm build` runs before the tests). */
 const BUNDLE = fileURLToPath(new URL('../dist/index.js', import.meta.url));
-const CHROMIUM = '/usr/bin/chromium';
-const FLAGS = [
-  '--headless',
-  '--no-sandbox',
-  '--disable-gpu',
-  '--disable-quic',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-];
 
 const PAGE = (api: string) => `<!doctype html><html><body><script type="module">
 import { createClient, SluiceClientError } from '/client.js';
@@ -42,7 +31,9 @@ for await (const event of items.changes({ backoff: { initialMs: 50, maxMs: 500 }
 
 describe('@sluice/client in a browser page (headless Chromium)', () => {
   it('queries, pages and follows the change feed of a real api-server, cross-origin', async () => {
-    expect(existsSync(CHROMIUM), 'chromium is installed (.ci/run: apt-get install -y chromium)').toBe(true);
+    expect(existsSync(CHROMIUM_PATH), 'chromium is installed (.ci/run: apt-get install -y chromium)').toBe(
+      true,
+    );
     expect(existsSync(BUNDLE), 'the client is built (pnpm build)').toBe(true);
     await using dir = await tempDir();
     await using writer = await startWriter(
@@ -64,8 +55,7 @@ describe('@sluice/client in a browser page (headless Chromium)', () => {
     const profile = await tempDir('sluice-chromium-');
     // A fresh profile per run.
     const browser = await chromium.launchPersistentContext(profile.path, {
-      executablePath: CHROMIUM,
-      args: FLAGS,
+      ...chromiumLaunchOptions(),
       headless: true,
     });
     try {

@@ -1,3 +1,4 @@
+export { CHROMIUM_PATH, chromiumLaunchOptions } from './browser.js';
 export {
   type LogicalPostgresHandle,
   type LogicalPostgresOptions,
@@ -6,7 +7,7 @@ export {
 } from './logical-postgres.js';
 export { type NatsServerHandle, natsServerBinary, startNatsServer } from './nats.js';
 export { freeBasePort, freePort } from './ports.js';
-export { createTestDatabase, type TestDatabase, testPostgresUrl } from './postgres.js';
+export { createTestDatabase, sql, type TestDatabase, testPostgresUrl } from './postgres.js';
 export {
   type ChildHandle,
   type ExitInfo,

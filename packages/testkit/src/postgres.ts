@@ -59,3 +59,25 @@ export async function createTestDatabase(prefix = 'sluice_test'): Promise<TestDa
   };
   return { url: withDatabase(adminUrl, name), name, drop, [Symbol.asyncDispose]: drop };
 }
+
+/**
+ * Runs one statement on a fresh connection and returns its rows (test setup and assertions against a database).
+ *
+ * @example
+ * ```ts
+ * const [{ n }] = await sql<{ n: number }>(db.url, 'SELECT count(*)::int AS n FROM items');
+ * ```
+ */
+export async function sql<R extends pg.QueryResultRow = pg.QueryResultRow>(
+  url: string,
+  text: string,
+  params: unknown[] = [],
+): Promise<R[]> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query<R>(text, params)).rows;
+  } finally {
+    await client.end();
+  }
+}
