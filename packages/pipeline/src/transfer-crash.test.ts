@@ -155,6 +155,55 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
     }
   });
 
+  it('defect: an owner that finished the PostgreSQL sink but died before recording COMPLETED made the next owner rewrite every record', {
+    timeout: 120_000,
+  }, async () => {
+    // The chaos run's duplicate: the sink's finish deleted its committed checkpoint, the owner lost the transfer
+    // before the store recorded COMPLETED, and the next owner found "the sink has no committed checkpoint" and
+    // started from scratch — every row written a second time. The next owner must resume at the end instead.
+    await using dir = await tempDir();
+    await using db = await createTestDatabase('sluice_pipeline_finished');
+    const client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    try {
+      await client.query('CREATE TABLE dst (id integer PRIMARY KEY, name text, value integer)');
+      await client.query('CREATE TABLE dst_writes (id integer NOT NULL)');
+      await client.query(`CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN INSERT INTO dst_writes VALUES (NEW.id); RETURN NEW; END $$`);
+      await client.query(
+        'CREATE TRIGGER dst_counted AFTER INSERT OR UPDATE ON dst FOR EACH ROW EXECUTE FUNCTION count_write()',
+      );
+      const src = join(dir.path, 'in.jsonl');
+      await writeSource(src);
+      const input = {
+        request: request('finished-pg', src, { type: 'postgres', connection: 'wh', table: 'dst', key: 'id' }),
+        checkpointFile: join(dir.path, 'checkpoint.json'),
+        connections: { wh: { type: 'postgres', url: db.url } },
+        commitEveryRecords: 2_000,
+        fileChunkBytes: 16_384,
+      };
+      // The first owner runs the transfer to its end; it exits before anything records COMPLETED.
+      await using first = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 1 })]);
+      expect(await first.waitForLine(/^(DONE|FAILED) /, 90_000)).toMatch(/^DONE /);
+      // The next owner (a takeover: the next epoch, the same checkpoint) resumes where the sink ended.
+      await using next = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 2 })]);
+      const done = await next.waitForLine(/^(DONE|FAILED) /, 90_000);
+      expect(done).toMatch(/^DONE /);
+      expect(next.lines.filter((l) => l.startsWith('DECISION '))).toEqual([
+        expect.stringMatching(/^DECISION resume /),
+      ]);
+      // Its result still counts the whole transfer (the counts travel in the checkpoint).
+      expect(JSON.parse(done.slice(5))).toMatchObject({ recordsRead: RECORDS, recordsWritten: RECORDS });
+      const writes = await client.query(
+        'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes',
+      );
+      expect(writes.rows[0]).toEqual({ n: RECORDS, d: RECORDS });
+      expect((await client.query('SELECT count(*)::int AS n FROM dst')).rows[0].n).toBe(RECORDS);
+    } finally {
+      await client.end();
+    }
+  });
+
   it('jetstream sink', { timeout: 120_000 }, async () => {
     await using dir = await tempDir();
     await using nats = await startNatsServer();

@@ -143,8 +143,8 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
 }
 
 /**
- * Removes what the runs of a transfer staged outside its destination (a file sink's temp files), once the transfer
- * ended for good without finishing (FAILED or TERMINATED) and nothing will resume from it.
+ * Removes what the runs of a transfer kept for resuming (a file sink's temp files, a PostgreSQL sink's committed
+ * checkpoint), once its terminal state (COMPLETED, FAILED or TERMINATED) is recorded and nothing will resume from it.
  *
  * @example
  * ```ts
@@ -156,7 +156,8 @@ export async function discardTransferLeftovers(
   ctx: Pick<TransferContext, 'connections' | 'caches' | 'nats'>,
 ): Promise<void> {
   const parsed = parseOrThrow(TransferRequestSchema, request, 'Invalid transfer request');
-  if (parsed.destination.type !== 'file') return; // the other sinks stage nothing outside their destination
+  // A file sink keeps temp files, a PostgreSQL sink its committed checkpoint; the others keep nothing.
+  if (parsed.destination.type !== 'file' && parsed.destination.type !== 'postgres') return;
   const sourceKey = 'key' in parsed.source ? keyFields(parsed.source.key) : [];
   const sink = sinkFor(
     parsed.destination,

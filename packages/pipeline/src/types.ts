@@ -116,11 +116,17 @@ export interface PipelineSink {
   commit(checkpoint: PipelineCheckpoint): Promise<void>;
   /** A source has finished its snapshot and everything it read is committed. */
   snapshotDone?(sourceHandle: string, checkpoint: PipelineCheckpoint | null): Promise<void>;
-  /** Every source ended (transfers): make the result visible. */
+  /**
+   * Every source ended (transfers): make the result visible. What the sink committed for resuming stays until
+   * `discard`: an owner that dies before the store records COMPLETED leaves its successor a resume point at
+   * the end, so the successor writes nothing a second time.
+   */
   finish(): Promise<void>;
   /**
-   * The transfer ended for good without finishing (FAILED, TERMINATED): remove what this writer staged in any run
-   * (temp files); nothing will resume from it. Sinks that stage nothing outside their destination omit it.
+   * The transfer's terminal state (COMPLETED, FAILED, TERMINATED) is recorded in the store: remove what this writer
+   * kept in any run for resuming (temp files, committed checkpoints); nothing will resume from it. Never called
+   * before that record, and it never touches the fence: a stale owner is still refused. Sinks that keep nothing
+   * outside their destination omit it.
    */
   discard?(): Promise<void>;
   close(): Promise<void>;

@@ -46,7 +46,7 @@ export interface CoordinatorOptions {
   limits: CoordinatorLimits;
   policy: RequestPolicy;
   execute: TransferExecutor;
-  /** Removes what a transfer's runs staged outside its destination once it is FAILED or TERMINATED. */
+  /** Removes what a transfer's runs kept for resuming (temp files, sink checkpoints) once its terminal state is recorded. */
   discard?: (request: TransferRequest) => Promise<void>;
   metrics: NodeMetrics;
   logger: Logger;

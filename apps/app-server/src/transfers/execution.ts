@@ -165,8 +165,11 @@ async function execute(state: CoordinatorState, run: LocalRun, record: TransferR
       return;
     }
     run.dispatch({ type: 'finishing' });
-    if (await finish(state, run, 'COMPLETED', { result }))
+    if (await finish(state, run, 'COMPLETED', { result })) {
       logger.info({ transferId: id, epoch: run.epoch, result }, 'transfer completed');
+      // Only now: until COMPLETED is recorded, what the sink kept is the resume point of a successor.
+      await discard(state, record.request);
+    }
   } catch (err) {
     if ((run.phase as RunPhase) !== RunPhase.running) return; // already finishing (its own step failed and logged)
     if (run.stopReason !== null || SluiceError.hasCode(err, 'STALE_EPOCH')) {

@@ -51,6 +51,8 @@ export class FireAndForget {
           onProgress: () => {},
         });
         this.#o.logger.info({ transferId: request.id, result }, 'fire-and-forget transfer completed');
+        // Nothing resumes a fire-and-forget transfer: what its sink kept for resuming goes as well.
+        await this.#discard(request);
       } catch (err) {
         this.#o.logger.warn({ transferId: request.id, err }, 'fire-and-forget transfer did not complete');
         // Nothing resumes a fire-and-forget transfer: what it staged is garbage now.

@@ -47,6 +47,9 @@ export interface PostgresSinkOptions {
  * createPostgresSink({ handle: 't1.sink', url, table: 'orders_copy', key: ['id'], writerId: 't1' });
  * ```
  */
+/** A SQL string literal (a DO block takes no parameters). */
+const literal = (value: string) => `'${value.replaceAll("'", "''")}'`;
+
 export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
   let client: pg.Client | null = null;
   let key: string[] = options.key ?? [];
@@ -233,7 +236,28 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
       }
     },
     async finish() {
-      await fenced(`DELETE FROM ${SINK_CHECKPOINT_TABLE} WHERE writer = $1`, [writer]);
+      // Every row is committed already. The final checkpoint stays: until the store records the transfer as
+      // COMPLETED, an owner that dies here hands over a resume point at the end, and the next owner writes
+      // nothing again. Deleting it here made that owner start from scratch (docs/fencing.md § after the end).
+      // `discard` removes it once the terminal state is recorded.
+    },
+    async discard() {
+      // The transfer's terminal state is recorded in the store: nothing resumes from the checkpoint any more.
+      // The fence row stays, so a stale owner still running is refused wherever it writes.
+      const c = await connectPostgres(options.url);
+      try {
+        await c.query(
+          `DO $$ BEGIN
+             IF to_regclass('${SINK_CHECKPOINT_TABLE}') IS NOT NULL THEN
+               DELETE FROM ${SINK_CHECKPOINT_TABLE} WHERE writer = ${literal(writer)};
+             END IF;
+           END $$`,
+        );
+      } catch (err) {
+        throw fail('cannot remove the committed checkpoint', err);
+      } finally {
+        await c.end().catch(() => {});
+      }
     },
     async close() {
       const c = client;
