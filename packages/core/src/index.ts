@@ -277,6 +277,7 @@ export {
 } from './state-machine.js';
 export {
   BadRecordPolicy,
+  canFollow,
   PropertiesSchema,
   parseTransferRequest,
   requestHash,
