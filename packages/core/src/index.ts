@@ -278,6 +278,7 @@ export {
 } from './state-machine.js';
 export {
   BadRecordPolicy,
+  canFollow,
   PropertiesSchema,
   parseTransferRequest,
   requestHash,
