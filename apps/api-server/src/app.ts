@@ -126,7 +126,8 @@ export async function buildApp(options: BuildAppOptions) {
     routerOptions: { maxParamLength: 9_000 },
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
-    return503OnClosing: true,
+    // problemDetailsPlugin refuses requests reaching a closing server as problems (NODE_SHUTTING_DOWN).
+    return503OnClosing: false,
     forceCloseConnections: 'idle',
   }).withTypeProvider<ZodTypeProvider>();
 

@@ -28,6 +28,17 @@ describe('sluice-api-server command', () => {
     expect(check.output()).not.toContain('not-to-be-printed-secret');
   });
 
+  it('names a stray argument instead of "too many arguments", and exits 1 without starting', async () => {
+    await using dir = await tempDir('sluice-api-cli-');
+    const stray = spawnTs(API_BIN, ['serve'], { cwd: dir.path });
+    expect((await stray.exited).code).toBe(1);
+    expect(stray.output()).toContain(
+      "error: unexpected argument 'serve' (sluice-api-server takes options only)",
+    );
+    expect(stray.output()).not.toContain('too many arguments');
+    expect(stray.output()).toContain('Usage: sluice-api-server');
+  });
+
   it('logs one warning per key that moved (an old sluice.yaml still starts)', async () => {
     await using dir = await tempDir('sluice-api-cli-');
     const port = await freePort();

@@ -386,4 +386,11 @@ describe('app-server on embedded defaults', { timeout: 90_000 }, () => {
     expect(child.output()).toMatch(/CONFIG_INVALID/);
     expect(child.output()).toMatch(/node\.port/);
   });
+
+  it('names a mistyped command and the commands there are, and exits 1 without starting', async () => {
+    const child = spawnTs(BIN, ['slot'], { cwd: dir.path });
+    expect((await child.exited).code).toBe(1);
+    expect(child.output()).toContain("error: unknown command 'slot' (commands: slots)");
+    expect(child.output()).not.toContain('too many arguments');
+  });
 });

@@ -102,6 +102,7 @@ const PUBLIC_RUNTIME_EXPORTS = [
   'andFilters',
   'asSluiceError',
   'assertKnownAddressType',
+  'canFollow',
   'canTransition',
   'canonicalJson',
   'compareScalars',

@@ -236,6 +236,37 @@ describe('parseTransferRequest: invalid and hostile bodies', () => {
     expect(invalidPaths({ ...MINIMAL, properties: ['a'] })).toEqual(['properties']);
   });
 
+  it('options.follow only for a source that can follow: a replication PostgreSQL table or a following file', () => {
+    const pg = { type: 'postgres', connection: 'w', table: 'orders' };
+    const replication = { ...pg, capture: 'replication' };
+    const follow = { follow: true };
+    expect(invalidPaths({ ...MINIMAL, options: follow })).toEqual(['options.follow']);
+    expect(invalidPaths({ ...MINIMAL, source: pg, options: follow })).toEqual(['options.follow']);
+    expect(invalidPaths({ ...MINIMAL, source: { ...pg, capture: 'poll' }, options: follow })).toEqual([
+      'options.follow',
+    ]);
+    expect(
+      invalidPaths({
+        ...MINIMAL,
+        source: { type: 'jetstream', stream: 'S', subject: 's.>' },
+        options: follow,
+      }),
+    ).toEqual(['options.follow']);
+    const message = (
+      thrown(() => parseTransferRequest({ ...MINIMAL, options: follow })) as ValidationError
+    ).errors.find((e) => e.path === 'options.follow')?.message;
+    expect(message).toMatch(/capture "replication".*follow: true/);
+    expect(parseTransferRequest({ ...MINIMAL, source: replication, options: follow }).options.follow).toBe(
+      true,
+    );
+    expect(
+      parseTransferRequest({ ...MINIMAL, source: { ...SOURCE, follow: true }, options: follow }).options
+        .follow,
+    ).toBe(true);
+    // follow: false asks for nothing and is allowed everywhere.
+    expect(parseTransferRequest({ ...MINIMAL, options: { follow: false } }).options.follow).toBe(false);
+  });
+
   it('reports several failures at once', () => {
     expect(invalidPaths({ id: '', mode: 1, source: { type: 'file' }, destination: DESTINATION })).toEqual([
       'id',

@@ -1,5 +1,11 @@
 import { z } from 'zod';
-import { assertKnownAddressType, DestinationAddressSchema, SourceAddressSchema } from './addresses.js';
+import {
+  assertKnownAddressType,
+  DestinationAddressSchema,
+  postgresCapture,
+  type SourceAddress,
+  SourceAddressSchema,
+} from './addresses.js';
 import { IdempotencyKeyMismatchError, ValidationError } from './errors.js';
 import { hashJson, JsonScalarSchema, refuseProtoKey, SafeKeySchema } from './json.js';
 import { parseOrThrow } from './validation.js';
@@ -24,6 +30,12 @@ export const TransferOptionsSchema = z.strictObject({
   onBadRecord: z.enum(['skip', 'fail']).default('skip'),
   /** Records per checkpoint commit. */
   batchSize: z.number().int().min(1).max(100_000).optional(),
+  /**
+   * After the snapshot, keep applying the source's changes until the transfer is terminated (it never completes
+   * on its own). Only for a source that can follow: a PostgreSQL table with `capture: replication`, or a file with
+   * `follow: true`.
+   */
+  follow: z.boolean().optional(),
 });
 export type TransferOptions = z.output<typeof TransferOptionsSchema>;
 
@@ -32,16 +44,38 @@ export const PropertiesSchema = z
   .refine((p) => Object.keys(p).length <= 64, { message: 'at most 64 properties' });
 
 /** A transfer request as it arrives on the wire. */
-export const TransferRequestSchema = z.strictObject({
-  id: TransferIdSchema,
-  mode: z.enum(['idempotent', 'fire-and-forget']).default('idempotent'),
-  source: SourceAddressSchema,
-  destination: DestinationAddressSchema,
-  properties: refuseProtoKey(PropertiesSchema).default({}),
-  options: TransferOptionsSchema.default({ onBadRecord: 'skip' }),
-});
+export const TransferRequestSchema = z
+  .strictObject({
+    id: TransferIdSchema,
+    mode: z.enum(['idempotent', 'fire-and-forget']).default('idempotent'),
+    source: SourceAddressSchema,
+    destination: DestinationAddressSchema,
+    properties: refuseProtoKey(PropertiesSchema).default({}),
+    options: TransferOptionsSchema.default({ onBadRecord: 'skip' }),
+  })
+  .refine((request) => request.options.follow !== true || canFollow(request.source), {
+    message:
+      'follow needs a source that can follow: a PostgreSQL table with capture "replication", or a file with follow: true',
+    path: ['options', 'follow'],
+  });
 export type TransferRequest = z.output<typeof TransferRequestSchema>;
 export type TransferRequestInput = z.input<typeof TransferRequestSchema>;
+
+/**
+ * Whether a transfer from `source` can run with `options.follow`: a PostgreSQL source read by logical replication
+ * (it streams every change after its snapshot) or a file source that follows its growth.
+ *
+ * @example
+ * ```ts
+ * canFollow({ type: 'postgres', connection: 'db', table: 'orders', capture: 'replication' }); // true
+ * canFollow({ type: 'file', path: 'in.jsonl', format: 'jsonl' }); // false
+ * ```
+ */
+export function canFollow(source: SourceAddress): boolean {
+  if (source.type === 'postgres') return postgresCapture(source, 'transfer') === 'replication';
+  if (source.type === 'file') return source.follow === true;
+  return false;
+}
 
 /**
  * Parses a transfer request from an untrusted body, taking the id from an `Idempotency-Key` header when

@@ -151,7 +151,19 @@ export async function runCli<Loaded extends { config: unknown }, Flags extends C
     return options.load({ configPath, env: process.env, cwd: process.cwd() });
   };
   options.commands?.(program, configured);
+  // Extra words reach the action so they can be named: commander's own message for them is "too many
+  // arguments. Expected 0 arguments but got 1", which says nothing about a mistyped command.
+  program.allowExcessArguments(true);
   program.action(async () => {
+    const [extra] = program.args;
+    if (extra !== undefined) {
+      const known = program.commands.map((c) => c.name());
+      program.error(
+        known.length > 0
+          ? `error: unknown command '${extra}' (commands: ${known.join(', ')})`
+          : `error: unexpected argument '${extra}' (${name} takes options only)`,
+      );
+    }
     const flags = program.opts<Flags>();
     const loaded = await configured().catch(fail);
     if (flags.check) {

@@ -1,4 +1,10 @@
-import { NotFoundError, PROBLEM_CONTENT_TYPE, type SluiceError, toProblem } from '@sluice/core';
+import {
+  NotFoundError,
+  PROBLEM_CONTENT_TYPE,
+  ShuttingDownError,
+  type SluiceError,
+  toProblem,
+} from '@sluice/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { useJsonBodies } from './json-body.js';
@@ -74,6 +80,17 @@ function sendProblem(
 
 async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptions): Promise<void> {
   useJsonBodies(app, options.bodyLimit);
+  // A request that reaches a closing server (pipelined, or on a busy keep-alive connection) is refused as a
+  // problem like any other: fastify's own `return503OnClosing` answers with a body of its own shape, so the
+  // apps turn it off and this hook answers instead (fastify still adds `connection: close`).
+  let closing = false;
+  app.addHook('preClose', (done) => {
+    closing = true;
+    done();
+  });
+  app.addHook('onRequest', async () => {
+    if (closing) throw new ShuttingDownError();
+  });
   app.setErrorHandler((err, request, reply) => sendProblem(err, request, reply, options));
   app.setNotFoundHandler((request, reply) =>
     sendProblem(
@@ -93,11 +110,13 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
  * - every error, fastify's own included, answered as `application/problem+json` with a stable `code`, its status
  *   looked up from that code by core, and `instance` = the request path;
  * - unknown routes answered `404 NOT_FOUND` the same way;
- * - `www-authenticate: Bearer` on 401, `retry-after` where the error says when; 503 logged as a warning.
+ * - `www-authenticate: Bearer` on 401, `retry-after` where the error says when; 503 logged as a warning;
+ * - requests that arrive once the server is closing answered `503 NODE_SHUTTING_DOWN` (create the instance with
+ *   `return503OnClosing: false`, or fastify answers them first with a body of its own).
  *
  * @example
  * ```ts
- * const app = Fastify({ bodyLimit: config.limits.bodyBytes });
+ * const app = Fastify({ bodyLimit: config.limits.bodyBytes, return503OnClosing: false });
  * await app.register(problemDetailsPlugin, { bodyLimit: config.limits.bodyBytes });
  * app.get('/v1/things/:id', async () => { throw new NotFoundError('No such thing') });
  * ```

@@ -37,7 +37,8 @@ export async function buildTestApp(): Promise<{
   const app = Fastify({
     loggerInstance: logger as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
-    forceCloseConnections: true,
+    forceCloseConnections: 'idle',
+    return503OnClosing: false,
   });
   await app.register(problemDetailsPlugin, { bodyLimit: BODY_LIMIT });
   app.post('/echo', async (request) => ({
@@ -57,6 +58,10 @@ export async function buildTestApp(): Promise<{
   });
   app.get('/stopping', async () => {
     throw new ShuttingDownError();
+  });
+  app.get('/slow', async () => {
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    return { slow: true };
   });
   app.get('/bug', async () => {
     throw new Error('password=hunter2 leaked in a message');

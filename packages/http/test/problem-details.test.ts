@@ -3,6 +3,7 @@
  * socket for what only a real connection shows (headers on the wire, a streamed body over the limit).
  */
 import { request as httpRequest } from 'node:http';
+import { connect } from 'node:net';
 import { PROBLEM_CONTENT_TYPE } from '@sluice/core';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -197,5 +198,38 @@ describe('problemDetailsPlugin (real socket)', () => {
     expect(reply.status).toBe(413);
     expect(JSON.parse(reply.body)).toMatchObject({ code: 'PAYLOAD_TOO_LARGE', limitBytes: BODY_LIMIT });
     expect((await fetch(`${base}/nowhere`)).status).toBe(404);
+  });
+});
+
+describe('problemDetailsPlugin while the server closes', () => {
+  it('answers a request arriving on a busy keep-alive connection during close with 503 NODE_SHUTTING_DOWN as a problem', async () => {
+    const { app: closing } = await buildTestApp();
+    await closing.listen({ port: 0, host: '127.0.0.1' });
+    const address = closing.server.address();
+    if (address === null || typeof address === 'string') throw new Error('no port');
+    const socket = connect(address.port, '127.0.0.1');
+    let received = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => {
+      received += chunk;
+    });
+    const ended = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+    socket.write('GET /slow HTTP/1.1\r\nhost: x\r\nconnection: keep-alive\r\n\r\n');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    // The connection is busy with /slow, so closing keeps it; the next request on it arrives while closing.
+    const closed = closing.close();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    socket.write('GET /items HTTP/1.1\r\nhost: x\r\n\r\n');
+    await Promise.race([ended, new Promise((resolve) => setTimeout(resolve, 3_000))]);
+    socket.destroy();
+    await closed;
+    const responses = received.split(/(?=HTTP\/1\.1 )/);
+    expect(responses).toHaveLength(2);
+    expect(responses[0]).toMatch(/^HTTP\/1\.1 200 /);
+    expect(responses[1]).toMatch(/^HTTP\/1\.1 503 /);
+    expect(responses[1]).toMatch(/content-type: application\/problem\+json/i);
+    expect(responses[1]).toMatch(/connection: close/i);
+    const body = JSON.parse(responses[1]!.slice(responses[1]!.indexOf('\r\n\r\n') + 4));
+    expect(body).toMatchObject({ status: 503, code: 'NODE_SHUTTING_DOWN', instance: '/items' });
   });
 });

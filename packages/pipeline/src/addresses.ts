@@ -18,7 +18,7 @@ import { createPostgresSink } from './sinks/postgres.js';
 import { createFileSource } from './sources/file.js';
 import { createJetStreamSource } from './sources/jetstream.js';
 import { createPostgresSource } from './sources/postgres.js';
-import { defaultReplicationName } from './sources/replication/setup.js';
+import { defaultReplicationName, transferReplicationName } from './sources/replication/setup.js';
 import { createReplicationSource, type ReplicationSourceOptions } from './sources/replication/source.js';
 import type { PipelineSink, PipelineSource, SinkFence } from './types.js';
 
@@ -87,14 +87,18 @@ export function sourceFor(
         // Validated by core's schema: replication reads a table.
         const table = address.table!;
         const node = ctx.nodeId ?? 'local';
+        const role = options.role ?? 'transfer';
+        // An endpoint's slot is its node's; a transfer's belongs to the transfer, whichever node runs it.
+        const name =
+          role === 'transfer' ? transferReplicationName(handle) : defaultReplicationName(node, handle);
         return createReplicationSource({
           handle,
           url: postgresUrl(ctx, address.connection),
           table,
           ...(key.length > 0 ? { key } : {}),
-          slot: address.slot ?? defaultReplicationName(node, handle),
-          publication: address.publication ?? defaultReplicationName(node, handle),
-          owner: { node, handle, role: options.role ?? 'transfer' },
+          slot: address.slot ?? name,
+          publication: address.publication ?? name,
+          owner: { node, handle, role },
           ...(address.heartbeat !== undefined ? { heartbeat: address.heartbeat } : {}),
           ...(ctx.replication ?? {}),
         });

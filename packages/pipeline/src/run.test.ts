@@ -1,4 +1,4 @@
-import { writeFile } from 'node:fs/promises';
+import { appendFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type PipelineCheckpoint, StaleEpochError } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
@@ -148,7 +148,9 @@ describe('runPipeline', () => {
       commitEveryMs: 50,
     });
     await new Promise((r) => setTimeout(r, 100));
-    await writeFile(path, lines(0, 15));
+    // Appended, as a growing file grows: rewriting it (truncate, then write) let the follower see it shorter
+    // than what it had read, which is a truncation ("truncated below offset"), and the test flaked on that.
+    await appendFile(path, lines(10, 5));
     const deadline = Date.now() + 5_000;
     while (committed.length < 15 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     expect(committed).toHaveLength(15); // committed by the timer, not by the record count

@@ -21,6 +21,8 @@ export interface RunPipelineOptions {
   branches: SourceBranch[];
   sink: PipelineSink;
   mode: RunMode;
+  /** A transfer that follows its sources after their snapshots until aborted (`options.follow`). */
+  follow?: boolean;
   plan: RestartPlan;
   badRecords: BadRecordCollector;
   signal: AbortSignal;
@@ -216,7 +218,13 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
   const controller = new AbortController();
   const stopSources = () => controller.abort();
   signal.addEventListener('abort', stopSources, { once: true });
-  const readOptions = { signal: controller.signal, mode: options.mode, batchSize };
+  const follows = options.mode === 'endpoint' || options.follow === true;
+  const readOptions = {
+    signal: controller.signal,
+    mode: options.mode,
+    ...(options.follow === true ? { follow: true } : {}),
+    batchSize,
+  };
   const streams = branches.map((b) => b.source.read(positions[b.source.handle] ?? null, readOptions));
   const iterator = mergeSources(streams)[Symbol.asyncIterator]();
   const done = new Set<string>();
@@ -282,7 +290,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
         await sink.snapshotDone?.(branch.source.handle, lastCheckpoint);
         done.add(branch.source.handle);
         logger.info({ pipeline: options.name, source: branch.source.handle }, 'snapshot done');
-        if (done.size === branches.length && options.mode === 'endpoint') {
+        if (done.size === branches.length && follows) {
           progress.phase = 'streaming';
           report();
         }

@@ -11,6 +11,7 @@ import {
   PipelineCheckpointSchema,
   type PipelineProgress,
   parseOrThrow,
+  postgresCapture,
   silentLogger,
   type TransferRequest,
   TransferRequestSchema,
@@ -18,7 +19,7 @@ import {
   TransferTerminatedError,
   type WritableCacheCatalog,
 } from '@sluice/core';
-import { sinkFor, sourceFor } from './addresses.js';
+import { type ConnectionContext, sinkFor, sourceFor } from './addresses.js';
 import { BadRecordCollector, type BadRecordReport } from './bad-records.js';
 import { dagHash, decideRestart, type RestartPlan } from './dag.js';
 import { runPipeline } from './run.js';
@@ -43,6 +44,8 @@ export interface TransferContext {
   onDecision?: (plan: { decision: 'resume' | 'from-scratch'; reason: string }) => void;
   /** Read size of file sources (smaller = smaller batches; tests use it to stop mid-file). */
   fileChunkBytes?: number;
+  /** Tuning of a replication source (tests shorten the keepalive and the wait for a slot still in use). */
+  replication?: ConnectionContext['replication'];
 }
 
 /** What a transfer did, including up to 1000 bad-record reports (line / offset and reason). */
@@ -58,6 +61,9 @@ export interface TransferOutcome extends TransferResult {
  * plus checkpoint, then the checkpoint port) every `commitEveryRecords` records or `commitEveryMs` ms.
  * Started again with the same checkpoint port it resumes where the last commit left off when the DAG and
  * source allow it, and starts from scratch otherwise; either way each record reaches the destination once.
+ * With `options.follow` (a replication PostgreSQL source, a following file) it never completes: after the snapshot
+ * it applies the source's changes until `signal` aborts, then throws `TransferTerminatedError`. What a source or
+ * sink keeps for resuming (a replication slot, a sink checkpoint) stays until {@link discardTransferLeftovers}.
  *
  * @example
  * ```ts
@@ -72,11 +78,13 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
   const logger = ctx.logger ?? silentLogger;
   const started = Date.now();
   const sourceKey = 'key' in parsed.source ? keyFields(parsed.source.key) : [];
-  const connections = {
+  const connections: ConnectionContext = {
     connections: ctx.connections,
     ...(ctx.nats !== undefined ? { nats: ctx.nats } : {}),
+    ...(ctx.replication !== undefined ? { replication: ctx.replication } : {}),
   };
   const source = sourceFor(parsed.source, `${parsed.id}.source`, connections, {
+    role: 'transfer',
     ...(ctx.fileChunkBytes ? { chunkBytes: ctx.fileChunkBytes } : {}),
   });
   const sink = sinkFor(
@@ -112,6 +120,7 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
       branches,
       sink,
       mode: 'transfer',
+      ...(parsed.options.follow === true ? { follow: true } : {}),
       plan,
       badRecords,
       signal: ctx.signal,
@@ -144,7 +153,7 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
 
 /**
  * Removes what the runs of a transfer kept for resuming (a file sink's temp files, a PostgreSQL sink's committed
- * checkpoint), once its terminal state (COMPLETED, FAILED or TERMINATED) is recorded and nothing will resume from it.
+ * checkpoint, a replication source's slot and publication), once its terminal state (COMPLETED, FAILED or TERMINATED) is recorded and nothing will resume from it.
  *
  * @example
  * ```ts
@@ -153,19 +162,39 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
  */
 export async function discardTransferLeftovers(
   request: TransferRequest,
-  ctx: Pick<TransferContext, 'connections' | 'caches' | 'nats'>,
+  ctx: Pick<TransferContext, 'connections' | 'caches' | 'nats' | 'replication'>,
 ): Promise<void> {
   const parsed = parseOrThrow(TransferRequestSchema, request, 'Invalid transfer request');
-  // A file sink keeps temp files, a PostgreSQL sink its committed checkpoint; the others keep nothing.
-  if (parsed.destination.type !== 'file' && parsed.destination.type !== 'postgres') return;
-  const sourceKey = 'key' in parsed.source ? keyFields(parsed.source.key) : [];
-  const sink = sinkFor(
-    parsed.destination,
-    `${parsed.id}.sink`,
-    parsed.id,
-    { connections: ctx.connections, ...(ctx.nats !== undefined ? { nats: ctx.nats } : {}) },
-    sourceKey,
-  );
+  const connections: ConnectionContext = {
+    connections: ctx.connections,
+    ...(ctx.nats !== undefined ? { nats: ctx.nats } : {}),
+    ...(ctx.replication !== undefined ? { replication: ctx.replication } : {}),
+  };
+  // Both are tried, each failure reported: a slot left behind fills the source's disk.
+  const results = await Promise.allSettled([
+    discardSource(parsed, connections),
+    discardSink(parsed, connections),
+  ]);
+  for (const result of results) if (result.status === 'rejected') throw asSluiceError(result.reason);
+}
+
+/** A replication source keeps its slot and publication; the other sources keep nothing. */
+async function discardSource(request: TransferRequest, connections: ConnectionContext): Promise<void> {
+  if (request.source.type !== 'postgres' || postgresCapture(request.source, 'transfer') !== 'replication')
+    return;
+  const source = sourceFor(request.source, `${request.id}.source`, connections, { role: 'transfer' });
+  try {
+    await source.discard?.();
+  } finally {
+    await source.close();
+  }
+}
+
+/** A file sink keeps temp files, a PostgreSQL sink its committed checkpoint; the others keep nothing. */
+async function discardSink(request: TransferRequest, connections: ConnectionContext): Promise<void> {
+  if (request.destination.type !== 'file' && request.destination.type !== 'postgres') return;
+  const sourceKey = 'key' in request.source ? keyFields(request.source.key) : [];
+  const sink = sinkFor(request.destination, `${request.id}.sink`, request.id, connections, sourceKey);
   try {
     await sink.discard?.();
   } finally {

@@ -39,6 +39,11 @@ export type ResumeCheck = { ok: true } | { ok: false; reason: string };
 export interface ReadOptions {
   signal: AbortSignal;
   mode: RunMode;
+  /**
+   * A transfer that follows (`options.follow`): after its snapshot the source keeps delivering changes until the
+   * run is aborted, as an endpoint's does. Endpoints always follow.
+   */
+  follow?: boolean;
   /** Upper bound of operations in one batch. */
   batchSize: number;
 }
@@ -69,6 +74,11 @@ export interface PipelineSource {
   committed?(position: unknown): void;
   /** How far the source is ahead of what was read (records), when it can tell. */
   lag?(): number | null;
+  /**
+   * The transfer that read this source reached its terminal state (recorded in the store): remove what the source
+   * kept for resuming outside the process (a replication slot and its publication). Sources that keep nothing omit it.
+   */
+  discard?(): Promise<void>;
   close(): Promise<void>;
 }
 

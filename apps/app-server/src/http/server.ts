@@ -74,7 +74,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     loggerInstance: options.logger as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: options.bodyLimit,
-    return503OnClosing: true,
+    // problemDetailsPlugin refuses requests reaching a closing server as problems (NODE_SHUTTING_DOWN).
+    return503OnClosing: false,
     forceCloseConnections: 'idle',
   });
   app.setValidatorCompiler(validatorCompiler);

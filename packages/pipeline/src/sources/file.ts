@@ -129,7 +129,8 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
       };
     } else position = FilePositionSchema.parse(from);
 
-    const follow = options.follow === true && readOptions.mode === 'endpoint';
+    const follow =
+      options.follow === true && (readOptions.mode === 'endpoint' || readOptions.follow === true);
     let snapshotDone = false;
     for (;;) {
       const size = (await stat(options.path).catch(() => null))?.size;

@@ -1,8 +1,9 @@
 /**
  * A child process that runs one transfer (tests SIGKILL it mid-run). argv[2] = JSON
- * `{ request, checkpointFile, connections, commitEveryRecords, fileChunkBytes, nats, epoch?, ownerFile?, owner? }`
- * (`epoch`: the run's fencing epoch, default 1; a later run at a higher epoch fences earlier ones off).
- * Prints `COMMIT <epoch> <written>` after each commit and `DONE <json>` at the end.
+ * `{ request, checkpointFile, connections, commitEveryRecords, fileChunkBytes, nats, epoch?, ownerFile?, owner?,
+ * replication? }` (`epoch`: the run's fencing epoch, default 1; a later run at a higher epoch fences earlier ones
+ * off; `replication`: tuning of a replication source). Prints `COMMIT <epoch> <written>` after each commit,
+ * `PHASE <phase>` when the progress phase changes and `DONE <json>` at the end.
  */
 import { runTransfer } from '../transfer.js';
 import { fencedFileCheckpointPort, fileCheckpointPort } from './file-checkpoint.js';
@@ -26,6 +27,7 @@ port.save = async (checkpoint: unknown) => {
   process.stdout.write(`COMMIT ${c.epoch} ${sink?.written ?? 0}\n`);
 };
 const controller = new AbortController();
+let phase: string | null = null;
 try {
   const result = await runTransfer(input.request, {
     checkpoint: port,
@@ -35,6 +37,12 @@ try {
     commitEveryMs: 60_000,
     ...(input.fileChunkBytes ? { fileChunkBytes: input.fileChunkBytes } : {}),
     ...(input.nats ? { nats: input.nats } : {}),
+    ...(input.replication ? { replication: input.replication } : {}),
+    onProgress: (progress) => {
+      if (progress.phase === phase) return;
+      phase = progress.phase;
+      process.stdout.write(`PHASE ${phase}\n`);
+    },
     onDecision: (plan) => process.stdout.write(`DECISION ${plan.decision} ${plan.reason}\n`),
   });
   process.stdout.write(

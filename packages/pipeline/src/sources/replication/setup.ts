@@ -26,6 +26,26 @@ export function defaultReplicationName(nodeId: string, handle: string): string {
   return `${full.slice(0, 52)}_${hash}`;
 }
 
+/**
+ * The default replication slot and publication name of a transfer's source (`handle` = `<transfer id>.source`):
+ * `sluice_x_<handle>`, derived from the transfer alone — never from the node — so whichever node owns the transfer
+ * (a takeover, a resume) streams the same slot. Transfer ids allow upper case, `.`, `:` and `-`, which the slot
+ * alphabet does not: when lowering them loses anything (or the name is too long) a hash of the exact handle is
+ * appended, so two transfer ids never share a slot.
+ *
+ * @example
+ * ```ts
+ * transferReplicationName('copy_orders.source'); // 'sluice_x_copy_orders_source_…' ('.' was replaced: hashed)
+ * ```
+ */
+export function transferReplicationName(handle: string): string {
+  const lowered = handle.toLowerCase().replace(/[^a-z0-9_]/g, '_');
+  const full = `sluice_x_${lowered}`;
+  if (lowered === handle && full.length <= 63) return full;
+  const hash = createHash('sha256').update(handle).digest('hex').slice(0, 10);
+  return `${full.slice(0, 52)}_${hash}`;
+}
+
 /** A table's columns as the source reads them: name and type OID, in attribute order. */
 export type ColumnList = Array<[name: string, typeOid: number]>;
 

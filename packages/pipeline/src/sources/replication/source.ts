@@ -8,7 +8,7 @@ import { connectPostgres, quoteIdent } from '../../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceBatch, SourceItem } from '../../types.js';
 import { LagTracker, type ReplicationLag } from './lag.js';
 import { compareLsn, isLsn, maxLsn, normalizeLsn } from './lsn.js';
-import { markPublication, publicationComment, type SlotOwner } from './ownership.js';
+import { markPublication, parseOwnerComment, publicationComment, type SlotOwner } from './ownership.js';
 import {
   type ColumnList,
   checkReplicationPrerequisites,
@@ -19,6 +19,7 @@ import {
   ensurePublication,
   incompatibleColumns,
   slotState,
+  transferReplicationName,
 } from './setup.js';
 import { ReplicationStream } from './stream.js';
 
@@ -206,7 +207,10 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       if (owner !== undefined) {
         const ours =
           created ||
-          (publication === defaultReplicationName(owner.node, owner.handle) &&
+          (publication ===
+            (owner.role === 'transfer'
+              ? transferReplicationName(owner.handle)
+              : defaultReplicationName(owner.node, owner.handle)) &&
             (await publicationComment(client, publication)) === null);
         if (ours) await markPublication(client, publication, owner, slot);
       }
@@ -215,6 +219,8 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
 
   async function* read(from: unknown | null, readOptions: ReadOptions): AsyncGenerator<SourceItem> {
     const keys = (await prepare()).key;
+    // A transfer without `follow` copies the consistent snapshot and ends; an endpoint and a following transfer stream on.
+    const follows = readOptions.mode === 'endpoint' || readOptions.follow === true;
     let position: ReplicationPosition;
     let snapshot: pg.Client | null = null;
     if (from === null) {
@@ -263,20 +269,18 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         await release(client);
       }
       if (readOptions.signal.aborted) return;
-      if (readOptions.mode === 'transfer') {
-        // A transfer copies the consistent snapshot; nothing will stream from this slot.
-        await withClient((c) => dropSlot(c, slot, slotWaitMs));
-        yield { kind: 'snapshot-done', position };
-        return;
-      }
       if (position.catchUp === null) {
         position = { ...position, phase: 'stream', lastKey: null };
         yield { kind: 'snapshot-done', position };
       } else position = { ...position, phase: 'catch-up', lastKey: null };
     } else if (position.phase === 'stream') yield { kind: 'snapshot-done', position };
-    if (readOptions.mode === 'transfer') return;
+    // The slot stays until the transfer's terminal state is recorded (`discard`): an owner that dies before then
+    // hands its successor a resume point, where dropping it here would make the successor copy everything again.
+    if (position.phase === 'stream' && !follows) return;
 
-    yield* readStream(position, keys, readOptions);
+    // A snapshot resumed in a later session is consistent only once the stream passed `catchUp`: a transfer
+    // without `follow` streams that far, then ends.
+    yield* readStream(position, keys, readOptions, !follows);
   }
 
   async function* readSnapshot(
@@ -334,6 +338,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     start: ReplicationPosition,
     keys: string[],
     readOptions: ReadOptions,
+    untilCaughtUp: boolean,
   ): AsyncGenerator<SourceItem> {
     await waitForSlot(start.lsn);
     let position = start;
@@ -438,6 +443,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
             if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
               position = { ...position, phase: 'stream', catchUp: null };
               yield { kind: 'snapshot-done', position };
+              if (untilCaughtUp) return;
             } else {
               yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: unflushedSince !== null };
               unflushedSince = null;
@@ -529,7 +535,9 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
             if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
               position = { ...position, phase: 'stream', catchUp: null };
               yield batch(false, false);
+              txn = null;
               yield { kind: 'snapshot-done', position };
+              if (untilCaughtUp) return;
             } else yield batch(false, flush);
             txn = null;
             break;
@@ -590,8 +598,10 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
           throw new SourceError(`Replication slot ${slot} no longer exists (resume at ${lsn})`);
         if (state.activePid === null) return;
         if (Date.now() > deadline)
+          // Retryable: a transfer resumes later (the previous owner's walsender may still be winding down).
           throw new SourceError(
             `Replication slot ${slot} is in use by PostgreSQL backend ${state.activePid}; is another process streaming it?`,
+            { details: { slot, activePid: state.activePid, retryable: true } },
           );
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
@@ -619,6 +629,15 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       if (!parsed.success || parsed.data.phase === 'snapshot') return;
       lag.commit(parsed.data.lsn);
       stream?.confirm(parsed.data.lsn);
+    },
+    async discard() {
+      // The slot would hold WAL until the disk fills; the publication goes too when Sluice created it for this slot.
+      await withClient(async (client) => {
+        await dropSlot(client, slot, slotWaitMs);
+        const mark = parseOwnerComment(publication, await publicationComment(client, publication));
+        if (mark !== null && mark.slot === slot)
+          await client.query(`DROP PUBLICATION IF EXISTS ${quoteIdent(publication)}`);
+      });
     },
     replicationLag: (): ReplicationLag | null => lag.lag(),
     committedLsn: () => lag.committedLsn(),

@@ -1,0 +1,364 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type PipelineProgress, SluiceError, type TransferRequest } from '@sluice/core';
+import {
+  type LogicalPostgresHandle,
+  spawnTs,
+  sql,
+  startLogicalPostgres,
+  tempDir,
+  waitFor,
+} from '@sluice/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { compareLsn } from './sources/replication/lsn.js';
+import { transferReplicationName } from './sources/replication/setup.js';
+import { memoryCheckpointPort } from './testing/file-checkpoint.js';
+import { discardTransferLeftovers, runTransfer } from './transfer.js';
+
+const CHILD = fileURLToPath(new URL('./testing/transfer-child.ts', import.meta.url));
+
+let server: LogicalPostgresHandle;
+beforeAll(async () => {
+  server = await startLogicalPostgres();
+});
+afterAll(async () => {
+  await server?.[Symbol.asyncDispose]();
+});
+
+const REPLICATION = { keepaliveMs: 200, slotWaitMs: 10_000 };
+
+/**
+ * `items` (the source) and `dst` (the destination) in a fresh database. Every committed physical write into `dst`
+ * (insert, update, delete) leaves a row in `dst_writes` with the writing transaction's xid and the row's `tag`
+ * (which source transaction wrote it): a replayed change shows there even where `dst` itself (keyed) would not.
+ * With `sourceChanges`, every change of `items` from now on leaves a row in `src_changes`.
+ */
+async function database(rows: number, sourceChanges = false): Promise<string> {
+  const url = await server.createDatabase('transfer_cdc');
+  await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, tag int NOT NULL DEFAULT 0)');
+  if (rows > 0) await sql(url, `INSERT INTO items SELECT i, i % 10, 0 FROM generate_series(1, ${rows}) i`);
+  await sql(url, 'CREATE TABLE dst (id int PRIMARY KEY, v int NOT NULL, tag int NOT NULL)');
+  await sql(url, 'CREATE TABLE dst_writes (id int NOT NULL, op text NOT NULL, tag int, xid bigint NOT NULL)');
+  await sql(
+    url,
+    `CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+       IF TG_OP = 'DELETE' THEN INSERT INTO dst_writes VALUES (OLD.id, TG_OP, NULL, txid_current());
+       ELSE INSERT INTO dst_writes VALUES (NEW.id, TG_OP, NEW.tag, txid_current()); END IF;
+       RETURN NULL; END $$`,
+  );
+  await sql(
+    url,
+    'CREATE TRIGGER dst_counted AFTER INSERT OR UPDATE OR DELETE ON dst FOR EACH ROW EXECUTE FUNCTION count_write()',
+  );
+  if (sourceChanges) {
+    await sql(url, 'CREATE TABLE src_changes (id int NOT NULL, op text NOT NULL)');
+    await sql(
+      url,
+      `CREATE FUNCTION count_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+         INSERT INTO src_changes VALUES (CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END, TG_OP);
+         RETURN NULL; END $$`,
+    );
+    await sql(
+      url,
+      'CREATE TRIGGER items_counted AFTER INSERT OR UPDATE OR DELETE ON items FOR EACH ROW EXECUTE FUNCTION count_change()',
+    );
+  }
+  return url;
+}
+
+function request(id: string, options: Record<string, unknown> = {}): TransferRequest {
+  return {
+    id,
+    mode: 'idempotent',
+    source: { type: 'postgres', connection: 'db', table: 'items', capture: 'replication' },
+    destination: { type: 'postgres', connection: 'db', table: 'dst', key: 'id' },
+    properties: {},
+    options: { onBadRecord: 'skip', ...options },
+  } as TransferRequest;
+}
+
+const rowsOf = async (url: string, table: string) =>
+  (await sql<{ row: string }>(url, `SELECT row_to_json(t)::text AS row FROM ${table} t ORDER BY id`)).map(
+    (r) => r.row,
+  );
+
+/** The slots of the database whose names a transfer would use, and the publications beside them. */
+async function leftovers(url: string) {
+  const slots = await sql<{ name: string }>(
+    url,
+    `SELECT slot_name AS name FROM pg_replication_slots WHERE starts_with(slot_name, 'sluice_x_') ORDER BY 1`,
+  );
+  const publications = await sql<{ name: string }>(
+    url,
+    `SELECT pubname AS name FROM pg_publication WHERE starts_with(pubname, 'sluice_x_') ORDER BY 1`,
+  );
+  return { slots: slots.map((s) => s.name), publications: publications.map((p) => p.name) };
+}
+
+async function waitMirrored(url: string, what: string) {
+  await waitFor(
+    async () => JSON.stringify(await rowsOf(url, 'items')) === JSON.stringify(await rowsOf(url, 'dst')),
+    { timeoutMs: 30_000, what },
+  );
+}
+
+describe('PostgreSQL replication as a transfer source (issue 16)', () => {
+  it('without follow: copies the snapshot and completes; a successor resumes at the end writing nothing; discard drops the slot and publication', {
+    timeout: 60_000,
+  }, async () => {
+    const url = await database(3_000);
+    const connections = { db: { type: 'postgres' as const, url } };
+    const shared = { value: null, epoch: 0 };
+    const slot = transferReplicationName('snap-1.source');
+    const result = await runTransfer(request('snap-1', { batchSize: 500 }), {
+      checkpoint: memoryCheckpointPort({ shared, epoch: 1 }),
+      connections,
+      signal: new AbortController().signal,
+      replication: REPLICATION,
+    });
+    expect(result).toMatchObject({ recordsRead: 3_000, recordsWritten: 3_000, decision: 'from-scratch' });
+    expect(await rowsOf(url, 'dst')).toEqual(await rowsOf(url, 'items'));
+    // Until the terminal state is recorded the slot is the resume point of a successor (an owner that died
+    // before COMPLETED was recorded): it resumes at the end of the snapshot and writes nothing again.
+    expect(await leftovers(url)).toEqual({ slots: [slot], publications: [slot] });
+    const again = await runTransfer(request('snap-1', { batchSize: 500 }), {
+      checkpoint: memoryCheckpointPort({ shared, epoch: 2 }),
+      connections,
+      signal: new AbortController().signal,
+      replication: REPLICATION,
+    });
+    expect(again).toMatchObject({ decision: 'resume', recordsWritten: 3_000 });
+    expect(await sql(url, 'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes')).toEqual(
+      [{ n: 3_000, d: 3_000 }],
+    );
+    // COMPLETED recorded: the slot (which would hold WAL until the disk fills) and its publication go.
+    await discardTransferLeftovers(request('snap-1'), { connections, replication: REPLICATION });
+    expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+  });
+
+  it('with follow: streams inserts, updates and deletes after the snapshot, each source transaction in one sink transaction; confirms only committed LSNs; terminate stops it and discard drops the slot', {
+    timeout: 90_000,
+  }, async () => {
+    const url = await database(500);
+    const connections = { db: { type: 'postgres' as const, url } };
+    const controller = new AbortController();
+    const phases: PipelineProgress['phase'][] = [];
+    const slot = transferReplicationName('follow-1.source');
+    // batchSize 10: a 60-row source transaction arrives in several open batches, none of which may be committed alone.
+    const run = runTransfer(request('follow-1', { batchSize: 10, follow: true }), {
+      checkpoint: memoryCheckpointPort(),
+      connections,
+      signal: controller.signal,
+      replication: REPLICATION,
+      commitEveryMs: 50,
+      onProgress: (p) => {
+        if (phases.at(-1) !== p.phase) phases.push(p.phase);
+      },
+    });
+    const failed = run.then(
+      () => null,
+      (err: unknown) => err,
+    );
+    await waitFor(() => phases.includes('streaming'), { timeoutMs: 30_000, what: 'streaming' });
+    expect(await rowsOf(url, 'dst')).toEqual(await rowsOf(url, 'items'));
+
+    // Each destination write now takes 100 ms: a slot confirmed before the sink commit would show in the samples.
+    await sql(
+      url,
+      `CREATE FUNCTION slow_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.1); RETURN NULL; END $$`,
+    );
+    await sql(
+      url,
+      'CREATE TRIGGER dst_slow AFTER INSERT OR UPDATE OR DELETE ON dst FOR EACH STATEMENT EXECUTE FUNCTION slow_write()',
+    );
+    // The slot is confirmed only up to what the sink committed (its checkpoint row holds the LSN).
+    let samples = 0;
+    const sampling = (async () => {
+      while (!controller.signal.aborted && samples < 1_000) {
+        const confirmed = (
+          await sql<{ lsn: string | null }>(
+            url,
+            'SELECT confirmed_flush_lsn::text AS lsn FROM pg_replication_slots WHERE slot_name = $1',
+            [slot],
+          )
+        )[0]?.lsn;
+        const committed = (
+          await sql<{ lsn: string | null }>(
+            url,
+            `SELECT checkpoint->'positions'->'follow-1.source'->>'lsn' AS lsn FROM sluice_sink_checkpoints`,
+          )
+        )[0]?.lsn;
+        if (confirmed && committed) {
+          expect(compareLsn(confirmed, committed)).toBeLessThanOrEqual(0);
+          samples++;
+        }
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    })();
+
+    const txn = async (statements: string[]) => {
+      await sql(url, `DO $$ BEGIN ${statements.join('; ')}; END $$`);
+    };
+    await txn(['INSERT INTO items SELECT i, 7, 1 FROM generate_series(1001, 1060) i']);
+    await txn(['UPDATE items SET v = v + 100, tag = 2 WHERE id <= 45']);
+    await txn([
+      'DELETE FROM items WHERE id BETWEEN 46 AND 60',
+      'UPDATE items SET tag = 3 WHERE id BETWEEN 61 AND 72',
+    ]);
+    for (let t = 4; t < 14; t++)
+      await txn([`UPDATE items SET v = v + 1, tag = ${t} WHERE id % 13 = ${t - 4}`]);
+    await waitMirrored(url, 'the changes mirrored');
+    controller.abort();
+    await sampling;
+    expect(samples).toBeGreaterThan(0);
+
+    // Each source transaction's rows were written by exactly one destination transaction.
+    const byTag = await sql<{ tag: number; writes: number; xids: number }>(
+      url,
+      `SELECT tag, count(*)::int AS writes, count(DISTINCT xid)::int AS xids FROM dst_writes
+        WHERE tag > 0 AND op <> 'DELETE' GROUP BY tag ORDER BY tag`,
+    );
+    const expected = [
+      { tag: 1, writes: 60, xids: 1 },
+      { tag: 2, writes: 45, xids: 1 },
+      { tag: 3, writes: 12, xids: 1 },
+    ];
+    for (let t = 4; t < 14; t++) {
+      const [row] = await sql<{ n: number }>(url, `SELECT count(*)::int AS n FROM items WHERE tag = ${t}`);
+      expected.push({ tag: t, writes: row!.n, xids: 1 });
+    }
+    expect(byTag).toEqual(expected);
+    // The deletes deleted (once each), in the same destination transaction as the updates of their source one.
+    const deletes = await sql<{ n: number; d: number; xids: number }>(
+      url,
+      `SELECT count(*)::int AS n, count(DISTINCT id)::int AS d, count(DISTINCT xid)::int AS xids FROM dst_writes WHERE op = 'DELETE'`,
+    );
+    expect(deletes).toEqual([{ n: 15, d: 15, xids: 1 }]);
+    const [sameXid] = await sql<{ same: boolean }>(
+      url,
+      `SELECT (SELECT xid FROM dst_writes WHERE op = 'DELETE' LIMIT 1) = (SELECT xid FROM dst_writes WHERE tag = 3 LIMIT 1) AS same`,
+    );
+    expect(sameXid?.same).toBe(true);
+
+    // Terminate: the run ends as terminated, in phase stopped after streaming; discard drops the slot.
+    const err = await failed;
+    expect(SluiceError.hasCode(err, 'TRANSFER_TERMINATED')).toBe(true);
+    expect(phases).toEqual(['snapshotting', 'streaming', 'stopped']);
+    expect(await leftovers(url)).toEqual({ slots: [slot], publications: [slot] });
+    await discardTransferLeftovers(request('follow-1', { follow: true }), {
+      connections,
+      replication: REPLICATION,
+    });
+    expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+  });
+
+  it('with follow: an owner SIGKILLed mid-stream is resumed by the next one from the committed LSN, and every change is applied exactly once', {
+    timeout: 120_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const url = await database(300, true);
+    const connections = { db: { type: 'postgres' as const, url } };
+    const input = {
+      request: request('crash-follow', { batchSize: 20, follow: true }),
+      checkpointFile: join(dir.path, 'checkpoint.json'),
+      connections,
+      commitEveryRecords: 20,
+      replication: REPLICATION,
+    };
+    const streamed = async () => {
+      const raw = await readFile(input.checkpointFile, 'utf8').catch(() => null);
+      if (raw === null) return false;
+      // The file port stores `{ epoch, checkpoint }`.
+      const stored = JSON.parse(raw) as {
+        checkpoint: { positions: Record<string, { phase?: string }> } | null;
+      };
+      return stored.checkpoint?.positions['crash-follow.source']?.phase === 'stream';
+    };
+
+    // A writer of source transactions: each updates three rows, inserts one and deletes one (several rows per
+    // transaction, so a replayed or split one shows in the per-key counts).
+    let next = 1_000;
+    let stop = false;
+    let written = 0;
+    const live = Array.from({ length: 300 }, (_, i) => i + 1);
+    let writer: Promise<void> = Promise.resolve();
+    const startWriter = () =>
+      (writer = (async () => {
+        while (!stop) {
+          const pick = () => live[Math.floor(Math.random() * live.length)]!;
+          const updates = [pick(), pick(), pick()];
+          const removed = live.splice(Math.floor(Math.random() * live.length), 1)[0]!;
+          const added = next++;
+          live.push(added);
+          await sql(
+            url,
+            `DO $$ BEGIN
+             UPDATE items SET v = v + 1, tag = ${added} WHERE id IN (${updates.join(', ')});
+             INSERT INTO items VALUES (${added}, 0, ${added});
+             DELETE FROM items WHERE id = ${removed};
+           END $$`,
+          );
+          written++;
+          await new Promise((r) => setTimeout(r, 3));
+        }
+      })());
+
+    try {
+      {
+        await using first = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 1 })]);
+        await waitFor(streamed, { timeoutMs: 30_000, what: 'the first owner streaming' });
+        // Changes start only once the snapshot is committed: then everything after it reaches the sink by the stream.
+        startWriter();
+        const before = first.lines.filter((l) => l.startsWith('COMMIT ')).length;
+        await waitFor(() => first.lines.filter((l) => l.startsWith('COMMIT ')).length >= before + 5, {
+          timeoutMs: 30_000,
+          what: 'stream commits',
+        });
+        await new Promise((r) => setTimeout(r, Math.floor(Math.random() * 20)));
+        first.kill('SIGKILL');
+        expect((await first.exited).signal).toBe('SIGKILL');
+        expect(first.lines.filter((l) => /^(DONE|FAILED) /.test(l))).toEqual([]);
+      }
+      const atKill = written;
+      // The source keeps changing while nobody owns the transfer.
+      await waitFor(() => written >= atKill + 20, { timeoutMs: 30_000, what: 'changes while down' });
+      await using second = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 2 })]);
+      await second.waitForLine(/^DECISION /, 30_000);
+      expect(second.lines.filter((l) => l.startsWith('DECISION '))).toEqual([
+        expect.stringMatching(/^DECISION resume /),
+      ]);
+      await waitFor(() => written >= atKill + 60, { timeoutMs: 30_000, what: 'changes after the resume' });
+      stop = true;
+      await writer;
+      await waitMirrored(url, 'the resumed owner mirrored every change');
+      expect(second.lines.filter((l) => /^(DONE|FAILED) /.test(l))).toEqual([]);
+      // One slot, named from the transfer id: both owners streamed the same one.
+      expect((await leftovers(url)).slots).toEqual([transferReplicationName('crash-follow.source')]);
+
+      // Exactly once: per key, the destination's physical writes are the snapshot's one (initial rows) plus one per
+      // source change.
+      const mismatches = await sql(
+        url,
+        `WITH expected AS (
+           SELECT id, count(*) AS n FROM (
+             SELECT id FROM generate_series(1, 300) id UNION ALL SELECT id FROM src_changes) e GROUP BY id),
+         actual AS (SELECT id, count(*) AS n FROM dst_writes GROUP BY id)
+         SELECT coalesce(e.id, a.id) AS id, e.n AS expected, a.n AS actual
+           FROM expected e FULL JOIN actual a ON a.id = e.id
+          WHERE e.n IS DISTINCT FROM a.n ORDER BY 1 LIMIT 10`,
+      );
+      expect(mismatches).toEqual([]);
+      const [changed] = await sql<{ changes: number }>(
+        url,
+        'SELECT count(*)::int AS changes FROM src_changes',
+      );
+      expect(changed!.changes).toBeGreaterThanOrEqual(written * 3);
+    } finally {
+      stop = true;
+      await writer.catch(() => {});
+    }
+    await discardTransferLeftovers(input.request, { connections, replication: REPLICATION });
+    expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+  });
+});
