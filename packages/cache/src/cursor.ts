@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { CursorExpiredError, InvalidQueryError } from '@sluice/core';
 import { z } from 'zod';
 
@@ -66,7 +66,8 @@ export function filterSignature(filter: unknown): string {
 
 export function valueHash(value: unknown): string {
   const text = typeof value === 'string' ? value : JSON.stringify(value);
-  return createHash('sha256').update(text).digest('base64url').slice(0, 22);
+  // One-shot hashing: a Hash object per call cost ~4× as much, on every page that has a `next`.
+  return hash('sha256', text, 'base64url').slice(0, 22);
 }
 
 function abbreviate(value: unknown): { value: unknown; abbreviated: boolean } {

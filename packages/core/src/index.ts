@@ -267,6 +267,7 @@ export {
   type SortDirection,
   type WireQuery,
 } from './query.js';
+export { type ShapedWireQuery, shapedFilter, shapedWireQuery } from './shaped-query.js';
 export {
   ACTIVE_STATES,
   ALL_STATES,

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { FORBIDDEN_KEYS, type JsonScalar, JsonScalarSchema, refuseProtoKey } from './json.js';
+import { shapedWireQuery } from './shaped-query.js';
 import { parseQueryOrThrow } from './validation.js';
 
 /** Limits applied to every query; the api-server takes them from configuration. */
@@ -210,7 +211,10 @@ function parsersFor(limits: QueryLimits) {
  * ```
  */
 export function parseQuery(input: unknown, limits: QueryLimits = DEFAULT_QUERY_LIMITS): Query {
-  const wire = parseQueryOrThrow(parsersFor(limits).query, input ?? {});
+  // The hand-written check accepts what the schema accepts, at a fraction of its cost; the rest (every
+  // invalid query included) goes through the schema, which names the failing path.
+  const wire =
+    shapedWireQuery(input ?? {}, limits) ?? parseQueryOrThrow(parsersFor(limits).query, input ?? {});
   return {
     filter: (wire.$filter ?? {}) as Filter,
     orderBy: Object.entries(wire.$order_by ?? {}).map(([field, direction]) => ({ field, direction })),
