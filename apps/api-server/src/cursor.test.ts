@@ -1,16 +1,6 @@
-import { SluiceError } from '@sluice/core';
+import { expectSluiceError } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { unwrapCursor, wrapCursor } from './cursor.js';
-
-function codeOf(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (err) {
-    if (SluiceError.isInstance(err)) return `${err.code}/${err.status}`;
-    throw err;
-  }
-  return 'none';
-}
 
 describe('generation-bound cursors', () => {
   it('round-trips on the generation that issued it', () => {
@@ -21,12 +11,12 @@ describe('generation-bound cursors', () => {
 
   it('refuses a cursor of another generation with 410 CURSOR_EXPIRED', () => {
     const cursor = wrapCursor('items-0001', 'xyz')!;
-    expect(codeOf(() => unwrapCursor(cursor, 'items-0002'))).toBe('CURSOR_EXPIRED/410');
+    expect(expectSluiceError(() => unwrapCursor(cursor, 'items-0002'), 'CURSOR_EXPIRED').status).toBe(410);
   });
 
   it('refuses foreign strings with 400 INVALID_QUERY', () => {
-    expect(codeOf(() => unwrapCursor('garbage', 'items-0001'))).toBe('INVALID_QUERY/400');
-    expect(codeOf(() => unwrapCursor('.x', 'items-0001'))).toBe('INVALID_QUERY/400');
-    expect(codeOf(() => unwrapCursor('a+b.x', 'items-0001'))).toBe('INVALID_QUERY/400');
+    expect(expectSluiceError(() => unwrapCursor('garbage', 'items-0001'), 'INVALID_QUERY').status).toBe(400);
+    expect(expectSluiceError(() => unwrapCursor('.x', 'items-0001'), 'INVALID_QUERY').status).toBe(400);
+    expect(expectSluiceError(() => unwrapCursor('a+b.x', 'items-0001'), 'INVALID_QUERY').status).toBe(400);
   });
 });

@@ -1,3 +1,4 @@
+import { strictEqual } from 'node:assert';
 import { writeFile } from 'node:fs/promises';
 import { Agent, request as httpRequest } from 'node:http';
 import { join } from 'node:path';
@@ -7,6 +8,17 @@ import YAML from 'yaml';
 
 export const API_BIN = fileURLToPath(new URL('../src/bin.ts', import.meta.url));
 export const WRITER = fileURLToPath(new URL('./fixtures/writer.ts', import.meta.url));
+
+/**
+ * Writes one generation of the `items` endpoint under `root` with the writer child process (rows `start` to
+ * `start + count - 1`) and returns the generation's name; fails when the writer exits non-zero.
+ */
+export async function writeGeneration(root: string, start: number, count: number): Promise<string> {
+  const child = spawnTs(WRITER, ['--root', root, '--count', String(count), '--start', String(start)]);
+  const line = await child.waitForLine(/^GEN \d+ /, 60_000);
+  strictEqual((await child.exited).code, 0, 'the writer exits 0');
+  return line.split(' ')[2]!;
+}
 
 export interface SpawnedApiServer extends AsyncDisposable {
   readonly url: string;

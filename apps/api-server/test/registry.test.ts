@@ -5,22 +5,15 @@
 import { createSingleNodeBackplane } from '@sluice/backplane';
 import { openCacheManager } from '@sluice/cache';
 import { aliasRedirected } from '@sluice/core';
-import { spawnTs, tempDir, waitFor } from '@sluice/testkit';
+import { tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { EndpointRegistry } from '../src/registry.js';
-import { WRITER } from './helpers.js';
-
-async function writeGeneration(root: string, start: number): Promise<string> {
-  const child = spawnTs(WRITER, ['--root', root, '--count', '50', '--start', String(start)]);
-  const line = await child.waitForLine(/^GEN \d+ /, 60_000);
-  expect((await child.exited).code).toBe(0);
-  return line.split(' ')[2]!;
-}
+import { writeGeneration } from './helpers.js';
 
 describe('EndpointRegistry', () => {
   it('swaps on an event, keeps the old generation open for leases in flight, ignores stale events', async () => {
     await using dir = await tempDir('sluice-registry-');
-    const blue = await writeGeneration(dir.path, 1);
+    const blue = await writeGeneration(dir.path, 1, 50);
     await using manager = await openCacheManager(dir.path, { readOnly: true });
     await using events = createSingleNodeBackplane();
     const switches: string[] = [];
@@ -38,7 +31,7 @@ describe('EndpointRegistry', () => {
     expect(switches).toEqual([`initial:${blue}`]);
 
     const lease = registry.acquire('items');
-    const green = await writeGeneration(dir.path, 2);
+    const green = await writeGeneration(dir.path, 2, 50);
     const entry = manager.resolveAlias('items')!;
     expect(entry.cache).toBe(green);
     // Events are connected, so the table watch is idle: nothing moves until the event arrives.
@@ -87,7 +80,7 @@ describe('EndpointRegistry', () => {
 
   it('reconciles a moved alias without any event on reconcile()', async () => {
     await using dir = await tempDir('sluice-registry-');
-    const blue = await writeGeneration(dir.path, 1);
+    const blue = await writeGeneration(dir.path, 1, 50);
     await using manager = await openCacheManager(dir.path, { readOnly: true });
     await using events = createSingleNodeBackplane();
     await using registry = await EndpointRegistry.start({
@@ -97,7 +90,7 @@ describe('EndpointRegistry', () => {
       reconcileMs: 600_000,
     });
     expect(registry.current('items')?.name).toBe(blue);
-    const green = await writeGeneration(dir.path, 2);
+    const green = await writeGeneration(dir.path, 2, 50);
     await registry.reconcile();
     expect(registry.current('items')?.name).toBe(green);
     await registry.close();

@@ -3,18 +3,11 @@
  */
 import { createNatsBackplane } from '@sluice/backplane';
 import { aliasRedirected, resolveConfig } from '@sluice/core';
-import { spawnTs, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
+import { startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { startApiServer } from '../src/index.js';
-import { answeringCache, WRITER } from './helpers.js';
-
-async function writeGeneration(root: string, start: number): Promise<string> {
-  const child = spawnTs(WRITER, ['--root', root, '--count', '20', '--start', String(start)]);
-  const line = await child.waitForLine(/^GEN \d+ /, 60_000);
-  expect((await child.exited).code).toBe(0);
-  return line.split(' ')[2]!;
-}
+import { answeringCache, writeGeneration } from './helpers.js';
 
 async function readiness(url: string): Promise<{ status: number; body: Record<string, unknown> }> {
   const response = await fetch(`${url}/readyz`);
@@ -47,7 +40,7 @@ describe('startup', () => {
     });
 
     // No NATS: the alias table is watched, so a new endpoint is served without any event.
-    const blue = await writeGeneration(dir.path, 1);
+    const blue = await writeGeneration(dir.path, 1, 20);
     await waitFor(async () => (await answeringCache(server.url)) === blue, {
       timeoutMs: 20_000,
       what: 'items to appear',
@@ -59,7 +52,7 @@ describe('startup', () => {
       timeoutMs: 30_000,
       what: 'the background NATS connection',
     });
-    const green = await writeGeneration(dir.path, 2);
+    const green = await writeGeneration(dir.path, 2, 20);
     // Connected, the table watch is idle and the periodic reconcile is far away: only the event can switch it.
     expect(server.registry.current('items')?.name).toBe(blue);
     await using publisher = await createNatsBackplane({

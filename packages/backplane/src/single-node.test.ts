@@ -1,8 +1,8 @@
 import type { BackplaneStatus, SluiceEvent } from '@sluice/core';
 import { aliasRedirected } from '@sluice/core';
-import { waitFor } from '@sluice/testkit';
+import { capturingLogger, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { capturingLogger, countingResponder } from '../test/helpers.js';
+import { countingResponder } from '../test/helpers.js';
 import { createSingleNodeBackplane } from './single-node.js';
 
 describe('single-node backplane', () => {

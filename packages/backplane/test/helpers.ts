@@ -1,27 +1,4 @@
-import type { Logger, OwnerReport, TransferResponder } from '@sluice/core';
-
-/** A logger that keeps what it is given, so tests can assert that something was logged. */
-export interface CapturingLogger extends Logger {
-  readonly entries: Array<{ level: string; obj: object | string; msg?: string }>;
-  warnings(): Array<{ obj: object | string; msg?: string }>;
-}
-
-export function capturingLogger(): CapturingLogger {
-  const entries: CapturingLogger['entries'] = [];
-  const at =
-    (level: string) =>
-    (obj: object | string, msg?: string): void => {
-      entries.push({ level, obj, ...(msg !== undefined ? { msg } : {}) });
-    };
-  return {
-    entries,
-    debug: at('debug'),
-    info: at('info'),
-    warn: at('warn'),
-    error: at('error'),
-    warnings: () => entries.filter((e) => e.level === 'warn'),
-  };
-}
+import type { OwnerReport, TransferResponder } from '@sluice/core';
 
 /** A responder that reports a fixed owner and counts terminate calls. */
 export function countingResponder(

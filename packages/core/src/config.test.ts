@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { thrown } from '../test/helpers.js';
 import {
   ConnectionConfigSchema,
   ControlAuthSchema,
@@ -17,15 +18,6 @@ import {
 } from './config.js';
 import { ConfigError, SluiceError } from './errors.js';
 import { DEFAULT_QUERY_LIMITS } from './query.js';
-
-function thrown(fn: () => unknown): unknown {
-  try {
-    fn();
-  } catch (err) {
-    return err;
-  }
-  throw new Error('expected the call to throw');
-}
 
 /** The issues of a configuration that must be refused as CONFIG_INVALID. */
 function configIssues(raw: unknown, env: Record<string, string | undefined> = {}) {

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { thrown } from '../test/helpers.js';
 import { InvalidQueryError } from './errors.js';
 import {
   andFilters,
@@ -14,15 +15,6 @@ import {
   type QueryLimits,
   querySchema,
 } from './query.js';
-
-function thrown(fn: () => unknown): unknown {
-  try {
-    fn();
-  } catch (err) {
-    return err;
-  }
-  throw new Error('expected the call to throw');
-}
 
 /** The issues of a query that must be refused as INVALID_QUERY (400). */
 function queryIssues(input: unknown, limits?: QueryLimits) {

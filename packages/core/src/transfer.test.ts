@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { thrown } from '../test/helpers.js';
 import {
   IdempotencyKeyMismatchError,
   type SluiceError,
@@ -21,15 +22,6 @@ import {
 const SOURCE = { type: 'file', path: '/data/orders.jsonl', format: 'jsonl' };
 const DESTINATION = { type: 'file', path: '/out/orders.jsonl', format: 'jsonl' };
 const MINIMAL = { id: 'orders-2026-12-01', source: SOURCE, destination: DESTINATION };
-
-function thrown(fn: () => unknown): unknown {
-  try {
-    fn();
-  } catch (err) {
-    return err;
-  }
-  throw new Error('expected the call to throw');
-}
 
 /** The failing paths of a request that must be refused as VALIDATION_FAILED. */
 function invalidPaths(body: unknown, idempotencyKey?: string): string[] {

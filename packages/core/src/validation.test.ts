@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { thrown } from '../test/helpers.js';
 import { ConfigError, InvalidQueryError, SluiceError, ValidationError } from './errors.js';
 import {
   formatPath,
@@ -9,15 +10,6 @@ import {
   parseOrThrow,
   parseQueryOrThrow,
 } from './validation.js';
-
-function thrown(fn: () => unknown): unknown {
-  try {
-    fn();
-  } catch (err) {
-    return err;
-  }
-  throw new Error('expected the call to throw');
-}
 
 function zodError(schema: z.ZodType, input: unknown): z.ZodError {
   const result = schema.safeParse(input);

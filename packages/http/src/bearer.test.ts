@@ -1,15 +1,10 @@
-import { SluiceError } from '@sluice/core';
+import { expectSluiceError } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { MAX_BEARER_LENGTH, parseBearer } from './bearer.js';
 
+/** The message `parseBearer` refuses `header` with (as UNAUTHORIZED). */
 function refusal(header: string | string[] | undefined): string {
-  try {
-    parseBearer(header);
-  } catch (err) {
-    expect(SluiceError.hasCode(err, 'UNAUTHORIZED')).toBe(true);
-    return (err as Error).message;
-  }
-  throw new Error(`expected ${JSON.stringify(header)} to be refused`);
+  return expectSluiceError(() => parseBearer(header), 'UNAUTHORIZED', JSON.stringify(header)).message;
 }
 
 describe('parseBearer', () => {

@@ -1,18 +1,9 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { ConfigError, SluiceError } from '@sluice/core';
-import { tempDir } from '@sluice/testkit';
+import { ConfigError } from '@sluice/core';
+import { expectSluiceError, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from './config.js';
-
-function fail(fn: () => unknown): SluiceError | null {
-  try {
-    fn();
-  } catch (err) {
-    return SluiceError.isInstance(err) ? err : null;
-  }
-  return null;
-}
 
 describe('loadConfig', () => {
   it('reads sluice.yaml, applies env overrides and resolves dataDir against the working directory (as the app-server does)', async () => {
@@ -46,14 +37,11 @@ describe('loadConfig', () => {
     await using dir = await tempDir();
     const file = join(dir.path, 'bad.yaml');
     await writeFile(file, 'api: { port: "eighty" }\n');
-    const invalid = fail(() => loadConfig({ configPath: file }));
-    expect(invalid?.code).toBe('CONFIG_INVALID');
+    const invalid = expectSluiceError(() => loadConfig({ configPath: file }), 'CONFIG_INVALID');
     expect((invalid as unknown as { errors: Array<{ path: string }> }).errors[0]?.path).toBe('api.port');
-    expect(fail(() => loadConfig({ configPath: join(dir.path, 'missing.yaml') }))?.code).toBe(
-      'CONFIG_INVALID',
-    );
+    expectSluiceError(() => loadConfig({ configPath: join(dir.path, 'missing.yaml') }), 'CONFIG_INVALID');
     await writeFile(file, 'api: [unclosed\n');
-    expect(fail(() => loadConfig({ configPath: file }))?.code).toBe('CONFIG_INVALID');
+    expectSluiceError(() => loadConfig({ configPath: file }), 'CONFIG_INVALID');
   });
 
   it("runs the app's own rules after core's schema, and only on a configuration the schema accepted", async () => {
@@ -67,11 +55,15 @@ describe('loadConfig', () => {
     expect(loadConfig({ cwd: dir.path, env: { SLUICE_API_PORT: '9001' }, validate }).config.api.port).toBe(
       9001,
     );
-    const refused = fail(() => loadConfig({ cwd: dir.path, env: { SLUICE_API_PORT: '9999' }, validate }));
+    const refused = expectSluiceError(
+      () => loadConfig({ cwd: dir.path, env: { SLUICE_API_PORT: '9999' }, validate }),
+      'CONFIG_INVALID',
+    );
     expect(refused).toBeInstanceOf(ConfigError);
     expect((refused as ConfigError).errors).toEqual([{ path: 'api.port', message: 'reserved' }]);
     // A value the schema refuses never reaches the app's rules.
-    expect(fail(() => loadConfig({ cwd: dir.path, env: { SLUICE_API_PORT: 'x' }, validate }))?.code).toBe(
+    expectSluiceError(
+      () => loadConfig({ cwd: dir.path, env: { SLUICE_API_PORT: 'x' }, validate }),
       'CONFIG_INVALID',
     );
     expect(seen).toEqual([9001, 9999]);

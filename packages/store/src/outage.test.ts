@@ -2,14 +2,13 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { requestHash, SluiceError, type SubmitOutcome } from '@sluice/core';
-import { createTestDatabase, freePort, spawnTs, tempDir, waitFor } from '@sluice/testkit';
+import { createTestDatabase, expectSluiceError, freePort, spawnTs, tempDir, waitFor } from '@sluice/testkit';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { openStore } from './open.js';
 import {
   allRecords,
-  codeOf,
   DIALECTS,
   LEASE_MS,
   makeRequest,
@@ -162,7 +161,7 @@ describe.each(DIALECTS)('the database going away on %s', (dialect) => {
     const settling = Promise.allSettled(requests.map((r) => store.submit(submitInput(r))));
     await new Promise((resolve) => setImmediate(resolve));
     const closing = store.close();
-    expect(await codeOf(store.submit(submitInput(makeRequest())))).toBe('STORE_UNAVAILABLE');
+    await expectSluiceError(store.submit(submitInput(makeRequest())), 'STORE_UNAVAILABLE');
     await closing;
     const settled = await settling;
     // All 60 were accepted before close() (each entered the store synchronously), so the drain lets every one

@@ -1,15 +1,8 @@
 import { ALL_STATES, canTransition, isTerminal, type TransferRecord, type TransferState } from '@sluice/core';
+import { expectSluiceError } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import type { SqlDataPlaneStore } from './store.js';
-import {
-  codeOf,
-  DIALECTS,
-  LEASE_MS,
-  makeRequest,
-  owner,
-  storeFixture,
-  submitInput,
-} from './test-fixtures.js';
+import { DIALECTS, LEASE_MS, makeRequest, owner, storeFixture, submitInput } from './test-fixtures.js';
 
 /** The path from RECEIVED to each state. */
 const PATH: Record<TransferState, TransferState[]> = {
@@ -52,7 +45,7 @@ describe.each(DIALECTS)('the state machine through the store on %s', (dialect) =
           await fx.expectStoreNow(after.updatedAt);
           legal++;
         } else {
-          expect(await codeOf(store.transition(before.id, before.epoch, { to }))).toBe('ILLEGAL_TRANSITION');
+          await expectSluiceError(store.transition(before.id, before.epoch, { to }), 'ILLEGAL_TRANSITION');
           expect(await store.get(before.id)).toEqual(before);
           refused++;
         }
@@ -72,14 +65,16 @@ describe.each(DIALECTS)('the state machine through the store on %s', (dialect) =
     expect(await store.heartbeat(me, LEASE_MS)).toEqual([]);
     expect(await store.recoverExpired(owner('node-b'), LEASE_MS, 100)).toEqual([]);
     for (const record of finals) {
-      expect(await codeOf(store.takeOver(record.id, record.epoch, owner('node-b'), LEASE_MS))).toBe(
+      await expectSluiceError(
+        store.takeOver(record.id, record.epoch, owner('node-b'), LEASE_MS),
         'ILLEGAL_TRANSITION',
       );
-      expect(await codeOf(store.saveCheckpoint(record.id, record.epoch, { late: true }))).toBe(
+      await expectSluiceError(
+        store.saveCheckpoint(record.id, record.epoch, { late: true }),
         'ILLEGAL_TRANSITION',
       );
       for (const to of ALL_STATES) {
-        expect(await codeOf(store.transition(record.id, record.epoch, { to }))).toBe('ILLEGAL_TRANSITION');
+        await expectSluiceError(store.transition(record.id, record.epoch, { to }), 'ILLEGAL_TRANSITION');
       }
       // A late submit of the same request reports the final outcome, untouched.
       const again = await store.submit(submitInput(record.request, owner('node-c')));

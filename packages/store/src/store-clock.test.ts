@@ -1,14 +1,7 @@
 import type { Clock, TransferRecord } from '@sluice/core';
+import { expectSluiceError } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import {
-  codeOf,
-  DIALECTS,
-  LEASE_MS,
-  makeRequest,
-  owner,
-  storeFixture,
-  submitInput,
-} from './test-fixtures.js';
+import { DIALECTS, LEASE_MS, makeRequest, owner, storeFixture, submitInput } from './test-fixtures.js';
 
 /** A node whose wall clock is off by `skewMs`. */
 function skewedClock(skewMs: number): Clock {
@@ -24,12 +17,14 @@ describe('leases on the store clock (PostgreSQL)', () => {
     // A healthy owner with a lease of 5 s, renewed on time: never expired by the database's clock.
     const { record } = await healthy.submit({ ...submitInput(makeRequest(), a), leaseMs: 5_000 });
     expect(await ahead.recoverExpired(owner('node-b'), LEASE_MS, 10)).toEqual([]);
-    expect(
-      await codeOf(ahead.takeOver(record.id, 1, owner('node-b'), LEASE_MS, { requireExpiredLease: true })),
-    ).toBe('LEASE_HELD');
-    expect(
-      await codeOf(ahead.terminateAbandoned(record.id, 1, owner('node-b'), { requireExpiredLease: true })),
-    ).toBe('LEASE_HELD');
+    await expectSluiceError(
+      ahead.takeOver(record.id, 1, owner('node-b'), LEASE_MS, { requireExpiredLease: true }),
+      'LEASE_HELD',
+    );
+    await expectSluiceError(
+      ahead.terminateAbandoned(record.id, 1, owner('node-b'), { requireExpiredLease: true }),
+      'LEASE_HELD',
+    );
     expect((await ahead.list({ leaseExpired: true })).records).toEqual([]);
     expect(await healthy.get(record.id)).toMatchObject({
       epoch: 1,
@@ -86,12 +81,14 @@ describe.each(DIALECTS)('conditional owner changes on %s', (dialect) => {
     await using fx = await storeFixture(dialect);
     const store = await fx.open();
     const { record } = await store.submit(submitInput(makeRequest(), owner('node-a')));
-    expect(
-      await codeOf(store.takeOver(record.id, 1, owner('node-b'), LEASE_MS, { requireExpiredLease: true })),
-    ).toBe('LEASE_HELD');
-    expect(
-      await codeOf(store.terminateAbandoned(record.id, 1, owner('node-b'), { requireExpiredLease: true })),
-    ).toBe('LEASE_HELD');
+    await expectSluiceError(
+      store.takeOver(record.id, 1, owner('node-b'), LEASE_MS, { requireExpiredLease: true }),
+      'LEASE_HELD',
+    );
+    await expectSluiceError(
+      store.terminateAbandoned(record.id, 1, owner('node-b'), { requireExpiredLease: true }),
+      'LEASE_HELD',
+    );
     expect(await store.get(record.id)).toMatchObject({ epoch: 1, ownerNodeId: 'node-a', state: 'RECEIVED' });
     await fx.advance(LEASE_MS + 1);
     expect((await store.list({ leaseExpired: true })).records.map((r) => r.id)).toEqual([record.id]);
@@ -105,9 +102,9 @@ describe.each(DIALECTS)('conditional owner changes on %s', (dialect) => {
       leaseExpiresAt: null,
     });
     expect(await store.get(record.id)).toEqual(terminated);
-    expect(await codeOf(store.terminateAbandoned(record.id, 2, owner('node-c')))).toBe('ILLEGAL_TRANSITION');
-    expect(await codeOf(store.terminateAbandoned(record.id, 1, owner('node-c')))).toBe('STALE_EPOCH');
-    expect(await codeOf(store.takeOver(record.id, 2, owner('node-c'), LEASE_MS))).toBe('ILLEGAL_TRANSITION');
+    await expectSluiceError(store.terminateAbandoned(record.id, 2, owner('node-c')), 'ILLEGAL_TRANSITION');
+    await expectSluiceError(store.terminateAbandoned(record.id, 1, owner('node-c')), 'STALE_EPOCH');
+    await expectSluiceError(store.takeOver(record.id, 2, owner('node-c'), LEASE_MS), 'ILLEGAL_TRANSITION');
   });
 
   it('of 8 concurrent terminateAbandoned / takeOver calls on one epoch exactly one wins', async () => {

@@ -1,10 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { IdempotencyConflictError, requestHash, type SluiceError, TransferNotFoundError } from '@sluice/core';
+import { expectSluiceError } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { createCheckpointPort } from './checkpoint.js';
 import {
   allRecords,
-  codeOf,
   DIALECTS,
   LEASE_MS,
   makeRequest,
@@ -58,7 +58,7 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
       ...submitInput(other, owner('node-a')),
       state: 'COMPLETED' as 'IN_PROGRESS',
     });
-    expect(await codeOf(refused)).toBe('VALIDATION_FAILED');
+    await expectSluiceError(refused, 'VALIDATION_FAILED');
     expect(await store.get(other.id)).toBeNull();
   });
 
@@ -107,9 +107,9 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     await expect(store.transition('nope', 1, { to: 'IN_PROGRESS' })).rejects.toBeInstanceOf(
       TransferNotFoundError,
     );
-    expect(await codeOf(store.takeOver('nope', 1, owner(), LEASE_MS))).toBe('TRANSFER_NOT_FOUND');
-    expect(await codeOf(store.saveCheckpoint('nope', 1, { a: 1 }))).toBe('TRANSFER_NOT_FOUND');
-    expect(await codeOf(store.release('nope', 1))).toBe('TRANSFER_NOT_FOUND');
+    await expectSluiceError(store.takeOver('nope', 1, owner(), LEASE_MS), 'TRANSFER_NOT_FOUND');
+    await expectSluiceError(store.saveCheckpoint('nope', 1, { a: 1 }), 'TRANSFER_NOT_FOUND');
+    await expectSluiceError(store.release('nope', 1), 'TRANSFER_NOT_FOUND');
     expect(await allRecords(store)).toHaveLength(0);
   });
 
@@ -196,9 +196,9 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     await fx.expectLeaseLeft(confirmed, 60_000);
     const taken = await store.takeOver(record.id, 1, owner('node-b'), LEASE_MS);
     await store.saveCheckpoint(record.id, taken.epoch, { offset: 99 });
-    expect(await codeOf(port.finishing())).toBe('STALE_EPOCH');
+    await expectSluiceError(port.finishing(), 'STALE_EPOCH');
     // A port that never loaded nor saved is fenced the same way.
-    expect(await codeOf(createCheckpointPort(store, record.id, 1).finishing())).toBe('STALE_EPOCH');
+    await expectSluiceError(createCheckpointPort(store, record.id, 1).finishing(), 'STALE_EPOCH');
     expect(await store.get(record.id)).toMatchObject({
       epoch: 2,
       ownerNodeId: 'node-b',
@@ -363,7 +363,7 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     // Times the store took itself are on its clock (the database's on PostgreSQL); a given start time is kept.
     for (const at of [nodes[0]?.startedAt, nodes[0]?.lastSeenAt, nodes[1]?.lastSeenAt])
       await fx.expectStoreNow(at);
-    expect(await codeOf(store.touchNode('node-z'))).toBe('NOT_FOUND');
+    await expectSluiceError(store.touchNode('node-z'), 'NOT_FOUND');
   });
 
   it('keeps its data across a reopen and migrates idempotently; several nodes may migrate at once', async () => {
@@ -384,8 +384,8 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     await store.close();
     await store.close();
     expect(store.closed).toBe(true);
-    expect(await codeOf(store.ping())).toBe('STORE_UNAVAILABLE');
-    expect(await codeOf(store.get('a'))).toBe('STORE_UNAVAILABLE');
-    expect(await codeOf(store.submit(submitInput(makeRequest())))).toBe('STORE_UNAVAILABLE');
+    await expectSluiceError(store.ping(), 'STORE_UNAVAILABLE');
+    await expectSluiceError(store.get('a'), 'STORE_UNAVAILABLE');
+    await expectSluiceError(store.submit(submitInput(makeRequest())), 'STORE_UNAVAILABLE');
   });
 });

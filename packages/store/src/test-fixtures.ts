@@ -1,16 +1,15 @@
 /**
  * Shared fixtures of the store's tests (not part of the package API): one fresh database per test on each
- * dialect, a manual clock, and request/owner builders.
+ * dialect (with testkit's manual clock), and request/owner builders.
  */
 import {
-  type Clock,
   type OwnerIdentity,
   parseTransferRequest,
   requestHash,
   type SubmitInput,
   type TransferRequest,
 } from '@sluice/core';
-import { createTestDatabase, type TestDatabase, tempDir } from '@sluice/testkit';
+import { createTestDatabase, ManualClock, type TestDatabase, tempDir } from '@sluice/testkit';
 import pg from 'pg';
 import { afterAll, expect } from 'vitest';
 import { type OpenStoreOptions, openStore } from './open.js';
@@ -18,20 +17,6 @@ import type { SqlDataPlaneStore } from './store.js';
 
 export const DIALECTS = ['sqlite', 'postgres'] as const;
 export type TestDialect = (typeof DIALECTS)[number];
-
-/** A clock the test moves by hand, so lease expiry is exact and instant. */
-export class ManualClock implements Clock {
-  #ms: number;
-  constructor(start = Date.parse('2026-06-01T12:00:00.000Z')) {
-    this.#ms = start;
-  }
-  now(): Date {
-    return new Date(this.#ms);
-  }
-  advance(ms: number): void {
-    this.#ms += ms;
-  }
-}
 
 export interface StoreFixture extends AsyncDisposable {
   readonly dialect: TestDialect;
@@ -213,16 +198,6 @@ export const LEASE_MS = 30_000;
 
 export function submitInput(request: TransferRequest, who: OwnerIdentity = owner()): SubmitInput {
   return { request, requestHash: requestHash(request), owner: who, leaseMs: LEASE_MS };
-}
-
-/** The code of a rejected promise's error (fails the test when it resolves). */
-export async function codeOf(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-  } catch (err) {
-    return (err as { code?: string }).code ?? `untyped: ${(err as Error).message}`;
-  }
-  throw new Error('expected the operation to fail, but it succeeded');
 }
 
 /** Every record in the store (all pages). */

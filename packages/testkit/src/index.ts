@@ -1,4 +1,13 @@
 export { CHROMIUM_PATH, chromiumLaunchOptions } from './browser.js';
+export { MANUAL_CLOCK_START, ManualClock } from './clock.js';
+export { expectSluiceError } from './errors.js';
+export {
+  type CapturingLogger,
+  capturingLogger,
+  LOG_LEVELS,
+  type LogEntry,
+  type LogLevel,
+} from './logger.js';
 export {
   type LogicalPostgresHandle,
   type LogicalPostgresOptions,

@@ -1,9 +1,9 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { freePort } from '@sluice/testkit';
+import { capturingLogger, freePort } from '@sluice/testkit';
 import Fastify from 'fastify';
 import { describe, expect, it } from 'vitest';
-import { capturingLogger, countingResponder } from '../../test/helpers.js';
+import { countingResponder } from '../../test/helpers.js';
 import { createDirectBackplane, type DirectBackplane } from './direct-backplane.js';
 import { directRoutes } from './plugin.js';
 
@@ -135,9 +135,7 @@ describe('direct-address backplane', () => {
     }
     expect((await asker.whoRuns('t1', { timeoutMs: 1_000 })).status).toBe('unknown');
     expect((await asker.whoRuns('t1', { timeoutMs: 1_000, ownerAddress: 'ftp://x' })).status).toBe('unknown');
-    expect(
-      logger.warnings().some((w) => /not JSON/.test(String((w.obj as { reason?: string }).reason))),
-    ).toBe(true);
+    expect(logger.warnings().some((w) => /not JSON/.test(String(w.fields.reason)))).toBe(true);
   });
 
   it('routes terminate to the owner, which stops exactly once and acknowledges', async () => {

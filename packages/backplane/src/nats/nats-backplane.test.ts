@@ -3,9 +3,9 @@ import { fileURLToPath } from 'node:url';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import type { BackplaneStatus, SluiceEvent } from '@sluice/core';
 import { aliasRedirected, SluiceError, snapshottingDone } from '@sluice/core';
-import { type NatsServerHandle, spawnTs, startNatsServer, waitFor } from '@sluice/testkit';
+import { capturingLogger, type NatsServerHandle, spawnTs, startNatsServer, waitFor } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { capturingLogger, countingResponder } from '../../test/helpers.js';
+import { countingResponder } from '../../test/helpers.js';
 import { startTcpProxy } from '../../test/tcp-proxy.js';
 import { createNatsBackplane, type NatsBackplaneOptions } from './nats-backplane.js';
 
@@ -388,7 +388,7 @@ describe('NATS backplane: garbage on the subjects', () => {
       await waitFor(() => logger.warnings().length >= 8, { what: 'every malformed message to be logged' });
       const reasons = logger
         .warnings()
-        .map((w) => (w.obj as { reason?: string }).reason ?? '')
+        .map((w) => String(w.fields.reason ?? ''))
         .join('\n');
       expect(reasons).toMatch(/not JSON/);
       expect(reasons).toMatch(/schema/);

@@ -1,5 +1,6 @@
+import { capturingLogger } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { capturingLogger, countingResponder } from '../../test/helpers.js';
+import { countingResponder } from '../../test/helpers.js';
 import { localOwner, localTerminate } from './local-first.js';
 import { LocalRegistry } from './local-registry.js';
 
