@@ -133,6 +133,8 @@ export type EndpointStreamEvent =
 
 /** How far a running transfer is, as the node that runs it counts (since its latest start). */
 export interface TransferProgressView {
+  /** `snapshotting`, then `streaming` once a following transfer (`options.follow`) applies changes. */
+  phase: string;
   recordsRead: number;
   recordsWritten: number;
   /** Records per second over the recent window. */

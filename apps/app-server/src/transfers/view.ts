@@ -27,7 +27,12 @@ export function transferView(record: TransferRecord, local?: PipelineProgress | 
     result: record.result,
     progress:
       local && record.state === 'IN_PROGRESS'
-        ? { recordsRead: local.recordsRead, recordsWritten: local.recordsWritten, rate: local.rate }
+        ? {
+            phase: local.phase,
+            recordsRead: local.recordsRead,
+            recordsWritten: local.recordsWritten,
+            rate: local.rate,
+          }
         : null,
     createdAt: record.createdAt.toISOString(),
     updatedAt: record.updatedAt.toISOString(),
