@@ -3,7 +3,9 @@
  * its physical limit or peer:
  *   1. get by primary key                 vs raw `lmdb` get of the same bytes                    — the limit
  *   2. indexed range query, limit 50      vs raw `lmdb` range over an index + gets of the same bytes — the limit
- *                                         and PostgreSQL with a b-tree index, prepared statement — the peer
+ *                                         (issue 15's), raw `lmdb` range over covering entries (what the cache's
+ *                                         layout costs at least), and PostgreSQL with a b-tree index, prepared
+ *                                         statement — the peer
  *   3. bulk load with two secondary indexes vs raw `lmdb` batched puts of the same records and index entries
  * Run: pnpm --filter @sluice/cache bench
  */
@@ -42,6 +44,14 @@ function prng(seed: number) {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
+}
+
+/** The id ending an encoded (value, id) index key: its last 9 bytes are the id's number component. */
+function decodeTrailingId(key: Buffer): number {
+  const body = Buffer.from(key.subarray(key.length - 8));
+  if ((body[0]! & 0x80) !== 0) body[0]! &= 0x7f;
+  else for (let i = 0; i < 8; i++) body[i] = ~body[i]! & 0xff;
+  return body.readDoubleBE(0);
 }
 
 function rate(count: number, ms: number): number {
@@ -89,9 +99,11 @@ async function main() {
       for (let id = start; id < Math.min(RECORDS, start + BATCH); id++) {
         const r = record(id);
         const key = dataKeyOf(id);
-        data.push([key, Buffer.from(serialize(r))]);
-        byValue.push([encodeKey([r.value, id], budget2), key]);
-        byCatValue.push([encodeKey([r.category, r.value, id], budget3), key]);
+        const bytes = Buffer.from(serialize(r));
+        data.push([key, bytes]);
+        // The cache's index entries are covering (record format 3): they hold the record's bytes too.
+        byValue.push([encodeKey([r.value, id], budget2), bytes]);
+        byCatValue.push([encodeKey([r.category, r.value, id], budget3), bytes]);
       }
       byValue.sort(byKey);
       byCatValue.sort(byKey);
@@ -190,10 +202,14 @@ async function main() {
       if (JSON.stringify(ours) !== JSON.stringify(theirs))
         throw new Error(`answers differ for value >= ${from}`);
     }
-    // The limit: the same index range and gets of the same bytes, straight on lmdb.
+    // The limit (issue 15): an index of data keys, its range and gets of the same bytes, straight on lmdb.
+    const rawKeys = raw.openDB<Buffer, Buffer>({ name: 'keys', keyEncoding: 'binary', encoding: 'binary' });
+    raw.transactionSync(() => {
+      for (const { key } of rawValue.getRange()) rawKeys.putSync(key, dataKeyOf(decodeTrailingId(key)));
+    });
     const rawRange = (from: number): Buffer[] => {
       const out: Buffer[] = [];
-      for (const { value } of rawValue.getRange({
+      for (const { value } of rawKeys.getRange({
         start: encodeKey([from], budget2),
         end: encodeKey([from + SPAN], budget2),
         limit: 50,
@@ -201,21 +217,30 @@ async function main() {
         out.push(rawDb.get(value)!);
       return out;
     };
+    // What the covering layout itself costs at least: the same range over entries holding the bytes.
+    const rawCovering = (from: number): Buffer[] => {
+      const out: Buffer[] = [];
+      for (const { value } of rawValue.getRange({
+        start: encodeKey([from], budget2),
+        end: encodeKey([from + SPAN], budget2),
+        limit: 50,
+      }))
+        out.push(value);
+      return out;
+    };
     for (const from of starts.slice(0, 20)) {
       const ours = cache.queryJson(queryOf(from)).json.toString();
-      if (
-        ours !==
-        `[${rawRange(from)
-          .map((b) => b.toString())
-          .join(',')}]`
-      )
-        throw new Error(`raw lmdb answers differ for value >= ${from}`);
+      for (const rawAnswer of [rawRange(from), rawCovering(from)])
+        if (ours !== `[${rawAnswer.map((b) => b.toString()).join(',')}]`)
+          throw new Error(`raw lmdb answers differ for value >= ${from}`);
     }
     const queryRatios: number[] = [];
     const rawRatios: number[] = [];
+    const coveringRatios: number[] = [];
     let bestQuery = 0;
     let bestPg = 0;
     let bestRaw = 0;
+    let bestCovering = 0;
     let bestDecoded = 0;
     let bestParsed = 0;
     for (let round = 0; round <= ROUNDS; round++) {
@@ -226,6 +251,9 @@ async function main() {
       t = performance.now();
       for (const from of starts) sink += rawRange(from).length;
       const rawMs = performance.now() - t;
+      t = performance.now();
+      for (const from of starts) sink += rawCovering(from).length;
+      const coveringMs = performance.now() - t;
       t = performance.now();
       for (const from of starts) {
         const result = cache.queryJson(queryOf(from));
@@ -249,14 +277,19 @@ async function main() {
       if (round === 0) continue;
       queryRatios.push(pgMs / queryMs);
       rawRatios.push(rawMs / queryMs);
+      coveringRatios.push(coveringMs / queryMs);
       bestQuery = Math.max(bestQuery, rate(QUERIES, queryMs));
       bestPg = Math.max(bestPg, rate(QUERIES, pgMs));
       bestRaw = Math.max(bestRaw, rate(QUERIES, rawMs));
+      bestCovering = Math.max(bestCovering, rate(QUERIES, coveringMs));
       bestDecoded = Math.max(bestDecoded, rate(QUERIES, decodedMs));
       bestParsed = Math.max(bestParsed, rate(QUERIES, parsedMs));
     }
     report(
       `range query, limit 50 (index on value, stored bytes): ${fmt(bestQuery)} q/s | raw lmdb range + gets: ${fmt(bestRaw)} q/s | ratio ${median(rawRatios).toFixed(2)} (median)`,
+    );
+    report(
+      `range query, limit 50 (index on value, stored bytes): ${fmt(bestQuery)} q/s | raw lmdb range over covering entries: ${fmt(bestCovering)} q/s | ratio ${median(coveringRatios).toFixed(2)} (median)`,
     );
     report(
       `range query, limit 50 (index on value, stored bytes): ${fmt(bestQuery)} q/s | postgres b-tree (prepared, 1 connection): ${fmt(bestPg)} q/s | ratio ${median(queryRatios).toFixed(2)} (median)`,

@@ -1,5 +1,8 @@
 /**
  * Writes one commit's staged changes into the data and index databases, inside the commit's write transaction.
+ * Index entries are covering (record format 3): each holds the record's stored JSON text, the same bytes as its
+ * data entry, so a query an index answers reads the index range alone, without a lookup per record. So an entry
+ * is rewritten whenever its record's bytes change, even where its key stays.
  * Every database is written in key order (data by primary key, each index by its own key), which keeps the
  * B-tree pages a commit touches together; a run of keys past the database's last key is appended
  * (`MDB_APPEND`: no search, full pages), which is what a from-scratch snapshot read in key order produces.
@@ -73,11 +76,15 @@ export function writeChanges(
   let delta = 0;
   for (const change of sorted) {
     let oldKeys: Buffer[] | null = null;
+    let sameBytes = false;
     if (!empty) {
       // The previous version's index entries move: decode it (the fast read's buffer is reused by the next).
       const old = data.getBinaryFast(change.key);
       if (old !== undefined) {
-        const record = decodeRecord(old);
+        // A view of exactly the value: LMDB's read buffer is larger than its (overridden) length says.
+        const oldBytes = new Uint8Array(old.buffer, old.byteOffset, old.length);
+        sameBytes = change.bytes?.equals(oldBytes) === true;
+        const record = decodeRecord(oldBytes);
         oldKeys = indexes.map((index) => indexKey(index, record, primaryKey));
       }
     }
@@ -95,9 +102,11 @@ export function writeChanges(
     for (let i = 0; i < indexes.length; i++) {
       const key = keys[i]!;
       const before = oldKeys?.[i];
-      if (before?.equals(key)) continue;
-      if (before) indexRemoves[i]!.push(before);
-      indexPuts[i]!.push({ key, value: change.key });
+      const sameKey = before?.equals(key) === true;
+      if (sameKey && sameBytes) continue;
+      if (before && !sameKey) indexRemoves[i]!.push(before);
+      // The entry holds the record's bytes (covering); a same-key entry is overwritten with the new bytes.
+      indexPuts[i]!.push({ key, value: change.bytes });
     }
     if (oldKeys === null) delta += 1;
   }

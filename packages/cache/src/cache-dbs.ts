@@ -5,7 +5,11 @@ import { encodeKey, stringBudget } from './key-codec.js';
 import type { SharedEnv } from './lmdb-env.js';
 import { indexId } from './schema.js';
 
-/** One secondary index: its fields, its database, and the string budget of its keys. */
+/**
+ * One secondary index: its fields, its database, and the string budget of its keys. Its entries map
+ * (index values, primary key) to the record's stored JSON text, the same bytes as the data entry (covering;
+ * record format 3): a page the index answers is read from the index alone.
+ */
 export interface IndexDb {
   readonly id: string;
   readonly fields: readonly string[];

@@ -1,6 +1,6 @@
 import { CursorExpiredError, compileFilter, type Filter, type QueryResult } from '@sluice/core';
 import type { Transaction } from 'lmdb';
-import type { CacheDbs } from './cache-dbs.js';
+import { type CacheDbs, dataKey } from './cache-dbs.js';
 import {
   type Abbreviated,
   type DecodedCursor,
@@ -22,42 +22,7 @@ export interface ReadContext {
   primaryKey: readonly string[];
   transaction: Transaction;
   scanCap: number;
-  /** Where records fetched through an index are copied to (reused from query to query). */
-  arena: Arena;
 }
-
-/**
- * A reusable byte arena for one query's fetched records: each record is copied once, from LMDB's read buffer
- * into the arena (no Buffer object per record); the page is copied out of it at the end. A query that needs
- * more room moves on to a bigger arena (rows already read keep their buffer).
- */
-export class Arena {
-  private buffer = Buffer.allocUnsafe(64 * 1024);
-  private at = 0;
-
-  /** Starts a query (drops an arena grown past 8 MiB). */
-  reset(): void {
-    if (this.buffer.length > 8 * 1024 * 1024) this.buffer = Buffer.allocUnsafe(64 * 1024);
-    this.at = 0;
-  }
-
-  /** Copies `size` bytes of `source` in; returns the buffer and offset holding them. */
-  copyIn(source: Uint8Array, size: number): { buffer: Buffer; offset: number } {
-    if (this.at + size > this.buffer.length) {
-      this.buffer = Buffer.allocUnsafe(Math.max(this.buffer.length * 2, size * 2));
-      this.at = 0;
-    }
-    // A view of exactly `size` bytes: LMDB's read buffer is larger than its (overridden) length says.
-    this.buffer.set(new Uint8Array(source.buffer, source.byteOffset, size), this.at);
-    const offset = this.at;
-    this.at += size;
-    return { buffer: this.buffer, offset };
-  }
-}
-
-// lmdb reads in a given snapshot with options (its typings omit the parameter). The returned buffer is LMDB's
-// reusable read buffer: valid until the next read, its own `length` set to the value's size.
-type FastGet = (key: Buffer, options: { transaction: Transaction }) => Uint8Array | undefined;
 
 const FF = Buffer.from([0xff]);
 
@@ -94,12 +59,25 @@ function seekKey(
  */
 export interface Row {
   key: Buffer;
-  dataKey: Buffer;
-  /** The buffer holding the record's JSON text at `offset`, `length` bytes (an arena, or its own buffer). */
+  /** The data key, when the scan read it (primary scans); see {@link dataKeyOf}. */
+  dataKey: Buffer | null;
+  /** The buffer holding the record's JSON text at `offset`, `length` bytes (a copy LMDB made for the scan). */
   bytes: Buffer;
   offset: number;
   length: number;
   record: Record<string, unknown> | null;
+}
+
+/** The data key of a row: scanned, or encoded from its primary-key values (index scans read none). */
+function dataKeyOf(ctx: ReadContext, row: Row): Buffer {
+  if (row.dataKey === null) {
+    const record = fieldsOf(row);
+    row.dataKey = dataKey(
+      ctx.dbs,
+      ctx.primaryKey.map((field) => record[field]),
+    );
+  }
+  return row.dataKey;
 }
 
 /** The fields of a row (decoded from its JSON text once). */
@@ -151,21 +129,15 @@ function* entries(ctx: ReadContext, plan: Plan, reverse: boolean, seek: Buffer |
         yield { key, dataKey: key, bytes: value, offset: 0, length: value.length, record: null };
       }
     } else {
+      // Covering entries: the value is the record's stored text (a buffer of its own), no data lookup.
       const db = plan.source.index.db;
-      const data = ctx.dbs.data;
-      const getFast = data.getBinaryFast as unknown as FastGet;
-      const options = { transaction };
       const iterable = reverse
         ? db.getRange({ start: hi, reverse: true, transaction })
         : db.getRange({ start: lo, end: hi, transaction });
       for (const { key, value } of iterable) {
         if (reverse ? Buffer.compare(key, hi) >= 0 : false) continue;
         if (reverse && Buffer.compare(key, lo) < 0) break;
-        const found = getFast.call(data, value, options);
-        if (found === undefined) continue;
-        const length = found.length;
-        const { buffer, offset } = ctx.arena.copyIn(found, length);
-        yield { key, dataKey: value, bytes: buffer, offset, length, record: null };
+        yield { key, dataKey: null, bytes: value, offset: 0, length: value.length, record: null };
       }
     }
   }
@@ -268,7 +240,7 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
       ctx.cache,
       order,
       sortTuple(fieldsOf(row), query.orderBy, primaryKey),
-      row.dataKey,
+      dataKeyOf(ctx, row),
       signature(),
     );
   const reverse = plan.ordered && plan.direction === 'desc';

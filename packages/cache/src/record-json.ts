@@ -6,10 +6,15 @@
  */
 import type { CacheSchema } from '@sluice/core';
 
-/** Version of the stored record form; caches stored in another form are refused (rebuild them). */
-export const RECORD_FORMAT = 2;
+/**
+ * Version of the stored record form; caches stored in another form are refused (rebuild them).
+ * 1: MessagePack records, index entries hold the data key. 2: JSON text, index entries hold the data key.
+ * 3: JSON text, index entries hold the record's JSON text too (covering: an index-answered page reads no data
+ * entry).
+ */
+export const RECORD_FORMAT = 3;
 /** What `RECORD_FORMAT` means, for error messages. */
-export const RECORD_FORMAT_NAME = 'JSON text, canonical field order';
+export const RECORD_FORMAT_NAME = 'JSON text, canonical field order, covering index entries';
 
 /** Serializes checked records of one schema to their stored (and served) JSON text. */
 export type RecordSerializer = (record: Record<string, unknown>) => string;

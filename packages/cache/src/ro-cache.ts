@@ -14,7 +14,7 @@ import { ChangeLogReader, type ChangeRetention } from './change-log.js';
 import { truncatedComponentEnd, writeNumberComponent } from './key-codec.js';
 import { releaseEnv } from './lmdb-env.js';
 import { checkFilter, checkQuery } from './query-check.js';
-import { Arena, fieldsOf, type ReadContext, rowsJson, runCount, runQuery } from './query-exec.js';
+import { fieldsOf, type ReadContext, rowsJson, runCount, runQuery } from './query-exec.js';
 import { decodeRecord } from './record-json.js';
 import { keyProblem } from './schema.js';
 
@@ -172,7 +172,6 @@ export class RoCache implements ReadableCache {
   }
 
   private stateMemo: { raw: Buffer; state: Readonly<CommitState> } | undefined;
-  private readonly arena = new Arena();
 
   /** How many records match `filter`. */
   count(filter: Filter = {}): number {
@@ -202,10 +201,8 @@ export class RoCache implements ReadableCache {
     // Start from the latest commit, even one made by another process earlier in this event turn.
     this.dbs.env.root.resetReadTxn();
     const transaction = this.dbs.env.root.useReadTransaction();
-    this.arena.reset();
     try {
       return fn({
-        arena: this.arena,
         dbs: this.dbs,
         cache: this.name,
         primaryKey: this.schema.primaryKey,

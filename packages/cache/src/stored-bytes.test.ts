@@ -102,6 +102,96 @@ describe('records stored as their served JSON text', () => {
     expect(second.count).toBe(2);
   });
 
+  it('keeps covering index entries equal to the records: updates in place, moved keys, deletes, same bytes', async () => {
+    await using dir = await tempDir();
+    let name: string;
+    const records = new Map<number, Record<string, unknown>>();
+    {
+      await using caches = await openCacheManager(dir.path);
+      await using cache = await caches.create({ endpoint: 'items', schema });
+      name = cache.name;
+      const put = (record: Record<string, unknown>) => {
+        records.set(record.id as number, record);
+        return { op: 'upsert' as const, record };
+      };
+      cache.apply([1, 2, 3, 4].map((id) => put({ id, value: id * 10, category: 'a', tags: [id] })));
+      await cache.commit(null);
+      // Same index keys, new bytes (only `tags` changes); a moved key; a delete; an unchanged upsert.
+      cache.apply([
+        put({ id: 1, value: 10, category: 'a', tags: ['changed'] }),
+        put({ id: 2, value: 35, category: 'b', tags: [2] }),
+        { op: 'delete', key: [3] },
+        put({ id: 4, value: 40, category: 'a', tags: [4] }),
+      ]);
+      records.delete(3);
+      await cache.commit(null);
+      const bytesOf = (ids: number[]) =>
+        `[${ids.map((id) => cache.getJson([id])!.toString('utf8')).join(',')}]`;
+      const byValue = cache.queryJson(
+        parseQuery({ $filter: { value: { $gte: 0 } }, $order_by: { value: 'asc' } }),
+      );
+      expect(byValue.plan.index).toBe('value');
+      expect(byValue.json.toString('utf8')).toBe(bytesOf([1, 2, 4]));
+      expect(JSON.parse(byValue.json.toString('utf8'))[0]).toEqual({
+        id: 1,
+        value: 10,
+        category: 'a',
+        tags: ['changed'],
+      });
+      const inA = cache.queryJson(parseQuery({ $filter: { category: 'a' }, $order_by: { value: 'desc' } }));
+      expect(inA.plan.index).toBe('category,value');
+      expect(inA.json.toString('utf8')).toBe(bytesOf([4, 1]));
+      expect(cache.count({ category: 'a' })).toBe(2);
+      // A `next` cursor cut from an index scan (its data key encoded from the record) continues the walk.
+      const first = cache.queryJson(parseQuery({ $order_by: { value: 'asc' }, $limit: 2 }));
+      expect(first.next).not.toBeNull();
+      const rest = cache.queryJson(parseQuery({ $order_by: { value: 'asc' }, $after: first.next! }));
+      expect(`${first.json.toString('utf8').slice(0, -1)},${rest.json.toString('utf8').slice(1)}`).toBe(
+        bytesOf([1, 2, 4]),
+      );
+    }
+    // On disk: every index entry's value is its record's stored text, and nothing else is there.
+    const env = open({ path: join(dir.path, 'caches', name), maxDbs: 64, readOnly: true });
+    const data = env.openDB<Buffer, Buffer>({ name: 'data', keyEncoding: 'binary', encoding: 'binary' });
+    const stored = new Set([...data.getRange()].map(({ value }) => value.toString('utf8')));
+    expect(stored.size).toBe(records.size);
+    const indexDbs = [...env.getKeys()].map(String).filter((db) => db.startsWith('index:'));
+    expect(indexDbs).toHaveLength(2);
+    for (const db of indexDbs) {
+      const index = env.openDB<Buffer, Buffer>({ name: db, keyEncoding: 'binary', encoding: 'binary' });
+      const values = [...index.getRange()].map(({ value }) => value.toString('utf8'));
+      expect(new Set(values)).toEqual(stored);
+      expect(values).toHaveLength(records.size);
+    }
+    await env.close();
+  });
+
+  it('refuses a cache of record format 2 (index entries without the record) with CACHE_SCHEMA_MISMATCH', async () => {
+    await using dir = await tempDir();
+    let name: string;
+    {
+      await using caches = await openCacheManager(dir.path);
+      await using cache = await caches.create({ endpoint: 'items', schema });
+      name = cache.name;
+      cache.apply([{ op: 'upsert', record: { id: 1, value: 1, category: 'a' } }]);
+      await cache.commit(null);
+    }
+    const env = open({ path: join(dir.path, 'caches', name), maxDbs: 64 });
+    const meta = env.openDB<Record<string, unknown>, string>({ name: 'meta' });
+    await meta.put('schema', { ...meta.get('schema')!, recordFormat: 2 });
+    await env.close();
+
+    await using caches = await openCacheManager(dir.path);
+    for (const opening of [() => caches.openRo(name), () => caches.openRw(name)]) {
+      const err = await opening().then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(SluiceError.hasCode(err, 'CACHE_SCHEMA_MISMATCH')).toBe(true);
+      expect((err as Error).message).toMatch(/record format 2.*format 3 \(JSON text.*covering/);
+    }
+  });
+
   it('refuses a cache stored as MessagePack (before format 2) with CACHE_SCHEMA_MISMATCH, so it is rebuilt', async () => {
     await using dir = await tempDir();
     let name: string;
@@ -116,7 +206,7 @@ describe('records stored as their served JSON text', () => {
     const env = open({ path: join(dir.path, 'caches', name), maxDbs: 64 });
     const meta = env.openDB<Record<string, unknown>, string>({ name: 'meta' });
     const { recordFormat, ...old } = meta.get('schema')!;
-    expect(recordFormat).toBe(2);
+    expect(recordFormat).toBe(3);
     await meta.put('schema', old);
     await env.close();
 
@@ -127,7 +217,7 @@ describe('records stored as their served JSON text', () => {
         (e: unknown) => e,
       );
       expect(SluiceError.hasCode(err, 'CACHE_SCHEMA_MISMATCH')).toBe(true);
-      expect((err as Error).message).toMatch(/MessagePack records \(format 1\).*format 2 \(JSON text/);
+      expect((err as Error).message).toMatch(/MessagePack records \(format 1\).*format 3 \(JSON text/);
     }
   });
 });

@@ -11,12 +11,12 @@ import {
   waitFor,
 } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { memoryCheckpointPort } from '../test/helpers.js';
 import { compareLsn } from './sources/replication/lsn.js';
 import { transferReplicationName } from './sources/replication/setup.js';
-import { memoryCheckpointPort } from './testing/file-checkpoint.js';
 import { discardTransferLeftovers, runTransfer } from './transfer.js';
 
-const CHILD = fileURLToPath(new URL('./testing/transfer-child.ts', import.meta.url));
+const CHILD = fileURLToPath(new URL('../test/fixtures/transfer-child.ts', import.meta.url));
 
 let server: LogicalPostgresHandle;
 beforeAll(async () => {
