@@ -18,7 +18,7 @@ import {
 /**
  * What a slot is to this node: `in-use` (a configured endpoint of this node reads it), `orphaned` (this node
  * created it for an endpoint that is no longer configured: it only holds WAL), `transfer` (created by a
- * transfer of this node, which drops it itself), `other-node` (another node id created it), `foreign` (not
+ * transfer, on any node: named from the transfer id, dropped once the transfer is recorded finished), `other-node` (another node id created it), `foreign` (not
  * created by Sluice: never dropped by Sluice).
  */
 export const SlotUse = {
@@ -74,8 +74,9 @@ function useOf(
 ) {
   if (configured.has(slot)) return SlotUse.inUse;
   if (owner === null) return SlotUse.foreign;
-  if (owner.node !== config.node.id) return SlotUse.otherNode;
+  // A transfer's slot belongs to the transfer, not to the node that created it (any owner streams it).
   if (owner.role === 'transfer') return SlotUse.transfer;
+  if (owner.node !== config.node.id) return SlotUse.otherNode;
   return SlotUse.orphaned;
 }
 

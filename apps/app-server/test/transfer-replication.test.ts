@@ -9,6 +9,7 @@ import {
   createTestDatabase,
   type LogicalPostgresHandle,
   type NatsServerHandle,
+  spawnTs,
   sql,
   startLogicalPostgres,
   startNatsServer,
@@ -18,7 +19,7 @@ import {
   waitFor,
 } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { call, type NodeProcess, startNodeProcess, waitForState } from './harness.js';
+import { BIN, call, type NodeProcess, startNodeProcess, waitForState } from './harness.js';
 
 let source: LogicalPostgresHandle;
 let store: TestDatabase;
@@ -141,6 +142,21 @@ describe('app-server: replication transfers', () => {
       { timeoutMs: 30_000, what: 'phase streaming' },
     );
     expect(await leftovers(url)).toEqual({ slots: 1, publications: 1 });
+    // `slots list` tells a transfer's slot (whichever node created it) from an orphaned endpoint's.
+    await using list = spawnTs(BIN, [
+      'slots',
+      'list',
+      '--json',
+      '--config',
+      join(dir.path, 'c1', 'sluice.yaml'),
+    ]);
+    expect((await list.exited).code).toBe(0);
+    const out = list.output();
+    const listed = JSON.parse(out.slice(out.indexOf('{'), out.lastIndexOf('}') + 1)).slots as Array<{
+      use: string;
+      endpoint: string | null;
+    }>;
+    expect(listed.map((s) => [s.use, s.endpoint])).toEqual([['transfer', null]]);
     await sql(url, 'INSERT INTO items SELECT i, 1 FROM generate_series(401, 450) i');
     await sql(url, 'UPDATE items SET v = v + 10 WHERE id <= 30');
     await sql(url, 'DELETE FROM items WHERE id BETWEEN 31 AND 40');

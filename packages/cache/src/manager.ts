@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import {
   type AliasEntry,
@@ -9,7 +9,6 @@ import {
   CacheNotFoundError,
   CacheReadOnlyError,
   type CacheSchema,
-  type CommitState,
   DEFAULT_QUERY_LIMITS,
   type GenerationNotes,
   type Logger,
@@ -23,8 +22,10 @@ import {
 import { AliasTable, type CacheMeta } from './alias-table.js';
 import { type CacheDbs, cacheDbs, EMPTY_COMMIT, type StoredSchema } from './cache-dbs.js';
 import { DEFAULT_RETENTION } from './change-log.js';
-import { RecordFormatError, translateWriteError } from './errors.js';
-import { acquireEnv, isEnvOpen, otherReaderPids, releaseEnv } from './lmdb-env.js';
+import { translateWriteError } from './errors.js';
+import { collectGarbage } from './gc.js';
+import { cachePath, describeGeneration, openGenerationEnv } from './generation-files.js';
+import { acquireEnv, releaseEnv } from './lmdb-env.js';
 import { newCacheName } from './names.js';
 import { RECORD_FORMAT } from './record-json.js';
 import { type CacheHandleInit, type ReadSettings, RoCache } from './ro-cache.js';
@@ -81,7 +82,7 @@ export class CacheManager implements WritableCacheCatalog {
   }
 
   private cachePath(name: string): string {
-    return join(this.rootDir, 'caches', name);
+    return cachePath(this.rootDir, name);
   }
 
   private assertOpen(): void {
@@ -147,7 +148,7 @@ export class CacheManager implements WritableCacheCatalog {
       const expected = schemaHash(parseCacheSchema(expectedSchema));
       if (expected !== meta.schemaHash) throw new SchemaMismatchError(name, expected, meta.schemaHash);
     }
-    const { dbs, stored } = await this.openEnv(meta, false);
+    const { dbs, stored } = await openGenerationEnv(this.cachePath(meta.name), meta, false);
     return this.handle((init) => new RwCache(init), name, stored.endpoint, stored.schema, dbs);
   }
 
@@ -157,7 +158,7 @@ export class CacheManager implements WritableCacheCatalog {
     const target = this.resolveAlias(nameOrAlias)?.cache ?? nameOrAlias;
     const meta = this.liveMeta(target);
     if (!meta) throw new CacheNotFoundError(String(nameOrAlias).slice(0, 256));
-    const { dbs, stored } = await this.openEnv(meta, this.readOnly);
+    const { dbs, stored } = await openGenerationEnv(this.cachePath(meta.name), meta, this.readOnly);
     return this.handle((init) => new RoCache(init), target, stored.endpoint, stored.schema, dbs);
   }
 
@@ -274,7 +275,7 @@ export class CacheManager implements WritableCacheCatalog {
     const out: CacheInfo[] = [];
     for (const meta of metas) {
       if (meta.deleting) continue;
-      out.push(await this.describe(meta));
+      out.push(await describeGeneration(this.cachePath(meta.name), meta, this.readOnly));
     }
     return out;
   }
@@ -282,7 +283,7 @@ export class CacheManager implements WritableCacheCatalog {
   async info(name: string): Promise<CacheInfo | null> {
     this.assertOpen();
     const meta = this.liveMeta(name);
-    return meta ? this.describe(meta) : null;
+    return meta ? describeGeneration(this.cachePath(meta.name), meta, this.readOnly) : null;
   }
 
   /**
@@ -293,45 +294,8 @@ export class CacheManager implements WritableCacheCatalog {
    */
   async gc(now: Date = new Date()): Promise<string[]> {
     this.assertWritable('collect garbage');
-    const deleted: string[] = [];
-    const metas = this.table.read((options) => this.table.cacheList(options));
-    const targets = new Set(this.listAliases().map((a) => a.cache));
-    const newest = new Map<string, string>();
-    for (const meta of metas) {
-      const seen = newest.get(meta.endpoint);
-      if (seen === undefined || meta.name.slice(-26) > seen.slice(-26)) newest.set(meta.endpoint, meta.name);
-    }
-    for (const meta of metas) {
-      if (meta.deleting) {
-        this.removeFiles(meta.name);
-        deleted.push(meta.name);
-        continue;
-      }
-      if (targets.has(meta.name) || isEnvOpen(this.cachePath(meta.name))) continue;
-      const since =
-        meta.state === 'retired'
-          ? meta.retiredAt
-          : meta.state === 'building' && newest.get(meta.endpoint) !== meta.name
-            ? meta.createdAt
-            : null;
-      if (since === null || Date.parse(since) + this.gcGraceMs > now.getTime()) continue;
-      if (await this.openElsewhere(meta.name)) {
-        this.logger.info({ cache: meta.name }, 'cache gc: still open in another process, kept');
-        continue;
-      }
-      const marked = this.table.write(() => {
-        const current = this.table.cache(meta.name);
-        if (!current || this.table.aliasList().some((a) => a.cache === meta.name)) return false;
-        this.table.putCache({ ...current, deleting: true });
-        return true;
-      });
-      if (!marked) continue;
-      this.removeFiles(meta.name);
-      deleted.push(meta.name);
-      this.logger.info({ cache: meta.name }, 'cache gc: deleted');
-    }
-    this.removeOrphans();
-    return deleted;
+    const { rootDir, table, gcGraceMs, logger } = this;
+    return collectGarbage({ rootDir, table, gcGraceMs, logger }, now);
   }
 
   /** Closes every handle this manager opened, then the alias table. */
@@ -350,31 +314,6 @@ export class CacheManager implements WritableCacheCatalog {
     if (typeof name !== 'string' || name.length === 0 || name.length > 512) return null;
     const meta = this.table.read((options) => this.table.cache(name, options));
     return meta && !meta.deleting ? meta : null;
-  }
-
-  private async openEnv(meta: CacheMeta, readOnly: boolean) {
-    const path = this.cachePath(meta.name);
-    if (!existsSync(join(path, 'data.mdb'))) throw new CacheNotFoundError(meta.name);
-    const env = await acquireEnv(path, readOnly);
-    try {
-      const stored = env.db<StoredSchema, string>('meta').get('schema');
-      if (stored !== undefined && stored.recordFormat !== RECORD_FORMAT)
-        throw new RecordFormatError(meta.name, stored);
-      const schema = stored?.schema ?? meta.schema;
-      return {
-        dbs: cacheDbs(env, schema),
-        stored: stored ?? {
-          name: meta.name,
-          endpoint: meta.endpoint,
-          schema,
-          schemaHash: meta.schemaHash,
-          createdAt: meta.createdAt,
-        },
-      };
-    } catch (err) {
-      await releaseEnv(path);
-      throw err;
-    }
   }
 
   /** Builds a handle this manager tracks (closed with the manager). */
@@ -399,68 +338,6 @@ export class CacheManager implements WritableCacheCatalog {
     ref.handle = handle;
     this.handles.add(handle);
     return handle;
-  }
-
-  private async describe(meta: CacheMeta): Promise<CacheInfo> {
-    const path = this.cachePath(meta.name);
-    let commit: CommitState = EMPTY_COMMIT;
-    let sizeBytes = 0;
-    if (existsSync(join(path, 'data.mdb'))) {
-      sizeBytes = statSync(join(path, 'data.mdb')).size;
-      const env = await acquireEnv(path, this.readOnly);
-      try {
-        env.root.resetReadTxn();
-        commit =
-          (env.db<CommitState, string>('meta').get('commit') as CommitState | undefined) ?? EMPTY_COMMIT;
-      } finally {
-        await releaseEnv(path);
-      }
-    }
-    return {
-      name: meta.name,
-      endpoint: meta.endpoint,
-      createdAt: meta.createdAt,
-      schemaHash: meta.schemaHash,
-      schema: meta.schema,
-      state: meta.state,
-      retiredAt: meta.retiredAt,
-      sizeBytes,
-      recordCount: commit.recordCount,
-      checkpoint: commit.checkpoint,
-      committedAt: commit.committedAt,
-      switchedAt: meta.switchedAt ?? null,
-      notes: meta.notes ?? {},
-    };
-  }
-
-  /** True when another live process holds a reader slot in the cache's environment. */
-  private async openElsewhere(name: string): Promise<boolean> {
-    const path = this.cachePath(name);
-    if (!existsSync(join(path, 'data.mdb'))) return false;
-    const env = await acquireEnv(path, false);
-    try {
-      return otherReaderPids(env).length > 0;
-    } finally {
-      await releaseEnv(path);
-    }
-  }
-
-  private removeFiles(name: string): void {
-    rmSync(this.cachePath(name), { recursive: true, force: true });
-    this.table.write(() => this.table.removeCache(name));
-  }
-
-  /** Removes cache directories that have no metadata (left by a crash mid-delete). */
-  private removeOrphans(): void {
-    const dir = join(this.rootDir, 'caches');
-    if (!existsSync(dir)) return;
-    const known = new Set(this.table.read((options) => this.table.cacheList(options)).map((m) => m.name));
-    for (const entry of readdirSync(dir)) {
-      if (!known.has(entry) && !isEnvOpen(this.cachePath(entry))) {
-        rmSync(this.cachePath(entry), { recursive: true, force: true });
-        this.logger.info({ cache: entry }, 'cache gc: removed leftover directory');
-      }
-    }
   }
 }
 

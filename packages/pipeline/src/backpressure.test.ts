@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { spawnTs, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 
-const CHILD = fileURLToPath(new URL('./testing/backpressure-child.ts', import.meta.url));
+const CHILD = fileURLToPath(new URL('../test/fixtures/backpressure-child.ts', import.meta.url));
 const RECORDS = 1_000_000;
 
 async function writeBigFile(path: string) {

@@ -6,7 +6,7 @@ import { parseQuery } from '@sluice/core';
 import { spawnTs, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 
-const CHILD = fileURLToPath(new URL('./testing/endpoint-child.ts', import.meta.url));
+const CHILD = fileURLToPath(new URL('../test/fixtures/endpoint-child.ts', import.meta.url));
 const BLUE = 2_000;
 const GREEN = 12_000;
 const KILLS = 4;

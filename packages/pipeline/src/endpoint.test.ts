@@ -4,8 +4,8 @@ import { openCacheManager } from '@sluice/cache';
 import { parseQuery, type SluiceEvent } from '@sluice/core';
 import { tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
+import { memoryCheckpointPort } from '../test/helpers.js';
 import { startEndpointPipeline } from './endpoint.js';
-import { memoryCheckpointPort } from './testing/file-checkpoint.js';
 import { runTransfer } from './transfer.js';
 
 interface Item {

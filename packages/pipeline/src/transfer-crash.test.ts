@@ -8,7 +8,7 @@ import { createTestDatabase, spawnTs, startNatsServer, tempDir, waitFor } from '
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 
-const CHILD = fileURLToPath(new URL('./testing/transfer-child.ts', import.meta.url));
+const CHILD = fileURLToPath(new URL('../test/fixtures/transfer-child.ts', import.meta.url));
 const RECORDS = 10_000;
 const COMMIT_EVERY = 500;
 const KILLS = 2;

@@ -4,10 +4,10 @@ import { fileURLToPath } from 'node:url';
 import type { TransferRequest } from '@sluice/core';
 import { spawnTs, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { fencedFileCheckpointPort } from './testing/file-checkpoint.js';
+import { fencedFileCheckpointPort } from '../test/helpers.js';
 import { runTransfer } from './transfer.js';
 
-const CHILD = fileURLToPath(new URL('./testing/transfer-child.ts', import.meta.url));
+const CHILD = fileURLToPath(new URL('../test/fixtures/transfer-child.ts', import.meta.url));
 const RECORDS = 6_000;
 
 const request = (source: string, destination: string, maxRecordsPerSecond?: number): TransferRequest => ({

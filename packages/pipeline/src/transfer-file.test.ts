@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { SluiceError, type TransferRequest } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { memoryCheckpointPort } from './testing/file-checkpoint.js';
+import { memoryCheckpointPort } from '../test/helpers.js';
 import { runTransfer } from './transfer.js';
 
 const jsonl = (n: number, from = 0) =>

@@ -11,12 +11,12 @@ import {
   waitFor,
 } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { memoryCheckpointPort } from '../test/helpers.js';
 import { compareLsn } from './sources/replication/lsn.js';
 import { transferReplicationName } from './sources/replication/setup.js';
-import { memoryCheckpointPort } from './testing/file-checkpoint.js';
 import { discardTransferLeftovers, runTransfer } from './transfer.js';
 
-const CHILD = fileURLToPath(new URL('./testing/transfer-child.ts', import.meta.url));
+const CHILD = fileURLToPath(new URL('../test/fixtures/transfer-child.ts', import.meta.url));
 
 let server: LogicalPostgresHandle;
 beforeAll(async () => {
@@ -251,6 +251,98 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
       replication: REPLICATION,
     });
     expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+  });
+
+  it('without follow: an owner SIGKILLed mid-snapshot is resumed; the new snapshot catches up through the slot, so changes to rows already copied are not lost', {
+    timeout: 120_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const url = await database(20_000);
+    const connections = { db: { type: 'postgres' as const, url } };
+    const input = {
+      // Paced (20 000 rows in ≥ 2 s) so that the kill lands mid-snapshot.
+      request: request('crash-snapshot', { batchSize: 500, maxRecordsPerSecond: 10_000 }),
+      checkpointFile: join(dir.path, 'checkpoint.json'),
+      connections,
+      commitEveryRecords: 500,
+      replication: REPLICATION,
+    };
+    {
+      await using first = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 1 })]);
+      await waitFor(() => first.lines.filter((l) => l.startsWith('COMMIT ')).length >= 4, {
+        timeoutMs: 30_000,
+        what: 'snapshot commits',
+      });
+      first.kill('SIGKILL');
+      await first.exited;
+      expect(first.lines.filter((l) => /^(DONE|FAILED) /.test(l))).toEqual([]);
+    }
+    const copied = (await sql<{ n: number }>(url, 'SELECT count(*)::int AS n FROM dst'))[0]!.n;
+    expect(copied).toBeGreaterThanOrEqual(2_000);
+    expect(copied).toBeLessThan(20_000);
+    // While nobody owns it, rows the first snapshot already copied change: a fresh snapshot of the remaining keys
+    // alone would never see these.
+    await sql(url, 'UPDATE items SET v = v + 1000, tag = 1 WHERE id <= 300');
+    await sql(url, 'DELETE FROM items WHERE id BETWEEN 301 AND 350');
+    await sql(url, 'INSERT INTO items SELECT i, 5, 2 FROM generate_series(30001, 30050) i');
+    await using second = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 2 })]);
+    const done = await second.waitForLine(/^(DONE|FAILED) /, 60_000);
+    expect(done).toMatch(/^DONE /);
+    expect(second.lines.filter((l) => l.startsWith('DECISION '))).toEqual([
+      expect.stringMatching(/^DECISION resume /),
+    ]);
+    expect(await rowsOf(url, 'dst')).toEqual(await rowsOf(url, 'items'));
+    await discardTransferLeftovers(input.request, { connections, replication: REPLICATION });
+    expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+  });
+
+  it('with follow: a source truncate empties the destination in the sink transaction of its source transaction', {
+    timeout: 60_000,
+  }, async () => {
+    const url = await database(200);
+    const connections = { db: { type: 'postgres' as const, url } };
+    const controller = new AbortController();
+    let phase = '';
+    const run = runTransfer(request('truncate-1', { follow: true }), {
+      checkpoint: memoryCheckpointPort(),
+      connections,
+      signal: controller.signal,
+      replication: REPLICATION,
+      commitEveryMs: 50,
+      onProgress: (p) => {
+        phase = p.phase;
+      },
+    }).catch((err: unknown) => err);
+    try {
+      await waitFor(() => phase === 'streaming', { timeoutMs: 30_000, what: 'streaming' });
+      await sql(url, 'TRUNCATE dst_writes');
+      await sql(
+        url,
+        `DO $$ BEGIN TRUNCATE items; INSERT INTO items SELECT i, 1, 9 FROM generate_series(500, 509) i; END $$`,
+      );
+      await waitMirrored(url, 'the truncate and the new rows mirrored');
+      // The 200 deletes and the 10 inserts: one destination transaction.
+      expect(
+        await sql(
+          url,
+          'SELECT op, count(*)::int AS n, count(DISTINCT xid)::int AS xids FROM dst_writes GROUP BY op ORDER BY op',
+        ),
+      ).toEqual([
+        { op: 'DELETE', n: 200, xids: 1 },
+        { op: 'INSERT', n: 10, xids: 1 },
+      ]);
+      const [{ same }] = (await sql(url, 'SELECT count(DISTINCT xid)::int = 1 AS same FROM dst_writes')) as [
+        { same: boolean },
+      ];
+      expect(same).toBe(true);
+    } finally {
+      controller.abort();
+      expect(SluiceError.hasCode(await run, 'TRANSFER_TERMINATED')).toBe(true);
+      await discardTransferLeftovers(request('truncate-1', { follow: true }), {
+        connections,
+        replication: REPLICATION,
+      });
+    }
   });
 
   it('with follow: an owner SIGKILLed mid-stream is resumed by the next one from the committed LSN, and every change is applied exactly once', {

@@ -6,7 +6,7 @@ import type { TransferRequest } from '@sluice/core';
 import { createTestDatabase, startNatsServer, tempDir } from '@sluice/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { memoryCheckpointPort } from './testing/file-checkpoint.js';
+import { memoryCheckpointPort } from '../test/helpers.js';
 import { runTransfer } from './transfer.js';
 
 const base = { mode: 'idempotent', properties: {}, options: { onBadRecord: 'skip' } } as const;

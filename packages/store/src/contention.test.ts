@@ -1,6 +1,5 @@
 import { SluiceError, type TransferRecord } from '@sluice/core';
 import { describe, expect, it } from 'vitest';
-import type { SqlDataPlaneStore } from './store.js';
 import {
   allRecords,
   DIALECTS,
@@ -10,7 +9,8 @@ import {
   owner,
   storeFixture,
   submitInput,
-} from './test-fixtures.js';
+} from '../test/helpers.js';
+import type { SqlDataPlaneStore } from './store.js';
 
 /** Several store instances on one database: separate connections / pools, like separate nodes. */
 const NODES = 5;

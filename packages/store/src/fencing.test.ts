@@ -1,6 +1,6 @@
 import { expectSluiceError } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { DIALECTS, LEASE_MS, makeRequest, owner, storeFixture, submitInput } from './test-fixtures.js';
+import { DIALECTS, LEASE_MS, makeRequest, owner, storeFixture, submitInput } from '../test/helpers.js';
 
 describe.each(DIALECTS)('fencing by epoch on %s', (dialect) => {
   it("after a takeover the old owner's transition, checkpoint, release and heartbeat are refused and change nothing", async () => {
@@ -17,7 +17,7 @@ describe.each(DIALECTS)('fencing by epoch on %s', (dialect) => {
     expect(taken.epoch).toBe(2);
     expect(taken.checkpoint).toEqual({ offset: 10 }); // the new owner resumes where A stopped
     await fx.advance(1_000);
-    // Read after the clock moved (on PostgreSQL, advancing shifts stored leases: test-fixtures.ts).
+    // Read after the clock moved (on PostgreSQL, advancing shifts stored leases: test/helpers.ts).
     const takenNow = await nodeB.get(record.id);
 
     // Node A comes back and carries on as if it still owned the transfer.

@@ -1,6 +1,5 @@
 import { SluiceError, ValidationError } from '@sluice/core';
 import { describe, expect, it } from 'vitest';
-import type { SqlDataPlaneStore } from './store.js';
 import {
   allRecords,
   DIALECTS,
@@ -10,7 +9,8 @@ import {
   rawRequest,
   storeFixture,
   submitInput,
-} from './test-fixtures.js';
+} from '../test/helpers.js';
+import type { SqlDataPlaneStore } from './store.js';
 
 const BAD_IDS: unknown[] = [
   '',

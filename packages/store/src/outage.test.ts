@@ -6,7 +6,6 @@ import { createTestDatabase, expectSluiceError, freePort, spawnTs, tempDir, wait
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { openStore } from './open.js';
 import {
   allRecords,
   DIALECTS,
@@ -16,9 +15,10 @@ import {
   type StoreFixture,
   storeFixture,
   submitInput,
-} from './test-fixtures.js';
+} from '../test/helpers.js';
+import { openStore } from './open.js';
 
-const crashWriter = fileURLToPath(new URL('./test-crash-writer.ts', import.meta.url));
+const crashWriter = fileURLToPath(new URL('../test/fixtures/crash-writer.ts', import.meta.url));
 
 async function adminClient(url: string): Promise<pg.Client> {
   const client = new pg.Client({ connectionString: url });

@@ -1,8 +1,8 @@
 import { ALL_STATES, canTransition, isTerminal, type TransferRecord, type TransferState } from '@sluice/core';
 import { expectSluiceError } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
+import { DIALECTS, LEASE_MS, makeRequest, owner, storeFixture, submitInput } from '../test/helpers.js';
 import type { SqlDataPlaneStore } from './store.js';
-import { DIALECTS, LEASE_MS, makeRequest, owner, storeFixture, submitInput } from './test-fixtures.js';
 
 /** The path from RECEIVED to each state. */
 const PATH: Record<TransferState, TransferState[]> = {

@@ -1,7 +1,7 @@
 import type { Clock, TransferRecord } from '@sluice/core';
 import { expectSluiceError } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { DIALECTS, LEASE_MS, makeRequest, owner, storeFixture, submitInput } from './test-fixtures.js';
+import { DIALECTS, LEASE_MS, makeRequest, owner, storeFixture, submitInput } from '../test/helpers.js';
 
 /** A node whose wall clock is off by `skewMs`. */
 function skewedClock(skewMs: number): Clock {

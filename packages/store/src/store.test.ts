@@ -2,7 +2,6 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { IdempotencyConflictError, requestHash, type SluiceError, TransferNotFoundError } from '@sluice/core';
 import { expectSluiceError } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { createCheckpointPort } from './checkpoint.js';
 import {
   allRecords,
   DIALECTS,
@@ -12,7 +11,8 @@ import {
   owner,
   storeFixture,
   submitInput,
-} from './test-fixtures.js';
+} from '../test/helpers.js';
+import { createCheckpointPort } from './checkpoint.js';
 
 describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
   it('submit inserts a new id at epoch 1, RECEIVED, owned by the caller with a lease', async () => {

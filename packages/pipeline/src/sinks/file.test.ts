@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { CheckpointPort, TransferRequest } from '@sluice/core';
 import { tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { fileCheckpointPort } from '../testing/file-checkpoint.js';
+import { fileCheckpointPort } from '../../test/helpers.js';
 import { runTransfer } from '../transfer.js';
 
 const RECORDS = 1_000;

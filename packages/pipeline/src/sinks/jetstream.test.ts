@@ -5,7 +5,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import type { TransferRequest } from '@sluice/core';
 import { type NatsServerHandle, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { memoryCheckpointPort } from '../testing/file-checkpoint.js';
+import { memoryCheckpointPort } from '../../test/helpers.js';
 import { runTransfer } from '../transfer.js';
 
 describe('JetStream sink dedupe ids name the source position, not the key', () => {

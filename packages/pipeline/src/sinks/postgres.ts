@@ -220,6 +220,17 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
         throw fail('write failed', err);
       }
     },
+    async truncate() {
+      // A source's truncate (logical replication), in the epoch's transaction: the table is empty exactly when the
+      // source transaction that truncated it commits. DELETE, not TRUNCATE: no ACCESS EXCLUSIVE lock on a table
+      // readers are querying, and its row triggers fire like every other write of the sink.
+      const c = await begin();
+      try {
+        await c.query(`DELETE FROM ${table}`);
+      } catch (err) {
+        throw fail('truncate failed', err);
+      }
+    },
     async commit(checkpoint: PipelineCheckpoint) {
       const c = await begin();
       try {

@@ -2,21 +2,21 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { openCacheManager } from '@sluice/cache';
 import type { EndpointConfig } from '@sluice/core';
-import { type LogicalPostgresHandle, spawnTs, startLogicalPostgres, tempDir, waitFor } from '@sluice/testkit';
+import {
+  type LogicalPostgresHandle,
+  spawnTs,
+  sql,
+  startLogicalPostgres,
+  tempDir,
+  waitFor,
+} from '@sluice/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { allRecords, cacheRows, committedLsn, confirmedFlush, tableRows } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
-import {
-  allRecords,
-  cacheRows,
-  committedLsn,
-  confirmedFlush,
-  sql,
-  tableRows,
-} from '../testing/replication.js';
 import { compareLsn } from './replication/lsn.js';
 
-const CHILD = fileURLToPath(new URL('../testing/replication-child.ts', import.meta.url));
+const CHILD = fileURLToPath(new URL('../../test/fixtures/replication-child.ts', import.meta.url));
 const SLOT = 'sluice_r1_items_source';
 
 let server: LogicalPostgresHandle;

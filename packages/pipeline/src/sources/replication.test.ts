@@ -4,20 +4,14 @@ import { type EndpointConfig, parseQuery, SluiceError } from '@sluice/core';
 import {
   createTestDatabase,
   type LogicalPostgresHandle,
+  sql,
   startLogicalPostgres,
   tempDir,
   waitFor,
 } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { allRecords, cacheRows, committedLsn, confirmedFlush, tableRows } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
-import {
-  allRecords,
-  cacheRows,
-  committedLsn,
-  confirmedFlush,
-  sql,
-  tableRows,
-} from '../testing/replication.js';
 import { compareLsn } from './replication/lsn.js';
 
 const SLOT = 'sluice_t1_items_source';

@@ -1,3 +1,7 @@
+/**
+ * Shared helpers of the pipeline's tests (not shipped: `files` holds `src` and `dist` only): checkpoint ports in
+ * memory and in a JSON file, fenced like the app-server's store. Child scripts the tests spawn are in `fixtures/`.
+ */
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { type CheckpointPort, StaleEpochError } from '@sluice/core';
 

@@ -1,24 +1,9 @@
 /**
- * Test helpers for replication sources: SQL against a database, the served rows of an endpoint, its committed
- * LSN, and the slot's confirmed position.
+ * Test helpers for replication sources: the served rows of an endpoint, its committed LSN, and the slot's
+ * confirmed position (SQL against a database is testkit's `sql`).
  */
 import { parseQuery } from '@sluice/core';
-import pg from 'pg';
-
-/** Runs statements on a fresh connection. */
-export async function sql<R extends pg.QueryResultRow = pg.QueryResultRow>(
-  url: string,
-  text: string,
-  params: unknown[] = [],
-): Promise<R[]> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return (await client.query<R>(text, params)).rows;
-  } finally {
-    await client.end();
-  }
-}
+import { sql } from '@sluice/testkit';
 
 interface ReadableCache {
   query(query: ReturnType<typeof parseQuery>): { records: Record<string, unknown>[]; next: string | null };

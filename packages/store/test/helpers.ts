@@ -12,8 +12,8 @@ import {
 import { createTestDatabase, ManualClock, type TestDatabase, tempDir } from '@sluice/testkit';
 import pg from 'pg';
 import { afterAll, expect } from 'vitest';
-import { type OpenStoreOptions, openStore } from './open.js';
-import type { SqlDataPlaneStore } from './store.js';
+import { type OpenStoreOptions, openStore } from '../src/open.js';
+import type { SqlDataPlaneStore } from '../src/store.js';
 
 export const DIALECTS = ['sqlite', 'postgres'] as const;
 export type TestDialect = (typeof DIALECTS)[number];
