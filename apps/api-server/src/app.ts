@@ -4,10 +4,8 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import {
   andFilters,
-  type CommitState,
   compileFilter,
   type Filter,
-  PositionNotReachedError,
   parseCountQuery,
   parseQuery,
   type QueryLimits,
@@ -16,25 +14,21 @@ import {
   ValidationError,
 } from '@sluice/core';
 import { problemDetailsPlugin } from '@sluice/http';
-import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
+import Fastify, { LogController } from 'fastify';
 import { jsonSchemaTransform, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger as PinoLogger } from 'pino';
 import type { z } from 'zod';
-import { OPEN_SCOPE, TokenAuthenticator, type TokenScope } from './auth.js';
+import { TokenAuthenticator } from './auth.js';
 import { changeFeedPlugin } from './changes/plugin.js';
+import { CACHE_HEADER, CHECKPOINT_HEADER, checkpointStamps } from './checkpoint-headers.js';
 import { unwrapCursor, wrapCursor } from './cursor.js';
-import {
-  bareMismatch,
-  formatPositionHeader,
-  MIN_POSITION_HEADER,
-  POSITION_HEADER,
-  parseMinPosition,
-  positionReached,
-} from './freshness.js';
+import { endpointAccess } from './endpoint-access.js';
+import { POSITION_HEADER } from './freshness.js';
 import { parseKeySegment, rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
 import { pageBody } from './page-body.js';
-import type { EndpointRegistry, Generation, Lease } from './registry.js';
+import type { EndpointRegistry, Generation } from './registry.js';
+import { requestMetricsHook } from './request-metrics.js';
 import {
   CountBodySchema,
   CountResultSchema,
@@ -54,13 +48,7 @@ import {
 /** The fastify instance of an api-server. */
 export type ApiApp = Awaited<ReturnType<typeof buildApp>>;
 
-/** Response header naming the concrete cache generation that answered. */
-export const CACHE_HEADER = 'sluice-cache';
-/** Response header with the commit checkpoint of that cache (read before the data, so data ⊇ checkpoint). */
-export const CHECKPOINT_HEADER = 'sluice-checkpoint';
 const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
-/** Longest time a `sluice-checkpoint` value is reused before the cache's commit state is read again. */
-export const CHECKPOINT_REFRESH_MS = 50;
 
 export interface BuildAppOptions {
   config: SluiceConfig;
@@ -70,24 +58,6 @@ export interface BuildAppOptions {
   logger: PinoLogger;
   /** Readiness is withdrawn (503) once this returns true (graceful shutdown). */
   isStopping: () => boolean;
-}
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    sluiceScope?: TokenScope;
-    sluiceEndpoint?: string;
-  }
-}
-
-/**
- * Formats the `sluice-checkpoint` header: `epoch=<n>, at="<checkpoint instant>", committed-at="<instant>"`
- * (an RFC 8941 dictionary), or `none` for a cache that has not committed a checkpoint yet.
- */
-export function formatCheckpointHeader(state: Readonly<CommitState>): string {
-  const checkpoint = state.checkpoint;
-  if (!checkpoint) return state.committedAt ? `none, committed-at="${state.committedAt}"` : 'none';
-  const committed = state.committedAt ? `, committed-at="${state.committedAt}"` : '';
-  return `epoch=${checkpoint.epoch}, at="${checkpoint.at}"${committed}`;
 }
 
 function describe(generation: Generation): EndpointInfo {
@@ -159,24 +129,7 @@ export async function buildApp(options: BuildAppOptions) {
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 
   // Metrics: one counter increment and one histogram observation per request.
-  // Label children are cached per (route, endpoint, status): prom-client hashes label objects otherwise.
-  const series = new Map<string, { count: () => void; observe: (seconds: number) => void }>();
-  app.addHook('onResponse', (request, reply, done) => {
-    const route = request.routeOptions.url ?? '(unmatched)';
-    const name = request.sluiceEndpoint;
-    const endpoint = name !== undefined && registry.has(name) ? name : '';
-    const key = `${route}\u0000${endpoint}\u0000${reply.statusCode}`;
-    let entry = series.get(key);
-    if (!entry) {
-      const counter = metrics.requests.labels(route, endpoint, String(reply.statusCode));
-      const histogram = metrics.duration.labels(route, endpoint);
-      entry = { count: () => counter.inc(), observe: (seconds) => histogram.observe(seconds) };
-      if (series.size < 10_000) series.set(key, entry);
-    }
-    entry.count();
-    entry.observe(reply.elapsedTime / 1000);
-    done();
-  });
+  app.addHook('onResponse', requestMetricsHook(registry, metrics));
 
   if (config.api.cors) {
     await app.register(cors, {
@@ -202,19 +155,11 @@ export async function buildApp(options: BuildAppOptions) {
     const verify = (token: string) => app.jwt.verify(token);
     authenticator = new TokenAuthenticator(verify, limits);
   }
-  const scopeOf = (request: FastifyRequest): TokenScope => {
-    if (!authenticator) return OPEN_SCOPE;
-    const scope = authenticator.authenticate(request.headers.authorization);
-    request.sluiceScope = scope;
-    return scope;
-  };
-  /** Auth check + lease on the endpoint's current generation (the caller releases it). */
-  const open = (request: FastifyRequest, name: string): { lease: Lease; rowFilter: Filter | undefined } => {
-    request.sluiceEndpoint = name;
-    const scope = scopeOf(request);
-    authenticator?.authorize(scope, name);
-    return { lease: registry.acquire(name), rowFilter: scope.rowFilter(name) };
-  };
+  const { scopeOf, authorize, openFresh } = endpointAccess({
+    registry,
+    authenticator,
+    freshnessWaitMs: config.api.freshnessWaitMs,
+  });
   const predicates = new WeakMap<Filter, (record: Record<string, unknown>) => boolean>();
   const predicateOf = (filter: Filter) => {
     let predicate = predicates.get(filter);
@@ -224,78 +169,7 @@ export async function buildApp(options: BuildAppOptions) {
     }
     return predicate;
   };
-  // The checkpoint header of a data response is formatted once per commit: the cache hands out one commit-state
-  // object per commit, read in the snapshot of the data it is sent with.
-  const checkpointHeaders = new WeakMap<object, { header: string; position: string | null }>();
-  const stampState = (reply: FastifyReply, state: Readonly<CommitState>): void => {
-    let headers = checkpointHeaders.get(state);
-    if (headers === undefined) {
-      headers = { header: formatCheckpointHeader(state), position: formatPositionHeader(state.checkpoint) };
-      checkpointHeaders.set(state, headers);
-    }
-    reply.header(CHECKPOINT_HEADER, headers.header);
-    if (headers.position !== null) reply.header(POSITION_HEADER, headers.position);
-  };
-  // Other responses (endpoint info, counts) re-read the commit state at most every CHECKPOINT_REFRESH_MS per
-  // generation, always before the data they are sent with, so "the data is at least as fresh" holds.
-  const checkpoints = new WeakMap<Generation, { header: string; position: string | null; readAt: number }>();
-  const stamp = (reply: FastifyReply, lease: Lease): void => {
-    const now = performance.now();
-    let cached = checkpoints.get(lease.generation);
-    if (!cached || now - cached.readAt > CHECKPOINT_REFRESH_MS) {
-      const state = lease.cache.commitState();
-      cached = {
-        header: formatCheckpointHeader(state),
-        position: formatPositionHeader(state.checkpoint),
-        readAt: now,
-      };
-      checkpoints.set(lease.generation, cached);
-    }
-    reply.header(CACHE_HEADER, lease.generation.name);
-    reply.header(CHECKPOINT_HEADER, cached.header);
-    if (cached.position !== null) reply.header(POSITION_HEADER, cached.position);
-  };
-  const freshnessWaitMs = config.api.freshnessWaitMs;
-  /**
-   * `open`, and with `sluice-min-position` only once the leased generation has committed that position: polled
-   * every few milliseconds (a commit state read) up to `api.freshnessWaitMs`, then 503 POSITION_NOT_REACHED.
-   */
-  const openFresh = async (request: FastifyRequest, name: string) => {
-    const opened = open(request, name);
-    const header = request.headers[MIN_POSITION_HEADER];
-    if (header === undefined) return opened;
-    let lease = opened.lease;
-    try {
-      const wanted = parseMinPosition(Array.isArray(header) ? header.join(', ') : header);
-      const deadline = Date.now() + freshnessWaitMs;
-      for (;;) {
-        const checkpoint = lease.cache.commitState().checkpoint;
-        if (positionReached(checkpoint, wanted)) return { ...opened, lease };
-        if (bareMismatch(checkpoint, wanted))
-          throw new ValidationError(
-            `Endpoint "${name}" has several sources: name them in ${MIN_POSITION_HEADER}`,
-            [
-              {
-                path: `headers.${MIN_POSITION_HEADER}`,
-                message: 'a bare position needs a one-source endpoint',
-              },
-            ],
-          );
-        const remaining = deadline - Date.now();
-        if (remaining <= 0)
-          throw new PositionNotReachedError(
-            `Endpoint "${name}" has not committed ${MIN_POSITION_HEADER} ${String(header).slice(0, 200)} within ${freshnessWaitMs} ms (it is at ${formatPositionHeader(checkpoint) ?? 'no position'})`,
-            Math.max(1, Math.ceil(freshnessWaitMs / 1000)),
-          );
-        lease.release();
-        await new Promise((resolve) => setTimeout(resolve, Math.min(remaining, 5)));
-        lease = registry.acquire(name);
-      }
-    } catch (err) {
-      lease.release();
-      throw err;
-    }
-  };
+  const { stamp, stampState } = checkpointStamps();
 
   await app.register(swagger, {
     openapi: {
@@ -470,12 +344,7 @@ export async function buildApp(options: BuildAppOptions) {
     settings: config.api.changes,
     limits,
     metrics: metrics.registry,
-    access: (request, name) => {
-      request.sluiceEndpoint = name;
-      const scope = scopeOf(request);
-      authenticator?.authorize(scope, name);
-      return scope.rowFilter(name);
-    },
+    access: authorize,
   });
 
   return app;

@@ -1,13 +1,6 @@
 // The configuration and logger both apps share (documented in @sluice/http).
 export { createLogger, type LoadConfigOptions, type LoadedConfig, loadConfig } from '@sluice/http';
-export {
-  type ApiApp,
-  type BuildAppOptions,
-  buildApp,
-  CACHE_HEADER,
-  CHECKPOINT_HEADER,
-  formatCheckpointHeader,
-} from './app.js';
+export { type ApiApp, type BuildAppOptions, buildApp } from './app.js';
 export {
   OPEN_SCOPE,
   TokenAuthenticator,
@@ -18,6 +11,7 @@ export {
 export { FeedEvent, sseFrame } from './changes/frames.js';
 export { type ChangeFeedPluginOptions, ChangesQuerySchema, changeFeedPlugin } from './changes/plugin.js';
 export { decodeFeedToken, encodeFeedToken, type FeedPosition } from './changes/token.js';
+export { CACHE_HEADER, CHECKPOINT_HEADER, formatCheckpointHeader } from './checkpoint-headers.js';
 export { unwrapCursor, wrapCursor } from './cursor.js';
 export {
   formatPositionHeader,

@@ -9,8 +9,8 @@ import type {
   SwitchView,
 } from '@sluice/core';
 import { ClientErrorCode, SluiceClientError } from './errors.js';
-import { backoffMs, delay, errorFrom, type HttpTarget, headersFor, requestJson } from './http.js';
-import { readEventStream } from './sse.js';
+import { openEventStream } from './event-stream.js';
+import { type HttpTarget, requestJson } from './http.js';
 
 export type {
   EndpointStatus,
@@ -142,58 +142,16 @@ export class ControlClient {
    * `SluiceClientError`.
    */
   async *watchEndpoints(options: WatchOptions = {}): AsyncGenerator<EndpointStreamEvent> {
-    const initialMs = options.backoff?.initialMs ?? 250;
-    const maxMs = options.backoff?.maxMs ?? 10_000;
     const query = options.heartbeatMs === undefined ? '' : `?heartbeatMs=${options.heartbeatMs}`;
-    let attempt = 0;
-    for (;;) {
-      if (options.signal?.aborted) return;
-      const controller = new AbortController();
-      const stop = () => controller.abort(options.signal?.reason);
-      options.signal?.addEventListener('abort', stop, { once: true });
-      try {
-        let res: Response;
-        try {
-          res = await this.target.fetch(`${this.target.baseUrl}/v1/endpoints/stream${query}`, {
-            headers: headersFor(this.target, { accept: 'text/event-stream' }),
-            signal: controller.signal,
-          });
-        } catch {
-          if (options.signal?.aborted) return;
-          await delay(backoffMs(attempt++, initialMs, maxMs), options.signal).catch(() => undefined);
-          continue;
-        }
-        if (!res.ok) {
-          const error = await errorFrom(res);
-          if (res.status < 500 && res.status !== 429) throw error;
-          await delay(error.retryAfterMs ?? backoffMs(attempt++, initialMs, maxMs), options.signal).catch(
-            () => undefined,
-          );
-          continue;
-        }
-        if (!res.body)
-          throw new SluiceClientError(ClientErrorCode.BAD_RESPONSE, 'The endpoint stream has no body', {
-            status: res.status,
-          });
-        options.onOpen?.();
-        try {
-          for await (const message of readEventStream(res.body)) {
-            attempt = 0;
-            const event = toStreamEvent(message.event, message.data);
-            if (event) yield event;
-          }
-        } catch (err) {
-          if (options.signal?.aborted) return;
-          if (err instanceof SluiceClientError) throw err;
-          // the connection broke: reconnect below
-        }
-        if (options.signal?.aborted) return;
-        await delay(backoffMs(attempt++, initialMs, maxMs), options.signal).catch(() => undefined);
-      } finally {
-        options.signal?.removeEventListener('abort', stop);
-        controller.abort();
-      }
-    }
+    yield* openEventStream(this.target, {
+      what: 'The endpoint stream',
+      ...(options.signal ? { signal: options.signal } : {}),
+      ...(options.backoff ? { backoff: options.backoff } : {}),
+      ...(options.onOpen ? { onOpen: options.onOpen } : {}),
+      path: () => `/v1/endpoints/stream${query}`,
+      decode: (message) => toStreamEvent(message.event, message.data),
+      endOnBadEvent: true,
+    });
   }
 }
 

@@ -1,7 +1,7 @@
 import type { Filter, WireQuery } from '@sluice/core';
 import { ClientErrorCode, SluiceClientError } from './errors.js';
-import { backoffMs, delay, errorFrom, type HttpTarget, headersFor, requestJson } from './http.js';
-import { readEventStream } from './sse.js';
+import { openEventStream } from './event-stream.js';
+import { type HttpTarget, requestJson } from './http.js';
 
 /** A query of the query language, on the wire (core's `WireQuery`: `$filter`, `$order_by`, `$limit`, `$skip` | `$after`). */
 export type { WireQuery };
@@ -131,76 +131,41 @@ export class EndpointClient<Row extends Record<string, unknown> = Record<string,
    * events it yields have no gap and no duplicate; apply them in order to a local copy.
    */
   async *changes(options: ChangesOptions = {}): AsyncGenerator<ChangeEvent<Row>> {
-    const initialMs = options.backoff?.initialMs ?? 250;
-    const maxMs = options.backoff?.maxMs ?? 10_000;
     let token = options.after;
     let snapshot = options.snapshot === true;
     let inSnapshot = false;
-    let attempt = 0;
-    for (;;) {
-      if (options.signal?.aborted) return;
-      const controller = new AbortController();
-      const stop = () => controller.abort(options.signal?.reason);
-      options.signal?.addEventListener('abort', stop, { once: true });
-      try {
-        if (inSnapshot && token === undefined) {
-          // A fresh snapshot follows; what was received of the interrupted one may include deleted records.
-          yield { type: 'reset', reason: 'reconnected-during-snapshot' };
-          inSnapshot = false;
-        }
+    yield* openEventStream<ChangeEvent<Row>>(this.target, {
+      what: 'The change feed',
+      ...(options.signal ? { signal: options.signal } : {}),
+      ...(options.backoff ? { backoff: options.backoff } : {}),
+      beforeConnect: () => {
+        if (!(inSnapshot && token === undefined)) return null;
+        // A fresh snapshot follows; what was received of the interrupted one may include deleted records.
+        inSnapshot = false;
+        return { type: 'reset', reason: 'reconnected-during-snapshot' };
+      },
+      path: () => {
         const params = new URLSearchParams();
         if (token !== undefined) params.set('after', token);
         if (snapshot) params.set('snapshot', 'true');
         if (options.filter !== undefined) params.set('filter', JSON.stringify(options.filter));
         const query = params.size > 0 ? `?${params}` : '';
-        let res: Response;
-        try {
-          res = await this.target.fetch(`${this.target.baseUrl}${this.path('/changes')}${query}`, {
-            headers: headersFor(this.target, { accept: 'text/event-stream' }),
-            signal: controller.signal,
-          });
-        } catch (err) {
-          if (options.signal?.aborted) return;
-          await delay(backoffMs(attempt++, initialMs, maxMs), options.signal).catch(() => undefined);
-          void err;
-          continue;
-        }
-        if (!res.ok) {
-          const error = await errorFrom(res);
-          // Refusals that will not change by retrying (bad token, filter, auth, unknown endpoint) end the feed.
-          if (res.status < 500 && res.status !== 429) throw error;
-          await delay(error.retryAfterMs ?? backoffMs(attempt++, initialMs, maxMs), options.signal).catch(
-            () => undefined,
-          );
-          continue;
-        }
-        if (!res.body)
-          throw new SluiceClientError(ClientErrorCode.BAD_RESPONSE, 'The change feed has no body', {
-            status: res.status,
-          });
+        return `${this.path('/changes')}${query}`;
+      },
+      onOpen: () => {
         snapshot = false;
-        try {
-          for await (const message of readEventStream(res.body)) {
-            attempt = 0;
-            const event = toEvent<Row>(message.event, message.data, message.id);
-            if (event === null) continue;
-            if (event.type === 'reset' || (event.type === 'upsert' && message.id === undefined))
-              inSnapshot = true;
-            if (event.type === 'live') inSnapshot = false;
-            if (message.id !== undefined) token = message.id;
-            yield event;
-          }
-        } catch (err) {
-          if (options.signal?.aborted) return;
-          void err; // the connection broke: reconnect below
-        }
-        if (options.signal?.aborted) return;
-        await delay(backoffMs(attempt++, initialMs, maxMs), options.signal).catch(() => undefined);
-      } finally {
-        options.signal?.removeEventListener('abort', stop);
-        controller.abort();
-      }
-    }
+      },
+      decode: (message) => {
+        const event = toEvent<Row>(message.event, message.data, message.id);
+        if (event === null) return null;
+        if (event.type === 'reset' || (event.type === 'upsert' && message.id === undefined))
+          inSnapshot = true;
+        if (event.type === 'live') inSnapshot = false;
+        if (message.id !== undefined) token = message.id;
+        return event;
+      },
+      endOnBadEvent: false,
+    });
   }
 }
 

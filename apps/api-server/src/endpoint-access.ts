@@ -1,0 +1,114 @@
+/**
+ * Who may read an endpoint, and a lease on what they read: the bearer token's scope, the endpoint check, the
+ * token's row filter, and — with `sluice-min-position` — waiting until the leased generation has committed that
+ * position. Every endpoint route and the change feed go through here. Moved out of app.ts.
+ */
+import { type Filter, PositionNotReachedError, ValidationError } from '@sluice/core';
+import type { FastifyRequest } from 'fastify';
+import { OPEN_SCOPE, type TokenAuthenticator, type TokenScope } from './auth.js';
+import {
+  bareMismatch,
+  formatPositionHeader,
+  MIN_POSITION_HEADER,
+  parseMinPosition,
+  positionReached,
+} from './freshness.js';
+import type { EndpointRegistry, Lease } from './registry.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    sluiceScope?: TokenScope;
+    sluiceEndpoint?: string;
+  }
+}
+
+/** A lease on an endpoint's current generation (the caller releases it) and the token's row filter for it. */
+export interface OpenedEndpoint {
+  lease: Lease;
+  rowFilter: Filter | undefined;
+}
+
+export interface EndpointAccess {
+  /** The request's token scope (everything when auth is off). */
+  scopeOf(request: FastifyRequest): TokenScope;
+  /** Auth check on endpoint `name`; returns the token's row filter for it. */
+  authorize(request: FastifyRequest, name: string): Filter | undefined;
+  /** Auth check + lease on the endpoint's current generation (the caller releases it). */
+  open(request: FastifyRequest, name: string): OpenedEndpoint;
+  /**
+   * `open`, and with `sluice-min-position` only once the leased generation has committed that position: polled
+   * every few milliseconds (a commit state read) up to `api.freshnessWaitMs`, then 503 POSITION_NOT_REACHED.
+   */
+  openFresh(request: FastifyRequest, name: string): Promise<OpenedEndpoint>;
+}
+
+/**
+ * The access checks of one application: `authenticator` is null when auth is off.
+ *
+ * @example
+ * ```ts
+ * const access = endpointAccess({ registry, authenticator, freshnessWaitMs: config.api.freshnessWaitMs });
+ * const { lease, rowFilter } = await access.openFresh(request, 'items');
+ * try { ... } finally { lease.release(); }
+ * ```
+ */
+export function endpointAccess(options: {
+  registry: EndpointRegistry;
+  authenticator: TokenAuthenticator | null;
+  freshnessWaitMs: number;
+}): EndpointAccess {
+  const { registry, authenticator, freshnessWaitMs } = options;
+  const scopeOf = (request: FastifyRequest): TokenScope => {
+    if (!authenticator) return OPEN_SCOPE;
+    const scope = authenticator.authenticate(request.headers.authorization);
+    request.sluiceScope = scope;
+    return scope;
+  };
+  const authorize = (request: FastifyRequest, name: string): Filter | undefined => {
+    request.sluiceEndpoint = name;
+    const scope = scopeOf(request);
+    authenticator?.authorize(scope, name);
+    return scope.rowFilter(name);
+  };
+  const open = (request: FastifyRequest, name: string): OpenedEndpoint => {
+    const rowFilter = authorize(request, name);
+    return { lease: registry.acquire(name), rowFilter };
+  };
+  const openFresh = async (request: FastifyRequest, name: string): Promise<OpenedEndpoint> => {
+    const opened = open(request, name);
+    const header = request.headers[MIN_POSITION_HEADER];
+    if (header === undefined) return opened;
+    let lease = opened.lease;
+    try {
+      const wanted = parseMinPosition(Array.isArray(header) ? header.join(', ') : header);
+      const deadline = Date.now() + freshnessWaitMs;
+      for (;;) {
+        const checkpoint = lease.cache.commitState().checkpoint;
+        if (positionReached(checkpoint, wanted)) return { ...opened, lease };
+        if (bareMismatch(checkpoint, wanted))
+          throw new ValidationError(
+            `Endpoint "${name}" has several sources: name them in ${MIN_POSITION_HEADER}`,
+            [
+              {
+                path: `headers.${MIN_POSITION_HEADER}`,
+                message: 'a bare position needs a one-source endpoint',
+              },
+            ],
+          );
+        const remaining = deadline - Date.now();
+        if (remaining <= 0)
+          throw new PositionNotReachedError(
+            `Endpoint "${name}" has not committed ${MIN_POSITION_HEADER} ${String(header).slice(0, 200)} within ${freshnessWaitMs} ms (it is at ${formatPositionHeader(checkpoint) ?? 'no position'})`,
+            Math.max(1, Math.ceil(freshnessWaitMs / 1000)),
+          );
+        lease.release();
+        await new Promise((resolve) => setTimeout(resolve, Math.min(remaining, 5)));
+        lease = registry.acquire(name);
+      }
+    } catch (err) {
+      lease.release();
+      throw err;
+    }
+  };
+  return { scopeOf, authorize, open, openFresh };
+}
