@@ -3,6 +3,7 @@ import type { CacheSchema, CommitState } from '@sluice/core';
 import type { Database, DatabaseOptions } from 'lmdb';
 import { encodeKey, stringBudget } from './key-codec.js';
 import type { SharedEnv } from './lmdb-env.js';
+import { ARENA_SCAN_OPTIONS } from './page-arena.js';
 import { indexId } from './schema.js';
 
 /**
@@ -14,6 +15,11 @@ export interface IndexDb {
   readonly id: string;
   readonly fields: readonly string[];
   readonly db: Database<Buffer, Buffer>;
+  /**
+   * A read handle on the same database whose values are copied into the active arena (see `page-arena.ts`):
+   * each value reads as its offset in the arena's buffer.
+   */
+  readonly scan: Database<number, Buffer>;
   /** Per-string-component budget so that index values + primary key fit LMDB's key limit. */
   readonly budget: number;
 }
@@ -41,13 +47,21 @@ export class CacheDbs {
         get db() {
           return env.db<Buffer, Buffer>(name, INDEX_OPTIONS);
         },
+        get scan() {
+          return env.db<number, Buffer>(name, ARENA_SCAN_OPTIONS, `${name}#scan`);
+        },
         budget: stringBudget(fields.length + components),
       };
     });
     // Open (and, in a writable environment, create) every database now.
     void this.data;
     void this.meta;
-    for (const index of this.indexes) void index.db;
+    // Scan handles too: opened lazily inside a read snapshot (the api-server's first query), the first range
+    // read through one failed with "No transaction to renew".
+    for (const index of this.indexes) {
+      void index.db;
+      void index.scan;
+    }
   }
 
   /** Records by encoded primary key, as their JSON text (UTF-8; see `record-json.ts`). */

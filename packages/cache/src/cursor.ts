@@ -91,7 +91,8 @@ export function encodeCursor(
   cache: string,
   order: string,
   tuple: readonly unknown[],
-  dataKey: Buffer,
+  /** The record's data key, or how to get it (only needed when a value is abbreviated). */
+  dataKey: Buffer | (() => Buffer),
   filter: string,
 ): string {
   let any = false;
@@ -101,7 +102,7 @@ export function encodeCursor(
     return out.value;
   });
   const body: Record<string, unknown> = { c: cache, o: order, f: filter, k };
-  if (any) body.d = dataKey.toString('base64url');
+  if (any) body.d = (typeof dataKey === 'function' ? dataKey() : dataKey).toString('base64url');
   return Buffer.from(JSON.stringify(body), 'utf8').toString('base64url');
 }
 

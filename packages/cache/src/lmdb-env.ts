@@ -14,7 +14,7 @@ export class SharedEnv {
   private currentRoot: RootDatabase;
   private writable: boolean;
   private readonly dbs = new Map<string, Database<unknown, AnyKey>>();
-  private readonly dbOptions = new Map<string, DatabaseOptions>();
+  private readonly dbOptions = new Map<string, { name: string; options: DatabaseOptions }>();
 
   constructor(path: string, readOnly: boolean) {
     this.path = path;
@@ -34,13 +34,20 @@ export class SharedEnv {
     return this.currentRoot;
   }
 
-  /** A named database (opened once per environment opening, then cached). */
-  db<V = unknown, K extends AnyKey = AnyKey>(name: string, options: DatabaseOptions = {}): Database<V, K> {
-    let db = this.dbs.get(name);
+  /**
+   * A named database (opened once per environment opening, then cached). `handle` names a second handle on the
+   * same database with other options (e.g. another value decoder); it defaults to the database's name.
+   */
+  db<V = unknown, K extends AnyKey = AnyKey>(
+    name: string,
+    options: DatabaseOptions = {},
+    handle = name,
+  ): Database<V, K> {
+    let db = this.dbs.get(handle);
     if (!db) {
-      this.dbOptions.set(name, options);
+      this.dbOptions.set(handle, { name, options });
       db = this.currentRoot.openDB<unknown, AnyKey>({ name, ...options });
-      this.dbs.set(name, db);
+      this.dbs.set(handle, db);
     }
     return db as unknown as Database<V, K>;
   }
@@ -56,7 +63,7 @@ export class SharedEnv {
     await old.close();
     this.currentRoot = SharedEnv.openRoot(this.path, false);
     this.writable = true;
-    for (const [name, options] of this.dbOptions) this.db(name, options);
+    for (const [handle, { name, options }] of this.dbOptions) this.db(name, options, handle);
   }
 }
 

@@ -11,6 +11,7 @@ import {
   valueHash,
 } from './cursor.js';
 import { encodeKey, truncatedComponentEnd } from './key-codec.js';
+import type { Arena } from './page-arena.js';
 import type { CheckedQuery } from './query-check.js';
 import { type Plan, planQuery, recordComparator, sortTuple, tupleComparator } from './query-plan.js';
 import { decodeRecord } from './record-json.js';
@@ -22,6 +23,8 @@ export interface ReadContext {
   primaryKey: readonly string[];
   transaction: Transaction;
   scanCap: number;
+  /** Where index scans copy records to (reused from read to read; active for the read's duration). */
+  arena: Arena;
 }
 
 const FF = Buffer.from([0xff]);
@@ -129,15 +132,19 @@ function* entries(ctx: ReadContext, plan: Plan, reverse: boolean, seek: Buffer |
         yield { key, dataKey: key, bytes: value, offset: 0, length: value.length, record: null };
       }
     } else {
-      // Covering entries: the value is the record's stored text (a buffer of its own), no data lookup.
-      const db = plan.source.index.db;
+      // Covering entries: the value is the record's stored text, copied by the scan handle straight from
+      // LMDB's read buffer into the read's arena (it reads as its offset there); no data lookup.
+      const db = plan.source.index.scan;
+      const { arena } = ctx;
       const iterable = reverse
         ? db.getRange({ start: hi, reverse: true, transaction })
         : db.getRange({ start: lo, end: hi, transaction });
       for (const { key, value } of iterable) {
+        const bytes = arena.buffer;
+        const length = arena.lastLength;
         if (reverse ? Buffer.compare(key, hi) >= 0 : false) continue;
         if (reverse && Buffer.compare(key, lo) < 0) break;
-        yield { key, dataKey: null, bytes: value, offset: 0, length: value.length, record: null };
+        yield { key, dataKey: null, bytes, offset: value, length, record: null };
       }
     }
   }
@@ -240,7 +247,7 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
       ctx.cache,
       order,
       sortTuple(fieldsOf(row), query.orderBy, primaryKey),
-      dataKeyOf(ctx, row),
+      () => dataKeyOf(ctx, row),
       signature(),
     );
   const reverse = plan.ordered && plan.direction === 'desc';

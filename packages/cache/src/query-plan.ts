@@ -289,6 +289,10 @@ export function planQuery(
   const hasOr = boundsOf(filter, bounds);
   let best = candidate({ kind: 'primary' }, primaryKey, [], dbs.keyBudget, bounds, hasOr, orderBy);
   for (const index of dbs.indexes) {
+    // An index whose first field is neither bounded nor the first sort field has no usable prefix and no
+    // useful order (its candidate would score -1): skip building it.
+    const first = index.fields[0]!;
+    if (!bounds.has(first) && orderBy[0]?.field !== first) continue;
     const next = candidate(
       { kind: 'index', index },
       index.fields,

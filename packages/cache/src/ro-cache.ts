@@ -13,6 +13,7 @@ import { type CacheDbs, dataKey, EMPTY_COMMIT } from './cache-dbs.js';
 import { ChangeLogReader, type ChangeRetention } from './change-log.js';
 import { truncatedComponentEnd, writeNumberComponent } from './key-codec.js';
 import { releaseEnv } from './lmdb-env.js';
+import { Arena, withArena } from './page-arena.js';
 import { checkFilter, checkQuery } from './query-check.js';
 import { fieldsOf, type ReadContext, rowsJson, runCount, runQuery } from './query-exec.js';
 import { decodeRecord } from './record-json.js';
@@ -161,17 +162,23 @@ export class RoCache implements ReadableCache {
   servingState(transaction?: ReadContext['transaction']): Readonly<CommitState> {
     const options = transaction ? { transaction } : undefined;
     if (!transaction) this.dbs.env.root.resetReadTxn();
-    // The raw (still encoded) entry: a small copy, compared with the last one seen.
-    const getRaw = this.dbs.meta.getBinary as (key: string, options?: unknown) => Buffer | undefined;
-    const raw = getRaw.call(this.dbs.meta, 'commit', options);
+    // The raw (still encoded) entry, read without a copy (LMDB's reused read buffer), compared with the last
+    // one seen; copied only when it changed (once per commit).
+    const getFast = this.dbs.meta.getBinaryFast as (key: string, options?: unknown) => Buffer | undefined;
+    const fast = getFast.call(this.dbs.meta, 'commit', options);
+    // A view of exactly the value: the read buffer is larger than its (overridden) length says.
+    const raw = fast === undefined ? undefined : new Uint8Array(fast.buffer, fast.byteOffset, fast.length);
     const memo = this.stateMemo;
     if (memo && raw !== undefined && memo.raw.equals(raw)) return memo.state;
+    const copy = raw === undefined ? undefined : Buffer.from(raw);
     const state = Object.freeze(this.readCommit(transaction));
-    if (raw !== undefined) this.stateMemo = { raw, state };
+    if (copy !== undefined) this.stateMemo = { raw: copy, state };
     return state;
   }
 
   private stateMemo: { raw: Buffer; state: Readonly<CommitState> } | undefined;
+  /** Where this handle's index scans copy records to (one read at a time). */
+  private readonly arena = new Arena();
 
   /** How many records match `filter`. */
   count(filter: Filter = {}): number {
@@ -201,14 +208,19 @@ export class RoCache implements ReadableCache {
     // Start from the latest commit, even one made by another process earlier in this event turn.
     this.dbs.env.root.resetReadTxn();
     const transaction = this.dbs.env.root.useReadTransaction();
+    const arena = this.arena;
+    arena.reset();
     try {
-      return fn({
-        dbs: this.dbs,
-        cache: this.name,
-        primaryKey: this.schema.primaryKey,
-        transaction,
-        scanCap: this.settings.scanCap,
-      });
+      return withArena(arena, () =>
+        fn({
+          arena,
+          dbs: this.dbs,
+          cache: this.name,
+          primaryKey: this.schema.primaryKey,
+          transaction,
+          scanCap: this.settings.scanCap,
+        }),
+      );
     } finally {
       transaction.done();
     }

@@ -166,6 +166,36 @@ describe('records stored as their served JSON text', () => {
     await env.close();
   });
 
+  it('serves records of any size through an index scan (small, past the read buffer, past the scan arena)', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    const sizes = [10, 70_000, 10, 3_000_000, 200_000, 10];
+    cache.apply(
+      sizes.map((size, i) => ({
+        op: 'upsert' as const,
+        record: { id: i, value: i, category: 'a', tags: ['x'.repeat(size)] },
+      })),
+    );
+    await cache.commit(null);
+    const expected = `[${sizes.map((_, i) => cache.getJson([i])!.toString('utf8')).join(',')}]`;
+    for (let round = 0; round < 2; round++) {
+      const page = cache.queryJson(
+        parseQuery({ $filter: { value: { $gte: 0 } }, $order_by: { value: 'asc' } }),
+      );
+      expect(page.plan.index).toBe('value');
+      expect(page.json.toString('utf8')).toBe(expected);
+      const desc = cache.queryJson(parseQuery({ $filter: { category: 'a' }, $order_by: { value: 'desc' } }));
+      expect(desc.plan.index).toBe('category,value');
+      expect(JSON.parse(desc.json.toString('utf8')).map((r: { id: number }) => r.id)).toEqual([
+        5, 4, 3, 2, 1, 0,
+      ]);
+      expect(cache.query(parseQuery({ $filter: { value: { $gte: 3 } } })).records[0]!.tags).toEqual([
+        'x'.repeat(3_000_000),
+      ]);
+    }
+  });
+
   it('refuses a cache of record format 2 (index entries without the record) with CACHE_SCHEMA_MISMATCH', async () => {
     await using dir = await tempDir();
     let name: string;

@@ -1,0 +1,75 @@
+/**
+ * Where an index scan's record bytes go: LMDB hands each covering entry's value to a decoder while it is still in
+ * LMDB's shared read buffer, and the decoder copies it straight into a reusable arena — no Buffer (and no
+ * backing store) per record, which was the largest cost of a page once index entries held the records. The
+ * page is copied out of the arena once, at the end (`rowsJson`).
+ */
+import type { DatabaseOptions } from 'lmdb';
+
+/**
+ * A reusable byte arena for one read's scanned records. A read that needs more room moves on to a bigger
+ * buffer (rows already read keep theirs).
+ */
+export class Arena {
+  /** The buffer the last copied value went to. */
+  buffer = Buffer.allocUnsafe(64 * 1024);
+  /** Size of the last copied value. */
+  lastLength = 0;
+  private at = 0;
+
+  /** Starts a read (drops an arena grown past 8 MiB). */
+  reset(): void {
+    if (this.buffer.length > 8 * 1024 * 1024) this.buffer = Buffer.allocUnsafe(64 * 1024);
+    this.at = 0;
+  }
+
+  /** Copies `size` bytes of `source` in; returns their offset in {@link buffer}. */
+  copyIn(source: Uint8Array, size: number): number {
+    if (this.at + size > this.buffer.length) {
+      this.buffer = Buffer.allocUnsafe(Math.max(this.buffer.length * 2, size * 2));
+      this.at = 0;
+    }
+    // A view of exactly `size` bytes: LMDB's read buffer is larger than its (overridden) length says.
+    this.buffer.set(new Uint8Array(source.buffer, source.byteOffset, size), this.at);
+    const offset = this.at;
+    this.at += size;
+    this.lastLength = size;
+    return offset;
+  }
+}
+
+let active: Arena | null = null;
+
+/**
+ * Runs `fn` with `arena` receiving the values scanned through {@link ARENA_SCAN_OPTIONS} handles (reads are
+ * synchronous, so one arena is active at a time; nesting restores the outer one).
+ */
+export function withArena<T>(arena: Arena, fn: () => T): T {
+  const outer = active;
+  active = arena;
+  try {
+    return fn();
+  } finally {
+    active = outer;
+  }
+}
+
+/** The decoder of scan handles: a value is copied into the active arena and read as its offset there. */
+const arenaDecoder = {
+  encode(): never {
+    throw new Error('scan handles are read-only; write through the database handle');
+  },
+  decode(bytes: Uint8Array, size?: number): number {
+    if (active === null) throw new Error('an index scan handle was read outside a cache read');
+    return active.copyIn(bytes, size ?? bytes.length);
+  },
+};
+
+/**
+ * Options of a scan handle (binary keys; each value decoded to its offset in the active arena, whose
+ * `buffer` then holds it).
+ */
+export const ARENA_SCAN_OPTIONS = {
+  keyEncoding: 'binary',
+  encoder: arenaDecoder,
+} as unknown as DatabaseOptions;
