@@ -345,6 +345,60 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
     }
   });
 
+  it('with follow: a new owner waits a bounded time for a slot a frozen owner still streams (retryable), and resumes once it is released', {
+    timeout: 90_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const url = await database(100);
+    const input = {
+      request: request('frozen-follow', { follow: true }),
+      checkpointFile: join(dir.path, 'checkpoint.json'),
+      connections: { db: { type: 'postgres' as const, url } },
+      commitEveryRecords: 50,
+      replication: { keepaliveMs: 200, slotWaitMs: 1_000 },
+    };
+    await using first = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 1 })]);
+    await first.waitForLine(/^PHASE streaming/, 30_000);
+    await waitFor(
+      async () =>
+        (
+          await sql(
+            url,
+            `SELECT 1 FROM pg_replication_slots WHERE starts_with(slot_name, 'sluice_x_') AND active`,
+          )
+        ).length === 1,
+      { timeoutMs: 10_000, what: 'the first owner streaming its slot' },
+    );
+    // Frozen: its walsender keeps the slot active (until wal_sender_timeout, 60 s).
+    first.kill('SIGSTOP');
+    try {
+      const started = Date.now();
+      await using second = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 2 })]);
+      const failed = await second.waitForLine(/^(DONE|FAILED) /, 30_000);
+      expect(failed).toMatch(
+        /^FAILED SOURCE_FAILED: Replication slot \S+ is in use by PostgreSQL backend \d+.* \(retryable\)$/,
+      );
+      expect(Date.now() - started).toBeLessThan(20_000);
+    } finally {
+      first.kill('SIGKILL');
+    }
+    await first.exited;
+    await sql(url, 'INSERT INTO items VALUES (500, 5, 5)');
+    await using third = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 3 })]);
+    await third.waitForLine(/^PHASE streaming/, 30_000);
+    expect(third.lines.filter((l) => l.startsWith('DECISION '))).toEqual([
+      expect.stringMatching(/^DECISION resume /),
+    ]);
+    await waitMirrored(url, 'the third owner applying the change');
+    third.kill('SIGKILL');
+    await third.exited;
+    await discardTransferLeftovers(input.request, {
+      connections: input.connections,
+      replication: REPLICATION,
+    });
+    expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+  });
+
   it('with follow: an owner SIGKILLed mid-stream is resumed by the next one from the committed LSN, and every change is applied exactly once', {
     timeout: 120_000,
   }, async () => {
