@@ -7,7 +7,8 @@ import { capturingLogger, type NatsServerHandle, spawnTs, startNatsServer, waitF
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countingResponder } from '../../test/helpers.js';
 import { startTcpProxy } from '../../test/tcp-proxy.js';
-import { createNatsBackplane, type NatsBackplaneOptions } from './nats-backplane.js';
+import type { NatsBackplaneOptions } from './backplane-options.js';
+import { createNatsBackplane } from './nats-backplane.js';
 
 const ownerFixture = fileURLToPath(new URL('../../test/fixtures/owner-process.ts', import.meta.url));
 

@@ -1,11 +1,9 @@
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
 import { connect, Empty, RequestError, TimeoutError } from '@nats-io/transport-node';
 import type {
-  AliasRedirected,
   Backplane,
   BackplaneStatus,
   Logger,
-  NatsConfig,
   OwnerAnswer,
   Registration,
   SluiceEvent,
@@ -15,17 +13,7 @@ import type {
   UnknownAnswer,
   WhoRunsOptions,
 } from '@sluice/core';
-import {
-  BackplaneUnavailableError,
-  ConfigError,
-  PayloadTooLargeError,
-  SluiceError,
-  SluiceEventSchema,
-  silentLogger,
-} from '@sluice/core';
-import { aliasEventKey, aliasSlot, isOlderAliasEvent } from '../shared/alias-latest.js';
-import { OrderedDelivery } from '../shared/delivery.js';
-import { checkSubscribeTypes } from '../shared/local-events.js';
+import { BackplaneUnavailableError, PayloadTooLargeError, SluiceError, silentLogger } from '@sluice/core';
 import { type LocalSide, localOwner, localTerminate } from '../shared/local-first.js';
 import { LocalRegistry } from '../shared/local-registry.js';
 import { StatusTracker } from '../shared/status.js';
@@ -40,54 +28,16 @@ import {
   TerminateReplySchema,
 } from '../shared/wire.js';
 import { AliasStore } from './alias-store.js';
+import { checkNatsBackplaneOptions, type NatsBackplaneOptions } from './backplane-options.js';
 import {
   Backoff,
   DEFAULT_RECONNECT,
   natsConnectionOptions,
   type ReconnectPolicy,
 } from './connection-options.js';
-import { defaultKvBucket, isValidBucketName, Subjects } from './subjects.js';
-
-export interface NatsBackplaneOptions {
-  /** A URL, or servers plus credentials (user/pass, token, nkey seed, creds file) and TLS. */
-  nats: NatsConfig;
-  /** Prefix of every subject; nodes of one cluster must agree on it. */
-  clusterName: string;
-  /** This node's id (connection name; `by` of terminate acknowledgements). */
-  nodeId: string;
-  logger?: Logger;
-  /** JetStream KV bucket for the latest `AliasRedirected` per host and alias (default `sluice-aliases-<cluster>`). */
-  kvBucket?: string;
-  /**
-   * Hear and list only this host's alias events (an api-server passes its host's `node.id`): alias versions are
-   * per host, so another host's events are never delivered, compared or even received (its subjects are not
-   * subscribed). Default: every host's.
-   */
-  aliasHost?: string;
-  /** Reconnect backoff (default 50 ms doubling up to 1000 ms, with jitter); reconnection never gives up. */
-  reconnect?: Partial<ReconnectPolicy>;
-  /**
-   * For this long after a *re*connect, "no responders" is reported as `unknown` rather than `nobody`: owners that
-   * have not reconnected yet cannot answer, and a wrong "nobody" would start the transfer twice.
-   * Default: twice the maximum reconnect delay plus 500 ms.
-   */
-  reconnectSettleMs?: number;
-  /** Largest event, report or reply in bytes (default 64 KiB). */
-  maxMessageBytes?: number;
-  /** Upper bound of JetStream calls and of flushes (default 5000 ms). */
-  operationTimeoutMs?: number;
-}
-
-interface EventSubscription {
-  delivery: OrderedDelivery;
-  subs: Subscription[];
-  /** The last redirect handed to this subscriber per host and alias (to drop duplicates and stale ones). */
-  delivered: Map<string, AliasRedirected>;
-  /** The state in the bucket when the subscription started: the subscriber is assumed to have read it. */
-  baseline: Map<string, AliasRedirected>;
-}
-
-const ACTIONS = { owner: 'owner', terminate: 'terminate' } as const;
+import { NatsEventFanout } from './event-fanout.js';
+import { answerTransferRequest, type OwnerSide } from './owner-side.js';
+import { Subjects } from './subjects.js';
 
 /** The `unknown` answer of a failed request (keeping `silent` when the owner merely did not answer in time). */
 function unknownOf(failure: { reason: string; silent?: boolean }): UnknownAnswer {
@@ -118,7 +68,8 @@ export class NatsBackplane implements Backplane {
   readonly #status: StatusTracker;
   readonly #backoff: Backoff;
   readonly #aliases: AliasStore;
-  readonly #eventSubs = new Set<EventSubscription>();
+  readonly #events: NatsEventFanout;
+  readonly #ownerSide: OwnerSide;
   readonly #maxBytes: number;
   readonly #timeoutMs: number;
   readonly #settleMs: number;
@@ -150,6 +101,22 @@ export class NatsBackplane implements Backplane {
       maxBytes: this.#maxBytes,
       timeoutMs: this.#timeoutMs,
     });
+    this.#ownerSide = {
+      registry: this.#registry,
+      nodeId: this.nodeId,
+      logger: this.#logger,
+      maxBytes: this.#maxBytes,
+    };
+    this.#events = new NatsEventFanout({
+      nc,
+      subjects: this.subjects,
+      aliases: this.#aliases,
+      logger: this.#logger,
+      maxBytes: this.#maxBytes,
+      aliasHost: this.#aliasHost,
+      connected: () => this.#connected(),
+      flush: () => this.#flush(),
+    });
     this.#statusLoop = this.#watchConnection();
   }
 
@@ -178,7 +145,7 @@ export class NatsBackplane implements Backplane {
             this.#unsettle();
             this.#logger.info({ server: s.server }, 'backplane reconnected to NATS');
             this.#status.set('connected');
-            void this.#replayAliasState();
+            void this.#events.replayAliasState();
             break;
           case 'staleConnection':
             this.#unsettle();
@@ -254,7 +221,7 @@ export class NatsBackplane implements Backplane {
       sub = this.#nc.subscribe(this.subjects.transferWildcard(id), {
         callback: (err, msg) => {
           if (err) this.#logger.warn({ err, transferId: id }, 'transfer subscription error');
-          else this.#onTransferMessage(id, msg);
+          else answerTransferRequest(this.#ownerSide, id, msg);
         },
       });
     } catch (err) {
@@ -282,51 +249,6 @@ export class NatsBackplane implements Backplane {
       await this.#flush();
     };
     return { close, [Symbol.asyncDispose]: close };
-  }
-
-  #respond(msg: Msg, body: unknown): void {
-    const json = JSON.stringify(body);
-    try {
-      if (Buffer.byteLength(json) > this.#maxBytes) {
-        msg.respond(JSON.stringify({ ok: false, error: `reply exceeds ${this.#maxBytes} bytes` }));
-      } else {
-        msg.respond(json);
-      }
-    } catch (err) {
-      this.#logger.warn({ err, subject: msg.subject }, 'could not answer a backplane request');
-    }
-  }
-
-  #onTransferMessage(transferId: string, msg: Msg): void {
-    const action = Subjects.lastToken(msg.subject);
-    if (!msg.reply) {
-      logDropped(this.#logger, msg.subject, 'request without a reply subject', msg.data);
-      return;
-    }
-    // A registration being closed stays silent instead of answering "not here": another node may own it now.
-    if (!this.#registry.has(transferId)) return;
-    if (action === ACTIONS.owner) {
-      try {
-        this.#respond(msg, { ok: true, owner: this.#registry.report(transferId) });
-      } catch (err) {
-        this.#logger.error({ err, transferId }, 'responder produced an invalid owner report');
-        this.#respond(msg, { ok: false, error: 'the owner produced an invalid report' });
-      }
-      return;
-    }
-    if (action === ACTIONS.terminate) {
-      this.#registry.terminate(transferId).then(
-        (stopped) => {
-          if (stopped) this.#respond(msg, { ok: true, terminated: true, by: this.nodeId });
-        },
-        (err: unknown) => {
-          this.#logger.error({ err, transferId }, 'terminating a transfer failed');
-          this.#respond(msg, { ok: false, error: `the owner failed to stop: ${(err as Error).message}` });
-        },
-      );
-      return;
-    }
-    logDropped(this.#logger, msg.subject, `unknown action "${action}"`, msg.data);
   }
 
   /**
@@ -446,99 +368,7 @@ export class NatsBackplane implements Backplane {
     options?: SubscribeOptions,
   ): Promise<Registration> {
     this.#assertOpen();
-    const types = checkSubscribeTypes(options);
-    const delivery = new OrderedDelivery(handler, types, this.#logger);
-    const state: EventSubscription = { delivery, subs: [], delivered: new Map(), baseline: new Map() };
-    // With an alias host, that host's alias subject plus the other event types; otherwise everything.
-    const subjects =
-      this.#aliasHost === undefined
-        ? [this.subjects.eventWildcard()]
-        : [this.subjects.typeWildcard(), this.subjects.aliasEvents(this.#aliasHost)];
-    try {
-      for (const subject of subjects) {
-        state.subs.push(
-          this.#nc.subscribe(subject, {
-            callback: (err, msg) => {
-              if (err) this.#logger.warn({ err }, 'event subscription error');
-              else this.#onEvent(state, msg);
-            },
-          }),
-        );
-      }
-    } catch (err) {
-      for (const sub of state.subs) sub.unsubscribe();
-      throw new BackplaneUnavailableError('Cannot subscribe to events on NATS', { cause: err });
-    }
-    this.#eventSubs.add(state);
-    await this.#flush();
-    if (delivery.wants('AliasRedirected') && this.#connected()) {
-      try {
-        for (const event of await this.#aliases.list(this.#aliasHost))
-          state.baseline.set(aliasSlot(event), event);
-      } catch (err) {
-        this.#logger.debug({ err }, 'could not read the alias bucket when subscribing');
-      }
-    }
-    let closed = false;
-    const close = async () => {
-      if (closed) return;
-      closed = true;
-      this.#eventSubs.delete(state);
-      try {
-        if (this.#connected()) await Promise.all(state.subs.map((sub) => sub.drain()));
-        else for (const sub of state.subs) sub.unsubscribe();
-      } catch {
-        // The connection is already gone.
-      }
-      await delivery.idle();
-    };
-    return { close, [Symbol.asyncDispose]: close };
-  }
-
-  #onEvent(state: EventSubscription, msg: Msg): void {
-    const decoded = decodeJson(msg.data, SluiceEventSchema, this.#maxBytes);
-    if (!decoded.ok) {
-      logDropped(this.#logger, msg.subject, decoded.reason, msg.data);
-      return;
-    }
-    const event = decoded.value;
-    if (msg.subject !== this.subjects.eventOf(event)) {
-      logDropped(this.#logger, msg.subject, `event of type ${event.type} on the wrong subject`, msg.data);
-      return;
-    }
-    this.#offer(state, event, false);
-  }
-
-  /** Hands `event` to a subscriber unless it is a duplicate or an older redirect than one it already has. */
-  #offer(state: EventSubscription, event: SluiceEvent, replay: boolean): void {
-    if (!state.delivery.wants(event.type)) return;
-    if (event.type === 'AliasRedirected') {
-      if (this.#aliasHost !== undefined && event.host !== this.#aliasHost) return;
-      // Versions count per host: compare only with what this subscriber has of the same host's alias.
-      const slot = aliasSlot(event);
-      const last = state.delivered.get(slot);
-      if (last && (aliasEventKey(last) === aliasEventKey(event) || isOlderAliasEvent(event, last))) return;
-      const base = state.baseline.get(slot);
-      if (base && isOlderAliasEvent(event, base)) return;
-      if (replay && base && aliasEventKey(base) === aliasEventKey(event)) return;
-      state.delivered.set(slot, event);
-    }
-    state.delivery.deliver(event);
-  }
-
-  /** After a reconnect, hands subscribers the redirects published while they could not hear them. */
-  async #replayAliasState(): Promise<void> {
-    const interested = [...this.#eventSubs].filter((s) => s.delivery.wants('AliasRedirected'));
-    if (interested.length === 0) return;
-    try {
-      const latest = await this.#aliases.list(this.#aliasHost);
-      for (const state of interested) {
-        if (!this.#eventSubs.has(state)) continue;
-        for (const event of latest) this.#offer(state, event, true);
-      }
-    } catch (err) {
-      this.#logger.warn({ err }, 'could not read the alias bucket after reconnecting');
-    }
+    return this.#events.subscribe(handler, options);
   }
 
   async latestAliasEvents(): Promise<SluiceEvent[]> {
@@ -586,7 +416,7 @@ export class NatsBackplane implements Backplane {
       if (!this.#nc.isClosed()) await this.#nc.close().catch(() => undefined);
     }
     this.#registry.clear();
-    this.#eventSubs.clear();
+    this.#events.clear();
     await this.#statusLoop;
     this.#status.set('closed');
   }
@@ -608,34 +438,7 @@ export class NatsBackplane implements Backplane {
  * ```
  */
 export async function createNatsBackplane(options: NatsBackplaneOptions): Promise<NatsBackplane> {
-  if (
-    typeof options.clusterName !== 'string' ||
-    options.clusterName.length === 0 ||
-    options.clusterName.length > 128
-  ) {
-    throw new ConfigError('clusterName must be 1 to 128 characters', [
-      { path: 'clusterName', message: 'invalid' },
-    ]);
-  }
-  if (typeof options.nodeId !== 'string' || options.nodeId.length === 0 || options.nodeId.length > 256) {
-    throw new ConfigError('nodeId must be 1 to 256 characters', [{ path: 'nodeId', message: 'invalid' }]);
-  }
-  if (
-    options.aliasHost !== undefined &&
-    (typeof options.aliasHost !== 'string' ||
-      options.aliasHost.length === 0 ||
-      options.aliasHost.length > 512)
-  ) {
-    throw new ConfigError('aliasHost must be 1 to 512 characters', [
-      { path: 'aliasHost', message: 'invalid' },
-    ]);
-  }
-  const bucket = options.kvBucket ?? defaultKvBucket(options.clusterName);
-  if (!isValidBucketName(bucket)) {
-    throw new ConfigError(`kvBucket "${bucket}" may contain only letters, digits, "-" and "_"`, [
-      { path: 'kvBucket', message: 'invalid bucket name' },
-    ]);
-  }
+  const bucket = checkNatsBackplaneOptions(options);
   const policy: ReconnectPolicy = { ...DEFAULT_RECONNECT, ...options.reconnect };
   const backoff = new Backoff(policy);
   const connectionOptions = natsConnectionOptions(options.nats, `sluice:${options.nodeId}`, backoff);

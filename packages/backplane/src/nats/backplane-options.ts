@@ -1,0 +1,70 @@
+/**
+ * The options of the NATS backplane and their checks (made before connecting, so a bad name fails with
+ * CONFIG_INVALID rather than as a NATS error). Moved out of nats-backplane.ts.
+ */
+import { ConfigError, type Logger, type NatsConfig } from '@sluice/core';
+import type { ReconnectPolicy } from './connection-options.js';
+import { defaultKvBucket, isValidBucketName } from './subjects.js';
+
+export interface NatsBackplaneOptions {
+  /** A URL, or servers plus credentials (user/pass, token, nkey seed, creds file) and TLS. */
+  nats: NatsConfig;
+  /** Prefix of every subject; nodes of one cluster must agree on it. */
+  clusterName: string;
+  /** This node's id (connection name; `by` of terminate acknowledgements). */
+  nodeId: string;
+  logger?: Logger;
+  /** JetStream KV bucket for the latest `AliasRedirected` per host and alias (default `sluice-aliases-<cluster>`). */
+  kvBucket?: string;
+  /**
+   * Hear and list only this host's alias events (an api-server passes its host's `node.id`): alias versions are
+   * per host, so another host's events are never delivered, compared or even received (its subjects are not
+   * subscribed). Default: every host's.
+   */
+  aliasHost?: string;
+  /** Reconnect backoff (default 50 ms doubling up to 1000 ms, with jitter); reconnection never gives up. */
+  reconnect?: Partial<ReconnectPolicy>;
+  /**
+   * For this long after a *re*connect, "no responders" is reported as `unknown` rather than `nobody`: owners that
+   * have not reconnected yet cannot answer, and a wrong "nobody" would start the transfer twice.
+   * Default: twice the maximum reconnect delay plus 500 ms.
+   */
+  reconnectSettleMs?: number;
+  /** Largest event, report or reply in bytes (default 64 KiB). */
+  maxMessageBytes?: number;
+  /** Upper bound of JetStream calls and of flushes (default 5000 ms). */
+  operationTimeoutMs?: number;
+}
+
+/** Refuses invalid names (`CONFIG_INVALID`, naming the option) and returns the KV bucket to use. */
+export function checkNatsBackplaneOptions(options: NatsBackplaneOptions): string {
+  if (
+    typeof options.clusterName !== 'string' ||
+    options.clusterName.length === 0 ||
+    options.clusterName.length > 128
+  ) {
+    throw new ConfigError('clusterName must be 1 to 128 characters', [
+      { path: 'clusterName', message: 'invalid' },
+    ]);
+  }
+  if (typeof options.nodeId !== 'string' || options.nodeId.length === 0 || options.nodeId.length > 256) {
+    throw new ConfigError('nodeId must be 1 to 256 characters', [{ path: 'nodeId', message: 'invalid' }]);
+  }
+  if (
+    options.aliasHost !== undefined &&
+    (typeof options.aliasHost !== 'string' ||
+      options.aliasHost.length === 0 ||
+      options.aliasHost.length > 512)
+  ) {
+    throw new ConfigError('aliasHost must be 1 to 512 characters', [
+      { path: 'aliasHost', message: 'invalid' },
+    ]);
+  }
+  const bucket = options.kvBucket ?? defaultKvBucket(options.clusterName);
+  if (!isValidBucketName(bucket)) {
+    throw new ConfigError(`kvBucket "${bucket}" may contain only letters, digits, "-" and "_"`, [
+      { path: 'kvBucket', message: 'invalid bucket name' },
+    ]);
+  }
+  return bucket;
+}
