@@ -173,6 +173,46 @@ describe('app-server: replication transfers', () => {
     expect(await sql(url, 'SELECT v FROM dst WHERE id = 1')).toEqual([{ v: 10 }]);
   });
 
+  it('PostgreSQL (the source) restarted mid-stream: the follow transfer is resumed, not failed, and catches up', {
+    timeout: 120_000,
+  }, async () => {
+    const url = await database(100);
+    // The destination lives elsewhere (the machine's server): only the source restarts.
+    await using warehouse = await createTestDatabase('sluice_app_cdc_dst');
+    await sql(warehouse.url, 'CREATE TABLE dst (id int PRIMARY KEY, v int NOT NULL)');
+    await using node = await startNodeProcess({
+      nodeId: 'r1',
+      dir: join(dir.path, 'r1'),
+      store: store.url,
+      nats: nats.url,
+      roots: [dir.path],
+      extraYaml: `connections: { db: { type: postgres, url: "${url}" }, wh: { type: postgres, url: "${warehouse.url}" } }`,
+    });
+    const body = {
+      ...transfer('restart', { follow: true }),
+      destination: { type: 'postgres', connection: 'wh', table: 'dst', key: 'id' },
+    };
+    expect((await call(`${node.url}/v1/transfers`, { json: body })).status).toBe(201);
+    const copied = async () =>
+      JSON.stringify(await rowsOf(url, 'items')) === JSON.stringify(await rowsOf(warehouse.url, 'dst'));
+    await waitFor(
+      async () => (await call(`${node.url}/v1/transfers/restart`)).body.progress?.phase === 'streaming',
+      { timeoutMs: 30_000, what: 'phase streaming' },
+    );
+    await sql(url, 'UPDATE items SET v = 1 WHERE id <= 10');
+    await waitFor(copied, { timeoutMs: 30_000, what: 'the first change' });
+    await source.restart('fast');
+    await sql(url, 'UPDATE items SET v = 2 WHERE id <= 20');
+    await sql(url, 'DELETE FROM items WHERE id > 90');
+    await waitFor(copied, { timeoutMs: 60_000, what: 'the changes after the restart' });
+    const record = (await call(`${node.url}/v1/transfers/restart`)).body;
+    expect(record.state).toBe('IN_PROGRESS');
+    expect(record.attempts).toBeGreaterThanOrEqual(2);
+    const terminated = await call(`${node.url}/v1/transfers/restart/terminate`, { method: 'POST' });
+    expect(terminated.body.state).toBe('TERMINATED');
+    await noLeftovers(url, 'the slot dropped after TERMINATED');
+  });
+
   it('SIGKILL of the owner mid-stream: another node takes over the same slot and applies every change exactly once', {
     timeout: 180_000,
   }, async () => {

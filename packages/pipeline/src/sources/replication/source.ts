@@ -148,7 +148,11 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       clients.add(client);
       return client;
     } catch (err) {
-      throw new SourceError(`Cannot connect to PostgreSQL: ${(err as Error).message}`, { cause: err });
+      // Retryable: PostgreSQL restarting or unreachable for now; a transfer resumes from its checkpoint.
+      throw new SourceError(`Cannot connect to PostgreSQL: ${(err as Error).message}`, {
+        cause: err,
+        details: { retryable: true },
+      });
     }
   };
   const release = async (client: pg.Client) => {

@@ -136,8 +136,11 @@ export class ReplicationStream {
     if (this.closed) return;
     this.push({
       kind: 'failed',
+      // Retryable: a lost replication connection (PostgreSQL restarted, a network cut) is not the run's fault; a
+      // transfer resumes from its checkpoint (an endpoint's supervisor retries every failure anyway).
       error: new SourceError(`Logical replication from slot ${this.options.slot}: ${err.message}`, {
         cause: err,
+        details: { slot: this.options.slot, retryable: true },
       }),
     });
   }
