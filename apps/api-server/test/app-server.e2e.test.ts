@@ -5,12 +5,17 @@
  */
 import { rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { type ChildHandle, freePort, spawnTs, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
+import { freePort, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { type SpawnedApiServer, spawnApiServer, startLoad, switchesOf, writeConfig } from './helpers.js';
+import {
+  type SpawnedApiServer,
+  spawnApiServer,
+  spawnAppServer,
+  startLoad,
+  switchesOf,
+  writeItemsConfig,
+} from './helpers.js';
 
-const APP_SERVER_BIN = fileURLToPath(new URL('../../app-server/src/bin.ts', import.meta.url));
 const CATEGORIES = ['a', 'b', 'c'];
 const COUNT_BY_GEN: Record<number, number> = { 1: 400, 2: 450, 3: 420 };
 
@@ -50,28 +55,8 @@ describe('api-servers behind a real app-server', () => {
     const source = join(dir.path, 'items.jsonl');
     await writeSource(source, 1);
     const appPort = await freePort();
-    const config = await writeConfig(dir.path, {
-      node: { id: 'h1', port: appPort, advertisedUrl: `http://127.0.0.1:${appPort}` },
-      store: `sqlite:${join(dir.path, 'store.db')}`,
-      nats: nats.url,
-      dataDir: join(dir.path, 'data'),
-      files: { roots: [dir.path] },
-      pipeline: { commitEveryRecords: 100, commitEveryMs: 200 },
-      api: { reconcileMs: 2_000 },
-      logLevel: 'info',
-      endpoints: [
-        {
-          name: 'items',
-          source: { type: 'file', path: source, format: 'jsonl' },
-          primaryKey: ['id'],
-          fields: { id: 'integer', gen: 'integer', value: 'number', category: 'string' },
-          indexes: [['value'], ['category', 'value']],
-        },
-      ],
-    });
-    const app: ChildHandle = spawnTs(APP_SERVER_BIN, ['--config', config], { cwd: dir.path });
-    await using _app = app;
-    await app.waitForLine(/app-server ready/, 60_000);
+    const config = await writeItemsConfig(dir.path, { appPort, natsUrl: nats.url, source });
+    await using _app = await spawnAppServer(config, dir.path);
     const appUrl = `http://127.0.0.1:${appPort}`;
 
     const servers: SpawnedApiServer[] = await Promise.all([spawnApiServer(config), spawnApiServer(config)]);

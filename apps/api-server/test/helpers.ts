@@ -8,6 +8,8 @@ import YAML from 'yaml';
 
 export const API_BIN = fileURLToPath(new URL('../src/bin.ts', import.meta.url));
 export const WRITER = fileURLToPath(new URL('./fixtures/writer.ts', import.meta.url));
+/** The app-server's entry point: the e2e tests run the real one beside the api-servers. */
+export const APP_SERVER_BIN = fileURLToPath(new URL('../../app-server/src/bin.ts', import.meta.url));
 
 /**
  * Writes one generation of the `items` endpoint under `root` with the writer child process (rows `start` to
@@ -34,6 +36,50 @@ export async function writeConfig(
   const path = join(dir, file);
   await writeFile(path, YAML.stringify(config));
   return path;
+}
+
+/**
+ * Writes the sluice.yaml of the e2e tests' app-server into `dir`: node `h1` on `appPort`, a SQLite store, NATS at
+ * `natsUrl`, and the one endpoint `items` materialized from the JSONL file `source`; `extra` sections are added
+ * (e.g. `cache`). Returns its path.
+ */
+export function writeItemsConfig(
+  dir: string,
+  options: { appPort: number; natsUrl: string; source: string; extra?: Record<string, unknown> },
+): Promise<string> {
+  const { appPort, natsUrl, source } = options;
+  return writeConfig(dir, {
+    node: { id: 'h1', port: appPort, advertisedUrl: `http://127.0.0.1:${appPort}` },
+    store: `sqlite:${join(dir, 'store.db')}`,
+    nats: natsUrl,
+    dataDir: join(dir, 'data'),
+    files: { roots: [dir] },
+    ...options.extra,
+    pipeline: { commitEveryRecords: 100, commitEveryMs: 200 },
+    api: { reconcileMs: 2_000 },
+    logLevel: 'info',
+    endpoints: [
+      {
+        name: 'items',
+        source: { type: 'file', path: source, format: 'jsonl' },
+        primaryKey: ['id'],
+        fields: { id: 'integer', gen: 'integer', value: 'number', category: 'string' },
+        indexes: [['value'], ['category', 'value']],
+      },
+    ],
+  });
+}
+
+/** Runs `sluice-app-server --config <path>` (working directory `cwd`) as a real child process until it is ready. */
+export async function spawnAppServer(configPath: string, cwd: string): Promise<ChildHandle> {
+  const child = spawnTs(APP_SERVER_BIN, ['--config', configPath], { cwd });
+  try {
+    await child.waitForLine(/app-server ready/, 60_000);
+  } catch (err) {
+    await child[Symbol.asyncDispose]();
+    throw err;
+  }
+  return child;
 }
 
 /** Runs `sluice-api-server --config <path>` as a real child process and waits until it listens. */

@@ -6,19 +6,18 @@
  */
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { type ChildHandle, freePort, spawnTs, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
+import { freePort, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import {
   answeringCache,
   type SpawnedApiServer,
   spawnApiServer,
+  spawnAppServer,
   startLoad,
   switchesOf,
-  writeConfig,
+  writeItemsConfig,
 } from './helpers.js';
 
-const APP_SERVER_BIN = fileURLToPath(new URL('../../app-server/src/bin.ts', import.meta.url));
 const COUNT = 400;
 
 // biome-ignore lint/suspicious/noExplicitAny: response bodies of several shapes, asserted field by field
@@ -40,29 +39,13 @@ describe('rollback behind a real app-server', () => {
       lines.push(JSON.stringify({ id, gen: 1, value: id, category: ['a', 'b', 'c'][id % 3] }));
     await writeFile(source, `${lines.join('\n')}\n`);
     const appPort = await freePort();
-    const config = await writeConfig(dir.path, {
-      node: { id: 'h1', port: appPort, advertisedUrl: `http://127.0.0.1:${appPort}` },
-      store: `sqlite:${join(dir.path, 'store.db')}`,
-      nats: nats.url,
-      dataDir: join(dir.path, 'data'),
-      files: { roots: [dir.path] },
-      cache: { gcGraceMs: 3_600_000 },
-      pipeline: { commitEveryRecords: 100, commitEveryMs: 200 },
-      api: { reconcileMs: 2_000 },
-      logLevel: 'info',
-      endpoints: [
-        {
-          name: 'items',
-          source: { type: 'file', path: source, format: 'jsonl' },
-          primaryKey: ['id'],
-          fields: { id: 'integer', gen: 'integer', value: 'number', category: 'string' },
-          indexes: [['value'], ['category', 'value']],
-        },
-      ],
+    const config = await writeItemsConfig(dir.path, {
+      appPort,
+      natsUrl: nats.url,
+      source,
+      extra: { cache: { gcGraceMs: 3_600_000 } },
     });
-    const app: ChildHandle = spawnTs(APP_SERVER_BIN, ['--config', config], { cwd: dir.path });
-    await using _app = app;
-    await app.waitForLine(/app-server ready/, 60_000);
+    await using _app = await spawnAppServer(config, dir.path);
     const appUrl = `http://127.0.0.1:${appPort}`;
     const servingOf = async () =>
       (await json(`${appUrl}/v1/endpoints`)).body.endpoints.find((e: { name: string }) => e.name === 'items');
