@@ -160,8 +160,26 @@ describe('app-server: replication transfers', () => {
     await sql(url, 'INSERT INTO items SELECT i, 1 FROM generate_series(401, 450) i');
     await sql(url, 'UPDATE items SET v = v + 10 WHERE id <= 30');
     await sql(url, 'DELETE FROM items WHERE id BETWEEN 31 AND 40');
+    const [written] = await sql<{ lsn: string }>(url, 'SELECT pg_current_wal_lsn()::text AS lsn');
     await waitFor(() => mirrored(url), { timeoutMs: 30_000, what: 'the changes mirrored' });
-    expect((await call(`${node.url}/v1/transfers/follow`)).body.state).toBe('IN_PROGRESS');
+    // The progress names the slot and the LSN the destination committed, which passes the writes' position.
+    const reached = await waitFor(
+      async () => {
+        const view = (await call(`${node.url}/v1/transfers/follow`)).body;
+        const lsn = view.progress?.replication?.committedLsn as string | null | undefined;
+        if (!lsn) return null;
+        const [{ ok }] = (await sql(url, 'SELECT $1::pg_lsn >= $2::pg_lsn AS ok', [lsn, written!.lsn])) as [
+          { ok: boolean },
+        ];
+        return ok ? view : null;
+      },
+      { timeoutMs: 20_000, what: 'the committed LSN past the writes' },
+    );
+    expect(reached.state).toBe('IN_PROGRESS');
+    expect(reached.progress.replication).toMatchObject({
+      slot: expect.stringMatching(/^sluice_x_follow_source/),
+      lagBytes: expect.any(Number),
+    });
 
     const terminated = await call(`${node.url}/v1/transfers/follow/terminate`, { method: 'POST' });
     expect(terminated.status).toBe(200);

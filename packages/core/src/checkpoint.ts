@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { ReplicationStatus } from './control-views.js';
 
 /**
  * A pipeline checkpoint: the position of every DAG node at one commit epoch. `dag` is a hash of the node
@@ -39,4 +40,6 @@ export interface PipelineProgress {
   lag: number | null;
   epoch: number;
   startedAt: string;
+  /** A transfer reading logical replication: its slot, committed LSN and lag (absent for other sources). */
+  replication?: ReplicationStatus | null;
 }

@@ -139,6 +139,8 @@ export interface TransferProgressView {
   recordsWritten: number;
   /** Records per second over the recent window. */
   rate: number;
+  /** A transfer reading logical replication: its slot, the LSN the destination committed, and the lag. */
+  replication?: ReplicationStatus | null;
 }
 
 /** A transfer record as the control API returns it (dates as ISO strings, no checkpoint). */

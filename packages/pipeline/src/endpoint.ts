@@ -21,7 +21,7 @@ import { endpointShape } from './endpoint/shape.js';
 import { endpointSteering } from './endpoint/steering.js';
 import { EndpointSupervisor, SupervisorPhase } from './endpoint/supervisor.js';
 import { ProgressTracker } from './progress.js';
-import { isReplicationSource } from './sources/replication/source.js';
+import { replicationStatusOf } from './sources/replication/source.js';
 
 export interface EndpointContext {
   caches: WritableCacheCatalog;
@@ -127,14 +127,7 @@ export async function startEndpointPipeline(
   const servingCache = () => caches.resolveAlias(name)?.cache ?? null;
   const replicationStatus = (): EndpointPipelineStatus['replication'] => {
     const source = supervisor.branch?.source;
-    if (!source || !isReplicationSource(source)) return null;
-    const lag = source.replicationLag();
-    return {
-      slot: source.slot,
-      committedLsn: source.committedLsn(),
-      lagBytes: lag?.bytes ?? null,
-      lagSeconds: lag?.seconds ?? null,
-    };
+    return source ? replicationStatusOf(source) : null;
   };
 
   return {

@@ -23,7 +23,8 @@ import { type ConnectionContext, sinkFor, sourceFor } from './addresses.js';
 import { BadRecordCollector, type BadRecordReport } from './bad-records.js';
 import { dagHash, decideRestart, type RestartPlan } from './dag.js';
 import { runPipeline } from './run.js';
-import type { SourceBranch } from './types.js';
+import { isReplicationSource, replicationStatusOf } from './sources/replication/source.js';
+import type { PipelineSource, SourceBranch } from './types.js';
 
 export interface TransferContext {
   /** Loads and saves the transfer's checkpoint (fenced by the app-server). */
@@ -130,7 +131,7 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
       ...(parsed.options.maxRecordsPerSecond !== undefined
         ? { maxRecordsPerSecond: parsed.options.maxRecordsPerSecond }
         : {}),
-      ...(ctx.onProgress ? { onProgress: ctx.onProgress } : {}),
+      ...(ctx.onProgress ? { onProgress: progressWithReplication(source, ctx.onProgress) } : {}),
       logger,
     });
     if (result.aborted) throw new TransferTerminatedError(parsed.id);
@@ -149,6 +150,15 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
   } finally {
     await Promise.allSettled([source.close(), sink.close()]);
   }
+}
+
+/** The run's progress, with the slot, committed LSN and lag when the source reads logical replication. */
+function progressWithReplication(
+  source: PipelineSource,
+  onProgress: (progress: PipelineProgress) => void,
+): (progress: PipelineProgress) => void {
+  if (!isReplicationSource(source)) return onProgress;
+  return (progress) => onProgress({ ...progress, replication: replicationStatusOf(source) });
 }
 
 /**

@@ -32,6 +32,7 @@ export function transferView(record: TransferRecord, local?: PipelineProgress | 
             recordsRead: local.recordsRead,
             recordsWritten: local.recordsWritten,
             rate: local.rate,
+            ...(local.replication ? { replication: local.replication } : {}),
           }
         : null,
     createdAt: record.createdAt.toISOString(),

@@ -1,4 +1,4 @@
-import { SourceError, SourceSchemaChangedError } from '@sluice/core';
+import { type ReplicationStatus, SourceError, SourceSchemaChangedError } from '@sluice/core';
 import type pg from 'pg';
 import type { Pgoutput } from 'pg-logical-replication';
 import { z } from 'zod';
@@ -103,6 +103,26 @@ export type { ReplicationLag } from './lag.js';
 /** True for a source made by {@link createReplicationSource}. */
 export function isReplicationSource(source: PipelineSource): source is ReplicationSource {
   return typeof (source as Partial<ReplicationSource>).replicationLag === 'function';
+}
+
+/**
+ * What operators see of a replication source (its slot, committed LSN, lag in bytes and seconds), or null for any
+ * other source: `GET /v1/endpoints` and a running transfer's progress report it.
+ *
+ * @example
+ * ```ts
+ * replicationStatusOf(source); // { slot: 'sluice_x_…', committedLsn: '0/1A2B3C', lagBytes: 0, lagSeconds: 0 }
+ * ```
+ */
+export function replicationStatusOf(source: PipelineSource): ReplicationStatus | null {
+  if (!isReplicationSource(source)) return null;
+  const lag = source.replicationLag();
+  return {
+    slot: source.slot,
+    committedLsn: source.committedLsn(),
+    lagBytes: lag?.bytes ?? null,
+    lagSeconds: lag?.seconds ?? null,
+  };
 }
 
 export interface ReplicationSource extends PipelineSource {
