@@ -200,7 +200,12 @@ function filterSchemaFor(limits: QueryLimits): ReturnType<typeof filterSchema> {
 
 /** Checks a filter alone (shape, limits, fields, operand types). */
 export function checkFilter(filter: unknown, schema: CacheSchema, limits: Partial<QueryLimits> = {}): Filter {
-  const all = { ...DEFAULT_QUERY_LIMITS, ...limits };
+  // Only the filter limits matter here (a handle's settings carry more, which a spread would copy per query).
+  const all: QueryLimits = {
+    ...DEFAULT_QUERY_LIMITS,
+    maxIn: limits.maxIn ?? DEFAULT_QUERY_LIMITS.maxIn,
+    maxDepth: limits.maxDepth ?? DEFAULT_QUERY_LIMITS.maxDepth,
+  };
   let shaped = shapedFilter(filter ?? {}, all);
   if (shaped === null) {
     // Not certainly valid: the schema names what is wrong (or accepts what the fast check does not know).

@@ -145,10 +145,12 @@ function covered(bounds: FieldBounds, use: Use | undefined, budget: number): boo
 
 /** The component interval of a field's range conditions (they compare same-typed values only). */
 function rangeInterval(bounds: FieldBounds, budget: number): Array<{ lo: Buffer; hi: Buffer }> {
-  const operands = [...bounds.lowers, ...bounds.uppers].map((b) => b.value);
-  const kinds = new Set(operands.map((v) => typeof v));
-  if (kinds.size !== 1) return [];
-  const kind = [...kinds][0];
+  // Every operand must have the same type, number or string (a loop, not sets: this runs on every query).
+  const first = bounds.lowers[0] ?? bounds.uppers[0];
+  if (first === undefined) return [];
+  const kind = typeof first.value;
+  for (const b of bounds.lowers) if (typeof b.value !== kind) return [];
+  for (const b of bounds.uppers) if (typeof b.value !== kind) return [];
   if (kind !== 'number' && kind !== 'string') return [];
   const whole = typeRange(kind === 'number' ? Tag.number : Tag.string);
   let lo = whole.lo;
