@@ -3,27 +3,18 @@
  * a forced rebuild moves it blue/green, and every move is published as `AliasRedirected` on NATS.
  */
 import { join } from 'node:path';
-import { createNatsBackplane } from '@sluice/backplane';
 import { openCacheManager } from '@sluice/cache';
-import type { SluiceEvent } from '@sluice/core';
 import { startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, type NodeProcess, startNodeProcess, writeRecords } from './harness.js';
+import { call, type NodeProcess, observeEvents, startNodeProcess, writeRecords } from './harness.js';
 
 describe('endpoint pipelines of an app-server', () => {
   it('creates the alias on start, reopens it after a restart, rebuilds blue/green and publishes the moves', async () => {
     await using nats = await startNatsServer();
     await using dir = await tempDir('sluice-app-endpoints-');
     const source = await writeRecords(join(dir.path, 'items.jsonl'), 500);
-    await using observer = await createNatsBackplane({
-      nats: nats.url,
-      clusterName: 'sluice',
-      nodeId: 'observer',
-    });
-    const events: SluiceEvent[] = [];
-    await using _subscription = await observer.subscribe((event) => {
-      events.push(event);
-    });
+    await using observer = await observeEvents(nats.url);
+    const events = observer.events;
     const spec = {
       nodeId: 'h1',
       dir: join(dir.path, 'node'),

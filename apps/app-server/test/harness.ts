@@ -1,7 +1,38 @@
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { createNatsBackplane } from '@sluice/backplane';
+import type { SluiceEvent } from '@sluice/core';
 import { type ChildHandle, freePort, spawnTs, waitFor } from '@sluice/testkit';
+
+/** Every event published on a cluster's NATS, in arrival order, as an observer node hears it. */
+export interface EventObserver extends AsyncDisposable {
+  readonly events: SluiceEvent[];
+}
+
+/**
+ * Joins the cluster `sluice` on `natsUrl` as node `observer` and records every event it hears (so a test can
+ * assert on the AliasRedirected moves); unsubscribes and disconnects on dispose.
+ */
+export async function observeEvents(natsUrl: string): Promise<EventObserver> {
+  const observer = await createNatsBackplane({ nats: natsUrl, clusterName: 'sluice', nodeId: 'observer' });
+  const events: SluiceEvent[] = [];
+  try {
+    const subscription = await observer.subscribe((event) => {
+      events.push(event);
+    });
+    return {
+      events,
+      async [Symbol.asyncDispose]() {
+        await subscription[Symbol.asyncDispose]();
+        await observer[Symbol.asyncDispose]();
+      },
+    };
+  } catch (err) {
+    await observer[Symbol.asyncDispose]();
+    throw err;
+  }
+}
 
 /** The CLI entry the tests run as real processes. */
 export const BIN = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'bin.ts');

@@ -5,11 +5,9 @@
  */
 import { appendFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createNatsBackplane } from '@sluice/backplane';
-import type { SluiceEvent } from '@sluice/core';
 import { startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, type NodeProcess, startNodeProcess } from './harness.js';
+import { call, type NodeProcess, observeEvents, startNodeProcess } from './harness.js';
 
 const TOKEN = 'steering-test-token-0123456789';
 const auth = { authorization: `Bearer ${TOKEN}` };
@@ -26,15 +24,8 @@ describe('steered generations on an app-server', () => {
     await using dir = await tempDir('sluice-app-steering-');
     const source = join(dir.path, 'items.jsonl');
     await writeFile(source, rows(100));
-    await using observer = await createNatsBackplane({
-      nats: nats.url,
-      clusterName: 'sluice',
-      nodeId: 'observer',
-    });
-    const events: SluiceEvent[] = [];
-    await using _subscription = await observer.subscribe((event) => {
-      events.push(event);
-    });
+    await using observer = await observeEvents(nats.url);
+    const events = observer.events;
     const moves = () =>
       events.flatMap((e) =>
         e.type === 'AliasRedirected' ? [{ from: e.from, to: e.to, cause: e.cause }] : [],

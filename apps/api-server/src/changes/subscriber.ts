@@ -3,6 +3,7 @@ import type { ChangeEntry, Logger, PinnedGeneration, ReadableCache } from '@slui
 import type { EndpointRegistry } from '../registry.js';
 import type { GenerationFollower, LiveSubscriber } from './follower.js';
 import { FeedEvent, sseFrame } from './frames.js';
+import { mergeFrames } from './switch-merge.js';
 import { encodeFeedToken, type FeedPosition } from './token.js';
 
 /** A generation a feed reads, and how to let go of it (a registry lease, or a cache opened by name). */
@@ -259,49 +260,13 @@ export class FeedSubscriber implements LiveSubscriber {
     toCache: ReadableCache,
     id: string,
   ): Promise<void> {
-    const fromPk = fromCache.schema.primaryKey;
-    const toPk = toCache.schema.primaryKey;
-    const sameKeys =
-      fromPk.length === toPk.length &&
-      fromPk.every((f, i) => f === toPk[i] && fromCache.schema.fields[f] === toCache.schema.fields[f]);
     const keep = (record: Record<string, unknown>) => this.matches === null || this.matches(record);
     let written = 0;
     const emit = async (text: string) => {
       this.send(text);
       if (++written % CHUNK === 0) await this.flush();
     };
-    const upsert = (record: Record<string, unknown>) =>
-      sseFrame(FeedEvent.upsert, { key: toPk.map((f) => record[f]), record }, id);
-    const remove = (record: Record<string, unknown>) =>
-      sseFrame(FeedEvent.delete, { key: fromPk.map((f) => record[f]) }, id);
-    if (!sameKeys) {
-      // Another primary key: keys do not correspond, so every old record goes and every new one comes.
-      for (const { record } of pinFrom.records()) if (keep(record)) await emit(remove(record));
-      for (const { record } of pinTo.records()) if (keep(record)) await emit(upsert(record));
-      return;
-    }
-    const olds = pinFrom.records()[Symbol.iterator]();
-    const news = pinTo.records()[Symbol.iterator]();
-    let a = olds.next();
-    let b = news.next();
-    while (!a.done || !b.done) {
-      const order = a.done ? 1 : b.done ? -1 : Buffer.compare(a.value.dataKey, b.value.dataKey);
-      if (order < 0) {
-        if (keep(a.value.record)) await emit(remove(a.value.record));
-        a = olds.next();
-      } else if (order > 0) {
-        if (keep(b.value.record)) await emit(upsert(b.value.record));
-        b = news.next();
-      } else {
-        const had = keep(a.value.record);
-        const has = keep(b.value.record);
-        if (has && (!had || JSON.stringify(a.value.record) !== JSON.stringify(b.value.record)))
-          await emit(upsert(b.value.record));
-        else if (!has && had) await emit(remove(a.value.record));
-        a = olds.next();
-        b = news.next();
-      }
-    }
+    await mergeFrames({ pin: pinFrom, cache: fromCache }, { pin: pinTo, cache: toCache }, { id, keep, emit });
   }
 
   /** From the follower: new entries of this subscriber's generation. */
