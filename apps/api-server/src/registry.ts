@@ -3,6 +3,7 @@ import {
   API_DEFAULTS,
   type BackplaneStatus,
   type CacheCatalog,
+  EndpointNotReadyError,
   type EventSubscriber,
   type Logger,
   type ReadableCache,
@@ -65,6 +66,8 @@ export interface RegistryOptions {
 
 interface Slot {
   current: Generation | null;
+  /** Why the aliased generation could not be opened the last time (while nothing serves the alias). */
+  failure: { cache: string; error: unknown } | null;
   /** Serializes switches of one alias. */
   chain: Promise<void>;
 }
@@ -219,8 +222,19 @@ export class EndpointRegistry implements AsyncDisposable {
    * half-done swap; the generation stays open until the lease is released.
    */
   acquire(alias: string): Lease {
-    const generation = this.slots.get(alias)?.current;
-    if (!generation || this.closed) throw new UnknownEndpointError(alias);
+    const slot = this.slots.get(alias);
+    const generation = slot?.current;
+    if (!generation || this.closed) {
+      // The alias exists but names a generation this process could not open (yet): retryable, not unknown.
+      const failure = this.closed ? null : (slot?.failure ?? null);
+      if (failure) {
+        const why = failure.error instanceof Error ? failure.error.message : String(failure.error);
+        throw new EndpointNotReadyError(alias, `its cache ${failure.cache} cannot be opened (${why})`, {
+          cause: failure.error,
+        });
+      }
+      throw new UnknownEndpointError(alias);
+    }
     generation.refs += 1;
     let released = false;
     return {
@@ -311,7 +325,7 @@ export class EndpointRegistry implements AsyncDisposable {
   private sync(alias: string, reason: SwitchReason, hint?: AliasRedirected): Promise<void> {
     let slot = this.slots.get(alias);
     if (!slot) {
-      slot = { current: null, chain: Promise.resolve() };
+      slot = { current: null, failure: null, chain: Promise.resolve() };
       this.slots.set(alias, slot);
     }
     const target = slot;
@@ -345,6 +359,7 @@ export class EndpointRegistry implements AsyncDisposable {
     try {
       cache = await this.caches.openRo(target.cache);
     } catch (err) {
+      slot.failure = { cache: target.cache, error: err };
       this.logger.warn({ err, alias, cache: target.cache }, 'could not open the aliased cache; will retry');
       this.options.onSwitchFailure?.({ alias, to: target.cache, error: err });
       if (reason === 'event') this.recheckSoon();
@@ -366,6 +381,7 @@ export class EndpointRegistry implements AsyncDisposable {
     };
     // The swap itself: one assignment. Requests that took a lease before it finish on `current`.
     slot.current = generation;
+    slot.failure = null;
     if (current) this.retire(current);
     this.logger.info(
       { alias, from: current?.name ?? null, to: generation.name, version: generation.version, reason },

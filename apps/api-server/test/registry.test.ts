@@ -2,10 +2,13 @@
  * The switching core on its own: real caches written by a writer process, read by a read-only cache manager in
  * this process, events through the in-process backplane.
  */
+
+import { rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import { createSingleNodeBackplane } from '@sluice/backplane';
 import { openCacheManager } from '@sluice/cache';
 import { aliasRedirected } from '@sluice/core';
-import { tempDir, waitFor } from '@sluice/testkit';
+import { expectSluiceError, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { EndpointRegistry } from '../src/registry.js';
 import { writeGeneration } from './helpers.js';
@@ -76,6 +79,33 @@ describe('EndpointRegistry', () => {
     expect(registry.current('items')?.name).toBe(green);
     expect(failures).toEqual(['items-does-not-exist']);
     expect(() => registry.acquire('nope')).toThrow(expect.objectContaining({ code: 'UNKNOWN_ENDPOINT' }));
+  }, 60_000);
+
+  it('defect: an alias whose generation cannot be opened answered 404 UNKNOWN_ENDPOINT; it is 503 ENDPOINT_NOT_READY until a generation opens', async () => {
+    // An upgrade that changes the stored format left the old generation unreadable while the app-server rebuilt
+    // it, and every request for the endpoint said it did not exist. Here the aliased generation's files are gone.
+    await using dir = await tempDir('sluice-registry-');
+    const blue = await writeGeneration(dir.path, 1, 20);
+    await rm(join(dir.path, 'caches', blue), { recursive: true, force: true });
+    await using manager = await openCacheManager(dir.path, { readOnly: true });
+    await using events = createSingleNodeBackplane();
+    await using registry = await EndpointRegistry.start({
+      caches: manager,
+      host: 'local',
+      events,
+      reconcileMs: 600_000,
+    });
+    const refused = expectSluiceError(() => registry.acquire('items'), 'ENDPOINT_NOT_READY');
+    expect(refused.message).toContain(`its cache ${blue} cannot be opened`);
+    expect(refused.details).toEqual({ endpoint: 'items' });
+    expectSluiceError(() => registry.acquire('nothing-here'), 'UNKNOWN_ENDPOINT');
+    // The rebuilt generation opens: served again, and the failure is forgotten.
+    const green = await writeGeneration(dir.path, 2, 20);
+    await registry.reconcile();
+    expect(registry.current('items')?.name).toBe(green);
+    const lease = registry.acquire('items');
+    expect(lease.cache.get([7])?.gen).toBe(2);
+    lease.release();
   }, 60_000);
 
   it('reconciles a moved alias without any event on reconcile()', async () => {

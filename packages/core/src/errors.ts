@@ -52,6 +52,7 @@ export const ErrorCode = {
   NOTHING_TO_ROLL_BACK: 'NOTHING_TO_ROLL_BACK',
   CANNOT_RESUME: 'CANNOT_RESUME',
   ENDPOINT_STOPPED: 'ENDPOINT_STOPPED',
+  ENDPOINT_NOT_READY: 'ENDPOINT_NOT_READY',
   ENDPOINT_TIMEOUT: 'ENDPOINT_TIMEOUT',
   UNKNOWN_SLOT: 'UNKNOWN_SLOT',
   SLOT_ACTIVE: 'SLOT_ACTIVE',
@@ -112,6 +113,7 @@ export const STATUS_BY_CODE = {
   CACHE_BUSY: 503,
   POSITION_NOT_REACHED: 503,
   ENDPOINT_STOPPED: 503,
+  ENDPOINT_NOT_READY: 503,
   ENDPOINT_TIMEOUT: 504,
   CACHE_DISK_FULL: 507,
 } as const satisfies Record<ErrorCode, number>;
@@ -403,6 +405,23 @@ export class EndpointStoppedError extends SluiceError {
       code: ErrorCode.ENDPOINT_STOPPED,
       message: `Endpoint pipeline ${q(endpoint)} is stopped`,
       details: { endpoint },
+    });
+  }
+}
+
+/**
+ * `ENDPOINT_NOT_READY`: the endpoint exists (its alias names a generation) but this api-server cannot serve that
+ * generation yet — it is still being opened, or opening it failed (say, a cache written by an older version
+ * that the app-server is rebuilding). Not `UNKNOWN_ENDPOINT`: a client should retry, not give up.
+ */
+export class EndpointNotReadyError extends SluiceError {
+  readonly retryAfterSeconds = 1;
+  constructor(endpoint: string, reason: string, options: Pick<SluiceErrorOptions, 'cause'> = {}) {
+    super({
+      code: ErrorCode.ENDPOINT_NOT_READY,
+      message: `Endpoint ${q(endpoint)} cannot be served yet: ${reason}; retry shortly`,
+      details: { endpoint },
+      ...options,
     });
   }
 }

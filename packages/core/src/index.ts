@@ -123,6 +123,7 @@ export {
   ConfigError,
   CursorExpiredError,
   DiskFullError,
+  EndpointNotReadyError,
   EndpointStoppedError,
   EndpointTimeoutError,
   ErrorCode,

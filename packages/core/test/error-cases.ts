@@ -10,6 +10,7 @@ import {
   ConfigError,
   CursorExpiredError,
   DiskFullError,
+  EndpointNotReadyError,
   EndpointStoppedError,
   EndpointTimeoutError,
   type ErrorCode,
@@ -261,6 +262,12 @@ export const ERROR_CASES: ReadonlyArray<{
     error: new EndpointStoppedError('items'),
     cls: EndpointStoppedError,
     code: 'ENDPOINT_STOPPED',
+    status: 503,
+  },
+  {
+    error: new EndpointNotReadyError('items', 'its cache is being opened'),
+    cls: EndpointNotReadyError,
+    code: 'ENDPOINT_NOT_READY',
     status: 503,
   },
   {
