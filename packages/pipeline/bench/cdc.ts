@@ -319,6 +319,11 @@ try {
     `  raw replication stream: ${fmt((CHANGES * 1000) / rawMs)} changes/s in ${(rawMs / 1000).toFixed(1)} s`,
   );
 
+  const epochBefore = (await caches.openRo('items').then(async (r) => {
+    const e = r.commitState().checkpoint?.epoch ?? 0;
+    await r.close();
+    return e;
+  })) as number;
   const stopProfile = await startProfile();
   const applyStarted = performance.now();
   pipeline = await startEndpointPipeline(endpoint, context);
@@ -335,6 +340,9 @@ try {
   const expected = Number((await admin.query<{ n: string }>('SELECT count(*) AS n FROM items')).rows[0]!.n);
   const reader = await caches.openRo('items');
   const records = reader.commitState().recordCount ?? null;
+  console.log(
+    `  cache commits during the catch-up: ${(reader.commitState().checkpoint?.epoch ?? 0) - epochBefore}`,
+  );
   await reader.close();
   if (records !== null && records !== expected)
     throw new Error(`the cache holds ${records} records, the table ${expected}`);
