@@ -34,9 +34,15 @@ export class CacheDbs {
   readonly indexes: readonly IndexDb[];
   /** Per-string-component budget of data keys. */
   readonly keyBudget: number;
+  /**
+   * True when index entries hold the record's JSON text (record format 3); false for a format-2 generation
+   * (read-only: its entries hold the data key, so each is looked up in `data`).
+   */
+  readonly covering: boolean;
 
-  constructor(env: SharedEnv, schema: CacheSchema) {
+  constructor(env: SharedEnv, schema: CacheSchema, options: { covering?: boolean } = {}) {
     this.env = env;
+    this.covering = options.covering ?? true;
     const components = schema.primaryKey.length;
     this.keyBudget = stringBudget(components);
     this.indexes = schema.indexes.map((fields) => {
@@ -101,8 +107,12 @@ function indexDbName(fields: readonly string[]): string {
 }
 
 /** Opens (creating, in a writable environment) the databases a cache with `schema` uses. */
-export function cacheDbs(env: SharedEnv, schema: CacheSchema): CacheDbs {
-  return new CacheDbs(env, schema);
+export function cacheDbs(
+  env: SharedEnv,
+  schema: CacheSchema,
+  options: { covering?: boolean } = {},
+): CacheDbs {
+  return new CacheDbs(env, schema, options);
 }
 
 /** The value of `field` in a record; a missing field is null (the query language's rule). */

@@ -18,19 +18,34 @@ export function cachePath(rootDir: string, name: string): string {
 }
 
 /**
- * Opens the environment of the generation `meta` names (at `path`) and its databases; a record format this code
- * cannot read is refused. The caller releases the environment when the handle closes.
+ * Record formats a reader can still serve: format 2 (JSON text, index entries holding the data key) differs from
+ * the current one only in its index entries, so a generation written by the previous version keeps serving
+ * (one data lookup per index entry) while the app-server rebuilds it in the current format — an upgrade costs
+ * no failed request. Writers accept only {@link RECORD_FORMAT}: mixed entries would answer wrongly.
  */
-export async function openGenerationEnv(path: string, meta: CacheMeta, readOnly: boolean) {
+const READABLE_FORMATS: ReadonlySet<number> = new Set([2, RECORD_FORMAT]);
+
+/**
+ * Opens the environment of the generation `meta` names (at `path`) and its databases, for `purpose`; a record
+ * format this code cannot read (or, for writing, write) is refused. The caller releases the environment when
+ * the handle closes.
+ */
+export async function openGenerationEnv(
+  path: string,
+  meta: CacheMeta,
+  readOnly: boolean,
+  purpose: 'read' | 'write',
+) {
   if (!existsSync(join(path, 'data.mdb'))) throw new CacheNotFoundError(meta.name);
   const env = await acquireEnv(path, readOnly);
   try {
     const stored = env.db<StoredSchema, string>('meta').get('schema');
-    if (stored !== undefined && stored.recordFormat !== RECORD_FORMAT)
-      throw new RecordFormatError(meta.name, stored);
+    const format = stored === undefined ? RECORD_FORMAT : (stored.recordFormat ?? 1);
+    if (purpose === 'write' ? format !== RECORD_FORMAT : !READABLE_FORMATS.has(format))
+      throw new RecordFormatError(meta.name, stored ?? {});
     const schema = stored?.schema ?? meta.schema;
     return {
-      dbs: cacheDbs(env, schema),
+      dbs: cacheDbs(env, schema, { covering: format === RECORD_FORMAT }),
       stored: stored ?? {
         name: meta.name,
         endpoint: meta.endpoint,

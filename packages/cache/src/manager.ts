@@ -148,7 +148,7 @@ export class CacheManager implements WritableCacheCatalog {
       const expected = schemaHash(parseCacheSchema(expectedSchema));
       if (expected !== meta.schemaHash) throw new SchemaMismatchError(name, expected, meta.schemaHash);
     }
-    const { dbs, stored } = await openGenerationEnv(this.cachePath(meta.name), meta, false);
+    const { dbs, stored } = await openGenerationEnv(this.cachePath(meta.name), meta, false, 'write');
     return this.handle((init) => new RwCache(init), name, stored.endpoint, stored.schema, dbs);
   }
 
@@ -158,7 +158,7 @@ export class CacheManager implements WritableCacheCatalog {
     const target = this.resolveAlias(nameOrAlias)?.cache ?? nameOrAlias;
     const meta = this.liveMeta(target);
     if (!meta) throw new CacheNotFoundError(String(nameOrAlias).slice(0, 256));
-    const { dbs, stored } = await openGenerationEnv(this.cachePath(meta.name), meta, this.readOnly);
+    const { dbs, stored } = await openGenerationEnv(this.cachePath(meta.name), meta, this.readOnly, 'read');
     return this.handle((init) => new RoCache(init), target, stored.endpoint, stored.schema, dbs);
   }
 

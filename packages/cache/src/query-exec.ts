@@ -139,15 +139,32 @@ function* entries(ctx: ReadContext, plan: Plan, reverse: boolean, seek: Buffer |
       const iterable = reverse
         ? db.getRange({ start: hi, reverse: true, transaction })
         : db.getRange({ start: lo, end: hi, transaction });
+      const covering = ctx.dbs.covering;
       for (const { key, value } of iterable) {
         const bytes = arena.buffer;
         const length = arena.lastLength;
         if (reverse ? Buffer.compare(key, hi) >= 0 : false) continue;
         if (reverse && Buffer.compare(key, lo) < 0) break;
-        yield { key, dataKey: null, bytes, offset: value, length, record: null };
+        if (covering) yield { key, dataKey: null, bytes, offset: value, length, record: null };
+        else {
+          // A format-2 generation (served read-only while it is rebuilt): the entry holds the data key.
+          const dataKey = Buffer.from(bytes.subarray(value, value + length));
+          const record = readData(ctx, dataKey);
+          if (record === undefined) continue;
+          yield { key, dataKey, bytes: record, offset: 0, length: record.length, record: null };
+        }
       }
     }
   }
+}
+
+// lmdb reads in a given snapshot with options (its typings omit the parameter); the result is a copy.
+type SnapshotGet = (key: Buffer, options: { transaction: Transaction }) => Buffer | undefined;
+
+/** The data entry at `key` in the read's snapshot (a copy), or undefined. */
+function readData(ctx: ReadContext, key: Buffer): Buffer | undefined {
+  const data = ctx.dbs.data;
+  return (data.getBinary as unknown as SnapshotGet).call(data, key, { transaction: ctx.transaction });
 }
 
 /**

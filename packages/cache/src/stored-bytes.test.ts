@@ -196,30 +196,68 @@ describe('records stored as their served JSON text', () => {
     }
   });
 
-  it('refuses a cache of record format 2 (index entries without the record) with CACHE_SCHEMA_MISMATCH', async () => {
+  it('serves a record-format-2 generation (index entries holding the data key) read-only, and refuses to write it', async () => {
+    // What the previous version wrote: the same data entries, index entries whose value is the data key. An
+    // api-server keeps serving it while the app-server rebuilds the endpoint in the current format.
     await using dir = await tempDir();
     let name: string;
+    const records = Array.from({ length: 40 }, (_, i) => ({
+      id: i + 1,
+      value: (i * 7) % 13,
+      category: i % 2 === 0 ? 'a' : 'b',
+    }));
+    const queries = [
+      { $filter: { value: { $gte: 3, $lt: 9 } }, $order_by: { value: 'asc' }, $limit: 7 },
+      { $filter: { category: 'b' }, $order_by: { value: 'desc' } },
+      { $filter: { category: 'a', value: { $gt: 4 } } },
+    ];
+    const expected: unknown[] = [];
     {
       await using caches = await openCacheManager(dir.path);
       await using cache = await caches.create({ endpoint: 'items', schema });
       name = cache.name;
-      cache.apply([{ op: 'upsert', record: { id: 1, value: 1, category: 'a' } }]);
+      cache.apply(records.map((record) => ({ op: 'upsert' as const, record })));
       await cache.commit(null);
+      for (const q of queries)
+        expected.push(JSON.parse(cache.queryJson(parseQuery(q)).json.toString('utf8')));
     }
     const env = open({ path: join(dir.path, 'caches', name), maxDbs: 64 });
+    const data = env.openDB<Buffer, Buffer>({ name: 'data', keyEncoding: 'binary', encoding: 'binary' });
+    const byBytes = new Map<string, Buffer>();
+    for (const { key, value } of data.getRange({})) byBytes.set(value.toString('latin1'), Buffer.from(key));
     const meta = env.openDB<Record<string, unknown>, string>({ name: 'meta' });
+    // The root database lists the named ones (lmdb's typings do not allow its null name or utf8 keys).
+    const root = env.openDB({ name: null, keyEncoding: 'utf8' } as unknown as { name: string });
+    const indexNames = [...root.getKeys()];
+    let rewritten = 0;
+    for (const dbName of indexNames) {
+      if (typeof dbName !== 'string' || !dbName.startsWith('index:')) continue;
+      const index = env.openDB<Buffer, Buffer>({ name: dbName, keyEncoding: 'binary', encoding: 'binary' });
+      for (const { key, value } of [...index.getRange({})]) {
+        const key2 = byBytes.get(value.toString('latin1'));
+        expect(key2).toBeDefined();
+        await index.put(key, key2!);
+        rewritten++;
+      }
+    }
+    expect(rewritten).toBe(records.length * schema.indexes.length);
     await meta.put('schema', { ...meta.get('schema')!, recordFormat: 2 });
     await env.close();
 
     await using caches = await openCacheManager(dir.path);
-    for (const opening of [() => caches.openRo(name), () => caches.openRw(name)]) {
-      const err = await opening().then(
-        () => null,
-        (e: unknown) => e,
+    await using served = await caches.openRo(name);
+    for (const [i, q] of queries.entries())
+      expect(JSON.parse(served.queryJson(parseQuery(q)).json.toString('utf8')), JSON.stringify(q)).toEqual(
+        expected[i],
       );
-      expect(SluiceError.hasCode(err, 'CACHE_SCHEMA_MISMATCH')).toBe(true);
-      expect((err as Error).message).toMatch(/record format 2.*format 3 \(JSON text.*covering/);
-    }
+    expect(served.get([5])).toEqual(records[4]);
+    expect(served.count({ category: 'a' })).toBe(20);
+    const err = await caches.openRw(name).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(SluiceError.hasCode(err, 'CACHE_SCHEMA_MISMATCH')).toBe(true);
+    expect((err as Error).message).toMatch(/record format 2.*format 3 \(JSON text.*covering/);
   });
 
   it('refuses a cache stored as MessagePack (before format 2) with CACHE_SCHEMA_MISMATCH, so it is rebuilt', async () => {
