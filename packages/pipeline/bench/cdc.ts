@@ -13,13 +13,22 @@
  *    from the writer's COMMIT acknowledgement to the record being readable from the endpoint's alias through a
  *    read-only cache handle — in this process (the api-server reads the same LMDB files the same way; its HTTP
  *    layer is not part of this figure). p50 / p99 / max.
+ * 3. End to end. A real `sluice-app-server` process (its own data directory, endpoint `items` on the same table,
+ *    its default commit settings) and a real `sluice-api-server` process on that data directory. The same paced
+ *    single-row inserts; after each COMMIT the writer reads `pg_current_wal_lsn()` (what a client does to read its
+ *    own write) and sends `GET /v1/endpoints/items/records/:id` with `sluice-min-position: <lsn>`, which the
+ *    api-server answers once its served generation has committed that position: COMMIT acknowledgement → 200
+ *    response, p50 / p99 / max (a non-200 answer fails the run), after 1 s of the same load not counted (both
+ *    processes just started), from 20 connections (each does two round trips per change).
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { Session } from 'node:inspector/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { openCacheManager } from '@sluice/cache';
 import type { EndpointConfig } from '@sluice/core';
-import { startLogicalPostgres } from '@sluice/testkit';
+import { freePort, spawnTs, startLogicalPostgres } from '@sluice/testkit';
 import pg from 'pg';
 import { LogicalReplicationService, type Pgoutput, PgoutputPlugin } from 'pg-logical-replication';
 import { startEndpointPipeline } from '../src/endpoint.js';
@@ -87,6 +96,175 @@ async function readRaw(url: string, slot: string, n: number): Promise<number> {
   return elapsed;
 }
 
+/**
+ * PROFILE=<dir>: a CPU profile of the apply phase alone (the pipeline catching up), written as
+ * `<dir>/cdc-apply.cpuprofile` — the same format as `node --cpu-prof`, for `node scripts/profile-shares.mjs <dir>`.
+ */
+async function startProfile(): Promise<(() => Promise<void>) | null> {
+  const dir = process.env.PROFILE;
+  if (!dir) return null;
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.setSamplingInterval', { interval: 1000 });
+  await session.post('Profiler.start');
+  return async () => {
+    const { profile } = await session.post('Profiler.stop');
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, 'cdc-apply.cpuprofile'), JSON.stringify(profile));
+    session.disconnect();
+  };
+}
+
+const APP_SERVER_BIN = fileURLToPath(new URL('../../../apps/app-server/src/bin.ts', import.meta.url));
+const API_SERVER_BIN = fileURLToPath(new URL('../../../apps/api-server/src/bin.ts', import.meta.url));
+
+interface PacedResult {
+  latencies: number[];
+  /** Changes per second the writers reached. */
+  achieved: number;
+}
+
+/**
+ * Inserts `total` single-row transactions paced at RATE/s from `writers` (writer w sends changes w, w + n, …;
+ * change i is due i / RATE s after the start), keys from `firstKey`; `seen(key, lsn, committedAt)` resolves with the
+ * commit → visible latency in ms (it must not hold the writer up: reads run beside the writes).
+ */
+async function pacedInserts(
+  writers: pg.Client[],
+  total: number,
+  firstKey: number,
+  withLsn: boolean,
+  seen: (key: number, lsn: string | null, committedAt: number) => Promise<number>,
+): Promise<PacedResult> {
+  const reads: Array<Promise<number>> = [];
+  const started = performance.now();
+  await Promise.all(
+    writers.map(async (writer, w) => {
+      for (let i = w; i < total; i += writers.length) {
+        const wait = started + (i * 1000) / RATE - performance.now();
+        if (wait > 1) await new Promise((resolve) => setTimeout(resolve, wait));
+        const key = firstKey + i;
+        await writer.query(`INSERT INTO items VALUES ($1, 'lag', 'cat-0', 1)`, [key]);
+        const committedAt = performance.now();
+        const lsn = withLsn
+          ? (await writer.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0]!.lsn
+          : null;
+        reads.push(seen(key, lsn, committedAt));
+      }
+    }),
+  );
+  const achieved = (total * 1000) / (performance.now() - started);
+  const latencies = await Promise.all(reads);
+  return { latencies: latencies.sort((a, b) => a - b), achieved };
+}
+
+/** Polls `probe` every 50 ms until it returns true or `timeoutMs` passed (then throws `what`). */
+async function until(probe: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await probe().catch(() => false)) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/**
+ * Phase 3: app-server + api-server processes, paced inserts, read-your-write through `sluice-min-position`.
+ * Returns the latencies (ms, sorted) and the rate reached.
+ */
+async function endToEnd(url: string, total: number): Promise<PacedResult> {
+  const dir = await mkdtemp(join(tmpdir(), 'sluice-cdc-e2e-'));
+  const appPort = await freePort();
+  const apiPort = await freePort();
+  const configFile = join(dir, 'sluice.yaml');
+  // JSON is YAML.
+  await writeFile(
+    configFile,
+    JSON.stringify({
+      node: { id: 'e2e', port: appPort, advertisedUrl: `http://127.0.0.1:${appPort}` },
+      store: `sqlite:${join(dir, 'store.db')}`,
+      dataDir: join(dir, 'data'),
+      logLevel: 'warn',
+      connections: { db: { type: 'postgres', url } },
+      endpoints: [
+        {
+          name: 'items',
+          source: { type: 'postgres', connection: 'db', table: 'items' },
+          primaryKey: ['id'],
+          fields: { id: 'integer', name: 'string', category: 'string', value: 'number' },
+          indexes: [['category'], ['value']],
+        },
+      ],
+    }),
+  );
+  const app = spawnTs(APP_SERVER_BIN, ['--config', configFile], { cwd: dir });
+  let api: ReturnType<typeof spawnTs> | null = null;
+  try {
+    const appUrl = `http://127.0.0.1:${appPort}`;
+    await until(
+      async () => {
+        if (app.child.exitCode !== null) throw new Error(`app-server exited:\n${app.output()}`);
+        const body = (await (await fetch(`${appUrl}/v1/endpoints`)).json()) as {
+          endpoints: Array<{
+            name: string;
+            servingCache: string | null;
+            replication: { committedLsn: string | null } | null;
+          }>;
+        };
+        const items = body.endpoints.find((e) => e.name === 'items');
+        return items?.servingCache != null && items.replication?.committedLsn != null;
+      },
+      90_000,
+      'the app-server endpoint to serve and stream',
+    );
+    api = spawnTs(API_SERVER_BIN, ['--config', configFile], { env: { SLUICE_API_PORT: String(apiPort) } });
+    const apiUrl = `http://127.0.0.1:${apiPort}`;
+    await until(
+      async () =>
+        (
+          await fetch(`${apiUrl}/v1/endpoints/items/count`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: '{}',
+          })
+        ).ok,
+      60_000,
+      'the api-server to answer',
+    );
+    const writers = await Promise.all(Array.from({ length: 20 }, () => connect(url)));
+    const readBack = async (key: number, lsn: string | null, committedAt: number) => {
+      const res = await fetch(`${apiUrl}/v1/endpoints/items/records/${key}`, {
+        headers: { 'sluice-min-position': lsn! },
+      });
+      const at = performance.now();
+      const body = await res.text();
+      if (res.status !== 200)
+        throw new Error(`GET records/${key} at ${lsn}: HTTP ${res.status} ${body.slice(0, 300)}`);
+      return at - committedAt;
+    };
+    try {
+      // Warm-up (not counted): both processes were just started (their code is still being compiled).
+      await pacedInserts(writers, RATE, 30_000_000, true, readBack);
+      return await pacedInserts(writers, total, 20_000_000, true, readBack);
+    } finally {
+      await Promise.all(writers.map((w) => w.end()));
+    }
+  } finally {
+    await api?.stop('SIGTERM', 10_000);
+    await app.stop('SIGTERM', 15_000);
+    // The app-server's slot would hold WAL for nothing.
+    const client = await connect(url);
+    await client
+      .query(
+        `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'sluice_e2e_%' AND NOT active`,
+      )
+      .catch(() => {});
+    await client.end();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))]!;
 }
@@ -141,6 +319,7 @@ try {
     `  raw replication stream: ${fmt((CHANGES * 1000) / rawMs)} changes/s in ${(rawMs / 1000).toFixed(1)} s`,
   );
 
+  const stopProfile = await startProfile();
   const applyStarted = performance.now();
   pipeline = await startEndpointPipeline(endpoint, context);
   for (;;) {
@@ -149,6 +328,7 @@ try {
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
   const applyMs = performance.now() - applyStarted;
+  await stopProfile?.();
   console.log(
     `  pipeline → cache (2 indexes): ${fmt((CHANGES * 1000) / applyMs)} changes/s in ${(applyMs / 1000).toFixed(1)} s (decision: ${pipeline.decision.decision})`,
   );
@@ -159,48 +339,51 @@ try {
   if (records !== null && records !== expected)
     throw new Error(`the cache holds ${records} records, the table ${expected}`);
 
-  // Latency: single-row transactions at RATE/s from WRITERS connections (one connection's round trips alone
-  // cannot keep the pace on a loaded machine); readable through a read-only handle of the alias.
-  const WRITERS = 10;
-  const writers = await Promise.all(Array.from({ length: WRITERS }, () => connect(url)));
+  // Latency: single-row transactions at RATE/s from 10 connections (one connection's round trips alone cannot
+  // keep the pace on a loaded machine); readable through a read-only handle of the alias.
+  const writers = await Promise.all(Array.from({ length: 10 }, () => connect(url)));
   const ro = await caches.openRo('items');
-  const pending = new Map<number, number>();
-  const latencies: number[] = [];
+  const pending = new Map<number, { at: number; resolve: (ms: number) => void }>();
   const poll = setInterval(() => {
     if (pending.size === 0) return;
     const now = performance.now();
-    for (const [key, at] of pending) {
+    for (const [key, wait] of pending) {
       if (ro.get([key]) === undefined) continue;
-      latencies.push(now - at);
+      wait.resolve(now - wait.at);
       pending.delete(key);
     }
   }, 1);
   const total = RATE * LAG_SECONDS;
-  const lagStarted = performance.now();
-  await Promise.all(
-    writers.map(async (writer, w) => {
-      // Writer w sends changes w, w + WRITERS, …; change i is due i / RATE seconds after the start.
-      for (let i = w; i < total; i += WRITERS) {
-        const wait = lagStarted + (i * 1000) / RATE - performance.now();
-        if (wait > 1) await new Promise((resolve) => setTimeout(resolve, wait));
-        const key = 10_000_000 + i;
-        await writer.query(`INSERT INTO items VALUES ($1, 'lag', 'cat-0', 1)`, [key]);
-        pending.set(key, performance.now());
-      }
-    }),
-  );
-  const achieved = (total * 1000) / (performance.now() - lagStarted);
-  const deadline = performance.now() + 30_000;
-  while (pending.size > 0 && performance.now() < deadline) await new Promise((r) => setTimeout(r, 10));
-  clearInterval(poll);
-  await ro.close();
-  await Promise.all(writers.map((w) => w.end()));
-  await pipeline.stop();
-  if (pending.size > 0) throw new Error(`${pending.size} committed rows never became visible`);
-  latencies.sort((a, b) => a - b);
+  let inProcess: PacedResult;
+  try {
+    inProcess = await pacedInserts(writers, total, 10_000_000, false, (key, _lsn, at) => {
+      const visible = new Promise<number>((resolve, reject) => {
+        pending.set(key, { at, resolve });
+        setTimeout(() => reject(new Error(`row ${key} never became visible`)), 30_000).unref();
+      });
+      return visible;
+    });
+  } finally {
+    clearInterval(poll);
+    await ro.close();
+    await Promise.all(writers.map((w) => w.end()));
+    await pipeline.stop();
+  }
+  const latencies = inProcess.latencies;
+  const achieved = inProcess.achieved;
   const lag = { p50: percentile(latencies, 50), p99: percentile(latencies, 99), max: latencies.at(-1)! };
   console.log(
     `  commit → visible at ${fmt(achieved)} changes/s: p50 ${ms(lag.p50)}, p99 ${ms(lag.p99)}, max ${ms(lag.max)}`,
+  );
+
+  const e2e = await endToEnd(url, total);
+  const e2eLag = {
+    p50: percentile(e2e.latencies, 50),
+    p99: percentile(e2e.latencies, 99),
+    max: e2e.latencies.at(-1)!,
+  };
+  console.log(
+    `  commit → visible through the api-server at ${fmt(e2e.achieved)} changes/s: p50 ${ms(e2eLag.p50)}, p99 ${ms(e2eLag.p99)}, max ${ms(e2eLag.max)}`,
   );
 
   console.log('\n| case | changes/s | time | vs raw stream |');
@@ -211,12 +394,13 @@ try {
   console.log(
     `| pipeline → cache, 2 indexes (restart in place, catch up) | ${fmt((CHANGES * 1000) / applyMs)} | ${(applyMs / 1000).toFixed(1)} s | ${(rawMs / applyMs).toFixed(2)} |`,
   );
-  console.log(
-    '\n| commit → visible (in process, read-only cache handle) | rate | samples | p50 | p99 | max |',
-  );
+  console.log('\n| commit → visible, single-row transactions | rate | samples | p50 | p99 | max |');
   console.log('|---|---|---|---|---|---|');
   console.log(
-    `| single-row transactions | ${fmt(achieved)} changes/s | ${fmt(latencies.length)} | ${ms(lag.p50)} | ${ms(lag.p99)} | ${ms(lag.max)} |`,
+    `| in process (pipeline in this process, read-only cache handle) | ${fmt(achieved)} changes/s | ${fmt(latencies.length)} | ${ms(lag.p50)} | ${ms(lag.p99)} | ${ms(lag.max)} |`,
+  );
+  console.log(
+    `| end to end (app-server process → api-server process, GET with sluice-min-position) | ${fmt(e2e.achieved)} changes/s | ${fmt(e2e.latencies.length)} | ${ms(e2eLag.p50)} | ${ms(e2eLag.p99)} | ${ms(e2eLag.max)} |`,
   );
 } finally {
   await admin.end().catch(() => {});

@@ -87,6 +87,21 @@ function request(id: string, source: string, destination: DestinationAddress): T
   };
 }
 
+/**
+ * Creates the destination table `dst` and `dst_writes`: every committed physical write (insert or update of a
+ * row) leaves a row there, so an upsert replayed by a resumed run doubles it, while `dst` itself (keyed) would not
+ * show it.
+ */
+async function createCountedDestination(client: pg.Client): Promise<void> {
+  await client.query('CREATE TABLE dst (id integer PRIMARY KEY, name text, value integer)');
+  await client.query('CREATE TABLE dst_writes (id integer NOT NULL)');
+  await client.query(`CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS
+    $$ BEGIN INSERT INTO dst_writes VALUES (NEW.id); RETURN NEW; END $$`);
+  await client.query(
+    'CREATE TRIGGER dst_counted AFTER INSERT OR UPDATE ON dst FOR EACH ROW EXECUTE FUNCTION count_write()',
+  );
+}
+
 describe('transfers killed with SIGKILL and resumed write each record exactly once', () => {
   it('file sink', { timeout: 120_000 }, async () => {
     await using dir = await tempDir();
@@ -118,15 +133,7 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
     const client = new pg.Client({ connectionString: db.url });
     await client.connect();
     try {
-      await client.query('CREATE TABLE dst (id integer PRIMARY KEY, name text, value integer)');
-      // Every committed physical write (insert or update of a row) leaves a row here: an upsert replayed by a
-      // resumed run would double it, while dst itself (keyed) would not show it.
-      await client.query('CREATE TABLE dst_writes (id integer NOT NULL)');
-      await client.query(`CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS
-        $$ BEGIN INSERT INTO dst_writes VALUES (NEW.id); RETURN NEW; END $$`);
-      await client.query(
-        'CREATE TRIGGER dst_counted AFTER INSERT OR UPDATE ON dst FOR EACH ROW EXECUTE FUNCTION count_write()',
-      );
+      await createCountedDestination(client);
       const src = join(dir.path, 'in.jsonl');
       await writeSource(src);
       const result = await killAndResume(
@@ -166,13 +173,7 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
     const client = new pg.Client({ connectionString: db.url });
     await client.connect();
     try {
-      await client.query('CREATE TABLE dst (id integer PRIMARY KEY, name text, value integer)');
-      await client.query('CREATE TABLE dst_writes (id integer NOT NULL)');
-      await client.query(`CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS
-        $$ BEGIN INSERT INTO dst_writes VALUES (NEW.id); RETURN NEW; END $$`);
-      await client.query(
-        'CREATE TRIGGER dst_counted AFTER INSERT OR UPDATE ON dst FOR EACH ROW EXECUTE FUNCTION count_write()',
-      );
+      await createCountedDestination(client);
       const src = join(dir.path, 'in.jsonl');
       await writeSource(src);
       const input = {
