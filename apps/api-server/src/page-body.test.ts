@@ -6,7 +6,10 @@ describe('pageBody', () => {
 
   it('is the records array with a null next', () => {
     const body = pageBody(records, null);
-    expect(JSON.parse(body.toString('utf8'))).toEqual({ records: [{ id: 1, name: 'é' }, { id: 2 }], next: null });
+    expect(JSON.parse(body.toString('utf8'))).toEqual({
+      records: [{ id: 1, name: 'é' }, { id: 2 }],
+      next: null,
+    });
     expect(body.length).toBe(Buffer.byteLength('{"records":,"next":null}') + records.length);
   });
 
