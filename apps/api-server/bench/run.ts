@@ -11,6 +11,7 @@
  * Runs are interleaved (sluice, bare, pg, sluice, ...); the table reports each target's median of ROUNDS and the
  * median of the per-round ratios (a shared machine's noise hits the targets of one round alike).
  */
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { openCacheManager } from '@sluice/cache';
 import { createTestDatabase, freePort, spawnTs, tempDir } from '@sluice/testkit';
@@ -35,10 +36,32 @@ interface Figures {
   p99: number;
   non2xx: number;
   errors: number;
+  /** CPU time (user + system) the server process spent per answered request, in µs: less noisy than req/s. */
+  cpuUs: number;
+  /** Of it, system (kernel) time, in µs per request. */
+  systemUs: number;
+}
+
+/** User and system CPU time of process `pid` so far, in ms (Linux `/proc/<pid>/stat`, clock ticks of 10 ms). */
+function cpuMsOf(pid: number): { user: number; system: number } {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the command name (which may contain spaces) start after the last ')'.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return { user: Number(fields[11]) * 10, system: Number(fields[12]) * 10 };
 }
 
 function randomId(): number {
   return 1 + Math.floor(Math.random() * RECORDS);
+}
+
+function perRequest(
+  before: { user: number; system: number },
+  after: { user: number; system: number },
+  requests: number,
+): { cpuUs: number; systemUs: number } {
+  const n = Math.max(1, requests);
+  const systemUs = ((after.system - before.system) * 1000) / n;
+  return { cpuUs: ((after.user - before.user) * 1000) / n + systemUs, systemUs };
 }
 
 async function measure(
@@ -46,7 +69,9 @@ async function measure(
   url: string,
   kind: 'lookup' | 'query',
   paths: { lookup: (id: number) => string; query: string; body: (from: number) => string },
+  pid: number,
 ): Promise<Figures> {
+  const cpuBefore = cpuMsOf(pid);
   const result = await autocannon({
     url,
     connections: CONNECTIONS,
@@ -75,9 +100,10 @@ async function measure(
     p99: result.latency.p99,
     non2xx: result.non2xx,
     errors: result.errors,
+    ...perRequest(cpuBefore, cpuMsOf(pid), result.requests.total),
   };
   console.log(
-    `  ${label.padEnd(26)} ${kind.padEnd(7)} ${Math.round(figures.rps).toString().padStart(7)} req/s  p50 ${figures.p50} ms  p99 ${figures.p99} ms  non-2xx ${figures.non2xx}  errors ${figures.errors}`,
+    `  ${label.padEnd(26)} ${kind.padEnd(7)} ${Math.round(figures.rps).toString().padStart(7)} req/s  p50 ${figures.p50} ms  p99 ${figures.p99} ms  CPU ${figures.cpuUs.toFixed(0)} µs/req (system ${figures.systemUs.toFixed(0)})  non-2xx ${figures.non2xx}  errors ${figures.errors}`,
   );
   return figures;
 }
@@ -160,9 +186,9 @@ async function main(): Promise<void> {
     body: (from: number) => JSON.stringify({ from }),
   };
   const targets = [
-    { label: 'sluice api-server', url: `http://127.0.0.1:${apiPort}`, paths: sluicePaths },
-    { label: 'bare fastify (limit)', url: `http://127.0.0.1:${barePort}`, paths: peerPaths },
-    { label: 'fastify + pg (peer)', url: `http://127.0.0.1:${pgPort}`, paths: peerPaths },
+    { label: 'sluice api-server', url: `http://127.0.0.1:${apiPort}`, paths: sluicePaths, pid: api.pid },
+    { label: 'bare fastify (limit)', url: `http://127.0.0.1:${barePort}`, paths: peerPaths, pid: bare.pid },
+    { label: 'fastify + pg (peer)', url: `http://127.0.0.1:${pgPort}`, paths: peerPaths, pid: pgPeer.pid },
   ];
   // Warm every server (JIT, page cache, pg plans) before measuring.
   for (const target of targets)
@@ -187,7 +213,7 @@ async function main(): Promise<void> {
     for (let round = 1; round <= ROUNDS; round += 1) {
       for (const target of targets) {
         results[target.label] ??= {};
-        const figures = await measure(target.label, target.url, kind, target.paths);
+        const figures = await measure(target.label, target.url, kind, target.paths, target.pid);
         const rounds = results[target.label]![kind] ?? [];
         rounds.push(figures);
         results[target.label]![kind] = rounds;
@@ -200,9 +226,9 @@ async function main(): Promise<void> {
   const pgFigures = results['fastify + pg (peer)']!;
   console.log('');
   console.log(
-    `| run | sluice req/s | p50 / p99 ms | bare fastify req/s (limit) | ratio vs limit | fastify+pg req/s (peer) | ratio vs peer |`,
+    `| run | sluice req/s | p50 / p99 ms | bare fastify req/s (limit) | ratio vs limit | fastify+pg req/s (peer) | ratio vs peer | CPU µs/req sluice / bare / pg process |`,
   );
-  console.log('|---|---|---|---|---|---|---|');
+  console.log('|---|---|---|---|---|---|---|---|');
   for (const kind of KINDS) {
     const s = sluice[kind]!;
     const b = bareFigures[kind]!;
@@ -211,8 +237,9 @@ async function main(): Promise<void> {
     const mid = s[Math.floor(s.length / 2)]!;
     const vsBare = median(s.map((x, i) => x.rps / b[i]!.rps));
     const vsPg = median(s.map((x, i) => x.rps / p[i]!.rps));
+    const cpu = (f: Figures[]) => Math.round(median(f.map((x) => x.cpuUs)));
     console.log(
-      `| ${kind === 'lookup' ? 'point lookup' : 'indexed range query, limit 50'} | ${rps(s)} | ${mid.p50} / ${mid.p99} | ${rps(b)} | ${vsBare.toFixed(2)} | ${rps(p)} | ${vsPg.toFixed(2)}× |`,
+      `| ${kind === 'lookup' ? 'point lookup' : 'indexed range query, limit 50'} | ${rps(s)} | ${mid.p50} / ${mid.p99} | ${rps(b)} | ${vsBare.toFixed(2)} | ${rps(p)} | ${vsPg.toFixed(2)}× | ${cpu(s)} / ${cpu(b)} / ${cpu(p)} |`,
     );
   }
   const failures = Object.values(results)

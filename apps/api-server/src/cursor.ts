@@ -7,7 +7,16 @@ import { CursorExpiredError, InvalidQueryError } from '@sluice/core';
  */
 export function wrapCursor(cacheName: string, inner: string | null): string | null {
   if (inner === null) return null;
-  return `${Buffer.from(cacheName, 'utf8').toString('base64url')}.${inner}`;
+  return `${cursorPrefix(cacheName)}${inner}`;
+}
+
+// The prefix of the generation serving now, encoded once rather than per page (one entry: requests of one
+// endpoint alternate between at most two generations only around a switch).
+let lastPrefix = { cacheName: '', prefix: '.' };
+function cursorPrefix(cacheName: string): string {
+  if (lastPrefix.cacheName !== cacheName)
+    lastPrefix = { cacheName, prefix: `${Buffer.from(cacheName, 'utf8').toString('base64url')}.` };
+  return lastPrefix.prefix;
 }
 
 /**
