@@ -441,9 +441,34 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       const key = keys.map((k) => tuple[k]);
       return key.some((v) => v === undefined || v === null) ? null : key;
     };
+    /** Two keys of this table (same length) hold equal values (parsed column values: primitives or dates). */
+    const sameKey = (a: unknown[], b: unknown[] | null): boolean => {
+      if (b === null) return false;
+      for (let i = 0; i < a.length; i++) {
+        const x = a[i];
+        const y = b[i];
+        if (x === y) continue;
+        if (x instanceof Date && y instanceof Date && x.getTime() === y.getTime()) continue;
+        if (JSON.stringify(x) !== JSON.stringify(y)) return false;
+      }
+      return true;
+    };
+    /**
+     * The tuple as a plain record (the parser's tuples have no prototype), and the columns it lacks (an unchanged
+     * TOASTed value arrives as undefined) — one pass, no per-change arrays unless something is missing.
+     */
+    let missing: string[] | null = null;
     const toRecord = (tuple: Record<string, unknown>): Row => {
       const record: Row = {};
-      for (const name in tuple) record[name] = tuple[name];
+      missing = null;
+      for (const name in tuple) {
+        const value = tuple[name];
+        if (value === undefined) {
+          missing ??= [];
+          missing.push(name);
+        }
+        record[name] = value;
+      }
       return record;
     };
 
@@ -517,20 +542,20 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
               else txn.ops.push({ op: 'delete', key, at });
             } else {
               const record = toRecord(message.new);
-              const missing = Object.keys(record).filter((name) => record[name] === undefined);
-              if (missing.length > 0) {
+              const lacking = missing as string[] | null;
+              if (lacking !== null) {
                 // An unchanged TOASTed value is not sent unless the replica identity is FULL: writing the row
                 // without it would silently lose the value.
                 txn.bad.push({
                   ...at,
-                  reason: `unchanged TOAST value(s) of ${missing.join(', ')} not sent; set REPLICA IDENTITY FULL on ${table}`,
+                  reason: `unchanged TOAST value(s) of ${lacking.join(', ')} not sent; set REPLICA IDENTITY FULL on ${table}`,
                 });
                 break;
               }
               if (message.tag === 'update') {
                 const before = keyOfTuple(message.key ?? message.old);
                 const after = keyOfTuple(record);
-                if (before !== null && JSON.stringify(before) !== JSON.stringify(after))
+                if (before !== null && !sameKey(before, after))
                   txn.ops.push({ op: 'delete', key: before, at: { ...at, position: `${at.position}:old` } });
               }
               txn.ops.push({ op: 'upsert', record, at });
