@@ -9,6 +9,7 @@ import {
   createTestDatabase,
   type LogicalPostgresHandle,
   type NatsServerHandle,
+  perKeyWriteMismatches,
   spawnTs,
   sql,
   startLogicalPostgres,
@@ -308,16 +309,11 @@ describe('app-server: replication transfers', () => {
       // One slot, shared by both owners (named from the transfer id).
       expect(await leftovers(url)).toEqual({ slots: 1, publications: 1 });
       // Exactly once: per key, one snapshot write (initial rows) plus one per source change.
-      const mismatches = await sql(
-        url,
-        `WITH expected AS (
-           SELECT id, count(*) AS n FROM (
-             SELECT id FROM generate_series(1, 300) id UNION ALL SELECT id FROM src_changes) e GROUP BY id),
-         actual AS (SELECT id, count(*) AS n FROM dst_writes GROUP BY id)
-         SELECT coalesce(e.id, a.id) AS id, e.n AS expected, a.n AS actual
-           FROM expected e FULL JOIN actual a ON a.id = e.id
-          WHERE e.n IS DISTINCT FROM a.n ORDER BY 1 LIMIT 10`,
-      );
+      const mismatches = await perKeyWriteMismatches(url, {
+        initialRows: 300,
+        changes: 'src_changes',
+        writes: 'dst_writes',
+      });
       expect(mismatches).toEqual([]);
 
       const terminated = await call(`${b.url}/v1/transfers/takeover/terminate`, { method: 'POST' });

@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { type PipelineProgress, SluiceError, type TransferRequest } from '@sluice/core';
 import {
   type LogicalPostgresHandle,
+  perKeyWriteMismatches,
   spawnTs,
   sql,
   startLogicalPostgres,
@@ -484,16 +485,11 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
 
       // Exactly once: per key, the destination's physical writes are the snapshot's one (initial rows) plus one per
       // source change.
-      const mismatches = await sql(
-        url,
-        `WITH expected AS (
-           SELECT id, count(*) AS n FROM (
-             SELECT id FROM generate_series(1, 300) id UNION ALL SELECT id FROM src_changes) e GROUP BY id),
-         actual AS (SELECT id, count(*) AS n FROM dst_writes GROUP BY id)
-         SELECT coalesce(e.id, a.id) AS id, e.n AS expected, a.n AS actual
-           FROM expected e FULL JOIN actual a ON a.id = e.id
-          WHERE e.n IS DISTINCT FROM a.n ORDER BY 1 LIMIT 10`,
-      );
+      const mismatches = await perKeyWriteMismatches(url, {
+        initialRows: 300,
+        changes: 'src_changes',
+        writes: 'dst_writes',
+      });
       expect(mismatches).toEqual([]);
       const [changed] = await sql<{ changes: number }>(
         url,

@@ -16,7 +16,13 @@ export {
 } from './logical-postgres.js';
 export { type NatsServerHandle, natsServerBinary, startNatsServer } from './nats.js';
 export { freeBasePort, freePort } from './ports.js';
-export { createTestDatabase, sql, type TestDatabase, testPostgresUrl } from './postgres.js';
+export {
+  createTestDatabase,
+  perKeyWriteMismatches,
+  sql,
+  type TestDatabase,
+  testPostgresUrl,
+} from './postgres.js';
 export {
   type ChildHandle,
   type ExitInfo,

@@ -81,3 +81,31 @@ export async function sql<R extends pg.QueryResultRow = pg.QueryResultRow>(
     await client.end();
   }
 }
+
+/**
+ * The keys whose physical writes in the destination differ from "once per initial row plus once per source change"
+ * (at most 10, empty when every change landed exactly once). `writes` is a table a trigger fills with the id of
+ * every destination insert/update, `changes` one the source's writer fills with the id of every change it made;
+ * ids `1..initialRows` were in the source before the snapshot.
+ *
+ * @example
+ * ```ts
+ * expect(await perKeyWriteMismatches(url, { initialRows: 300, changes: 'src_changes', writes: 'dst_writes' })).toEqual([]);
+ * ```
+ */
+export function perKeyWriteMismatches(
+  url: string,
+  tables: { initialRows: number; changes: string; writes: string },
+): Promise<Array<{ id: number; expected: number | null; actual: number | null }>> {
+  return sql(
+    url,
+    `WITH expected AS (
+       SELECT id, count(*) AS n FROM (
+         SELECT id FROM generate_series(1, $1::int) id UNION ALL SELECT id FROM ${tables.changes}) e GROUP BY id),
+     actual AS (SELECT id, count(*) AS n FROM ${tables.writes} GROUP BY id)
+     SELECT coalesce(e.id, a.id) AS id, e.n AS expected, a.n AS actual
+       FROM expected e FULL JOIN actual a ON a.id = e.id
+      WHERE e.n IS DISTINCT FROM a.n ORDER BY 1 LIMIT 10`,
+    [tables.initialRows],
+  );
+}
