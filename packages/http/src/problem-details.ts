@@ -88,8 +88,10 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
     closing = true;
     done();
   });
-  app.addHook('onRequest', async () => {
-    if (closing) throw new ShuttingDownError();
+  // A callback hook, not an async one: it runs on every request, and an async hook costs a promise each time.
+  app.addHook('onRequest', (_request, _reply, done) => {
+    if (closing) done(new ShuttingDownError());
+    else done();
   });
   app.setErrorHandler((err, request, reply) => sendProblem(err, request, reply, options));
   app.setNotFoundHandler((request, reply) =>
