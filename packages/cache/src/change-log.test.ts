@@ -1,6 +1,6 @@
 import { type CacheSchema, type ChangeEntry, SluiceError } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { openCacheManager } from './manager.js';
 
 const schema: CacheSchema = {
@@ -110,6 +110,37 @@ describe('change log', () => {
     await commitIds([10, 11, 12, 13, 14, 15, 16], 4); // seq 8-15
     expect(cache.changeLog().head()).toEqual({ first: 8, last: 15 });
     expect(cache.changeLog().read(0, 100)).toHaveLength(8);
+  });
+
+  it("reads the oldest transaction once to trim, not on every commit (a snapshot's is every record)", async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path, { changes: { retainRecords: 3_000 } });
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    const upserts = (from: number, n: number) =>
+      Array.from({ length: n }, (_, i) => ({
+        op: 'upsert' as const,
+        record: { id: from + i, value: i, category: 'a' },
+      }));
+    cache.apply(upserts(0, 2_000)); // seq 1-2001: what a snapshot commits
+    await cache.commit(checkpoint(1));
+    const log = (
+      cache as unknown as { dbs: { env: { db(name: string, options: object): object } } }
+    ).dbs.env.db('changes', { encoder: { useRecords: false } }) as {
+      getRange: (...args: never[]) => unknown;
+    };
+    const getRange = vi.spyOn(log, 'getRange');
+    for (let epoch = 2; epoch <= 6; epoch++) {
+      cache.apply(upserts(10_000 + epoch, 1));
+      await cache.commit(checkpoint(epoch));
+    }
+    // The first of these commits finds where the big transaction ends; the others know.
+    expect(getRange).toHaveBeenCalledTimes(1);
+    expect(cache.changeLog().head()).toEqual({ first: 1, last: 2011 });
+    // Past retainRecords it still goes, whole, oldest first.
+    cache.apply(upserts(20_000, 1_000)); // seq 2012-3012: 3 012 entries > 3 000
+    await cache.commit(checkpoint(7));
+    expect(cache.changeLog().head()).toEqual({ first: 2002, last: 3012 });
+    expect(cache.changeLog().read(2001, 1)[0]).toMatchObject({ seq: 2002, op: 'upsert' });
   });
 
   it('trims transactions older than retainMs', async () => {

@@ -15,7 +15,7 @@ import {
 import { z } from 'zod';
 import { type StagedChange, writeChanges } from './batch-write.js';
 import { dataKey, indexKey } from './cache-dbs.js';
-import { appendChanges, clearChanges, ensureChangeLog } from './change-log.js';
+import { appendChanges, clearChanges, ensureChangeLog, type OldestTransactionMemo } from './change-log.js';
 import { translateWriteError } from './errors.js';
 import { recordSerializer } from './record-json.js';
 import { type CacheHandleInit, RoCache } from './ro-cache.js';
@@ -46,6 +46,8 @@ export class RwCache extends RoCache implements WritableCache {
   /** Batches taken by `commit` calls that have not landed yet, oldest first (visible to conflict checks). */
   private committing: Array<Map<string, Staged>> = [];
   private writing: Promise<unknown> = Promise.resolve();
+  /** The change log's oldest transaction as this writer's last trim found it (so trims do not re-read it). */
+  private readonly changeLogMemo: { oldest?: OldestTransactionMemo } = {};
 
   constructor(init: CacheHandleInit) {
     super(init);
@@ -161,7 +163,14 @@ export class RwCache extends RoCache implements WritableCache {
           let count = state.recordCount;
           count += writeChanges(this.dbs, this.schema.primaryKey, batch.values(), state.recordCount === 0);
           const checkpointOut = options.keepCheckpoint === true ? state.checkpoint : parsed;
-          appendChanges(this.dbs, batch.values(), checkpointOut, this.settings.changes);
+          appendChanges(
+            this.dbs,
+            batch.values(),
+            checkpointOut,
+            this.settings.changes,
+            Date.now(),
+            this.changeLogMemo,
+          );
           return {
             ...state,
             ...(fences !== undefined ? { fences } : {}),
