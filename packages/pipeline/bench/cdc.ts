@@ -233,7 +233,9 @@ async function endToEnd(url: string, total: number): Promise<PacedResult> {
       'the api-server to answer',
     );
     const writers = await Promise.all(Array.from({ length: 20 }, () => connect(url)));
+    const probes = process.env.BREAKDOWN ? await startProbes(url, join(dir, 'data')) : null;
     const readBack = async (key: number, lsn: string | null, committedAt: number) => {
+      probes?.committed(key, committedAt);
       const res = await fetch(`${apiUrl}/v1/endpoints/items/records/${key}`, {
         headers: { 'sluice-min-position': lsn! },
       });
@@ -241,13 +243,18 @@ async function endToEnd(url: string, total: number): Promise<PacedResult> {
       const body = await res.text();
       if (res.status !== 200)
         throw new Error(`GET records/${key} at ${lsn}: HTTP ${res.status} ${body.slice(0, 300)}`);
+      probes?.answered(key, at);
       return at - committedAt;
     };
     try {
       // Warm-up (not counted): both processes were just started (their code is still being compiled).
       await pacedInserts(writers, RATE, 30_000_000, true, readBack);
-      return await pacedInserts(writers, total, 20_000_000, true, readBack);
+      probes?.reset();
+      const result = await pacedInserts(writers, total, 20_000_000, true, readBack);
+      if (probes) printBreakdown(await probes.finish());
+      return result;
     } finally {
+      await probes?.stop();
       await Promise.all(writers.map((w) => w.end()));
     }
   } finally {
@@ -263,6 +270,127 @@ async function endToEnd(url: string, total: number): Promise<PacedResult> {
     await client.end();
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/** When each stage of one end-to-end sample happened (performance.now() of this process). */
+interface StageTimes {
+  committed?: number;
+  wal?: number;
+  cache?: number;
+  answered?: number;
+}
+
+/**
+ * BREAKDOWN=1: per-sample stage timestamps of the end-to-end phase, taken from this process — the pgoutput
+ * COMMIT message of the sample's transaction arriving on a second slot of the same publication (when a
+ * walsender delivers it: what the app-server receives, ±its event loop), and the record becoming readable in the
+ * app-server's LMDB through a read-only handle polled every 1 ms (the app-server's cache commit as another
+ * process sees it: what the api-server reads). Opt-in: the probes load the same 2 cores.
+ */
+async function startProbes(url: string, dataDir: string) {
+  const times = new Map<number, StageTimes>();
+  const at = (key: number) => {
+    let t = times.get(key);
+    if (!t) times.set(key, (t = {}));
+    return t;
+  };
+  const admin = await connect(url);
+  await admin.query(`SELECT pg_create_logical_replication_slot('bench_probe', 'pgoutput')`);
+  await admin.end();
+  const service = new LogicalReplicationService(
+    { connectionString: url },
+    { acknowledge: { auto: true, timeoutSeconds: 1 }, flowControl: { enabled: false } },
+  );
+  let txnKeys: number[] = [];
+  service.on('data', (_lsn: string, message: Pgoutput.Message) => {
+    if (message.tag === 'begin') txnKeys = [];
+    else if (message.tag === 'insert') txnKeys.push(Number(message.new.id));
+    else if (message.tag === 'commit') {
+      const now = performance.now();
+      for (const key of txnKeys) at(key).wal = now;
+    }
+  });
+  void service
+    .subscribe(new PgoutputPlugin({ protoVersion: 1, publicationNames: ['bench_raw'] }), 'bench_probe')
+    .catch(() => {});
+  const caches = await openCacheManager(dataDir, { readOnly: true });
+  const ro = await caches.openRo('items');
+  const pending = new Set<number>();
+  const poll = setInterval(() => {
+    if (pending.size === 0) return;
+    const now = performance.now();
+    for (const key of pending) {
+      if (ro.get([key]) === undefined) continue;
+      at(key).cache = now;
+      pending.delete(key);
+    }
+  }, 1);
+  return {
+    committed(key: number, now: number) {
+      at(key).committed = now;
+      if (at(key).cache === undefined) pending.add(key);
+    },
+    answered(key: number, now: number) {
+      at(key).answered = now;
+    },
+    reset() {
+      times.clear();
+      pending.clear();
+    },
+    /** The samples with every stage seen (waits up to 2 s for the probes to catch up). */
+    async finish(): Promise<Required<StageTimes>[]> {
+      const deadline = Date.now() + 2_000;
+      while (pending.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      return [...times.values()].filter(
+        (t): t is Required<StageTimes> =>
+          t.committed !== undefined &&
+          t.wal !== undefined &&
+          t.cache !== undefined &&
+          t.answered !== undefined,
+      );
+    },
+    async stop() {
+      clearInterval(poll);
+      await ro.close();
+      await caches.close();
+      await service.destroy().catch(() => {});
+      const client = await connect(url);
+      await client.query(`SELECT pg_drop_replication_slot('bench_probe')`).catch(() => {});
+      await client.end();
+    },
+  };
+}
+
+function printBreakdown(samples: Required<StageTimes>[]): void {
+  const row = (what: string, values: number[]) => {
+    const sorted = values.sort((a, b) => a - b);
+    console.log(
+      `| ${what} | ${ms(percentile(sorted, 50))} | ${ms(percentile(sorted, 90))} | ${ms(percentile(sorted, 99))} | ${ms(sorted.at(-1)!)} |`,
+    );
+  };
+  console.log(`\nend-to-end breakdown (${fmt(samples.length)} samples, ms after the COMMIT acknowledgement)`);
+  console.log('| stage | p50 | p90 | p99 | max |');
+  console.log('|---|---|---|---|---|');
+  row(
+    'pgoutput COMMIT received (probe slot)',
+    samples.map((t) => t.wal - t.committed),
+  );
+  row(
+    'readable in the app-server cache (other process)',
+    samples.map((t) => t.cache - t.committed),
+  );
+  row(
+    '200 answer from the api-server',
+    samples.map((t) => t.answered - t.committed),
+  );
+  row(
+    '  pgoutput received → readable in the cache',
+    samples.map((t) => t.cache - t.wal),
+  );
+  row(
+    '  readable in the cache → 200 answer',
+    samples.map((t) => t.answered - t.cache),
+  );
 }
 
 function percentile(sorted: number[], p: number): number {
