@@ -290,8 +290,10 @@ interface StageTimes {
 async function startProbes(url: string, dataDir: string) {
   const times = new Map<number, StageTimes>();
   const at = (key: number) => {
-    let t = times.get(key);
-    if (!t) times.set(key, (t = {}));
+    const known = times.get(key);
+    if (known) return known;
+    const t: StageTimes = {};
+    times.set(key, t);
     return t;
   };
   const admin = await connect(url);
