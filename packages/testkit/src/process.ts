@@ -47,7 +47,24 @@ export interface ChildHandle extends AsyncDisposable {
   output(): string;
 }
 
-/** Spawns `command` with its output captured; killed with SIGKILL on dispose if still running. */
+/**
+ * Children still running, each with how to kill it. A test that times out never reaches its `await using`
+ * disposal (vitest moves on while the test function still awaits), so its children would outlive the test
+ * process and keep ports, locks and subscriptions that later tests then trip over; they are SIGKILLed when this
+ * process exits instead.
+ */
+const running = new Map<ChildProcess, () => void>();
+let exitHookInstalled = false;
+
+function killRunningChildren(): void {
+  for (const kill of running.values()) kill();
+  running.clear();
+}
+
+/**
+ * Spawns `command` with its output captured; killed with SIGKILL on dispose if still running, and at the latest
+ * when this process exits.
+ */
 export function spawnProcess(command: string, args: string[], options: SpawnOptions = {}): ChildHandle {
   const child = spawn(command, args, {
     cwd: options.cwd,
@@ -55,11 +72,17 @@ export function spawnProcess(command: string, args: string[], options: SpawnOpti
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: options.detached === true,
   });
+  if (!exitHookInstalled) {
+    // 'exit' handlers run synchronously; process.kill is synchronous, so the signals are sent before it ends.
+    process.once('exit', killRunningChildren);
+    exitHookInstalled = true;
+  }
   const lines: string[] = [];
   const maxLines = options.maxLines ?? 20_000;
   const waiters = new Set<{ pattern: RegExp; resolve: (line: string) => void }>();
   let exitInfo: ExitInfo | null = null;
   const exited = new Promise<ExitInfo>((resolve) => {
+    child.once('exit', () => running.delete(child));
     child.once(options.exitOn ?? 'exit', (code: number | null, signal: NodeJS.Signals | null) => {
       exitInfo = { code, signal };
       resolve(exitInfo);
@@ -94,6 +117,7 @@ export function spawnProcess(command: string, args: string[], options: SpawnOpti
   };
   onData(child.stdout!);
   onData(child.stderr!);
+  if (child.pid !== undefined) running.set(child, () => signal('SIGKILL'));
   const signal = (name: NodeJS.Signals) => {
     if (exitInfo !== null) return;
     if (!options.detached || child.pid === undefined) {

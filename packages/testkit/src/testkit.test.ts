@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import {
@@ -166,6 +167,26 @@ describe('testkit', () => {
     const exit = await child.exited;
     expect(child.output()).toContain('ok true 1');
     expect(exit.code).toBe(0);
+  });
+
+  it('defect: a child a test never disposed (it timed out before its `await using` ran) outlived the test process', async () => {
+    const file = fileURLToPath(new URL('../test/fixtures/abandons-child.ts', import.meta.url));
+    await using parent = spawnTs(file, [], { cwd: process.cwd() });
+    const childPid = Number((await parent.waitForLine(/^child \d+$/)).split(' ')[1]);
+    expect((await parent.exited).code).toBe(0);
+    const alive = () => {
+      try {
+        process.kill(childPid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    try {
+      await waitFor(() => !alive(), { timeoutMs: 3_000, what: `the abandoned child ${childPid} to be gone` });
+    } finally {
+      if (alive()) process.kill(childPid, 'SIGKILL');
+    }
   });
 
   it('waitFor times out with a clear message', async () => {
