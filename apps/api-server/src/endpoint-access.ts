@@ -6,6 +6,7 @@
 import { type Filter, PositionNotReachedError, ValidationError } from '@sluice/core';
 import type { FastifyRequest } from 'fastify';
 import { OPEN_SCOPE, type TokenAuthenticator, type TokenScope } from './auth.js';
+import { CommitSignal } from './commit-signal.js';
 import {
   bareMismatch,
   formatPositionHeader,
@@ -36,8 +37,9 @@ export interface EndpointAccess {
   /** Auth check + lease on the endpoint's current generation (the caller releases it). */
   open(request: FastifyRequest, name: string): OpenedEndpoint;
   /**
-   * `open`, and with `sluice-min-position` only once the leased generation has committed that position: polled
-   * every few milliseconds (a commit state read) up to `api.freshnessWaitMs`, then 503 POSITION_NOT_REACHED.
+   * `open`, and with `sluice-min-position` only once the leased generation has committed that position: woken by
+   * the shared {@link CommitSignal} (a 1 ms look at the commit state while anyone waits) up to
+   * `api.freshnessWaitMs`, then 503 POSITION_NOT_REACHED.
    */
   openFresh(request: FastifyRequest, name: string): Promise<OpenedEndpoint>;
 }
@@ -58,6 +60,7 @@ export function endpointAccess(options: {
   freshnessWaitMs: number;
 }): EndpointAccess {
   const { registry, authenticator, freshnessWaitMs } = options;
+  const commits = new CommitSignal((alias) => registry.current(alias)?.cache ?? null);
   const scopeOf = (request: FastifyRequest): TokenScope => {
     if (!authenticator) return OPEN_SCOPE;
     const scope = authenticator.authenticate(request.headers.authorization);
@@ -83,7 +86,9 @@ export function endpointAccess(options: {
       const wanted = parseMinPosition(Array.isArray(header) ? header.join(', ') : header);
       const deadline = Date.now() + freshnessWaitMs;
       for (;;) {
-        const checkpoint = lease.cache.commitState().checkpoint;
+        // servingState: the memoized state of the latest commit (decoded once per commit, not per look).
+        const state = lease.cache.servingState();
+        const checkpoint = state.checkpoint;
         if (positionReached(checkpoint, wanted)) return { ...opened, lease };
         if (bareMismatch(checkpoint, wanted))
           throw new ValidationError(
@@ -101,8 +106,10 @@ export function endpointAccess(options: {
             `Endpoint "${name}" has not committed ${MIN_POSITION_HEADER} ${String(header).slice(0, 200)} within ${freshnessWaitMs} ms (it is at ${formatPositionHeader(checkpoint) ?? 'no position'})`,
             Math.max(1, Math.ceil(freshnessWaitMs / 1000)),
           );
+        // Not holding the generation while waiting (a switch may retire it); woken at its next commit or switch.
+        const seen = { cache: lease.cache, state };
         lease.release();
-        await new Promise((resolve) => setTimeout(resolve, Math.min(remaining, 5)));
+        await commits.next(name, seen, remaining);
         lease = registry.acquire(name);
       }
     } catch (err) {

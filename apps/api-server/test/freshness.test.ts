@@ -33,6 +33,41 @@ describe('freshness headers (issue 16)', () => {
       expect(() => parseMinPosition(bad), bad).toThrow(/sluice-min-position/);
   });
 
+  it('a wait for a position answers promptly once it is committed, with the record that commit wrote', {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const root = join(dir.path, 'data');
+    await using writer = spawnTs(WRITER, ['--root', root, '--trigger', dir.path, '--lsns', '0/100,0/300']);
+    await writer.waitForLine(/^READY /, 30_000);
+    const server = await startApiServer({
+      config: resolveConfig({ dataDir: root, logLevel: 'silent', api: { freshnessWaitMs: 10_000 } }),
+      dataDir: root,
+      port: 0,
+      host: '127.0.0.1',
+      logger: pino({ level: 'silent' }),
+      watchMs: 50,
+    });
+    try {
+      // Record 1 is written by the commit at 0/300: asked for before that commit exists.
+      const waiting = fetch(`${server.url}/v1/endpoints/items/records/1`, {
+        headers: { 'sluice-min-position': '0/300' },
+      }).then((response) => ({ response, at: performance.now() }));
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      await writeFile(join(dir.path, 'go-1'), '');
+      await writer.waitForLine(/^COMMITTED 0\/300/, 10_000);
+      const committedAt = performance.now();
+      const { response, at } = await waiting;
+      expect(response.status).toBe(200);
+      expect(response.headers.get('sluice-position')).toBe('items.source="0/300"');
+      expect(await response.json()).toEqual({ id: 1 });
+      // Woken by the commit, not by the 10 s wait running out (generous: the machine may be loaded).
+      expect(at - committedAt).toBeLessThan(2_000);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('a read with sluice-min-position waits for the commit, times out with 503 POSITION_NOT_REACHED', {
     timeout: 60_000,
   }, async () => {
