@@ -19,7 +19,8 @@
  *    own write) and sends `GET /v1/endpoints/items/records/:id` with `sluice-min-position: <lsn>`, which the
  *    api-server answers once its served generation has committed that position: COMMIT acknowledgement → 200
  *    response, p50 / p99 / max (a non-200 answer fails the run), after 1 s of the same load not counted (both
- *    processes just started), from 20 connections (each does two round trips per change).
+ *    processes just started), from 20 connections (each does two round trips per change). `BREAKDOWN=1` adds
+ *    per-stage times of those samples (see `startProbes`).
  */
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { Session } from 'node:inspector/promises';
