@@ -103,6 +103,7 @@ const PUBLIC_RUNTIME_EXPORTS = [
   'asSluiceError',
   'assertKnownAddressType',
   'canFollow',
+  'canReceiveFollow',
   'canTransition',
   'canonicalJson',
   'compareScalars',

@@ -280,6 +280,7 @@ export {
 export {
   BadRecordPolicy,
   canFollow,
+  canReceiveFollow,
   PropertiesSchema,
   parseTransferRequest,
   requestHash,

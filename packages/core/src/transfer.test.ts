@@ -256,15 +256,48 @@ describe('parseTransferRequest: invalid and hostile bodies', () => {
       thrown(() => parseTransferRequest({ ...MINIMAL, options: follow })) as ValidationError
     ).errors.find((e) => e.path === 'options.follow')?.message;
     expect(message).toMatch(/capture "replication".*follow: true/);
-    expect(parseTransferRequest({ ...MINIMAL, source: replication, options: follow }).options.follow).toBe(
-      true,
-    );
+    const into = { type: 'postgres', connection: 'w', table: 'orders_copy' };
     expect(
-      parseTransferRequest({ ...MINIMAL, source: { ...SOURCE, follow: true }, options: follow }).options
+      parseTransferRequest({ ...MINIMAL, source: replication, destination: into, options: follow }).options
         .follow,
+    ).toBe(true);
+    expect(
+      parseTransferRequest({
+        ...MINIMAL,
+        source: { ...SOURCE, follow: true },
+        destination: into,
+        options: follow,
+      }).options.follow,
     ).toBe(true);
     // follow: false asks for nothing and is allowed everywhere.
     expect(parseTransferRequest({ ...MINIMAL, options: { follow: false } }).options.follow).toBe(false);
+  });
+
+  it('defect: a following transfer into a file was accepted, though a file is published only when a transfer ends and a following one never does', () => {
+    const replication = { type: 'postgres', connection: 'w', table: 'orders', capture: 'replication' };
+    const follow = { follow: true };
+    for (const source of [replication, { ...SOURCE, follow: true }]) {
+      expect(invalidPaths({ ...MINIMAL, source, options: follow })).toEqual(['options.follow']);
+      const message = (
+        thrown(() => parseTransferRequest({ ...MINIMAL, source, options: follow })) as ValidationError
+      ).errors.find((e) => e.path === 'options.follow')?.message;
+      expect(message).toMatch(/postgres, jetstream or endpoint.*file destination is published only when the transfer ends/);
+    }
+    const stream = { type: 'jetstream', stream: 'ORDERS', subject: 'orders.copy' };
+    expect(
+      parseTransferRequest({ ...MINIMAL, source: replication, destination: stream, options: follow }).options
+        .follow,
+    ).toBe(true);
+    expect(
+      parseTransferRequest({
+        ...MINIMAL,
+        source: replication,
+        destination: { type: 'endpoint', endpoint: 'orders' },
+        options: follow,
+      }).options.follow,
+    ).toBe(true);
+    // Without follow a file destination is fine: the transfer ends and publishes it.
+    expect(parseTransferRequest({ ...MINIMAL, source: replication }).destination.type).toBe('file');
   });
 
   it('reports several failures at once', () => {

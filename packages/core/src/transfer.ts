@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import {
   assertKnownAddressType,
+  type DestinationAddress,
   DestinationAddressSchema,
   postgresCapture,
   type SourceAddress,
@@ -32,8 +33,8 @@ export const TransferOptionsSchema = z.strictObject({
   batchSize: z.number().int().min(1).max(100_000).optional(),
   /**
    * After the snapshot, keep applying the source's changes until the transfer is terminated (it never completes
-   * on its own). Only for a source that can follow: a PostgreSQL table with `capture: replication`, or a file with
-   * `follow: true`.
+   * on its own). Only for a source that can follow (a PostgreSQL table with `capture: replication`, or a file with
+   * `follow: true`) into a destination that applies changes as they come (not a file: see {@link canReceiveFollow}).
    */
   follow: z.boolean().optional(),
 });
@@ -57,6 +58,11 @@ export const TransferRequestSchema = z
     message:
       'follow needs a source that can follow: a PostgreSQL table with capture "replication", or a file with follow: true',
     path: ['options', 'follow'],
+  })
+  .refine((request) => request.options.follow !== true || canReceiveFollow(request.destination), {
+    message:
+      'follow needs a destination that applies changes as they come (postgres, jetstream or endpoint): a file destination is published only when the transfer ends, which a following transfer never does',
+    path: ['options', 'follow'],
   });
 export type TransferRequest = z.output<typeof TransferRequestSchema>;
 export type TransferRequestInput = z.input<typeof TransferRequestSchema>;
@@ -75,6 +81,22 @@ export function canFollow(source: SourceAddress): boolean {
   if (source.type === 'postgres') return postgresCapture(source, 'transfer') === 'replication';
   if (source.type === 'file') return source.follow === true;
   return false;
+}
+
+/**
+ * Whether a transfer with `options.follow` can write into `destination`: one that applies each change as it comes
+ * (a PostgreSQL table, a JetStream subject, an endpoint's cache). A file is published (renamed into place) once, when the transfer
+ * completes — a following transfer only ends by being terminated, whose leftovers are discarded — so it would never
+ * appear.
+ *
+ * @example
+ * ```ts
+ * canReceiveFollow({ type: 'postgres', connection: 'db', table: 'orders_copy' }); // true
+ * canReceiveFollow({ type: 'file', path: 'out.jsonl', format: 'jsonl' }); // false
+ * ```
+ */
+export function canReceiveFollow(destination: DestinationAddress): boolean {
+  return destination.type !== 'file';
 }
 
 /**

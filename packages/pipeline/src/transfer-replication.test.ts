@@ -1,6 +1,8 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
 import { type PipelineProgress, SluiceError, type TransferRequest } from '@sluice/core';
 import {
   type LogicalPostgresHandle,
@@ -8,11 +10,13 @@ import {
   spawnTs,
   sql,
   startLogicalPostgres,
+  startNatsServer,
   tempDir,
   waitFor,
 } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { memoryCheckpointPort } from '../test/helpers.js';
+import { OP_HEADER } from './sources/jetstream.js';
 import { compareLsn } from './sources/replication/lsn.js';
 import { transferReplicationName } from './sources/replication/setup.js';
 import { discardTransferLeftovers, runTransfer } from './transfer.js';
@@ -252,6 +256,67 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
       replication: REPLICATION,
     });
     expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+  });
+
+  it('with follow into JetStream: the snapshot, then each insert, update and delete as a message (deletes with the op header and the key); terminate stops it', {
+    timeout: 90_000,
+  }, async () => {
+    const url = await database(20);
+    await using nats = await startNatsServer();
+    const nc = await connect({ servers: nats.url });
+    try {
+      const jsm = await jetstreamManager(nc);
+      await jsm.streams.add({ name: 'MIRROR', subjects: ['mirror.>'] });
+      const controller = new AbortController();
+      const phases: PipelineProgress['phase'][] = [];
+      const run = runTransfer(
+        {
+          ...request('follow-js', { follow: true }),
+          destination: { type: 'jetstream', stream: 'MIRROR', subject: 'mirror.items', key: 'id' },
+        } as TransferRequest,
+        {
+          checkpoint: memoryCheckpointPort(),
+          connections: { db: { type: 'postgres' as const, url } },
+          nats: nats.url,
+          signal: controller.signal,
+          replication: REPLICATION,
+          commitEveryMs: 50,
+          onProgress: (p) => {
+            if (phases.at(-1) !== p.phase) phases.push(p.phase);
+          },
+        },
+      );
+      const ended = run.then(
+        () => null,
+        (err: unknown) => err,
+      );
+      await waitFor(() => phases.includes('streaming'), { timeoutMs: 30_000, what: 'streaming' });
+      await sql(url, 'INSERT INTO items VALUES (21, 1, 1)');
+      await sql(url, 'UPDATE items SET v = 42, tag = 2 WHERE id = 5');
+      await sql(url, 'DELETE FROM items WHERE id = 7');
+      const messages = async () => (await jsm.streams.info('MIRROR')).state.messages;
+      await waitFor(async () => (await messages()) >= 23, { timeoutMs: 30_000, what: '20 + 3 messages' });
+      controller.abort();
+      expect(SluiceError.hasCode(await ended, 'TRANSFER_TERMINATED')).toBe(true);
+
+      const seen: string[] = [];
+      const consumer = await jsm.jetstream().consumers.get('MIRROR');
+      for await (const m of await consumer.fetch({ max_messages: 23, expires: 2_000 })) {
+        const row = m.json<{ id: number; v?: number; tag?: number }>();
+        seen.push(
+          m.headers?.get(OP_HEADER) === 'delete' ? `delete ${row.id}` : `${row.id}:${row.v}:${row.tag}`,
+        );
+        if (seen.length === 23) break;
+      }
+      // The snapshot's 20 rows, then the three changes in commit order.
+      expect(seen.slice(0, 20).sort()).toEqual(
+        Array.from({ length: 20 }, (_, i) => `${i + 1}:${(i + 1) % 10}:0`).sort(),
+      );
+      expect(seen.slice(20)).toEqual(['21:1:1', '5:42:2', 'delete 7']);
+      expect(await messages()).toBe(23);
+    } finally {
+      await nc.close();
+    }
   });
 
   it('without follow: an owner SIGKILLed mid-snapshot is resumed; the new snapshot catches up through the slot, so changes to rows already copied are not lost', {

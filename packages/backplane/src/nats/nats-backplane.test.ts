@@ -39,6 +39,18 @@ const report = (nodeId: string, epoch = 1) => ({
   progress: { read: 10, written: 9 },
 });
 
+/** The `AliasRedirected` of alias `items` on host h1 to generation `items-<version>` (from the one before). */
+function itemsRedirect(version: number) {
+  return aliasRedirected({
+    host: 'h1',
+    alias: 'items',
+    from: version === 1 ? null : `items-${version - 1}`,
+    to: `items-${version}`,
+    checkpoint: null,
+    version,
+  });
+}
+
 describe('NATS backplane: who runs a transfer', () => {
   it('three nodes: the owner is found with its id, address, epoch and progress', async () => {
     const clusterName = nextCluster();
@@ -239,30 +251,9 @@ describe('NATS backplane: events', () => {
   it('keeps the latest AliasRedirected per alias in KV for processes that connect late, never an older one', async () => {
     const clusterName = nextCluster();
     await using a = await node(clusterName, 'a');
-    const v1 = aliasRedirected({
-      host: 'h1',
-      alias: 'items',
-      from: null,
-      to: 'items-1',
-      checkpoint: null,
-      version: 1,
-    });
-    const v3 = aliasRedirected({
-      host: 'h1',
-      alias: 'items',
-      from: 'items-2',
-      to: 'items-3',
-      checkpoint: null,
-      version: 3,
-    });
-    const v2 = aliasRedirected({
-      host: 'h1',
-      alias: 'items',
-      from: 'items-1',
-      to: 'items-2',
-      checkpoint: null,
-      version: 2,
-    });
+    const v1 = itemsRedirect(1);
+    const v3 = itemsRedirect(3);
+    const v2 = itemsRedirect(2);
     const other = aliasRedirected({
       host: 'h1',
       alias: 'users/eu.west',
@@ -296,35 +287,14 @@ describe('NATS backplane: events', () => {
     const statuses: BackplaneStatus[] = [];
     subscriber.onStatus((s) => statuses.push(s));
 
-    const v1 = aliasRedirected({
-      host: 'h1',
-      alias: 'items',
-      from: null,
-      to: 'items-1',
-      checkpoint: null,
-      version: 1,
-    });
+    const v1 = itemsRedirect(1);
     await publisher.publish(v1);
     await waitFor(() => seen.length === 1, { what: 'the first redirect' });
 
     await proxy.cut();
     await waitFor(() => subscriber.status() === 'reconnecting', { what: 'the subscriber to notice the cut' });
-    const v2 = aliasRedirected({
-      host: 'h1',
-      alias: 'items',
-      from: 'items-1',
-      to: 'items-2',
-      checkpoint: null,
-      version: 2,
-    });
-    const v3 = aliasRedirected({
-      host: 'h1',
-      alias: 'items',
-      from: 'items-2',
-      to: 'items-3',
-      checkpoint: null,
-      version: 3,
-    });
+    const v2 = itemsRedirect(2);
+    const v3 = itemsRedirect(3);
     await publisher.publish(v2);
     await publisher.publish(v3);
     expect(seen).toEqual([v1]);
@@ -374,14 +344,7 @@ describe('NATS backplane: garbage on the subjects', () => {
       expect(answer.status).toBe('unknown');
       fake.unsubscribe();
 
-      const valid = aliasRedirected({
-        host: 'h1',
-        alias: 'items',
-        from: null,
-        to: 'items-1',
-        checkpoint: null,
-        version: 1,
-      });
+      const valid = itemsRedirect(1);
       await b.publish(valid);
       await waitFor(() => seen.length === 1, { what: 'the valid event after the garbage' });
       expect(seen).toEqual([valid]);

@@ -2,10 +2,10 @@ import { type ReplicationStatus, SourceError, SourceSchemaChangedError } from '@
 import type pg from 'pg';
 import type { Pgoutput } from 'pg-logical-replication';
 import { z } from 'zod';
-import type { BadRecordReport } from '../../bad-records.js';
 import type { RecordOp, Row } from '../../ops.js';
-import { connectPostgres, quoteIdent } from '../../pg.js';
-import type { PipelineSource, ReadOptions, ResumeCheck, SourceBatch, SourceItem } from '../../types.js';
+import { quoteIdent } from '../../pg.js';
+import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../../types.js';
+import { SourceConnections } from './connections.js';
 import { LagTracker, type ReplicationLag } from './lag.js';
 import { compareLsn, isLsn, maxLsn, normalizeLsn } from './lsn.js';
 import { markPublication, parseOwnerComment, publicationComment, type SlotOwner } from './ownership.js';
@@ -22,6 +22,7 @@ import {
   transferReplicationName,
 } from './setup.js';
 import { ReplicationStream } from './stream.js';
+import { TransactionAssembler } from './transaction-assembler.js';
 
 /** The heartbeat table of a source that configures `heartbeat` without naming one. */
 export const DEFAULT_HEARTBEAT_TABLE = 'sluice_heartbeat';
@@ -156,37 +157,16 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
   const slotWaitMs = options.slotWaitMs ?? 15_000;
   const { slot, publication, table } = options;
   let stream: ReplicationStream | null = null;
-  const clients = new Set<pg.Client>();
   const lagProbeMs = options.lagProbeMs ?? 1_000;
   const flushWithinMs = options.flushWithinMs ?? 20;
   const heartbeatTable = options.heartbeat?.table ?? DEFAULT_HEARTBEAT_TABLE;
   let lag = new LagTracker();
 
-  const connect = async () => {
-    try {
-      const client = await connectPostgres(options.url);
-      clients.add(client);
-      return client;
-    } catch (err) {
-      // Retryable: PostgreSQL restarting or unreachable for now; a transfer resumes from its checkpoint.
-      throw new SourceError(`Cannot connect to PostgreSQL: ${(err as Error).message}`, {
-        cause: err,
-        details: { retryable: true },
-      });
-    }
-  };
-  const release = async (client: pg.Client) => {
-    clients.delete(client);
-    await client.end().catch(() => {});
-  };
-  const withClient = async <T>(fn: (client: pg.Client) => Promise<T>): Promise<T> => {
-    const client = await connect();
-    try {
-      return await fn(client);
-    } finally {
-      await release(client);
-    }
-  };
+  const connections = new SourceConnections(options.url);
+  const connect = () => connections.connect();
+  const withClient = <T>(fn: (client: pg.Client) => Promise<T>) => connections.withClient(fn);
+  const every = (everyMs: number, task: (client: pg.Client) => Promise<void>) =>
+    connections.every(everyMs, task);
 
   async function canResume(raw: unknown): Promise<ResumeCheck> {
     const parsed = ReplicationPositionSchema.safeParse(raw);
@@ -290,7 +270,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         });
         await client.query('COMMIT');
       } finally {
-        await release(client);
+        await connections.release(client);
       }
       if (readOptions.signal.aborted) return;
       if (position.catchUp === null) {
@@ -409,68 +389,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     const ours = (relation: Pgoutput.MessageRelation) =>
       relation.schema === qualified.schema && relation.name === qualified.name;
     const batchSize = Math.max(1, readOptions.batchSize);
-
-    /** The open transaction: what it changed since its last yielded part, and whether a part was yielded. */
-    let txn: {
-      ops: RecordOp[];
-      bad: BadRecordReport[];
-      truncate: boolean;
-      id: string;
-      seq: number;
-      changed: boolean;
-    } | null = null;
-    const batch = (open: boolean, flush: boolean): SourceBatch => {
-      const t = txn!;
-      const out: SourceBatch = {
-        kind: 'records',
-        ops: t.ops,
-        read: t.ops.length + t.bad.length,
-        bad: t.bad,
-        position,
-        ...(open ? { open: true } : {}),
-        ...(flush ? { flush: true } : {}),
-        ...(t.truncate ? { truncate: true } : {}),
-      };
-      t.ops = [];
-      t.bad = [];
-      t.truncate = false;
-      return out;
-    };
-    const keyOfTuple = (tuple: Record<string, unknown> | null): unknown[] | null => {
-      if (tuple === null) return null;
-      const key = keys.map((k) => tuple[k]);
-      return key.some((v) => v === undefined || v === null) ? null : key;
-    };
-    /** Two keys of this table (same length) hold equal values (parsed column values: primitives or dates). */
-    const sameKey = (a: unknown[], b: unknown[] | null): boolean => {
-      if (b === null) return false;
-      for (let i = 0; i < a.length; i++) {
-        const x = a[i];
-        const y = b[i];
-        if (x === y) continue;
-        if (x instanceof Date && y instanceof Date && x.getTime() === y.getTime()) continue;
-        if (JSON.stringify(x) !== JSON.stringify(y)) return false;
-      }
-      return true;
-    };
-    /**
-     * The tuple as a plain record (the parser's tuples have no prototype), and the columns it lacks (an unchanged
-     * TOASTed value arrives as undefined) — one pass, no per-change arrays unless something is missing.
-     */
-    let missing: string[] | null = null;
-    const toRecord = (tuple: Record<string, unknown>): Row => {
-      const record: Row = {};
-      missing = null;
-      for (const name in tuple) {
-        const value = tuple[name];
-        if (value === undefined) {
-          missing ??= [];
-          missing.push(name);
-        }
-        record[name] = value;
-      }
-      return record;
-    };
+    const txn = new TransactionAssembler({ handle: options.handle, table, keys, ours });
 
     try {
       for (;;) {
@@ -482,12 +401,12 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
           lag.observeServer(item.lsn);
           // Between transactions everything before the keepalive has been read: the position may move there,
           // so an idle slot (or one whose WAL is all other tables') advances once this is committed.
-          if (txn === null && current.buffered() === 0) {
+          if (!txn.open && current.buffered() === 0) {
             const applied = lag.committedLsn();
             if (lastChange === null || (applied !== null && compareLsn(lastChange, applied) <= 0))
               lag.readPast(item.lsn);
           }
-          if (txn === null && compareLsn(item.lsn, position.lsn) > 0 && current.buffered() === 0) {
+          if (!txn.open && compareLsn(item.lsn, position.lsn) > 0 && current.buffered() === 0) {
             position = { ...position, lsn: normalizeLsn(item.lsn) };
             if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
               position = { ...position, phase: 'stream', catchUp: null };
@@ -497,7 +416,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
               yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: unflushedSince !== null };
               unflushedSince = null;
             }
-          } else if (txn === null && unflushedSince !== null && current.buffered() === 0) {
+          } else if (!txn.open && unflushedSince !== null && current.buffered() === 0) {
             // The last transaction was read with this keepalive still queued behind it: commit it now rather
             // than at the run's next commitEveryMs.
             yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: true };
@@ -508,14 +427,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         const message = item.message;
         switch (message.tag) {
           case 'begin':
-            txn = {
-              ops: [],
-              bad: [],
-              truncate: false,
-              id: message.commitLsn ?? `x${message.xid}`,
-              seq: 0,
-              changed: false,
-            };
+            txn.begin(message);
             lag.beginTransaction();
             break;
           case 'relation': {
@@ -532,46 +444,14 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
           }
           case 'insert':
           case 'update':
-          case 'delete': {
-            if (txn === null || !ours(message.relation)) break;
-            txn.changed = true;
-            const at = { source: options.handle, position: `${txn.id}:${txn.seq++}` };
-            if (message.tag === 'delete') {
-              const key = keyOfTuple(message.key ?? message.old);
-              if (key === null) txn.bad.push({ ...at, reason: 'a delete without its key columns' });
-              else txn.ops.push({ op: 'delete', key, at });
-            } else {
-              const record = toRecord(message.new);
-              const lacking = missing as string[] | null;
-              if (lacking !== null) {
-                // An unchanged TOASTed value is not sent unless the replica identity is FULL: writing the row
-                // without it would silently lose the value.
-                txn.bad.push({
-                  ...at,
-                  reason: `unchanged TOAST value(s) of ${lacking.join(', ')} not sent; set REPLICA IDENTITY FULL on ${table}`,
-                });
-                break;
-              }
-              if (message.tag === 'update') {
-                const before = keyOfTuple(message.key ?? message.old);
-                const after = keyOfTuple(record);
-                if (before !== null && !sameKey(before, after))
-                  txn.ops.push({ op: 'delete', key: before, at: { ...at, position: `${at.position}:old` } });
-              }
-              txn.ops.push({ op: 'upsert', record, at });
-            }
-            if (txn.ops.length >= batchSize) yield batch(true, false);
+          case 'delete':
+            if (txn.change(message, batchSize)) yield txn.take(position, { open: true });
             break;
-          }
           case 'truncate':
-            if (txn === null || !message.relations.some((r) => r !== undefined && ours(r))) break;
-            // Everything this transaction did before is emptied too; the sink empties what it staged.
-            txn.ops = [];
-            txn.truncate = true;
-            txn.changed = true;
+            txn.truncate(message);
             break;
           case 'commit': {
-            if (txn === null) break;
+            if (!txn.open) break;
             const end = normalizeLsn(message.commitEndLsn ?? message.commitLsn ?? position.lsn);
             if (compareLsn(end, position.lsn) > 0) position = { ...position, lsn: end };
             lag.observeReceived(position.lsn);
@@ -583,12 +463,12 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
             if (flush) unflushedSince = null;
             if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
               position = { ...position, phase: 'stream', catchUp: null };
-              yield batch(false, false);
-              txn = null;
+              yield txn.take(position);
+              txn.end();
               yield { kind: 'snapshot-done', position };
               if (untilCaughtUp) return;
-            } else yield batch(false, flush);
-            txn = null;
+            } else yield txn.take(position, { flush });
+            txn.end();
             break;
           }
           default:
@@ -601,40 +481,6 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       heartbeat?.stop();
       await current.close();
     }
-  }
-
-  /**
-   * Runs `task` every `everyMs` on a connection of its own (opened on first use): the lag probe and the heartbeat.
-   * A failed run is skipped and its connection dropped; the next run reconnects.
-   */
-  function every(everyMs: number, task: (client: pg.Client) => Promise<void>): { stop(): void } {
-    let client: pg.Client | null = null;
-    let busy = false;
-    let stopped = false;
-    const tick = async () => {
-      if (busy || stopped) return;
-      busy = true;
-      try {
-        client ??= await connect();
-        await task(client);
-      } catch {
-        if (client !== null) await release(client);
-        client = null;
-      } finally {
-        busy = false;
-        if (stopped && client !== null) await release(client);
-      }
-    };
-    const timer = setInterval(() => void tick(), everyMs);
-    timer.unref();
-    void tick();
-    return {
-      stop() {
-        stopped = true;
-        clearInterval(timer);
-        if (!busy && client !== null) void release(client);
-      },
-    };
   }
 
   /** A slot still held by the walsender of a process that just died is released within moments: wait for it. */
@@ -694,7 +540,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       const s = stream;
       stream = null;
       await s?.close();
-      await Promise.all([...clients].map(release));
+      await connections.closeAll();
     },
   };
 }
