@@ -281,7 +281,9 @@ describe('parseTransferRequest: invalid and hostile bodies', () => {
       const message = (
         thrown(() => parseTransferRequest({ ...MINIMAL, source, options: follow })) as ValidationError
       ).errors.find((e) => e.path === 'options.follow')?.message;
-      expect(message).toMatch(/postgres, jetstream or endpoint.*file destination is published only when the transfer ends/);
+      expect(message).toMatch(
+        /postgres, jetstream or endpoint.*file destination is published only when the transfer ends/,
+      );
     }
     const stream = { type: 'jetstream', stream: 'ORDERS', subject: 'orders.copy' };
     expect(
