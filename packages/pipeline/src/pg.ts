@@ -71,3 +71,45 @@ export async function primaryKeyOf(client: pg.Client, table: string): Promise<st
   );
   return result.rows.map((r) => r.attname);
 }
+
+/**
+ * SQLSTATE classes and codes that mean the connection went away rather than the statement being wrong: class 08
+ * (connection exception), 57P01–57P03 (the server shutting down, crashed or starting), 53300 (too many
+ * connections).
+ */
+const CONNECTION_LOSS_CODES = new Set(['57P01', '57P02', '57P03', '53300']);
+/** Socket-level errors of node and of `pg` itself when the server went away. */
+const SOCKET_ERRORS = new Set([
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENOTCONN',
+]);
+
+/**
+ * Whether `err` from a `pg` query means the connection was lost (PostgreSQL restarting, a network cut) — worth
+ * retrying from the last checkpoint — rather than a statement PostgreSQL refused (which a retry repeats).
+ *
+ * @example
+ * ```ts
+ * try { await client.query(sql); } catch (err) {
+ *   throw new SourceError('…', { cause: err, details: { retryable: isConnectionLoss(err) } });
+ * }
+ * ```
+ */
+export function isConnectionLoss(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const code = (err as { code?: unknown }).code;
+  if (
+    typeof code === 'string' &&
+    (code.startsWith('08') || CONNECTION_LOSS_CODES.has(code) || SOCKET_ERRORS.has(code))
+  )
+    return true;
+  // pg reports a socket closed under a query, and any query on a client whose socket failed, without a code.
+  return (
+    /^Connection terminated/.test(err.message) ||
+    err.message === 'Client has encountered a connection error and is not queryable'
+  );
+}

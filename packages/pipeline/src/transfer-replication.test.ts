@@ -314,9 +314,68 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
       );
       expect(seen.slice(20)).toEqual(['21:1:1', '5:42:2', 'delete 7']);
       expect(await messages()).toBe(23);
+      await discardTransferLeftovers(request('follow-js', { follow: true }), {
+        connections: { db: { type: 'postgres' as const, url } },
+        replication: REPLICATION,
+      });
+      expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
     } finally {
       await nc.close();
     }
+  });
+
+  it('defect: PostgreSQL restarted mid-snapshot failed the transfer for good (the lost connection was not retryable)', {
+    timeout: 90_000,
+  }, async () => {
+    const url = await database(200_000);
+    await using dir = await tempDir();
+    let read = 0;
+    const out = join(dir.path, 'out.jsonl');
+    const snapshotRequest = {
+      ...request('snap-restart', { batchSize: 100 }),
+      destination: { type: 'file', path: out, format: 'jsonl' },
+    } as TransferRequest;
+    const shared = { value: null, epoch: 0 };
+    const run = runTransfer(snapshotRequest, {
+      checkpoint: memoryCheckpointPort({ shared, epoch: 1 }),
+      connections: { db: { type: 'postgres' as const, url } },
+      signal: new AbortController().signal,
+      replication: REPLICATION,
+      onProgress: (p) => {
+        read = p.recordsRead;
+      },
+    });
+    const ended = run.then(
+      () => null,
+      (err: unknown) => err,
+    );
+    await waitFor(() => read >= 2_000, { timeoutMs: 30_000, what: 'snapshot pages read' });
+    await server.restart('fast');
+    const err = await ended;
+    expect(read).toBeLessThan(200_000);
+    expect(SluiceError.hasCode(err, 'SOURCE_FAILED')).toBe(true);
+    // Retryable: the transfer resumes from its checkpoint once PostgreSQL is back, instead of ending FAILED.
+    expect((err as SluiceError).details).toMatchObject({ retryable: true });
+
+    // The retry (the app-server's next attempt) resumes from the checkpoint and publishes every row once.
+    const again = await runTransfer(snapshotRequest, {
+      checkpoint: memoryCheckpointPort({ shared, epoch: 2 }),
+      connections: { db: { type: 'postgres' as const, url } },
+      signal: new AbortController().signal,
+      replication: REPLICATION,
+    });
+    expect(again.decision).toBe('resume');
+    const ids = (await readFile(out, 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => (JSON.parse(line) as { id: number }).id);
+    expect(ids.length).toBe(200_000);
+    expect(new Set(ids).size).toBe(200_000);
+    await discardTransferLeftovers(snapshotRequest, {
+      connections: { db: { type: 'postgres' as const, url } },
+      replication: REPLICATION,
+    });
+    expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
   });
 
   it('without follow: an owner SIGKILLed mid-snapshot is resumed; the new snapshot catches up through the slot, so changes to rows already copied are not lost', {

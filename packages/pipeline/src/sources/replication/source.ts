@@ -3,7 +3,7 @@ import type pg from 'pg';
 import type { Pgoutput } from 'pg-logical-replication';
 import { z } from 'zod';
 import type { RecordOp, Row } from '../../ops.js';
-import { quoteIdent } from '../../pg.js';
+import { isConnectionLoss, quoteIdent } from '../../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../../types.js';
 import { SourceConnections } from './connections.js';
 import { LagTracker, type ReplicationLag } from './lag.js';
@@ -133,6 +133,14 @@ export interface ReplicationSource extends PipelineSource {
   replicationLag(): ReplicationLag | null;
   /** The LSN the cache has committed (the freshness position), or null before the first commit. */
   committedLsn(): string | null;
+}
+
+/** A failed snapshot statement: a lost connection (PostgreSQL restarting) is retried from the checkpoint. */
+function snapshotError(err: unknown): SourceError {
+  return new SourceError(`Snapshot: ${(err as Error).message}`, {
+    cause: err,
+    ...(isConnectionLoss(err) ? { details: { retryable: true } } : {}),
+  });
 }
 
 /**
@@ -268,7 +276,9 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         yield* readSnapshot(client, keys, position, readOptions, (next) => {
           position = next;
         });
-        await client.query('COMMIT');
+        await client.query('COMMIT').catch((err: unknown) => {
+          throw snapshotError(err);
+        });
       } finally {
         await connections.release(client);
       }
@@ -313,7 +323,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
           )
         ).rows;
       } catch (err) {
-        throw new SourceError(`Snapshot of ${table}: ${(err as Error).message}`, { cause: err });
+        throw snapshotError(err);
       }
       if (rows.length > 0) {
         const lastKey = keys.map((_, i) => String(rows[rows.length - 1]![`__sluice_k${i}`]));
