@@ -33,6 +33,15 @@ const endpoint = (path: string, extra: Record<string, unknown> = {}) => ({
 
 type Caches = Awaited<ReturnType<typeof openCacheManager>>;
 const recordsOf = async (caches: Caches, name: string) => (await caches.info(name))?.recordCount ?? -1;
+/** Waits until the alias `items` points at a generation other than `blue`, and returns its name. */
+const servingOtherThan = (caches: Caches, blue: string, what: string) =>
+  waitFor(
+    () => {
+      const serving = caches.resolveAlias('items')?.cache;
+      return serving !== undefined && serving !== blue ? serving : null;
+    },
+    { what },
+  );
 const moves = (events: SluiceEvent[]) =>
   events.flatMap((e) => (e.type === 'AliasRedirected' ? [{ from: e.from, to: e.to, cause: e.cause }] : []));
 
@@ -112,12 +121,7 @@ describe('steered generations', () => {
     // 95 ≥ 0.9 × 100: switches.
     await writeFile(path, rows(95));
     await pipeline.rebuild();
-    const second = await waitFor(
-      () => (caches.resolveAlias('items')?.cache !== blue ? caches.resolveAlias('items')!.cache : null),
-      {
-        what: 'the passing generation to switch',
-      },
-    );
+    const second = await servingOtherThan(caches, blue, 'the passing generation to switch');
     expect(moves(events.events).at(-1)).toEqual({ from: blue, to: second, cause: 'rebuild' });
 
     // 80 < 0.9 × 95: held, with the reason.
@@ -178,12 +182,7 @@ describe('steered generations', () => {
     await expect(pipeline.rollback()).rejects.toMatchObject({ code: 'NOTHING_TO_ROLL_BACK' });
     const blue = await pipeline.whenServing();
     await pipeline.rebuild();
-    const green = await waitFor(
-      () => (caches.resolveAlias('items')?.cache !== blue ? caches.resolveAlias('items')!.cache : null),
-      {
-        what: 'the rebuild to switch',
-      },
-    );
+    const green = await servingOtherThan(caches, blue, 'the rebuild to switch');
     await appendFile(path, rows(10, 101));
     await waitFor(async () => (await recordsOf(caches, green)) === 110, { what: 'green to follow' });
     // Blue stopped at 100 when the rebuild started.
@@ -229,12 +228,7 @@ describe('steered generations', () => {
     // The file is rewritten (its beginning differs): blue's checkpoint no longer describes it.
     await writeFile(path, rows(100, 1001));
     await pipeline.rebuild();
-    const green = await waitFor(
-      () => (caches.resolveAlias('items')?.cache !== blue ? caches.resolveAlias('items')!.cache : null),
-      {
-        what: 'the rebuild to switch',
-      },
-    );
+    const green = await servingOtherThan(caches, blue, 'the rebuild to switch');
     const historyBefore = caches.history('items');
     const version = caches.resolveAlias('items')!.version;
 

@@ -2,7 +2,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import type { TransferRequest } from '@sluice/core';
+import type { CheckpointPort, TransferRequest } from '@sluice/core';
 import { createTestDatabase, startNatsServer, tempDir } from '@sluice/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -109,6 +109,13 @@ describe('JetStream source and sink', () => {
     await nats?.[Symbol.asyncDispose]();
   });
 
+  /** Runs `request` against this file's NATS server with `checkpoint` (the transfer reads no connections). */
+  const runOnNats = (
+    request: TransferRequest,
+    checkpoint: CheckpointPort,
+    options: Omit<Parameters<typeof runTransfer>[1], 'checkpoint' | 'connections' | 'nats'>,
+  ) => runTransfer(request, { checkpoint, connections: {}, nats: nats.url, ...options });
+
   async function withStreams<T>(fn: (jsm: Awaited<ReturnType<typeof jetstreamManager>>) => Promise<T>) {
     const nc = await connect({ servers: nats.url });
     try {
@@ -134,10 +141,7 @@ describe('JetStream source and sink', () => {
     const port = memoryCheckpointPort();
     const controller = new AbortController();
     await expect(
-      runTransfer(request, {
-        checkpoint: port,
-        connections: {},
-        nats: nats.url,
+      runOnNats(request, port, {
         signal: controller.signal,
         commitEveryRecords: 300,
         onProgress: (p) => {
@@ -146,19 +150,14 @@ describe('JetStream source and sink', () => {
       }),
     ).rejects.toMatchObject({ code: 'TRANSFER_TERMINATED' });
     // Replay part of what was already published: roll the checkpoint back one epoch's worth by starting over.
-    const result = await runTransfer(request, {
-      checkpoint: memoryCheckpointPort(), // no checkpoint: from scratch, every record published again
-      connections: {},
-      nats: nats.url,
+    // No checkpoint: from scratch, every record published again.
+    const result = await runOnNats(request, memoryCheckpointPort(), {
       signal: new AbortController().signal,
       commitEveryRecords: 300,
     });
     expect(result.decision).toBe('from-scratch');
     expect(result.recordsWritten).toBe(2000);
-    const resumed = await runTransfer(request, {
-      checkpoint: port,
-      connections: {},
-      nats: nats.url,
+    const resumed = await runOnNats(request, port, {
       signal: new AbortController().signal,
       commitEveryRecords: 300,
     });
@@ -194,10 +193,7 @@ describe('JetStream source and sink', () => {
     const port = memoryCheckpointPort();
     const controller = new AbortController();
     await expect(
-      runTransfer(request, {
-        checkpoint: port,
-        connections: {},
-        nats: nats.url,
+      runOnNats(request, port, {
         signal: controller.signal,
         commitEveryRecords: 200,
         onProgress: (p) => {
@@ -208,10 +204,7 @@ describe('JetStream source and sink', () => {
     await withStreams(async (jsm) => {
       await jsm.streams.purge('SRC2', { keep: 100 });
     });
-    const result = await runTransfer(request, {
-      checkpoint: port,
-      connections: {},
-      nats: nats.url,
+    const result = await runOnNats(request, port, {
       signal: new AbortController().signal,
     });
     expect(result.decision).toBe('from-scratch');

@@ -399,6 +399,15 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     const ours = (relation: Pgoutput.MessageRelation) =>
       relation.schema === qualified.schema && relation.name === qualified.name;
     const batchSize = Math.max(1, readOptions.batchSize);
+    /**
+     * The one place a resumed snapshot's catch-up ends: once the stream has passed the LSN the new snapshot was
+     * taken at, every change the pages might have missed is applied; the position enters phase `stream`.
+     */
+    const passedCatchUp = (): boolean => {
+      if (position.phase !== 'catch-up' || compareLsn(position.lsn, position.catchUp!) < 0) return false;
+      position = { ...position, phase: 'stream', catchUp: null };
+      return true;
+    };
     const txn = new TransactionAssembler({ handle: options.handle, table, keys, ours });
 
     try {
@@ -418,8 +427,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
           }
           if (!txn.open && compareLsn(item.lsn, position.lsn) > 0 && current.buffered() === 0) {
             position = { ...position, lsn: normalizeLsn(item.lsn) };
-            if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
-              position = { ...position, phase: 'stream', catchUp: null };
+            if (passedCatchUp()) {
               yield { kind: 'snapshot-done', position };
               if (untilCaughtUp) return;
             } else {
@@ -471,8 +479,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
             unflushedSince ??= Date.now();
             const flush = current.buffered() === 0 || Date.now() - unflushedSince >= flushWithinMs;
             if (flush) unflushedSince = null;
-            if (position.phase === 'catch-up' && compareLsn(position.lsn, position.catchUp!) >= 0) {
-              position = { ...position, phase: 'stream', catchUp: null };
+            if (passedCatchUp()) {
               yield txn.take(position);
               txn.end();
               yield { kind: 'snapshot-done', position };
