@@ -12,6 +12,18 @@ const WRITER = fileURLToPath(new URL('./fixtures/position-writer.ts', import.met
 
 const checkpoint = (positions: Record<string, unknown>) => ({ dag: 'd', epoch: 1, positions, at: 'x' });
 
+/** An api-server on `root` (any free port) whose `sluice-min-position` waits last up to `freshnessWaitMs`. */
+function startServer(root: string, freshnessWaitMs: number) {
+  return startApiServer({
+    config: resolveConfig({ dataDir: root, logLevel: 'silent', api: { freshnessWaitMs } }),
+    dataDir: root,
+    port: 0,
+    host: '127.0.0.1',
+    logger: pino({ level: 'silent' }),
+    watchMs: 50,
+  });
+}
+
 describe('freshness headers (issue 16)', () => {
   it('formats sluice-position and parses sluice-min-position strictly', () => {
     const cp = checkpoint({ 'items.source': { lsn: '0/16B3748' }, 'items.cache': { written: 3 } });
@@ -40,14 +52,7 @@ describe('freshness headers (issue 16)', () => {
     const root = join(dir.path, 'data');
     await using writer = spawnTs(WRITER, ['--root', root, '--trigger', dir.path, '--lsns', '0/100,0/300']);
     await writer.waitForLine(/^READY /, 30_000);
-    const server = await startApiServer({
-      config: resolveConfig({ dataDir: root, logLevel: 'silent', api: { freshnessWaitMs: 10_000 } }),
-      dataDir: root,
-      port: 0,
-      host: '127.0.0.1',
-      logger: pino({ level: 'silent' }),
-      watchMs: 50,
-    });
+    const server = await startServer(root, 10_000);
     try {
       // Record 1 is written by the commit at 0/300: asked for before that commit exists.
       const waiting = fetch(`${server.url}/v1/endpoints/items/records/1`, {
@@ -75,14 +80,7 @@ describe('freshness headers (issue 16)', () => {
     const root = join(dir.path, 'data');
     await using writer = spawnTs(WRITER, ['--root', root, '--trigger', dir.path, '--lsns', '0/100,0/300']);
     const cacheName = (await writer.waitForLine(/^READY /, 30_000)).split(' ')[1]!;
-    const server = await startApiServer({
-      config: resolveConfig({ dataDir: root, logLevel: 'silent', api: { freshnessWaitMs: 1_500 } }),
-      dataDir: root,
-      port: 0,
-      host: '127.0.0.1',
-      logger: pino({ level: 'silent' }),
-      watchMs: 50,
-    });
+    const server = await startServer(root, 1_500);
     try {
       const get = (headers: Record<string, string> = {}) =>
         fetch(`${server.url}/v1/endpoints/items/records/0`, { headers });

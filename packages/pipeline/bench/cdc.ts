@@ -374,26 +374,14 @@ function printBreakdown(samples: Required<StageTimes>[]): void {
   console.log(`\nend-to-end breakdown (${fmt(samples.length)} samples, ms after the COMMIT acknowledgement)`);
   console.log('| stage | p50 | p90 | p99 | max |');
   console.log('|---|---|---|---|---|');
-  row(
-    'pgoutput COMMIT received (probe slot)',
-    samples.map((t) => t.wal - t.committed),
-  );
-  row(
-    'readable in the app-server cache (other process)',
-    samples.map((t) => t.cache - t.committed),
-  );
-  row(
-    '200 answer from the api-server',
-    samples.map((t) => t.answered - t.committed),
-  );
-  row(
-    '  pgoutput received → readable in the cache',
-    samples.map((t) => t.cache - t.wal),
-  );
-  row(
-    '  readable in the cache → 200 answer',
-    samples.map((t) => t.answered - t.cache),
-  );
+  const stages: Array<[string, (t: (typeof samples)[number]) => number]> = [
+    ['pgoutput COMMIT received (probe slot)', (t) => t.wal - t.committed],
+    ['readable in the app-server cache (other process)', (t) => t.cache - t.committed],
+    ['200 answer from the api-server', (t) => t.answered - t.committed],
+    ['  pgoutput received → readable in the cache', (t) => t.cache - t.wal],
+    ['  readable in the cache → 200 answer', (t) => t.answered - t.cache],
+  ];
+  for (const [what, elapsed] of stages) row(what, samples.map(elapsed));
 }
 
 function percentile(sorted: number[], p: number): number {
