@@ -21,12 +21,12 @@ import type { z } from 'zod';
 import { TokenAuthenticator } from './auth.js';
 import { changeFeedPlugin } from './changes/plugin.js';
 import { CACHE_HEADER, CHECKPOINT_HEADER, checkpointStamps } from './checkpoint-headers.js';
-import { unwrapCursor, wrapCursor } from './cursor.js';
+import { unwrapCursor } from './cursor.js';
 import { endpointAccess } from './endpoint-access.js';
 import { POSITION_HEADER } from './freshness.js';
 import { parseKeySegment, rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
-import { pageBody } from './page-body.js';
+import { pageFrame } from './page-body.js';
 import type { EndpointRegistry, Generation } from './registry.js';
 import { requestMetricsHook } from './request-metrics.js';
 import {
@@ -305,12 +305,11 @@ export async function buildApp(options: BuildAppOptions) {
         const query = parseQuery(request.body, limits);
         if (query.after !== null) query.after = unwrapCursor(query.after, generation);
         query.filter = andFilters(query.filter, rowFilter);
-        // Records as stored bytes, with the commit state of the same snapshot.
-        const page = lease.cache.queryJson(query);
+        // The body as one buffer (stored record bytes between the frame's head and tail, the cursor wrapped
+        // for this generation), with the commit state of the same snapshot.
+        const page = lease.cache.queryJson(query, pageFrame(generation));
         stampState(reply, page.state);
-        return reply
-          .type(JSON_CONTENT_TYPE)
-          .send(pageBody(page.json, wrapCursor(generation, page.next)) as never);
+        return reply.type(JSON_CONTENT_TYPE).send(page.json as never);
       } finally {
         lease.release();
       }

@@ -2,13 +2,15 @@
  * Where an index scan's record bytes go: LMDB hands each covering entry's value to a decoder while it is still in
  * LMDB's shared read buffer, and the decoder copies it straight into a reusable arena — no Buffer (and no
  * backing store) per record, which was the largest cost of a page once index entries held the records. The
- * page is copied out of the arena once, at the end (`rowsJson`).
+ * page is copied out of the arena once, at the end (`rowsJson`, into the response body's one buffer).
  */
 import type { DatabaseOptions } from 'lmdb';
 
 /**
  * A reusable byte arena for one read's scanned records. A read that needs more room moves on to a bigger
- * buffer (rows already read keep theirs).
+ * buffer (rows already read keep theirs). Every copied value is preceded by one free byte, so values copied one
+ * after another are one span with a separator slot between each two (`rowsJson` copies a run of consecutive
+ * entries at once, with commas in those slots).
  */
 export class Arena {
   /** The buffer the last copied value went to. */
@@ -23,16 +25,16 @@ export class Arena {
     this.at = 0;
   }
 
-  /** Copies `size` bytes of `source` in; returns their offset in {@link buffer}. */
+  /** Copies `size` bytes of `source` in, after one free separator byte; returns their offset in {@link buffer}. */
   copyIn(source: Uint8Array, size: number): number {
-    if (this.at + size > this.buffer.length) {
-      this.buffer = Buffer.allocUnsafe(Math.max(this.buffer.length * 2, size * 2));
+    if (this.at + size + 1 > this.buffer.length) {
+      this.buffer = Buffer.allocUnsafe(Math.max(this.buffer.length * 2, size * 2 + 2));
       this.at = 0;
     }
+    const offset = this.at + 1;
     // A view of exactly `size` bytes: LMDB's read buffer is larger than its (overridden) length says.
-    this.buffer.set(new Uint8Array(source.buffer, source.byteOffset, size), this.at);
-    const offset = this.at;
-    this.at += size;
+    this.buffer.set(new Uint8Array(source.buffer, source.byteOffset, size), offset);
+    this.at = offset + size;
     this.lastLength = size;
     return offset;
   }

@@ -1,4 +1,10 @@
-import { CursorExpiredError, compileFilter, type Filter, type QueryResult } from '@sluice/core';
+import {
+  CursorExpiredError,
+  compileFilter,
+  type FieldType,
+  type Filter,
+  type QueryResult,
+} from '@sluice/core';
 import type { Transaction } from 'lmdb';
 import { type CacheDbs, dataKey } from './cache-dbs.js';
 import {
@@ -25,6 +31,8 @@ export interface ReadContext {
   scanCap: number;
   /** Where index scans copy records to (reused from read to read; active for the read's duration). */
   arena: Arena;
+  /** The schema's field types (a key of number and boolean fields is never truncated). */
+  fields: Readonly<Record<string, FieldType>>;
 }
 
 const FF = Buffer.from([0xff]);
@@ -94,26 +102,64 @@ const OPEN = 0x5b; // [
 const COMMA = 0x2c;
 const CLOSE = 0x5d; // ]
 
-/** The JSON array of the rows' stored texts, `[a,b,…]`, in one buffer. */
-export function rowsJson(rows: readonly Row[]): Buffer {
-  let size = 2 + Math.max(0, rows.length - 1);
-  for (const row of rows) size += row.length;
+/** What a page's JSON array is written between (UTF-8 text; see `JsonPageFrame` in core). */
+export interface PageFrame {
+  head: string;
+  tail: string;
+}
+
+/**
+ * The JSON array of the rows' stored texts, `[a,b,…]` (between the frame's head and tail, when given), in one
+ * buffer. Rows scanned one after another into the arena sit one separator byte apart, so a run of them is one
+ * copy, with commas in those bytes.
+ */
+export function rowsJson(rows: readonly Row[], frame?: PageFrame): Buffer {
+  const head = frame?.head ?? '';
+  const tail = frame?.tail ?? '';
+  const headBytes = head.length === 0 ? 0 : Buffer.byteLength(head);
+  const tailBytes = tail.length === 0 ? 0 : Buffer.byteLength(tail);
+  let size = headBytes + tailBytes + 2 + Math.max(0, rows.length - 1);
+  for (let i = 0; i < rows.length; i++) size += rows[i]!.length;
   const out = Buffer.allocUnsafe(size);
-  let at = 0;
+  let at = headBytes === 0 ? 0 : out.write(head, 0);
   out[at++] = OPEN;
-  rows.forEach((row, i) => {
+  let i = 0;
+  while (i < rows.length) {
+    const first = rows[i]!;
+    const bytes = first.bytes;
+    let end = first.offset + first.length;
+    let j = i + 1;
+    while (j < rows.length) {
+      const row = rows[j]!;
+      if (row.bytes !== bytes || row.offset !== end + 1) break;
+      bytes[end] = COMMA;
+      end = row.offset + row.length;
+      j += 1;
+    }
     if (i > 0) out[at++] = COMMA;
-    at += row.bytes.copy(out, at, row.offset, row.offset + row.length);
-  });
-  out[at] = CLOSE;
+    at += bytes.copy(out, at, first.offset, end);
+    i = j;
+  }
+  out[at++] = CLOSE;
+  if (tailBytes > 0) out.write(tail, at);
   return out;
 }
 
-/** Raw entries of the plan's ranges in scan order. */
-function* entries(ctx: ReadContext, plan: Plan, reverse: boolean, seek: Buffer | null): Generator<Row> {
-  const ranges = reverse ? [...plan.ranges].reverse() : plan.ranges;
+/** Receives scanned rows in order; returns false to stop the scan. */
+type Visit = (row: Row) => boolean;
+
+/** Visits the raw entries of the plan's ranges in scan order; returns false when `visit` stopped it. */
+function scanEntries(
+  ctx: ReadContext,
+  plan: Plan,
+  reverse: boolean,
+  seek: Buffer | null,
+  visit: Visit,
+): boolean {
   const { transaction } = ctx;
-  for (const range of ranges) {
+  const count = plan.ranges.length;
+  for (let r = 0; r < count; r++) {
+    const range = plan.ranges[reverse ? count - 1 - r : r]!;
     let lo = range.lo;
     let hi = range.hi;
     if (seek && !reverse && Buffer.compare(seek, lo) > 0) lo = seek;
@@ -127,35 +173,43 @@ function* entries(ctx: ReadContext, plan: Plan, reverse: boolean, seek: Buffer |
         ? ctx.dbs.data.getRange({ start: hi, reverse: true, transaction })
         : ctx.dbs.data.getRange({ start: lo, end: hi, transaction });
       for (const { key, value } of iterable) {
-        if (reverse ? Buffer.compare(key, hi) >= 0 : false) continue;
-        if (reverse && Buffer.compare(key, lo) < 0) break;
-        yield { key, dataKey: key, bytes: value, offset: 0, length: value.length, record: null };
-      }
-    } else {
-      // Covering entries: the value is the record's stored text, copied by the scan handle straight from
-      // LMDB's read buffer into the read's arena (it reads as its offset there); no data lookup.
-      const db = plan.source.index.scan;
-      const { arena } = ctx;
-      const iterable = reverse
-        ? db.getRange({ start: hi, reverse: true, transaction })
-        : db.getRange({ start: lo, end: hi, transaction });
-      const covering = ctx.dbs.covering;
-      for (const { key, value } of iterable) {
-        const bytes = arena.buffer;
-        const length = arena.lastLength;
-        if (reverse ? Buffer.compare(key, hi) >= 0 : false) continue;
-        if (reverse && Buffer.compare(key, lo) < 0) break;
-        if (covering) yield { key, dataKey: null, bytes, offset: value, length, record: null };
-        else {
-          // A format-2 generation (served read-only while it is rebuilt): the entry holds the data key.
-          const dataKey = Buffer.from(bytes.subarray(value, value + length));
-          const record = readData(ctx, dataKey);
-          if (record === undefined) continue;
-          yield { key, dataKey, bytes: record, offset: 0, length: record.length, record: null };
+        if (reverse) {
+          if (Buffer.compare(key, hi) >= 0) continue;
+          if (Buffer.compare(key, lo) < 0) break;
         }
+        if (!visit({ key, dataKey: key, bytes: value, offset: 0, length: value.length, record: null }))
+          return false;
       }
+      continue;
+    }
+    // Covering entries: the value is the record's stored text, copied by the scan handle straight from
+    // LMDB's read buffer into the read's arena (it reads as its offset there); no data lookup.
+    const db = plan.source.index.scan;
+    const { arena } = ctx;
+    const iterable = reverse
+      ? db.getRange({ start: hi, reverse: true, transaction })
+      : db.getRange({ start: lo, end: hi, transaction });
+    const covering = ctx.dbs.covering;
+    for (const { key, value } of iterable) {
+      const bytes = arena.buffer;
+      const length = arena.lastLength;
+      if (reverse) {
+        if (Buffer.compare(key, hi) >= 0) continue;
+        if (Buffer.compare(key, lo) < 0) break;
+      }
+      if (covering) {
+        if (!visit({ key, dataKey: null, bytes, offset: value, length, record: null })) return false;
+        continue;
+      }
+      // A format-2 generation (served read-only while it is rebuilt): the entry holds the data key.
+      const dataKey = Buffer.from(bytes.subarray(value, value + length));
+      const record = readData(ctx, dataKey);
+      if (record === undefined) continue;
+      if (!visit({ key, dataKey, bytes: record, offset: 0, length: record.length, record: null }))
+        return false;
     }
   }
+  return true;
 }
 
 // lmdb reads in a given snapshot with options (its typings omit the parameter); the result is a copy.
@@ -167,40 +221,58 @@ function readData(ctx: ReadContext, key: Buffer): Buffer | undefined {
   return (data.getBinary as unknown as SnapshotGet).call(data, key, { transaction: ctx.transaction });
 }
 
+/** Field types whose values never encode to a truncated key component (numbers, booleans, null). */
+const NEVER_TRUNCATED = new Set(['integer', 'number', 'boolean']);
+
+/** True when some scanned key may hold a truncated component (a string or JSON value of a key field). */
+function mayTruncate(ctx: ReadContext, plan: Plan): boolean {
+  for (const field of plan.keyFields) {
+    const type = Object.hasOwn(ctx.fields, field) ? ctx.fields[field] : undefined;
+    if (type === undefined || !NEVER_TRUNCATED.has(type)) return true;
+  }
+  return false;
+}
+
 /**
- * Rows of the plan in scan order. For ordered scans, runs of keys truncated at the same place (whose order
- * is by hash) are re-sorted by their real values, so the order is exact.
+ * Visits the rows of the plan in scan order. For ordered scans whose keys may be truncated, runs of keys
+ * truncated at the same place (whose order is by hash) are re-sorted by their real values, so the order is
+ * exact; keys of number and boolean fields never are, and are visited as scanned.
  */
-function* rows(
+function scanRows(
   ctx: ReadContext,
   plan: Plan,
   reverse: boolean,
   seek: Buffer | null,
   compare: (a: Row, b: Row) => number,
-): Generator<Row> {
-  if (!plan.ordered) {
-    yield* entries(ctx, plan, reverse, seek);
+  visit: Visit,
+): void {
+  if (!plan.ordered || !mayTruncate(ctx, plan)) {
+    scanEntries(ctx, plan, reverse, seek, visit);
     return;
   }
   let cluster: { id: Buffer; items: Row[] } | null = null;
-  for (const row of entries(ctx, plan, reverse, seek)) {
+  // Visits a finished cluster in its real order; false when `visit` stopped.
+  const flush = (): boolean => {
+    const items = cluster!.items.sort(compare);
+    cluster = null;
+    for (const item of items) if (!visit(item)) return false;
+    return true;
+  };
+  const go = scanEntries(ctx, plan, reverse, seek, (row) => {
     const end = truncatedComponentEnd(row.key, plan.components);
     if (end < 0) {
-      if (cluster) {
-        yield* cluster.items.sort(compare);
-        cluster = null;
-      }
-      yield row;
-      continue;
+      if (cluster && !flush()) return false;
+      return visit(row);
     }
     const id = row.key.subarray(0, end);
     if (cluster?.id.equals(id)) cluster.items.push(row);
     else {
-      if (cluster) yield* cluster.items.sort(compare);
+      if (cluster && !flush()) return false;
       cluster = { id: Buffer.from(id), items: [row] };
     }
-  }
-  if (cluster) yield* cluster.items.sort(compare);
+    return true;
+  });
+  if (go && cluster) flush();
 }
 
 /**
@@ -279,23 +351,26 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
     let lastExamined: Row | null = null;
     // Rows arrive in the query's order: once one is past the cursor, every later one is too.
     let passed = after === null;
-    for (const row of rows(ctx, plan, reverse, seek, compare)) {
+    const { skip, limit } = query;
+    const scanCap = ctx.scanCap;
+    scanRows(ctx, plan, reverse, seek, compare, (row) => {
       scanned += 1;
       lastExamined = row;
       if (!passed && afterCursor(fieldsOf(row), after!) > 0) passed = true;
       if (passed && (matches === null || matches(fieldsOf(row)))) {
-        if (skipped < query.skip) skipped += 1;
-        else if (page.length < query.limit) page.push(row);
+        if (skipped < skip) skipped += 1;
+        else if (page.length < limit) page.push(row);
         else {
           more = true;
-          break;
+          return false;
         }
       }
-      if (scanned >= ctx.scanCap) {
+      if (scanned >= scanCap) {
         capped = true;
-        break;
+        return false;
       }
-    }
+      return true;
+    });
     const last = page[page.length - 1];
     let next: string | null = null;
     if (more && last) next = cursorOf(last);
@@ -307,7 +382,7 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
   }
 
   const found: Row[] = [];
-  for (const row of rows(ctx, plan, false, null, compare)) {
+  scanRows(ctx, plan, false, null, compare, (row) => {
     scanned += 1;
     if (
       (after === null || afterCursor(fieldsOf(row), after) > 0) &&
@@ -316,9 +391,10 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
       found.push(row);
     if (scanned >= ctx.scanCap) {
       capped = true;
-      break;
+      return false;
     }
-  }
+    return true;
+  });
   found.sort(compare);
   const page = found.slice(query.skip, query.skip + query.limit);
   const last = page[page.length - 1];
@@ -332,8 +408,9 @@ export function runCount(ctx: ReadContext, filter: Filter): number {
   const plan = planQuery(ctx.dbs, ctx.primaryKey, filter, []);
   const matches = plan.exact ? null : compileFilter(filter);
   let count = 0;
-  for (const row of entries(ctx, plan, false, null)) {
+  scanEntries(ctx, plan, false, null, (row) => {
     if (matches === null || matches(fieldsOf(row))) count += 1;
-  }
+    return true;
+  });
   return count;
 }

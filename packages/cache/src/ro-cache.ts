@@ -5,6 +5,7 @@ import {
   type Filter,
   InvalidQueryError,
   type JsonPage,
+  type JsonPageFrame,
   type Query,
   type QueryResult,
   type ReadableCache,
@@ -136,22 +137,30 @@ export class RoCache implements ReadableCache {
   /**
    * The same query, answered with each record's stored JSON text and the commit state of the same read
    * snapshot: a server assembles its response from these bytes without decoding or re-serializing records
-   * (they are decoded only where the plan needs fields). `state` is one shared, frozen object per commit
-   * (compare by identity to reuse what was derived from it, e.g. a header).
+   * (they are decoded only where the plan needs fields). With a `frame`, `json` is the whole response body
+   * (head, the array, tail) in one buffer. `state` is one shared, frozen object per commit (compare by
+   * identity to reuse what was derived from it, e.g. a header).
    *
    * @example
    * ```ts
    * const { json, next, state } = cache.queryJson(parseQuery(body)); // json: Buffer of '[{…},{…}]'
-   * const body = Buffer.concat([Buffer.from('{"records":'), json, Buffer.from(`,"next":${JSON.stringify(next)}}`)]);
+   * const page = cache.queryJson(parseQuery(body), {
+   *   head: '{"records":',
+   *   tail: (next) => `,"next":${JSON.stringify(next)}}`,
+   * }); // page.json: the body, '{"records":[…],"next":…}'
    * ```
    */
-  queryJson(query: Query | Partial<Query>): JsonPage {
+  queryJson(query: Query | Partial<Query>, frame?: JsonPageFrame): JsonPage {
     this.assertOpen();
     const checked = checkQuery(query, this.schema, this.settings);
     return this.read((ctx) => {
       const state = this.servingState(ctx.transaction);
       const page = runQuery(ctx, checked);
-      return { json: rowsJson(page.rows), count: page.rows.length, next: page.next, plan: page.plan, state };
+      const json = rowsJson(
+        page.rows,
+        frame === undefined ? undefined : { head: frame.head, tail: frame.tail(page.next) },
+      );
+      return { json, count: page.rows.length, next: page.next, plan: page.plan, state };
     });
   }
 
@@ -219,6 +228,7 @@ export class RoCache implements ReadableCache {
           primaryKey: this.schema.primaryKey,
           transaction,
           scanCap: this.settings.scanCap,
+          fields: this.schema.fields,
         }),
       );
     } finally {

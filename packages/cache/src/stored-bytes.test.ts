@@ -83,6 +83,40 @@ describe('records stored as their served JSON text', () => {
     );
   });
 
+  it('writes a framed page as one body, and a page handed out is never overwritten by later reads', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply(
+      Array.from({ length: 3000 }, (_, i) => ({
+        op: 'upsert' as const,
+        record: { id: i, value: i % 500, category: ['a', 'b'][i % 2]!, tags: [`t${i}`] },
+      })),
+    );
+    await cache.commit(null);
+    const frame = { head: '{"records":', tail: (next: string | null) => `,"next":${JSON.stringify(next)}}` };
+    const queries = [
+      { $filter: { value: { $gte: 10 } }, $order_by: { value: 'asc' }, $limit: 50 },
+      // A residual condition: the page's rows are not consecutive entries of the scan.
+      { $filter: { value: { $gte: 10 }, id: { $ne: 12 } }, $order_by: { value: 'asc' }, $limit: 40 },
+      { $filter: { category: 'b' }, $order_by: { value: 'desc' }, $limit: 70, $skip: 3 },
+      { $order_by: { id: 'asc' }, $limit: 5 },
+    ];
+    const kept: Array<{ body: Buffer; text: string }> = [];
+    // Enough reads that the arena moves on to new buffers several times.
+    for (let round = 0; round < 40; round++)
+      for (const q of queries) {
+        const query = parseQuery(q);
+        const plain = cache.queryJson(query);
+        const framed = cache.queryJson(query, frame);
+        const expected = `{"records":${plain.json.toString('utf8')},"next":${JSON.stringify(framed.next)}}`;
+        expect(framed.json.toString('utf8')).toBe(expected);
+        expect(JSON.parse(plain.json.toString('utf8'))).toEqual(cache.query(query).records);
+        kept.push({ body: framed.json, text: expected });
+      }
+    for (const { body, text } of kept) expect(body.toString('utf8')).toBe(text);
+  });
+
   it('hands out one frozen commit state per commit, read in the snapshot of the records', async () => {
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path);

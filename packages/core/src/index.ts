@@ -211,6 +211,7 @@ export {
   type ConflictPolicy,
   type GenerationNotes,
   type JsonPage,
+  type JsonPageFrame,
   type PinnedGeneration,
   type QueryPlan,
   type QueryResult,

@@ -98,9 +98,23 @@ export interface QueryResult {
   plan: QueryPlan;
 }
 
+/**
+ * Text a {@link ReadableCache.queryJson} page is written between, so that a response body (`{"records":[…],
+ * "next":…}`) is assembled in one buffer with no copy of its own.
+ */
+export interface JsonPageFrame {
+  /** UTF-8 text written before the records' array. */
+  head: string;
+  /** UTF-8 text written after it, given the page's `next` cursor. */
+  tail(next: string | null): string;
+}
+
 /** A query answered with stored bytes (see {@link ReadableCache.queryJson}). */
 export interface JsonPage {
-  /** The page's records as one JSON array, `[…]`: each record's stored text (UTF-8), in order. */
+  /**
+   * The page's records as one JSON array, `[…]`: each record's stored text (UTF-8), in order — between the
+   * frame's head and tail when one was given. Never written again by the cache (the caller may keep it).
+   */
   json: Buffer;
   /** How many records `json` holds. */
   count: number;
@@ -184,8 +198,11 @@ export interface ReadableCache extends AsyncDisposable {
   /** The record's stored JSON text, to send as it is. */
   getJson(key: unknown[]): Buffer | undefined;
   query(query: Query | Partial<Query>): QueryResult;
-  /** A page as the JSON array of its stored texts, and the commit state of the same snapshot. */
-  queryJson(query: Query | Partial<Query>): JsonPage;
+  /**
+   * A page as the JSON array of its stored texts (framed by `frame` when given), and the commit state of the
+   * same snapshot.
+   */
+  queryJson(query: Query | Partial<Query>, frame?: JsonPageFrame): JsonPage;
   /**
    * The latest commit state, one frozen object per commit; it starts a fresh read snapshot that the next
    * `getJson` in the same synchronous step reads too.

@@ -1,0 +1,78 @@
+/**
+ * CPU per request of the query and lookup handlers' own work, in process (no HTTP): core's `parseQuery` of the
+ * parsed body, the cursor unwrap, the row-filter merge, `queryJson` (framed: the body) — what the api-server does
+ * between fastify handing it the body and the reply being sent. Same data and queries as `bench/run.ts`.
+ *   node --conditions=@sluice/source --import tsx bench/profile-handler.ts [records] [calls]   (add --cpu-prof)
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openCacheManager } from '@sluice/cache';
+import { andFilters, DEFAULT_QUERY_LIMITS, parseQuery } from '@sluice/core';
+import { unwrapCursor } from '../src/cursor.js';
+import { pageFrame } from '../src/page-body.js';
+import { ITEMS_SCHEMA, item } from '../test/fixtures/data.js';
+
+const RECORDS = Number(process.argv[2] ?? 200_000);
+const CALLS = Number(process.argv[3] ?? 20_000);
+const dir = mkdtempSync(join(tmpdir(), 'sluice-api-profile-'));
+try {
+  await using manager = await openCacheManager(join(dir, 'c'));
+  const cache = await manager.create({
+    endpoint: 'items',
+    schema: {
+      fields: { ...ITEMS_SCHEMA.fields },
+      primaryKey: ['id'],
+      indexes: [['value'], ['category', 'value']],
+    },
+  });
+  for (let start = 1; start <= RECORDS; start += 10_000) {
+    const ops = [];
+    for (let id = start; id < Math.min(start + 10_000, RECORDS + 1); id += 1)
+      ops.push({ op: 'upsert' as const, record: item(id, 1) });
+    cache.apply(ops);
+    await cache.commit({ dag: 'bench', epoch: start, positions: {}, at: new Date().toISOString() });
+  }
+  const limits = DEFAULT_QUERY_LIMITS;
+  const generation = cache.name;
+  let sink = 0;
+  const run = (calls: number) => {
+    for (let i = 0; i < calls; i++) {
+      const from = (i * 7717) % Math.floor(RECORDS * 0.9);
+      const body = JSON.parse(
+        `{"$filter":{"value":{"$gte":${from}}},"$order_by":{"value":"asc"},"$limit":50}`,
+      );
+      const query = parseQuery(body, limits);
+      if (query.after !== null) query.after = unwrapCursor(query.after, generation);
+      query.filter = andFilters(query.filter, undefined);
+      const page = cache.queryJson(query, pageFrame(generation));
+      sink += page.json.length + (page.state ? 1 : 0);
+    }
+  };
+  run(Math.min(CALLS, 5_000)); // warm up
+  for (let round = 0; round < 3; round++) {
+    const cpu = process.cpuUsage();
+    run(CALLS);
+    const used = process.cpuUsage(cpu);
+    console.log(`query handler work: ${((used.user + used.system) / CALLS).toFixed(1)} µs CPU per call`);
+  }
+  const lookups = (calls: number) => {
+    for (let i = 0; i < calls; i++) {
+      const state = cache.servingState();
+      const bytes = cache.getJson([1 + ((i * 7717) % RECORDS)]);
+      sink += (bytes?.length ?? 0) + (state ? 1 : 0);
+    }
+  };
+  lookups(20_000);
+  {
+    const cpu = process.cpuUsage();
+    lookups(CALLS * 5);
+    const used = process.cpuUsage(cpu);
+    console.log(
+      `lookup (servingState + getJson): ${((used.user + used.system) / (CALLS * 5)).toFixed(2)} µs CPU per call (${sink})`,
+    );
+  }
+  await cache.close();
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
