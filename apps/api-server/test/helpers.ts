@@ -3,7 +3,8 @@ import { writeFile } from 'node:fs/promises';
 import { Agent, request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type ChildHandle, freePort, spawnTs } from '@sluice/testkit';
+import type { SwitchOutcome } from '@sluice/core';
+import { type ChildHandle, freePort, spawnTs, waitFor } from '@sluice/testkit';
 import YAML from 'yaml';
 
 export const API_BIN = fileURLToPath(new URL('../src/bin.ts', import.meta.url));
@@ -187,7 +188,12 @@ export function startLoad(options: {
   ids: number;
   genOf?: (cache: string) => number | undefined;
   countOf: (gen: number) => number;
-}): { stop(): Promise<LoadStats>; stats: LoadStats } {
+}): {
+  stop(): Promise<LoadStats>;
+  /** Keeps the load up for `more` further requests (after a switch: proof that it cost nothing), then stops it. */
+  stopAfter(more: number, wait: { timeoutMs: number; what: string }): Promise<LoadStats>;
+  stats: LoadStats;
+} {
   const stats: LoadStats = {
     requests: 0,
     inFlight: 0,
@@ -251,18 +257,24 @@ export function startLoad(options: {
       i += options.concurrency;
     }
   });
+  const stop = async (): Promise<LoadStats> => {
+    running = false;
+    await Promise.all(workers);
+    agent.destroy();
+    stats.durationMs = Date.now() - started;
+    stats.rate = (stats.requests * 1000) / stats.durationMs;
+    const verified = verifyGenerations(stats.samples, options);
+    stats.mixed = verified.mixed;
+    stats.genByCache = verified.genByCache;
+    return stats;
+  };
   return {
     stats,
-    async stop() {
-      running = false;
-      await Promise.all(workers);
-      agent.destroy();
-      stats.durationMs = Date.now() - started;
-      stats.rate = (stats.requests * 1000) / stats.durationMs;
-      const verified = verifyGenerations(stats.samples, options);
-      stats.mixed = verified.mixed;
-      stats.genByCache = verified.genByCache;
-      return stats;
+    stop,
+    async stopAfter(more, wait) {
+      const before = stats.requests;
+      await waitFor(() => stats.requests > before + more, wait);
+      return stop();
     },
   };
 }
@@ -319,4 +331,69 @@ export function switchesOf(metrics: string, endpoint: string): number {
   );
   for (const match of metrics.matchAll(pattern)) total += Number(match[1]);
   return total;
+}
+
+/** The answer of a promote or rollback that moved the alias of `items` from `from` to `to`. */
+export function moved(cause: SwitchOutcome['cause'], from: string, to: string): SwitchOutcome {
+  return { endpoint: 'items', from, to, cause, changed: true };
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: response bodies of several shapes, asserted field by field
+type Json = any;
+
+/** Fetches `url` and parses the body as JSON (null when empty). */
+export async function fetchJson(
+  url: string,
+  init?: RequestInit,
+): Promise<{ status: number; headers: Headers; body: Json }> {
+  const response = await fetch(url, init);
+  const text = await response.text();
+  return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : null };
+}
+
+/** Whether every api-server of `urls` answers a lookup from `cache`. */
+export async function allAnswerFrom(urls: string[], cache: string): Promise<boolean> {
+  return (await Promise.all(urls.map((u) => answeringCache(u)))).every((c) => c === cache);
+}
+
+/**
+ * Milliseconds from a redirect until every api-server of `urls` answers from the new generation. `build` builds
+ * it and calls `onBuilt` right before the alias moves and the event goes out (as `buildGeneration` does): the
+ * clock starts there.
+ *
+ * @example
+ * ```ts
+ * const ms = await timeSwitch((onBuilt) => buildGeneration(manager, 'items', 2, 200, nats, onBuilt), urls, {
+ *   timeoutMs: 10_000,
+ *   what: 'both api-servers on generation 2',
+ * });
+ * ```
+ */
+export async function timeSwitch(
+  build: (onBuilt: (name: string) => void) => Promise<unknown>,
+  urls: string[],
+  wait: { timeoutMs: number; intervalMs?: number; what: string },
+): Promise<number> {
+  let green = '';
+  let redirectedAt = 0;
+  await build((name) => {
+    green = name;
+    redirectedAt = performance.now();
+  });
+  await waitFor(() => allAnswerFrom(urls, green), wait);
+  return performance.now() - redirectedAt;
+}
+
+/** `sluice_api_switches_total{endpoint, reason="event"}` from a /metrics text. */
+export function eventSwitchesOf(metrics: string, endpoint: string): number {
+  const match = new RegExp(
+    `^sluice_api_switches_total\\{endpoint="${endpoint}",reason="event"\\} (\\d+)$`,
+    'm',
+  ).exec(metrics);
+  return match ? Number(match[1]) : 0;
+}
+
+/** Switches of `endpoint` for any reason but the event (reconcile, watch), from a /metrics text. */
+export function otherSwitchesOf(metrics: string, endpoint: string): number {
+  return switchesOf(metrics, endpoint) - eventSwitchesOf(metrics, endpoint);
 }

@@ -1,9 +1,17 @@
 import { createNatsBackplane, type NatsBackplane } from '@sluice/backplane';
 import { type CacheManager, openCacheManager } from '@sluice/cache';
-import { type NatsServerHandle, startNatsServer, type TempDir, tempDir, waitFor } from '@sluice/testkit';
+import { type NatsServerHandle, startNatsServer, type TempDir, tempDir } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildGeneration } from './fixtures/data.js';
-import { answeringCache, type SpawnedApiServer, spawnApiServer, writeConfig } from './helpers.js';
+import {
+  answeringCache,
+  eventSwitchesOf,
+  otherSwitchesOf,
+  type SpawnedApiServer,
+  spawnApiServer,
+  timeSwitch,
+  writeConfig,
+} from './helpers.js';
 
 /**
  * Two hosts share one nats-server: host A (two real api-servers over its own dataDir, `node.id: host-a`) and host
@@ -24,20 +32,6 @@ let publisherB: NatsBackplane;
 let serversA: SpawnedApiServer[] = [];
 let genA = 0;
 let genB = 0;
-
-function eventSwitches(metrics: string): number {
-  const match = /^sluice_api_switches_total\{endpoint="items",reason="event"\} (\d+)$/m.exec(metrics);
-  return match ? Number(match[1]) : 0;
-}
-
-function otherSwitches(metrics: string): number {
-  let total = 0;
-  for (const m of metrics.matchAll(
-    /^sluice_api_switches_total\{endpoint="items",reason="([a-z]+)"\} (\d+)$/gm,
-  ))
-    if (m[1] !== 'event') total += Number(m[2]);
-  return total;
-}
 
 beforeAll(async () => {
   nats = await startNatsServer();
@@ -85,37 +79,23 @@ describe('defect 7: alias events of different hosts collide', () => {
       genB += 1;
       await buildGeneration(managerB, 'items', genB, COUNT, publisherB, undefined, 'host-b');
       genA += 1;
-      let green = '';
-      let publishedAt = 0;
-      const built = buildGeneration(
-        managerA,
-        'items',
-        genA,
-        COUNT,
-        publisherA,
-        (name) => {
-          // Called right before the alias moves and the event goes out: the clock starts here.
-          green = name;
-          publishedAt = performance.now();
-        },
-        'host-a',
+      durations.push(
+        await timeSwitch(
+          (onBuilt) => buildGeneration(managerA, 'items', genA, COUNT, publisherA, onBuilt, 'host-a'),
+          urls,
+          {
+            timeoutMs: 10_000,
+            intervalMs: 5,
+            what: "both of host A's api-servers to serve A's new generation",
+          },
+        ),
       );
-      await built;
-      await waitFor(
-        async () => (await Promise.all(urls.map((u) => answeringCache(u)))).every((c) => c === green),
-        {
-          timeoutMs: 10_000,
-          intervalMs: 5,
-          what: "both of host A's api-servers to serve A's new generation",
-        },
-      );
-      durations.push(performance.now() - publishedAt);
     }
     for (const url of urls) {
       const metrics = await (await fetch(`${url}/metrics`)).text();
       // Every switch was by A's event: neither the reconcile nor the table watch.
-      expect(eventSwitches(metrics)).toBe(3);
-      expect(otherSwitches(metrics)).toBe(0);
+      expect(eventSwitchesOf(metrics, 'items')).toBe(3);
+      expect(otherSwitchesOf(metrics, 'items')).toBe(0);
       expect(metrics).toContain('sluice_api_backplane_connected 1');
       // Never tried to open one of B's cache names in A's dataDir.
       expect(metrics).not.toMatch(/^sluice_api_switch_failures_total\{endpoint="items"\} [1-9]/m);

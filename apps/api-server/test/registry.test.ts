@@ -5,31 +5,64 @@
 
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createSingleNodeBackplane } from '@sluice/backplane';
-import { openCacheManager } from '@sluice/cache';
+import { createSingleNodeBackplane, type SingleNodeBackplane } from '@sluice/backplane';
+import { type CacheManager, openCacheManager } from '@sluice/cache';
 import { aliasRedirected } from '@sluice/core';
 import { expectSluiceError, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { EndpointRegistry } from '../src/registry.js';
+import { EndpointRegistry, type RegistryOptions } from '../src/registry.js';
 import { writeGeneration } from './helpers.js';
+
+/**
+ * A registry over the caches of `root`, opened read-only as an api-server opens them, with events through the
+ * in-process backplane and the periodic reconcile far away (only an event or `reconcile()` moves it). Disposing
+ * it closes the registry, the backplane and the cache manager, in that order.
+ */
+async function startRegistry(
+  root: string,
+  options: Pick<RegistryOptions, 'onSwitch' | 'onSwitchFailure'> = {},
+): Promise<
+  { manager: CacheManager; events: SingleNodeBackplane; registry: EndpointRegistry } & AsyncDisposable
+> {
+  const manager = await openCacheManager(root, { readOnly: true });
+  const events = createSingleNodeBackplane();
+  try {
+    const registry = await EndpointRegistry.start({
+      caches: manager,
+      host: 'local',
+      events,
+      reconcileMs: 600_000,
+      ...options,
+    });
+    return {
+      manager,
+      events,
+      registry,
+      async [Symbol.asyncDispose]() {
+        await registry[Symbol.asyncDispose]();
+        await events[Symbol.asyncDispose]();
+        await manager[Symbol.asyncDispose]();
+      },
+    };
+  } catch (err) {
+    await events[Symbol.asyncDispose]();
+    await manager[Symbol.asyncDispose]();
+    throw err;
+  }
+}
 
 describe('EndpointRegistry', () => {
   it('swaps on an event, keeps the old generation open for leases in flight, ignores stale events', async () => {
     await using dir = await tempDir('sluice-registry-');
     const blue = await writeGeneration(dir.path, 1, 50);
-    await using manager = await openCacheManager(dir.path, { readOnly: true });
-    await using events = createSingleNodeBackplane();
     const switches: string[] = [];
     const failures: string[] = [];
-    await using registry = await EndpointRegistry.start({
-      caches: manager,
-      host: 'local',
-      events,
-      // Long enough that only the event can explain a switch within this test.
-      reconcileMs: 600_000,
+    // The reconcile is far away: only the event can explain a switch within this test.
+    await using started = await startRegistry(dir.path, {
       onSwitch: ({ to, reason }) => switches.push(`${reason}:${to}`),
       onSwitchFailure: ({ to }) => failures.push(to),
     });
+    const { manager, events, registry } = started;
     expect(registry.current('items')?.name).toBe(blue);
     expect(switches).toEqual([`initial:${blue}`]);
 
@@ -87,14 +120,8 @@ describe('EndpointRegistry', () => {
     await using dir = await tempDir('sluice-registry-');
     const blue = await writeGeneration(dir.path, 1, 20);
     await rm(join(dir.path, 'caches', blue), { recursive: true, force: true });
-    await using manager = await openCacheManager(dir.path, { readOnly: true });
-    await using events = createSingleNodeBackplane();
-    await using registry = await EndpointRegistry.start({
-      caches: manager,
-      host: 'local',
-      events,
-      reconcileMs: 600_000,
-    });
+    await using started = await startRegistry(dir.path);
+    const { registry } = started;
     const refused = expectSluiceError(() => registry.acquire('items'), 'ENDPOINT_NOT_READY');
     expect(refused.message).toContain(`its cache ${blue} cannot be opened`);
     expect(refused.details).toEqual({ endpoint: 'items' });
@@ -111,14 +138,8 @@ describe('EndpointRegistry', () => {
   it('reconciles a moved alias without any event on reconcile()', async () => {
     await using dir = await tempDir('sluice-registry-');
     const blue = await writeGeneration(dir.path, 1, 50);
-    await using manager = await openCacheManager(dir.path, { readOnly: true });
-    await using events = createSingleNodeBackplane();
-    await using registry = await EndpointRegistry.start({
-      caches: manager,
-      host: 'local',
-      events,
-      reconcileMs: 600_000,
-    });
+    await using started = await startRegistry(dir.path);
+    const { registry } = started;
     expect(registry.current('items')?.name).toBe(blue);
     const green = await writeGeneration(dir.path, 2, 50);
     await registry.reconcile();

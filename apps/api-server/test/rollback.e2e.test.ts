@@ -9,7 +9,9 @@ import { join } from 'node:path';
 import { freePort, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import {
-  answeringCache,
+  allAnswerFrom,
+  fetchJson,
+  moved,
   type SpawnedApiServer,
   spawnApiServer,
   spawnAppServer,
@@ -19,15 +21,6 @@ import {
 } from './helpers.js';
 
 const COUNT = 400;
-
-// biome-ignore lint/suspicious/noExplicitAny: response bodies of several shapes, asserted field by field
-type Json = any;
-
-async function json(url: string, init?: RequestInit): Promise<{ status: number; body: Json }> {
-  const response = await fetch(url, init);
-  const text = await response.text();
-  return { status: response.status, body: text ? JSON.parse(text) : null };
-}
 
 describe('rollback behind a real app-server', () => {
   it('switches both api-servers back to the previous generation under load with zero failed requests', async () => {
@@ -48,14 +41,16 @@ describe('rollback behind a real app-server', () => {
     await using _app = await spawnAppServer(config, dir.path);
     const appUrl = `http://127.0.0.1:${appPort}`;
     const servingOf = async () =>
-      (await json(`${appUrl}/v1/endpoints`)).body.endpoints.find((e: { name: string }) => e.name === 'items');
+      (await fetchJson(`${appUrl}/v1/endpoints`)).body.endpoints.find(
+        (e: { name: string }) => e.name === 'items',
+      );
     const blue = (
       await waitFor(async () => ((await servingOf())?.records === COUNT ? servingOf() : null), {
         timeoutMs: 30_000,
         what: 'the first generation',
       })
     ).servingCache as string;
-    expect((await json(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
+    expect((await fetchJson(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
     const green = (
       await waitFor(
         async () => {
@@ -72,13 +67,10 @@ describe('rollback behind a real app-server', () => {
     await using _a = servers[0]!;
     await using _b = servers[1]!;
     const urls = servers.map((s) => s.url);
-    await waitFor(
-      async () => (await Promise.all(urls.map((u) => answeringCache(u)))).every((c) => c === green),
-      {
-        timeoutMs: 30_000,
-        what: 'both api-servers to serve green',
-      },
-    );
+    await waitFor(() => allAnswerFrom(urls, green), {
+      timeoutMs: 30_000,
+      what: 'both api-servers to serve green',
+    });
     const switchesBefore = await Promise.all(
       urls.map(async (u) => switchesOf(await (await fetch(`${u}/metrics`)).text(), 'items')),
     );
@@ -86,35 +78,23 @@ describe('rollback behind a real app-server', () => {
     const load = startLoad({ urls, concurrency: 32, endpoint: 'items', ids: COUNT, countOf: () => COUNT });
     await waitFor(() => load.stats.requests > 300, { timeoutMs: 20_000, what: 'load to warm up' });
     const inFlightAtRollback = load.stats.inFlight;
-    const rollback = await json(`${appUrl}/v1/endpoints/items/rollback`, { method: 'POST' });
+    const rollback = await fetchJson(`${appUrl}/v1/endpoints/items/rollback`, { method: 'POST' });
     expect(rollback.status).toBe(200);
-    expect(rollback.body).toEqual({
-      endpoint: 'items',
-      from: green,
-      to: blue,
-      cause: 'rollback',
-      changed: true,
-    });
+    expect(rollback.body).toEqual(moved('rollback', green, blue));
     const rolledAt = Date.now();
-    await waitFor(
-      async () => (await Promise.all(urls.map((u) => answeringCache(u)))).every((c) => c === blue),
-      {
-        timeoutMs: 20_000,
-        what: 'both api-servers to answer from blue again',
-      },
-    );
+    await waitFor(() => allAnswerFrom(urls, blue), {
+      timeoutMs: 20_000,
+      what: 'both api-servers to answer from blue again',
+    });
     const switchMs = Date.now() - rolledAt;
     // Repeating the rollback changes nothing (idempotent), under the same load.
-    expect((await json(`${appUrl}/v1/endpoints/items/rollback`, { method: 'POST' })).body).toMatchObject({
-      to: blue,
-      changed: false,
-    });
-    const before = load.stats.requests;
-    await waitFor(() => load.stats.requests > before + 600, {
-      timeoutMs: 30_000,
-      what: 'load after the rollback',
-    });
-    const stats = await load.stop();
+    expect((await fetchJson(`${appUrl}/v1/endpoints/items/rollback`, { method: 'POST' })).body).toMatchObject(
+      {
+        to: blue,
+        changed: false,
+      },
+    );
+    const stats = await load.stopAfter(600, { timeoutMs: 30_000, what: 'load after the rollback' });
 
     expect(stats.failures.slice(0, 5)).toEqual([]);
     expect(stats.mixed.slice(0, 5)).toEqual([]);
@@ -126,7 +106,7 @@ describe('rollback behind a real app-server', () => {
     );
     // One switch each for the rollback (by its event, or a reconcile that ran first on a loaded machine).
     expect(switchesAfter).toEqual(switchesBefore.map((n) => n + 1));
-    const listed = await json(`${appUrl}/v1/endpoints/items/generations`);
+    const listed = await fetchJson(`${appUrl}/v1/endpoints/items/generations`);
     expect(listed.body.history.map((h: { cause: string }) => h.cause)).toEqual([
       'rollback',
       'rebuild',

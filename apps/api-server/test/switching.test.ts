@@ -4,7 +4,10 @@ import { type NatsServerHandle, startNatsServer, type TempDir, tempDir, waitFor 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildGeneration } from './fixtures/data.js';
 import {
+  allAnswerFrom,
   answeringCache,
+  eventSwitchesOf,
+  otherSwitchesOf,
   type SpawnedApiServer,
   spawnApiServer,
   startLoad,
@@ -14,17 +17,6 @@ import {
 
 async function metricsOf(url: string): Promise<string> {
   return (await fetch(`${url}/metrics`)).text();
-}
-
-/** `sluice_api_switches_total{endpoint="items",reason="event"}` from a /metrics text. */
-function eventSwitchesOf(metrics: string): number {
-  const match = /^sluice_api_switches_total\{endpoint="items",reason="event"\} (\d+)$/m.exec(metrics);
-  return match ? Number(match[1]) : 0;
-}
-
-/** Switches of `items` for any other reason (reconcile, watch). */
-function otherSwitchesOf(metrics: string): number {
-  return switchesOf(metrics, 'items') - eventSwitchesOf(metrics);
 }
 
 /**
@@ -102,20 +94,12 @@ describe('blue/green switching under load', () => {
       inFlightAtSwitch = load.stats.inFlight;
     });
     const switchedAt = Date.now();
-    await waitFor(
-      async () => (await Promise.all(urls.map((u) => answeringCache(u)))).every((c) => c === green),
-      {
-        timeoutMs: 20_000,
-        what: 'both api-servers to answer from the green cache',
-      },
-    );
-    const switchMs = Date.now() - switchedAt;
-    const before = load.stats.requests;
-    await waitFor(() => load.stats.requests > before + 600, {
+    await waitFor(() => allAnswerFrom(urls, green), {
       timeoutMs: 20_000,
-      what: 'load after the switch',
+      what: 'both api-servers to answer from the green cache',
     });
-    const stats = await load.stop();
+    const switchMs = Date.now() - switchedAt;
+    const stats = await load.stopAfter(600, { timeoutMs: 20_000, what: 'load after the switch' });
 
     expect(stats.failures.slice(0, 5)).toEqual([]);
     expect(stats.mixed.slice(0, 5)).toEqual([]);
@@ -165,7 +149,11 @@ describe('blue/green switching under load', () => {
     const green = await nextGeneration(false); // redirected, but nobody publishes AliasRedirected
     const started = Date.now();
     await waitFor(
-      async () => (await Promise.all(servers.map((s) => answeringCache(s.url)))).every((c) => c === green),
+      () =>
+        allAnswerFrom(
+          servers.map((s) => s.url),
+          green,
+        ),
       {
         timeoutMs: RECONCILE_MS * 3,
         what: 'reconcile to find the moved alias',
@@ -189,7 +177,11 @@ describe('blue/green switching under load', () => {
     await nats.start();
     const restarted = Date.now();
     await waitFor(
-      async () => (await Promise.all(servers.map((s) => answeringCache(s.url)))).every((c) => c === green),
+      () =>
+        allAnswerFrom(
+          servers.map((s) => s.url),
+          green,
+        ),
       {
         timeoutMs: RECONCILE_MS * 4,
         what: 'both api-servers to serve the cache redirected while NATS was down',
@@ -208,12 +200,20 @@ describe('blue/green switching under load', () => {
       what: 'the writer to reconnect',
     });
     // And events flow again after the reconnect: the next switch is the event's, not a reconcile's or the watch's.
-    const eventsBefore = await Promise.all(servers.map(async (s) => eventSwitchesOf(await metricsOf(s.url))));
-    const othersBefore = await Promise.all(servers.map(async (s) => otherSwitchesOf(await metricsOf(s.url))));
+    const eventsBefore = await Promise.all(
+      servers.map(async (s) => eventSwitchesOf(await metricsOf(s.url), 'items')),
+    );
+    const othersBefore = await Promise.all(
+      servers.map(async (s) => otherSwitchesOf(await metricsOf(s.url), 'items')),
+    );
     const next = await nextGeneration(true);
     const redirectedAt = Date.now();
     await waitFor(
-      async () => (await Promise.all(servers.map((s) => answeringCache(s.url)))).every((c) => c === next),
+      () =>
+        allAnswerFrom(
+          servers.map((s) => s.url),
+          next,
+        ),
       {
         timeoutMs: RECONCILE_MS,
         intervalMs: 10,
@@ -221,8 +221,12 @@ describe('blue/green switching under load', () => {
       },
     );
     const eventSwitchMs = Date.now() - redirectedAt;
-    const eventsAfter = await Promise.all(servers.map(async (s) => eventSwitchesOf(await metricsOf(s.url))));
-    const othersAfter = await Promise.all(servers.map(async (s) => otherSwitchesOf(await metricsOf(s.url))));
+    const eventsAfter = await Promise.all(
+      servers.map(async (s) => eventSwitchesOf(await metricsOf(s.url), 'items')),
+    );
+    const othersAfter = await Promise.all(
+      servers.map(async (s) => otherSwitchesOf(await metricsOf(s.url), 'items')),
+    );
     expect(eventsAfter).toEqual(eventsBefore.map((n) => n + 1));
     expect(othersAfter).toEqual(othersBefore);
     // The periodic reconcile cannot explain it either: the event's switch is well under its period.

@@ -22,7 +22,7 @@ import {
   startNodeProcess,
   waitForState,
   writeRecords,
-} from '../test/harness.js';
+} from '../test/helpers.js';
 
 const DURATION = Number(process.env.DURATION ?? 5);
 const CONNECTIONS = Number(process.env.CONNECTIONS ?? 16);

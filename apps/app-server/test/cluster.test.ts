@@ -26,7 +26,7 @@ import {
   startNodeProcess,
   waitForState,
   writeRecords,
-} from './harness.js';
+} from './helpers.js';
 
 let db: TestDatabase;
 let nats: NatsServerHandle;

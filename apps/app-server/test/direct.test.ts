@@ -6,7 +6,7 @@ import { mkdir, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createTestDatabase, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, exactlyOnce, fileTransfer, startNodeProcess, writeRecords } from './harness.js';
+import { call, exactlyOnce, fileTransfer, startNodeProcess, writeRecords } from './helpers.js';
 
 const TOKEN = 'direct-test-token-0123456789abcdef';
 const auth = { authorization: `Bearer ${TOKEN}` };

@@ -18,7 +18,7 @@ import {
   startNodeProcess,
   waitForState,
   writeRecords,
-} from './harness.js';
+} from './helpers.js';
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
 let outside: Awaited<ReturnType<typeof tempDir>>;

@@ -8,7 +8,7 @@ import { readEventStream, type SseMessage } from '@sluice/client';
 import type { EndpointWatchView } from '@sluice/core';
 import { tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, startNodeProcess, writeRecords } from './harness.js';
+import { call, localNode, startNodeProcess, tokenAndKeptGenerationsYaml, writeRecords } from './helpers.js';
 
 const TOKEN = 'stream-test-token-0123456789';
 const auth = { authorization: `Bearer ${TOKEN}` };
@@ -44,13 +44,9 @@ describe('the endpoint stream of an app-server', () => {
     await using dir = await tempDir('sluice-app-stream-');
     const source = await writeRecords(join(dir.path, 'items.jsonl'), 20_000);
     await using node = await startNodeProcess({
-      nodeId: 'h1',
-      dir: join(dir.path, 'node'),
-      store: `sqlite:${join(dir.path, 'node', 'store.db')}`,
-      roots: [dir.path],
+      ...localNode('h1', dir.path),
       extraYaml: [
-        `control: { auth: { tokens: ["${TOKEN}"] } }`,
-        'cache: { gcGraceMs: 3600000 }',
+        ...tokenAndKeptGenerationsYaml(TOKEN),
         'endpoints:',
         '  - name: items',
         `    source: { type: file, path: "${source}", format: jsonl }`,

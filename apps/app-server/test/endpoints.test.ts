@@ -6,7 +6,14 @@ import { join } from 'node:path';
 import { openCacheManager } from '@sluice/cache';
 import { startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, type NodeProcess, observeEvents, startNodeProcess, writeRecords } from './harness.js';
+import {
+  call,
+  localNode,
+  type NodeProcess,
+  observeEvents,
+  startNodeProcess,
+  writeRecords,
+} from './helpers.js';
 
 describe('endpoint pipelines of an app-server', () => {
   it('creates the alias on start, reopens it after a restart, rebuilds blue/green and publishes the moves', async () => {
@@ -16,11 +23,8 @@ describe('endpoint pipelines of an app-server', () => {
     await using observer = await observeEvents(nats.url);
     const events = observer.events;
     const spec = {
-      nodeId: 'h1',
-      dir: join(dir.path, 'node'),
-      store: `sqlite:${join(dir.path, 'node', 'store.db')}`,
+      ...localNode('h1', dir.path),
       nats: nats.url,
-      roots: [dir.path],
       extraYaml: [
         'endpoints:',
         '  - name: items',

@@ -4,25 +4,12 @@
  * written, so the pipeline is held back while the app-server keeps answering; the lag in bytes and seconds goes up,
  * and after SIGCONT the endpoint catches up and both go back to about zero.
  */
-import { join } from 'node:path';
-import {
-  type LogicalPostgresHandle,
-  sleep,
-  sql,
-  startLogicalPostgres,
-  tempDir,
-  waitFor,
-} from '@sluice/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { call, type NodeProcess, startNodeProcess } from './harness.js';
+import { sleep, sql, tempDir, waitFor } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { call, localNode, type NodeProcess, startNodeProcess } from './helpers.js';
+import { logicalPostgresPerFile } from './logical-postgres.js';
 
-let server: LogicalPostgresHandle;
-beforeAll(async () => {
-  server = await startLogicalPostgres();
-});
-afterAll(async () => {
-  await server?.[Symbol.asyncDispose]();
-});
+const postgres = logicalPostgresPerFile();
 
 interface Replication {
   slot: string;
@@ -53,14 +40,11 @@ describe('replication lag reporting', () => {
     timeout: 120_000,
   }, async () => {
     await using dir = await tempDir('sluice-app-lag-');
-    const url = await server.createDatabase('lag');
+    const url = await postgres().createDatabase('lag');
     await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int, pad text)');
     await sql(url, 'INSERT INTO items SELECT g, g, NULL FROM generate_series(1, 100) g');
     await using node = await startNodeProcess({
-      nodeId: 'h3',
-      dir: join(dir.path, 'node'),
-      store: `sqlite:${join(dir.path, 'node', 'store.db')}`,
-      roots: [dir.path],
+      ...localNode('h3', dir.path),
       extraYaml: [
         'connections:',
         `  db: { type: postgres, url: "${url}" }`,

@@ -6,24 +6,12 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import {
-  type LogicalPostgresHandle,
-  spawnTs,
-  sql,
-  startLogicalPostgres,
-  tempDir,
-  waitFor,
-} from '@sluice/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BIN, call, type NodeProcess, type NodeSpec, startNodeProcess } from './harness.js';
+import { spawnTs, sql, tempDir, waitFor } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { BIN, call, localNode, type NodeProcess, type NodeSpec, startNodeProcess } from './helpers.js';
+import { logicalPostgresPerFile } from './logical-postgres.js';
 
-let server: LogicalPostgresHandle;
-beforeAll(async () => {
-  server = await startLogicalPostgres();
-});
-afterAll(async () => {
-  await server?.[Symbol.asyncDispose]();
-});
+const postgres = logicalPostgresPerFile();
 
 const slotNames = async (url: string) =>
   (
@@ -90,7 +78,7 @@ describe('replication slot hygiene', () => {
     timeout: 180_000,
   }, async () => {
     await using dir = await tempDir('sluice-app-slots-');
-    const url = await server.createDatabase('slots');
+    const url = await postgres().createDatabase('slots');
     await sql(
       url,
       'CREATE TABLE items (id int PRIMARY KEY, v int); CREATE TABLE other (id int PRIMARY KEY, v int)',
@@ -101,10 +89,7 @@ describe('replication slot hygiene', () => {
     await sql(url, "SELECT pg_create_logical_replication_slot('debezium', 'pgoutput')");
     await sql(url, "SELECT pg_create_logical_replication_slot('sluice_h1_lookalike_source', 'pgoutput')");
     const spec: NodeSpec = {
-      nodeId: 'h1',
-      dir: join(dir.path, 'node'),
-      store: `sqlite:${join(dir.path, 'node', 'store.db')}`,
-      roots: [dir.path],
+      ...localNode('h1', dir.path),
       extraYaml: endpointYaml(url, ['items', 'other']),
     };
     {
@@ -145,17 +130,14 @@ describe('replication slot hygiene', () => {
     timeout: 180_000,
   }, async () => {
     await using dir = await tempDir('sluice-app-slots-cli-');
-    const url = await server.createDatabase('slotscli');
+    const url = await postgres().createDatabase('slotscli');
     await sql(
       url,
       'CREATE TABLE items (id int PRIMARY KEY, v int); CREATE TABLE other (id int PRIMARY KEY, v int)',
     );
     await sql(url, "SELECT pg_create_logical_replication_slot('debezium_2', 'pgoutput')");
     const spec: NodeSpec = {
-      nodeId: 'h2',
-      dir: join(dir.path, 'node'),
-      store: `sqlite:${join(dir.path, 'node', 'store.db')}`,
-      roots: [dir.path],
+      ...localNode('h2', dir.path),
       extraYaml: endpointYaml(url, ['items', 'other']),
     };
     const configFile = join(spec.dir, 'sluice.yaml');

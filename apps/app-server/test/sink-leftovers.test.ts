@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { createTestDatabase, tempDir, waitFor } from '@sluice/testkit';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { call, startNodeProcess, waitForState, writeRecords } from './harness.js';
+import { call, startNodeProcess, waitForState, writeRecords } from './helpers.js';
 
 describe('a PostgreSQL sink leaves nothing behind once its transfer is recorded', () => {
   it('removes the committed checkpoint after COMPLETED (idempotent) and after a fire-and-forget run, keeps the fence', {

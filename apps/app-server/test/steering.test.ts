@@ -7,7 +7,15 @@ import { appendFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, type NodeProcess, observeEvents, startNodeProcess } from './harness.js';
+import {
+  call,
+  localNode,
+  moved,
+  type NodeProcess,
+  observeEvents,
+  startNodeProcess,
+  tokenAndKeptGenerationsYaml,
+} from './helpers.js';
 
 const TOKEN = 'steering-test-token-0123456789';
 const auth = { authorization: `Bearer ${TOKEN}` };
@@ -31,14 +39,10 @@ describe('steered generations on an app-server', () => {
         e.type === 'AliasRedirected' ? [{ from: e.from, to: e.to, cause: e.cause }] : [],
       );
     const spec = {
-      nodeId: 'h1',
-      dir: join(dir.path, 'node'),
-      store: `sqlite:${join(dir.path, 'node', 'store.db')}`,
+      ...localNode('h1', dir.path),
       nats: nats.url,
-      roots: [dir.path],
       extraYaml: [
-        `control: { auth: { tokens: ["${TOKEN}"] } }`,
-        'cache: { gcGraceMs: 3600000 }',
+        ...tokenAndKeptGenerationsYaml(TOKEN),
         'endpoints:',
         '  - name: items',
         `    source: { type: file, path: "${source}", format: jsonl, follow: true }`,
@@ -149,13 +153,7 @@ describe('steered generations on an app-server', () => {
 
       const promoted = await api(node, '/v1/endpoints/items/promote', { method: 'POST' });
       expect(promoted.status).toBe(200);
-      expect(promoted.body).toEqual({
-        endpoint: 'items',
-        from: blue,
-        to: green,
-        cause: 'promote',
-        changed: true,
-      });
+      expect(promoted.body).toEqual(moved('promote', blue, green));
       const again = await api(node, '/v1/endpoints/items/promote', { method: 'POST' });
       expect(again.body).toMatchObject({ to: green, changed: false });
       expect((await itemsOf(node)).servingCache).toBe(green);
@@ -163,13 +161,7 @@ describe('steered generations on an app-server', () => {
       // Roll back: the source's beginning is unchanged since blue's checkpoint, so blue continues from it.
       const rolled = await api(node, '/v1/endpoints/items/rollback', { method: 'POST' });
       expect(rolled.status).toBe(200);
-      expect(rolled.body).toEqual({
-        endpoint: 'items',
-        from: green,
-        to: blue,
-        cause: 'rollback',
-        changed: true,
-      });
+      expect(rolled.body).toEqual(moved('rollback', green, blue));
       expect(
         (await api(node, '/v1/endpoints/items/rollback', { method: 'POST', json: {} })).body,
       ).toMatchObject({

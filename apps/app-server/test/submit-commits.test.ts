@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { createTestDatabase, tempDir } from '@sluice/testkit';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { call, fileTransfer, startNodeProcess, waitForState, writeRecords } from './harness.js';
+import { call, fileTransfer, startNodeProcess, waitForState, writeRecords } from './helpers.js';
 
 const AUDIT_DDL = `
 CREATE TABLE store_writes (seq bigserial PRIMARY KEY, id text NOT NULL, state text NOT NULL,

@@ -20,7 +20,7 @@ import {
   waitFor,
 } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BIN, call, type NodeProcess, startNodeProcess, waitForState } from './harness.js';
+import { BIN, call, type NodeProcess, startNodeProcess, waitForState } from './helpers.js';
 
 let source: LogicalPostgresHandle;
 let store: TestDatabase;

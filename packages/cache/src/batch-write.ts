@@ -9,6 +9,7 @@
  */
 import type { Database } from 'lmdb';
 import { type CacheDbs, indexKey } from './cache-dbs.js';
+import type { DeferredEntry } from './index-build.js';
 import { decodeRecord } from './record-json.js';
 
 /** A staged change of one primary key, encoded at `apply` time (outside the write transaction). */
@@ -43,6 +44,21 @@ function sortByKey<T extends { key: Buffer }>(entries: T[]): T[] {
   return tagged.map((t) => t.entry);
 }
 
+/** `putSync` in a write transaction, saying whether LMDB stored the entry (its typings say void). */
+export function putSucceeded(
+  db: Database<Buffer, Buffer>,
+  key: Buffer,
+  value: Buffer,
+  options: { append?: boolean },
+): boolean {
+  return (db.putSync as unknown as (k: Buffer, v: Buffer, o: object) => boolean).call(
+    db,
+    key,
+    value,
+    options,
+  );
+}
+
 /** The last key of `db` in the current (write) transaction, or null when it is empty. */
 function lastKey(db: Database<Buffer, Buffer>): Buffer | null {
   for (const key of db.getKeys({ reverse: true, limit: 1 })) return key as Buffer;
@@ -54,26 +70,42 @@ function putSorted(db: Database<Buffer, Buffer>, entries: Array<{ key: Buffer; v
   if (entries.length === 0) return;
   const last = lastKey(db);
   const append = last === null || Buffer.compare(entries[0]!.key, last) > 0;
-  for (const entry of entries) db.putSync(entry.key, entry.value, append ? APPEND : NO_FLAGS);
+  for (const entry of entries)
+    if (!putSucceeded(db, entry.key, entry.value, append ? APPEND : NO_FLAGS) && append)
+      // LMDB refuses an append that is not past the last key: a lost write, never to pass silently.
+      throw new Error(`append of key ${entry.key.toString('hex')} refused (not past the last key)`);
+}
+
+/** What {@link writeChanges} did. */
+export interface WriteOutcome {
+  /** Record-count delta. */
+  delta: number;
+  /** Deferred writes: each index's entries, sorted by key (null when the indexes were written). */
+  deferred: DeferredEntry[][] | null;
+  /** A deferred write replaced or deleted a record that existed before (its deferred entries may be stale). */
+  replaced: boolean;
 }
 
 /**
- * Applies `changes` (distinct data keys) and returns the record-count delta. `empty` says the data database
- * held nothing before (no previous versions to look up). Call inside a write transaction.
+ * Applies `changes` (distinct data keys). `empty` says the data database held nothing before (no previous
+ * versions to look up). With `deferIndexes` the index entries are returned (sorted per index) instead of being
+ * written, for an index build (index-build.ts); the indexes are not touched. Call inside a write transaction.
  */
 export function writeChanges(
   dbs: CacheDbs,
   primaryKey: readonly string[],
   changes: Iterable<StagedChange>,
   empty: boolean,
-): number {
+  deferIndexes = false,
+): WriteOutcome {
   const sorted = sortByKey([...changes]);
   const { data, indexes } = dbs;
   const dataPuts: Array<{ key: Buffer; value: Buffer }> = [];
   const dataRemoves: Buffer[] = [];
-  const indexPuts = indexes.map(() => [] as Array<{ key: Buffer; value: Buffer }>);
+  const indexPuts = indexes.map(() => [] as Array<{ key: Buffer; value: Buffer; dataKey: Buffer }>);
   const indexRemoves = indexes.map(() => [] as Buffer[]);
   let delta = 0;
+  let replaced = false;
   for (const change of sorted) {
     let oldKeys: Buffer[] | null = null;
     let sameBytes = false;
@@ -86,6 +118,7 @@ export function writeChanges(
         sameBytes = change.bytes?.equals(oldBytes) === true;
         const record = decodeRecord(oldBytes);
         oldKeys = indexes.map((index) => indexKey(index, record, primaryKey));
+        if (!sameBytes) replaced = true;
       }
     }
     if (change.bytes === null) {
@@ -106,17 +139,19 @@ export function writeChanges(
       if (sameKey && sameBytes) continue;
       if (before && !sameKey) indexRemoves[i]!.push(before);
       // The entry holds the record's bytes (covering); a same-key entry is overwritten with the new bytes.
-      indexPuts[i]!.push({ key, value: change.bytes });
+      indexPuts[i]!.push({ key, value: change.bytes, dataKey: change.key });
     }
     if (oldKeys === null) delta += 1;
   }
   for (const key of dataRemoves) data.removeSync(key);
   putSorted(data, dataPuts);
+  // Deferred: the indexes hold nothing yet (a build is pending); a replaced version's entries are only in runs.
+  if (deferIndexes) return { delta, deferred: indexPuts.map((puts) => sortByKey(puts)), replaced };
   indexes.forEach((index, i) => {
     const db = index.db;
     const removes = sortByKey(indexRemoves[i]!.map((key) => ({ key })));
     for (const { key } of removes) db.removeSync(key);
     putSorted(db, sortByKey(indexPuts[i]!));
   });
-  return delta;
+  return { delta, deferred: null, replaced };
 }

@@ -16,6 +16,7 @@ import {
   orderSignature,
   valueHash,
 } from './cursor.js';
+import { plannableDbs } from './index-build.js';
 import { encodeKey, truncatedComponentEnd } from './key-codec.js';
 import type { Arena } from './page-arena.js';
 import type { CheckedQuery } from './query-check.js';
@@ -326,7 +327,7 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
           decodeCursor(query.after, ctx.cache, order, query.orderBy.length + primaryKey.length, signature()),
           query,
         );
-  const plan = planQuery(ctx.dbs, primaryKey, query.filter, query.orderBy);
+  const plan = planQuery(plannableDbs(ctx.dbs, ctx.transaction), primaryKey, query.filter, query.orderBy);
   const matches = plan.exact ? null : compileFilter(query.filter);
   const compareRecords = recordComparator(query.orderBy, primaryKey);
   const compare = (a: Row, b: Row) => compareRecords(fieldsOf(a), fieldsOf(b));
@@ -405,7 +406,7 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
 
 /** Counts the records matching a checked filter, using the best index for its bounds. */
 export function runCount(ctx: ReadContext, filter: Filter): number {
-  const plan = planQuery(ctx.dbs, ctx.primaryKey, filter, []);
+  const plan = planQuery(plannableDbs(ctx.dbs, ctx.transaction), ctx.primaryKey, filter, []);
   const matches = plan.exact ? null : compileFilter(filter);
   let count = 0;
   scanEntries(ctx, plan, false, null, (row) => {

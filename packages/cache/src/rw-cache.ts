@@ -17,6 +17,15 @@ import { type StagedChange, writeChanges } from './batch-write.js';
 import { dataKey, indexKey } from './cache-dbs.js';
 import { appendChanges, clearChanges, ensureChangeLog, type OldestTransactionMemo } from './change-log.js';
 import { translateWriteError } from './errors.js';
+import {
+  appendRuns,
+  dropIndexBuild,
+  ensureRunsDb,
+  finishIndexBuild,
+  INDEX_BUILD_KEY,
+  type IndexBuildState,
+  pendingBuild,
+} from './index-build.js';
 import { recordSerializer } from './record-json.js';
 import { type CacheHandleInit, RoCache } from './ro-cache.js';
 import { checkRecord, keyOf, keyProblem } from './schema.js';
@@ -52,6 +61,7 @@ export class RwCache extends RoCache implements WritableCache {
   constructor(init: CacheHandleInit) {
     super(init);
     ensureChangeLog(this.dbs);
+    ensureRunsDb(this.dbs);
   }
 
   /** Number of primary keys with staged, uncommitted changes. */
@@ -148,8 +158,10 @@ export class RwCache extends RoCache implements WritableCache {
     this.staged = new Map();
     this.committing.push(batch);
     try {
-      await this.serialized(() => {
+      await this.serialized(async () => {
         this.assertOpen();
+        // Only bulk commits add to a pending index build; any other commit needs complete indexes first.
+        if (options.bulk !== true) await this.finishIndexBuild();
         this.write((state) => {
           const fence = options.fence;
           let fences = state.fences;
@@ -160,8 +172,23 @@ export class RwCache extends RoCache implements WritableCache {
               throw new StaleEpochError(fence.writer, fence.epoch, { details: { epoch: highest } });
             fences = { ...state.fences, [fence.writer]: fence.epoch };
           }
-          let count = state.recordCount;
-          count += writeChanges(this.dbs, this.schema.primaryKey, batch.values(), state.recordCount === 0);
+          // A bulk load defers its index entries (index-build.ts) when it starts on an empty generation.
+          let build: IndexBuildState | null = null;
+          if (options.bulk === true && this.dbs.covering && this.dbs.indexes.length > 0)
+            build = pendingBuild(this.dbs) ?? (state.recordCount === 0 ? { runs: 0, stale: false } : null);
+          const outcome = writeChanges(
+            this.dbs,
+            this.schema.primaryKey,
+            batch.values(),
+            state.recordCount === 0,
+            build !== null,
+          );
+          if (build !== null && outcome.deferred !== null)
+            this.dbs.meta.putSync(
+              INDEX_BUILD_KEY,
+              appendRuns(this.dbs, build, outcome.deferred, outcome.replaced),
+            );
+          const count = state.recordCount + outcome.delta;
           const checkpointOut = options.keepCheckpoint === true ? state.checkpoint : parsed;
           appendChanges(
             this.dbs,
@@ -199,15 +226,30 @@ export class RwCache extends RoCache implements WritableCache {
   async markSnapshottingDone(source: string): Promise<void> {
     this.assertOpen();
     const handle = parseOrThrow(SourceHandle, source, 'Invalid source handle');
-    await this.serialized(() =>
+    // A finished snapshot ends a bulk load: its indexes are built before the flag is recorded.
+    await this.serialized(async () => {
+      await this.finishIndexBuild();
       this.write(
         (state) =>
           state.snapshottingDone.includes(handle)
             ? state
             : { ...state, snapshottingDone: [...state.snapshottingDone, handle] },
         'markSnapshottingDone',
-      ),
-    );
+      );
+    });
+  }
+
+  /**
+   * Merges a pending index build into the indexes (index-build.ts), in bounded transactions; a no-op when none
+   * is pending. Commits that are not bulk ones and `markSnapshottingDone` call it first.
+   */
+  async finishIndexBuild(): Promise<void> {
+    if (pendingBuild(this.dbs) === null) return;
+    try {
+      await finishIndexBuild(this.dbs);
+    } catch (err) {
+      throw translateWriteError(err, `Cache "${this.name}": index build failed`);
+    }
   }
 
   /**
@@ -221,6 +263,7 @@ export class RwCache extends RoCache implements WritableCache {
       this.write(() => {
         this.dbs.data.clearSync();
         for (const index of this.dbs.indexes) index.db.clearSync();
+        dropIndexBuild(this.dbs);
         clearChanges(this.dbs);
         return {
           checkpoint: null,

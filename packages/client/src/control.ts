@@ -3,25 +3,12 @@ import type {
   EndpointStreamEvent,
   EndpointWatchView,
   GenerationsView,
-  GenerationView,
   NodeView,
   SwitchOutcome,
-  SwitchView,
 } from '@sluice/core';
 import { ClientErrorCode, SluiceClientError } from './errors.js';
 import { openEventStream } from './event-stream.js';
 import { type HttpTarget, requestJson } from './http.js';
-
-export type {
-  EndpointStatus,
-  EndpointStreamEvent,
-  EndpointWatchView,
-  GenerationsView,
-  GenerationView,
-  NodeView,
-  SwitchOutcome,
-  SwitchView,
-};
 
 export interface WatchOptions {
   /** Stops the iterator (it also stops when the loop breaks). */

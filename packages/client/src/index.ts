@@ -1,16 +1,15 @@
+export type {
+  EndpointStatus,
+  EndpointStreamEvent,
+  EndpointWatchView,
+  GenerationsView,
+  GenerationView,
+  NodeView,
+  SwitchOutcome,
+  SwitchView,
+} from '@sluice/core';
 export { type ClientOptions, createClient, type SluiceClient } from './client.js';
-export {
-  ControlClient,
-  type EndpointStatus,
-  type EndpointStreamEvent,
-  type EndpointWatchView,
-  type GenerationsView,
-  type GenerationView,
-  type NodeView,
-  type SwitchOutcome,
-  type SwitchView,
-  type WatchOptions,
-} from './control.js';
+export { ControlClient, type WatchOptions } from './control.js';
 export {
   type ChangeEvent,
   type ChangesOptions,

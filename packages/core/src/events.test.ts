@@ -53,28 +53,16 @@ describe('PipelineCheckpointSchema', () => {
 
 describe('AliasRedirected', () => {
   it('builds and validates {host, alias, from, to, checkpoint, at}', () => {
-    const event = aliasRedirected({
-      host: 'h1',
-      alias: 'items',
-      from: 'items-01',
-      to: 'items-02',
-      checkpoint: CHECKPOINT,
-    });
-    expect(event.type).toBe('AliasRedirected');
-    expect(event).toMatchObject({
-      host: 'h1',
-      alias: 'items',
-      from: 'items-01',
-      to: 'items-02',
-      checkpoint: CHECKPOINT,
-    });
+    const given = { host: 'h1', alias: 'items', from: 'items-01', to: 'items-02', checkpoint: CHECKPOINT };
+    const event = aliasRedirected(given);
+    expect(event).toMatchObject({ type: 'AliasRedirected', ...given });
     expect(Number.isNaN(Date.parse(event.at))).toBe(false);
     expect(AliasRedirectedSchema.parse(event)).toEqual(event);
     expect(SluiceEventSchema.parse(event)).toEqual(event);
   });
 
   it('keeps a given timestamp and version, and allows a first redirect without checkpoint', () => {
-    const event = aliasRedirected({
+    const given = {
       host: 'h1',
       alias: 'items',
       from: null,
@@ -82,17 +70,9 @@ describe('AliasRedirected', () => {
       checkpoint: null,
       version: 1,
       at: '2026-12-02T10:00:00.000Z',
-    });
-    expect(event).toEqual({
-      type: 'AliasRedirected',
-      host: 'h1',
-      alias: 'items',
-      from: null,
-      to: 'items-01',
-      checkpoint: null,
-      version: 1,
-      at: '2026-12-02T10:00:00.000Z',
-    });
+    };
+    const event = aliasRedirected(given);
+    expect(event).toEqual({ type: 'AliasRedirected', ...given });
     expect(SluiceEventSchema.parse(JSON.parse(JSON.stringify(event)))).toEqual(event);
   });
 

@@ -1,3 +1,4 @@
+import { STATUS_CODES } from 'node:http';
 import { describe, expect, it, vi } from 'vitest';
 import { ERROR_CASES } from '../test/error-cases.js';
 import {
@@ -10,23 +11,12 @@ import {
 } from './errors.js';
 import { PROBLEM_CONTENT_TYPE, toProblem } from './problem.js';
 
-const TITLES: Record<number, string> = {
-  400: 'Bad Request',
-  401: 'Unauthorized',
-  403: 'Forbidden',
-  404: 'Not Found',
-  409: 'Conflict',
-  410: 'Gone',
-  413: 'Content Too Large',
-  415: 'Unsupported Media Type',
-  422: 'Unprocessable Content',
-  429: 'Too Many Requests',
-  500: 'Internal Server Error',
-  502: 'Bad Gateway',
-  503: 'Service Unavailable',
-  504: 'Gateway Timeout',
-  507: 'Insufficient Storage',
-};
+/**
+ * The expected title is the status's standard reason phrase: Node's table, with the two phrases RFC 9110 renamed
+ * (Node still has the RFC 7231 names "Payload Too Large" and "Unprocessable Entity").
+ */
+const RFC_9110_RENAMED: Record<number, string> = { 413: 'Content Too Large', 422: 'Unprocessable Content' };
+const reasonPhrase = (status: number) => RFC_9110_RENAMED[status] ?? STATUS_CODES[status];
 
 describe('toProblem', () => {
   it('uses the RFC 9457 media type', () => {
@@ -40,7 +30,7 @@ describe('toProblem', () => {
       expect(problem.status).toBe(status);
       const { body } = problem;
       expect(body.type).toBe(`https://sluice.dev/problems/${code.toLowerCase().replaceAll('_', '-')}`);
-      expect(body.title).toBe(TITLES[status]);
+      expect(body.title).toBe(reasonPhrase(status));
       expect(body.status).toBe(status);
       expect(body.detail).toBe(error.message);
       expect(body.code).toBe(code);

@@ -5,7 +5,7 @@
  */
 import { appendFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { openCacheManager } from '@sluice/cache';
+import { type CacheManagerOptions, openCacheManager } from '@sluice/cache';
 import type { SluiceEvent } from '@sluice/core';
 import { tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
@@ -42,21 +42,38 @@ const servingOtherThan = (caches: Caches, blue: string, what: string) =>
     },
     { what },
   );
+/**
+ * One test's world: the followed file `items.jsonl` holding `count` rows, and a cache manager over a data root
+ * beside it; both go on dispose.
+ */
+async function fileWorld(count: number, cacheOptions: CacheManagerOptions = {}) {
+  const dir = await tempDir();
+  const path = join(dir.path, 'items.jsonl');
+  await writeFile(path, rows(count));
+  const caches = await openCacheManager(join(dir.path, 'data'), cacheOptions);
+  return {
+    path,
+    caches,
+    async [Symbol.asyncDispose]() {
+      await caches[Symbol.asyncDispose]();
+      await dir.remove();
+    },
+  };
+}
+
+/** The endpoint over `caches`, publishing to `events`. */
+const start = (config: ReturnType<typeof endpoint>, caches: Caches, events = collector()) =>
+  startEndpointPipeline(config, { caches, events, connections: {} });
+
 const moves = (events: SluiceEvent[]) =>
   events.flatMap((e) => (e.type === 'AliasRedirected' ? [{ from: e.from, to: e.to, cause: e.cause }] : []));
 
 describe('steered generations', () => {
   it('manual mode holds a rebuilt generation (still following its source) until promote; promote is idempotent', async () => {
-    await using dir = await tempDir();
-    const path = join(dir.path, 'items.jsonl');
-    await writeFile(path, rows(100));
+    await using world = await fileWorld(100);
+    const { path, caches } = world;
     const events = collector();
-    await using caches = await openCacheManager(join(dir.path, 'data'));
-    await using pipeline = await startEndpointPipeline(endpoint(path, { switch: { mode: 'manual' } }), {
-      caches,
-      events,
-      connections: {},
-    });
+    await using pipeline = await start(endpoint(path, { switch: { mode: 'manual' } }), caches, events);
     // The first generation has nothing to protect: it switches even in manual mode.
     const blue = await pipeline.whenServing();
     await expect(pipeline.promote()).rejects.toMatchObject({ code: 'NOTHING_TO_PROMOTE' });
@@ -109,13 +126,11 @@ describe('steered generations', () => {
   }, 30_000);
 
   it('auto mode holds a green with too few records and switches one that passes the gate', async () => {
-    await using dir = await tempDir();
-    const path = join(dir.path, 'items.jsonl');
-    await writeFile(path, rows(100));
+    await using world = await fileWorld(100);
+    const { path, caches } = world;
     const events = collector();
-    await using caches = await openCacheManager(join(dir.path, 'data'));
     const config = endpoint(path, { switch: { mode: 'auto', minRecordRatio: 0.9, maxBadRecords: 0 } });
-    await using pipeline = await startEndpointPipeline(config, { caches, events, connections: {} });
+    await using pipeline = await start(config, caches, events);
     const blue = await pipeline.whenServing();
 
     // 95 ≥ 0.9 × 100: switches.
@@ -145,25 +160,19 @@ describe('steered generations', () => {
   }, 30_000);
 
   it('a held generation stays held across a restart, and promote then switches it', async () => {
-    await using dir = await tempDir();
-    const path = join(dir.path, 'items.jsonl');
-    await writeFile(path, rows(50));
+    await using world = await fileWorld(50);
+    const { path, caches } = world;
     const config = endpoint(path, { switch: { mode: 'manual' } });
-    await using caches = await openCacheManager(join(dir.path, 'data'));
     let blue: string;
     let green: string;
     {
-      await using pipeline = await startEndpointPipeline(config, {
-        caches,
-        events: collector(),
-        connections: {},
-      });
+      await using pipeline = await start(config, caches);
       blue = await pipeline.whenServing();
       await pipeline.rebuild();
       green = (await waitFor(() => pipeline.status().held, { what: 'held' })).cache;
     }
     const events = collector();
-    await using pipeline = await startEndpointPipeline(config, { caches, events, connections: {} });
+    await using pipeline = await start(config, caches, events);
     const held = await waitFor(() => pipeline.status().held, { what: 'held after the restart' });
     expect(held).toEqual({ cache: green, reason: 'manual switch mode: waiting for promote' });
     expect(pipeline.decision.decision).toBe('resume');
@@ -173,12 +182,10 @@ describe('steered generations', () => {
   }, 30_000);
 
   it('rollback returns to the previous generation and continues it from its own checkpoint; repeating it changes nothing', async () => {
-    await using dir = await tempDir();
-    const path = join(dir.path, 'items.jsonl');
-    await writeFile(path, rows(100));
+    await using world = await fileWorld(100, { gcGraceMs: 3_600_000 });
+    const { path, caches } = world;
     const events = collector();
-    await using caches = await openCacheManager(join(dir.path, 'data'), { gcGraceMs: 3_600_000 });
-    await using pipeline = await startEndpointPipeline(endpoint(path), { caches, events, connections: {} });
+    await using pipeline = await start(endpoint(path), caches, events);
     await expect(pipeline.rollback()).rejects.toMatchObject({ code: 'NOTHING_TO_ROLL_BACK' });
     const blue = await pipeline.whenServing();
     await pipeline.rebuild();
@@ -218,12 +225,10 @@ describe('steered generations', () => {
   }, 30_000);
 
   it('refuses a rollback whose source cannot resume from that generation (409 CANNOT_RESUME) and changes nothing', async () => {
-    await using dir = await tempDir();
-    const path = join(dir.path, 'items.jsonl');
-    await writeFile(path, rows(100));
+    await using world = await fileWorld(100, { gcGraceMs: 3_600_000 });
+    const { path, caches } = world;
     const events = collector();
-    await using caches = await openCacheManager(join(dir.path, 'data'), { gcGraceMs: 3_600_000 });
-    await using pipeline = await startEndpointPipeline(endpoint(path), { caches, events, connections: {} });
+    await using pipeline = await start(endpoint(path), caches, events);
     const blue = await pipeline.whenServing();
     // The file is rewritten (its beginning differs): blue's checkpoint no longer describes it.
     await writeFile(path, rows(100, 1001));

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { type PipelineCheckpoint, StaleEpochError } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
+import { firstRun } from '../test/helpers.js';
 import { BadRecordCollector } from './bad-records.js';
 import { dagHash, decideRestart } from './dag.js';
 import type { RecordOp } from './ops.js';
@@ -43,6 +44,16 @@ function memorySink() {
 const lines = (from: number, n: number) =>
   Array.from({ length: n }, (_, i) => `${JSON.stringify({ id: from + i, v: i })}\n`).join('');
 
+/** `a.jsonl` in `dir` holding `n` lines, and the one branch that reads it (source `f.source`, no processors). */
+async function oneFile(dir: string, n: number, options: { follow?: boolean; pollMs?: number } = {}) {
+  const path = join(dir, 'a.jsonl');
+  await writeFile(path, lines(0, n));
+  const branches: SourceBranch[] = [
+    { source: createFileSource({ handle: 'f.source', path, format: 'jsonl', ...options }), processors: [] },
+  ];
+  return { path, branches };
+}
+
 describe('runPipeline', () => {
   it('merges several sources, runs processors, and checkpoints every node', async () => {
     await using dir = await tempDir();
@@ -63,18 +74,16 @@ describe('runPipeline', () => {
     ];
     const { sink, committed, state } = memorySink();
     const dag = dagHash(branches, sink);
-    const result = await runPipeline({
-      name: 'multi',
-      dag,
-      branches,
-      sink,
-      mode: 'transfer',
-      plan: { decision: 'from-scratch', reason: 'test', checkpoint: null },
-      badRecords: new BadRecordCollector('fail'),
-      signal: new AbortController().signal,
-      commitEveryRecords: 200,
-      batchSize: 50,
-    });
+    const result = await runPipeline(
+      firstRun({
+        name: 'multi',
+        branches,
+        sink,
+        badRecords: new BadRecordCollector('fail'),
+        commitEveryRecords: 200,
+        batchSize: 50,
+      }),
+    );
     expect(result.progress).toMatchObject({ recordsRead: 1200, recordsWritten: 950, phase: 'completed' });
     expect(committed.filter((op) => op.op === 'upsert' && (op.record.id as number) < 10_000)).toHaveLength(
       700,
@@ -125,28 +134,20 @@ describe('runPipeline', () => {
 
   it('commits on time when the source is idle, and stops promptly on abort', async () => {
     await using dir = await tempDir();
-    const path = join(dir.path, 'a.jsonl');
-    await writeFile(path, lines(0, 10));
-    const branches: SourceBranch[] = [
-      {
-        source: createFileSource({ handle: 'f.source', path, format: 'jsonl', follow: true, pollMs: 20 }),
-        processors: [],
-      },
-    ];
+    const { path, branches } = await oneFile(dir.path, 10, { follow: true, pollMs: 20 });
     const { sink, committed } = memorySink();
     const controller = new AbortController();
-    const running = runPipeline({
-      name: 'idle',
-      dag: dagHash(branches, sink),
-      branches,
-      sink,
-      mode: 'endpoint',
-      plan: { decision: 'from-scratch', reason: 'test', checkpoint: null },
-      badRecords: new BadRecordCollector('skip'),
-      signal: controller.signal,
-      commitEveryRecords: 1_000_000,
-      commitEveryMs: 50,
-    });
+    const running = runPipeline(
+      firstRun({
+        name: 'idle',
+        branches,
+        sink,
+        mode: 'endpoint',
+        signal: controller.signal,
+        commitEveryRecords: 1_000_000,
+        commitEveryMs: 50,
+      }),
+    );
     await new Promise((r) => setTimeout(r, 100));
     // Appended, as a growing file grows: rewriting it (truncate, then write) let the follower see it shorter
     // than what it had read, which is a truncation ("truncated below offset"), and the test flaked on that.
@@ -164,11 +165,7 @@ describe('runPipeline', () => {
 
   it('never calls the sink again once the signal aborted (an owner that lost the transfer)', async () => {
     await using dir = await tempDir();
-    const path = join(dir.path, 'a.jsonl');
-    await writeFile(path, lines(0, 1_000));
-    const branches: SourceBranch[] = [
-      { source: createFileSource({ handle: 'f.source', path, format: 'jsonl' }), processors: [] },
-    ];
+    const { branches } = await oneFile(dir.path, 1_000);
     const { sink } = memorySink();
     const controller = new AbortController();
     const calls: string[] = [];
@@ -187,21 +184,19 @@ describe('runPipeline', () => {
       await inner.finish();
     };
     const saves: PipelineCheckpoint[] = [];
-    const result = await runPipeline({
-      name: 'aborted',
-      dag: dagHash(branches, sink),
-      branches,
-      sink,
-      mode: 'transfer',
-      plan: { decision: 'from-scratch', reason: 'test', checkpoint: null },
-      badRecords: new BadRecordCollector('skip'),
-      signal: controller.signal,
-      saveCheckpoint: async (c) => {
-        saves.push(c);
-      },
-      commitEveryRecords: 100,
-      batchSize: 100,
-    });
+    const result = await runPipeline(
+      firstRun({
+        name: 'aborted',
+        branches,
+        sink,
+        signal: controller.signal,
+        saveCheckpoint: async (c) => {
+          saves.push(c);
+        },
+        commitEveryRecords: 100,
+        batchSize: 100,
+      }),
+    );
     expect(result.aborted).toBe(true);
     expect(result.progress.phase).toBe('stopped');
     expect(calls).toEqual(['write']); // no commit of the batch, no finish
@@ -210,11 +205,7 @@ describe('runPipeline', () => {
 
   it('saves the final checkpoint through the (fenced) port before the sink publishes (a stale owner never reaches finish)', async () => {
     await using dir = await tempDir();
-    const path = join(dir.path, 'a.jsonl');
-    await writeFile(path, lines(0, 250));
-    const branches: SourceBranch[] = [
-      { source: createFileSource({ handle: 'f.source', path, format: 'jsonl' }), processors: [] },
-    ];
+    const { branches } = await oneFile(dir.path, 250);
     const { sink } = memorySink();
     let takenOver = false;
     let finished = false;
@@ -228,22 +219,19 @@ describe('runPipeline', () => {
       finished = true;
     };
     const saves: PipelineCheckpoint[] = [];
-    const running = runPipeline({
-      name: 'fenced',
-      dag: dagHash(branches, sink),
-      branches,
-      sink,
-      mode: 'transfer',
-      plan: { decision: 'from-scratch', reason: 'test', checkpoint: null },
-      badRecords: new BadRecordCollector('skip'),
-      signal: new AbortController().signal,
-      saveCheckpoint: async (c) => {
-        if (takenOver) throw new StaleEpochError('fenced', 1);
-        saves.push(c);
-      },
-      commitEveryRecords: 100,
-      batchSize: 100,
-    });
+    const running = runPipeline(
+      firstRun({
+        name: 'fenced',
+        branches,
+        sink,
+        saveCheckpoint: async (c) => {
+          if (takenOver) throw new StaleEpochError('fenced', 1);
+          saves.push(c);
+        },
+        commitEveryRecords: 100,
+        batchSize: 100,
+      }),
+    );
     await expect(running).rejects.toMatchObject({ code: 'STALE_EPOCH' });
     expect(finished).toBe(false);
     expect(saves.every((c) => (c.positions['mem.sink'] as { written: number }).written < 250)).toBe(true);

@@ -4,7 +4,7 @@ import { SluiceError, type TransferRequest } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { memoryCheckpointPort } from '../test/helpers.js';
-import { runTransfer } from './transfer.js';
+import { runTransfer, type TransferContext } from './transfer.js';
 
 const jsonl = (n: number, from = 0) =>
   Array.from(
@@ -35,17 +35,41 @@ const readIds = async (path: string) =>
     .filter(Boolean)
     .map((line) => (JSON.parse(line) as { id: number }).id);
 
+/** `content` as the source file `input` in `dir`, and where the copy goes. */
+async function filesIn(dir: string, content: string, input = 'in.jsonl', output = 'copy.jsonl') {
+  const src = join(dir, input);
+  await writeFile(src, content);
+  return { src, out: join(dir, output) };
+}
+
+/** One run of `req` in this process: checkpoint in memory and no connections unless `ctx` says otherwise. */
+const transfer = (req: TransferRequest, ctx: Partial<TransferContext> = {}) =>
+  runTransfer(req, {
+    checkpoint: memoryCheckpointPort(),
+    connections: {},
+    signal: new AbortController().signal,
+    ...ctx,
+  });
+
+/** A run of `req` that terminates itself once it committed `epoch` (an owner stopped mid-transfer). */
+function transferUntilEpoch(req: TransferRequest, epoch: number, ctx: Partial<TransferContext>) {
+  const controller = new AbortController();
+  return transfer(req, {
+    signal: controller.signal,
+    onProgress: (p) => {
+      if (p.epoch >= epoch) controller.abort();
+    },
+    ...ctx,
+  });
+}
+
 describe('file → file transfers', () => {
   it('copies every record and reports counts', async () => {
     await using dir = await tempDir();
-    const src = join(dir.path, 'in.jsonl');
-    const out = join(dir.path, 'out', 'copy.jsonl');
-    await writeFile(src, jsonl(2_500));
+    const { src, out } = await filesIn(dir.path, jsonl(2_500), 'in.jsonl', join('out', 'copy.jsonl'));
     const port = memoryCheckpointPort();
-    const result = await runTransfer(request('t-copy', src, out), {
+    const result = await transfer(request('t-copy', src, out), {
       checkpoint: port,
-      connections: {},
-      signal: new AbortController().signal,
       commitEveryRecords: 1000,
     });
     expect(result).toMatchObject({
@@ -60,30 +84,20 @@ describe('file → file transfers', () => {
 
   it('resumes after a termination and writes each record once', async () => {
     await using dir = await tempDir();
-    const src = join(dir.path, 'in.jsonl');
-    const out = join(dir.path, 'copy.jsonl');
-    await writeFile(src, jsonl(5_000));
+    const { src, out } = await filesIn(dir.path, jsonl(5_000));
     const port = memoryCheckpointPort();
-    const controller = new AbortController();
-    const first = runTransfer(request('t-resume', src, out), {
+    const first = transferUntilEpoch(request('t-resume', src, out), 3, {
       checkpoint: port,
-      connections: {},
-      signal: controller.signal,
       commitEveryRecords: 500,
       fileChunkBytes: 4096,
-      onProgress: (p) => {
-        if (p.epoch >= 3) controller.abort();
-      },
     });
     await expect(first).rejects.toMatchObject({ code: 'TRANSFER_TERMINATED' });
     const written = (port.value as { epoch: number }).epoch;
     expect(written).toBeGreaterThanOrEqual(3);
     await expect(readFile(out)).rejects.toThrow(); // nothing visible before completion
 
-    const second = await runTransfer(request('t-resume', src, out), {
+    const second = await transfer(request('t-resume', src, out), {
       checkpoint: port,
-      connections: {},
-      signal: new AbortController().signal,
       commitEveryRecords: 500,
       fileChunkBytes: 4096,
     });
@@ -94,29 +108,17 @@ describe('file → file transfers', () => {
 
   it('starts from scratch when the source file changed', async () => {
     await using dir = await tempDir();
-    const src = join(dir.path, 'in.jsonl');
-    const out = join(dir.path, 'copy.jsonl');
-    await writeFile(src, jsonl(3_000));
+    const { src, out } = await filesIn(dir.path, jsonl(3_000));
     const port = memoryCheckpointPort();
-    const controller = new AbortController();
     await expect(
-      runTransfer(request('t-changed', src, out), {
+      transferUntilEpoch(request('t-changed', src, out), 2, {
         checkpoint: port,
-        connections: {},
-        signal: controller.signal,
         commitEveryRecords: 500,
         fileChunkBytes: 4096,
-        onProgress: (p) => {
-          if (p.epoch >= 2) controller.abort();
-        },
       }),
     ).rejects.toMatchObject({ code: 'TRANSFER_TERMINATED' });
     await writeFile(src, jsonl(1_000, 10_000)); // rewritten with other content
-    const result = await runTransfer(request('t-changed', src, out), {
-      checkpoint: port,
-      connections: {},
-      signal: new AbortController().signal,
-    });
+    const result = await transfer(request('t-changed', src, out), { checkpoint: port });
     expect(result.decision).toBe('from-scratch');
     expect(result.reason).toMatch(/changed|shrank/);
     expect(await readIds(out)).toEqual(Array.from({ length: 1000 }, (_, i) => 10_000 + i));
@@ -124,15 +126,9 @@ describe('file → file transfers', () => {
 
   it('skips and reports malformed JSON lines with their line and offset', async () => {
     await using dir = await tempDir();
-    const src = join(dir.path, 'in.jsonl');
-    const out = join(dir.path, 'copy.jsonl');
     const lines = ['{"id":1}', '{"id":2', '[1,2]', '{"id":3}', 'not json', '{"id":4}'];
-    await writeFile(src, `${lines.join('\n')}\n`);
-    const result = await runTransfer(request('t-bad', src, out), {
-      checkpoint: memoryCheckpointPort(),
-      connections: {},
-      signal: new AbortController().signal,
-    });
+    const { src, out } = await filesIn(dir.path, `${lines.join('\n')}\n`);
+    const result = await transfer(request('t-bad', src, out));
     expect(result).toMatchObject({ recordsRead: 6, recordsWritten: 3, badRecords: 3 });
     const offsetOf = (n: number) => lines.slice(0, n - 1).reduce((sum, l) => sum + l.length + 1, 0);
     expect(result.badRecordReports.map((r) => [r.line, r.offset])).toEqual([
@@ -146,14 +142,10 @@ describe('file → file transfers', () => {
 
   it('fails the run on the first bad record with policy "fail", writing nothing', async () => {
     await using dir = await tempDir();
-    const src = join(dir.path, 'in.jsonl');
-    const out = join(dir.path, 'copy.jsonl');
-    await writeFile(src, '{"id":1}\n{"id":2}\n{oops\n{"id":4}\n');
-    const error = await runTransfer(request('t-fail', src, out, { options: { onBadRecord: 'fail' } }), {
-      checkpoint: memoryCheckpointPort(),
-      connections: {},
-      signal: new AbortController().signal,
-    }).catch((e: unknown) => e);
+    const { src, out } = await filesIn(dir.path, '{"id":1}\n{"id":2}\n{oops\n{"id":4}\n');
+    const error = await transfer(request('t-fail', src, out, { options: { onBadRecord: 'fail' } })).catch(
+      (e: unknown) => e,
+    );
     expect(SluiceError.hasCode(error, 'BAD_RECORD')).toBe(true);
     expect((error as SluiceError).details).toMatchObject({ line: 3, offset: 18 });
     await expect(readFile(out)).rejects.toThrow();
@@ -161,14 +153,12 @@ describe('file → file transfers', () => {
 
   it('reads CSV with quoted cells and reports rows with the wrong column count', async () => {
     await using dir = await tempDir();
-    const src = join(dir.path, 'in.csv');
-    const out = join(dir.path, 'copy.jsonl');
-    await writeFile(src, 'id,name,note\n1,a,"x, y"\n2,b\n3,"multi\nline","say ""hi"""\n4,d,e,f\n5,e,\n');
-    const result = await runTransfer(request('t-csv', src, out), {
-      checkpoint: memoryCheckpointPort(),
-      connections: {},
-      signal: new AbortController().signal,
-    });
+    const { src, out } = await filesIn(
+      dir.path,
+      'id,name,note\n1,a,"x, y"\n2,b\n3,"multi\nline","say ""hi"""\n4,d,e,f\n5,e,\n',
+      'in.csv',
+    );
+    const result = await transfer(request('t-csv', src, out));
     expect(result).toMatchObject({ recordsRead: 5, recordsWritten: 3, badRecords: 2 });
     expect(result.badRecordReports.map((r) => r.line)).toEqual([3, 6]);
     expect(result.badRecordReports[0]!.reason).toMatch(/expected 3 columns, got 2/);

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import { type PipelineProgress, SluiceError, type TransferRequest } from '@sluice/core';
+import { type CheckpointPort, type PipelineProgress, SluiceError, type TransferRequest } from '@sluice/core';
 import {
   type LogicalPostgresHandle,
   perKeyWriteMismatches,
@@ -19,7 +19,7 @@ import { memoryCheckpointPort } from '../test/helpers.js';
 import { OP_HEADER } from './sources/jetstream.js';
 import { compareLsn } from './sources/replication/lsn.js';
 import { transferReplicationName } from './sources/replication/setup.js';
-import { discardTransferLeftovers, runTransfer } from './transfer.js';
+import { discardTransferLeftovers, runTransfer, type TransferContext } from './transfer.js';
 
 const CHILD = fileURLToPath(new URL('../test/fixtures/transfer-child.ts', import.meta.url));
 
@@ -108,64 +108,109 @@ async function waitMirrored(url: string, what: string) {
   );
 }
 
+const connectionsOf = (url: string) => ({ db: { type: 'postgres' as const, url } });
+const NO_LEFTOVERS = { slots: [], publications: [] };
+
+/** Discards what a finished transfer of `req` left in the database; returns what is left after that. */
+async function discardLeftovers(url: string, req: TransferRequest) {
+  await discardTransferLeftovers(req, { connections: connectionsOf(url), replication: REPLICATION });
+  return leftovers(url);
+}
+
+/** One run of `req` in this process, never aborted, with the given checkpoint port. */
+function runOnce(
+  url: string,
+  req: TransferRequest,
+  checkpoint: CheckpointPort,
+  ctx: Partial<TransferContext> = {},
+) {
+  return runTransfer(req, {
+    checkpoint,
+    connections: connectionsOf(url),
+    signal: new AbortController().signal,
+    replication: REPLICATION,
+    ...ctx,
+  });
+}
+
+/**
+ * A following run of `req` in this process (checkpoint in memory, commits every 50 ms) until `controller` aborts
+ * it. `phases` lists the phases it went through; `ended` settles with the error it ended with (null when none).
+ */
+function startFollowing(url: string, req: TransferRequest, ctx: Partial<TransferContext> = {}) {
+  const controller = new AbortController();
+  const phases: PipelineProgress['phase'][] = [];
+  const ended = runTransfer(req, {
+    checkpoint: memoryCheckpointPort(),
+    connections: connectionsOf(url),
+    signal: controller.signal,
+    replication: REPLICATION,
+    commitEveryMs: 50,
+    onProgress: (p) => {
+      if (phases.at(-1) !== p.phase) phases.push(p.phase);
+    },
+    ...ctx,
+  }).then(
+    () => null,
+    (err: unknown) => err,
+  );
+  const streaming = () =>
+    waitFor(() => phases.includes('streaming'), { timeoutMs: 30_000, what: 'streaming' });
+  return { controller, phases, ended, streaming };
+}
+
+/** What the transfer child (an owner in its own process) is started with, but the epoch. */
+interface OwnerInput {
+  request: TransferRequest;
+  checkpointFile: string;
+  connections: ReturnType<typeof connectionsOf>;
+  commitEveryRecords: number;
+  replication: typeof REPLICATION;
+}
+
+/** The transfer child as the owner at `epoch` (its checkpoint in `input.checkpointFile`). */
+const startOwner = (input: OwnerInput, epoch: number) =>
+  spawnTs(CHILD, [JSON.stringify({ ...input, epoch })]);
+
 describe('PostgreSQL replication as a transfer source (issue 16)', () => {
   it('without follow: copies the snapshot and completes; a successor resumes at the end writing nothing; discard drops the slot and publication', {
     timeout: 60_000,
   }, async () => {
     const url = await database(3_000);
-    const connections = { db: { type: 'postgres' as const, url } };
     const shared = { value: null, epoch: 0 };
     const slot = transferReplicationName('snap-1.source');
-    const result = await runTransfer(request('snap-1', { batchSize: 500 }), {
-      checkpoint: memoryCheckpointPort({ shared, epoch: 1 }),
-      connections,
-      signal: new AbortController().signal,
-      replication: REPLICATION,
-    });
+    const result = await runOnce(
+      url,
+      request('snap-1', { batchSize: 500 }),
+      memoryCheckpointPort({ shared, epoch: 1 }),
+    );
     expect(result).toMatchObject({ recordsRead: 3_000, recordsWritten: 3_000, decision: 'from-scratch' });
     expect(await rowsOf(url, 'dst')).toEqual(await rowsOf(url, 'items'));
     // Until the terminal state is recorded the slot is the resume point of a successor (an owner that died
     // before COMPLETED was recorded): it resumes at the end of the snapshot and writes nothing again.
     expect(await leftovers(url)).toEqual({ slots: [slot], publications: [slot] });
-    const again = await runTransfer(request('snap-1', { batchSize: 500 }), {
-      checkpoint: memoryCheckpointPort({ shared, epoch: 2 }),
-      connections,
-      signal: new AbortController().signal,
-      replication: REPLICATION,
-    });
+    const again = await runOnce(
+      url,
+      request('snap-1', { batchSize: 500 }),
+      memoryCheckpointPort({ shared, epoch: 2 }),
+    );
     expect(again).toMatchObject({ decision: 'resume', recordsWritten: 3_000 });
     expect(await sql(url, 'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes')).toEqual(
       [{ n: 3_000, d: 3_000 }],
     );
     // COMPLETED recorded: the slot (which would hold WAL until the disk fills) and its publication go.
-    await discardTransferLeftovers(request('snap-1'), { connections, replication: REPLICATION });
-    expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+    expect(await discardLeftovers(url, request('snap-1'))).toEqual(NO_LEFTOVERS);
   });
 
   it('with follow: streams inserts, updates and deletes after the snapshot, each source transaction in one sink transaction; confirms only committed LSNs; terminate stops it and discard drops the slot', {
     timeout: 90_000,
   }, async () => {
     const url = await database(500);
-    const connections = { db: { type: 'postgres' as const, url } };
-    const controller = new AbortController();
-    const phases: PipelineProgress['phase'][] = [];
     const slot = transferReplicationName('follow-1.source');
     // batchSize 10: a 60-row source transaction arrives in several open batches, none of which may be committed alone.
-    const run = runTransfer(request('follow-1', { batchSize: 10, follow: true }), {
-      checkpoint: memoryCheckpointPort(),
-      connections,
-      signal: controller.signal,
-      replication: REPLICATION,
-      commitEveryMs: 50,
-      onProgress: (p) => {
-        if (phases.at(-1) !== p.phase) phases.push(p.phase);
-      },
-    });
-    const failed = run.then(
-      () => null,
-      (err: unknown) => err,
-    );
-    await waitFor(() => phases.includes('streaming'), { timeoutMs: 30_000, what: 'streaming' });
+    const run = startFollowing(url, request('follow-1', { batchSize: 10, follow: true }));
+    const { controller, phases } = run;
+    await run.streaming();
     expect(await rowsOf(url, 'dst')).toEqual(await rowsOf(url, 'items'));
 
     // Each destination write now takes 100 ms: a slot confirmed before the sink commit would show in the samples.
@@ -247,15 +292,10 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
     expect(sameXid?.same).toBe(true);
 
     // Terminate: the run ends as terminated, in phase stopped after streaming; discard drops the slot.
-    const err = await failed;
-    expect(SluiceError.hasCode(err, 'TRANSFER_TERMINATED')).toBe(true);
+    expect(SluiceError.hasCode(await run.ended, 'TRANSFER_TERMINATED')).toBe(true);
     expect(phases).toEqual(['snapshotting', 'streaming', 'stopped']);
     expect(await leftovers(url)).toEqual({ slots: [slot], publications: [slot] });
-    await discardTransferLeftovers(request('follow-1', { follow: true }), {
-      connections,
-      replication: REPLICATION,
-    });
-    expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+    expect(await discardLeftovers(url, request('follow-1', { follow: true }))).toEqual(NO_LEFTOVERS);
   });
 
   it('with follow into JetStream: the snapshot, then each insert, update and delete as a message (deletes with the op header and the key); terminate stops it', {
@@ -267,37 +307,22 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
     try {
       const jsm = await jetstreamManager(nc);
       await jsm.streams.add({ name: 'MIRROR', subjects: ['mirror.>'] });
-      const controller = new AbortController();
-      const phases: PipelineProgress['phase'][] = [];
-      const run = runTransfer(
+      const run = startFollowing(
+        url,
         {
           ...request('follow-js', { follow: true }),
           destination: { type: 'jetstream', stream: 'MIRROR', subject: 'mirror.items', key: 'id' },
         } as TransferRequest,
-        {
-          checkpoint: memoryCheckpointPort(),
-          connections: { db: { type: 'postgres' as const, url } },
-          nats: nats.url,
-          signal: controller.signal,
-          replication: REPLICATION,
-          commitEveryMs: 50,
-          onProgress: (p) => {
-            if (phases.at(-1) !== p.phase) phases.push(p.phase);
-          },
-        },
+        { nats: nats.url },
       );
-      const ended = run.then(
-        () => null,
-        (err: unknown) => err,
-      );
-      await waitFor(() => phases.includes('streaming'), { timeoutMs: 30_000, what: 'streaming' });
+      await run.streaming();
       await sql(url, 'INSERT INTO items VALUES (21, 1, 1)');
       await sql(url, 'UPDATE items SET v = 42, tag = 2 WHERE id = 5');
       await sql(url, 'DELETE FROM items WHERE id = 7');
       const messages = async () => (await jsm.streams.info('MIRROR')).state.messages;
       await waitFor(async () => (await messages()) >= 23, { timeoutMs: 30_000, what: '20 + 3 messages' });
-      controller.abort();
-      expect(SluiceError.hasCode(await ended, 'TRANSFER_TERMINATED')).toBe(true);
+      run.controller.abort();
+      expect(SluiceError.hasCode(await run.ended, 'TRANSFER_TERMINATED')).toBe(true);
 
       const seen: string[] = [];
       const consumer = await jsm.jetstream().consumers.get('MIRROR');
@@ -314,11 +339,7 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
       );
       expect(seen.slice(20)).toEqual(['21:1:1', '5:42:2', 'delete 7']);
       expect(await messages()).toBe(23);
-      await discardTransferLeftovers(request('follow-js', { follow: true }), {
-        connections: { db: { type: 'postgres' as const, url } },
-        replication: REPLICATION,
-      });
-      expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+      expect(await discardLeftovers(url, request('follow-js', { follow: true }))).toEqual(NO_LEFTOVERS);
     } finally {
       await nc.close();
     }
@@ -336,11 +357,7 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
       destination: { type: 'file', path: out, format: 'jsonl' },
     } as TransferRequest;
     const shared = { value: null, epoch: 0 };
-    const run = runTransfer(snapshotRequest, {
-      checkpoint: memoryCheckpointPort({ shared, epoch: 1 }),
-      connections: { db: { type: 'postgres' as const, url } },
-      signal: new AbortController().signal,
-      replication: REPLICATION,
+    const run = runOnce(url, snapshotRequest, memoryCheckpointPort({ shared, epoch: 1 }), {
       onProgress: (p) => {
         read = p.recordsRead;
       },
@@ -358,12 +375,7 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
     expect((err as SluiceError).details).toMatchObject({ retryable: true });
 
     // The retry (the app-server's next attempt) resumes from the checkpoint and publishes every row once.
-    const again = await runTransfer(snapshotRequest, {
-      checkpoint: memoryCheckpointPort({ shared, epoch: 2 }),
-      connections: { db: { type: 'postgres' as const, url } },
-      signal: new AbortController().signal,
-      replication: REPLICATION,
-    });
+    const again = await runOnce(url, snapshotRequest, memoryCheckpointPort({ shared, epoch: 2 }));
     expect(again.decision).toBe('resume');
     const ids = (await readFile(out, 'utf8'))
       .trim()
@@ -371,11 +383,7 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
       .map((line) => (JSON.parse(line) as { id: number }).id);
     expect(ids.length).toBe(200_000);
     expect(new Set(ids).size).toBe(200_000);
-    await discardTransferLeftovers(snapshotRequest, {
-      connections: { db: { type: 'postgres' as const, url } },
-      replication: REPLICATION,
-    });
-    expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+    expect(await discardLeftovers(url, snapshotRequest)).toEqual(NO_LEFTOVERS);
   });
 
   it('without follow: an owner SIGKILLed mid-snapshot is resumed; the new snapshot catches up through the slot, so changes to rows already copied are not lost', {
@@ -383,17 +391,16 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
   }, async () => {
     await using dir = await tempDir();
     const url = await database(20_000);
-    const connections = { db: { type: 'postgres' as const, url } };
     const input = {
       // Paced (20 000 rows in ≥ 2 s) so that the kill lands mid-snapshot.
       request: request('crash-snapshot', { batchSize: 500, maxRecordsPerSecond: 10_000 }),
       checkpointFile: join(dir.path, 'checkpoint.json'),
-      connections,
+      connections: connectionsOf(url),
       commitEveryRecords: 500,
       replication: REPLICATION,
     };
     {
-      await using first = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 1 })]);
+      await using first = startOwner(input, 1);
       await waitFor(() => first.lines.filter((l) => l.startsWith('COMMIT ')).length >= 4, {
         timeoutMs: 30_000,
         what: 'snapshot commits',
@@ -410,36 +417,23 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
     await sql(url, 'UPDATE items SET v = v + 1000, tag = 1 WHERE id <= 300');
     await sql(url, 'DELETE FROM items WHERE id BETWEEN 301 AND 350');
     await sql(url, 'INSERT INTO items SELECT i, 5, 2 FROM generate_series(30001, 30050) i');
-    await using second = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 2 })]);
+    await using second = startOwner(input, 2);
     const done = await second.waitForLine(/^(DONE|FAILED) /, 60_000);
     expect(done).toMatch(/^DONE /);
     expect(second.lines.filter((l) => l.startsWith('DECISION '))).toEqual([
       expect.stringMatching(/^DECISION resume /),
     ]);
     expect(await rowsOf(url, 'dst')).toEqual(await rowsOf(url, 'items'));
-    await discardTransferLeftovers(input.request, { connections, replication: REPLICATION });
-    expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+    expect(await discardLeftovers(url, input.request)).toEqual(NO_LEFTOVERS);
   });
 
   it('with follow: a source truncate empties the destination in the sink transaction of its source transaction', {
     timeout: 60_000,
   }, async () => {
     const url = await database(200);
-    const connections = { db: { type: 'postgres' as const, url } };
-    const controller = new AbortController();
-    let phase = '';
-    const run = runTransfer(request('truncate-1', { follow: true }), {
-      checkpoint: memoryCheckpointPort(),
-      connections,
-      signal: controller.signal,
-      replication: REPLICATION,
-      commitEveryMs: 50,
-      onProgress: (p) => {
-        phase = p.phase;
-      },
-    }).catch((err: unknown) => err);
+    const run = startFollowing(url, request('truncate-1', { follow: true }));
     try {
-      await waitFor(() => phase === 'streaming', { timeoutMs: 30_000, what: 'streaming' });
+      await run.streaming();
       await sql(url, 'TRUNCATE dst_writes');
       await sql(
         url,
@@ -461,12 +455,9 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
       ];
       expect(same).toBe(true);
     } finally {
-      controller.abort();
-      expect(SluiceError.hasCode(await run, 'TRANSFER_TERMINATED')).toBe(true);
-      await discardTransferLeftovers(request('truncate-1', { follow: true }), {
-        connections,
-        replication: REPLICATION,
-      });
+      run.controller.abort();
+      expect(SluiceError.hasCode(await run.ended, 'TRANSFER_TERMINATED')).toBe(true);
+      await discardLeftovers(url, request('truncate-1', { follow: true }));
     }
   });
 
@@ -478,11 +469,11 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
     const input = {
       request: request('frozen-follow', { follow: true }),
       checkpointFile: join(dir.path, 'checkpoint.json'),
-      connections: { db: { type: 'postgres' as const, url } },
+      connections: connectionsOf(url),
       commitEveryRecords: 50,
       replication: { keepaliveMs: 200, slotWaitMs: 1_000 },
     };
-    await using first = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 1 })]);
+    await using first = startOwner(input, 1);
     await first.waitForLine(/^PHASE streaming/, 30_000);
     await waitFor(
       async () =>
@@ -498,7 +489,7 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
     first.kill('SIGSTOP');
     try {
       const started = Date.now();
-      await using second = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 2 })]);
+      await using second = startOwner(input, 2);
       const failed = await second.waitForLine(/^(DONE|FAILED) /, 30_000);
       expect(failed).toMatch(
         /^FAILED SOURCE_FAILED: Replication slot \S+ is in use by PostgreSQL backend \d+.* \(retryable\)$/,
@@ -509,7 +500,7 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
     }
     await first.exited;
     await sql(url, 'INSERT INTO items VALUES (500, 5, 5)');
-    await using third = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 3 })]);
+    await using third = startOwner(input, 3);
     await third.waitForLine(/^PHASE streaming/, 30_000);
     expect(third.lines.filter((l) => l.startsWith('DECISION '))).toEqual([
       expect.stringMatching(/^DECISION resume /),
@@ -517,11 +508,7 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
     await waitMirrored(url, 'the third owner applying the change');
     third.kill('SIGKILL');
     await third.exited;
-    await discardTransferLeftovers(input.request, {
-      connections: input.connections,
-      replication: REPLICATION,
-    });
-    expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+    expect(await discardLeftovers(url, input.request)).toEqual(NO_LEFTOVERS);
   });
 
   it('with follow: an owner SIGKILLed mid-stream is resumed by the next one from the committed LSN, and every change is applied exactly once', {
@@ -529,11 +516,10 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
   }, async () => {
     await using dir = await tempDir();
     const url = await database(300, true);
-    const connections = { db: { type: 'postgres' as const, url } };
     const input = {
       request: request('crash-follow', { batchSize: 20, follow: true }),
       checkpointFile: join(dir.path, 'checkpoint.json'),
-      connections,
+      connections: connectionsOf(url),
       commitEveryRecords: 20,
       replication: REPLICATION,
     };
@@ -577,7 +563,7 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
 
     try {
       {
-        await using first = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 1 })]);
+        await using first = startOwner(input, 1);
         await waitFor(streamed, { timeoutMs: 30_000, what: 'the first owner streaming' });
         // Changes start only once the snapshot is committed: then everything after it reaches the sink by the stream.
         startWriter();
@@ -594,7 +580,7 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
       const atKill = written;
       // The source keeps changing while nobody owns the transfer.
       await waitFor(() => written >= atKill + 20, { timeoutMs: 30_000, what: 'changes while down' });
-      await using second = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 2 })]);
+      await using second = startOwner(input, 2);
       await second.waitForLine(/^DECISION /, 30_000);
       expect(second.lines.filter((l) => l.startsWith('DECISION '))).toEqual([
         expect.stringMatching(/^DECISION resume /),
@@ -624,7 +610,6 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
       stop = true;
       await writer.catch(() => {});
     }
-    await discardTransferLeftovers(input.request, { connections, replication: REPLICATION });
-    expect(await leftovers(url)).toEqual({ slots: [], publications: [] });
+    expect(await discardLeftovers(url, input.request)).toEqual(NO_LEFTOVERS);
   });
 });

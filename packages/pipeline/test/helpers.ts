@@ -4,6 +4,9 @@
  */
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { type CheckpointPort, StaleEpochError } from '@sluice/core';
+import { BadRecordCollector } from '../src/bad-records.js';
+import { dagHash } from '../src/dag.js';
+import type { RunPipelineOptions } from '../src/run.js';
 
 /** What the file port keeps: the highest epoch that claimed the transfer, and the checkpoint. */
 interface Stored {
@@ -142,4 +145,26 @@ export function fencedFileCheckpointPort(
     },
   };
   return port;
+}
+
+/**
+ * The options of a first run (no checkpoint) of `branches` into `sink`: a transfer, bad records skipped, never
+ * aborted, the DAG hashed from its parts; `options` adds to or overrides them.
+ *
+ * @example
+ * ```ts
+ * await runPipeline(firstRun({ name: 'multi', branches, sink, commitEveryRecords: 200 }));
+ * ```
+ */
+export function firstRun(
+  options: Pick<RunPipelineOptions, 'name' | 'branches' | 'sink'> & Partial<RunPipelineOptions>,
+): RunPipelineOptions {
+  return {
+    dag: options.dag ?? dagHash(options.branches, options.sink),
+    mode: 'transfer',
+    plan: { decision: 'from-scratch', reason: 'test', checkpoint: null },
+    badRecords: new BadRecordCollector('skip'),
+    signal: new AbortController().signal,
+    ...options,
+  };
 }

@@ -79,6 +79,14 @@ export interface CommitOptions {
    * writers that are not the cache's own pipeline, so its checkpoint never moves backwards under them.
    */
   keepCheckpoint?: boolean;
+  /**
+   * Part of a from-scratch load (a snapshot into a generation that was empty when it began): the cache may write
+   * the commit's index entries as sorted runs and build its indexes from them at the end (at
+   * `markSnapshottingDone`, or before the first commit that is not a bulk one), so the load's cost per record
+   * does not grow with the indexes' size. The records are visible at commit as always; queries use the primary
+   * key only until the indexes are built.
+   */
+  bulk?: boolean;
 }
 
 /** How a query was answered. */

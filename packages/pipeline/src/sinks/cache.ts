@@ -217,7 +217,10 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
       }
     },
     async commit(checkpoint: PipelineCheckpoint) {
-      await cache.commit(checkpoint);
+      // A generation still loading its snapshot, not yet serving, is a bulk load: the cache may build its
+      // indexes once at the end (see the cache's index-build.ts), so loading does not slow down as they grow.
+      const bulk = !redirected && !options.sources.every((s) => done.has(s));
+      await cache.commit(checkpoint, { bulk });
       lastCheckpoint = checkpoint;
       stagedKeys.clear();
     },

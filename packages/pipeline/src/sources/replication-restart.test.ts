@@ -1,8 +1,9 @@
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { openCacheManager } from '@sluice/cache';
+import { type CacheManager, openCacheManager } from '@sluice/cache';
 import type { EndpointConfig } from '@sluice/core';
 import {
+  type ChildHandle,
   type LogicalPostgresHandle,
   spawnTs,
   sql,
@@ -135,18 +136,47 @@ function child(root: string, url: string) {
   return spawnTs(CHILD, [JSON.stringify({ root, url, endpoint: endpoint(), nodeId: 'r1' })]);
 }
 
+/** The generation the child reports once it serves (its `SERVING <cache>` line). */
+async function servedGeneration(proc: ChildHandle): Promise<string> {
+  return (await proc.waitForLine(/^SERVING /, 60_000)).split(' ')[1]!;
+}
+
+/** One test's world: database `name` with `rows` items and a data root in a fresh directory, removed on dispose. */
+async function scenario(name: string, rows: number) {
+  const dir = await tempDir();
+  try {
+    const url = await server.createDatabase(name);
+    await itemsTable(url, rows);
+    return { root: join(dir.path, 'data'), url, [Symbol.asyncDispose]: () => dir.remove() };
+  } catch (err) {
+    await dir.remove();
+    throw err;
+  }
+}
+
+/** The endpoint in this process, with short commit, retry and keepalive periods so a restart is seen quickly. */
+function startInProcess(url: string, caches: CacheManager, config: EndpointConfig) {
+  return startEndpointPipeline(config, {
+    caches,
+    events: { publish: async () => {} },
+    connections: { db: { type: 'postgres', url } },
+    nodeId: 'r1',
+    commitEveryMs: 20,
+    retryMs: 100,
+    replication: { keepaliveMs: 200 },
+  });
+}
+
 describe('replication source restarts (issue 16)', () => {
   it('SIGKILL mid-stream: the restart resumes in place (same cache) and ends equal to the table, row by row', {
     timeout: 120_000,
   }, async () => {
-    await using dir = await tempDir();
-    const root = join(dir.path, 'data');
-    const url = await server.createDatabase('kill_stream');
-    await itemsTable(url, 1_000);
+    await using world = await scenario('kill_stream', 1_000);
+    const { root, url } = world;
     let firstCache = '';
     {
       await using first = child(root, url);
-      firstCache = (await first.waitForLine(/^SERVING /, 60_000)).split(' ')[1]!;
+      firstCache = await servedGeneration(first);
       const writer = startWriter(url);
       // Killed while changes stream in: some epochs after the snapshot.
       const epochs = () => first.lines.filter((l) => l.startsWith('EPOCH ')).length;
@@ -178,10 +208,8 @@ describe('replication source restarts (issue 16)', () => {
   it('SIGKILL mid-snapshot: the restart continues the same green generation and is served only once consistent', {
     timeout: 120_000,
   }, async () => {
-    await using dir = await tempDir();
-    const root = join(dir.path, 'data');
-    const url = await server.createDatabase('kill_snapshot');
-    await itemsTable(url, 60_000);
+    await using world = await scenario('kill_snapshot', 60_000);
+    const { root, url } = world;
     let green = '';
     {
       await using first = child(root, url);
@@ -206,7 +234,7 @@ describe('replication source restarts (issue 16)', () => {
 
     await using second = child(root, url);
     expect(await second.waitForLine(/^DECISION /, 60_000)).toMatch(/^DECISION resume continuing the rebuild/);
-    expect((await second.waitForLine(/^SERVING /, 60_000)).split(' ')[1]).toBe(green);
+    expect(await servedGeneration(second)).toBe(green);
     // Served = complete: equal to the table as soon as the alias points at it.
     const served = await servedRows(root);
     const table = await tableRows(url, 'items');
@@ -217,14 +245,12 @@ describe('replication source restarts (issue 16)', () => {
   it('slot dropped while down: a new generation from a fresh snapshot while the old one serves, then the switch', {
     timeout: 120_000,
   }, async () => {
-    await using dir = await tempDir();
-    const root = join(dir.path, 'data');
-    const url = await server.createDatabase('slot_dropped');
-    await itemsTable(url, 2_000);
+    await using world = await scenario('slot_dropped', 2_000);
+    const { root, url } = world;
     let blue = '';
     {
       await using first = child(root, url);
-      blue = (await first.waitForLine(/^SERVING /, 60_000)).split(' ')[1]!;
+      blue = await servedGeneration(first);
       await waitMirrored(root, url, 'the first generation');
     }
     await waitFor(
@@ -256,7 +282,7 @@ describe('replication source restarts (issue 16)', () => {
     expect(await second.waitForLine(/^DECISION /, 60_000)).toMatch(
       /^DECISION from-scratch .*replication slot sluice_r1_items_source no longer exists/,
     );
-    const green = (await second.waitForLine(/^SERVING /, 60_000)).split(' ')[1]!;
+    const green = await servedGeneration(second);
     expect(green).not.toBe(blue);
     const after = await waitMirrored(root, url, 'the new generation');
     reading = false;
@@ -269,20 +295,10 @@ describe('replication source restarts (issue 16)', () => {
   it('PostgreSQL restarted mid-stream: the endpoint reconnects, resumes in place and catches up', {
     timeout: 120_000,
   }, async () => {
-    await using dir = await tempDir();
-    const root = join(dir.path, 'data');
-    const url = await server.createDatabase('pg_restart');
-    await itemsTable(url, 500);
+    await using world = await scenario('pg_restart', 500);
+    const { root, url } = world;
     const caches = await openCacheManager(root);
-    const pipeline = await startEndpointPipeline(endpoint(), {
-      caches,
-      events: { publish: async () => {} },
-      connections: { db: { type: 'postgres', url } },
-      nodeId: 'r1',
-      commitEveryMs: 20,
-      retryMs: 100,
-      replication: { keepaliveMs: 200 },
-    });
+    const pipeline = await startInProcess(url, caches, endpoint());
     try {
       const served = await pipeline.whenServing({ timeoutMs: 30_000 });
       let writer = startWriter(url, 500);
@@ -304,20 +320,10 @@ describe('replication source restarts (issue 16)', () => {
   it('table schema changes in the stream: an added column continues; a retyped one builds a new generation', {
     timeout: 120_000,
   }, async () => {
-    await using dir = await tempDir();
-    const root = join(dir.path, 'data');
-    const url = await server.createDatabase('schema_change');
-    await itemsTable(url, 100);
+    await using world = await scenario('schema_change', 100);
+    const { root, url } = world;
     const caches = await openCacheManager(root);
-    const pipeline = await startEndpointPipeline(endpoint(false), {
-      caches,
-      events: { publish: async () => {} },
-      connections: { db: { type: 'postgres', url } },
-      nodeId: 'r1',
-      commitEveryMs: 20,
-      retryMs: 100,
-      replication: { keepaliveMs: 200 },
-    });
+    const pipeline = await startInProcess(url, caches, endpoint(false));
     try {
       const first = await pipeline.whenServing({ timeoutMs: 30_000 });
       await sql(url, 'ALTER TABLE items ADD COLUMN extra text');

@@ -2,7 +2,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createNatsBackplane } from '@sluice/backplane';
-import type { SluiceEvent } from '@sluice/core';
+import type { SluiceEvent, SwitchOutcome } from '@sluice/core';
 import { type ChildHandle, freePort, spawnTs, waitFor } from '@sluice/testkit';
 
 /** Every event published on a cluster's NATS, in arrival order, as an observer node hears it. */
@@ -53,6 +53,35 @@ export interface NodeSpec {
   env?: Record<string, string>;
   /** Options for `node` itself (a benchmark passes `--cpu-prof`). */
   nodeArgs?: string[];
+}
+
+/**
+ * The spec of a node that keeps everything under `root`: its config and caches in `root/node`, a SQLite store
+ * there, and `root` as its only file root. Spread it and add the rest.
+ *
+ * @example
+ * ```ts
+ * await using node = await startNodeProcess({ ...localNode('h1', dir.path), extraYaml });
+ * ```
+ */
+export function localNode(
+  nodeId: string,
+  root: string,
+): Pick<NodeSpec, 'nodeId' | 'dir' | 'store' | 'roots'> {
+  return {
+    nodeId,
+    dir: join(root, 'node'),
+    store: `sqlite:${join(root, 'node', 'store.db')}`,
+    roots: [root],
+  };
+}
+
+/**
+ * YAML lines for a control API that wants `token`, with old generations kept for an hour (so that a rollback
+ * always finds its target within a test).
+ */
+export function tokenAndKeptGenerationsYaml(token: string): string[] {
+  return [`control: { auth: { tokens: ["${token}"] } }`, 'cache: { gcGraceMs: 3600000 }'];
 }
 
 /** A running app-server process. */
@@ -221,4 +250,9 @@ export async function waitForState(url: string, id: string, state: string, timeo
     },
     { timeoutMs, intervalMs: 100, what: `transfer ${id} to become ${state}` },
   );
+}
+
+/** The answer of a promote or rollback that moved the alias of `items` from `from` to `to`. */
+export function moved(cause: SwitchOutcome['cause'], from: string, to: string): SwitchOutcome {
+  return { endpoint: 'items', from, to, cause, changed: true };
 }

@@ -1,0 +1,290 @@
+/**
+ * Deferred index builds for from-scratch loads (docs/cache-index-build.md).
+ *
+ * Inserting a snapshot's index entries commit by commit into a B-tree that grows with every commit costs more
+ * per record the larger the tree: an index whose keys arrive in random order (an index on `value`, say) dirties
+ * nearly one page per entry, so each commit copies and writes most of the tree again, and LMDB holds every
+ * dirty page of the commit in memory. A bulk commit (`commit(…, { bulk: true })` while the generation was empty
+ * when the load began) writes its index entries instead as one sorted *run* per index, appended to the `runs`
+ * database in the same transaction as the records (so a crash keeps runs and records consistent). Finishing
+ * the build merges each index's runs in key order and appends the result to the index (`MDB_APPEND`: full
+ * pages, no search), in bounded write transactions that yield to the event loop between them.
+ *
+ * While a build is pending (the `index-build` meta entry exists) the indexes are incomplete: plans use the
+ * primary key only ({@link plannableDbs}), and any commit that is not a bulk one finishes the build first.
+ */
+import type { Database, Transaction } from 'lmdb';
+import { putSucceeded } from './batch-write.js';
+import type { CacheDbs, IndexDb } from './cache-dbs.js';
+
+/** The meta entry that says a build is pending: how many runs were written, and whether any may be stale. */
+export interface IndexBuildState {
+  /** Runs written so far (run numbers `0 … runs - 1`). */
+  runs: number;
+  /**
+   * A bulk commit replaced or deleted a record loaded before: some run entries describe versions that are
+   * gone, so the merge keeps an entry only where the data database holds the same bytes under its key.
+   */
+  stale: boolean;
+}
+
+export const INDEX_BUILD_KEY = 'index-build';
+const RUNS_DB = 'index-runs';
+/** Entries merged per write transaction (bounded dirty pages; the event loop runs between them). */
+export const MERGE_CHUNK = 100_000;
+const APPEND = { append: true };
+
+/** The database holding pending runs (created at open in writable environments, never in a transaction). */
+export function runsDb(dbs: CacheDbs): Database<Buffer, Buffer> {
+  return dbs.env.db<Buffer, Buffer>(RUNS_DB, { keyEncoding: 'binary', encoding: 'binary' });
+}
+
+/** Creates the runs database (writable environments, at open). */
+export function ensureRunsDb(dbs: CacheDbs): void {
+  if (!dbs.env.readOnly) void runsDb(dbs);
+}
+
+/** The pending build, or null. Pass the read snapshot's transaction when there is one. */
+export function pendingBuild(dbs: CacheDbs, transaction?: Transaction): IndexBuildState | null {
+  const state = dbs.meta.get(INDEX_BUILD_KEY, transaction ? { transaction } : undefined) as
+    | IndexBuildState
+    | undefined;
+  return state ?? null;
+}
+
+const withoutIndexes = new WeakMap<CacheDbs, CacheDbs>();
+
+/**
+ * The databases a query may plan over in this snapshot: all of them, or, while an index build is pending,
+ * the same databases with no secondary index (they are incomplete until the build ends).
+ */
+export function plannableDbs(dbs: CacheDbs, transaction: Transaction): CacheDbs {
+  if (dbs.indexes.length === 0) return dbs;
+  const getFast = dbs.meta.getBinaryFast as (key: string, options?: unknown) => Buffer | undefined;
+  if (getFast.call(dbs.meta, INDEX_BUILD_KEY, { transaction }) === undefined) return dbs;
+  let view = withoutIndexes.get(dbs);
+  if (view === undefined) {
+    view = Object.create(dbs, { indexes: { value: [] } }) as CacheDbs;
+    withoutIndexes.set(dbs, view);
+  }
+  return view;
+}
+
+/**
+ * Run entry key: run number (u32), index number (u8), sequence in the run (u32), all big-endian. Run first, so a
+ * commit's entries of every index sort after all earlier runs and are appended.
+ */
+function runKey(run: number, index: number, seq: number): Buffer {
+  const key = Buffer.allocUnsafe(9);
+  key.writeUInt32BE(run, 0);
+  key[4] = index;
+  key.writeUInt32BE(seq, 5);
+  return key;
+}
+
+/** An append that LMDB refused (a key not past the database's last one) is a bug, never a silent loss. */
+function append(db: Database<Buffer, Buffer>, key: Buffer, value: Buffer): void {
+  if (!putSucceeded(db, key, value, APPEND))
+    throw new Error(`index build: append of key ${key.toString('hex')} refused (not past the last key)`);
+}
+
+/** An index entry to defer: its index key, the record's data key and its stored bytes. */
+export interface DeferredEntry {
+  key: Buffer;
+  dataKey: Buffer;
+  value: Buffer;
+}
+
+/** Run entry value: u16 index-key length, index key, u16 data-key length, data key, record bytes. */
+function runValue(entry: DeferredEntry): Buffer {
+  const out = Buffer.allocUnsafe(4 + entry.key.length + entry.dataKey.length + entry.value.length);
+  let at = out.writeUInt16BE(entry.key.length, 0);
+  at += entry.key.copy(out, at);
+  at = out.writeUInt16BE(entry.dataKey.length, at);
+  at += entry.dataKey.copy(out, at);
+  entry.value.copy(out, at);
+  return out;
+}
+
+function parseRunValue(value: Buffer): DeferredEntry {
+  const keyLength = value.readUInt16BE(0);
+  const key = value.subarray(2, 2 + keyLength);
+  const dataKeyLength = value.readUInt16BE(2 + keyLength);
+  const dataStart = 4 + keyLength;
+  return {
+    key,
+    dataKey: value.subarray(dataStart, dataStart + dataKeyLength),
+    value: value.subarray(dataStart + dataKeyLength),
+  };
+}
+
+/**
+ * Appends one commit's entries (per index, sorted by key) as run `build.runs` and returns the new state. Call
+ * inside the commit's write transaction, then store the state under {@link INDEX_BUILD_KEY}.
+ */
+export function appendRuns(
+  dbs: CacheDbs,
+  build: IndexBuildState,
+  entries: readonly (readonly DeferredEntry[])[],
+  stale: boolean,
+): IndexBuildState {
+  const runs = runsDb(dbs);
+  const run = build.runs;
+  let wrote = false;
+  entries.forEach((sorted, index) => {
+    for (let seq = 0; seq < sorted.length; seq++) {
+      // Keys grow (index, run, seq): every put lands at the database's end.
+      append(runs, runKey(run, index, seq), runValue(sorted[seq]!));
+      wrote = true;
+    }
+  });
+  return { runs: wrote ? run + 1 : run, stale: build.stale || stale };
+}
+
+/** A run being merged: its iterator, its current head, and how many of its entries were consumed. */
+interface RunCursor {
+  run: number;
+  seq: number;
+  iterator: Iterator<{ key: Buffer; value: Buffer }>;
+  head: DeferredEntry;
+}
+
+/** Binary min-heap of run cursors by their head's key. */
+class RunHeap {
+  readonly items: RunCursor[] = [];
+
+  push(cursor: RunCursor): void {
+    const items = this.items;
+    items.push(cursor);
+    let i = items.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (Buffer.compare(items[parent]!.head.key, cursor.head.key) <= 0) break;
+      items[i] = items[parent]!;
+      i = parent;
+    }
+    items[i] = cursor;
+  }
+
+  /** Restores the heap after the top's head changed, or removes the top when its run is `exhausted`. */
+  fixTop(exhausted: boolean): void {
+    const items = this.items;
+    let moving: RunCursor;
+    if (exhausted) {
+      const last = items.pop()!;
+      if (items.length === 0) return;
+      moving = last;
+    } else moving = items[0]!;
+    const n = items.length;
+    let i = 0;
+    for (;;) {
+      const left = 2 * i + 1;
+      if (left >= n) break;
+      const right = left + 1;
+      const child =
+        right < n && Buffer.compare(items[right]!.head.key, items[left]!.head.key) < 0 ? right : left;
+      if (Buffer.compare(items[child]!.head.key, moving.head.key) >= 0) break;
+      items[i] = items[child]!;
+      i = child;
+    }
+    items[i] = moving;
+  }
+}
+
+/**
+ * Merges the pending runs into the indexes and ends the build: each index is cleared (a build interrupted by a
+ * crash is redone from its runs), then filled in key order in transactions of {@link MERGE_CHUNK} entries;
+ * the last one drops the runs and the build entry, which makes the indexes plannable. `onProgress` is told
+ * after each transaction.
+ */
+export async function finishIndexBuild(
+  dbs: CacheDbs,
+  options: { chunk?: number; onProgress?: (merged: number) => void } = {},
+): Promise<void> {
+  const build = pendingBuild(dbs);
+  if (build === null) return;
+  const chunk = options.chunk ?? MERGE_CHUNK;
+  const root = dbs.env.root;
+  const runs = runsDb(dbs);
+  let merged = 0;
+  for (let i = 0; i < dbs.indexes.length; i++) {
+    const index = dbs.indexes[i]!;
+    root.transactionSync(() => index.db.clearSync());
+    // Where each run resumes (entries consumed so far), kept across transactions.
+    const positions = Array.from({ length: build.runs }, () => 0);
+    let done = false;
+    let lastKey: Buffer | null = null;
+    while (!done) {
+      root.transactionSync(() => {
+        const heap = new RunHeap();
+        const open = (run: number) => {
+          const iterator = runs
+            .getRange({ start: runKey(run, i, positions[run]!), end: runKey(run, i + 1, 0) })
+            [Symbol.iterator]();
+          const first = iterator.next();
+          if (first.done) return;
+          heap.push({ run, seq: positions[run]!, iterator, head: parseRunValue(first.value.value) });
+        };
+        for (let run = 0; run < build.runs; run++) open(run);
+        let wrote = 0;
+        while (heap.items.length > 0 && wrote < chunk) {
+          const top = heap.items[0]!;
+          const entry = top.head;
+          lastKey = appendEntry(dbs, index, entry, lastKey, build.stale);
+          wrote += 1;
+          top.seq += 1;
+          positions[top.run] = top.seq;
+          const next = top.iterator.next();
+          if (next.done) heap.fixTop(true);
+          else {
+            top.head = parseRunValue(next.value.value);
+            heap.fixTop(false);
+          }
+        }
+        for (const cursor of heap.items) cursor.iterator.return?.();
+        merged += wrote;
+        done = heap.items.length === 0;
+        if (done && i === dbs.indexes.length - 1) {
+          runs.clearSync();
+          dbs.meta.removeSync(INDEX_BUILD_KEY);
+        }
+      });
+      options.onProgress?.(merged);
+      // Other work of the process (leases, HTTP) runs between transactions.
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+  if (dbs.indexes.length === 0)
+    root.transactionSync(() => {
+      runs.clearSync();
+      dbs.meta.removeSync(INDEX_BUILD_KEY);
+    });
+}
+
+/** Appends `entry` to `index` unless it repeats the last key or (stale runs) its record version is gone. */
+function appendEntry(
+  dbs: CacheDbs,
+  index: IndexDb,
+  entry: DeferredEntry,
+  lastKey: Buffer | null,
+  stale: boolean,
+): Buffer | null {
+  // The same record version loaded twice (equal bytes, so equal key): one entry.
+  if (lastKey !== null && lastKey.equals(entry.key)) return lastKey;
+  if (stale) {
+    const current = dbs.data.getBinaryFast(entry.dataKey);
+    if (current === undefined) return lastKey;
+    const bytes = new Uint8Array(current.buffer, current.byteOffset, current.length);
+    if (!entry.value.equals(bytes)) return lastKey;
+  }
+  append(index.db, entry.key, entry.value);
+  // A copy: the entry's buffer belongs to the run iterator.
+  return Buffer.from(entry.key);
+}
+
+/** Drops pending runs and the build entry (a clear). Call inside a write transaction. */
+export function dropIndexBuild(dbs: CacheDbs): void {
+  if (dbs.env.readOnly) return;
+  runsDb(dbs).clearSync();
+  dbs.meta.removeSync(INDEX_BUILD_KEY);
+}
