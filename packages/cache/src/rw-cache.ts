@@ -246,7 +246,7 @@ export class RwCache extends RoCache implements WritableCache {
   async finishIndexBuild(): Promise<void> {
     if (pendingBuild(this.dbs) === null) return;
     try {
-      await finishIndexBuild(this.dbs);
+      await finishIndexBuild(this.dbs, this.schema.primaryKey);
     } catch (err) {
       throw translateWriteError(err, `Cache "${this.name}": index build failed`);
     }
