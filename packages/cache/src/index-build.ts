@@ -24,7 +24,7 @@ export interface IndexBuildState {
   runs: number;
   /**
    * A bulk commit replaced or deleted a record loaded before: some run entries describe versions that are
-   * gone, so the merge keeps an entry only where the data database holds the same bytes under its key.
+   * gone, so the merge keeps an entry only where the record's current version has that key in the index.
    */
   stale: boolean;
 }
