@@ -11,28 +11,14 @@ import { openCacheManager } from '@sluice/cache';
 import { andFilters, DEFAULT_QUERY_LIMITS, parseQuery } from '@sluice/core';
 import { unwrapCursor } from '../src/cursor.js';
 import { pageFrame } from '../src/page-body.js';
-import { ITEMS_SCHEMA, item } from '../test/fixtures/data.js';
+import { createItemsGeneration } from './items-generation.js';
 
 const RECORDS = Number(process.argv[2] ?? 200_000);
 const CALLS = Number(process.argv[3] ?? 20_000);
 const dir = mkdtempSync(join(tmpdir(), 'sluice-api-profile-'));
 try {
   await using manager = await openCacheManager(join(dir, 'c'));
-  const cache = await manager.create({
-    endpoint: 'items',
-    schema: {
-      fields: { ...ITEMS_SCHEMA.fields },
-      primaryKey: ['id'],
-      indexes: [['value'], ['category', 'value']],
-    },
-  });
-  for (let start = 1; start <= RECORDS; start += 10_000) {
-    const ops = [];
-    for (let id = start; id < Math.min(start + 10_000, RECORDS + 1); id += 1)
-      ops.push({ op: 'upsert' as const, record: item(id, 1) });
-    cache.apply(ops);
-    await cache.commit({ dag: 'bench', epoch: start, positions: {}, at: new Date().toISOString() });
-  }
+  const cache = await createItemsGeneration(manager, RECORDS);
   const limits = DEFAULT_QUERY_LIMITS;
   const generation = cache.name;
   let sink = 0;

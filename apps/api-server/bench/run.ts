@@ -17,8 +17,9 @@ import { openCacheManager } from '@sluice/cache';
 import { createTestDatabase, freePort, spawnTs, tempDir } from '@sluice/testkit';
 import autocannon from 'autocannon';
 import pg from 'pg';
-import { ITEMS_SCHEMA, item } from '../test/fixtures/data.js';
+import { item } from '../test/fixtures/data.js';
 import { writeConfig } from '../test/helpers.js';
+import { createItemsGeneration } from './items-generation.js';
 
 const RECORDS = Number(process.env.RECORDS ?? 200_000);
 const PROFILE = process.env.PROFILE;
@@ -118,21 +119,7 @@ async function main(): Promise<void> {
   const started = Date.now();
   {
     await using manager = await openCacheManager(dir.path);
-    const cache = await manager.create({
-      endpoint: 'items',
-      schema: {
-        fields: { ...ITEMS_SCHEMA.fields },
-        primaryKey: ['id'],
-        indexes: [['value'], ['category', 'value']],
-      },
-    });
-    for (let start = 1; start <= RECORDS; start += 10_000) {
-      const ops = [];
-      for (let id = start; id < Math.min(start + 10_000, RECORDS + 1); id += 1)
-        ops.push({ op: 'upsert' as const, record: item(id, 1) });
-      cache.apply(ops);
-      await cache.commit({ dag: 'bench', epoch: start, positions: {}, at: new Date().toISOString() });
-    }
+    const cache = await createItemsGeneration(manager, RECORDS);
     await manager.redirect('items', cache.name);
     await cache.close();
   }

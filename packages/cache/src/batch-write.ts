@@ -18,8 +18,6 @@ export interface StagedChange {
   key: Buffer;
   /** Primary-key values (for the change log). */
   pk: unknown[];
-  /** The new record, or null for a delete. */
-  record: Record<string, unknown> | null;
   /** The record's stored JSON text (null for a delete). */
   bytes: Buffer | null;
   /** The record's key in each secondary index, in `dbs.indexes` order (null for a delete). */
@@ -65,11 +63,16 @@ function lastKey(db: Database<Buffer, Buffer>): Buffer | null {
   return null;
 }
 
+/** Whether `key` sorts after every key of `db` (in the current write transaction). */
+function pastLastKey(db: Database<Buffer, Buffer>, key: Buffer): boolean {
+  const last = lastKey(db);
+  return last === null || Buffer.compare(key, last) > 0;
+}
+
 /** Puts `entries` (sorted, distinct keys) in key order; appends when they all sort after the last key. */
 function putSorted(db: Database<Buffer, Buffer>, entries: Array<{ key: Buffer; value: Buffer }>): void {
   if (entries.length === 0) return;
-  const last = lastKey(db);
-  const append = last === null || Buffer.compare(entries[0]!.key, last) > 0;
+  const append = pastLastKey(db, entries[0]!.key);
   for (const entry of entries)
     if (!putSucceeded(db, entry.key, entry.value, append ? APPEND : NO_FLAGS) && append)
       // LMDB refuses an append that is not past the last key: a lost write, never to pass silently.
@@ -100,6 +103,9 @@ export function writeChanges(
 ): WriteOutcome {
   const sorted = sortByKey([...changes]);
   const { data, indexes } = dbs;
+  // A batch whose keys all sort after the last stored one (a snapshot read in key order) replaces nothing:
+  // skip the per-record lookup of a previous version (a B-tree search each, for keys that cannot be there).
+  const fresh = empty || sorted.length === 0 || pastLastKey(data, sorted[0]!.key);
   const dataPuts: Array<{ key: Buffer; value: Buffer }> = [];
   const dataRemoves: Buffer[] = [];
   const indexPuts = indexes.map(() => [] as Array<{ key: Buffer; value: Buffer; dataKey: Buffer }>);
@@ -109,7 +115,7 @@ export function writeChanges(
   for (const change of sorted) {
     let oldKeys: Buffer[] | null = null;
     let sameBytes = false;
-    if (!empty) {
+    if (!fresh) {
       // The previous version's index entries move: decode it (the fast read's buffer is reused by the next).
       const old = data.getBinaryFast(change.key);
       if (old !== undefined) {

@@ -1,5 +1,7 @@
+import { join } from 'node:path';
 import { type CacheSchema, type ChangeEntry, SluiceError } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
+import { open } from 'lmdb';
 import { describe, expect, it, vi } from 'vitest';
 import { openCacheManager } from './manager.js';
 
@@ -193,5 +195,36 @@ describe('change log', () => {
     expect(pinned.read(0, 100)).toHaveLength(4);
     // The latest commit is visible outside the pin.
     expect(cache.changeLog().head().last).toBe(7);
+  });
+
+  it('logs an upsert as the stored JSON text, and still reads upserts logged as MessagePack records', async () => {
+    await using dir = await tempDir();
+    let name: string;
+    {
+      await using caches = await openCacheManager(dir.path);
+      await using cache = await caches.create({ endpoint: 'items', schema });
+      name = cache.name;
+      cache.apply([{ op: 'upsert', record: { category: 'a', id: 1, value: 10 } }]);
+      await cache.commit(checkpoint(1));
+    }
+    const env = open({ path: join(dir.path, 'caches', name), maxDbs: 64 });
+    const changes = env.openDB<Record<string, unknown>, number>({
+      name: 'changes',
+      encoder: { useRecords: false },
+    } as never);
+    const data = env.openDB<Buffer, Buffer>({ name: 'data', keyEncoding: 'binary', encoding: 'binary' });
+    const [stored] = [...data.getRange({})].map((e) => e.value);
+    // The log entry holds exactly the data entry's bytes (canonical field order), not a re-encoded record.
+    expect(Buffer.from(changes.get(1)!.j as Uint8Array).equals(stored!)).toBe(true);
+    // An entry as an earlier version wrote it: the record itself, MessagePack-encoded.
+    await changes.put(1, { o: 'u', k: [1], r: { id: 1, value: 9, category: 'old' } });
+    await env.close();
+
+    await using caches = await openCacheManager(dir.path);
+    await using served = await caches.openRo(name);
+    expect(served.changeLog().read(0, 10)).toMatchObject([
+      { seq: 1, op: 'upsert', key: [1], record: { id: 1, value: 9, category: 'old' } },
+      { seq: 2, op: 'commit', epoch: 1 },
+    ]);
   });
 });

@@ -31,6 +31,9 @@ export const DEFAULT_RETENTION: ChangeRetention = { ...CACHE_DEFAULTS.changes };
 
 /** Stored form (short field names: the log is written on every commit). */
 type StoredEntry =
+  // An upsert holds the record's stored JSON text (what the data entry holds): no re-encoding per record.
+  | { o: 'j'; k: unknown[]; j: Uint8Array }
+  // Upserts logged before the JSON form (the record MessagePack-encoded); still read.
   | { o: 'u'; k: unknown[]; r: Record<string, unknown> }
   | { o: 'd'; k: unknown[] }
   | { o: 'c'; p: Record<string, unknown> | null; e: number | null; at: number };
@@ -44,10 +47,10 @@ const EMPTY_HEAD: StoredHead = { first: 1, next: 1 };
 const HEAD_KEY = 'changes';
 const LOG_OPTIONS = { encoder: { useRecords: false } } as DatabaseOptions;
 
-/** A change handed to {@link appendChanges}: the primary-key values, and the new record or null (delete). */
+/** A change handed to {@link appendChanges}: the primary-key values, and the new record's stored JSON text or null (delete). */
 export interface LoggedChange {
   pk: readonly unknown[];
-  record: Record<string, unknown> | null;
+  bytes: Uint8Array | null;
 }
 
 function logDb(dbs: CacheDbs): Database<StoredEntry, number> {
@@ -92,9 +95,9 @@ export function appendChanges(
   let seq = start;
   for (const change of changes) {
     const entry: StoredEntry =
-      change.record === null
-        ? { o: 'd', k: [...change.pk] }
-        : { o: 'u', k: [...change.pk], r: change.record };
+      change.bytes === null
+        ? { o: 'd', k: change.pk as unknown[] }
+        : { o: 'j', k: change.pk as unknown[], j: change.bytes };
     db.putSync(seq++, entry);
   }
   db.putSync(seq++, { o: 'c', p: checkpoint?.positions ?? null, e: checkpoint?.epoch ?? null, at: now });
@@ -155,6 +158,7 @@ export function clearChanges(dbs: CacheDbs): void {
 }
 
 function decode(seq: number, entry: StoredEntry): ChangeEntry {
+  if (entry.o === 'j') return { seq, op: 'upsert', key: entry.k, record: decodeRecord(entry.j) };
   if (entry.o === 'u') return { seq, op: 'upsert', key: entry.k, record: entry.r };
   if (entry.o === 'd') return { seq, op: 'delete', key: entry.k };
   return { seq, op: 'commit', position: entry.p, epoch: entry.e, at: entry.at };

@@ -189,7 +189,7 @@ describe('deferred index builds (bulk loads)', () => {
     // Half a first index is there, and still unplannable.
     expect(indexEntries(cache)[0]!.length).toBe(1_000);
     expect(cache.query(parseQuery({ $filter: { value: { $gte: 20 } }, $limit: 5 })).plan.index).toBeNull();
-    await finishIndexBuild(dbs, { chunk: 700 });
+    await finishIndexBuild(dbs, ['id'], { chunk: 700 });
     expect(indexEntries(cache).map((e) => e.length)).toEqual([3_000, 3_000]);
     expectIndexAnswers(
       cache,

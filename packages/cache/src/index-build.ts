@@ -15,7 +15,8 @@
  */
 import type { Database, Transaction } from 'lmdb';
 import { putSucceeded } from './batch-write.js';
-import type { CacheDbs, IndexDb } from './cache-dbs.js';
+import { type CacheDbs, type IndexDb, indexKey } from './cache-dbs.js';
+import { decodeRecord } from './record-json.js';
 
 /** The meta entry that says a build is pending: how many runs were written, and whether any may be stale. */
 export interface IndexBuildState {
@@ -23,7 +24,7 @@ export interface IndexBuildState {
   runs: number;
   /**
    * A bulk commit replaced or deleted a record loaded before: some run entries describe versions that are
-   * gone, so the merge keeps an entry only where the data database holds the same bytes under its key.
+   * gone, so the merge keeps an entry only where the record's current version has that key in the index.
    */
   stale: boolean;
 }
@@ -88,34 +89,26 @@ function append(db: Database<Buffer, Buffer>, key: Buffer, value: Buffer): void 
     throw new Error(`index build: append of key ${key.toString('hex')} refused (not past the last key)`);
 }
 
-/** An index entry to defer: its index key, the record's data key and its stored bytes. */
+/** An index entry to defer: its index key and the data key of its record (whose bytes the entry will hold). */
 export interface DeferredEntry {
   key: Buffer;
   dataKey: Buffer;
-  value: Buffer;
 }
 
-/** Run entry value: u16 index-key length, index key, u16 data-key length, data key, record bytes. */
+/**
+ * Run entry value: u16 index-key length, index key, data key. The record's bytes are not repeated: the merge
+ * reads them from the data database, which also tells it whether the entry still describes the record.
+ */
 function runValue(entry: DeferredEntry): Buffer {
-  const out = Buffer.allocUnsafe(4 + entry.key.length + entry.dataKey.length + entry.value.length);
-  let at = out.writeUInt16BE(entry.key.length, 0);
-  at += entry.key.copy(out, at);
-  at = out.writeUInt16BE(entry.dataKey.length, at);
-  at += entry.dataKey.copy(out, at);
-  entry.value.copy(out, at);
+  const out = Buffer.allocUnsafe(2 + entry.key.length + entry.dataKey.length);
+  const at = out.writeUInt16BE(entry.key.length, 0);
+  entry.dataKey.copy(out, at + entry.key.copy(out, at));
   return out;
 }
 
 function parseRunValue(value: Buffer): DeferredEntry {
-  const keyLength = value.readUInt16BE(0);
-  const key = value.subarray(2, 2 + keyLength);
-  const dataKeyLength = value.readUInt16BE(2 + keyLength);
-  const dataStart = 4 + keyLength;
-  return {
-    key,
-    dataKey: value.subarray(dataStart, dataStart + dataKeyLength),
-    value: value.subarray(dataStart + dataKeyLength),
-  };
+  const keyEnd = 2 + value.readUInt16BE(0);
+  return { key: value.subarray(2, keyEnd), dataKey: value.subarray(keyEnd) };
 }
 
 /**
@@ -199,6 +192,7 @@ class RunHeap {
  */
 export async function finishIndexBuild(
   dbs: CacheDbs,
+  primaryKey: readonly string[],
   options: { chunk?: number; onProgress?: (merged: number) => void } = {},
 ): Promise<void> {
   const build = pendingBuild(dbs);
@@ -230,7 +224,7 @@ export async function finishIndexBuild(
         while (heap.items.length > 0 && wrote < chunk) {
           const top = heap.items[0]!;
           const entry = top.head;
-          lastKey = appendEntry(dbs, index, entry, lastKey, build.stale);
+          lastKey = appendEntry(dbs, index, primaryKey, entry, lastKey, build.stale);
           wrote += 1;
           top.seq += 1;
           positions[top.run] = top.seq;
@@ -261,23 +255,25 @@ export async function finishIndexBuild(
     });
 }
 
-/** Appends `entry` to `index` unless it repeats the last key or (stale runs) its record version is gone. */
+/**
+ * Appends `entry` to `index` with its record's current bytes, unless it repeats the last key (the same record
+ * loaded twice) or, with `stale` runs, the record is gone or its current version has another key in this index.
+ */
 function appendEntry(
   dbs: CacheDbs,
   index: IndexDb,
+  primaryKey: readonly string[],
   entry: DeferredEntry,
   lastKey: Buffer | null,
   stale: boolean,
 ): Buffer | null {
-  // The same record version loaded twice (equal bytes, so equal key): one entry.
   if (lastKey !== null && lastKey.equals(entry.key)) return lastKey;
-  if (stale) {
-    const current = dbs.data.getBinaryFast(entry.dataKey);
-    if (current === undefined) return lastKey;
-    const bytes = new Uint8Array(current.buffer, current.byteOffset, current.length);
-    if (!entry.value.equals(bytes)) return lastKey;
-  }
-  append(index.db, entry.key, entry.value);
+  const current = dbs.data.getBinaryFast(entry.dataKey);
+  if (current === undefined) return lastKey;
+  // A view of exactly the value: LMDB's read buffer is larger than its (overridden) length says.
+  const bytes = Buffer.from(current.buffer, current.byteOffset, current.length);
+  if (stale && !indexKey(index, decodeRecord(bytes), primaryKey).equals(entry.key)) return lastKey;
+  append(index.db, entry.key, bytes);
   // A copy: the entry's buffer belongs to the run iterator.
   return Buffer.from(entry.key);
 }

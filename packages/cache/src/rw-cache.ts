@@ -89,7 +89,7 @@ export class RwCache extends RoCache implements WritableCache {
       let own = batch.get(id) ?? this.staged.get(id);
       for (let i = this.committing.length - 1; own === undefined && i >= 0; i--)
         own = this.committing[i]!.get(id);
-      if (own) return own.record !== null;
+      if (own) return own.bytes !== null;
       return this.dbs.data.doesExist(key);
     };
     ops.forEach((op, i) => {
@@ -107,7 +107,7 @@ export class RwCache extends RoCache implements WritableCache {
             });
           return;
         }
-        batch.set(id, { key, pk: [...op.key], record: null, bytes: null, indexKeys: null });
+        batch.set(id, { key, pk: [...op.key], bytes: null, indexKeys: null });
         return;
       }
       if (op.op !== 'insert' && op.op !== 'update' && op.op !== 'upsert')
@@ -116,7 +116,8 @@ export class RwCache extends RoCache implements WritableCache {
         });
       let record: Record<string, unknown>;
       try {
-        record = { ...checkRecord(this.schema, op.record) };
+        // No copy: everything kept of the record (its text, its keys) is encoded below, before apply returns.
+        record = checkRecord(this.schema, op.record);
       } catch (err) {
         throw new BadRecordError(`Operation ${i}: ${(err as Error).message}`, { offset: i });
       }
@@ -137,7 +138,7 @@ export class RwCache extends RoCache implements WritableCache {
       // Encoded now, outside the commit's write transaction: the stored text and every index key.
       const bytes = Buffer.from(serialize(record), 'utf8');
       const indexKeys = this.dbs.indexes.map((index) => indexKey(index, record, pkFields));
-      batch.set(id, { key, pk, record, bytes, indexKeys });
+      batch.set(id, { key, pk, bytes, indexKeys });
     });
     for (const [id, change] of batch) this.staged.set(id, change);
   }
@@ -246,7 +247,7 @@ export class RwCache extends RoCache implements WritableCache {
   async finishIndexBuild(): Promise<void> {
     if (pendingBuild(this.dbs) === null) return;
     try {
-      await finishIndexBuild(this.dbs);
+      await finishIndexBuild(this.dbs, this.schema.primaryKey);
     } catch (err) {
       throw translateWriteError(err, `Cache "${this.name}": index build failed`);
     }

@@ -58,23 +58,32 @@ if (kind === 'pipeline') {
   await pipeline.stop();
   if (written !== records) throw new Error(`wrote ${written} of ${records}`);
 } else if (kind === 'lmdb') {
-  // The physical limit: the same lines parsed and put into one LMDB database in batches, no indexes.
-  const db = open({ path: join(workDir, 'raw-lmdb'), compression: false });
-  let batch: Array<{ id: number } & Record<string, unknown>> = [];
+  // The physical limit: the same lines parsed and put into LMDB in batches — each record, and an entry per record
+  // in each of two index databases ((category, id) and (value, id), holding the record's text like the cache's
+  // covering entries), with lmdb's own key encoding and no checks.
+  const root = open({ path: join(workDir, 'raw-lmdb'), compression: false });
+  const db = root.openDB({ name: 'data' });
+  const byCategory = root.openDB<string, [string, number]>({ name: 'category', encoding: 'string' });
+  const byValue = root.openDB<string, [number, number]>({ name: 'value', encoding: 'string' });
+  let batch: Array<{ row: { id: number; category: string; value: number }; line: string }> = [];
   const flush = async () => {
     const rows = batch;
     batch = [];
-    await db.transaction(() => {
-      for (const row of rows) db.put(row.id, row);
+    await root.transaction(() => {
+      for (const { row, line } of rows) {
+        db.put(row.id, row);
+        byCategory.put([row.category, row.id], line);
+        byValue.put([row.value, row.id], line);
+      }
     });
   };
   const lines = createInterface({ input: createReadStream(file), crlfDelay: Number.POSITIVE_INFINITY });
   for await (const line of lines) {
-    batch.push(JSON.parse(line));
+    batch.push({ row: JSON.parse(line), line });
     if (batch.length === 50_000) await flush();
   }
   await flush();
-  await db.close();
+  await root.close();
 } else if (kind === 'pgcopy') {
   // The peer: PostgreSQL COPY (server-side read of the same records as CSV) into a table with the same two indexes.
   const client = new pg.Client({ connectionString: pgUrl });

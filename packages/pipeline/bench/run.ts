@@ -3,7 +3,7 @@
  *
  * Records per second from a JSON Lines file into an endpoint cache with two secondary indexes (the whole
  * pipeline: read, parse, type-check, index, commit, alias switch), next to raw `lmdb` batched puts of the
- * same records (the limit) and PostgreSQL `COPY` into a table with the same two indexes (the peer), all in
+ * same records and their two index entries (the limit) and PostgreSQL `COPY` into a table with the same two indexes (the peer), all in
  * this run on this machine. Each case runs in its own process; peak memory is that process's max RSS.
  * PROFILE=<dir> writes the pipeline case's CPU profile (`node --cpu-prof`) there.
  */
@@ -133,7 +133,7 @@ try {
       `| ${fmt(n)} | ${name} | ${fmt(rate(n, r.ms))} | ${(r.ms / 1000).toFixed(1)} s | ${r.maxRssMB ?? 'n/a (server)'} | ${r.anonPeakMB ?? 'n/a (server)'} | ${(pipeline.ms / r.ms).toFixed(2)} |`;
     const result = [
       line('pipeline → cache (2 indexes)', pipeline),
-      line('raw lmdb batched puts (limit)', lmdb),
+      line('raw lmdb batched puts, records + 2 index entries (limit)', lmdb),
       line('PostgreSQL COPY, 2 indexes (peer)', copy),
     ];
     // Progress as plain lines; the table comes once at the end.
