@@ -120,6 +120,36 @@ interface CaseResult {
   byHand?: number;
 }
 
+/**
+ * Both cases on one dialect, from the same three sides: a warm-up of raw and store, then new ids (every submit
+ * inserts), then the same ids again (every submit finds its record), with the by-hand side beside them.
+ */
+async function measureCases(
+  dialect: string,
+  counts: { warmOps: number; ops: number },
+  sides: { raw: Side; store: Side; byHand: Side },
+): Promise<CaseResult[]> {
+  await interleaved([
+    { items: makeItems('warm-raw', counts.warmOps), run: sides.raw },
+    { items: makeItems('warm-store', counts.warmOps), run: sides.store },
+  ]);
+  const rawItems = makeItems('raw', counts.ops);
+  const storeItems = makeItems('store', counts.ops);
+  const [rawNew, storeNew] = await interleaved([
+    { items: rawItems, run: sides.raw },
+    { items: storeItems, run: sides.store },
+  ]);
+  const [rawDup, storeDup, byHand] = await interleaved([
+    { items: rawItems, run: sides.raw },
+    { items: storeItems, run: sides.store },
+    { items: rawItems, run: sides.byHand },
+  ]);
+  return [
+    { dialect, kind: 'new ids', raw: rawNew!, store: storeNew! },
+    { dialect, kind: 'duplicate ids', raw: rawDup!, store: storeDup!, byHand: byHand! },
+  ];
+}
+
 async function benchSqlite(): Promise<CaseResult[]> {
   const dir = mkdtempSync(join(tmpdir(), 'sluice-store-bench-'));
   try {
@@ -146,27 +176,18 @@ async function benchSqlite(): Promise<CaseResult[]> {
     const storeSide: Side = async (items) => {
       for (const item of items) await store.submit(item);
     };
-    await interleaved([
-      { items: makeItems('warm-raw', 1000), run: rawSide },
-      { items: makeItems('warm-store', 1000), run: storeSide },
-    ]);
-    const rawItems = makeItems('raw', SQLITE_OPS);
-    const storeItems = makeItems('store', SQLITE_OPS);
-    const [rawNew, storeNew] = await interleaved([
-      { items: rawItems, run: rawSide },
-      { items: storeItems, run: storeSide },
-    ]);
-    const [rawDup, storeDup, byHand] = await interleaved([
-      { items: rawItems, run: rawSide },
-      { items: storeItems, run: storeSide },
-      { items: rawItems, run: byHandSide },
-    ]);
+    const results = await measureCases(
+      'sqlite',
+      { warmOps: 1000, ops: SQLITE_OPS },
+      {
+        raw: rawSide,
+        store: storeSide,
+        byHand: byHandSide,
+      },
+    );
     raw.close();
     await store.close();
-    return [
-      { dialect: 'sqlite', kind: 'new ids', raw: rawNew!, store: storeNew! },
-      { dialect: 'sqlite', kind: 'duplicate ids', raw: rawDup!, store: storeDup!, byHand: byHand! },
-    ];
+    return results;
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -194,25 +215,15 @@ async function benchPostgres(): Promise<CaseResult[]> {
         JSON.parse(rows[0].request);
       });
     const storeSide: Side = (items) => inParallel(items, PG_CONCURRENCY, (item) => store.submit(item));
-    await interleaved([
-      { items: makeItems('warm-raw', 500), run: rawSide },
-      { items: makeItems('warm-store', 500), run: storeSide },
-    ]);
-    const rawItems = makeItems('raw', PG_OPS);
-    const storeItems = makeItems('store', PG_OPS);
-    const [rawNew, storeNew] = await interleaved([
-      { items: rawItems, run: rawSide },
-      { items: storeItems, run: storeSide },
-    ]);
-    const [rawDup, storeDup, byHand] = await interleaved([
-      { items: rawItems, run: rawSide },
-      { items: storeItems, run: storeSide },
-      { items: rawItems, run: byHandSide },
-    ]);
-    return [
-      { dialect: 'postgres', kind: 'new ids', raw: rawNew!, store: storeNew! },
-      { dialect: 'postgres', kind: 'duplicate ids', raw: rawDup!, store: storeDup!, byHand: byHand! },
-    ];
+    return await measureCases(
+      'postgres',
+      { warmOps: 500, ops: PG_OPS },
+      {
+        raw: rawSide,
+        store: storeSide,
+        byHand: byHandSide,
+      },
+    );
   } finally {
     await raw.end();
     await store.close();

@@ -199,6 +199,16 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
     updated_at: clock.now,
   };
   type RecoverNames = 'nodeId' | 'address' | 'instance' | 'leaseMs' | 'now' | 'limit';
+  /** The ids a sweep takes: active rows whose lease has expired, oldest lease first, at most `limit`. */
+  const expiredBatch = () =>
+    db
+      .selectFrom('transfers')
+      .select('id')
+      .where('state', 'in', ACTIVE)
+      .where('lease_expires_at', '<=', clock.now)
+      .orderBy('lease_expires_at')
+      .orderBy('id')
+      .limit(param<number>('limit'));
   const recover =
     dialect === 'postgres'
       ? // Lock the oldest expired rows, skipping rows another sweeper holds: no row goes to two sweepers,
@@ -211,19 +221,7 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
               epoch: eb('t.epoch', '+', 1),
               attempts: eb('t.attempts', '+', 1),
             }))
-            .from(
-              db
-                .selectFrom('transfers')
-                .select('id')
-                .where('state', 'in', ACTIVE)
-                .where('lease_expires_at', '<=', clock.now)
-                .orderBy('lease_expires_at')
-                .orderBy('id')
-                .limit(param<number>('limit'))
-                .forUpdate()
-                .skipLocked()
-                .as('c'),
-            )
+            .from(expiredBatch().forUpdate().skipLocked().as('c'))
             .whereRef('t.id', '=', 'c.id')
             .returningAll('t'),
         )
@@ -236,16 +234,7 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
               epoch: eb('epoch', '+', 1),
               attempts: eb('attempts', '+', 1),
             }))
-            .where('id', 'in', (eb) =>
-              eb
-                .selectFrom('transfers')
-                .select('id')
-                .where('state', 'in', ACTIVE)
-                .where('lease_expires_at', '<=', clock.now)
-                .orderBy('lease_expires_at')
-                .orderBy('id')
-                .limit(param<number>('limit')),
-            )
+            .where('id', 'in', expiredBatch())
             .returningAll(),
         );
   return {

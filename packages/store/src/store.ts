@@ -4,16 +4,11 @@ import {
   IdempotencyConflictError,
   IllegalTransitionError,
   InternalError,
-  isTerminal,
-  LeaseHeldError,
   type ListTransfersInput,
   type Logger,
-  NameSchema,
   type NodeInfo,
-  NotFoundError,
   type OwnerChangeOptions,
   type OwnerIdentity,
-  parseOrThrow,
   StaleEpochError,
   type SubmitInput,
   type SubmitOutcome,
@@ -23,39 +18,34 @@ import {
   type TransferRecord,
   type TransferState,
   type TransitionInput,
-  ValidationError,
 } from '@sluice/core';
 import { type CompiledQuery, type Kysely, sql } from 'kysely';
 import type { StoreDialect } from './dialect.js';
-import { closedStoreError, TransferFinalError, toStoreError } from './errors.js';
-import { type InsertNames, prepareQueries, type Queries } from './queries.js';
-import { rowToNode, rowToRecord } from './record.js';
+import { TransferFinalError } from './errors.js';
+import { type NodeRegistration, NodeTable } from './nodes.js';
+import { OperationGuard } from './operation-guard.js';
+import { prepareQueries, type Queries } from './queries.js';
+import { rowToRecord } from './record.js';
+import { refusalOf } from './refusal.js';
 import type { StoreDatabase } from './schema.js';
 import { storeClock } from './store-clock.js';
+import { prepareSubmit, type SubmitValues } from './submit-input.js';
 import {
   boundedJson,
   encodeCursor,
   STORE_LIMITS,
   validDate,
   validEpoch,
-  validFailure,
-  validHash,
   validId,
   validLeaseMs,
   validLimit,
   validListInput,
   validOwner,
-  validRequest,
-  validResult,
-  validState,
-  validSubmitState,
+  validTransitionInput,
 } from './validate.js';
 
-type SubmitValues = Record<InsertNames, string | number>;
 type Row<T> = { rows: T[]; numAffectedRows?: bigint };
 
-/** How long `close()` waits for running operations before closing the connections under them. */
-const CLOSE_DRAIN_MS = 10_000;
 /** A submit retries when the row vanished between its insert and its read (purged at that instant). */
 const SUBMIT_ATTEMPTS = 3;
 
@@ -78,9 +68,8 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   readonly #logger: Logger;
   readonly #q: Queries;
   readonly #clockSql: ReturnType<typeof storeClock>;
-  #closing: Promise<void> | null = null;
-  /** Operations accepted before `close()`, which it lets finish before closing the connections. */
-  readonly #inFlight = new Set<Promise<unknown>>();
+  readonly #nodes: NodeTable;
+  readonly #guard: OperationGuard;
 
   /** @internal Use `openStore()`: it validates the URL and runs the migrations. */
   constructor(
@@ -96,6 +85,8 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     this.#logger = logger;
     this.#q = prepareQueries(db, dialect);
     this.#clockSql = storeClock(dialect);
+    this.#nodes = new NodeTable(db, this.#clockSql);
+    this.#guard = new OperationGuard(logger);
     if (statements) {
       const { transitions, ...rest } = this.#q;
       for (const query of [...Object.values(rest), ...transitions.values()]) statements.register(query.sql);
@@ -104,51 +95,12 @@ export class SqlDataPlaneStore implements DataPlaneStore {
 
   /** True once `close()` was called. */
   get closed(): boolean {
-    return this.#closing !== null;
+    return this.#guard.closed;
   }
 
   async submit(input: SubmitInput): Promise<SubmitOutcome> {
-    return this.#guard('submit', async () => {
-      if (typeof input !== 'object' || input === null) {
-        throw new ValidationError('Invalid submit input: expected an object', [
-          { path: '(root)', message: 'expected an object' },
-        ]);
-      }
-      const { request, json } = validRequest(input.request);
-      const requestHash = validHash(input.requestHash);
-      const owner = validOwner(input.owner);
-      const leaseMs = validLeaseMs(input.leaseMs);
-      const state = validSubmitState(input.state);
-      const now = this.#now();
-      const values: SubmitValues = {
-        id: request.id,
-        hash: requestHash,
-        request: json,
-        state,
-        nodeId: owner.nodeId,
-        address: owner.address,
-        instance: owner.instanceId,
-        leaseMs,
-        now,
-      };
-      const fresh: TransferRecord = {
-        id: request.id,
-        requestHash,
-        request,
-        state,
-        ownerNodeId: owner.nodeId,
-        ownerAddress: owner.address,
-        ownerInstance: owner.instanceId,
-        epoch: 1,
-        // This node's estimate; the row holds the store's own (PostgreSQL computes it with its clock).
-        leaseExpiresAt: new Date(now + leaseMs),
-        attempts: 1,
-        error: null,
-        result: null,
-        checkpoint: null,
-        createdAt: new Date(now),
-        updatedAt: new Date(now),
-      };
+    return this.#run('submit', async () => {
+      const { request, requestHash, values, fresh } = prepareSubmit(input, () => this.#now());
       for (let attempt = 1; ; attempt++) {
         const outcome =
           this.dialect === 'postgres'
@@ -196,7 +148,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     leaseMs: number,
     options: OwnerChangeOptions = {},
   ): Promise<TransferRecord> {
-    return this.#guard('takeOver', async () => {
+    return this.#run('takeOver', async () => {
       const values = this.#ownerChange(id, expectedEpoch, owner, leaseMs);
       const query = options.requireExpiredLease === true ? this.#q.takeOverExpired : this.#q.takeOver;
       const row = await this.#one(query.bind(values));
@@ -216,7 +168,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     owner: OwnerIdentity,
     options: OwnerChangeOptions = {},
   ): Promise<TransferRecord> {
-    return this.#guard('terminateAbandoned', async () => {
+    return this.#run('terminateAbandoned', async () => {
       const values = this.#ownerChange(id, expectedEpoch, owner, 1_000);
       const query =
         options.requireExpiredLease === true ? this.#q.terminateAbandonedExpired : this.#q.terminateAbandoned;
@@ -251,26 +203,12 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   }
 
   async transition(id: string, epoch: number, input: TransitionInput): Promise<TransferRecord> {
-    return this.#guard('transition', async () => {
+    return this.#run('transition', async () => {
       const validated = { id: validId(id), epoch: validEpoch(epoch) };
-      if (typeof input !== 'object' || input === null) {
-        throw new ValidationError('Invalid transition: expected an object', [
-          { path: '(root)', message: 'expected an object' },
-        ]);
-      }
-      const to = validState(input.to, 'target state');
-      const error = input.error === undefined || input.error === null ? null : validFailure(input.error);
-      const result = input.result === undefined || input.result === null ? null : validResult(input.result);
+      const { to, error, result } = validTransitionInput(input);
       const query = this.#q.transitions.get(to);
       if (query) {
-        const row = await this.#one(
-          query.bind({
-            ...validated,
-            error: error === null ? null : JSON.stringify(error),
-            result: result === null ? null : JSON.stringify(result),
-            now: this.#now(),
-          }),
-        );
+        const row = await this.#one(query.bind({ ...validated, error, result, now: this.#now() }));
         if (row) return rowToRecord(row);
       }
       const current = await this.#one(this.#q.stateById.bind({ id: validated.id }));
@@ -285,7 +223,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   }
 
   async saveCheckpoint(id: string, epoch: number, checkpoint: unknown, leaseMs?: number): Promise<void> {
-    return this.#guard('saveCheckpoint', async () => {
+    return this.#run('saveCheckpoint', async () => {
       const validated = {
         id: validId(id),
         epoch: validEpoch(epoch),
@@ -303,7 +241,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   }
 
   async heartbeat(owner: OwnerIdentity, leaseMs: number): Promise<string[]> {
-    return this.#guard('heartbeat', async () => {
+    return this.#run('heartbeat', async () => {
       const o = validOwner(owner);
       const { rows } = await this.#exec(
         this.#q.heartbeat.bind({
@@ -318,7 +256,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   }
 
   async release(id: string, epoch: number): Promise<void> {
-    return this.#guard('release', async () => {
+    return this.#run('release', async () => {
       const validated = { id: validId(id), epoch: validEpoch(epoch), now: this.#now() };
       const { numAffectedRows } = await this.#exec(this.#q.release.bind(validated));
       if (numAffectedRows === 1n) return;
@@ -330,7 +268,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   }
 
   async recoverExpired(owner: OwnerIdentity, leaseMs: number, limit: number): Promise<TransferRecord[]> {
-    return this.#guard('recoverExpired', async () => {
+    return this.#run('recoverExpired', async () => {
       const o = validOwner(owner);
       const now = this.#now();
       const values = {
@@ -351,14 +289,14 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   }
 
   async get(id: string): Promise<TransferRecord | null> {
-    return this.#guard('get', async () => {
+    return this.#run('get', async () => {
       const row = await this.#one(this.#q.getById.bind({ id: validId(id) }));
       return row ? rowToRecord(row) : null;
     });
   }
 
   async list(input?: ListTransfersInput): Promise<TransferPage> {
-    return this.#guard('list', async () => {
+    return this.#run('list', async () => {
       const { state, ownerNodeId, after, limit, leaseExpired } = validListInput(input);
       let query = this.#db
         .selectFrom('transfers')
@@ -386,7 +324,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   }
 
   async purge(olderThan: Date): Promise<number> {
-    return this.#guard('purge', async () => {
+    return this.#run('purge', async () => {
       const before = validDate(olderThan, 'olderThan').getTime();
       const result = await this.#db
         .deleteFrom('transfers')
@@ -397,67 +335,20 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     });
   }
 
-  async registerNode(
-    node: Omit<NodeInfo, 'lastSeenAt' | 'startedAt' | 'silentMs'> & { startedAt?: Date },
-  ): Promise<void> {
-    return this.#guard('registerNode', async () => {
-      if (typeof node !== 'object' || node === null) {
-        throw new ValidationError('Invalid node: expected an object', [
-          { path: '(root)', message: 'expected an object' },
-        ]);
-      }
-      const identity = validOwner(node, 'node');
-      const now = this.#now();
-      const startedAt =
-        node.startedAt === undefined ? now : validDate(node.startedAt, 'node.startedAt').getTime();
-      const row = {
-        node_id: identity.nodeId,
-        address: identity.address,
-        instance_id: identity.instanceId,
-        started_at: node.startedAt === undefined ? this.#clockSql.nowFor(now) : startedAt,
-        last_seen_at: this.#clockSql.nowFor(now),
-      };
-      await this.#db
-        .insertInto('nodes')
-        .values(row)
-        .onConflict((oc) =>
-          oc.column('node_id').doUpdateSet({
-            address: row.address,
-            instance_id: row.instance_id,
-            started_at: row.started_at,
-            last_seen_at: row.last_seen_at,
-          }),
-        )
-        .execute();
-    });
+  async registerNode(node: NodeRegistration): Promise<void> {
+    return this.#run('registerNode', () => this.#nodes.register(node, this.#now()));
   }
 
   async touchNode(nodeId: string): Promise<void> {
-    return this.#guard('touchNode', async () => {
-      const id = parseOrThrow(NameSchema, nodeId, 'Invalid node id');
-      const result = await this.#db
-        .updateTable('nodes')
-        .set({ last_seen_at: this.#clockSql.nowFor(this.#now()) })
-        .where('node_id', '=', id)
-        .executeTakeFirst();
-      if (result.numUpdatedRows === 0n) throw new NotFoundError(`Node "${id}" is not registered`);
-    });
+    return this.#run('touchNode', () => this.#nodes.touch(nodeId, this.#now()));
   }
 
   async listNodes(): Promise<NodeInfo[]> {
-    return this.#guard('listNodes', async () => {
-      const rows = await this.#db
-        .selectFrom('nodes')
-        .selectAll()
-        .select(this.#clockSql.nowFor(this.#now()).as('store_now'))
-        .orderBy('node_id')
-        .execute();
-      return rows.map((row) => rowToNode(row, Number(row.store_now)));
-    });
+    return this.#run('listNodes', () => this.#nodes.list(this.#now()));
   }
 
   async ping(): Promise<void> {
-    return this.#guard('ping', async () => {
+    return this.#run('ping', async () => {
       await sql`select 1`.execute(this.#db);
     });
   }
@@ -467,23 +358,11 @@ export class SqlDataPlaneStore implements DataPlaneStore {
    * at most `CLOSE_DRAIN_MS`), then closes the connections. Idempotent.
    */
   async close(): Promise<void> {
-    if (this.#closing === null) this.#closing = this.#drainAndDestroy();
-    await this.#closing;
-  }
-
-  async #drainAndDestroy(): Promise<void> {
-    if (this.#inFlight.size > 0) {
-      let timer: NodeJS.Timeout | undefined;
-      const deadline = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, CLOSE_DRAIN_MS);
-        timer.unref();
-      });
-      await Promise.race([Promise.allSettled([...this.#inFlight]), deadline]);
-      clearTimeout(timer);
-    }
-    await this.#db.destroy().catch((err: unknown) => {
-      this.#logger.warn({ err: (err as Error).message }, 'store: closing the database failed');
-    });
+    await this.#guard.close(() =>
+      this.#db.destroy().catch((err: unknown) => {
+        this.#logger.warn({ err: (err as Error).message }, 'store: closing the database failed');
+      }),
+    );
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -494,20 +373,8 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     return this.#clock.now().getTime();
   }
 
-  async #guard<T>(operation: string, run: () => Promise<T>): Promise<T> {
-    if (this.#closing !== null) throw closedStoreError();
-    const running = run();
-    this.#inFlight.add(running);
-    try {
-      return await running;
-    } catch (err) {
-      const mapped = toStoreError(err, operation);
-      if (mapped.code === 'INTERNAL')
-        this.#logger.error({ err: mapped.message, operation }, 'store: unexpected failure');
-      throw mapped;
-    } finally {
-      this.#inFlight.delete(running);
-    }
+  #run<T>(operation: string, run: () => Promise<T>): Promise<T> {
+    return this.#guard.run(operation, run);
   }
 
   #exec<R>(query: CompiledQuery<R>): Promise<Row<R>> {
@@ -522,14 +389,6 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   /** Explains why a fenced write on `id` changed nothing. */
   async #whyRefused(id: string, epoch: number, operation: string, leaseCondition = false): Promise<Error> {
     const current = await this.#one(this.#q.stateById.bind({ id }));
-    if (!current) return new TransferNotFoundError(id);
-    if (Number(current.epoch) !== epoch) {
-      return new StaleEpochError(id, epoch, { details: { epoch: Number(current.epoch) } });
-    }
-    if (isTerminal(current.state)) return new TransferFinalError(id, current.state, operation);
-    // Same epoch, active state: the statement's lease condition refused it (the owner's lease is fresh).
-    if (leaseCondition) return new LeaseHeldError(id);
-    // Same epoch, active state, yet nothing changed: the record moved between the two statements.
-    return new StaleEpochError(id, epoch);
+    return refusalOf(id, epoch, operation, current, leaseCondition);
   }
 }

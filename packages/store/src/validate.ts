@@ -13,6 +13,7 @@ import {
   TransferResultSchema,
   type TransferState,
   TransferStateSchema,
+  type TransitionInput,
   ValidationError,
 } from '@sluice/core';
 
@@ -237,4 +238,29 @@ export function validSubmitState(state: unknown): 'RECEIVED' | 'IN_PROGRESS' {
   throw new ValidationError('Invalid submit state: expected RECEIVED or IN_PROGRESS', [
     { path: 'state', message: 'expected RECEIVED or IN_PROGRESS' },
   ]);
+}
+
+/** A transition's input, validated: its target state and its error and result as JSON text (null when absent). */
+export interface ValidTransition {
+  to: TransferState;
+  error: string | null;
+  result: string | null;
+}
+
+/** Validates a transition's input (`to`, optional `error` and `result`), each at its own path. */
+export function validTransitionInput(input: unknown): ValidTransition {
+  if (typeof input !== 'object' || input === null) {
+    throw new ValidationError('Invalid transition: expected an object', [
+      { path: '(root)', message: 'expected an object' },
+    ]);
+  }
+  const i = input as TransitionInput;
+  const to = validState(i.to, 'target state');
+  const error = i.error === undefined || i.error === null ? null : validFailure(i.error);
+  const result = i.result === undefined || i.result === null ? null : validResult(i.result);
+  return {
+    to,
+    error: error === null ? null : JSON.stringify(error),
+    result: result === null ? null : JSON.stringify(result),
+  };
 }
