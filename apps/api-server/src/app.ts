@@ -27,7 +27,7 @@ import { POSITION_HEADER } from './freshness.js';
 import { parseKeySegment, rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
 import { pageFrame } from './page-body.js';
-import type { EndpointRegistry, Generation } from './registry.js';
+import type { EndpointRegistry } from './registry.js';
 import { requestMetricsHook } from './request-metrics.js';
 import {
   CountBodySchema,
@@ -44,6 +44,7 @@ import {
   RecordParamsSchema,
   RecordSchema,
 } from './schemas.js';
+import type { Generation } from './serving-table.js';
 
 /** The fastify instance of an api-server. */
 export type ApiApp = Awaited<ReturnType<typeof buildApp>>;

@@ -5,7 +5,7 @@
 import type { CommitState } from '@sluice/core';
 import type { FastifyReply } from 'fastify';
 import { formatPositionHeader, POSITION_HEADER } from './freshness.js';
-import type { Generation, Lease } from './registry.js';
+import type { Generation, Lease } from './serving-table.js';
 
 /** Response header naming the concrete cache generation that answered. */
 export const CACHE_HEADER = 'sluice-cache';

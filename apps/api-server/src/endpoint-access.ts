@@ -14,7 +14,8 @@ import {
   parseMinPosition,
   positionReached,
 } from './freshness.js';
-import type { EndpointRegistry, Lease } from './registry.js';
+import type { EndpointRegistry } from './registry.js';
+import type { Lease } from './serving-table.js';
 
 declare module 'fastify' {
   interface FastifyRequest {

@@ -32,9 +32,8 @@ export { type ApiMetrics, createMetrics } from './metrics.js';
 export {
   type AliasEventSource,
   EndpointRegistry,
-  type Generation,
-  type Lease,
   type RegistryOptions,
   type SwitchReason,
 } from './registry.js';
 export { type ApiServer, type StartApiServerOptions, startApiServer } from './server.js';
+export type { Generation, Lease } from './serving-table.js';

@@ -3,7 +3,6 @@ import {
   API_DEFAULTS,
   type BackplaneStatus,
   type CacheCatalog,
-  EndpointNotReadyError,
   type EventSubscriber,
   type Logger,
   type ReadableCache,
@@ -12,33 +11,12 @@ import {
   silentLogger,
   UnknownEndpointError,
 } from '@sluice/core';
+import { type Generation, type Lease, ServingTable, type Slot } from './serving-table.js';
 
 /** Where alias events come from: a backplane (NATS) or nothing at all (embedded mode). */
 export interface AliasEventSource extends EventSubscriber {
   status?(): BackplaneStatus;
   onStatus?(listener: (status: BackplaneStatus) => void): () => void;
-}
-
-/** One open cache generation behind an alias, with the requests currently reading it. */
-export interface Generation {
-  readonly alias: string;
-  readonly cache: ReadableCache;
-  /** The concrete cache name (what the `sluice-cache` header reports). */
-  readonly name: string;
-  /** The alias-table version that pointed the alias at this cache. */
-  version: number;
-  /** Requests in flight on this generation. */
-  refs: number;
-  /** Set once a newer generation replaced this one; it closes when `refs` reaches zero. */
-  retired: boolean;
-  readonly openedAt: number;
-}
-
-/** A request's hold on one generation; release it exactly once when the response is built. */
-export interface Lease {
-  readonly generation: Generation;
-  readonly cache: ReadableCache;
-  release(): void;
 }
 
 /** Why a switch happened (a metrics label). */
@@ -64,14 +42,6 @@ export interface RegistryOptions {
   onSwitchFailure?: (info: { alias: string; to: string; error: unknown }) => void;
 }
 
-interface Slot {
-  current: Generation | null;
-  /** Why the aliased generation could not be opened the last time (while nothing serves the alias). */
-  failure: { cache: string; error: unknown } | null;
-  /** Serializes switches of one alias. */
-  chain: Promise<void>;
-}
-
 /**
  * The endpoints this api-server serves: alias → the cache generation currently answering, swapped atomically
  * when the alias moves. Only this host's `AliasRedirected` events count (versions are per host). Subscribes to `AliasRedirected` BEFORE opening anything (an event published while the
@@ -87,7 +57,7 @@ interface Slot {
  * ```
  */
 export class EndpointRegistry implements AsyncDisposable {
-  private readonly slots = new Map<string, Slot>();
+  private readonly table: ServingTable;
   private readonly caches: CacheCatalog;
   private events: AliasEventSource | undefined;
   private readonly logger: Logger;
@@ -99,16 +69,15 @@ export class EndpointRegistry implements AsyncDisposable {
   private seenTableVersion = -1;
   private lastStatus: BackplaneStatus | null = null;
   private closed = false;
-  private readonly closing = new Set<Promise<void>>();
   private reconciling: Promise<void> | null = null;
   private started = false;
-  private open = 0;
 
   private constructor(options: RegistryOptions) {
     this.options = options;
     this.caches = options.caches;
     this.events = options.events;
     this.logger = options.logger ?? silentLogger;
+    this.table = new ServingTable(this.logger);
   }
 
   /** Subscribes to alias events, then opens every aliased cache, then starts the reconcile timers. */
@@ -192,16 +161,16 @@ export class EndpointRegistry implements AsyncDisposable {
 
   /** Cache generations open for reading: the serving ones plus retired ones still draining. */
   openGenerations(): number {
-    return this.open;
+    return this.table.openGenerations();
   }
 
   /** Endpoint names currently served. */
   names(): string[] {
-    return [...this.slots.entries()].filter(([, slot]) => slot.current !== null).map(([alias]) => alias);
+    return this.table.names();
   }
 
   has(alias: string): boolean {
-    return this.slots.get(alias)?.current != null;
+    return this.table.has(alias);
   }
 
   /**
@@ -214,7 +183,7 @@ export class EndpointRegistry implements AsyncDisposable {
 
   /** The generation currently serving `alias`, or `null` (no lease taken: for listings and tests). */
   current(alias: string): Generation | null {
-    return this.slots.get(alias)?.current ?? null;
+    return this.table.current(alias);
   }
 
   /**
@@ -222,31 +191,9 @@ export class EndpointRegistry implements AsyncDisposable {
    * half-done swap; the generation stays open until the lease is released.
    */
   acquire(alias: string): Lease {
-    const slot = this.slots.get(alias);
-    const generation = slot?.current;
-    if (!generation || this.closed) {
-      // The alias exists but names a generation this process could not open (yet): retryable, not unknown.
-      const failure = this.closed ? null : (slot?.failure ?? null);
-      if (failure) {
-        const why = failure.error instanceof Error ? failure.error.message : String(failure.error);
-        throw new EndpointNotReadyError(alias, `its cache ${failure.cache} cannot be opened (${why})`, {
-          cause: failure.error,
-        });
-      }
-      throw new UnknownEndpointError(alias);
-    }
-    generation.refs += 1;
-    let released = false;
-    return {
-      generation,
-      cache: generation.cache,
-      release: () => {
-        if (released) return;
-        released = true;
-        generation.refs -= 1;
-        if (generation.retired && generation.refs === 0) this.closeGeneration(generation);
-      },
-    };
+    // A closed registry serves nothing, not even the reason an open failed.
+    if (this.closed) throw new UnknownEndpointError(alias);
+    return this.table.acquire(alias);
   }
 
   private onEvent(event: SluiceEvent): void {
@@ -323,12 +270,7 @@ export class EndpointRegistry implements AsyncDisposable {
 
   /** Switches `alias` to its newest known target (alias table, or the event when the table lags behind it). */
   private sync(alias: string, reason: SwitchReason, hint?: AliasRedirected): Promise<void> {
-    let slot = this.slots.get(alias);
-    if (!slot) {
-      slot = { current: null, failure: null, chain: Promise.resolve() };
-      this.slots.set(alias, slot);
-    }
-    const target = slot;
+    const target = this.table.slot(alias);
     const next = target.chain.then(() => this.syncNow(alias, target, reason, hint));
     target.chain = next.catch(() => undefined);
     return next;
@@ -369,20 +311,8 @@ export class EndpointRegistry implements AsyncDisposable {
       await cache.close();
       return;
     }
-    this.open += 1;
-    const generation: Generation = {
-      alias,
-      cache,
-      name: cache.name,
-      version: target.version,
-      refs: 0,
-      retired: false,
-      openedAt: Date.now(),
-    };
-    // The swap itself: one assignment. Requests that took a lease before it finish on `current`.
-    slot.current = generation;
-    slot.failure = null;
-    if (current) this.retire(current);
+    // The swap (requests that took a lease before it finish on `current`, which closes after them).
+    const generation = this.table.serve(alias, slot, cache, target.version);
     this.logger.info(
       { alias, from: current?.name ?? null, to: generation.name, version: generation.version, reason },
       current ? 'switched endpoint to a new cache generation' : 'opened endpoint',
@@ -402,22 +332,6 @@ export class EndpointRegistry implements AsyncDisposable {
     this.recheckTimer.unref();
   }
 
-  private retire(generation: Generation): void {
-    generation.retired = true;
-    if (generation.refs === 0) this.closeGeneration(generation);
-  }
-
-  private closeGeneration(generation: Generation): void {
-    const done = generation.cache
-      .close()
-      .catch((err: unknown) => this.logger.warn({ err, cache: generation.name }, 'closing a cache failed'))
-      .then(() => {
-        this.open -= 1;
-        this.closing.delete(done);
-      });
-    this.closing.add(done);
-  }
-
   /** Unsubscribes, stops the timers and closes every generation (after its in-flight requests). */
   async close(): Promise<void> {
     if (this.closed) return;
@@ -430,12 +344,7 @@ export class EndpointRegistry implements AsyncDisposable {
     } catch (err) {
       this.logger.warn({ err }, 'unsubscribing from alias events failed');
     }
-    await Promise.allSettled([...this.slots.values()].map((slot) => slot.chain));
-    for (const slot of this.slots.values()) {
-      if (slot.current) this.retire(slot.current);
-      slot.current = null;
-    }
-    await Promise.allSettled([...this.closing]);
+    await this.table.drain();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

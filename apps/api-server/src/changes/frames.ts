@@ -2,6 +2,8 @@
  * Server-Sent Events framing (the WHATWG `text/event-stream` format). Data is JSON on one line (JSON.stringify
  * never emits a raw newline), so every event is `id:` (optional), `event:`, one `data:` line and a blank line.
  */
+import type { ChangeEntry } from '@sluice/core';
+import { encodeFeedToken } from './token.js';
 
 /** The event types of a change feed. */
 export const FeedEvent = {
@@ -18,6 +20,14 @@ export type FeedEvent = (typeof FeedEvent)[keyof typeof FeedEvent];
 export function sseFrame(event: FeedEvent, data: unknown, id?: string): string {
   const head = id === undefined ? '' : `id: ${id}\n`;
   return `${head}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+}
+
+/** Frames one log entry of `generation` for an unfiltered subscriber. */
+export function entryFrame(alias: string, generation: string, entry: ChangeEntry): string {
+  const id = encodeFeedToken({ endpoint: alias, generation, seq: entry.seq });
+  if (entry.op === 'upsert') return sseFrame(FeedEvent.upsert, { key: entry.key, record: entry.record }, id);
+  if (entry.op === 'delete') return sseFrame(FeedEvent.delete, { key: entry.key }, id);
+  return sseFrame(FeedEvent.commit, { position: entry.position, epoch: entry.epoch }, id);
 }
 
 /** A comment line: keeps idle connections (and proxies) alive; EventSource ignores it. */

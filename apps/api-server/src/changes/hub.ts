@@ -2,8 +2,8 @@ import type { Logger } from '@sluice/core';
 import { type Counter, Gauge, Counter as PromCounter, type Registry } from 'prom-client';
 import type { EndpointRegistry } from '../registry.js';
 import { GenerationFollower } from './follower.js';
-import { HEARTBEAT_FRAME } from './frames.js';
-import { entryFrame, type FeedContext, FeedSubscriber, type HeldGeneration } from './subscriber.js';
+import { entryFrame, HEARTBEAT_FRAME } from './frames.js';
+import { type FeedContext, FeedSubscriber, type HeldGeneration } from './subscriber.js';
 
 /** Settings of the change feeds (`api.changes`). */
 export interface ChangeFeedSettings {

@@ -1,8 +1,9 @@
 import type { ServerResponse } from 'node:http';
 import type { ChangeEntry, Logger, PinnedGeneration, ReadableCache } from '@sluice/core';
 import type { EndpointRegistry } from '../registry.js';
+import { waitForDrain } from './drain.js';
 import type { GenerationFollower, LiveSubscriber } from './follower.js';
-import { FeedEvent, sseFrame } from './frames.js';
+import { entryFrame, FeedEvent, sseFrame } from './frames.js';
 import { mergeFrames } from './switch-merge.js';
 import { encodeFeedToken, type FeedPosition } from './token.js';
 
@@ -59,12 +60,15 @@ const CHUNK = 500;
 
 class Closed extends Error {}
 
-/** Frames one log entry of `generation` for an unfiltered subscriber. */
-export function entryFrame(alias: string, generation: string, entry: ChangeEntry): string {
-  const id = encodeFeedToken({ endpoint: alias, generation, seq: entry.seq });
-  if (entry.op === 'upsert') return sseFrame(FeedEvent.upsert, { key: entry.key, record: entry.record }, id);
-  if (entry.op === 'delete') return sseFrame(FeedEvent.delete, { key: entry.key }, id);
-  return sseFrame(FeedEvent.commit, { position: entry.position, epoch: entry.epoch }, id);
+/**
+ * Why a token's position (its last `seq`) cannot be continued from a log whose entries are `head.first` to
+ * `head.last`, or `null` when the next entry is there: a `seq` beyond the log was never written here, one before
+ * it has been trimmed away.
+ */
+function positionProblem(seq: number, head: { first: number; last: number }): ResetReason | null {
+  if (seq > head.last) return ResetReason.unknownPosition;
+  if (seq < head.first - 1) return ResetReason.retention;
+  return null;
 }
 
 /**
@@ -95,23 +99,14 @@ export class FeedSubscriber implements LiveSubscriber {
   /** Runs the subscription until the connection closes. Never throws. */
   async run(start: FeedStart, first: HeldGeneration): Promise<void> {
     this.on = first;
-    try {
-      if (start.kind === 'snapshot') return await this.snapshot(null);
-      await this.resume(start.position);
-    } catch (err) {
-      if (err instanceof Closed) return;
-      this.ctx.logger.warn({ err, alias: this.ctx.alias }, 'change feed failed; closing it');
-      this.res.destroy();
-      this.close();
-    }
+    await this.runStep(() => (start.kind === 'snapshot' ? this.snapshot(null) : this.resume(start.position)));
   }
 
   private async resume(position: FeedPosition): Promise<void> {
     const current = this.held();
     if (position.generation === current.name) {
-      const head = current.cache.changeLog().head();
-      if (position.seq > head.last) return this.snapshot(ResetReason.unknownPosition);
-      if (position.seq < head.first - 1) return this.snapshot(ResetReason.retention);
+      const reset = positionProblem(position.seq, current.cache.changeLog().head());
+      if (reset) return this.snapshot(reset);
       this.nextSeq = position.seq + 1;
       return this.attach();
     }
@@ -132,14 +127,13 @@ export class FeedSubscriber implements LiveSubscriber {
       return this.snapshot(ResetReason.generationGone);
     }
     this.checkOpen();
-    const head = old.changeLog().head();
-    if (old.endpoint !== this.ctx.alias || position.seq > head.last || position.seq < head.first - 1) {
+    const reset =
+      old.endpoint !== this.ctx.alias
+        ? ResetReason.unknownPosition
+        : positionProblem(position.seq, old.changeLog().head());
+    if (reset) {
       await old.close();
-      return this.snapshot(
-        old.endpoint !== this.ctx.alias || position.seq > head.last
-          ? ResetReason.unknownPosition
-          : ResetReason.retention,
-      );
+      return this.snapshot(reset);
     }
     current.release();
     this.on = { name: old.name, cache: old, release: () => void old.close() };
@@ -276,7 +270,7 @@ export class FeedSubscriber implements LiveSubscriber {
     if (skip < 0) {
       // Should not happen (the follower is contiguous); never leave a gap: catch up from the log instead.
       this.ctx.detach(this.held().name, this);
-      void this.restart(() => this.attach());
+      void this.runStep(() => this.attach());
       return;
     }
     if (skip >= entries.length) return;
@@ -294,15 +288,16 @@ export class FeedSubscriber implements LiveSubscriber {
 
   generationLeft(): void {
     if (this.phase !== FeedPhase.live) return;
-    void this.restart(() => this.switchGeneration());
+    void this.runStep(() => this.switchGeneration());
   }
 
   fellBehind(): void {
     if (this.phase !== FeedPhase.live) return;
-    void this.restart(() => this.snapshot(ResetReason.retention));
+    void this.runStep(() => this.snapshot(ResetReason.retention));
   }
 
-  private async restart(step: () => Promise<void>): Promise<void> {
+  /** Runs one step of the subscription; a failure closes it (a closed connection is no failure). Never throws. */
+  private async runStep(step: () => Promise<void>): Promise<void> {
     try {
       await step();
     } catch (err) {
@@ -338,20 +333,7 @@ export class FeedSubscriber implements LiveSubscriber {
   private async flush(): Promise<void> {
     this.checkOpen();
     if (this.res.writableLength <= this.ctx.bufferBytes / 2) return;
-    const drained = await new Promise<boolean>((resolve) => {
-      const timer = setTimeout(() => done(false), this.ctx.drainTimeoutMs);
-      const done = (ok: boolean) => {
-        clearTimeout(timer);
-        this.res.off('drain', onDrain);
-        this.res.off('close', onClose);
-        resolve(ok);
-      };
-      const onDrain = () => done(true);
-      const onClose = () => done(false);
-      this.res.on('drain', onDrain);
-      this.res.on('close', onClose);
-    });
-    if (!drained) this.cutOff();
+    if (!(await waitForDrain(this.res, this.ctx.drainTimeoutMs))) this.cutOff();
     this.checkOpen();
   }
 
