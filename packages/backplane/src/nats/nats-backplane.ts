@@ -1,5 +1,5 @@
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
-import { connect, Empty, RequestError, TimeoutError } from '@nats-io/transport-node';
+import { connect, Empty } from '@nats-io/transport-node';
 import type {
   Backplane,
   BackplaneStatus,
@@ -14,9 +14,9 @@ import type {
   WhoRunsOptions,
 } from '@sluice/core';
 import { BackplaneUnavailableError, PayloadTooLargeError, SluiceError, silentLogger } from '@sluice/core';
+import type { z } from 'zod';
 import { type LocalSide, localOwner, localTerminate } from '../shared/local-first.js';
 import { LocalRegistry } from '../shared/local-registry.js';
-import { StatusTracker } from '../shared/status.js';
 import {
   checkEvent,
   checkTimeout,
@@ -29,6 +29,7 @@ import {
 } from '../shared/wire.js';
 import { AliasStore } from './alias-store.js';
 import { checkNatsBackplaneOptions, type NatsBackplaneOptions } from './backplane-options.js';
+import { ConnectionHealth } from './connection-health.js';
 import {
   Backoff,
   DEFAULT_RECONNECT,
@@ -37,12 +38,11 @@ import {
 } from './connection-options.js';
 import { NatsEventFanout } from './event-fanout.js';
 import { answerTransferRequest, type OwnerSide } from './owner-side.js';
+import { classifyFailure, unknownOf } from './request-failure.js';
 import { Subjects } from './subjects.js';
 
-/** The `unknown` answer of a failed request (keeping `silent` when the owner merely did not answer in time). */
-function unknownOf(failure: { reason: string; silent?: boolean }): UnknownAnswer {
-  return { status: 'unknown', reason: failure.reason, ...(failure.silent ? { silent: true } : {}) };
-}
+/** A reply schema of the owner side: a positive reply, or `{ ok: false, error }`. */
+type ReplySchema = z.ZodType<{ ok: true } | { ok: false; error: string }>;
 
 /**
  * The cluster backplane over NATS. An owner answers on subjects specific to its transfer, so a query for a
@@ -65,17 +65,13 @@ export class NatsBackplane implements Backplane {
   readonly #registry = new LocalRegistry();
   /** This process's side of "who runs X?", asked before NATS. */
   readonly #local: LocalSide;
-  readonly #status: StatusTracker;
-  readonly #backoff: Backoff;
+  readonly #health: ConnectionHealth;
   readonly #aliases: AliasStore;
   readonly #events: NatsEventFanout;
   readonly #ownerSide: OwnerSide;
   readonly #maxBytes: number;
   readonly #timeoutMs: number;
-  readonly #settleMs: number;
   readonly #aliasHost: string | undefined;
-  /** Until when this node's own connection counts as unsettled (it dropped, reconnected or went stale). */
-  #unsettledUntil = Number.NEGATIVE_INFINITY;
   #closing: Promise<void> | null = null;
   readonly #statusLoop: Promise<void>;
 
@@ -89,12 +85,15 @@ export class NatsBackplane implements Backplane {
     this.subjects = new Subjects(options.clusterName);
     this.#logger = options.logger ?? silentLogger;
     this.#local = { registry: this.#registry, nodeId: this.nodeId, logger: this.#logger };
-    this.#backoff = options.backoff;
-    this.#settleMs = options.settleMs;
     this.#aliasHost = options.aliasHost;
     this.#maxBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
     this.#timeoutMs = options.operationTimeoutMs ?? 5_000;
-    this.#status = new StatusTracker('connected', this.#logger);
+    this.#health = new ConnectionHealth(nc, {
+      logger: this.#logger,
+      backoff: options.backoff,
+      settleMs: options.settleMs,
+      timeoutMs: this.#timeoutMs,
+    });
     this.#aliases = new AliasStore(nc, {
       bucket: options.bucket,
       logger: this.#logger,
@@ -114,98 +113,18 @@ export class NatsBackplane implements Backplane {
       logger: this.#logger,
       maxBytes: this.#maxBytes,
       aliasHost: this.#aliasHost,
-      connected: () => this.#connected(),
-      flush: () => this.#flush(),
+      connected: () => this.#health.connected(),
+      flush: () => this.#health.flush(),
     });
-    this.#statusLoop = this.#watchConnection();
+    this.#statusLoop = this.#health.watch({
+      reconnected: () => void this.#events.replayAliasState(),
+      closing: () => this.#closing !== null,
+    });
   }
 
   /** The JetStream KV bucket holding the latest redirect per alias. */
   get kvBucket(): string {
     return this.#aliases.bucket;
-  }
-
-  async #watchConnection(): Promise<void> {
-    try {
-      for await (const s of this.#nc.status()) {
-        switch (s.type) {
-          case 'disconnect':
-            this.#unsettle();
-            this.#logger.warn({ server: s.server }, 'backplane lost its NATS connection; reconnecting');
-            this.#status.set('reconnecting');
-            break;
-          case 'reconnecting':
-            this.#unsettle();
-            this.#backoff.failure();
-            this.#status.set('reconnecting');
-            break;
-          case 'reconnect':
-            this.#backoff.reset();
-            // Owners that have not reconnected yet cannot answer: "no responders" means nothing for a while.
-            this.#unsettle();
-            this.#logger.info({ server: s.server }, 'backplane reconnected to NATS');
-            this.#status.set('connected');
-            void this.#events.replayAliasState();
-            break;
-          case 'staleConnection':
-            this.#unsettle();
-            break;
-          case 'error':
-            this.#logger.warn({ err: s.error }, 'NATS reported an error');
-            break;
-          case 'close':
-            this.#status.set('closed');
-            break;
-          default:
-            break;
-        }
-      }
-    } catch (err) {
-      this.#logger.error({ err }, 'backplane status loop failed');
-    }
-    await this.#nc.closed().catch(() => undefined);
-    if (!this.#closing) this.#logger.error({}, 'NATS connection closed unexpectedly; backplane is closed');
-    this.#status.set('closed');
-  }
-
-  #unsettle(): void {
-    this.#unsettledUntil = Math.max(this.#unsettledUntil, Date.now() + this.#settleMs);
-  }
-
-  /** Connected, and not within the settle window of a drop, reconnect or stale connection. */
-  #settled(): boolean {
-    return this.#connected() && Date.now() >= this.#unsettledUntil;
-  }
-
-  /**
-   * Whether the server answers a ping within `timeoutMs`: after a request timed out, this tells an owner that
-   * did not answer (server fine → `silent`) from a server or connection that is itself stalled (e.g. a paused
-   * nats-server, where the owner may be fine).
-   */
-  #serverAnswers(timeoutMs: number): Promise<boolean> {
-    return this.#flush(timeoutMs);
-  }
-
-  #connected(): boolean {
-    return this.#status.get() === 'connected' && !this.#nc.isClosed() && !this.#nc.isDraining();
-  }
-
-  /** Waits until the server has processed everything sent so far, at most `timeoutMs` (the operation timeout). */
-  async #flush(timeoutMs = this.#timeoutMs): Promise<boolean> {
-    if (!this.#connected()) return false;
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      return await Promise.race([
-        this.#nc.flush().then(() => true),
-        new Promise<boolean>((resolve) => {
-          timer = setTimeout(() => resolve(false), timeoutMs);
-        }),
-      ]);
-    } catch {
-      return false;
-    } finally {
-      clearTimeout(timer);
-    }
   }
 
   #assertOpen(): void {
@@ -230,7 +149,7 @@ export class NatsBackplane implements Backplane {
     }
     // Resolve only once the server knows the subscription: the caller marks the record IN_PROGRESS next, and a
     // query in between must not get "no responders". While disconnected the client sends it on reconnect.
-    if (!(await this.#flush())) {
+    if (!(await this.#health.flush())) {
       this.#logger.warn(
         { transferId: id },
         'serving while NATS is unreachable; the owner will answer after reconnecting',
@@ -246,48 +165,9 @@ export class NatsBackplane implements Backplane {
       } catch {
         // Already gone with the connection.
       }
-      await this.#flush();
+      await this.#health.flush();
     };
     return { close, [Symbol.asyncDispose]: close };
-  }
-
-  /**
-   * Classifies a failed request. Only "no responders" on a settled connection (asked while settled, and still
-   * settled when the answer came) is a certain "nobody" — answered at once, so a resend after an owner's crash
-   * is taken over in milliseconds. A timeout is `silent` (someone is subscribed but did not answer: a hung
-   * owner) only if the connection is settled and the server still answers a ping; a stalled server or
-   * connection makes it plain `unknown`. The library's typed errors decide, never `err.name` strings.
-   */
-  async #failure(
-    err: unknown,
-    timeoutMs: number,
-    settledWhenAsked: boolean,
-  ): Promise<{ nobody: true } | { nobody: false; reason: string; silent?: boolean }> {
-    if (err instanceof RequestError && err.isNoResponders()) {
-      if (!settledWhenAsked || !this.#settled()) {
-        return {
-          nobody: false,
-          reason: `no responders, but this node's NATS connection is ${this.#status.get()} and not settled: owners may not be back yet`,
-        };
-      }
-      return { nobody: true };
-    }
-    const timedOut =
-      err instanceof TimeoutError || (err instanceof RequestError && err.cause instanceof TimeoutError);
-    if (timedOut) {
-      const reason = `the owner did not answer within ${timeoutMs} ms`;
-      if (!settledWhenAsked || !this.#settled()) return { nobody: false, reason };
-      const probeMs = Math.max(50, Math.min(timeoutMs, 500));
-      if (!(await this.#serverAnswers(probeMs))) {
-        this.#unsettle();
-        return {
-          nobody: false,
-          reason: `${reason}, and NATS itself did not answer a ping within ${probeMs} ms`,
-        };
-      }
-      return { nobody: false, reason, silent: true };
-    }
-    return { nobody: false, reason: `NATS request failed: ${(err as Error)?.message ?? String(err)}` };
   }
 
   async whoRuns(transferId: string, options: WhoRunsOptions): Promise<OwnerAnswer> {
@@ -295,22 +175,10 @@ export class NatsBackplane implements Backplane {
     const timeoutMs = checkTimeout(options.timeoutMs);
     const local = localOwner(this.#local, id);
     if (local) return local;
-    if (!this.#connected()) return { status: 'unknown', reason: `NATS is ${this.#status.get()}` };
-    const settled = this.#settled();
-    let msg: Msg;
-    try {
-      msg = await this.#nc.request(this.subjects.owner(id), Empty, { timeout: timeoutMs });
-    } catch (err) {
-      const failure = await this.#failure(err, timeoutMs, settled);
-      return failure.nobody ? { status: 'nobody' } : unknownOf(failure);
-    }
-    const reply = decodeJson(msg.data, OwnerReplySchema, this.#maxBytes);
-    if (!reply.ok) {
-      logDropped(this.#logger, msg.subject, reply.reason, msg.data);
-      return { status: 'unknown', reason: `malformed owner reply (${reply.reason})` };
-    }
-    if (!reply.value.ok) return { status: 'unknown', reason: reply.value.error };
-    return { status: 'owner', owner: reply.value.owner };
+    const reply = await this.#ask(this.subjects.owner(id), timeoutMs, OwnerReplySchema, 'owner');
+    if (reply === 'nobody') return { status: 'nobody' };
+    if ('status' in reply) return reply;
+    return { status: 'owner', owner: reply.owner };
   }
 
   async terminate(transferId: string, options: WhoRunsOptions): Promise<TerminateAnswer> {
@@ -318,22 +186,40 @@ export class NatsBackplane implements Backplane {
     const timeoutMs = checkTimeout(options.timeoutMs);
     const local = await localTerminate(this.#local, id);
     if (local) return local;
-    if (!this.#connected()) return { status: 'unknown', reason: `NATS is ${this.#status.get()}` };
-    const settled = this.#settled();
+    const reply = await this.#ask(this.subjects.terminate(id), timeoutMs, TerminateReplySchema, 'terminate');
+    if (reply === 'nobody') return { status: 'not-running' };
+    if ('status' in reply) return reply;
+    return { status: 'terminated', by: reply.by };
+  }
+
+  /**
+   * Asks a transfer's owner over NATS (this process's own registry had no answer): `nobody` when NATS says for
+   * certain that no one serves it (request-failure.ts), an `unknown` answer when the connection, the request or
+   * the reply leaves it open, else the owner's positive reply.
+   */
+  async #ask<S extends ReplySchema>(
+    subject: string,
+    timeoutMs: number,
+    schema: S,
+    what: string,
+  ): Promise<'nobody' | UnknownAnswer | Extract<z.output<S>, { ok: true }>> {
+    if (!this.#health.connected()) return { status: 'unknown', reason: `NATS is ${this.#health.status()}` };
+    const settled = this.#health.settled();
     let msg: Msg;
     try {
-      msg = await this.#nc.request(this.subjects.terminate(id), Empty, { timeout: timeoutMs });
+      msg = await this.#nc.request(subject, Empty, { timeout: timeoutMs });
     } catch (err) {
-      const failure = await this.#failure(err, timeoutMs, settled);
-      return failure.nobody ? { status: 'not-running' } : unknownOf(failure);
+      const failure = await classifyFailure(this.#health, err, timeoutMs, settled);
+      return failure.nobody ? 'nobody' : unknownOf(failure);
     }
-    const reply = decodeJson(msg.data, TerminateReplySchema, this.#maxBytes);
+    const reply = decodeJson(msg.data, schema, this.#maxBytes);
     if (!reply.ok) {
       logDropped(this.#logger, msg.subject, reply.reason, msg.data);
-      return { status: 'unknown', reason: `malformed terminate reply (${reply.reason})` };
+      return { status: 'unknown', reason: `malformed ${what} reply (${reply.reason})` };
     }
-    if (!reply.value.ok) return { status: 'unknown', reason: reply.value.error };
-    return { status: 'terminated', by: reply.value.by };
+    const value: { ok: true } | { ok: false; error: string } = reply.value;
+    if (!value.ok) return { status: 'unknown', reason: value.error };
+    return value as Extract<z.output<S>, { ok: true }>;
   }
 
   async publish(event: SluiceEvent): Promise<void> {
@@ -341,8 +227,8 @@ export class NatsBackplane implements Backplane {
     const valid = checkEvent(event);
     const json = JSON.stringify(valid);
     if (Buffer.byteLength(json) > this.#maxBytes) throw new PayloadTooLargeError(this.#maxBytes);
-    if (!this.#connected()) {
-      throw new BackplaneUnavailableError(`Cannot publish ${valid.type}: NATS is ${this.#status.get()}`);
+    if (!this.#health.connected()) {
+      throw new BackplaneUnavailableError(`Cannot publish ${valid.type}: NATS is ${this.#health.status()}`);
     }
     try {
       this.#nc.publish(this.subjects.eventOf(valid), json);
@@ -358,7 +244,7 @@ export class NatsBackplane implements Backplane {
           { cause: err },
         );
       }
-    } else if (!(await this.#flush())) {
+    } else if (!(await this.#health.flush())) {
       throw new BackplaneUnavailableError(`Cannot confirm that ${valid.type} reached NATS`);
     }
   }
@@ -373,8 +259,8 @@ export class NatsBackplane implements Backplane {
 
   async latestAliasEvents(): Promise<SluiceEvent[]> {
     this.#assertOpen();
-    if (!this.#connected()) {
-      throw new BackplaneUnavailableError(`Cannot read the alias state: NATS is ${this.#status.get()}`);
+    if (!this.#health.connected()) {
+      throw new BackplaneUnavailableError(`Cannot read the alias state: NATS is ${this.#health.status()}`);
     }
     try {
       return await this.#aliases.list(this.#aliasHost);
@@ -384,11 +270,11 @@ export class NatsBackplane implements Backplane {
   }
 
   status(): BackplaneStatus {
-    return this.#status.get();
+    return this.#health.status();
   }
 
   onStatus(listener: (status: BackplaneStatus) => void): () => void {
-    return this.#status.on(listener);
+    return this.#health.onStatus(listener);
   }
 
   /** Drains: in-flight messages are handled and pending publishes flushed, then the connection closes. */
@@ -401,7 +287,7 @@ export class NatsBackplane implements Backplane {
     // Responders stay registered while draining, so queries already routed here are still answered.
     if (!this.#nc.isClosed()) {
       try {
-        if (this.#status.get() === 'connected') {
+        if (this.#health.status() === 'connected') {
           let timer: NodeJS.Timeout | undefined;
           await Promise.race([
             this.#nc.drain(),
@@ -418,7 +304,7 @@ export class NatsBackplane implements Backplane {
     this.#registry.clear();
     this.#events.clear();
     await this.#statusLoop;
-    this.#status.set('closed');
+    this.#health.markClosed();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

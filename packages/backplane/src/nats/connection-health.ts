@@ -1,0 +1,151 @@
+/**
+ * The NATS backplane's view of its own connection: its status (from the client's status stream), whether it is
+ * *settled* (not within a settle window after a drop, reconnect or stale connection, when owners may not have
+ * re-subscribed yet), and whether the server still answers. "Who runs X?" trusts "no responders" only while settled.
+ */
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { BackplaneStatus, Logger } from '@sluice/core';
+import { StatusTracker } from '../shared/status.js';
+import type { Backoff } from './connection-options.js';
+
+/** What {@link ConnectionHealth} needs besides the connection. */
+export interface ConnectionHealthOptions {
+  logger: Logger;
+  /** The reconnect backoff: failures grow it, a reconnect resets it. */
+  backoff: Backoff;
+  /** How long the connection counts as unsettled after a drop, reconnect or stale connection. */
+  settleMs: number;
+  /** The longest a flush waits by default (the operation timeout). */
+  timeoutMs: number;
+}
+
+/**
+ * Tracks one NATS connection's health for the backplane.
+ *
+ * @example
+ * ```ts
+ * const health = new ConnectionHealth(nc, { logger, backoff, settleMs: 2_500, timeoutMs: 5_000 });
+ * const loop = health.watch({ reconnected: () => replay(), closing: () => false });
+ * if (health.settled() && (await health.flush())) { … } // the server has everything sent so far
+ * ```
+ */
+export class ConnectionHealth {
+  readonly #nc: NatsConnection;
+  readonly #logger: Logger;
+  readonly #backoff: Backoff;
+  readonly #settleMs: number;
+  readonly #timeoutMs: number;
+  readonly #status: StatusTracker;
+  /** Until when this node's own connection counts as unsettled (it dropped, reconnected or went stale). */
+  #unsettledUntil = Number.NEGATIVE_INFINITY;
+
+  constructor(nc: NatsConnection, options: ConnectionHealthOptions) {
+    this.#nc = nc;
+    this.#logger = options.logger;
+    this.#backoff = options.backoff;
+    this.#settleMs = options.settleMs;
+    this.#timeoutMs = options.timeoutMs;
+    this.#status = new StatusTracker('connected', this.#logger);
+  }
+
+  /**
+   * Follows the client's status stream until the connection closes, then marks the status closed. `reconnected`
+   * runs after each reconnect; `closing` tells an expected close (logged quietly) from an unexpected one.
+   */
+  async watch(hooks: { reconnected: () => void; closing: () => boolean }): Promise<void> {
+    try {
+      for await (const s of this.#nc.status()) {
+        switch (s.type) {
+          case 'disconnect':
+            this.unsettle();
+            this.#logger.warn({ server: s.server }, 'backplane lost its NATS connection; reconnecting');
+            this.#status.set('reconnecting');
+            break;
+          case 'reconnecting':
+            this.unsettle();
+            this.#backoff.failure();
+            this.#status.set('reconnecting');
+            break;
+          case 'reconnect':
+            this.#backoff.reset();
+            // Owners that have not reconnected yet cannot answer: "no responders" means nothing for a while.
+            this.unsettle();
+            this.#logger.info({ server: s.server }, 'backplane reconnected to NATS');
+            this.#status.set('connected');
+            hooks.reconnected();
+            break;
+          case 'staleConnection':
+            this.unsettle();
+            break;
+          case 'error':
+            this.#logger.warn({ err: s.error }, 'NATS reported an error');
+            break;
+          case 'close':
+            this.#status.set('closed');
+            break;
+          default:
+            break;
+        }
+      }
+    } catch (err) {
+      this.#logger.error({ err }, 'backplane status loop failed');
+    }
+    await this.#nc.closed().catch(() => undefined);
+    if (!hooks.closing()) this.#logger.error({}, 'NATS connection closed unexpectedly; backplane is closed');
+    this.#status.set('closed');
+  }
+
+  status(): BackplaneStatus {
+    return this.#status.get();
+  }
+
+  onStatus(listener: (status: BackplaneStatus) => void): () => void {
+    return this.#status.on(listener);
+  }
+
+  /** Marks the status closed for good (the backplane shut down). */
+  markClosed(): void {
+    this.#status.set('closed');
+  }
+
+  /** Starts (or extends) the settle window from now. */
+  unsettle(): void {
+    this.#unsettledUntil = Math.max(this.#unsettledUntil, Date.now() + this.#settleMs);
+  }
+
+  /** Connected, and not within the settle window of a drop, reconnect or stale connection. */
+  settled(): boolean {
+    return this.connected() && Date.now() >= this.#unsettledUntil;
+  }
+
+  connected(): boolean {
+    return this.#status.get() === 'connected' && !this.#nc.isClosed() && !this.#nc.isDraining();
+  }
+
+  /**
+   * Whether the server answers a ping within `timeoutMs`: after a request timed out, this tells an owner that
+   * did not answer (server fine → `silent`) from a server or connection that is itself stalled (e.g. a paused
+   * nats-server, where the owner may be fine).
+   */
+  serverAnswers(timeoutMs: number): Promise<boolean> {
+    return this.flush(timeoutMs);
+  }
+
+  /** Waits until the server has processed everything sent so far, at most `timeoutMs` (the operation timeout). */
+  async flush(timeoutMs = this.#timeoutMs): Promise<boolean> {
+    if (!this.connected()) return false;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([
+        this.#nc.flush().then(() => true),
+        new Promise<boolean>((resolve) => {
+          timer = setTimeout(() => resolve(false), timeoutMs);
+        }),
+      ]);
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
