@@ -15,7 +15,7 @@ export {
   startLogicalPostgres,
 } from './logical-postgres.js';
 export { type NatsServerHandle, natsServerBinary, startNatsServer } from './nats.js';
-export { freeBasePort, freePort } from './ports.js';
+export { freeBasePort, freePort, portOpen } from './ports.js';
 export {
   createTestDatabase,
   perKeyWriteMismatches,

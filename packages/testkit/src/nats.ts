@@ -1,9 +1,8 @@
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort } from './ports.js';
+import { freePort, portOpen } from './ports.js';
 import { type ChildHandle, spawnProcess } from './process.js';
 import { sleep } from './wait.js';
 
@@ -35,17 +34,6 @@ export interface NatsServerHandle extends AsyncDisposable {
   restart(): Promise<void>;
   readonly running: boolean;
   readonly storeDir: string;
-}
-
-function portOpen(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ port, host: '127.0.0.1' });
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
 }
 
 async function waitForPort(port: number, open: boolean, timeoutMs: number): Promise<void> {

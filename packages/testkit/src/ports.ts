@@ -1,4 +1,4 @@
-import { createServer } from 'node:net';
+import { connect, createServer } from 'node:net';
 
 /**
  * Ports handed out for tests to listen on come from below Linux's ephemeral range (32768–60999): a port the OS
@@ -27,6 +27,25 @@ function osAssignedPort(): Promise<number> {
       const port = typeof address === 'object' && address ? address.port : 0;
       server.close(() => resolve(port));
     });
+  });
+}
+
+/**
+ * Whether something accepts TCP connections on 127.0.0.1:`port` now (a server under test is up, or gone).
+ *
+ * @example
+ * ```ts
+ * expect(await portOpen(nats.port)).toBe(true);
+ * ```
+ */
+export function portOpen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ port, host: '127.0.0.1' });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
   });
 }
 

@@ -1,6 +1,5 @@
 import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
-import { connect } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -9,6 +8,7 @@ import {
   createTestDatabase,
   freeBasePort,
   freePort,
+  portOpen,
   spawnProcess,
   spawnTs,
   startLogicalPostgres,
@@ -17,26 +17,15 @@ import {
   waitFor,
 } from './index.js';
 
-function canConnect(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ port, host: '127.0.0.1' });
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
-}
-
 describe('testkit', () => {
   it('finds free ports that can be bound, below the ephemeral range outgoing connections use', async () => {
     const port = await freePort();
     expect(port).toBeGreaterThanOrEqual(20_000);
     expect(port).toBeLessThan(32_000);
-    expect(await canConnect(port)).toBe(false);
+    expect(await portOpen(port)).toBe(false);
     const base = await freeBasePort([1, 2, 3, 81, 82]);
     expect(base + 82).toBeLessThan(32_000);
-    for (const offset of [1, 2, 3, 81, 82]) expect(await canConnect(base + offset)).toBe(false);
+    for (const offset of [1, 2, 3, 81, 82]) expect(await portOpen(base + offset)).toBe(false);
   });
 
   it('creates temp dirs and removes them on dispose', async () => {
@@ -52,14 +41,14 @@ describe('testkit', () => {
 
   it('spawns nats-server, kills it and restarts it on the same port', async () => {
     await using nats = await startNatsServer();
-    expect(await canConnect(nats.port)).toBe(true);
+    expect(await portOpen(nats.port)).toBe(true);
     await nats.kill();
     expect(nats.running).toBe(false);
-    expect(await canConnect(nats.port)).toBe(false);
+    expect(await portOpen(nats.port)).toBe(false);
     await nats.start();
-    expect(await canConnect(nats.port)).toBe(true);
+    expect(await portOpen(nats.port)).toBe(true);
     await nats.restart();
-    expect(await canConnect(nats.port)).toBe(true);
+    expect(await portOpen(nats.port)).toBe(true);
   });
 
   it('creates a fresh PostgreSQL database and drops it', async () => {
@@ -106,7 +95,7 @@ describe('testkit', () => {
       expect(server.running).toBe(true);
       expect(await query('SELECT count(*)::int AS n FROM t')).toEqual([{ n: 1 }]);
       await server.stop();
-      expect(await canConnect(server.port)).toBe(false);
+      expect(await portOpen(server.port)).toBe(false);
     }
     expect(existsSync(dataDir)).toBe(false);
   });
