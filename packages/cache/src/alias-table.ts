@@ -1,16 +1,16 @@
-import type { AliasEntry, AliasSwitch, CacheSchema, CacheState, GenerationNotes } from '@sluice/core';
+import type { AliasEntry, AliasSwitch, CacheInfo, GenerationNotes } from '@sluice/core';
 import type { Database } from 'lmdb';
 import type { SharedEnv } from './lmdb-env.js';
 
-/** What the alias environment records about each cache generation. */
-export interface CacheMeta {
-  name: string;
-  endpoint: string;
-  createdAt: string;
-  schemaHash: string;
-  schema: CacheSchema;
-  state: CacheState;
-  retiredAt: string | null;
+/**
+ * What the alias environment records about each cache generation: the catalogue's facts about it that are not read
+ * from the generation's own files (its size and last commit are), and what only the alias table tracks.
+ */
+export interface CacheMeta
+  extends Pick<
+    CacheInfo,
+    'name' | 'endpoint' | 'createdAt' | 'schemaHash' | 'schema' | 'state' | 'retiredAt'
+  > {
   /** Set before the files are removed; a cache marked deleting is finished off by the next `gc`. */
   deleting?: boolean;
   /** When the alias last moved to this generation. */

@@ -16,7 +16,9 @@ import { truncatedComponentEnd, writeNumberComponent } from './key-codec.js';
 import { releaseEnv } from './lmdb-env.js';
 import { Arena, withArena } from './page-arena.js';
 import { checkFilter, checkQuery } from './query-check.js';
-import { fieldsOf, type ReadContext, rowsJson, runCount, runQuery } from './query-exec.js';
+import { runCount, runQuery } from './query-exec.js';
+import { fieldsOf, rowsJson } from './query-rows.js';
+import type { ReadContext } from './query-scan.js';
 import { decodeRecord } from './record-json.js';
 import { keyProblem } from './schema.js';
 

@@ -31,7 +31,7 @@ export type FileFormat = (typeof FileFormat)[keyof typeof FileFormat];
 export const FileAddressSchema = z.strictObject({
   type: z.literal('file'),
   path: PathSchema,
-  format: z.enum(['jsonl', 'csv']).default('jsonl'),
+  format: z.enum(FileFormat).default('jsonl'),
   /** Keep reading as the file grows (sources only). */
   follow: z.boolean().optional(),
 });
@@ -45,6 +45,10 @@ const ReplicationName = z
   .min(1)
   .max(63)
   .regex(/^[a-z0-9_]+$/, 'must contain only lower-case letters, digits and "_"');
+
+/** How a PostgreSQL source reads changes. */
+export const PostgresCapture = { replication: 'replication', poll: 'poll' } as const;
+export type PostgresCapture = (typeof PostgresCapture)[keyof typeof PostgresCapture];
 
 /** A PostgreSQL table (or, as a source, a query) on a configured connection. */
 export const PostgresAddressSchema = z
@@ -60,7 +64,7 @@ export const PostgresAddressSchema = z
      * How a table source sees changes: `replication` (logical replication: snapshot, then every insert, update,
      * delete and truncate) or `poll` (keyset snapshot, then the `cursor` column). See {@link postgresCapture}.
      */
-    capture: z.enum(['replication', 'poll']).optional(),
+    capture: z.enum(PostgresCapture).optional(),
     /** Replication slot name (default derived from the node id and the source's handle). */
     slot: ReplicationName.optional(),
     /** Publication name (default derived from the node id and the source's handle). */
@@ -93,10 +97,6 @@ export const PostgresAddressSchema = z
     path: ['heartbeat'],
   });
 export type PostgresAddress = z.output<typeof PostgresAddressSchema>;
-
-/** How a PostgreSQL source reads changes. */
-export const PostgresCapture = { replication: 'replication', poll: 'poll' } as const;
-export type PostgresCapture = (typeof PostgresCapture)[keyof typeof PostgresCapture];
 
 /**
  * The capture mode of a PostgreSQL source. An endpoint's table source without a `cursor` reads logical

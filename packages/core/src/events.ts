@@ -12,7 +12,8 @@ export const SwitchCause = {
   rollback: 'rollback',
 } as const;
 export type SwitchCause = (typeof SwitchCause)[keyof typeof SwitchCause];
-export const SwitchCauseSchema = z.enum(['rebuild', 'schema-change', 'restart', 'promote', 'rollback']);
+/** Validates a {@link SwitchCause}: the values of the const object, so the two never differ. */
+export const SwitchCauseSchema = z.enum(SwitchCause);
 
 /**
  * Published when an endpoint's alias moves to a new cache generation. Caches and alias-table versions are per

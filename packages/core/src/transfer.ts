@@ -28,7 +28,7 @@ export const TransferOptionsSchema = z.strictObject({
   /** Throttle: at most this many records per second. */
   maxRecordsPerSecond: z.number().int().positive().max(10_000_000).optional(),
   /** What to do with a record that cannot be parsed or typed: skip and report (default), or fail the run. */
-  onBadRecord: z.enum(['skip', 'fail']).default('skip'),
+  onBadRecord: z.enum(BadRecordPolicy).default('skip'),
   /** Records per checkpoint commit. */
   batchSize: z.number().int().min(1).max(100_000).optional(),
   /**
@@ -48,7 +48,7 @@ export const PropertiesSchema = z
 export const TransferRequestSchema = z
   .strictObject({
     id: TransferIdSchema,
-    mode: z.enum(['idempotent', 'fire-and-forget']).default('idempotent'),
+    mode: z.enum(TransferMode).default('idempotent'),
     source: SourceAddressSchema,
     destination: DestinationAddressSchema,
     properties: refuseProtoKey(PropertiesSchema).default({}),
@@ -139,7 +139,8 @@ export const TransferState = {
   TERMINATED: 'TERMINATED',
 } as const;
 export type TransferState = (typeof TransferState)[keyof typeof TransferState];
-export const TransferStateSchema = z.enum(['RECEIVED', 'IN_PROGRESS', 'COMPLETED', 'FAILED', 'TERMINATED']);
+/** Validates a {@link TransferState}: the values of the const object, so the two never differ. */
+export const TransferStateSchema = z.enum(TransferState);
 
 /** What a completed (or partially run) transfer read and wrote. */
 export const TransferResultSchema = z.object({

@@ -14,7 +14,7 @@ export const FieldType = {
   json: 'json',
 } as const;
 export type FieldType = (typeof FieldType)[keyof typeof FieldType];
-export const FieldTypeSchema = z.enum(['string', 'integer', 'number', 'boolean', 'timestamp', 'json']);
+export const FieldTypeSchema = z.enum(FieldType);
 
 /** How a green generation replaces the serving one (docs/architecture.md § Protocol 2). */
 export const SwitchMode = { auto: 'auto', manual: 'manual' } as const;
@@ -26,7 +26,7 @@ export type SwitchMode = (typeof SwitchMode)[keyof typeof SwitchMode];
  * endpoint's first generation has nothing to protect and always switches. Absent gates are not checked.
  */
 export const SwitchConfigSchema = z.strictObject({
-  mode: z.enum(['auto', 'manual']).default('auto'),
+  mode: z.enum(SwitchMode).default('auto'),
   /** Hold a green with fewer records than this fraction of the serving generation's (e.g. 0.9). */
   minRecordRatio: z.number().min(0).max(1000).optional(),
   /** Hold a green whose build skipped more bad records than this (e.g. 0). */
