@@ -6,11 +6,10 @@
  *   pnpm --filter @sluice/api-server bench:hosts [-- --rounds 20 --count 500]
  */
 import { parseArgs } from 'node:util';
-import { createNatsBackplane } from '@sluice/backplane';
-import { openCacheManager } from '@sluice/cache';
-import { startNatsServer, tempDir, waitFor } from '@sluice/testkit';
+import { startNatsServer, waitFor } from '@sluice/testkit';
 import { buildGeneration } from '../test/fixtures/data.js';
 import { spawnApiServer, timeSwitch, writeConfig } from '../test/helpers.js';
+import { startWriterHost } from '../test/writer-host.js';
 
 const { values } = parseArgs({
   options: { rounds: { type: 'string', default: '20' }, count: { type: 'string', default: '500' } },
@@ -20,18 +19,13 @@ const COUNT = Number(values.count);
 
 async function main(): Promise<void> {
   await using nats = await startNatsServer();
-  await using dirA = await tempDir('sluice-bench-host-a-');
-  await using dirB = await tempDir('sluice-bench-host-b-');
-  await using managerA = await openCacheManager(dirA.path, { gcGraceMs: 3_600_000 });
-  await using managerB = await openCacheManager(dirB.path, { gcGraceMs: 3_600_000 });
-  const bp = (nodeId: string) => createNatsBackplane({ nats: nats.url, clusterName: 'sluice', nodeId });
-  await using publisherA = await bp('app-a');
-  await using publisherB = await bp('app-b');
+  await using hostA = await startWriterHost(nats.url, { prefix: 'sluice-bench-host-a-', nodeId: 'app-a' });
+  await using hostB = await startWriterHost(nats.url, { prefix: 'sluice-bench-host-b-', nodeId: 'app-b' });
   let genA = 1;
-  await buildGeneration(managerA, 'items', genA, COUNT, publisherA, undefined, 'host-a');
-  const config = await writeConfig(dirA.path, {
+  await buildGeneration(hostA.manager, 'items', genA, COUNT, hostA.publisher, undefined, 'host-a');
+  const config = await writeConfig(hostA.dir.path, {
     node: { id: 'host-a' },
-    dataDir: dirA.path,
+    dataDir: hostA.dir.path,
     nats: nats.url,
     // Far away: a switch within a round can only be the event's.
     api: { reconcileMs: 600_000 },
@@ -45,7 +39,7 @@ async function main(): Promise<void> {
   const rebuildingB = (async () => {
     while (!stopB) {
       genB += 1;
-      await buildGeneration(managerB, 'items', genB, COUNT, publisherB, undefined, 'host-b');
+      await buildGeneration(hostB.manager, 'items', genB, COUNT, hostB.publisher, undefined, 'host-b');
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
   })();
@@ -56,7 +50,7 @@ async function main(): Promise<void> {
     for (let round = 0; round < ROUNDS; round += 1) {
       genA += 1;
       const ms = await timeSwitch(
-        (onBuilt) => buildGeneration(managerA, 'items', genA, COUNT, publisherA, onBuilt, 'host-a'),
+        (onBuilt) => buildGeneration(hostA.manager, 'items', genA, COUNT, hostA.publisher, onBuilt, 'host-a'),
         urls,
         { timeoutMs: 30_000, intervalMs: 2, what: "both of host A's api-servers on A's new generation" },
       );

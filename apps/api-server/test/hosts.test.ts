@@ -1,6 +1,4 @@
-import { createNatsBackplane, type NatsBackplane } from '@sluice/backplane';
-import { type CacheManager, openCacheManager } from '@sluice/cache';
-import { type NatsServerHandle, startNatsServer, type TempDir, tempDir } from '@sluice/testkit';
+import { type NatsServerHandle, startNatsServer } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildGeneration } from './fixtures/data.js';
 import {
@@ -12,6 +10,7 @@ import {
   timeSwitch,
   writeConfig,
 } from './helpers.js';
+import { startWriterHost, type WriterHost } from './writer-host.js';
 
 /**
  * Two hosts share one nats-server: host A (two real api-servers over its own dataDir, `node.id: host-a`) and host
@@ -23,28 +22,23 @@ const COUNT = 200;
 const RECONCILE_MS = 120_000;
 
 let nats: NatsServerHandle;
-let dirA: TempDir;
-let dirB: TempDir;
-let managerA: CacheManager;
-let managerB: CacheManager;
-let publisherA: NatsBackplane;
-let publisherB: NatsBackplane;
+let hostA: WriterHost;
+let hostB: WriterHost;
 let serversA: SpawnedApiServer[] = [];
 let genA = 0;
 let genB = 0;
 
 beforeAll(async () => {
   nats = await startNatsServer();
-  [dirA, dirB] = await Promise.all([tempDir('sluice-host-a-'), tempDir('sluice-host-b-')]);
-  managerA = await openCacheManager(dirA.path, { gcGraceMs: 3_600_000 });
-  managerB = await openCacheManager(dirB.path, { gcGraceMs: 3_600_000 });
-  const bp = (nodeId: string) => createNatsBackplane({ nats: nats.url, clusterName: 'sluice', nodeId });
-  [publisherA, publisherB] = await Promise.all([bp('app-a'), bp('app-b')]);
+  [hostA, hostB] = await Promise.all([
+    startWriterHost(nats.url, { prefix: 'sluice-host-a-', nodeId: 'app-a' }),
+    startWriterHost(nats.url, { prefix: 'sluice-host-b-', nodeId: 'app-b' }),
+  ]);
   genA += 1;
-  await buildGeneration(managerA, 'items', genA, COUNT, publisherA, undefined, 'host-a');
-  const config = await writeConfig(dirA.path, {
+  await buildGeneration(hostA.manager, 'items', genA, COUNT, hostA.publisher, undefined, 'host-a');
+  const config = await writeConfig(hostA.dir.path, {
     node: { id: 'host-a' },
-    dataDir: dirA.path,
+    dataDir: hostA.dir.path,
     nats: nats.url,
     api: { reconcileMs: RECONCILE_MS },
   });
@@ -53,13 +47,9 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const server of serversA) await server[Symbol.asyncDispose]();
-  await publisherA?.close();
-  await publisherB?.close();
-  await managerA?.close();
-  await managerB?.close();
+  await hostA?.[Symbol.asyncDispose]();
+  await hostB?.[Symbol.asyncDispose]();
   await nats?.[Symbol.asyncDispose]();
-  await dirA?.remove();
-  await dirB?.remove();
 });
 
 describe('defect 7: alias events of different hosts collide', () => {
@@ -68,20 +58,21 @@ describe('defect 7: alias events of different hosts collide', () => {
     // Host B rebuilds several times: its alias version runs ahead of A's.
     for (let i = 0; i < 4; i += 1) {
       genB += 1;
-      await buildGeneration(managerB, 'items', genB, COUNT, publisherB, undefined, 'host-b');
+      await buildGeneration(hostB.manager, 'items', genB, COUNT, hostB.publisher, undefined, 'host-b');
     }
     const before = await Promise.all(urls.map((u) => answeringCache(u)));
-    const blue = managerA.resolveAlias('items')!.cache;
+    const blue = hostA.manager.resolveAlias('items')!.cache;
     expect(before).toEqual([blue, blue]);
 
     const durations: number[] = [];
     for (let round = 0; round < 3; round += 1) {
       genB += 1;
-      await buildGeneration(managerB, 'items', genB, COUNT, publisherB, undefined, 'host-b');
+      await buildGeneration(hostB.manager, 'items', genB, COUNT, hostB.publisher, undefined, 'host-b');
       genA += 1;
       durations.push(
         await timeSwitch(
-          (onBuilt) => buildGeneration(managerA, 'items', genA, COUNT, publisherA, onBuilt, 'host-a'),
+          (onBuilt) =>
+            buildGeneration(hostA.manager, 'items', genA, COUNT, hostA.publisher, onBuilt, 'host-a'),
           urls,
           {
             timeoutMs: 10_000,

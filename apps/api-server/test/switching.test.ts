@@ -1,6 +1,4 @@
-import { createNatsBackplane, type NatsBackplane } from '@sluice/backplane';
-import { type CacheManager, openCacheManager } from '@sluice/cache';
-import { type NatsServerHandle, startNatsServer, type TempDir, tempDir, waitFor } from '@sluice/testkit';
+import { type NatsServerHandle, startNatsServer, waitFor } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildGeneration } from './fixtures/data.js';
 import {
@@ -14,6 +12,7 @@ import {
   switchesOf,
   writeConfig,
 } from './helpers.js';
+import { startWriterHost, type WriterHost } from './writer-host.js';
 
 async function metricsOf(url: string): Promise<string> {
   return (await fetch(`${url}/metrics`)).text();
@@ -27,9 +26,7 @@ const COUNT = 400;
 const RECONCILE_MS = 2_500;
 
 let nats: NatsServerHandle;
-let dir: TempDir;
-let manager: CacheManager;
-let backplane: NatsBackplane;
+let host: WriterHost;
 let servers: SpawnedApiServer[] = [];
 const genByCache = new Map<string, number>();
 let gen = 0;
@@ -38,11 +35,11 @@ async function nextGeneration(publish: boolean, beforeRedirect?: () => void): Pr
   gen += 1;
   const current = gen;
   const built = await buildGeneration(
-    manager,
+    host.manager,
     'items',
     gen,
     COUNT,
-    publish ? backplane : undefined,
+    publish ? host.publisher : undefined,
     (name) => {
       genByCache.set(name, current);
       beforeRedirect?.();
@@ -53,12 +50,10 @@ async function nextGeneration(publish: boolean, beforeRedirect?: () => void): Pr
 
 beforeAll(async () => {
   nats = await startNatsServer();
-  dir = await tempDir('sluice-switch-');
-  manager = await openCacheManager(dir.path, { gcGraceMs: 3_600_000 });
-  backplane = await createNatsBackplane({ nats: nats.url, clusterName: 'sluice', nodeId: 'test-writer' });
+  host = await startWriterHost(nats.url, { prefix: 'sluice-switch-', nodeId: 'test-writer' });
   await nextGeneration(true);
-  const config = await writeConfig(dir.path, {
-    dataDir: dir.path,
+  const config = await writeConfig(host.dir.path, {
+    dataDir: host.dir.path,
     nats: nats.url,
     api: { reconcileMs: RECONCILE_MS },
     logLevel: 'info',
@@ -68,10 +63,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const server of servers) await server[Symbol.asyncDispose]();
-  await backplane?.close();
-  await manager?.close();
+  await host?.[Symbol.asyncDispose]();
   await nats?.[Symbol.asyncDispose]();
-  await dir?.remove();
 });
 
 describe('blue/green switching under load', () => {
@@ -195,7 +188,7 @@ describe('blue/green switching under load', () => {
       },
       { timeoutMs: 15_000, what: 'the backplane to reconnect' },
     );
-    await waitFor(() => backplane.status() === 'connected', {
+    await waitFor(() => host.publisher.status() === 'connected', {
       timeoutMs: 15_000,
       what: 'the writer to reconnect',
     });
