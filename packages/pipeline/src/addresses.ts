@@ -55,6 +55,16 @@ function natsConfig(ctx: ConnectionContext, name: string | undefined): NatsConfi
 const filePath = (ctx: ConnectionContext, path: string) =>
   isAbsolute(path) || ctx.baseDir === undefined ? path : resolve(ctx.baseDir, path);
 
+/**
+ * The `key` option of a source or sink: the address's own key fields, else `fallback` (the endpoint's key, or the
+ * source's for a sink) when there is one, else none (the node's default).
+ */
+function keyOption(addressKey: Parameters<typeof keyFields>[0], fallback?: string[]): { key?: string[] } {
+  const key = keyFields(addressKey);
+  if (key.length > 0) return { key };
+  return fallback ? { key: fallback } : {};
+}
+
 /** Builds the source node for an address. */
 export function sourceFor(
   address: SourceAddress,
@@ -81,7 +91,6 @@ export function sourceFor(
         ...(options.chunkBytes ? { chunkBytes: options.chunkBytes } : {}),
       });
     case 'postgres': {
-      const key = keyFields(address.key);
       const capture = options.sampling ? 'poll' : postgresCapture(address, options.role ?? 'transfer');
       if (capture === 'replication') {
         // Validated by core's schema: replication reads a table.
@@ -95,7 +104,7 @@ export function sourceFor(
           handle,
           url: postgresUrl(ctx, address.connection),
           table,
-          ...(key.length > 0 ? { key } : {}),
+          ...keyOption(address.key),
           slot: address.slot ?? name,
           publication: address.publication ?? name,
           owner: { node, handle, role },
@@ -108,20 +117,18 @@ export function sourceFor(
         url: postgresUrl(ctx, address.connection),
         ...(address.table !== undefined ? { table: address.table } : {}),
         ...(address.query !== undefined ? { query: address.query } : {}),
-        ...(key.length > 0 ? { key } : options.key ? { key: options.key } : {}),
+        ...keyOption(address.key, options.key),
         ...(address.cursor !== undefined ? { cursor: address.cursor } : {}),
       });
     }
-    case 'jetstream': {
-      const key = keyFields(address.key);
+    case 'jetstream':
       return createJetStreamSource({
         handle,
         nats: natsConfig(ctx, address.connection),
         stream: address.stream,
         subject: address.subject,
-        ...(key.length > 0 ? { key } : options.key ? { key: options.key } : {}),
+        ...keyOption(address.key, options.key),
       });
-    }
   }
 }
 
@@ -151,26 +158,23 @@ export function sinkFor(
         throw new ValidationError('A PostgreSQL destination needs a table', [
           { path: 'destination.table', message: 'required for a destination' },
         ]);
-      const key = keyFields(address.key);
       return createPostgresSink({
         handle,
         url: postgresUrl(ctx, address.connection),
         table: address.table,
         writerId,
         ...fence,
-        ...(key.length > 0 ? { key } : {}),
+        ...keyOption(address.key),
       });
     }
-    case 'jetstream': {
-      const key = keyFields(address.key);
+    case 'jetstream':
       return createJetStreamSink({
         handle,
         nats: natsConfig(ctx, address.connection),
         subject: address.subject,
         writerId,
-        ...(key.length > 0 ? { key } : sourceKey.length > 0 ? { key: sourceKey } : {}),
+        ...keyOption(address.key, sourceKey.length > 0 ? sourceKey : undefined),
       });
-    }
     case 'endpoint':
       if (!ctx.caches)
         throw new ValidationError('This node has no caches for an endpoint destination', [
