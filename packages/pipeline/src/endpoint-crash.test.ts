@@ -2,9 +2,9 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { openCacheManager } from '@sluice/cache';
-import { parseQuery } from '@sluice/core';
 import { spawnTs, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
+import { allRecords } from '../test/helpers.js';
 
 const CHILD = fileURLToPath(new URL('../test/fixtures/endpoint-child.ts', import.meta.url));
 const BLUE = 2_000;
@@ -118,16 +118,7 @@ describe('endpoint pipeline crash safety', () => {
     const cache = await reader.openRo('items');
     try {
       expect(cache.count({})).toBe(GREEN);
-      const out: Record<string, unknown>[] = [];
-      let after: string | null = null;
-      do {
-        const page: { records: Record<string, unknown>[]; next: string | null } = cache.query(
-          parseQuery({ $order_by: { id: 'asc' }, $limit: 1000, ...(after ? { $after: after } : {}) }),
-        );
-        out.push(...page.records);
-        after = page.next;
-      } while (after);
-      expect(out).toEqual(rows(GREEN, 'b'));
+      expect(allRecords(cache)).toEqual(rows(GREEN, 'b'));
     } finally {
       await cache.close();
     }

@@ -1,10 +1,10 @@
 import { appendFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { openCacheManager } from '@sluice/cache';
-import { parseQuery, type SluiceEvent } from '@sluice/core';
+import type { SluiceEvent } from '@sluice/core';
 import { tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { memoryCheckpointPort } from '../test/helpers.js';
+import { aliasRecords, memoryCheckpointPort } from '../test/helpers.js';
 import { startEndpointPipeline } from './endpoint.js';
 import { runTransfer } from './transfer.js';
 
@@ -35,24 +35,6 @@ const endpoint = (path: string, extra: Record<string, unknown> = {}) => ({
   ...extra,
 });
 
-async function allRecords(caches: Awaited<ReturnType<typeof openCacheManager>>, alias: string) {
-  const cache = await caches.openRo(alias);
-  try {
-    const out: Record<string, unknown>[] = [];
-    let after: string | null = null;
-    do {
-      const page: { records: Record<string, unknown>[]; next: string | null } = cache.query(
-        parseQuery({ $order_by: { id: 'asc' }, $limit: 1000, ...(after ? { $after: after } : {}) }),
-      );
-      out.push(...page.records);
-      after = page.next;
-    } while (after);
-    return out;
-  } finally {
-    await cache.close();
-  }
-}
-
 describe('endpoint pipelines (blue/green)', () => {
   it('builds the first generation, then resumes in place without a new cache', async () => {
     await using dir = await tempDir();
@@ -66,7 +48,7 @@ describe('endpoint pipelines (blue/green)', () => {
       expect(caches.resolveAlias('items')).toBeNull(); // nothing is served before the snapshot is complete
       const built = await pipeline.whenServing();
       expect(caches.resolveAlias('items')?.cache).toBe(built);
-      expect(await allRecords(caches, 'items')).toEqual(items(1000));
+      expect(await aliasRecords(caches, 'items')).toEqual(items(1000));
       await pipeline.stop();
     }
     const redirects = events.events.filter((e) => e.type === 'AliasRedirected');
@@ -81,7 +63,7 @@ describe('endpoint pipelines (blue/green)', () => {
     const pipeline = await startEndpointPipeline(endpoint(path), { caches, events, connections: {} });
     expect(pipeline.decision.decision).toBe('resume');
     expect(pipeline.decision.reason).toMatch(/in place/);
-    await waitFor(async () => (await allRecords(caches, 'items')).length === 1200, {
+    await waitFor(async () => (await aliasRecords(caches, 'items')).length === 1200, {
       what: 'appended records',
     });
     expect(caches.resolveAlias('items')?.cache).toBe(first);
@@ -114,10 +96,10 @@ describe('endpoint pipelines (blue/green)', () => {
     const during = second.status();
     expect(during.servingCache).toBe(blue);
     expect(during.buildingCache).not.toBeNull();
-    expect(await allRecords(caches, 'items')).toEqual(items(500));
+    expect(await aliasRecords(caches, 'items')).toEqual(items(500));
     const green = await second.whenServing();
     expect(green).not.toBe(blue);
-    expect(await allRecords(caches, 'items')).toEqual(items(20_000, 0, 'b'));
+    expect(await aliasRecords(caches, 'items')).toEqual(items(20_000, 0, 'b'));
     const redirects = events.events.filter((e) => e.type === 'AliasRedirected');
     expect(redirects).toHaveLength(2);
     expect(redirects[1]).toMatchObject({ alias: 'items', from: blue, to: green });
@@ -144,7 +126,7 @@ describe('endpoint pipelines (blue/green)', () => {
     const green = await second.whenServing();
     expect(green).not.toBe(blue);
     expect((await caches.info(green))?.schema.indexes).toEqual([['category']]);
-    expect(await allRecords(caches, 'items')).toEqual(items(300));
+    expect(await aliasRecords(caches, 'items')).toEqual(items(300));
     await second.stop();
   });
 
@@ -209,7 +191,7 @@ describe('endpoint pipelines (blue/green)', () => {
       value: 'number',
       category: 'string',
     });
-    expect(await allRecords(caches, 'items')).toEqual([
+    expect(await aliasRecords(caches, 'items')).toEqual([
       { id: 1, value: 1.5, category: 'x' },
       { id: 3, value: 3, category: 'y' },
     ]);
@@ -222,7 +204,7 @@ describe('endpoint pipelines (blue/green)', () => {
         { id: 5, value: 'not a number', category: 'z' },
       ]),
     );
-    await waitFor(async () => (await allRecords(caches, 'items')).map((r) => r.id).join() === '3,4', {
+    await waitFor(async () => (await aliasRecords(caches, 'items')).map((r) => r.id).join() === '3,4', {
       what: 'followed changes',
     });
     await waitFor(() => pipeline.status().progress.badRecords === 1, { what: 'bad record counted' });
@@ -248,7 +230,7 @@ describe('endpoint pipelines: rebuild on demand and transfers into an endpoint',
     const green = await pipeline.whenServing();
     expect(green).not.toBe(blue);
     expect(events.events.filter((e) => e.type === 'AliasRedirected')).toHaveLength(2);
-    expect(await allRecords(caches, 'items')).toEqual(items(100));
+    expect(await aliasRecords(caches, 'items')).toEqual(items(100));
     const checkpointBefore = pipeline.status().checkpoint;
 
     // A transfer into the endpoint: keyed upserts into the served generation; bad types are skipped.
@@ -266,7 +248,7 @@ describe('endpoint pipelines: rebuild on demand and transfers into an endpoint',
       { checkpoint: memoryCheckpointPort(), connections: {}, caches, signal: new AbortController().signal },
     );
     expect(result).toMatchObject({ recordsWritten: 5, badRecords: 1 });
-    expect(await allRecords(caches, 'items')).toEqual([...items(100), ...items(5, 100, 'z')]);
+    expect(await aliasRecords(caches, 'items')).toEqual([...items(100), ...items(5, 100, 'z')]);
     await pipeline.stop();
 
     // The endpoint's own checkpoint is untouched: the next start continues in place.
@@ -313,7 +295,7 @@ describe('endpoint pipelines: an interrupted rebuild', () => {
     });
     expect(await third.whenServing({ timeoutMs: 60_000 })).toBe(green);
     expect(caches.resolveAlias('items')?.cache).toBe(green);
-    expect(await allRecords(caches, 'items')).toEqual(items(30_000));
+    expect(await aliasRecords(caches, 'items')).toEqual(items(30_000));
     await third.stop();
   }, 120_000);
 });
@@ -336,7 +318,7 @@ describe('endpoint pipelines: failures', () => {
       decision: 'from-scratch',
       reason: expect.stringMatching(/shrank/),
     });
-    expect(await allRecords(caches, 'items')).toEqual(items(30, 0, 'c'));
+    expect(await aliasRecords(caches, 'items')).toEqual(items(30, 0, 'c'));
     expect(events.events.filter((e) => e.type === 'AliasRedirected')).toHaveLength(2);
     await pipeline.stop();
   });

@@ -13,10 +13,13 @@ const RECORDS = 10_000;
 const COMMIT_EVERY = 500;
 const KILLS = 2;
 
-async function writeSource(path: string) {
+/** Writes the source file (`in.jsonl` in `dir`, RECORDS records); returns its path. */
+async function writeSource(dir: string): Promise<string> {
+  const path = join(dir, 'in.jsonl');
   const lines: string[] = [];
   for (let i = 0; i < RECORDS; i++) lines.push(JSON.stringify({ id: i, name: `n${i}`, value: i % 97 }));
   await writeFile(path, `${lines.join('\n')}\n`);
+  return path;
 }
 
 /**
@@ -102,12 +105,41 @@ async function createCountedDestination(client: pg.Client): Promise<void> {
   );
 }
 
+/**
+ * A test database holding the counted destination ({@link createCountedDestination}) and a client connected to
+ * it; dispose ends the client, then drops the database.
+ */
+async function countedDestination(
+  prefix: string,
+): Promise<AsyncDisposable & { url: string; client: pg.Client }> {
+  const db = await createTestDatabase(prefix);
+  const client = new pg.Client({ connectionString: db.url });
+  try {
+    await client.connect();
+    await createCountedDestination(client);
+  } catch (err) {
+    await client.end().catch(() => {});
+    await db[Symbol.asyncDispose]();
+    throw err;
+  }
+  return {
+    url: db.url,
+    client,
+    async [Symbol.asyncDispose]() {
+      try {
+        await client.end();
+      } finally {
+        await db[Symbol.asyncDispose]();
+      }
+    },
+  };
+}
+
 describe('transfers killed with SIGKILL and resumed write each record exactly once', () => {
   it('file sink', { timeout: 120_000 }, async () => {
     await using dir = await tempDir();
-    const src = join(dir.path, 'in.jsonl');
+    const src = await writeSource(dir.path);
     const out = join(dir.path, 'out.jsonl');
-    await writeSource(src);
     const result = await killAndResume(
       {
         request: request('crash-file', src, { type: 'file', path: out, format: 'jsonl' }),
@@ -129,37 +161,30 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
 
   it('postgres sink', { timeout: 120_000 }, async () => {
     await using dir = await tempDir();
-    await using db = await createTestDatabase('sluice_pipeline_crash');
-    const client = new pg.Client({ connectionString: db.url });
-    await client.connect();
-    try {
-      await createCountedDestination(client);
-      const src = join(dir.path, 'in.jsonl');
-      await writeSource(src);
-      const result = await killAndResume(
-        {
-          request: request('crash-pg', src, { type: 'postgres', connection: 'wh', table: 'dst', key: 'id' }),
-          checkpointFile: join(dir.path, 'checkpoint.json'),
-          connections: { wh: { type: 'postgres', url: db.url } },
-          commitEveryRecords: 500,
-          fileChunkBytes: 16_384,
-        },
-        2,
-        async () => (await client.query('SELECT count(*)::int AS n FROM dst_writes')).rows[0].n as number,
-      );
-      expect(result.recordsWritten).toBe(RECORDS);
-      // The sink commits its checkpoint with its data and a resume starts from it: no write happens twice.
-      const writes = await client.query(
-        'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes',
-      );
-      expect(writes.rows[0]).toEqual({ n: RECORDS, d: RECORDS });
-      const stats = await client.query(
-        'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d, min(id) AS lo, max(id) AS hi FROM dst',
-      );
-      expect(stats.rows[0]).toEqual({ n: RECORDS, d: RECORDS, lo: 0, hi: RECORDS - 1 });
-    } finally {
-      await client.end();
-    }
+    await using dst = await countedDestination('sluice_pipeline_crash');
+    const { client } = dst;
+    const src = await writeSource(dir.path);
+    const result = await killAndResume(
+      {
+        request: request('crash-pg', src, { type: 'postgres', connection: 'wh', table: 'dst', key: 'id' }),
+        checkpointFile: join(dir.path, 'checkpoint.json'),
+        connections: { wh: { type: 'postgres', url: dst.url } },
+        commitEveryRecords: 500,
+        fileChunkBytes: 16_384,
+      },
+      2,
+      async () => (await client.query('SELECT count(*)::int AS n FROM dst_writes')).rows[0].n as number,
+    );
+    expect(result.recordsWritten).toBe(RECORDS);
+    // The sink commits its checkpoint with its data and a resume starts from it: no write happens twice.
+    const writes = await client.query(
+      'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes',
+    );
+    expect(writes.rows[0]).toEqual({ n: RECORDS, d: RECORDS });
+    const stats = await client.query(
+      'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d, min(id) AS lo, max(id) AS hi FROM dst',
+    );
+    expect(stats.rows[0]).toEqual({ n: RECORDS, d: RECORDS, lo: 0, hi: RECORDS - 1 });
   });
 
   it('defect: an owner that finished the PostgreSQL sink but died before recording COMPLETED made the next owner rewrite every record', {
@@ -169,40 +194,33 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
     // before the store recorded COMPLETED, and the next owner found "the sink has no committed checkpoint" and
     // started from scratch — every row written a second time. The next owner must resume at the end instead.
     await using dir = await tempDir();
-    await using db = await createTestDatabase('sluice_pipeline_finished');
-    const client = new pg.Client({ connectionString: db.url });
-    await client.connect();
-    try {
-      await createCountedDestination(client);
-      const src = join(dir.path, 'in.jsonl');
-      await writeSource(src);
-      const input = {
-        request: request('finished-pg', src, { type: 'postgres', connection: 'wh', table: 'dst', key: 'id' }),
-        checkpointFile: join(dir.path, 'checkpoint.json'),
-        connections: { wh: { type: 'postgres', url: db.url } },
-        commitEveryRecords: 2_000,
-        fileChunkBytes: 16_384,
-      };
-      // The first owner runs the transfer to its end; it exits before anything records COMPLETED.
-      await using first = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 1 })]);
-      expect(await first.waitForLine(/^(DONE|FAILED) /, 90_000)).toMatch(/^DONE /);
-      // The next owner (a takeover: the next epoch, the same checkpoint) resumes where the sink ended.
-      await using next = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 2 })]);
-      const done = await next.waitForLine(/^(DONE|FAILED) /, 90_000);
-      expect(done).toMatch(/^DONE /);
-      expect(next.lines.filter((l) => l.startsWith('DECISION '))).toEqual([
-        expect.stringMatching(/^DECISION resume /),
-      ]);
-      // Its result still counts the whole transfer (the counts travel in the checkpoint).
-      expect(JSON.parse(done.slice(5))).toMatchObject({ recordsRead: RECORDS, recordsWritten: RECORDS });
-      const writes = await client.query(
-        'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes',
-      );
-      expect(writes.rows[0]).toEqual({ n: RECORDS, d: RECORDS });
-      expect((await client.query('SELECT count(*)::int AS n FROM dst')).rows[0].n).toBe(RECORDS);
-    } finally {
-      await client.end();
-    }
+    await using dst = await countedDestination('sluice_pipeline_finished');
+    const { client } = dst;
+    const src = await writeSource(dir.path);
+    const input = {
+      request: request('finished-pg', src, { type: 'postgres', connection: 'wh', table: 'dst', key: 'id' }),
+      checkpointFile: join(dir.path, 'checkpoint.json'),
+      connections: { wh: { type: 'postgres', url: dst.url } },
+      commitEveryRecords: 2_000,
+      fileChunkBytes: 16_384,
+    };
+    // The first owner runs the transfer to its end; it exits before anything records COMPLETED.
+    await using first = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 1 })]);
+    expect(await first.waitForLine(/^(DONE|FAILED) /, 90_000)).toMatch(/^DONE /);
+    // The next owner (a takeover: the next epoch, the same checkpoint) resumes where the sink ended.
+    await using next = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: 2 })]);
+    const done = await next.waitForLine(/^(DONE|FAILED) /, 90_000);
+    expect(done).toMatch(/^DONE /);
+    expect(next.lines.filter((l) => l.startsWith('DECISION '))).toEqual([
+      expect.stringMatching(/^DECISION resume /),
+    ]);
+    // Its result still counts the whole transfer (the counts travel in the checkpoint).
+    expect(JSON.parse(done.slice(5))).toMatchObject({ recordsRead: RECORDS, recordsWritten: RECORDS });
+    const writes = await client.query(
+      'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes',
+    );
+    expect(writes.rows[0]).toEqual({ n: RECORDS, d: RECORDS });
+    expect((await client.query('SELECT count(*)::int AS n FROM dst')).rows[0].n).toBe(RECORDS);
   });
 
   it('jetstream sink', { timeout: 120_000 }, async () => {
@@ -220,8 +238,7 @@ describe('transfers killed with SIGKILL and resumed write each record exactly on
         },
       });
       await nc.flush();
-      const src = join(dir.path, 'in.jsonl');
-      await writeSource(src);
+      const src = await writeSource(dir.path);
       const result = await killAndResume(
         {
           request: request('crash-js', src, {

@@ -3,10 +3,54 @@
  * memory and in a JSON file, fenced like the app-server's store. Child scripts the tests spawn are in `fixtures/`.
  */
 import { readFile, rename, writeFile } from 'node:fs/promises';
-import { type CheckpointPort, StaleEpochError } from '@sluice/core';
+import { type CheckpointPort, parseQuery, StaleEpochError } from '@sluice/core';
 import { BadRecordCollector } from '../src/bad-records.js';
 import { dagHash } from '../src/dag.js';
 import type { RunPipelineOptions } from '../src/run.js';
+
+/** A cache as the record helpers read it: pages of records and the cursor of the next one. */
+interface PagedCache {
+  query(query: ReturnType<typeof parseQuery>): { records: Record<string, unknown>[]; next: string | null };
+}
+
+/**
+ * Every record of a cache, in primary-key order (pages of 1000).
+ *
+ * @example
+ * ```ts
+ * expect(allRecords(cache)).toEqual(rows(100));
+ * ```
+ */
+export function allRecords(cache: PagedCache): Record<string, unknown>[] {
+  const out: Record<string, unknown>[] = [];
+  let after: string | null = null;
+  do {
+    const page = cache.query(parseQuery({ $limit: 1000, ...(after !== null ? { $after: after } : {}) }));
+    out.push(...page.records);
+    after = page.next;
+  } while (after !== null);
+  return out;
+}
+
+/**
+ * Every record of the generation `alias` points at now, in primary-key order (opened read-only, then closed).
+ *
+ * @example
+ * ```ts
+ * expect(await aliasRecords(caches, 'items')).toEqual(items(1000));
+ * ```
+ */
+export async function aliasRecords(
+  caches: { openRo(alias: string): Promise<PagedCache & { close(): Promise<void> }> },
+  alias: string,
+): Promise<Record<string, unknown>[]> {
+  const cache = await caches.openRo(alias);
+  try {
+    return allRecords(cache);
+  } finally {
+    await cache.close();
+  }
+}
 
 /** What the file port keeps: the highest epoch that claimed the transfer, and the checkpoint. */
 interface Stored {

@@ -2,24 +2,7 @@
  * Test helpers for replication sources: the served rows of an endpoint, its committed LSN, and the slot's
  * confirmed position (SQL against a database is testkit's `sql`).
  */
-import { parseQuery } from '@sluice/core';
 import { sql } from '@sluice/testkit';
-
-interface ReadableCache {
-  query(query: ReturnType<typeof parseQuery>): { records: Record<string, unknown>[]; next: string | null };
-}
-
-/** Every record of a cache, in primary-key order. */
-export function allRecords(cache: ReadableCache): Record<string, unknown>[] {
-  const out: Record<string, unknown>[] = [];
-  let after: string | null = null;
-  do {
-    const page = cache.query(parseQuery({ $limit: 1000, ...(after !== null ? { $after: after } : {}) }));
-    out.push(...page.records);
-    after = page.next;
-  } while (after !== null);
-  return out;
-}
 
 /** The table's rows as JSON text per id, for a row-by-row comparison with the cache. */
 export async function tableRows(url: string, table: string): Promise<Map<number, string>> {

@@ -13,7 +13,8 @@ import {
 } from '@sluice/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { allRecords, cacheRows, committedLsn, confirmedFlush, tableRows } from '../../test/replication.js';
+import { allRecords } from '../../test/helpers.js';
+import { cacheRows, committedLsn, confirmedFlush, tableRows } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 import { compareLsn } from './replication/lsn.js';
 

@@ -10,7 +10,8 @@ import {
   waitFor,
 } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { allRecords, cacheRows, committedLsn, confirmedFlush, tableRows } from '../../test/replication.js';
+import { allRecords } from '../../test/helpers.js';
+import { cacheRows, committedLsn, confirmedFlush, tableRows } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 import { compareLsn } from './replication/lsn.js';
 
