@@ -21,7 +21,7 @@ import { endpointShape } from './endpoint/shape.js';
 import { endpointSteering } from './endpoint/steering.js';
 import { EndpointSupervisor, SupervisorPhase } from './endpoint/supervisor.js';
 import { ProgressTracker } from './progress.js';
-import { replicationStatusOf } from './sources/replication/source.js';
+import { replicationStatusOf } from './sources/replication/status.js';
 
 export interface EndpointContext {
   caches: WritableCacheCatalog;

@@ -35,22 +35,18 @@ export {
   type PostgresPosition,
   type PostgresSourceOptions,
 } from './sources/postgres.js';
+export type { ReplicationLag } from './sources/replication/lag.js';
 export { compareLsn, formatLsn, parseLsn } from './sources/replication/lsn.js';
 export type { OwnedSlotMark, SlotOwner } from './sources/replication/ownership.js';
+export type { ReplicationPosition } from './sources/replication/position.js';
 export { defaultReplicationName, dropSlot } from './sources/replication/setup.js';
 export {
   dropReplicationSlot,
   listReplicationSlots,
   type ReplicationSlotInfo,
 } from './sources/replication/slots.js';
-export {
-  createReplicationSource,
-  isReplicationSource,
-  type ReplicationLag,
-  type ReplicationPosition,
-  type ReplicationSource,
-  type ReplicationSourceOptions,
-} from './sources/replication/source.js';
+export { createReplicationSource, type ReplicationSourceOptions } from './sources/replication/source.js';
+export { isReplicationSource, type ReplicationSource } from './sources/replication/status.js';
 export { type SwitchFacts, switchHoldReason } from './switch-gate.js';
 export {
   discardTransferLeftovers,

@@ -23,7 +23,7 @@ import { type ConnectionContext, sinkFor, sourceFor } from './addresses.js';
 import { BadRecordCollector, type BadRecordReport } from './bad-records.js';
 import { dagHash, decideRestart, type RestartPlan } from './dag.js';
 import { runPipeline } from './run.js';
-import { isReplicationSource, replicationStatusOf } from './sources/replication/source.js';
+import { isReplicationSource, replicationStatusOf } from './sources/replication/status.js';
 import type { PipelineSource, SourceBranch } from './types.js';
 
 export interface TransferContext {

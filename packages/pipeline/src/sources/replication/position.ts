@@ -1,0 +1,27 @@
+/**
+ * The checkpointed position of a replication source, as it travels in pipeline checkpoints (validated whenever one
+ * is read back: a checkpoint is data from outside this process).
+ */
+import { z } from 'zod';
+import { isLsn } from './lsn.js';
+
+const Lsn = z.string().refine(isLsn, 'not an LSN');
+
+/**
+ * The checkpointed position of a replication source. `lsn` is where the stream continues: the slot's consistent
+ * point until the first transaction, then the end of the last transaction committed with the cache. In `snapshot`
+ * the keyset snapshot has read up to `lastKey`; in `catch-up` a snapshot resumed in a later session (its exported
+ * snapshot died with the process) is complete only once the stream has passed `catchUp`.
+ */
+export const ReplicationPositionSchema = z.object({
+  capture: z.literal('replication'),
+  slot: z.string(),
+  publication: z.string(),
+  phase: z.enum(['snapshot', 'catch-up', 'stream']),
+  lsn: Lsn,
+  lastKey: z.array(z.string()).nullable(),
+  catchUp: Lsn.nullable(),
+  columns: z.array(z.tuple([z.string(), z.number().int()])),
+  read: z.number().int().nonnegative(),
+});
+export type ReplicationPosition = z.output<typeof ReplicationPositionSchema>;

@@ -1,0 +1,49 @@
+/**
+ * What the rest of the pipeline (and operators) can ask of a replication source beyond {@link PipelineSource}:
+ * its slot, its committed LSN and its lag.
+ */
+import type { ReplicationStatus } from '@sluice/core';
+import type { PipelineSource } from '../../types.js';
+import type { ReplicationLag } from './lag.js';
+
+/** A replication source: a {@link PipelineSource} that can also say how far it lags. */
+export interface ReplicationSource extends PipelineSource {
+  /** The replication slot it reads. */
+  readonly slot: string;
+  /** Lag of what the cache committed behind PostgreSQL's current WAL position (null before streaming). */
+  replicationLag(): ReplicationLag | null;
+  /** The LSN the cache has committed (the freshness position), or null before the first commit. */
+  committedLsn(): string | null;
+}
+
+/**
+ * True for a source made by `createReplicationSource`.
+ *
+ * @example
+ * ```ts
+ * if (isReplicationSource(source)) logger.info({ slot: source.slot }, 'replicating');
+ * ```
+ */
+export function isReplicationSource(source: PipelineSource): source is ReplicationSource {
+  return typeof (source as Partial<ReplicationSource>).replicationLag === 'function';
+}
+
+/**
+ * What operators see of a replication source (its slot, committed LSN, lag in bytes and seconds), or null for any
+ * other source: `GET /v1/endpoints` and a running transfer's progress report it.
+ *
+ * @example
+ * ```ts
+ * replicationStatusOf(source); // { slot: 'sluice_x_…', committedLsn: '0/1A2B3C', lagBytes: 0, lagSeconds: 0 }
+ * ```
+ */
+export function replicationStatusOf(source: PipelineSource): ReplicationStatus | null {
+  if (!isReplicationSource(source)) return null;
+  const lag = source.replicationLag();
+  return {
+    slot: source.slot,
+    committedLsn: source.committedLsn(),
+    lagBytes: lag?.bytes ?? null,
+    lagSeconds: lag?.seconds ?? null,
+  };
+}

@@ -1,0 +1,218 @@
+/**
+ * The streaming half of a replication source: `pgoutput` messages from the slot, assembled into whole source
+ * transactions of the replicated table, with keepalives moving the position between transactions, the lag probe
+ * and the heartbeat running beside it, and a resumed snapshot's catch-up ended once the stream has passed it.
+ */
+import { SourceError, SourceSchemaChangedError } from '@sluice/core';
+import type { Pgoutput } from 'pg-logical-replication';
+import { quoteIdent } from '../../pg.js';
+import type { ReadOptions, SourceItem } from '../../types.js';
+import type { SourceConnections } from './connections.js';
+import { writeHeartbeat } from './heartbeat.js';
+import { LagTracker } from './lag.js';
+import { compareLsn, normalizeLsn } from './lsn.js';
+import type { ReplicationPosition } from './position.js';
+import { type ColumnList, incompatibleColumns, slotState } from './setup.js';
+import { ReplicationStream } from './stream.js';
+import { TransactionAssembler } from './transaction-assembler.js';
+
+/** What the stream reads and how (the source's options, defaults applied). */
+export interface StreamSource {
+  handle: string;
+  url: string;
+  table: string;
+  slot: string;
+  publication: string;
+  keepaliveMs: number;
+  highWater: number;
+  lagProbeMs: number;
+  flushWithinMs: number;
+  slotWaitMs: number;
+  /** The heartbeat's table and interval, or null without one. */
+  heartbeat: { table: string; intervalMs: number } | null;
+  connections: SourceConnections;
+}
+
+/**
+ * What the source reports while (and after) it streams: the stream being read (null between reads), to confirm
+ * committed positions to, and the lag tracker of the latest read.
+ */
+export interface LiveStream {
+  stream: ReplicationStream | null;
+  lag: LagTracker;
+}
+
+/**
+ * Streams from `start.lsn` (after waiting for the slot to be free) until aborted, or — `untilCaughtUp` — until a
+ * resumed snapshot's catch-up ends. Each source transaction of the table reaches the sink whole.
+ */
+export async function* readStream(
+  source: StreamSource,
+  live: LiveStream,
+  start: ReplicationPosition,
+  keys: string[],
+  readOptions: ReadOptions,
+  untilCaughtUp: boolean,
+): AsyncGenerator<SourceItem> {
+  const { connections, slot, table } = source;
+  await waitForSlot(source, start.lsn);
+  let position = start;
+  live.lag = new LagTracker();
+  live.lag.commit(position.lsn);
+  /** The end of the last transaction of ours read: the stream is caught up past it once that is committed. */
+  let lastChange: string | null = null;
+  /** When the oldest transaction read and not yet flagged for commit ended. */
+  let unflushedSince: number | null = null;
+  const current = new ReplicationStream({
+    url: source.url,
+    slot,
+    publication: source.publication,
+    startLsn: position.lsn,
+    keepaliveMs: source.keepaliveMs,
+    highWater: source.highWater,
+  });
+  live.stream = current;
+  current.start();
+  // PostgreSQL's own position, for the lag also while nothing streams.
+  const probe = connections.every(source.lagProbeMs, async (client) => {
+    const result = await client.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
+    live.lag.observeServer(result.rows[0]!.lsn);
+  });
+  // A write that streams through this slot, so it advances even when the table is idle and nothing else does.
+  const beat = source.heartbeat;
+  const heartbeat =
+    beat === null
+      ? null
+      : connections.every(beat.intervalMs, (client) => writeHeartbeat(client, beat.table, slot));
+  const qualified = await connections.withClient(async (client) => {
+    const r = await client.query<{ schema: string; name: string }>(
+      `SELECT n.nspname AS schema, c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE c.oid = $1::regclass`,
+      [quoteIdent(table)],
+    );
+    return r.rows[0]!;
+  });
+  const ours = (relation: Pgoutput.MessageRelation) =>
+    relation.schema === qualified.schema && relation.name === qualified.name;
+  const batchSize = Math.max(1, readOptions.batchSize);
+  /**
+   * The one place a resumed snapshot's catch-up ends: once the stream has passed the LSN the new snapshot was
+   * taken at, every change the pages might have missed is applied; the position enters phase `stream`.
+   */
+  const passedCatchUp = (): boolean => {
+    if (position.phase !== 'catch-up' || compareLsn(position.lsn, position.catchUp!) < 0) return false;
+    position = { ...position, phase: 'stream', catchUp: null };
+    return true;
+  };
+  const txn = new TransactionAssembler({ handle: source.handle, table, keys, ours });
+
+  try {
+    for (;;) {
+      const item = await current.next(readOptions.signal);
+      if (item === null) return;
+      if (item.kind === 'failed') throw item.error;
+      if (item.kind === 'keepalive') {
+        live.lag.observeReceived(item.lsn);
+        live.lag.observeServer(item.lsn);
+        // Between transactions everything before the keepalive has been read: the position may move there,
+        // so an idle slot (or one whose WAL is all other tables') advances once this is committed.
+        if (!txn.open && current.buffered() === 0) {
+          const applied = live.lag.committedLsn();
+          if (lastChange === null || (applied !== null && compareLsn(lastChange, applied) <= 0))
+            live.lag.readPast(item.lsn);
+        }
+        if (!txn.open && compareLsn(item.lsn, position.lsn) > 0 && current.buffered() === 0) {
+          position = { ...position, lsn: normalizeLsn(item.lsn) };
+          if (passedCatchUp()) {
+            yield { kind: 'snapshot-done', position };
+            if (untilCaughtUp) return;
+          } else {
+            yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: unflushedSince !== null };
+            unflushedSince = null;
+          }
+        } else if (!txn.open && unflushedSince !== null && current.buffered() === 0) {
+          // The last transaction was read with this keepalive still queued behind it: commit it now rather
+          // than at the run's next commitEveryMs.
+          yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: true };
+          unflushedSince = null;
+        }
+        continue;
+      }
+      const message = item.message;
+      switch (message.tag) {
+        case 'begin':
+          txn.begin(message);
+          live.lag.beginTransaction();
+          break;
+        case 'relation': {
+          if (!ours(message)) break;
+          const columns: ColumnList = message.columns.map((c) => [c.name, c.typeOid]);
+          const problem = incompatibleColumns(position.columns, columns);
+          if (problem !== null)
+            throw new SourceSchemaChangedError(
+              `Table ${table}: ${problem}; the endpoint needs a new generation`,
+              { details: { table, change: problem } },
+            );
+          position = { ...position, columns };
+          break;
+        }
+        case 'insert':
+        case 'update':
+        case 'delete':
+          if (txn.change(message, batchSize)) yield txn.take(position, { open: true });
+          break;
+        case 'truncate':
+          txn.truncate(message);
+          break;
+        case 'commit': {
+          if (!txn.open) break;
+          const end = normalizeLsn(message.commitEndLsn ?? message.commitLsn ?? position.lsn);
+          if (compareLsn(end, position.lsn) > 0) position = { ...position, lsn: end };
+          live.lag.observeReceived(position.lsn);
+          if (txn.changed) lastChange = position.lsn;
+          // Commit now when nothing more is waiting, or when transactions have waited `flushWithinMs` behind a
+          // never-empty buffer (a steady stream would otherwise wait for the run's commitEveryMs).
+          unflushedSince ??= Date.now();
+          const flush = current.buffered() === 0 || Date.now() - unflushedSince >= source.flushWithinMs;
+          if (flush) unflushedSince = null;
+          if (passedCatchUp()) {
+            yield txn.take(position);
+            txn.end();
+            yield { kind: 'snapshot-done', position };
+            if (untilCaughtUp) return;
+          } else yield txn.take(position, { flush });
+          txn.end();
+          break;
+        }
+        default:
+          break;
+      }
+    }
+  } finally {
+    live.stream = null;
+    probe.stop();
+    heartbeat?.stop();
+    await current.close();
+  }
+}
+
+/** A slot still held by the walsender of a process that just died is released within moments: wait for it. */
+async function waitForSlot(source: StreamSource, lsn: string): Promise<void> {
+  const { slot } = source;
+  const deadline = Date.now() + source.slotWaitMs;
+  await source.connections.withClient(async (client) => {
+    for (;;) {
+      const state = await slotState(client, slot);
+      if (state === null)
+        throw new SourceError(`Replication slot ${slot} no longer exists (resume at ${lsn})`);
+      if (state.activePid === null) return;
+      if (Date.now() > deadline)
+        // Retryable: a transfer resumes later (the previous owner's walsender may still be winding down).
+        throw new SourceError(
+          `Replication slot ${slot} is in use by PostgreSQL backend ${state.activePid}; is another process streaming it?`,
+          { details: { slot, activePid: state.activePid, retryable: true } },
+        );
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  });
+}
