@@ -1,7 +1,7 @@
 /**
  * Turns the row messages of one source transaction (pgoutput `Insert`/`Update`/`Delete`/`Truncate` between a
  * `Begin` and its `Commit`) into the pipeline's record operations, in parts of at most `batchSize` operations.
- * The replication source's read loop (`source.ts`) owns the stream, the position and the commit cadence; this
+ * The replication source's stream loop (`stream-read.ts`) owns the stream, the position and the commit cadence; this
  * module owns what a change means for the cache — the one place a row message becomes an upsert or a delete.
  * See docs/architecture.md § PostgreSQL change data capture.
  */
