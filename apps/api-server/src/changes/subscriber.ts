@@ -1,5 +1,11 @@
 import type { ServerResponse } from 'node:http';
-import type { ChangeEntry, Logger, PinnedGeneration, ReadableCache } from '@sluice/core';
+import {
+  type ChangeEntry,
+  InternalError,
+  type Logger,
+  type PinnedGeneration,
+  type ReadableCache,
+} from '@sluice/core';
 import type { EndpointRegistry } from '../registry.js';
 import { waitForDrain } from './drain.js';
 import type { GenerationFollower, LiveSubscriber } from './follower.js';
@@ -44,6 +50,20 @@ export const FeedPhase = {
 } as const;
 export type FeedPhase = (typeof FeedPhase)[keyof typeof FeedPhase];
 
+/**
+ * The phases each phase may move to. `closed` is final: a step that awaited something (opening a generation,
+ * a drain) and finds the connection closed must not start a snapshot or go live again — that would take a
+ * lease and a follower slot nobody releases.
+ */
+const FEED_NEXT: Record<FeedPhase, readonly FeedPhase[]> = {
+  starting: [FeedPhase.snapshot, FeedPhase.catchup, FeedPhase.live, FeedPhase.switching, FeedPhase.closed],
+  snapshot: [FeedPhase.catchup, FeedPhase.live, FeedPhase.switching, FeedPhase.closed],
+  catchup: [FeedPhase.catchup, FeedPhase.live, FeedPhase.switching, FeedPhase.snapshot, FeedPhase.closed],
+  live: [FeedPhase.catchup, FeedPhase.live, FeedPhase.switching, FeedPhase.snapshot, FeedPhase.closed],
+  switching: [FeedPhase.snapshot, FeedPhase.catchup, FeedPhase.live, FeedPhase.switching, FeedPhase.closed],
+  closed: [],
+};
+
 /** Why a subscriber starts over from a snapshot. */
 export const ResetReason = {
   retention: 'retention',
@@ -78,7 +98,7 @@ function positionProblem(seq: number, head: { first: number; last: number }): Re
  * more than `bufferBytes` unread is cut off (the socket is destroyed; it resumes by token).
  */
 export class FeedSubscriber implements LiveSubscriber {
-  phase: FeedPhase = FeedPhase.starting;
+  #phase: FeedPhase = FeedPhase.starting;
   nextSeq = 1;
   private on: HeldGeneration | null = null;
   private readonly pins = new Set<PinnedGeneration>();
@@ -89,6 +109,24 @@ export class FeedSubscriber implements LiveSubscriber {
     private readonly matches: ((record: Record<string, unknown>) => boolean) | null,
   ) {
     res.on('close', () => this.close());
+  }
+
+  /** The phase of the subscription (it changes only through {@link FeedSubscriber.enter}). */
+  get phase(): FeedPhase {
+    return this.#phase;
+  }
+
+  /**
+   * The one place the phase changes. Entering any phase after `closed` ends the current step quietly (the
+   * connection went away while it awaited); any other move outside {@link FEED_NEXT} is a bug and throws.
+   */
+  private enter(next: FeedPhase): void {
+    if (FEED_NEXT[this.#phase].includes(next)) {
+      this.#phase = next;
+      return;
+    }
+    if (this.#phase === FeedPhase.closed) throw new Closed();
+    throw new InternalError(`change feed of ${this.ctx.alias}: ${this.#phase} → ${next} is not a transition`);
   }
 
   /** Where the subscriber is (for tests and logs). */
@@ -126,7 +164,11 @@ export class FeedSubscriber implements LiveSubscriber {
     } catch {
       return this.snapshot(ResetReason.generationGone);
     }
-    this.checkOpen();
+    if (this.#phase === FeedPhase.closed) {
+      // The connection closed while the generation opened: nobody else will close it.
+      await old.close();
+      throw new Closed();
+    }
     const reset =
       old.endpoint !== this.ctx.alias
         ? ResetReason.unknownPosition
@@ -143,7 +185,7 @@ export class FeedSubscriber implements LiveSubscriber {
 
   /** `reset {reason}` (when given), the records of one commit as upserts, `live`, then its changes. */
   private async snapshot(reason: ResetReason | null): Promise<void> {
-    this.phase = FeedPhase.snapshot;
+    this.enter(FeedPhase.snapshot);
     const current = this.ctx.current();
     this.on?.release();
     this.on = current;
@@ -175,11 +217,11 @@ export class FeedSubscriber implements LiveSubscriber {
       if (this.ctx.registry.current(this.ctx.alias)?.name !== on.name) return this.switchGeneration();
       const follower = this.ctx.follower(on);
       if (this.nextSeq > follower.lastSeen) {
-        this.phase = FeedPhase.live;
+        this.enter(FeedPhase.live);
         follower.add(this);
         return;
       }
-      this.phase = FeedPhase.catchup;
+      this.enter(FeedPhase.catchup);
       const log = on.cache.changeLog();
       if (this.nextSeq < log.head().first) return this.snapshot(ResetReason.retention);
       const entries = log.read(this.nextSeq - 1, Math.min(CHUNK, follower.lastSeen - this.nextSeq + 1));
@@ -197,7 +239,7 @@ export class FeedSubscriber implements LiveSubscriber {
    * cut off mid-merge resumes from the old generation and gets the (idempotent) merge again.
    */
   private async switchGeneration(): Promise<void> {
-    this.phase = FeedPhase.switching;
+    this.enter(FeedPhase.switching);
     const from = this.held();
     const pinFrom = this.pin(from.cache);
     let to: HeldGeneration | null = null;
@@ -265,7 +307,7 @@ export class FeedSubscriber implements LiveSubscriber {
 
   /** From the follower: new entries of this subscriber's generation. */
   deliver(entries: ChangeEntry[], frames: readonly string[], joined: () => Buffer): void {
-    if (this.phase !== FeedPhase.live) return;
+    if (this.#phase !== FeedPhase.live) return;
     const skip = this.nextSeq - entries[0]!.seq;
     if (skip < 0) {
       // Should not happen (the follower is contiguous); never leave a gap: catch up from the log instead.
@@ -287,12 +329,12 @@ export class FeedSubscriber implements LiveSubscriber {
   }
 
   generationLeft(): void {
-    if (this.phase !== FeedPhase.live) return;
+    if (this.#phase !== FeedPhase.live) return;
     void this.runStep(() => this.switchGeneration());
   }
 
   fellBehind(): void {
-    if (this.phase !== FeedPhase.live) return;
+    if (this.#phase !== FeedPhase.live) return;
     void this.runStep(() => this.snapshot(ResetReason.retention));
   }
 
@@ -325,7 +367,7 @@ export class FeedSubscriber implements LiveSubscriber {
 
   /** Writes to the socket (a closed subscriber writes nothing). */
   send(text: string | Buffer): void {
-    if (this.phase === FeedPhase.closed || text.length === 0) return;
+    if (this.#phase === FeedPhase.closed || text.length === 0) return;
     this.res.write(text);
   }
 
@@ -338,7 +380,7 @@ export class FeedSubscriber implements LiveSubscriber {
   }
 
   private cutOff(): void {
-    if (this.phase === FeedPhase.closed) return;
+    if (this.#phase === FeedPhase.closed) return;
     this.ctx.onCutOff(this);
     this.res.destroy();
     this.close();
@@ -360,21 +402,21 @@ export class FeedSubscriber implements LiveSubscriber {
   }
 
   private checkOpen(): void {
-    if (this.phase === FeedPhase.closed) throw new Closed();
+    if (this.#phase === FeedPhase.closed) throw new Closed();
   }
 
   /** Ends the stream cleanly (shutdown); the client resumes by token elsewhere. */
   end(): void {
-    if (this.phase === FeedPhase.closed) return;
+    if (this.#phase === FeedPhase.closed) return;
     this.res.end();
     this.close();
   }
 
   /** Ends the subscription: off the follower, pins and lease released. Idempotent. */
   close(): void {
-    if (this.phase === FeedPhase.closed) return;
+    if (this.#phase === FeedPhase.closed) return;
     const on = this.on;
-    this.phase = FeedPhase.closed;
+    this.enter(FeedPhase.closed);
     if (on) this.ctx.detach(on.name, this);
     for (const pin of this.pins) pin.close();
     this.pins.clear();
