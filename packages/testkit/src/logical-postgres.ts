@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { freePort } from './ports.js';
+import { killOnExit } from './process.js';
 
 const DEFAULT_BIN_DIR = '/usr/lib/postgresql/15/bin';
 
@@ -132,6 +133,9 @@ export async function startLogicalPostgres(
   }
 
   let running = false;
+  // pg_ctl daemonizes the server, so it is no child of this process: until it is stopped, an exit of this
+  // process (a test that timed out, a crash) stops it immediately — SIGQUIT to the postmaster.
+  let forgetOnExit: (() => void) | null = null;
   const log = () => readFile(logFile, 'utf8').catch(() => '');
   const start = async () => {
     if (running) return;
@@ -150,6 +154,14 @@ export async function startLogicalPostgres(
     if (result.code !== 0)
       throw new Error(`pg_ctl start failed (exit ${result.code}):\n${result.output}\n${await log()}`);
     running = true;
+    const pid = Number((await readFile(join(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0]);
+    forgetOnExit = killOnExit(() => {
+      try {
+        process.kill(pid, 'SIGQUIT');
+      } catch {
+        // already gone
+      }
+    });
   };
   const stop = async (mode: 'fast' | 'immediate' = 'fast') => {
     if (!running) return;
@@ -157,6 +169,8 @@ export async function startLogicalPostgres(
     if (result.code !== 0)
       throw new Error(`pg_ctl stop failed (exit ${result.code}):\n${result.output}\n${await log()}`);
     running = false;
+    forgetOnExit?.();
+    forgetOnExit = null;
   };
 
   try {

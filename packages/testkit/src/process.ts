@@ -53,12 +53,40 @@ export interface ChildHandle extends AsyncDisposable {
  * process and keep ports, locks and subscriptions that later tests then trip over; they are SIGKILLed when this
  * process exits instead.
  */
-const running = new Map<ChildProcess, () => void>();
+const running = new Map<object, () => void>();
 let exitHookInstalled = false;
 
 function killRunningChildren(): void {
   for (const kill of running.values()) kill();
   running.clear();
+}
+
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  // 'exit' handlers run synchronously; process.kill is synchronous, so the signals are sent before it ends.
+  process.once('exit', killRunningChildren);
+  exitHookInstalled = true;
+}
+
+/**
+ * Runs `kill` (synchronously) when this process exits, unless the returned function was called first — for
+ * servers a test starts that are not its children (a daemonized `pg_ctl start`), so a test that times out or a
+ * process that exits early does not leave them running.
+ *
+ * @example
+ * ```ts
+ * const forget = killOnExit(() => process.kill(pid, 'SIGQUIT'));
+ * // … on a clean stop:
+ * forget();
+ * ```
+ */
+export function killOnExit(kill: () => void): () => void {
+  installExitHook();
+  const key = {};
+  running.set(key, kill);
+  return () => {
+    running.delete(key);
+  };
 }
 
 /**
@@ -72,11 +100,7 @@ export function spawnProcess(command: string, args: string[], options: SpawnOpti
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: options.detached === true,
   });
-  if (!exitHookInstalled) {
-    // 'exit' handlers run synchronously; process.kill is synchronous, so the signals are sent before it ends.
-    process.once('exit', killRunningChildren);
-    exitHookInstalled = true;
-  }
+  installExitHook();
   const lines: string[] = [];
   const maxLines = options.maxLines ?? 20_000;
   const waiters = new Set<{ pattern: RegExp; resolve: (line: string) => void }>();

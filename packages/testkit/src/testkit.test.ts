@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
+import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -175,6 +175,31 @@ describe('testkit', () => {
       await waitFor(() => !alive(), { timeoutMs: 3_000, what: `the abandoned child ${childPid} to be gone` });
     } finally {
       if (alive()) process.kill(childPid, 'SIGKILL');
+    }
+  });
+
+  it('defect: a private PostgreSQL a test never disposed kept running after the test process exited', async () => {
+    const file = fileURLToPath(new URL('../test/fixtures/abandons-logical-postgres.ts', import.meta.url));
+    await using parent = spawnTs(file, [], { cwd: process.cwd() });
+    const [, port, pid, dataDir] = (await parent.waitForLine(/^postgres \d+ \d+ /, 60_000)).split(' ');
+    expect((await parent.exited).code).toBe(0);
+    const alive = () => {
+      try {
+        process.kill(Number(pid), 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    try {
+      await waitFor(() => !alive(), {
+        timeoutMs: 10_000,
+        what: `the abandoned postmaster ${pid} to be gone`,
+      });
+      expect(await portOpen(Number(port))).toBe(false);
+    } finally {
+      if (alive()) process.kill(Number(pid), 'SIGKILL');
+      await rm(dataDir!, { recursive: true, force: true });
     }
   });
 
