@@ -10,10 +10,12 @@ import {
   type LogicalPostgresHandle,
   type NatsServerHandle,
   perKeyWriteMismatches,
+  type SourceWriter,
   spawnTs,
   sql,
   startLogicalPostgres,
   startNatsServer,
+  startSourceWriter,
   type TempDir,
   type TestDatabase,
   tempDir,
@@ -248,9 +250,7 @@ describe('app-server: replication transfers', () => {
     );
     const a = await startNode('ka', url);
     await using b = await startNode('kb', url);
-    let written = 0;
-    let stop = false;
-    let writer: Promise<void> = Promise.resolve();
+    let writer: SourceWriter | null = null;
     try {
       expect(
         (await call(`${a.url}/v1/transfers`, { json: transfer('takeover', { follow: true }) })).status,
@@ -260,29 +260,17 @@ describe('app-server: replication transfers', () => {
         { timeoutMs: 30_000, what: 'phase streaming on the first owner' },
       );
       // Source transactions of several rows each, from after the snapshot on.
-      let next = 1_000;
-      const live = Array.from({ length: 300 }, (_, i) => i + 1);
-      writer = (async () => {
-        while (!stop) {
-          const pick = () => live[Math.floor(Math.random() * live.length)]!;
-          const removed = live.splice(Math.floor(Math.random() * live.length), 1)[0]!;
-          const added = next++;
-          live.push(added);
-          await sql(
-            url,
-            `DO $$ BEGIN
-               UPDATE items SET v = v + 1 WHERE id IN (${pick()}, ${pick()}, ${pick()});
+      const started = startSourceWriter(url, {
+        transaction: ({ updates, added, removed }) => `DO $$ BEGIN
+               UPDATE items SET v = v + 1 WHERE id IN (${updates.join(', ')});
                INSERT INTO items VALUES (${added}, 0);
                DELETE FROM items WHERE id = ${removed};
              END $$`,
-          );
-          written++;
-          await new Promise((r) => setTimeout(r, 5));
-        }
-      })();
+      });
+      writer = started;
       await waitFor(
         async () =>
-          written >= 40 &&
+          started.written >= 40 &&
           (await sql(url, 'SELECT 1 FROM dst_writes WHERE op = $1 LIMIT 1', ['DELETE'])).length > 0,
         {
           timeoutMs: 30_000,
@@ -290,7 +278,7 @@ describe('app-server: replication transfers', () => {
         },
       );
       await a.child.stop('SIGKILL');
-      const atKill = written;
+      const atKill = started.written;
       const taken = await waitFor(
         async () => {
           const reply = await call(`${b.url}/v1/transfers/takeover`);
@@ -302,9 +290,11 @@ describe('app-server: replication transfers', () => {
       );
       expect(taken.epoch).toBe(2);
       expect(taken.state).toBe('IN_PROGRESS');
-      await waitFor(() => written >= atKill + 40, { timeoutMs: 30_000, what: 'changes after the takeover' });
-      stop = true;
-      await writer;
+      await waitFor(() => started.written >= atKill + 40, {
+        timeoutMs: 30_000,
+        what: 'changes after the takeover',
+      });
+      await started.stop();
       await waitFor(() => mirrored(url), { timeoutMs: 30_000, what: 'the new owner mirrored every change' });
       // One slot, shared by both owners (named from the transfer id).
       expect(await leftovers(url)).toEqual({ slots: 1, publications: 1 });
@@ -320,8 +310,7 @@ describe('app-server: replication transfers', () => {
       expect(terminated.body.state).toBe('TERMINATED');
       await noLeftovers(url, 'the slot dropped after TERMINATED');
     } finally {
-      stop = true;
-      await writer.catch(() => {});
+      await writer?.[Symbol.asyncDispose]();
       await a[Symbol.asyncDispose]();
     }
   });

@@ -7,10 +7,12 @@ import { type CheckpointPort, type PipelineProgress, SluiceError, type TransferR
 import {
   type LogicalPostgresHandle,
   perKeyWriteMismatches,
+  type SourceWriter,
   spawnTs,
   sql,
   startLogicalPostgres,
   startNatsServer,
+  startSourceWriter,
   tempDir,
   waitFor,
 } from '@sluice/testkit';
@@ -535,31 +537,20 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
 
     // A writer of source transactions: each updates three rows, inserts one and deletes one (several rows per
     // transaction, so a replayed or split one shows in the per-key counts).
-    let next = 1_000;
-    let stop = false;
-    let written = 0;
-    const live = Array.from({ length: 300 }, (_, i) => i + 1);
-    let writer: Promise<void> = Promise.resolve();
-    const startWriter = () =>
-      (writer = (async () => {
-        while (!stop) {
-          const pick = () => live[Math.floor(Math.random() * live.length)]!;
-          const updates = [pick(), pick(), pick()];
-          const removed = live.splice(Math.floor(Math.random() * live.length), 1)[0]!;
-          const added = next++;
-          live.push(added);
-          await sql(
-            url,
-            `DO $$ BEGIN
+    // (asserted, not annotated: it is assigned in startWriter, so TypeScript must not narrow it to null)
+    let writer = null as SourceWriter | null;
+    const startWriter = () => {
+      writer = startSourceWriter(url, {
+        pauseMs: 3,
+        transaction: ({ updates, added, removed }) => `DO $$ BEGIN
              UPDATE items SET v = v + 1, tag = ${added} WHERE id IN (${updates.join(', ')});
              INSERT INTO items VALUES (${added}, 0, ${added});
              DELETE FROM items WHERE id = ${removed};
            END $$`,
-          );
-          written++;
-          await new Promise((r) => setTimeout(r, 3));
-        }
-      })());
+      });
+      return writer;
+    };
+    const written = () => writer?.written ?? 0;
 
     try {
       {
@@ -577,17 +568,16 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
         expect((await first.exited).signal).toBe('SIGKILL');
         expect(first.lines.filter((l) => /^(DONE|FAILED) /.test(l))).toEqual([]);
       }
-      const atKill = written;
+      const atKill = written();
       // The source keeps changing while nobody owns the transfer.
-      await waitFor(() => written >= atKill + 20, { timeoutMs: 30_000, what: 'changes while down' });
+      await waitFor(() => written() >= atKill + 20, { timeoutMs: 30_000, what: 'changes while down' });
       await using second = startOwner(input, 2);
       await second.waitForLine(/^DECISION /, 30_000);
       expect(second.lines.filter((l) => l.startsWith('DECISION '))).toEqual([
         expect.stringMatching(/^DECISION resume /),
       ]);
-      await waitFor(() => written >= atKill + 60, { timeoutMs: 30_000, what: 'changes after the resume' });
-      stop = true;
-      await writer;
+      await waitFor(() => written() >= atKill + 60, { timeoutMs: 30_000, what: 'changes after the resume' });
+      await writer!.stop();
       await waitMirrored(url, 'the resumed owner mirrored every change');
       expect(second.lines.filter((l) => /^(DONE|FAILED) /.test(l))).toEqual([]);
       // One slot, named from the transfer id: both owners streamed the same one.
@@ -605,10 +595,9 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
         url,
         'SELECT count(*)::int AS changes FROM src_changes',
       );
-      expect(changed!.changes).toBeGreaterThanOrEqual(written * 3);
+      expect(changed!.changes).toBeGreaterThanOrEqual(written() * 3);
     } finally {
-      stop = true;
-      await writer.catch(() => {});
+      await writer?.[Symbol.asyncDispose]();
     }
     expect(await discardLeftovers(url, input.request)).toEqual(NO_LEFTOVERS);
   });

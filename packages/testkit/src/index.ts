@@ -31,5 +31,11 @@ export {
   spawnTs,
   tsxLoaderPath,
 } from './process.js';
+export {
+  type SourceTransaction,
+  type SourceWriter,
+  type SourceWriterOptions,
+  startSourceWriter,
+} from './source-writer.js';
 export { type TempDir, tempDir } from './temp.js';
 export { sleep, waitFor } from './wait.js';
