@@ -3,8 +3,9 @@ import type { ServerResponse } from 'node:http';
 import type { ChangeHead, Logger, PinnedGeneration, ReadableCache } from '@sluice/core';
 import { describe, expect, it } from 'vitest';
 import type { EndpointRegistry } from '../registry.js';
+import { FeedPhase } from './feed-phase.js';
 import type { GenerationFollower } from './follower.js';
-import { type FeedContext, FeedPhase, FeedSubscriber, type HeldGeneration } from './subscriber.js';
+import { type FeedContext, FeedSubscriber, type HeldGeneration } from './subscriber.js';
 
 // Unit tests of the subscriber's phase discipline with a fake hub (the HTTP behaviour of change feeds, with
 // real caches, processes and sockets, is in test/changes.test.ts and test/switching.test.ts).

@@ -8,6 +8,7 @@ import {
 } from '@sluice/core';
 import type { EndpointRegistry } from '../registry.js';
 import { waitForDrain } from './drain.js';
+import { FEED_NEXT, FeedPhase, positionProblem, ResetReason } from './feed-phase.js';
 import type { GenerationFollower, LiveSubscriber } from './follower.js';
 import { entryFrame, FeedEvent, sseFrame } from './frames.js';
 import { mergeFrames } from './switch-merge.js';
@@ -39,39 +40,6 @@ export interface FeedContext {
   onClose(feed: FeedSubscriber): void;
 }
 
-/** Phases of one subscription (one `phase`, explicit transitions). */
-export const FeedPhase = {
-  starting: 'starting',
-  snapshot: 'snapshot',
-  catchup: 'catchup',
-  live: 'live',
-  switching: 'switching',
-  closed: 'closed',
-} as const;
-export type FeedPhase = (typeof FeedPhase)[keyof typeof FeedPhase];
-
-/**
- * The phases each phase may move to. `closed` is final: a step that awaited something (opening a generation,
- * a drain) and finds the connection closed must not start a snapshot or go live again — that would take a
- * lease and a follower slot nobody releases.
- */
-const FEED_NEXT: Record<FeedPhase, readonly FeedPhase[]> = {
-  starting: [FeedPhase.snapshot, FeedPhase.catchup, FeedPhase.live, FeedPhase.switching, FeedPhase.closed],
-  snapshot: [FeedPhase.catchup, FeedPhase.live, FeedPhase.switching, FeedPhase.closed],
-  catchup: [FeedPhase.catchup, FeedPhase.live, FeedPhase.switching, FeedPhase.snapshot, FeedPhase.closed],
-  live: [FeedPhase.catchup, FeedPhase.live, FeedPhase.switching, FeedPhase.snapshot, FeedPhase.closed],
-  switching: [FeedPhase.snapshot, FeedPhase.catchup, FeedPhase.live, FeedPhase.switching, FeedPhase.closed],
-  closed: [],
-};
-
-/** Why a subscriber starts over from a snapshot. */
-export const ResetReason = {
-  retention: 'retention',
-  generationGone: 'generation-gone',
-  unknownPosition: 'unknown-position',
-} as const;
-export type ResetReason = (typeof ResetReason)[keyof typeof ResetReason];
-
 /** How a subscription starts: from a token, or with a snapshot. */
 export type FeedStart = { kind: 'snapshot' } | { kind: 'resume'; position: FeedPosition };
 
@@ -79,17 +47,6 @@ export type FeedStart = { kind: 'snapshot' } | { kind: 'resume'; position: FeedP
 const CHUNK = 500;
 
 class Closed extends Error {}
-
-/**
- * Why a token's position (its last `seq`) cannot be continued from a log whose entries are `head.first` to
- * `head.last`, or `null` when the next entry is there: a `seq` beyond the log was never written here, one before
- * it has been trimmed away.
- */
-function positionProblem(seq: number, head: { first: number; last: number }): ResetReason | null {
-  if (seq > head.last) return ResetReason.unknownPosition;
-  if (seq < head.first - 1) return ResetReason.retention;
-  return null;
-}
 
 /**
  * One change-feed connection. It starts from a snapshot or a token, catches up from the change log with
