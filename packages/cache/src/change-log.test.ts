@@ -64,6 +64,38 @@ describe('change log', () => {
     expect([...applyLog(entries).values()]).toEqual([cache.get([1])]);
   });
 
+  it("changeLog: 'commits' logs only the commit marker, and later full commits log their changes after it", async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    for (let c = 0; c < 3; c++) {
+      cache.apply(
+        Array.from({ length: 100 }, (_, i) => ({
+          op: 'insert' as const,
+          record: { id: c * 100 + i, value: i, category: 'a' },
+        })),
+      );
+      await cache.commit(checkpoint(1), { bulk: true, changeLog: 'commits' });
+    }
+    await cache.markSnapshottingDone('src');
+    cache.apply([{ op: 'update', record: { id: 7, value: 70, category: 'b' } }]);
+    await cache.commit(checkpoint(2));
+
+    const log = cache.changeLog();
+    expect(log.head()).toEqual({ first: 1, last: 5 });
+    expect(log.read(0, 100).map((e) => [e.seq, e.op])).toEqual([
+      [1, 'commit'],
+      [2, 'commit'],
+      [3, 'commit'],
+      [4, 'upsert'],
+      [5, 'commit'],
+    ]);
+    expect(log.read(3, 1)[0]).toMatchObject({ key: [7], record: { id: 7, value: 70, category: 'b' } });
+    // The records themselves are all there, and the deferred index answers once built.
+    expect(cache.count()).toBe(300);
+    expect(cache.get([7])).toEqual({ id: 7, value: 70, category: 'b' });
+  });
+
   it('a commit that fails writes nothing to the log', async () => {
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path);

@@ -193,7 +193,7 @@ export class RwCache extends RoCache implements WritableCache {
           const checkpointOut = options.keepCheckpoint === true ? state.checkpoint : parsed;
           appendChanges(
             this.dbs,
-            batch.values(),
+            options.changeLog === 'commits' ? [] : batch.values(),
             checkpointOut,
             this.settings.changes,
             Date.now(),

@@ -87,6 +87,14 @@ export interface CommitOptions {
    * key only until the indexes are built.
    */
   bulk?: boolean;
+  /**
+   * What the change log records of this commit: `full` (default) its upserts, deletes and commit marker; `commits`
+   * only the marker (position, epoch), which keeps sequences contiguous. `commits` is for a generation that has not
+   * served yet, whose log nobody can read: a change-feed token is issued only at or after the position a
+   * generation had when it began to serve, and a feed crosses into a new generation by merging records, not by
+   * reading its log. A from-scratch snapshot then does not write every record twice (and trim most of them again).
+   */
+  changeLog?: 'full' | 'commits';
 }
 
 /** How a query was answered. */

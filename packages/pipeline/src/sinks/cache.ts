@@ -218,9 +218,11 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
     },
     async commit(checkpoint: PipelineCheckpoint) {
       // A generation still loading its snapshot, not yet serving, is a bulk load: the cache may build its
-      // indexes once at the end (see the cache's index-build.ts), so loading does not slow down as they grow.
+      // indexes once at the end (see the cache's index-build.ts), so loading does not slow down as they grow;
+      // and since nobody reads its change log before it serves (no feed token can point into it), the log keeps
+      // only each commit's marker, not every snapshot record.
       const bulk = !redirected && !options.sources.every((s) => done.has(s));
-      await cache.commit(checkpoint, { bulk });
+      await cache.commit(checkpoint, bulk ? { bulk, changeLog: 'commits' } : { bulk });
       lastCheckpoint = checkpoint;
       stagedKeys.clear();
     },
