@@ -181,12 +181,18 @@ describe('blue/green switching under load', () => {
       },
     );
     expect(Date.now() - restarted).toBeLessThan(RECONCILE_MS + 2_000);
+    // Every api-server, not just the first: one still reconnecting would take the next switch by its alias-table
+    // watch, not by the event (CI saw exactly that: [3, 2] events where [3, 3] was expected).
     await waitFor(
       async () => {
-        const ready = (await (await fetch(`${servers[0]!.url}/readyz`)).json()) as { backplane: string };
-        return ready.backplane === 'connected';
+        const ready = await Promise.all(
+          servers.map(
+            async (s) => ((await (await fetch(`${s.url}/readyz`)).json()) as { backplane: string }).backplane,
+          ),
+        );
+        return ready.every((status) => status === 'connected');
       },
-      { timeoutMs: 15_000, what: 'the backplane to reconnect' },
+      { timeoutMs: 15_000, what: 'every api-server backplane to reconnect' },
     );
     await waitFor(() => host.publisher.status() === 'connected', {
       timeoutMs: 15_000,

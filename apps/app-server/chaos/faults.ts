@@ -41,25 +41,37 @@ export class FaultInjector {
     while (Date.now() < until) {
       await sleep(this.rng.int(600, 2_200));
       if (Date.now() >= until) break;
-      if (!calm) this.#one();
+      if (!calm) await this.#one(until);
     }
     await Promise.allSettled([...this.#pending]);
   }
 
-  #one() {
+  /**
+   * One fault. A roll whose target is busy (nats-server still restarting, fewer than two healthy nodes because
+   * earlier faults have not healed yet) waits for it rather than being dropped: dropping made the number of faults
+   * depend on how fast the machine restarts nodes — a slow CI machine ran 40 s with only 4 faults.
+   */
+  async #one(until: number) {
     const roll = this.rng.next();
-    const healthy = this.cluster.up();
-    // Never the last healthy node: someone must be there to answer and to take work over.
-    const candidates = healthy.length > 1 ? healthy : [];
     if (roll < 0.15) {
-      if (this.nats.running) this.#later(this.#natsRestart());
+      if (await this.#waitFor(() => this.nats.running, until)) this.#later(this.#natsRestart());
       return;
     }
-    if (candidates.length === 0) return;
-    const node = this.rng.pick(candidates);
+    // Never the last healthy node: someone must be there to answer and to take work over.
+    if (!(await this.#waitFor(() => this.cluster.up().length > 1, until))) return;
+    const node = this.rng.pick(this.cluster.up());
     if (roll < 0.5) this.#later(this.#pause(node));
     else if (roll < 0.8) this.#later(this.#kill(node));
     else this.#later(this.#gracefulRestart(node));
+  }
+
+  /** Polls `ready` until it holds (true) or the fault window ends (false). */
+  async #waitFor(ready: () => boolean, until: number): Promise<boolean> {
+    while (!ready()) {
+      if (Date.now() >= until) return false;
+      await sleep(100);
+    }
+    return Date.now() < until;
   }
 
   #later(work: Promise<void>) {
