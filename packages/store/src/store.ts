@@ -20,6 +20,7 @@ import {
   type TransitionInput,
 } from '@sluice/core';
 import { type CompiledQuery, type Kysely, sql } from 'kysely';
+import { CoalescedWrites } from './coalesced-writes.js';
 import type { StoreDialect } from './dialect.js';
 import { TransferFinalError } from './errors.js';
 import { type NodeRegistration, NodeTable } from './nodes.js';
@@ -70,6 +71,8 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   readonly #clockSql: ReturnType<typeof storeClock>;
   readonly #nodes: NodeTable;
   readonly #guard: OperationGuard;
+  /** PostgreSQL: concurrent checkpoint saves and transitions go to the database together (coalesced-writes.ts). */
+  readonly #coalesced: CoalescedWrites | null;
 
   /** @internal Use `openStore()`: it validates the URL and runs the migrations. */
   constructor(
@@ -87,6 +90,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     this.#clockSql = storeClock(dialect);
     this.#nodes = new NodeTable(db, this.#clockSql);
     this.#guard = new OperationGuard(logger);
+    this.#coalesced = dialect === 'postgres' ? new CoalescedWrites(db, statements) : null;
     if (statements) {
       const { transitions, ...rest } = this.#q;
       for (const query of [...Object.values(rest), ...transitions.values()]) statements.register(query.sql);
@@ -208,7 +212,9 @@ export class SqlDataPlaneStore implements DataPlaneStore {
       const { to, error, result } = validTransitionInput(input);
       const query = this.#q.transitions.get(to);
       if (query) {
-        const row = await this.#one(query.bind({ ...validated, error, result, now: this.#now() }));
+        const row = this.#coalesced
+          ? await this.#coalesced.transition(to, { ...validated, error, result })
+          : await this.#one(query.bind({ ...validated, error, result, now: this.#now() }));
         if (row) return rowToRecord(row);
       }
       const current = await this.#one(this.#q.stateById.bind({ id: validated.id }));
@@ -230,12 +236,17 @@ export class SqlDataPlaneStore implements DataPlaneStore {
         checkpoint: boundedJson(checkpoint, 'checkpoint', STORE_LIMITS.maxCheckpointBytes),
         now: this.#now(),
       };
-      const query =
-        leaseMs === undefined
-          ? this.#q.saveCheckpoint.bind(validated)
-          : this.#q.saveCheckpointAndLease.bind({ ...validated, leaseMs: validLeaseMs(leaseMs) });
-      const { numAffectedRows } = await this.#exec(query);
-      if (numAffectedRows === 1n) return;
+      const lease = leaseMs === undefined ? null : validLeaseMs(leaseMs);
+      if (this.#coalesced) {
+        if (await this.#coalesced.checkpoint({ ...validated, leaseMs: lease })) return;
+      } else {
+        const query =
+          lease === null
+            ? this.#q.saveCheckpoint.bind(validated)
+            : this.#q.saveCheckpointAndLease.bind({ ...validated, leaseMs: lease });
+        const { numAffectedRows } = await this.#exec(query);
+        if (numAffectedRows === 1n) return;
+      }
       throw await this.#whyRefused(validated.id, validated.epoch, 'a checkpoint');
     });
   }
