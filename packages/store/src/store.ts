@@ -20,7 +20,7 @@ import {
   type TransitionInput,
 } from '@sluice/core';
 import { type CompiledQuery, type Kysely, sql } from 'kysely';
-import { CoalescedWrites } from './coalesced-writes.js';
+import { CoalescedStatements } from './coalesced-statements.js';
 import type { StoreDialect } from './dialect.js';
 import { TransferFinalError } from './errors.js';
 import { type NodeRegistration, NodeTable } from './nodes.js';
@@ -71,8 +71,8 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   readonly #clockSql: ReturnType<typeof storeClock>;
   readonly #nodes: NodeTable;
   readonly #guard: OperationGuard;
-  /** PostgreSQL: concurrent checkpoint saves and transitions go to the database together (coalesced-writes.ts). */
-  readonly #coalesced: CoalescedWrites | null;
+  /** PostgreSQL: concurrent lookups, submits, checkpoint saves and transitions share statements (coalesced-statements.ts). */
+  readonly #coalesced: CoalescedStatements | null;
 
   /** @internal Use `openStore()`: it validates the URL and runs the migrations. */
   constructor(
@@ -90,7 +90,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     this.#clockSql = storeClock(dialect);
     this.#nodes = new NodeTable(db, this.#clockSql);
     this.#guard = new OperationGuard(logger);
-    this.#coalesced = dialect === 'postgres' ? new CoalescedWrites(db, statements) : null;
+    this.#coalesced = dialect === 'postgres' ? new CoalescedStatements(db, statements) : null;
     if (statements) {
       const { transitions, ...rest } = this.#q;
       for (const query of [...Object.values(rest), ...transitions.values()]) statements.register(query.sql);
@@ -134,14 +134,14 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   }
 
   async #submitPostgres(values: SubmitValues): Promise<SubmitOutcome | null> {
-    const row = await this.#one(this.#q.submitPg.bind(values));
+    const row = await this.#coalesced!.submit(values);
     if (row) {
       const { created, ...record } = row;
       // The row, not `fresh`: its lease was computed by PostgreSQL's clock (store-clock.ts).
       return { record: rowToRecord(record), created: Number(created) === 1 };
     }
     // Another node inserted the id after this statement's snapshot was taken: read it now.
-    const winner = await this.#one(this.#q.getById.bind({ id: values.id }));
+    const winner = await this.#coalesced!.get(String(values.id));
     return winner ? { record: rowToRecord(winner), created: false } : null;
   }
 
@@ -301,7 +301,10 @@ export class SqlDataPlaneStore implements DataPlaneStore {
 
   async get(id: string): Promise<TransferRecord | null> {
     return this.#run('get', async () => {
-      const row = await this.#one(this.#q.getById.bind({ id: validId(id) }));
+      const valid = validId(id);
+      const row = this.#coalesced
+        ? await this.#coalesced.get(valid)
+        : await this.#one(this.#q.getById.bind({ id: valid }));
       return row ? rowToRecord(row) : null;
     });
   }

@@ -1,9 +1,9 @@
 /**
- * The owner's hot writes — checkpoint saves and state transitions — coalesced on PostgreSQL: concurrent calls
- * become one `UPDATE … FROM unnest(…)` whose every row keeps its own fence (`id`, `epoch`, legal from-states),
- * so a batch changes exactly the rows the same calls would have changed one by one, in one round trip and one
- * commit (docs/store.md § Coalesced writes). SQLite is in-process with one writer and keeps one statement per
- * call.
+ * The store's hot statements coalesced on PostgreSQL — lookups by id, submits, checkpoint saves and transitions:
+ * concurrent calls become one statement over `unnest(…)` arrays in which every row keeps its own conditions (a
+ * submit's `ON CONFLICT DO NOTHING`; a write's fence: `id`, `epoch`, legal from-states), so a batch does exactly
+ * what the same calls would have done one by one, in one round trip and one commit (packages/store/README.md
+ * § Coalesced statements). SQLite is in-process with one writer and keeps one statement per call.
  */
 import { ACTIVE_STATES, canTransition, isTerminal, TERMINAL_STATES, type TransferState } from '@sluice/core';
 import { CompiledQuery, type Kysely } from 'kysely';
@@ -11,6 +11,10 @@ import { Coalescer, type Settled } from './coalescer.js';
 import { isUnavailableError } from './errors.js';
 import type { StoreDatabase, TransferRow } from './schema.js';
 import { storeClock } from './store-clock.js';
+import type { SubmitValues } from './submit-input.js';
+
+/** What a coalesced submit returns: the row, and whether this statement inserted it. */
+export type SubmittedRow = TransferRow & { created: number };
 
 /** One checkpoint save; `leaseMs` null keeps the lease as it is. */
 export interface CheckpointWrite {
@@ -54,19 +58,66 @@ const list = (states: readonly TransferState[]) => states.map((s) => `'${s}'`).j
  *
  * @example
  * ```ts
- * const writes = new CoalescedWrites(db, statements);
+ * const writes = new CoalescedStatements(db, statements);
  * const saved = await writes.checkpoint({ id: 'orders-1', epoch: 3, checkpoint: '{"line":10}', leaseMs: 30_000 });
  * const row = await writes.transition('COMPLETED', { id: 'orders-1', epoch: 3, error: null, result: '{}' });
  * ```
  */
-export class CoalescedWrites {
+export class CoalescedStatements {
   readonly #db: Kysely<StoreDatabase>;
+  readonly #lookups: Coalescer<string, TransferRow | undefined>;
+  readonly #submits: Coalescer<SubmitValues, SubmittedRow | undefined>;
   readonly #checkpoints: Coalescer<CheckpointWrite, boolean>;
   readonly #transitions = new Map<TransferState, Coalescer<TransitionWrite, TransferRow | undefined>>();
 
   constructor(db: Kysely<StoreDatabase>, statements?: { register(sql: string): void }) {
     this.#db = db;
     const now = storeClock('postgres').now.compile(db).sql;
+    const lookupSql = `select * from "transfers" where "id" = any($1::text[])`;
+    statements?.register(lookupSql);
+    this.#lookups = this.#coalescer(
+      async (ids) => {
+        const byId = new Map((await this.#rows(lookupSql, [[...ids]])).map((row) => [row.id, row]));
+        return ids.map((id) => byId.get(id));
+      },
+      (id) => id,
+    );
+    // Inserts what is new; for an id that exists, returns the stored row (created 0). A row inserted by another
+    // statement after this one's snapshot is in neither branch: its caller reads it (store.ts).
+    const submitSql = `with v as (
+  select * from unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[])
+    as v(id, hash, request, state, node_id, address, instance, lease_ms)
+), ins as (
+  insert into "transfers" ("id", "request_hash", "request", "state", "owner_node_id", "owner_address",
+    "owner_instance", "epoch", "lease_expires_at", "attempts", "error", "result", "checkpoint", "created_at", "updated_at")
+  select v.id, v.hash, v.request, v.state, v.node_id, v.address, v.instance, 1, ${now} + v.lease_ms, 1,
+    null, null, null, ${now}, ${now}
+  from v
+  on conflict ("id") do nothing
+  returning *
+)
+select 1 as "created", ins.* from ins
+union all
+select 0 as "created", t.* from "transfers" as t join v on t."id" = v.id
+where not exists (select 1 from ins where ins."id" = v.id)`;
+    statements?.register(submitSql);
+    this.#submits = this.#coalescer(
+      async (items) => {
+        const rows = await this.#rows<SubmittedRow>(submitSql, [
+          items.map((w) => w.id),
+          items.map((w) => w.hash),
+          items.map((w) => w.request),
+          items.map((w) => w.state),
+          items.map((w) => w.nodeId),
+          items.map((w) => w.address),
+          items.map((w) => w.instance),
+          items.map((w) => w.leaseMs),
+        ]);
+        const byId = new Map(rows.map((row) => [row.id, row]));
+        return items.map((w) => byId.get(String(w.id)));
+      },
+      (w) => String(w.id),
+    );
     const checkpointSql = `update "transfers" as t set "checkpoint" = v.checkpoint, "updated_at" = ${now},
   "lease_expires_at" = case when v.lease_ms is null then t."lease_expires_at" else ${now} + v.lease_ms end
 from unnest($1::text[], $2::integer[], $3::text[], $4::bigint[]) as v(id, epoch, checkpoint, lease_ms)
@@ -109,6 +160,19 @@ returning t.*`;
     }
   }
 
+  /** The row of `id`, or undefined. */
+  get(id: string): Promise<TransferRow | undefined> {
+    return this.#lookups.add(id);
+  }
+
+  /**
+   * Inserts the record unless its id exists: the inserted row (created 1), the existing one (created 0), or
+   * undefined when another statement inserted it after this one's snapshot (read it again).
+   */
+  submit(values: SubmitValues): Promise<SubmittedRow | undefined> {
+    return this.#submits.add(values);
+  }
+
   /** Saves a checkpoint if `epoch` still owns the active record; false when the fence refused it. */
   checkpoint(write: CheckpointWrite): Promise<boolean> {
     return this.#checkpoints.add(write);
@@ -124,7 +188,10 @@ returning t.*`;
    * refusing it, a deadlock) is run again one item at a time, so only the item at fault fails — what the same
    * calls made one by one would have seen.
    */
-  #coalescer<I extends { id: string }, O>(run: (items: readonly I[]) => Promise<O[]>): Coalescer<I, O> {
+  #coalescer<I, O>(
+    run: (items: readonly I[]) => Promise<O[]>,
+    keyOf: (item: I) => string = (item) => (item as { id: string }).id,
+  ): Coalescer<I, O> {
     const settle = async (items: readonly I[]): Promise<Settled<O>[]> => {
       try {
         return (await run(items)).map((value) => ({ ok: true, value }));
@@ -141,15 +208,11 @@ returning t.*`;
         return alone;
       }
     };
-    return new Coalescer(settle, {
-      maxInFlight: MAX_IN_FLIGHT,
-      maxBatch: MAX_BATCH,
-      keyOf: (item) => item.id,
-    });
+    return new Coalescer(settle, { maxInFlight: MAX_IN_FLIGHT, maxBatch: MAX_BATCH, keyOf });
   }
 
-  async #rows(sqlText: string, parameters: unknown[][]): Promise<TransferRow[]> {
-    const result = await this.#db.executeQuery<TransferRow>(CompiledQuery.raw(sqlText, parameters));
+  async #rows<R = TransferRow>(sqlText: string, parameters: unknown[][]): Promise<R[]> {
+    const result = await this.#db.executeQuery<R>(CompiledQuery.raw(sqlText, parameters));
     return result.rows;
   }
 

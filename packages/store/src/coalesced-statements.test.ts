@@ -1,5 +1,5 @@
 /**
- * Coalesced owner writes on PostgreSQL (coalesced-writes.ts): concurrent checkpoint saves and transitions share
+ * Coalesced owner writes on PostgreSQL (coalesced-statements.ts): concurrent checkpoint saves and transitions share
  * statements and commits, and every call still gets exactly the outcome it would have got alone — fenced ones
  * STALE_EPOCH, illegal ones ILLEGAL_TRANSITION, the row a trigger refuses alone failing.
  */
@@ -7,7 +7,7 @@ import type { TransferRecord } from '@sluice/core';
 import { expectSluiceError } from '@sluice/testkit';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { LEASE_MS, makeRequest, owner, storeFixture, submitInput } from '../test/helpers.js';
+import { allRecords, LEASE_MS, makeRequest, owner, storeFixture, submitInput } from '../test/helpers.js';
 
 const AUDIT_DDL = `
 CREATE TABLE IF NOT EXISTS store_writes (seq bigserial PRIMARY KEY, id text NOT NULL, state text NOT NULL,
@@ -18,7 +18,8 @@ BEGIN
   RETURN NULL;
 END $$;
 DROP TRIGGER IF EXISTS store_write ON transfers;
-CREATE TRIGGER store_write AFTER UPDATE ON transfers FOR EACH ROW EXECUTE FUNCTION store_write();`;
+CREATE TRIGGER store_write AFTER UPDATE ON transfers FOR EACH ROW EXECUTE FUNCTION store_write();
+TRUNCATE store_writes;`;
 
 const outcome = (p: Promise<unknown>) =>
   p.then(
@@ -106,6 +107,39 @@ describe('coalesced owner writes on postgres', () => {
         });
       else expect(now).toMatchObject({ state: 'COMPLETED', epoch: 1, checkpoint: null, result: null });
     }
+  });
+
+  it('50 concurrent submits (40 new, 9 resent, 1 with another body) share statements; each gets its own outcome', async () => {
+    await using fx = await storeFixture('postgres');
+    const store = await fx.open();
+    const a = owner('node-a');
+    const old = Array.from({ length: 10 }, (_, i) => makeRequest(`old-${i}`));
+    for (const request of old) await store.submit(submitInput(request, a));
+    const admin = new pg.Client({ connectionString: fx.url });
+    await admin.connect();
+    await using _admin = { [Symbol.asyncDispose]: () => admin.end() };
+    await admin.query(AUDIT_DDL.replace('AFTER UPDATE', 'AFTER INSERT OR UPDATE'));
+    const fresh = Array.from({ length: 40 }, (_, i) => makeRequest(`new-${i}`));
+    const changed = makeRequest('old-9', { other: 'body' });
+    const outcomes = await Promise.all(
+      [...fresh, ...old.slice(0, 9), changed].map((request) =>
+        store.submit(submitInput(request, a)).then(
+          ({ created, record }) => `${created ? 'created' : 'found'} ${record.id}`,
+          (err: { code?: string }) => err.code ?? 'no code',
+        ),
+      ),
+    );
+    expect(outcomes).toEqual([
+      ...fresh.map((r) => `created ${r.id}`),
+      ...old.slice(0, 9).map((r) => `found ${r.id}`),
+      'IDEMPOTENCY_CONFLICT',
+    ]);
+    const inserts = await admin.query<{ n: string; rows: string }>(
+      'SELECT count(DISTINCT xid) AS n, count(*) AS rows FROM store_writes',
+    );
+    expect(Number(inserts.rows[0]!.rows)).toBe(40);
+    expect(Number(inserts.rows[0]!.n)).toBeLessThanOrEqual(4);
+    expect(await allRecords(store)).toHaveLength(50);
   });
 
   it('a row the database refuses fails only its own call; its batch-mates are written', async () => {
