@@ -66,6 +66,7 @@ const list = (states: readonly TransferState[]) => states.map((s) => `'${s}'`).j
 export class CoalescedStatements {
   readonly #db: Kysely<StoreDatabase>;
   readonly #lookups: Coalescer<string, TransferRow | undefined>;
+  #lookupSeq = 0;
   readonly #submits: Coalescer<SubmitValues, SubmittedRow | undefined>;
   readonly #checkpoints: Coalescer<CheckpointWrite, boolean>;
   readonly #transitions = new Map<TransferState, Coalescer<TransitionWrite, TransferRow | undefined>>();
@@ -80,7 +81,9 @@ export class CoalescedStatements {
         const byId = new Map((await this.#rows(lookupSql, [[...ids]])).map((row) => [row.id, row]));
         return ids.map((id) => byId.get(id));
       },
-      (id) => id,
+      // Reads of one id may share a batch (one row answers them all): many callers resending one request must
+      // not queue behind each other one batch at a time.
+      () => `lookup-${++this.#lookupSeq}`,
     );
     // Inserts what is new; for an id that exists, returns the stored row (created 0). A row inserted by another
     // statement after this one's snapshot is in neither branch: its caller reads it (store.ts).
