@@ -1,8 +1,8 @@
 /**
  * Group commit on the client side: writes that arrive while earlier ones are in flight wait and then go to the
  * database together, as one statement (one round trip, one commit). A write that finds nothing in flight goes at
- * once, so a quiet store adds no latency; under load the batches grow with the concurrency (docs/store.md
- * § Coalesced writes).
+ * once, so a quiet store adds no latency; under load the batches grow with the concurrency
+ * (packages/store/README.md § Coalesced statements).
  */
 
 /** One item's outcome in a batch: its value, or the error that only this item failed with. */
