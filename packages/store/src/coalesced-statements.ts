@@ -128,13 +128,14 @@ where t."id" = v.id and t."epoch" = v.epoch and t."state" in (${list(ACTIVE_STAT
 returning t."id"`;
     statements?.register(checkpointSql);
     this.#checkpoints = this.#coalescer(async (items) => {
-      const saved = await this.#ids(checkpointSql, [
+      const saved = await this.#rows<{ id: string }>(checkpointSql, [
         items.map((w) => w.id),
         items.map((w) => w.epoch),
         items.map((w) => w.checkpoint),
         items.map((w) => w.leaseMs),
       ]);
-      return items.map((w) => saved.has(w.id));
+      const ids = new Set(saved.map((row) => row.id));
+      return items.map((w) => ids.has(w.id));
     });
     for (const to of ALL_STATES) {
       const from = ALL_STATES.filter((state) => canTransition(state, to));
@@ -217,10 +218,5 @@ returning t.*`;
   async #rows<R = TransferRow>(sqlText: string, parameters: unknown[][]): Promise<R[]> {
     const result = await this.#db.executeQuery<R>(CompiledQuery.raw(sqlText, parameters));
     return result.rows;
-  }
-
-  async #ids(sqlText: string, parameters: unknown[][]): Promise<Set<string>> {
-    const rows = (await this.#db.executeQuery<{ id: string }>(CompiledQuery.raw(sqlText, parameters))).rows;
-    return new Set(rows.map((row) => row.id));
   }
 }

@@ -4,7 +4,7 @@
  * module owns only what each statement says.
  */
 import { ACTIVE_STATES, canTransition, isTerminal, TERMINAL_STATES, type TransferState } from '@sluice/core';
-import { type Kysely, sql } from 'kysely';
+import type { Kysely } from 'kysely';
 import type { StoreDialect } from './dialect.js';
 import { type PreparedQuery, param, prepareQuery } from './prepared.js';
 import type { StoreDatabase, TransferRow } from './schema.js';
@@ -22,8 +22,6 @@ export type InsertNames =
   | 'leaseMs'
   | 'now';
 type StateEpoch = Pick<TransferRow, 'state' | 'epoch'>;
-/** What submit's single PostgreSQL statement returns: the row, and whether this statement inserted it. */
-type SubmitRow = TransferRow & { created: number };
 
 const ACTIVE = ACTIVE_STATES as TransferState[];
 const TERMINAL = TERMINAL_STATES as TransferState[];
@@ -61,28 +59,7 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
       .values(insertValues)
       .onConflict((oc) => oc.column('id').doNothing()),
   );
-  // PostgreSQL: one round trip that inserts or returns the existing row.
-  const submitPg = prepareQuery<InsertNames, SubmitRow>(
-    db
-      .with('ins', (qc) =>
-        qc
-          .insertInto('transfers')
-          .values(insertValues)
-          .onConflict((oc) => oc.column('id').doNothing())
-          .returningAll(),
-      )
-      .selectFrom('ins')
-      .select(sql<number>`1`.as('created'))
-      .selectAll('ins')
-      .unionAll((eb) =>
-        eb
-          .selectFrom('transfers')
-          .select(sql<number>`0`.as('created'))
-          .selectAll('transfers')
-          .where('transfers.id', '=', param<string>('id'))
-          .where(({ not, exists, selectFrom }) => not(exists(selectFrom('ins').select('ins.id')))),
-      ),
-  );
+  // PostgreSQL submits, lookups, checkpoints and transitions run coalesced (coalesced-statements.ts).
   type OwnerChangeNames = 'id' | 'epoch' | 'nodeId' | 'address' | 'instance' | 'leaseMs' | 'now';
   const newOwner = {
     owner_node_id: param<string>('nodeId'),
@@ -241,7 +218,6 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
     getById,
     stateById,
     insert,
-    submitPg,
     takeOver,
     takeOverExpired,
     terminateAbandoned,
