@@ -1,11 +1,10 @@
+import { createServer, type Server, type ServerOptions } from 'node:http';
 import cors from '@fastify/cors';
 import jwt from '@fastify/jwt';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import {
   andFilters,
-  compileFilter,
-  type Filter,
   parseCountQuery,
   parseQuery,
   type QueryLimits,
@@ -23,12 +22,14 @@ import { changeFeedPlugin } from './changes/plugin.js';
 import { CACHE_HEADER, CHECKPOINT_HEADER, checkpointStamps } from './checkpoint-headers.js';
 import { unwrapCursor } from './cursor.js';
 import { endpointAccess } from './endpoint-access.js';
+import { type FastRoute, fastLookupRoute } from './fast-lookup.js';
 import { POSITION_HEADER } from './freshness.js';
-import { parseKeySegment, rawKeySegment } from './keys.js';
+import { rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
 import { pageFrame } from './page-body.js';
+import { recordReader } from './record-read.js';
 import type { EndpointRegistry } from './registry.js';
-import { requestMetricsHook } from './request-metrics.js';
+import { requestMetricsHook, requestRecorder } from './request-metrics.js';
 import {
   CountBodySchema,
   CountResultSchema,
@@ -45,6 +46,15 @@ import {
   RecordSchema,
 } from './schemas.js';
 import type { Generation } from './serving-table.js';
+
+/** The server settings fastify hands a `serverFactory` (the ones its own HTTP/1 server would be given). */
+interface ServerSettings {
+  http?: ServerOptions;
+  keepAliveTimeout: number;
+  requestTimeout: number;
+  connectionTimeout: number;
+  maxRequestsPerSocket: number;
+}
 
 /** The fastify instance of an api-server. */
 export type ApiApp = Awaited<ReturnType<typeof buildApp>>;
@@ -87,6 +97,8 @@ function describe(generation: Generation): EndpointInfo {
 export async function buildApp(options: BuildAppOptions) {
   const { config, registry, metrics, limits } = options;
   const bodyLimit = config.http.bodyBytes;
+  // Set once the routes exist: point lookups are answered below fastify when they can be (fast-lookup.ts).
+  let fastLookup: FastRoute | null = null;
   const app = Fastify({
     loggerInstance: options.logger,
     // No per-request log lines: at tens of thousands of requests per second they would cost more than the
@@ -100,6 +112,19 @@ export async function buildApp(options: BuildAppOptions) {
     // problemDetailsPlugin refuses requests reaching a closing server as problems (NODE_SHUTTING_DOWN).
     return503OnClosing: false,
     forceCloseConnections: 'idle',
+    // The server fastify would create (same timeouts), with the fast lookups in front of fastify's handler.
+    serverFactory: (handler, factoryOptions): Server => {
+      // fastify passes its resolved options (its defaults filled in).
+      const settings = factoryOptions as unknown as ServerSettings;
+      const server = createServer(settings.http ?? {}, (request, response) => {
+        if (fastLookup === null || !fastLookup(request, response)) handler(request, response);
+      });
+      server.keepAliveTimeout = settings.keepAliveTimeout;
+      server.requestTimeout = settings.requestTimeout;
+      server.setTimeout(settings.connectionTimeout);
+      if (settings.maxRequestsPerSocket > 0) server.maxRequestsPerSocket = settings.maxRequestsPerSocket;
+      return server;
+    },
   }).withTypeProvider<ZodTypeProvider>();
 
   // Route params are checked with their zod schemas; bodies are parsed in the handlers by core's query
@@ -130,7 +155,8 @@ export async function buildApp(options: BuildAppOptions) {
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 
   // Metrics: one counter increment and one histogram observation per request.
-  app.addHook('onResponse', requestMetricsHook(registry, metrics));
+  const recordRequest = requestRecorder(registry, metrics);
+  app.addHook('onResponse', requestMetricsHook(recordRequest));
 
   if (config.api.cors) {
     await app.register(cors, {
@@ -156,21 +182,14 @@ export async function buildApp(options: BuildAppOptions) {
     const verify = (token: string) => app.jwt.verify(token);
     authenticator = new TokenAuthenticator(verify, limits);
   }
-  const { scopeOf, authorize, openFresh } = endpointAccess({
+  const access = endpointAccess({
     registry,
     authenticator,
     freshnessWaitMs: config.api.freshnessWaitMs,
   });
-  const predicates = new WeakMap<Filter, (record: Record<string, unknown>) => boolean>();
-  const predicateOf = (filter: Filter) => {
-    let predicate = predicates.get(filter);
-    if (!predicate) {
-      predicate = compileFilter(filter);
-      predicates.set(filter, predicate);
-    }
-    return predicate;
-  };
-  const { stamp, stampState } = checkpointStamps();
+  const { scopeOf, authorize, openFresh } = access;
+  const readRecord = recordReader();
+  const { headersOf, stamp, stampState } = checkpointStamps();
 
   await app.register(swagger, {
     openapi: {
@@ -272,14 +291,9 @@ export async function buildApp(options: BuildAppOptions) {
       try {
         reply.header(CACHE_HEADER, lease.generation.name);
         const raw = rawKeySegment(request.url);
-        const key = parseKeySegment(raw, lease.cache.schema);
-        // The state and the record come from one read snapshot (servingState starts it, getJson reads in it).
-        const state = lease.cache.servingState();
+        const { state, bytes } = readRecord(lease, raw, rowFilter);
         stampState(reply, state);
-        const bytes = lease.cache.getJson(key);
-        // A record outside the token's row filter does not exist for that token (the only case it is decoded).
-        if (bytes === undefined || (rowFilter && !predicateOf(rowFilter)(JSON.parse(bytes.toString('utf8')))))
-          throw new RecordNotFoundError(name, safeDecode(raw));
+        if (bytes === undefined) throw new RecordNotFoundError(name, safeDecode(raw));
         // Stored bytes go out as they are (fastify sends a Buffer without serializing it).
         return reply.type(JSON_CONTENT_TYPE).send(bytes as never);
       } finally {
@@ -338,6 +352,16 @@ export async function buildApp(options: BuildAppOptions) {
       }
     },
   );
+
+  fastLookup = fastLookupRoute({
+    registry,
+    access,
+    readRecord,
+    headersOf,
+    record: recordRequest,
+    cors: config.api.cors !== undefined && config.api.cors !== null,
+    isStopping: options.isStopping,
+  });
 
   await app.register(changeFeedPlugin, {
     registry,

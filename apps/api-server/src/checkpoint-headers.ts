@@ -31,7 +31,15 @@ export function formatCheckpointHeader(state: Readonly<CommitState>): string {
 }
 
 /** Sets the checkpoint headers on replies; each application has its own (the caches are per app). */
+/** The freshness header values of one commit state: `sluice-checkpoint` and `sluice-position` (null: none). */
+export interface CheckpointHeaderValues {
+  readonly header: string;
+  readonly position: string | null;
+}
+
 export interface CheckpointStamps {
+  /** The header values of `state`, formatted once per commit state object. */
+  headersOf(state: Readonly<CommitState>): CheckpointHeaderValues;
   /** The headers of `state`, the commit state read in the snapshot of the data the reply carries. */
   stampState(reply: FastifyReply, state: Readonly<CommitState>): void;
   /** The headers of the leased generation (its commit state re-read at most every CHECKPOINT_REFRESH_MS). */
@@ -41,13 +49,17 @@ export interface CheckpointStamps {
 export function checkpointStamps(): CheckpointStamps {
   // The checkpoint header of a data response is formatted once per commit: the cache hands out one commit-state
   // object per commit, read in the snapshot of the data it is sent with.
-  const checkpointHeaders = new WeakMap<object, { header: string; position: string | null }>();
-  const stampState = (reply: FastifyReply, state: Readonly<CommitState>): void => {
+  const checkpointHeaders = new WeakMap<object, CheckpointHeaderValues>();
+  const headersOf = (state: Readonly<CommitState>): CheckpointHeaderValues => {
     let headers = checkpointHeaders.get(state);
     if (headers === undefined) {
       headers = { header: formatCheckpointHeader(state), position: formatPositionHeader(state.checkpoint) };
       checkpointHeaders.set(state, headers);
     }
+    return headers;
+  };
+  const stampState = (reply: FastifyReply, state: Readonly<CommitState>): void => {
+    const headers = headersOf(state);
     reply.header(CHECKPOINT_HEADER, headers.header);
     if (headers.position !== null) reply.header(POSITION_HEADER, headers.position);
   };
@@ -70,5 +82,5 @@ export function checkpointStamps(): CheckpointStamps {
     reply.header(CHECKPOINT_HEADER, cached.header);
     if (cached.position !== null) reply.header(POSITION_HEADER, cached.position);
   };
-  return { stampState, stamp };
+  return { headersOf, stampState, stamp };
 }

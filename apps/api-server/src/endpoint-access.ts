@@ -35,6 +35,8 @@ export interface EndpointAccess {
   scopeOf(request: FastifyRequest): TokenScope;
   /** Auth check on endpoint `name`; returns the token's row filter for it. */
   authorize(request: FastifyRequest, name: string): Filter | undefined;
+  /** The same check for a bare `authorization` header (requests answered below fastify: fast-lookup.ts). */
+  rowFilterFor(authorization: string | string[] | undefined, name: string): Filter | undefined;
   /** Auth check + lease on the endpoint's current generation (the caller releases it). */
   open(request: FastifyRequest, name: string): OpenedEndpoint;
   /**
@@ -68,12 +70,16 @@ export function endpointAccess(options: {
     request.sluiceScope = scope;
     return scope;
   };
-  const authorize = (request: FastifyRequest, name: string): Filter | undefined => {
-    request.sluiceEndpoint = name;
-    const scope = scopeOf(request);
+  const rowFilterIn = (scope: TokenScope, name: string): Filter | undefined => {
     authenticator?.authorize(scope, name);
     return scope.rowFilter(name);
   };
+  const authorize = (request: FastifyRequest, name: string): Filter | undefined => {
+    request.sluiceEndpoint = name;
+    return rowFilterIn(scopeOf(request), name);
+  };
+  const rowFilterFor = (authorization: string | string[] | undefined, name: string): Filter | undefined =>
+    rowFilterIn(authenticator ? authenticator.authenticate(authorization) : OPEN_SCOPE, name);
   const open = (request: FastifyRequest, name: string): OpenedEndpoint => {
     const rowFilter = authorize(request, name);
     return { lease: registry.acquire(name), rowFilter };
@@ -118,5 +124,5 @@ export function endpointAccess(options: {
       throw err;
     }
   };
-  return { scopeOf, authorize, open, openFresh };
+  return { scopeOf, authorize, rowFilterFor, open, openFresh };
 }

@@ -7,31 +7,60 @@ import type { ApiMetrics } from './metrics.js';
 import type { EndpointRegistry } from './registry.js';
 
 /**
- * The `onResponse` hook that counts and times each request. An endpoint name the registry does not know is
- * recorded as '' (a label per made-up name would let a client grow the series without bound).
+ * The `onResponse` hook that counts and times each request through `recorder`.
  *
  * @example
  * ```ts
- * app.addHook('onResponse', requestMetricsHook(registry, metrics));
+ * app.addHook('onResponse', requestMetricsHook(requestRecorder(registry, metrics)));
  * ```
  */
-export function requestMetricsHook(registry: EndpointRegistry, metrics: ApiMetrics) {
+export function requestMetricsHook(recorder: RequestRecorder) {
+  return (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
+    recorder(
+      request.routeOptions.url ?? '(unmatched)',
+      request.sluiceEndpoint,
+      reply.statusCode,
+      reply.elapsedTime,
+    );
+    done();
+  };
+}
+
+/**
+ * Counts and times one answered request: its route pattern, the endpoint it named (if any), its status and how
+ * long it took in ms. Shared by the `onResponse` hook and the lookups answered below fastify (fast-lookup.ts).
+ */
+export type RequestRecorder = (
+  route: string,
+  name: string | undefined,
+  status: number,
+  elapsedMs: number,
+) => void;
+
+/**
+ * The recorder of one application. An endpoint name the registry does not know is recorded as '' (a label per
+ * made-up name would let a client grow the series without bound).
+ *
+ * @example
+ * ```ts
+ * const record = requestRecorder(registry, metrics);
+ * app.addHook('onResponse', requestMetricsHook(record));
+ * ```
+ */
+export function requestRecorder(registry: EndpointRegistry, metrics: ApiMetrics): RequestRecorder {
   // Label children are cached per (route, endpoint, status): prom-client hashes label objects otherwise.
   const series = new Map<string, { count: () => void; observe: (seconds: number) => void }>();
-  return (request: FastifyRequest, reply: FastifyReply, done: HookHandlerDoneFunction): void => {
-    const route = request.routeOptions.url ?? '(unmatched)';
-    const name = request.sluiceEndpoint;
+  return (route, name, status, elapsedMs) => {
     const endpoint = name !== undefined && registry.has(name) ? name : '';
-    const key = `${route}\u0000${endpoint}\u0000${reply.statusCode}`;
+    const key = `${route}\u0000${endpoint}\u0000${status}`;
     let entry = series.get(key);
     if (!entry) {
-      const counter = metrics.requests.labels(route, endpoint, String(reply.statusCode));
+      const counter = metrics.requests.labels(route, endpoint, String(status));
       const histogram = metrics.duration.labels(route, endpoint);
       entry = { count: () => counter.inc(), observe: (seconds) => histogram.observe(seconds) };
       if (series.size < 10_000) series.set(key, entry);
     }
     entry.count();
-    entry.observe(reply.elapsedTime / 1000);
-    done();
+    entry.observe(elapsedMs / 1000);
   };
 }

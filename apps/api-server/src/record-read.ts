@@ -1,0 +1,50 @@
+/**
+ * Reading one record by its key segment: the stored bytes and the commit state of the snapshot they were read
+ * in, with the token's row filter applied. One definition for the fastify lookup route and the lookups answered
+ * below fastify (fast-lookup.ts), so both answer the same.
+ */
+import { type CommitState, compileFilter, type Filter } from '@sluice/core';
+import { parseKeySegment } from './keys.js';
+import type { Lease } from './serving-table.js';
+
+/** What a lookup read: `bytes` is undefined when the record does not exist for this reader. */
+export interface RecordRead {
+  /** The commit state of the snapshot the record was read in (read first, so the data ⊇ this checkpoint). */
+  readonly state: Readonly<CommitState>;
+  /** The record's stored JSON text, or undefined: no such key, or outside the token's row filter. */
+  readonly bytes: Buffer | undefined;
+}
+
+/** Reads the record named by a raw (undecoded) key segment; throws VALIDATION_FAILED for a malformed key. */
+export type RecordReader = (lease: Lease, rawKey: string, rowFilter: Filter | undefined) => RecordRead;
+
+/**
+ * The record reader of one application (it keeps the compiled row-filter predicates of the tokens it has seen).
+ *
+ * @example
+ * ```ts
+ * const readRecord = recordReader();
+ * const { state, bytes } = readRecord(lease, '42', rowFilter);
+ * ```
+ */
+export function recordReader(): RecordReader {
+  const predicates = new WeakMap<Filter, (record: Record<string, unknown>) => boolean>();
+  const predicateOf = (filter: Filter) => {
+    let predicate = predicates.get(filter);
+    if (!predicate) {
+      predicate = compileFilter(filter);
+      predicates.set(filter, predicate);
+    }
+    return predicate;
+  };
+  return (lease, rawKey, rowFilter) => {
+    const key = parseKeySegment(rawKey, lease.cache.schema);
+    // The state and the record come from one read snapshot (servingState starts it, getJson reads in it).
+    const state = lease.cache.servingState();
+    const bytes = lease.cache.getJson(key);
+    // A record outside the token's row filter does not exist for that token (the only case it is decoded).
+    if (bytes !== undefined && rowFilter && !predicateOf(rowFilter)(JSON.parse(bytes.toString('utf8'))))
+      return { state, bytes: undefined };
+    return { state, bytes };
+  };
+}
