@@ -2,7 +2,7 @@ import { fileURLToPath } from 'node:url';
 import { type CacheSchema, parseQuery } from '@sluice/core';
 import { spawnTs, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { finishIndexBuild, pendingBuild } from './index-build.js';
+import { finishIndexBuild, INDEX_BUILD_KEY, pendingBuild, runsDb } from './index-build.js';
 import { openCacheManager } from './manager.js';
 import type { RwCache } from './rw-cache.js';
 
@@ -75,7 +75,10 @@ describe('deferred index builds (bulk loads)', () => {
     const ids = Array.from({ length: 2_000 }, (_, i) => i);
     await bulkLoad(cache, ids, 300);
 
-    expect(pendingBuild(dbsOf(cache))).toEqual({ runs: 7, stale: false });
+    expect(pendingBuild(dbsOf(cache))).toEqual({ runs: 7, stale: false, withBytes: true });
+    // Each run entry carries its record's stored text: the merge copies it instead of reading `data` again.
+    const firstRun = [...runsDb(dbsOf(cache)).getRange({ limit: 1 })][0]!.value;
+    expect(firstRun.toString('utf8')).toMatch(/\{"id":\d+,.*\}$/);
     expect(indexEntries(cache)).toEqual([[], []]);
     // Records are visible at each commit; a filter on an indexed field is answered without the indexes.
     const meanwhile = cache.query(parseQuery({ $filter: { value: { $gte: 20, $lt: 40 } }, $limit: 1000 }));
@@ -144,6 +147,25 @@ describe('deferred index builds (bulk loads)', () => {
     );
   });
 
+  it('a build begun with runs that hold only the data key (an earlier version) completes exactly', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    // The state an earlier version wrote when its load began: no withBytes, so its runs keep that form.
+    dbsOf(cache).meta.putSync(INDEX_BUILD_KEY, { runs: 0, stale: false });
+    const ids = Array.from({ length: 1_500 }, (_, i) => i);
+    await bulkLoad(cache, ids, 400);
+    expect(pendingBuild(dbsOf(cache))).toEqual({ runs: 4, stale: false });
+    const firstRun = [...runsDb(dbsOf(cache)).getRange({ limit: 1 })][0]!.value;
+    expect(firstRun.toString('utf8')).not.toContain('"id"');
+
+    await cache.markSnapshottingDone('src');
+    expect(pendingBuild(dbsOf(cache))).toBeNull();
+    const expected = ids.map((id) => record(id));
+    expect(indexEntries(cache)[0]!.sort()).toEqual(expected.map((r) => JSON.stringify(r)).sort());
+    expectIndexAnswers(cache, expected);
+  });
+
   it('a clear drops a pending build', async () => {
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path);
@@ -185,7 +207,7 @@ describe('deferred index builds (bulk loads)', () => {
     await using caches = await openCacheManager(dir.path);
     await using cache = await caches.openRw(name);
     const dbs = dbsOf(cache);
-    expect(pendingBuild(dbs)).toEqual({ runs: 8, stale: false });
+    expect(pendingBuild(dbs)).toEqual({ runs: 8, stale: false, withBytes: true });
     // Half a first index is there, and still unplannable.
     expect(indexEntries(cache)[0]!.length).toBe(1_000);
     expect(cache.query(parseQuery({ $filter: { value: { $gte: 20 } }, $limit: 5 })).plan.index).toBeNull();

@@ -27,6 +27,16 @@ export interface IndexBuildState {
    * gone, so the merge keeps an entry only where the record's current version has that key in the index.
    */
   stale: boolean;
+  /**
+   * Run entries carry the record's bytes, so the merge copies them instead of reading each record from `data`
+   * again. Absent in builds begun by versions whose runs held only the data key (their runs keep that form).
+   */
+  withBytes?: boolean;
+}
+
+/** The state of a build that begins now. */
+export function newIndexBuild(): IndexBuildState {
+  return { runs: 0, stale: false, withBytes: true };
 }
 
 export const INDEX_BUILD_KEY = 'index-build';
@@ -89,26 +99,52 @@ function append(db: Database<Buffer, Buffer>, key: Buffer, value: Buffer): void 
     throw new Error(`index build: append of key ${key.toString('hex')} refused (not past the last key)`);
 }
 
-/** An index entry to defer: its index key and the data key of its record (whose bytes the entry will hold). */
+/** An index entry to defer: its index key, the data key of its record and the record's bytes (the entry's value). */
 export interface DeferredEntry {
   key: Buffer;
   dataKey: Buffer;
+  value: Buffer;
+}
+
+/** A run entry as the merge reads it: `bytes` is null in runs that hold only the data key. */
+interface RunEntry {
+  key: Buffer;
+  dataKey: Buffer;
+  bytes: Buffer | null;
 }
 
 /**
- * Run entry value: u16 index-key length, index key, data key. The record's bytes are not repeated: the merge
- * reads them from the data database, which also tells it whether the entry still describes the record.
+ * Run entry value: u16 index-key length, index key, u16 data-key length, data key, the record's bytes. Carrying
+ * the bytes costs one more copy of each record in the runs (appended, then dropped) and spares the merge a
+ * B-tree lookup in `data` per entry, its largest cost (docs/cache-index-build.md § Runs carry the records).
+ * Without `withBytes` (a build begun by an earlier version): u16 index-key length, index key, data key.
  */
-function runValue(entry: DeferredEntry): Buffer {
-  const out = Buffer.allocUnsafe(2 + entry.key.length + entry.dataKey.length);
-  const at = out.writeUInt16BE(entry.key.length, 0);
-  entry.dataKey.copy(out, at + entry.key.copy(out, at));
+function runValue(entry: DeferredEntry, withBytes: boolean): Buffer {
+  const { key, dataKey, value } = entry;
+  if (!withBytes) {
+    const out = Buffer.allocUnsafe(2 + key.length + dataKey.length);
+    const at = out.writeUInt16BE(key.length, 0);
+    dataKey.copy(out, at + key.copy(out, at));
+    return out;
+  }
+  const out = Buffer.allocUnsafe(4 + key.length + dataKey.length + value.length);
+  let at = out.writeUInt16BE(key.length, 0);
+  at += key.copy(out, at);
+  at = out.writeUInt16BE(dataKey.length, at);
+  at += dataKey.copy(out, at);
+  value.copy(out, at);
   return out;
 }
 
-function parseRunValue(value: Buffer): DeferredEntry {
+function parseRunValue(value: Buffer, withBytes: boolean): RunEntry {
   const keyEnd = 2 + value.readUInt16BE(0);
-  return { key: value.subarray(2, keyEnd), dataKey: value.subarray(keyEnd) };
+  if (!withBytes) return { key: value.subarray(2, keyEnd), dataKey: value.subarray(keyEnd), bytes: null };
+  const dataKeyEnd = keyEnd + 2 + value.readUInt16BE(keyEnd);
+  return {
+    key: value.subarray(2, keyEnd),
+    dataKey: value.subarray(keyEnd + 2, dataKeyEnd),
+    bytes: value.subarray(dataKeyEnd),
+  };
 }
 
 /**
@@ -123,15 +159,16 @@ export function appendRuns(
 ): IndexBuildState {
   const runs = runsDb(dbs);
   const run = build.runs;
+  const withBytes = build.withBytes === true;
   let wrote = false;
   entries.forEach((sorted, index) => {
     for (let seq = 0; seq < sorted.length; seq++) {
       // Keys grow (index, run, seq): every put lands at the database's end.
-      append(runs, runKey(run, index, seq), runValue(sorted[seq]!));
+      append(runs, runKey(run, index, seq), runValue(sorted[seq]!, withBytes));
       wrote = true;
     }
   });
-  return { runs: wrote ? run + 1 : run, stale: build.stale || stale };
+  return { ...build, runs: wrote ? run + 1 : run, stale: build.stale || stale };
 }
 
 /** A run being merged: its iterator, its current head, and how many of its entries were consumed. */
@@ -139,7 +176,7 @@ interface RunCursor {
   run: number;
   seq: number;
   iterator: Iterator<{ key: Buffer; value: Buffer }>;
-  head: DeferredEntry;
+  head: RunEntry;
 }
 
 /** Binary min-heap of run cursors by their head's key. */
@@ -200,6 +237,7 @@ export async function finishIndexBuild(
   const chunk = options.chunk ?? MERGE_CHUNK;
   const root = dbs.env.root;
   const runs = runsDb(dbs);
+  const withBytes = build.withBytes === true;
   let merged = 0;
   for (let i = 0; i < dbs.indexes.length; i++) {
     const index = dbs.indexes[i]!;
@@ -217,7 +255,12 @@ export async function finishIndexBuild(
             [Symbol.iterator]();
           const first = iterator.next();
           if (first.done) return;
-          heap.push({ run, seq: positions[run]!, iterator, head: parseRunValue(first.value.value) });
+          heap.push({
+            run,
+            seq: positions[run]!,
+            iterator,
+            head: parseRunValue(first.value.value, withBytes),
+          });
         };
         for (let run = 0; run < build.runs; run++) open(run);
         let wrote = 0;
@@ -231,7 +274,7 @@ export async function finishIndexBuild(
           const next = top.iterator.next();
           if (next.done) heap.fixTop(true);
           else {
-            top.head = parseRunValue(next.value.value);
+            top.head = parseRunValue(next.value.value, withBytes);
             heap.fixTop(false);
           }
         }
@@ -258,16 +301,22 @@ export async function finishIndexBuild(
 /**
  * Appends `entry` to `index` with its record's current bytes, unless it repeats the last key (the same record
  * loaded twice) or, with `stale` runs, the record is gone or its current version has another key in this index.
+ * Without stale runs every record was loaded once, so the bytes a run carries are the current ones.
  */
 function appendEntry(
   dbs: CacheDbs,
   index: IndexDb,
   primaryKey: readonly string[],
-  entry: DeferredEntry,
+  entry: RunEntry,
   lastKey: Buffer | null,
   stale: boolean,
 ): Buffer | null {
   if (lastKey !== null && lastKey.equals(entry.key)) return lastKey;
+  if (!stale && entry.bytes !== null) {
+    append(index.db, entry.key, entry.bytes);
+    // lmdb hands a binary database's values out as copies: the key stays valid after the iterator moves on.
+    return entry.key;
+  }
   const current = dbs.data.getBinaryFast(entry.dataKey);
   if (current === undefined) return lastKey;
   // A view of exactly the value: LMDB's read buffer is larger than its (overridden) length says.

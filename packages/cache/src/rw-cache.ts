@@ -24,6 +24,7 @@ import {
   finishIndexBuild,
   INDEX_BUILD_KEY,
   type IndexBuildState,
+  newIndexBuild,
   pendingBuild,
 } from './index-build.js';
 import { recordSerializer } from './record-json.js';
@@ -176,7 +177,7 @@ export class RwCache extends RoCache implements WritableCache {
           // A bulk load defers its index entries (index-build.ts) when it starts on an empty generation.
           let build: IndexBuildState | null = null;
           if (options.bulk === true && this.dbs.covering && this.dbs.indexes.length > 0)
-            build = pendingBuild(this.dbs) ?? (state.recordCount === 0 ? { runs: 0, stale: false } : null);
+            build = pendingBuild(this.dbs) ?? (state.recordCount === 0 ? newIndexBuild() : null);
           const outcome = writeChanges(
             this.dbs,
             this.schema.primaryKey,
