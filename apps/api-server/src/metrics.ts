@@ -1,10 +1,12 @@
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
+import { DurationHistogram, RequestCounter } from './request-series.js';
 
 /** The api-server's Prometheus metrics, on a registry of its own (several servers can share a process). */
 export interface ApiMetrics {
   readonly registry: Registry;
-  readonly requests: Counter<'route' | 'endpoint' | 'status'>;
-  readonly duration: Histogram<'route' | 'endpoint'>;
+  /** Requests answered (request-metrics.ts records them; see request-series.ts for why not a prom-client child). */
+  readonly requests: RequestCounter;
+  readonly duration: DurationHistogram;
   readonly switches: Counter<'endpoint' | 'reason'>;
   readonly switchFailures: Counter<'endpoint'>;
   readonly generationsOpen: Gauge;
@@ -32,18 +34,16 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): ApiMe
   if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry, prefix: 'sluice_api_' });
   return {
     registry,
-    requests: new Counter({
+    requests: new RequestCounter({
       name: 'sluice_api_requests_total',
       help: 'HTTP requests answered, by route, endpoint and status code',
-      labelNames: ['route', 'endpoint', 'status'],
-      registers: [registry],
+      registry,
     }),
-    duration: new Histogram({
+    duration: new DurationHistogram({
       name: 'sluice_api_request_duration_seconds',
       help: 'HTTP request latency, by route and endpoint',
-      labelNames: ['route', 'endpoint'],
       buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
-      registers: [registry],
+      registry,
     }),
     switches: new Counter({
       name: 'sluice_api_switches_total',

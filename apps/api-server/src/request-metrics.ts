@@ -48,16 +48,17 @@ export type RequestRecorder = (
  * ```
  */
 export function requestRecorder(registry: EndpointRegistry, metrics: ApiMetrics): RequestRecorder {
-  // Label children are cached per (route, endpoint, status): prom-client hashes label objects otherwise.
+  // The series' recorders, per (route, endpoint, status): one lookup, then plain additions (request-series.ts).
   const series = new Map<string, { count: () => void; observe: (seconds: number) => void }>();
   return (route, name, status, elapsedMs) => {
     const endpoint = name !== undefined && registry.has(name) ? name : '';
     const key = `${route}\u0000${endpoint}\u0000${status}`;
     let entry = series.get(key);
     if (!entry) {
-      const counter = metrics.requests.labels(route, endpoint, String(status));
-      const histogram = metrics.duration.labels(route, endpoint);
-      entry = { count: () => counter.inc(), observe: (seconds) => histogram.observe(seconds) };
+      entry = {
+        count: metrics.requests.series(route, endpoint, status),
+        observe: metrics.duration.series(route, endpoint),
+      };
       if (series.size < 10_000) series.set(key, entry);
     }
     entry.count();
