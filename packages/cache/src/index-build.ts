@@ -311,7 +311,7 @@ function appendEntry(
   lastKey: Buffer | null,
   stale: boolean,
 ): Buffer | null {
-  if (lastKey !== null && lastKey.equals(entry.key)) return lastKey;
+  if (lastKey?.equals(entry.key)) return lastKey;
   if (!stale && entry.bytes !== null) {
     append(index.db, entry.key, entry.bytes);
     // lmdb hands a binary database's values out as copies: the key stays valid after the iterator moves on.
