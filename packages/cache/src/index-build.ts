@@ -114,26 +114,28 @@ interface RunEntry {
 }
 
 /**
- * Run entry value: u16 index-key length, index key, u16 data-key length, data key, the record's bytes. Carrying
- * the bytes costs one more copy of each record in the runs (appended, then dropped) and spares the merge a
- * B-tree lookup in `data` per entry, its largest cost (docs/cache-index-build.md § Runs carry the records).
+ * Run entry value ({@link writeRunValue}): u16 index-key length, index key, u16 data-key length, data key, the
+ * record's bytes. Carrying the bytes costs one more copy of each record in the runs (appended, then dropped) and
+ * spares the merge a B-tree lookup in `data` per entry, its largest cost (docs/cache-index-build.md § Runs carry
+ * the records).
  * Without `withBytes` (a build begun by an earlier version): u16 index-key length, index key, data key.
  */
-function runValue(entry: DeferredEntry, withBytes: boolean): Buffer {
+function runValueLength(entry: DeferredEntry, withBytes: boolean): number {
+  return withBytes
+    ? 4 + entry.key.length + entry.dataKey.length + entry.value.length
+    : 2 + entry.key.length + entry.dataKey.length;
+}
+
+/** Writes the run value of `entry` at the start of `out` (long enough: {@link runValueLength}). */
+function writeRunValue(entry: DeferredEntry, withBytes: boolean, out: Buffer): void {
   const { key, dataKey, value } = entry;
-  if (!withBytes) {
-    const out = Buffer.allocUnsafe(2 + key.length + dataKey.length);
-    const at = out.writeUInt16BE(key.length, 0);
-    dataKey.copy(out, at + key.copy(out, at));
-    return out;
-  }
-  const out = Buffer.allocUnsafe(4 + key.length + dataKey.length + value.length);
+  // TypedArray#set rather than Buffer#copy: this runs for every index entry of a load.
   let at = out.writeUInt16BE(key.length, 0);
-  at += key.copy(out, at);
-  at = out.writeUInt16BE(dataKey.length, at);
-  at += dataKey.copy(out, at);
-  value.copy(out, at);
-  return out;
+  out.set(key, at);
+  at += key.length;
+  if (withBytes) at = out.writeUInt16BE(dataKey.length, at);
+  out.set(dataKey, at);
+  if (withBytes) out.set(value, at + dataKey.length);
 }
 
 function parseRunValue(value: Buffer, withBytes: boolean): RunEntry {
@@ -161,10 +163,18 @@ export function appendRuns(
   const run = build.runs;
   const withBytes = build.withBytes === true;
   let wrote = false;
+  // One key and one value buffer for every put: putSync copies both into LMDB before it returns.
+  let value = Buffer.allocUnsafe(4096);
   entries.forEach((sorted, index) => {
+    const key = runKey(run, index, 0);
     for (let seq = 0; seq < sorted.length; seq++) {
+      const entry = sorted[seq]!;
+      const length = runValueLength(entry, withBytes);
+      if (length > value.length) value = Buffer.allocUnsafe(Math.max(length, value.length * 2));
+      writeRunValue(entry, withBytes, value);
+      key.writeUInt32BE(seq, 5);
       // Keys grow (index, run, seq): every put lands at the database's end.
-      append(runs, runKey(run, index, seq), runValue(sorted[seq]!, withBytes));
+      append(runs, key, value.subarray(0, length));
       wrote = true;
     }
   });
