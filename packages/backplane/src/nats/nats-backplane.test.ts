@@ -142,6 +142,28 @@ describe('NATS backplane: who runs a transfer', () => {
     }
   });
 
+  it('serves and closes made at once each hold as soon as their own call resolves (they share pings)', async () => {
+    const clusterName = nextCluster();
+    await using a = await node(clusterName, 'a');
+    await using b = await node(clusterName, 'b');
+    // Started a tick apart, so most find the ping of earlier ones in flight and wait for the next.
+    const outcomes = await Promise.all(
+      Array.from({ length: 60 }, async (_, i) => {
+        for (let tick = 0; tick < i % 7; tick++) await new Promise((resolve) => setImmediate(resolve));
+        const id = `burst-${i}`;
+        const registration = await b.serve(id, countingResponder(report('b', i + 1)));
+        const served = await a.whoRuns(id, { timeoutMs: 2_000 });
+        await registration.close();
+        const closed = await a.whoRuns(id, { timeoutMs: 2_000 });
+        return { served, closed, i };
+      }),
+    );
+    for (const { served, closed, i } of outcomes) {
+      expect(served).toEqual({ status: 'owner', owner: report('b', i + 1) });
+      expect(closed).toEqual({ status: 'nobody' });
+    }
+  });
+
   it('rejects bad input with typed errors and writes nothing', async () => {
     const clusterName = nextCluster();
     await using a = await node(clusterName, 'a');
