@@ -10,6 +10,7 @@
  *   pnpm --filter @sluice/app-server bench        (DURATION=5 CONNECTIONS=16 ROUNDS=3 to change;
  *   ONLY=postgres to run one part; CPU_PROF=<dir> to profile the PostgreSQL node)
  */
+import { readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { openStore } from '@sluice/store';
@@ -35,6 +36,8 @@ const ONLY = new Set((process.env.ONLY ?? 'sqlite,postgres,takeover').split(',')
 interface Figures {
   label: string;
   rps: number;
+  /** Requests answered 2xx in the whole run. */
+  ok: number;
   p50: number;
   p99: number;
   non2xx: number;
@@ -43,8 +46,23 @@ interface Figures {
 }
 
 const rows: Figures[] = [];
-/** Sluice against the route a user would write instead (fastify + pg), measured back to back. */
-const peerRows: { label: string; sluice: Figures; peer: Figures }[] = [];
+/**
+ * Sluice against the route a user would write instead (fastify + pg), measured back to back, with the CPU each
+ * process spent per answered request (Sluice's until its accepted transfers finished: a submit's whole cost).
+ */
+const peerRows: { label: string; sluice: Figures; peer: Figures; sluiceCpuUs: number; peerCpuUs: number }[] =
+  [];
+
+/** CPU time (user + system, µs) a process has used so far, from /proc (clock ticks of 10 ms). */
+function cpuMicros(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the parenthesised command name: utime and stime are the 12th and 13th.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100;
+}
+
+/** The monotonic clock in µs — the clock of `node --cpu-prof` sample times, so windows can be cut from a profile. */
+const monotonicMicros = () => Number(process.hrtime.bigint() / 1000n);
 
 async function load(label: string, url: string, body: (seq: number) => object): Promise<Figures> {
   let seq = 0;
@@ -61,9 +79,10 @@ async function load(label: string, url: string, body: (seq: number) => object): 
       },
     ],
   });
-  const figures = {
+  const figures: Figures = {
     label,
     rps: Math.round(result.requests.average),
+    ok: result['2xx'],
     p50: result.latency.p50,
     p99: result.latency.p99,
     non2xx: result.non2xx,
@@ -152,25 +171,37 @@ async function main() {
     const peerPort = await freePort();
     await using peer = spawnTs(PG_PEER, [String(peerPort), db.url]);
     await peer.waitForLine(/pg peer ready/);
+    const nodePid = node.child.pid;
+    const peerPid = peer.pid;
+    /** The new-id rounds' time windows (monotonic µs), for cutting them out of the node's CPU profile. */
+    const windows: { round: number; from: number; to: number; requests: number }[] = [];
     for (let round = 0; round < ROUNDS; round++) {
+      const peerCpuBefore = cpuMicros(peerPid);
       const peerFigures = await load(
         `fastify + pg INSERT … ON CONFLICT (round ${round + 1})`,
         `http://127.0.0.1:${peerPort}/transfers`,
         (i) => transfer(`peer-${round}-${i}`),
       );
+      const peerCpuUs = (cpuMicros(peerPid) - peerCpuBefore) / Math.max(1, peerFigures.ok);
+      const nodeCpuBefore = cpuMicros(nodePid);
+      const from = monotonicMicros();
       const sluice = await load(
         `postgres: idempotent, new ids (round ${round + 1})`,
         `${node.url}/v1/transfers`,
         (i) => transfer(`postgres-vs-peer-${round}-${i}`),
       );
       rows.splice(rows.length - 2, 2);
-      peerRows.push({ label: `round ${round + 1}`, sluice, peer: peerFigures });
       await waitFor(
         async () =>
           (await call(`${node.url}/v1/transfers?state=IN_PROGRESS&limit=1`)).body.records.length === 0,
         { timeoutMs: 300_000, intervalMs: 250, what: 'the accepted transfers to finish' },
       );
+      windows.push({ round: round + 1, from, to: monotonicMicros(), requests: sluice.ok });
+      const sluiceCpuUs = (cpuMicros(nodePid) - nodeCpuBefore) / Math.max(1, sluice.ok);
+      peerRows.push({ label: `round ${round + 1}`, sluice, peer: peerFigures, sluiceCpuUs, peerCpuUs });
     }
+    if (process.env.CPU_PROF)
+      await writeFile(join(process.env.CPU_PROF, 'new-id-rounds.json'), JSON.stringify(windows, null, 2));
     // A graceful stop, so that node writes its CPU profile (dispose would SIGKILL it).
     if (process.env.CPU_PROF) await node.child.stop('SIGTERM');
   }
@@ -247,11 +278,13 @@ function printSubmits() {
   console.log(
     '\n### idempotent new-id submits on PostgreSQL vs the route a user would write (fastify + pg `INSERT … ON CONFLICT`, no transfer run)\n',
   );
-  console.log('| round | Sluice req/s | p50 ms | peer req/s | peer p50 ms | ratio |');
-  console.log('|---|---:|---:|---:|---:|---:|');
-  for (const { label, sluice, peer } of peerRows)
+  console.log(
+    '| round | Sluice req/s | p50 ms | node CPU µs/req (until its transfers finished) | peer req/s | peer p50 ms | peer CPU µs/req | ratio |',
+  );
+  console.log('|---|---:|---:|---:|---:|---:|---:|---:|');
+  for (const { label, sluice, peer, sluiceCpuUs, peerCpuUs } of peerRows)
     console.log(
-      `| ${label} | ${sluice.rps} | ${sluice.p50} | ${peer.rps} | ${peer.p50} | ${(sluice.rps / peer.rps).toFixed(3)} |`,
+      `| ${label} | ${sluice.rps} | ${sluice.p50} | ${sluiceCpuUs.toFixed(0)} | ${peer.rps} | ${peer.p50} | ${peerCpuUs.toFixed(0)} | ${(sluice.rps / peer.rps).toFixed(3)} |`,
     );
 }
 

@@ -127,6 +127,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
         nats: config.nats!,
         clusterName: config.cluster.name,
         nodeId,
+        // One subscription answers for every transfer this process claims: a claim costs no NATS round trip.
+        instanceId,
         logger: log,
       });
     } else if (kind === 'single') {

@@ -7,7 +7,7 @@ export { type DirectRoutesOptions, type DirectRoutesTarget, directRoutes } from 
 export { OWNER_ROUTE, ownerPath, TERMINATE_ROUTE, terminatePath } from './direct/routes.js';
 export type { NatsBackplaneOptions } from './nats/backplane-options.js';
 export type { ReconnectPolicy } from './nats/connection-options.js';
-export { createNatsBackplane, NatsBackplane } from './nats/nats-backplane.js';
+export { createNatsBackplane, NatsBackplane, type OwnerQueryOptions } from './nats/nats-backplane.js';
 export { defaultKvBucket, Subjects } from './nats/subjects.js';
 export { kvKey, subjectToken } from './shared/encoding.js';
 export { OwnerReportSchema } from './shared/wire.js';

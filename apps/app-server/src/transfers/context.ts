@@ -65,6 +65,8 @@ export interface CoordinatorState {
   /** Increments when a heartbeat statement starts: a claim confirmed after it started is not judged by it. */
   heartbeatGeneration: number;
   closing: boolean;
+  /** Whether a queued run whose lease ran out by this process's clock may start (leases.ts `confirm`). */
+  confirmLease: (run: LocalRun) => Promise<boolean>;
 }
 
 const STORE_RETRIES = 5;

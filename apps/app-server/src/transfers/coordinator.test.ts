@@ -97,12 +97,13 @@ async function setup() {
     backplane: Backplane;
     identity: OwnerIdentity;
     execute: TransferExecutor;
+    limits?: Partial<typeof LIMITS>;
   }) => {
     const created = new TransferCoordinator({
       store: options.store ?? store,
       backplane: options.backplane,
       identity: options.identity,
-      limits: LIMITS,
+      limits: { ...LIMITS, ...options.limits },
       policy,
       execute: options.execute,
       metrics: createMetrics({
@@ -396,5 +397,69 @@ describe('TransferCoordinator', () => {
     expect(runs).toBe(2);
     expect(record?.attempts).toBe(2);
     expect(record?.result?.recordsWritten).toBe(3);
+  });
+  it('a queued transfer keeps its epoch while a heartbeat is late: it is confirmed when it starts, not stopped and taken over by its own node', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'q' });
+    // Heartbeats wait on the gate once it is armed: longer than the lease, as under a backlog of thousands.
+    let held: ReturnType<typeof gate> | null = null;
+    const store = wrapStore(t.store, 'heartbeat', async (real, ...args) => {
+      const hold = held;
+      if (hold) {
+        hold.reached();
+        await hold.opened;
+      }
+      return (real as DataPlaneStore['heartbeat'])(...(args as Parameters<DataPlaneStore['heartbeat']>));
+    });
+    let release = false;
+    const starts: string[] = [];
+    const execute: TransferExecutor = (request, context) =>
+      new Promise((resolve, reject) => {
+        starts.push(request.id);
+        const done = () => resolve({ recordsRead: 1, recordsWritten: 1, badRecords: 0 });
+        if (release) return done();
+        const timer = setInterval(() => {
+          if (!release) return;
+          clearInterval(timer);
+          done();
+        }, 10);
+        context.signal.addEventListener('abort', () => {
+          clearInterval(timer);
+          reject(context.signal.reason);
+        });
+      });
+    const c = t.coordinator({
+      store,
+      backplane,
+      identity: identity('q'),
+      execute,
+      limits: { maxConcurrentTransfers: 1 },
+    });
+    c.start();
+    for (const id of ['q-running', 'q-queued-1', 'q-queued-2'])
+      expect((await c.submit(t.request(id))).outcome).toBe('created');
+    await eventually(() => starts.includes('q-running'));
+    held = gate();
+    await held.hit;
+    // Past the lease by this process's clock: the running transfer's watchdog stops it (it may have lost its
+    // lease), while the queued ones, which have written nothing yet, wait to be confirmed.
+    await new Promise((resolve) => setTimeout(resolve, LIMITS.leaseMs * 2));
+    const gateOfLateBeat = held;
+    held = null;
+    gateOfLateBeat.open();
+    release = true;
+    await eventually(async () => {
+      const records = await Promise.all(
+        ['q-running', 'q-queued-1', 'q-queued-2'].map((id) => t.store.get(id)),
+      );
+      return records.every((record) => record?.state === 'COMPLETED');
+    });
+    for (const id of ['q-queued-1', 'q-queued-2']) {
+      const record = await t.store.get(id);
+      expect(record).toMatchObject({ state: 'COMPLETED', epoch: 1, attempts: 1, ownerNodeId: 'q' });
+    }
+    // Each queued transfer ran once.
+    expect(starts.filter((id) => id === 'q-queued-1')).toHaveLength(1);
+    expect(starts.filter((id) => id === 'q-queued-2')).toHaveLength(1);
   });
 });

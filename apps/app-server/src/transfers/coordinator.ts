@@ -60,6 +60,7 @@ export class TransferCoordinator {
       }),
       heartbeatGeneration: 0,
       closing: false,
+      confirmLease: (run) => this.#leases.confirm(run),
     };
     this.#recovery = new Recovery(this.#state);
     this.#leases = new LeaseKeeper(this.#state, (ids) => this.#recovery.resumeOrphans(ids));

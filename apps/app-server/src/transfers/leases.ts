@@ -1,26 +1,37 @@
 import type { CoordinatorState } from './context.js';
 import { stopRun } from './execution.js';
-import { RunPhase, StopReason } from './local-run.js';
+import { type LocalRun, RunPhase, StopReason } from './local-run.js';
+
+/** Heartbeats a run about to start waits for when its lease ran out meanwhile, before it gives up the run. */
+const CONFIRM_ATTEMPTS = 3;
 
 /**
  * Leases of the runs this node owns: one heartbeat statement extends them all and names what the store no
- * longer lets this instance own (those runs are fenced); a frequent watchdog stops any run whose lease ran out
- * by this process's monotonic clock (the store unreachable, or the process frozen), before it writes again.
+ * longer lets this instance own (those runs are fenced); a frequent watchdog stops any running run whose lease
+ * ran out by this process's monotonic clock (the store unreachable, or the process frozen), before it writes
+ * again. A queued run has nothing to stop: it is confirmed by a heartbeat when it starts ({@link confirm}).
  */
 export class LeaseKeeper {
   readonly #state: CoordinatorState;
   readonly #resumeOrphans: (ids: string[]) => Promise<void>;
-  #beating = false;
+  /** The heartbeat in flight: a second caller joins it instead of sending another statement. */
+  #beat: Promise<void> | null = null;
 
   constructor(state: CoordinatorState, resumeOrphans: (ids: string[]) => Promise<void>) {
     this.#state = state;
     this.#resumeOrphans = resumeOrphans;
   }
 
-  async heartbeat(): Promise<void> {
+  heartbeat(): Promise<void> {
+    if (this.#state.closing) return Promise.resolve();
+    this.#beat ??= this.#heartbeatOnce().finally(() => {
+      this.#beat = null;
+    });
+    return this.#beat;
+  }
+
+  async #heartbeatOnce(): Promise<void> {
     const state = this.#state;
-    if (this.#beating || state.closing) return;
-    this.#beating = true;
     // A claim confirmed from here on may not be in this statement's result yet: it is not judged by it.
     const generation = ++state.heartbeatGeneration;
     const startedMono = performance.now();
@@ -37,15 +48,33 @@ export class LeaseKeeper {
       await store.touchNode(identity.nodeId);
     } catch (err) {
       state.o.logger.warn({ err }, 'heartbeat failed');
-    } finally {
-      this.#beating = false;
     }
+  }
+
+  /**
+   * Whether a queued run whose lease ran out by this process's clock may start: true once a heartbeat that
+   * began after its claim extended it (the store still lets this instance own it, for a lease from that
+   * heartbeat's start); false when the run was stopped meanwhile (a heartbeat found it fenced) or no heartbeat
+   * could confirm it (the store unreachable).
+   *
+   * Why not stop it as the watchdog does a running run: a queued run has written nothing and runs nothing, so
+   * there is nothing to stop in time. Stopping it only made it an orphan that the next heartbeat extended and
+   * this node took over again (epoch + 1, claimed and queued anew) — under a backlog whose heartbeat took longer
+   * than the lease, a churn through every queued transfer (BENCHMARKS.md § Issue 15, session 8).
+   */
+  async confirm(run: LocalRun): Promise<boolean> {
+    for (let attempt = 0; attempt < CONFIRM_ATTEMPTS; attempt++) {
+      if (!run.active || this.#state.closing) return false;
+      if (performance.now() <= run.leaseDeadline) return true;
+      await this.heartbeat();
+    }
+    return run.active && performance.now() <= run.leaseDeadline;
   }
 
   watch(): void {
     const now = performance.now();
     for (const run of this.#state.runs.values()) {
-      if (run.active && run.phase !== RunPhase.claiming && now > run.leaseDeadline)
+      if (run.active && run.phase === RunPhase.running && now > run.leaseDeadline)
         stopRun(this.#state, run, StopReason.leaseLost);
     }
   }

@@ -1,3 +1,4 @@
+import type { OwnerQueryOptions } from '@sluice/backplane';
 import type { OwnerAnswer, TransferRecord } from '@sluice/core';
 import { type CoordinatorState, sleep } from './context.js';
 
@@ -9,10 +10,13 @@ export async function whoRuns(state: CoordinatorState, record: TransferRecord): 
   const { backplane, limits } = state.o;
   const deadline = Date.now() + limits.ownerWaitMs;
   for (;;) {
-    const answer = await backplane.whoRuns(record.id, {
+    // The owner's address (direct strategy) and instance (NATS asks that instance's subject) from the record.
+    const query: OwnerQueryOptions = {
       timeoutMs: limits.ownerWaitMs,
       ownerAddress: record.ownerAddress,
-    });
+      ownerInstance: record.ownerInstance,
+    };
+    const answer = await backplane.whoRuns(record.id, query);
     if (answer.status !== 'owner' || answer.owner.epoch >= record.epoch) return answer;
     if (Date.now() >= deadline)
       return { status: 'unknown', reason: `only a stale responder (epoch ${answer.owner.epoch}) answered` };

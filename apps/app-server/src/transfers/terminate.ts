@@ -1,3 +1,4 @@
+import type { OwnerQueryOptions } from '@sluice/backplane';
 import {
   BackplaneUnavailableError,
   IllegalTransitionError,
@@ -36,10 +37,12 @@ export async function terminate(state: CoordinatorState, id: string): Promise<Tr
       await local.done;
       continue;
     }
-    const answer = await backplane.terminate(id, {
+    const query: OwnerQueryOptions = {
       timeoutMs: limits.ownerWaitMs,
       ownerAddress: record.ownerAddress,
-    });
+      ownerInstance: record.ownerInstance,
+    };
+    const answer = await backplane.terminate(id, query);
     if (answer.status === 'terminated') continue;
     if (answer.status === 'not-running') {
       const done = await terminateAbandoned(state, record, false);

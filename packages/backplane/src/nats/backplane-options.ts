@@ -13,6 +13,15 @@ export interface NatsBackplaneOptions {
   clusterName: string;
   /** This node's id (connection name; `by` of terminate acknowledgements). */
   nodeId: string;
+  /**
+   * This process's incarnation (the app-server's `OwnerIdentity.instanceId`, recorded as the owner instance of
+   * every transfer it claims). Given, the backplane answers "who runs X?" and "stop X" for all this process's
+   * transfers on one subscription of the instance's subject, set up once at connect, instead of subscribing (and
+   * flushing) per served transfer; and it asks an owner on the subject of the instance that `whoRuns`/`terminate`
+   * name (`ownerInstance`). Every node of a cluster must be configured alike: an instance-mode owner does not answer
+   * on transfer subjects. Default: one subject per transfer.
+   */
+  instanceId?: string;
   logger?: Logger;
   /** JetStream KV bucket for the latest `AliasRedirected` per host and alias (default `sluice-aliases-<cluster>`). */
   kvBucket?: string;
@@ -45,6 +54,16 @@ export function checkNatsBackplaneOptions(options: NatsBackplaneOptions): string
   ) {
     throw new ConfigError('clusterName must be 1 to 128 characters', [
       { path: 'clusterName', message: 'invalid' },
+    ]);
+  }
+  if (
+    options.instanceId !== undefined &&
+    (typeof options.instanceId !== 'string' ||
+      options.instanceId.length === 0 ||
+      options.instanceId.length > 200)
+  ) {
+    throw new ConfigError('instanceId must be 1 to 200 characters', [
+      { path: 'instanceId', message: 'invalid' },
     ]);
   }
   if (typeof options.nodeId !== 'string' || options.nodeId.length === 0 || options.nodeId.length > 256) {

@@ -142,6 +142,28 @@ describe('NATS backplane: who runs a transfer', () => {
     }
   });
 
+  it('serves and closes made at once each hold as soon as their own call resolves (they share pings)', async () => {
+    const clusterName = nextCluster();
+    await using a = await node(clusterName, 'a');
+    await using b = await node(clusterName, 'b');
+    // Started a tick apart, so most find the ping of earlier ones in flight and wait for the next.
+    const outcomes = await Promise.all(
+      Array.from({ length: 60 }, async (_, i) => {
+        for (let tick = 0; tick < i % 7; tick++) await new Promise((resolve) => setImmediate(resolve));
+        const id = `burst-${i}`;
+        const registration = await b.serve(id, countingResponder(report('b', i + 1)));
+        const served = await a.whoRuns(id, { timeoutMs: 2_000 });
+        await registration.close();
+        const closed = await a.whoRuns(id, { timeoutMs: 2_000 });
+        return { served, closed, i };
+      }),
+    );
+    for (const { served, closed, i } of outcomes) {
+      expect(served).toEqual({ status: 'owner', owner: report('b', i + 1) });
+      expect(closed).toEqual({ status: 'nobody' });
+    }
+  });
+
   it('rejects bad input with typed errors and writes nothing', async () => {
     const clusterName = nextCluster();
     await using a = await node(clusterName, 'a');
@@ -161,6 +183,97 @@ describe('NATS backplane: who runs a transfer', () => {
       code: 'VALIDATION_FAILED',
     });
     expect(await a.latestAliasEvents()).toEqual([]);
+  });
+});
+
+describe('NATS backplane: owners answering on their instance subject (instanceId)', () => {
+  it('one subscription answers for all its transfers: found by its instance, nobody when it does not run it or is gone, unknown without an instance', async () => {
+    const clusterName = nextCluster();
+    await using a = await node(clusterName, 'a', { instanceId: 'a-1' });
+    const b = await node(clusterName, 'b', { instanceId: 'b-1' });
+    const ask = (id: string, ownerInstance?: string) => a.whoRuns(id, { timeoutMs: 2_000, ownerInstance });
+    const served = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => b.serve(`inst-${i}`, countingResponder(report('b', i + 1)))),
+    );
+    // No wait between serve() and the query: this is the "record says IN_PROGRESS" moment.
+    for (let i = 0; i < 20; i++)
+      expect(await ask(`inst-${i}`, 'b-1')).toEqual({ status: 'owner', owner: report('b', i + 1) });
+    expect(await ask('inst-absent', 'b-1')).toEqual({ status: 'nobody' });
+    expect(await ask('inst-0', 'b-gone')).toEqual({ status: 'nobody' });
+    // Owners answer on their instance's subject only: without it, "no responders" would be a false nobody.
+    expect(await ask('inst-0')).toMatchObject({ status: 'unknown' });
+    await served[0]!.close();
+    expect(await ask('inst-0', 'b-1')).toEqual({ status: 'nobody' });
+    expect(await ask('inst-1', 'b-1')).toMatchObject({ status: 'owner' });
+    await b.close();
+    expect(await ask('inst-1', 'b-1')).toEqual({ status: 'nobody' });
+    await expect(node(clusterName, 'c', { instanceId: '' })).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+    });
+  });
+
+  it('two live instances of one node id (a rolling restart) are each asked on their own subject', async () => {
+    const clusterName = nextCluster();
+    await using asker = await node(clusterName, 'asker', { instanceId: 'asker-1' });
+    await using old = await node(clusterName, 'b', { instanceId: 'b-old' });
+    await using fresh = await node(clusterName, 'b', { instanceId: 'b-new' });
+    await using _s = await old.serve('t-rolling', countingResponder(report('b', 3)));
+    for (let i = 0; i < 20; i++) {
+      // The new instance does not run it: its "not running" must never answer for the old one.
+      expect(await asker.whoRuns('t-rolling', { timeoutMs: 2_000, ownerInstance: 'b-old' })).toEqual({
+        status: 'owner',
+        owner: report('b', 3),
+      });
+      expect(await asker.whoRuns('t-rolling', { timeoutMs: 2_000, ownerInstance: 'b-new' })).toEqual({
+        status: 'nobody',
+      });
+    }
+    expect(fresh.nodeId).toBe('b');
+  });
+
+  it('terminate reaches the instance that runs it once, after it stopped; another instance says not running', async () => {
+    const clusterName = nextCluster();
+    await using a = await node(clusterName, 'a', { instanceId: 'a-1' });
+    await using b = await node(clusterName, 'b', { instanceId: 'b-1' });
+    const responder = countingResponder(report('b'), { stopMs: 100 });
+    await using _r = await b.serve('t-stop', responder);
+    const answers = await Promise.all([
+      a.terminate('t-stop', { timeoutMs: 5_000, ownerInstance: 'b-1' }),
+      a.terminate('t-stop', { timeoutMs: 5_000, ownerInstance: 'b-1' }),
+    ]);
+    expect(answers).toEqual([
+      { status: 'terminated', by: 'b' },
+      { status: 'terminated', by: 'b' },
+    ]);
+    expect(responder.terminations).toBe(1);
+    expect(await a.terminate('t-other', { timeoutMs: 5_000, ownerInstance: 'b-1' })).toEqual({
+      status: 'not-running',
+    });
+    expect(await a.terminate('t-stop', { timeoutMs: 5_000, ownerInstance: 'b-gone' })).toEqual({
+      status: 'not-running',
+    });
+    expect(await a.terminate('t-stop', { timeoutMs: 5_000 })).toMatchObject({ status: 'unknown' });
+  });
+
+  it('a malformed query on an instance subject is answered with an error, logged, and changes nothing', async () => {
+    const clusterName = nextCluster();
+    const logger = capturingLogger();
+    await using b = await node(clusterName, 'b', { instanceId: 'b-1', logger });
+    await using _r = await b.serve('t-kept', countingResponder(report('b')));
+    const raw = await connect({ servers: nats.url });
+    try {
+      const reply = await raw.request(b.subjects.instance('b-1', 'owner'), '{"id": "has space"}', {
+        timeout: 2_000,
+      });
+      expect(JSON.parse(reply.string())).toMatchObject({ ok: false });
+      expect(logger.warnings().map((entry) => entry.msg)).toContain('backplane dropped a malformed message');
+    } finally {
+      await raw.close();
+    }
+    await using a = await node(clusterName, 'a', { instanceId: 'a-1' });
+    expect(await a.whoRuns('t-kept', { timeoutMs: 2_000, ownerInstance: 'b-1' })).toMatchObject({
+      status: 'owner',
+    });
   });
 });
 

@@ -23,6 +23,8 @@ import {
   checkTransferId,
   DEFAULT_MAX_MESSAGE_BYTES,
   decodeJson,
+  InstanceOwnerReplySchema,
+  InstanceTerminateReplySchema,
   logDropped,
   OwnerReplySchema,
   TerminateReplySchema,
@@ -37,12 +39,22 @@ import {
   type ReconnectPolicy,
 } from './connection-options.js';
 import { NatsEventFanout } from './event-fanout.js';
-import { answerTransferRequest, type OwnerSide } from './owner-side.js';
+import { answerInstanceRequest, answerTransferRequest, type OwnerSide } from './owner-side.js';
 import { classifyFailure, unknownOf } from './request-failure.js';
 import { Subjects } from './subjects.js';
 
 /** A reply schema of the owner side: a positive reply, or `{ ok: false, error }`. */
 type ReplySchema = z.ZodType<{ ok: true } | { ok: false; error: string }>;
+
+/**
+ * `whoRuns`/`terminate` options as the NATS backplane reads them: with `ownerInstance` (the owner instance of the
+ * record the caller read) a backplane created with `instanceId` asks that instance's subject.
+ */
+export interface OwnerQueryOptions extends WhoRunsOptions {
+  ownerInstance?: string | null;
+}
+
+const encoder = new TextEncoder();
 
 /**
  * The cluster backplane over NATS. An owner answers on subjects specific to its transfer, so a query for a
@@ -72,6 +84,8 @@ export class NatsBackplane implements Backplane {
   readonly #maxBytes: number;
   readonly #timeoutMs: number;
   readonly #aliasHost: string | undefined;
+  /** Set: this process answers for all its transfers on its instance's subject (one subscription). */
+  readonly #instanceId: string | undefined;
   #closing: Promise<void> | null = null;
   readonly #statusLoop: Promise<void>;
 
@@ -116,10 +130,24 @@ export class NatsBackplane implements Backplane {
       connected: () => this.#health.connected(),
       flush: () => this.#health.flush(),
     });
+    this.#instanceId = options.instanceId;
+    if (this.#instanceId !== undefined) {
+      nc.subscribe(this.subjects.instanceWildcard(this.#instanceId), {
+        callback: (err, msg) => {
+          if (err) this.#logger.warn({ err }, 'instance subscription error');
+          else answerInstanceRequest(this.#ownerSide, msg);
+        },
+      });
+    }
     this.#statusLoop = this.#health.watch({
       reconnected: () => void this.#events.replayAliasState(),
       closing: () => this.#closing !== null,
     });
+  }
+
+  /** @internal Whether the server has processed everything sent so far (within the operation timeout). */
+  confirmSent(): Promise<boolean> {
+    return this.#health.flush();
   }
 
   /** The JetStream KV bucket holding the latest redirect per alias. */
@@ -131,10 +159,19 @@ export class NatsBackplane implements Backplane {
     if (this.#closing || this.#nc.isClosed()) throw new BackplaneUnavailableError('The backplane is closed');
   }
 
+  /**
+   * Answers for `transferId` from now on. With `instanceId` that is the local registry alone — the instance's
+   * subscription, known to the server since connect, answers for every transfer in it — so a claim costs no NATS
+   * round trip; otherwise a subscription of the transfer's own subjects, flushed before this resolves.
+   */
   async serve(transferId: string, responder: TransferResponder): Promise<Registration> {
     this.#assertOpen();
     const id = checkTransferId(transferId);
     const remove = this.#registry.add(id, responder);
+    if (this.#instanceId !== undefined) {
+      const close = async () => remove();
+      return { close, [Symbol.asyncDispose]: close };
+    }
     let sub: Subscription;
     try {
       sub = this.#nc.subscribe(this.subjects.transferWildcard(id), {
@@ -170,26 +207,65 @@ export class NatsBackplane implements Backplane {
     return { close, [Symbol.asyncDispose]: close };
   }
 
-  async whoRuns(transferId: string, options: WhoRunsOptions): Promise<OwnerAnswer> {
+  async whoRuns(transferId: string, options: OwnerQueryOptions): Promise<OwnerAnswer> {
     const id = checkTransferId(transferId);
     const timeoutMs = checkTimeout(options.timeoutMs);
     const local = localOwner(this.#local, id);
     if (local) return local;
+    if (this.#instanceId !== undefined) {
+      const instance = this.#ownerInstance(options);
+      if (typeof instance !== 'string') return instance;
+      const reply = await this.#ask(
+        this.subjects.instance(instance, 'owner'),
+        timeoutMs,
+        InstanceOwnerReplySchema,
+        'owner',
+        id,
+      );
+      if (reply === 'nobody' || 'running' in reply) return { status: 'nobody' };
+      if ('status' in reply) return reply;
+      return { status: 'owner', owner: reply.owner };
+    }
     const reply = await this.#ask(this.subjects.owner(id), timeoutMs, OwnerReplySchema, 'owner');
     if (reply === 'nobody') return { status: 'nobody' };
     if ('status' in reply) return reply;
     return { status: 'owner', owner: reply.owner };
   }
 
-  async terminate(transferId: string, options: WhoRunsOptions): Promise<TerminateAnswer> {
+  async terminate(transferId: string, options: OwnerQueryOptions): Promise<TerminateAnswer> {
     const id = checkTransferId(transferId);
     const timeoutMs = checkTimeout(options.timeoutMs);
     const local = await localTerminate(this.#local, id);
     if (local) return local;
+    if (this.#instanceId !== undefined) {
+      const instance = this.#ownerInstance(options);
+      if (typeof instance !== 'string') return instance;
+      const reply = await this.#ask(
+        this.subjects.instance(instance, 'terminate'),
+        timeoutMs,
+        InstanceTerminateReplySchema,
+        'terminate',
+        id,
+      );
+      if (reply === 'nobody' || 'running' in reply) return { status: 'not-running' };
+      if ('status' in reply) return reply;
+      return { status: 'terminated', by: reply.by };
+    }
     const reply = await this.#ask(this.subjects.terminate(id), timeoutMs, TerminateReplySchema, 'terminate');
     if (reply === 'nobody') return { status: 'not-running' };
     if ('status' in reply) return reply;
     return { status: 'terminated', by: reply.by };
+  }
+
+  /**
+   * The instance to ask, in instance mode. Without one the answer is `unknown`, never `nobody`: owners of this
+   * cluster answer on their instance's subject only, so a transfer subject would say "no responders" even while
+   * one runs it.
+   */
+  #ownerInstance(options: OwnerQueryOptions): string | UnknownAnswer {
+    const instance = options.ownerInstance;
+    if (typeof instance === 'string' && instance.length > 0 && instance.length <= 200) return instance;
+    return { status: 'unknown', reason: 'the owner instance is not known (instance-mode backplane)' };
   }
 
   /**
@@ -202,12 +278,15 @@ export class NatsBackplane implements Backplane {
     timeoutMs: number,
     schema: S,
     what: string,
+    /** The transfer asked about, for an instance's subject (a transfer subject names it itself). */
+    transferId?: string,
   ): Promise<'nobody' | UnknownAnswer | Extract<z.output<S>, { ok: true }>> {
     if (!this.#health.connected()) return { status: 'unknown', reason: `NATS is ${this.#health.status()}` };
     const settled = this.#health.settled();
+    const body = transferId === undefined ? Empty : encoder.encode(JSON.stringify({ id: transferId }));
     let msg: Msg;
     try {
-      msg = await this.#nc.request(subject, Empty, { timeout: timeoutMs });
+      msg = await this.#nc.request(subject, body, { timeout: timeoutMs });
     } catch (err) {
       const failure = await classifyFailure(this.#health, err, timeoutMs, settled);
       return failure.nobody ? 'nobody' : unknownOf(failure);
@@ -336,5 +415,12 @@ export async function createNatsBackplane(options: NatsBackplaneOptions): Promis
     throw new BackplaneUnavailableError(`Cannot connect to NATS: ${(err as Error).message}`, { cause: err });
   }
   const settleMs = options.reconnectSettleMs ?? 2 * policy.maxDelayMs + 500;
-  return new NatsBackplane(nc, { ...options, backoff, settleMs, bucket });
+  const backplane = new NatsBackplane(nc, { ...options, backoff, settleMs, bucket });
+  // The instance's subscription must be known to the server before the first serve() resolves (a claim's record
+  // then says IN_PROGRESS): serve() no longer flushes in instance mode.
+  if (options.instanceId !== undefined && !(await backplane.confirmSent())) {
+    await backplane.close();
+    throw new BackplaneUnavailableError('NATS did not confirm the instance subscription');
+  }
+  return backplane;
 }

@@ -6,6 +6,8 @@ import { bucketSafe, subjectToken } from '../shared/encoding.js';
  *
  * - `<cluster>.xfer.<id>.owner` — owner query (request/reply)
  * - `<cluster>.xfer.<id>.terminate` — terminate request, answered once the work stopped
+ * - `<cluster>.inst.<instance>.owner` / `.terminate` — the same two questions put to one process incarnation that
+ *   answers for all its transfers with one subscription (the id in the body; backplanes created with `instanceId`)
  * - `<cluster>.ev.<EventType>` — events
  * - `<cluster>.ev.AliasRedirected.<host>` — alias events, per host: caches and alias versions are per host, so an
  *   api-server subscribes to its own host's subject and never hears (or compares versions with) another host's
@@ -28,6 +30,16 @@ export class Subjects {
 
   terminate(transferId: string): string {
     return `${this.prefix}.xfer.${subjectToken(transferId)}.terminate`;
+  }
+
+  /** What an instance subscribes to once, for both actions of every transfer it runs. */
+  instanceWildcard(instanceId: string): string {
+    return `${this.prefix}.inst.${subjectToken(instanceId)}.*`;
+  }
+
+  /** `action` (`owner` or `terminate`) asked of one instance. */
+  instance(instanceId: string, action: 'owner' | 'terminate'): string {
+    return `${this.prefix}.inst.${subjectToken(instanceId)}.${action}`;
   }
 
   /** The subject `event` is published on (alias events on their host's subject). */

@@ -30,6 +30,26 @@ export const TerminateReplySchema = z.discriminatedUnion('ok', [
 ]);
 export type TerminateReply = z.output<typeof TerminateReplySchema>;
 
+/**
+ * A query on an instance's subject (NATS backplane with `instanceId`): which transfer is meant travels in the body,
+ * since one subscription answers for all of the instance's transfers.
+ */
+export const InstanceQuerySchema = z.object({ id: TransferIdSchema });
+
+/** An instance's answer to "do you run X?": its report, or that it does not run X (then nobody does). */
+export const InstanceOwnerReplySchema = z.union([
+  z.object({ ok: z.literal(true), owner: OwnerReportSchema }),
+  z.object({ ok: z.literal(true), running: z.literal(false) }),
+  z.object({ ok: z.literal(false), error: z.string().max(4096) }),
+]);
+
+/** An instance's answer to "stop X": stopped (sent once the work has stopped), or it does not run X. */
+export const InstanceTerminateReplySchema = z.union([
+  z.object({ ok: z.literal(true), terminated: z.literal(true), by: z.string().min(1).max(256) }),
+  z.object({ ok: z.literal(true), running: z.literal(false) }),
+  z.object({ ok: z.literal(false), error: z.string().max(4096) }),
+]);
+
 /** Validates a transfer id the way the data plane does; a bad id is a `VALIDATION_FAILED` error. */
 export function checkTransferId(transferId: unknown): string {
   return parseOrThrow(TransferIdSchema, transferId, 'Invalid transfer id');
