@@ -225,6 +225,11 @@ export interface WhoRunsOptions {
   timeoutMs: number;
   /** The owner's advertised address from the store (the direct-address strategy asks it). */
   ownerAddress?: string | null;
+  /**
+   * The owner's process instance from the store: a NATS backplane in instance mode asks that instance's subject
+   * (without one its answer is `unknown`, never `nobody`).
+   */
+  ownerInstance?: string | null;
 }
 
 export type BackplaneStatus = 'connected' | 'reconnecting' | 'disconnected' | 'closed';

@@ -1,5 +1,4 @@
-import type { OwnerQueryOptions } from '@sluice/backplane';
-import type { OwnerAnswer, TransferRecord } from '@sluice/core';
+import type { OwnerAnswer, TransferRecord, WhoRunsOptions } from '@sluice/core';
 import { type CoordinatorState, sleep } from './context.js';
 
 /**
@@ -11,7 +10,7 @@ export async function whoRuns(state: CoordinatorState, record: TransferRecord): 
   const deadline = Date.now() + limits.ownerWaitMs;
   for (;;) {
     // The owner's address (direct strategy) and instance (NATS asks that instance's subject) from the record.
-    const query: OwnerQueryOptions = {
+    const query: WhoRunsOptions = {
       timeoutMs: limits.ownerWaitMs,
       ownerAddress: record.ownerAddress,
       ownerInstance: record.ownerInstance,

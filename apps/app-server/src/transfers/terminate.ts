@@ -1,10 +1,10 @@
-import type { OwnerQueryOptions } from '@sluice/backplane';
 import {
   BackplaneUnavailableError,
   IllegalTransitionError,
   SluiceError,
   TransferNotFoundError,
   type TransferRecord,
+  type WhoRunsOptions,
 } from '@sluice/core';
 import { type CoordinatorState, sleep } from './context.js';
 import { discard, stopRun } from './execution.js';
@@ -37,7 +37,7 @@ export async function terminate(state: CoordinatorState, id: string): Promise<Tr
       await local.done;
       continue;
     }
-    const query: OwnerQueryOptions = {
+    const query: WhoRunsOptions = {
       timeoutMs: limits.ownerWaitMs,
       ownerAddress: record.ownerAddress,
       ownerInstance: record.ownerInstance,

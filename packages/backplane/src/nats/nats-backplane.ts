@@ -47,12 +47,10 @@ import { Subjects } from './subjects.js';
 type ReplySchema = z.ZodType<{ ok: true } | { ok: false; error: string }>;
 
 /**
- * `whoRuns`/`terminate` options as the NATS backplane reads them: with `ownerInstance` (the owner instance of the
- * record the caller read) a backplane created with `instanceId` asks that instance's subject.
+ * `whoRuns`/`terminate` options as the NATS backplane reads them (core's `WhoRunsOptions`: with `ownerInstance`,
+ * a backplane created with `instanceId` asks that instance's subject). Kept as a name for existing imports.
  */
-export interface OwnerQueryOptions extends WhoRunsOptions {
-  ownerInstance?: string | null;
-}
+export type OwnerQueryOptions = WhoRunsOptions;
 
 const encoder = new TextEncoder();
 
