@@ -428,12 +428,16 @@ describe('TransferCoordinator', () => {
           reject(context.signal.reason);
         });
       });
+    // A lease long enough that only the gate makes a heartbeat late: on a loaded machine one heartbeat statement
+    // may take hundreds of ms, and with the suite's 600 ms lease such a spike alone let the watchdog stop a run
+    // (as it should) — seen once in CI as epoch 2 for a queued transfer.
+    const leaseMs = 2_500;
     const c = t.coordinator({
       store,
       backplane,
       identity: identity('q'),
       execute,
-      limits: { maxConcurrentTransfers: 1 },
+      limits: { maxConcurrentTransfers: 1, leaseMs },
     });
     c.start();
     for (const id of ['q-running', 'q-queued-1', 'q-queued-2'])
@@ -443,7 +447,7 @@ describe('TransferCoordinator', () => {
     await held.hit;
     // Past the lease by this process's clock: the running transfer's watchdog stops it (it may have lost its
     // lease), while the queued ones, which have written nothing yet, wait to be confirmed.
-    await new Promise((resolve) => setTimeout(resolve, LIMITS.leaseMs * 2));
+    await new Promise((resolve) => setTimeout(resolve, leaseMs * 2));
     const gateOfLateBeat = held;
     held = null;
     gateOfLateBeat.open();
