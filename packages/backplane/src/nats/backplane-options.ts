@@ -47,38 +47,10 @@ export interface NatsBackplaneOptions {
 
 /** Refuses invalid names (`CONFIG_INVALID`, naming the option) and returns the KV bucket to use. */
 export function checkNatsBackplaneOptions(options: NatsBackplaneOptions): string {
-  if (
-    typeof options.clusterName !== 'string' ||
-    options.clusterName.length === 0 ||
-    options.clusterName.length > 128
-  ) {
-    throw new ConfigError('clusterName must be 1 to 128 characters', [
-      { path: 'clusterName', message: 'invalid' },
-    ]);
-  }
-  if (
-    options.instanceId !== undefined &&
-    (typeof options.instanceId !== 'string' ||
-      options.instanceId.length === 0 ||
-      options.instanceId.length > 200)
-  ) {
-    throw new ConfigError('instanceId must be 1 to 200 characters', [
-      { path: 'instanceId', message: 'invalid' },
-    ]);
-  }
-  if (typeof options.nodeId !== 'string' || options.nodeId.length === 0 || options.nodeId.length > 256) {
-    throw new ConfigError('nodeId must be 1 to 256 characters', [{ path: 'nodeId', message: 'invalid' }]);
-  }
-  if (
-    options.aliasHost !== undefined &&
-    (typeof options.aliasHost !== 'string' ||
-      options.aliasHost.length === 0 ||
-      options.aliasHost.length > 512)
-  ) {
-    throw new ConfigError('aliasHost must be 1 to 512 characters', [
-      { path: 'aliasHost', message: 'invalid' },
-    ]);
-  }
+  checkText(options.clusterName, 'clusterName', 128);
+  if (options.instanceId !== undefined) checkText(options.instanceId, 'instanceId', 200);
+  checkText(options.nodeId, 'nodeId', 256);
+  if (options.aliasHost !== undefined) checkText(options.aliasHost, 'aliasHost', 512);
   const bucket = options.kvBucket ?? defaultKvBucket(options.clusterName);
   if (!isValidBucketName(bucket)) {
     throw new ConfigError(`kvBucket "${bucket}" may contain only letters, digits, "-" and "_"`, [
@@ -86,4 +58,10 @@ export function checkNatsBackplaneOptions(options: NatsBackplaneOptions): string
     ]);
   }
   return bucket;
+}
+
+/** A required text option: a string of 1 to `max` characters, else CONFIG_INVALID naming it. */
+function checkText(value: unknown, path: string, max: number): void {
+  if (typeof value !== 'string' || value.length === 0 || value.length > max)
+    throw new ConfigError(`${path} must be 1 to ${max} characters`, [{ path, message: 'invalid' }]);
 }

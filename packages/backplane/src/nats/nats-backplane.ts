@@ -210,22 +210,12 @@ export class NatsBackplane implements Backplane {
     const timeoutMs = checkTimeout(options.timeoutMs);
     const local = localOwner(this.#local, id);
     if (local) return local;
-    if (this.#instanceId !== undefined) {
-      const instance = this.#ownerInstance(options);
-      if (typeof instance !== 'string') return instance;
-      const reply = await this.#ask(
-        this.subjects.instance(instance, 'owner'),
-        timeoutMs,
-        InstanceOwnerReplySchema,
-        'owner',
-        id,
-      );
-      if (reply === 'nobody' || 'running' in reply) return { status: 'nobody' };
-      if ('status' in reply) return reply;
-      return { status: 'owner', owner: reply.owner };
-    }
-    const reply = await this.#ask(this.subjects.owner(id), timeoutMs, OwnerReplySchema, 'owner');
-    if (reply === 'nobody') return { status: 'nobody' };
+    const target = this.#ownerTarget(id, options, 'owner');
+    if (!('subject' in target)) return target;
+    const reply = target.instance
+      ? await this.#ask(target.subject, timeoutMs, InstanceOwnerReplySchema, 'owner', id)
+      : await this.#ask(target.subject, timeoutMs, OwnerReplySchema, 'owner');
+    if (reply === 'nobody' || 'running' in reply) return { status: 'nobody' };
     if ('status' in reply) return reply;
     return { status: 'owner', owner: reply.owner };
   }
@@ -235,24 +225,33 @@ export class NatsBackplane implements Backplane {
     const timeoutMs = checkTimeout(options.timeoutMs);
     const local = await localTerminate(this.#local, id);
     if (local) return local;
-    if (this.#instanceId !== undefined) {
-      const instance = this.#ownerInstance(options);
-      if (typeof instance !== 'string') return instance;
-      const reply = await this.#ask(
-        this.subjects.instance(instance, 'terminate'),
-        timeoutMs,
-        InstanceTerminateReplySchema,
-        'terminate',
-        id,
-      );
-      if (reply === 'nobody' || 'running' in reply) return { status: 'not-running' };
-      if ('status' in reply) return reply;
-      return { status: 'terminated', by: reply.by };
-    }
-    const reply = await this.#ask(this.subjects.terminate(id), timeoutMs, TerminateReplySchema, 'terminate');
-    if (reply === 'nobody') return { status: 'not-running' };
+    const target = this.#ownerTarget(id, options, 'terminate');
+    if (!('subject' in target)) return target;
+    const reply = target.instance
+      ? await this.#ask(target.subject, timeoutMs, InstanceTerminateReplySchema, 'terminate', id)
+      : await this.#ask(target.subject, timeoutMs, TerminateReplySchema, 'terminate');
+    if (reply === 'nobody' || 'running' in reply) return { status: 'not-running' };
     if ('status' in reply) return reply;
     return { status: 'terminated', by: reply.by };
+  }
+
+  /**
+   * Where `action` about transfer `id` is asked: the transfer's own subject, or in instance mode the subject of
+   * the instance the caller's record names (the id then travels in the body).
+   */
+  #ownerTarget(
+    id: string,
+    options: OwnerQueryOptions,
+    action: 'owner' | 'terminate',
+  ): { subject: string; instance: boolean } | UnknownAnswer {
+    if (this.#instanceId === undefined)
+      return {
+        subject: action === 'owner' ? this.subjects.owner(id) : this.subjects.terminate(id),
+        instance: false,
+      };
+    const instance = this.#ownerInstance(options);
+    if (typeof instance !== 'string') return instance;
+    return { subject: this.subjects.instance(instance, action), instance: true };
   }
 
   /**
