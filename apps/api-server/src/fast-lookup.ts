@@ -61,7 +61,6 @@ export function fastLookupRoute(options: FastLookupOptions): FastRoute {
     if (headers[MIN_POSITION_HEADER] !== undefined || (cors && headers.origin !== undefined)) return false;
     const started = performance.now();
     const name = match[1]!;
-    if (!registry.has(name)) return false;
     let lease: Lease | undefined;
     let raw: string[];
     let body: Buffer;
@@ -76,8 +75,8 @@ export function fastLookupRoute(options: FastLookupOptions): FastRoute {
       raw.push('content-type', JSON_CONTENT_TYPE, 'content-length', String(bytes.length));
       body = bytes;
     } catch {
-      // Whatever failed (token, key, a generation closing under a switch) fastify's route meets again and
-      // answers as the problem it is.
+      // Whatever failed (token, unknown endpoint, key, a generation closing under a switch) fastify's route
+      // meets again and answers as the problem it is.
       return false;
     } finally {
       lease?.release();
