@@ -398,7 +398,7 @@ describe('TransferCoordinator', () => {
     expect(record?.attempts).toBe(2);
     expect(record?.result?.recordsWritten).toBe(3);
   });
-  it('a queued transfer keeps its epoch while a heartbeat is late: it is confirmed when it starts, not stopped and taken over by its own node', async () => {
+  it('defect: a queued transfer whose heartbeat came late was stopped and taken over by its own node — it keeps its epoch and is confirmed when it starts', async () => {
     await using t = await setup();
     await using backplane = createSingleNodeBackplane({ nodeId: 'q' });
     // Heartbeats wait on the gate once it is armed: longer than the lease, as under a backlog of thousands.
