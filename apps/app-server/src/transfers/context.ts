@@ -65,8 +65,10 @@ export interface CoordinatorState {
   /** Increments when a heartbeat statement starts: a claim confirmed after it started is not judged by it. */
   heartbeatGeneration: number;
   closing: boolean;
-  /** Whether a queued run whose lease ran out by this process's clock may start (leases.ts `confirm`). */
+  /** Whether a queued run whose lease ran low by this process's clock may start, once a heartbeat confirmed it (leases.ts `confirm`). */
   confirmLease: (run: LocalRun) => Promise<boolean>;
+  /** Whether a queued run holds enough of its lease to start without a heartbeat confirming it first. */
+  hasLeaseToStart: (run: LocalRun) => boolean;
 }
 
 const STORE_RETRIES = 5;

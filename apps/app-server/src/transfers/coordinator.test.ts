@@ -184,6 +184,36 @@ function holdOwnerClaims(
   );
 }
 
+/**
+ * A store whose heartbeats wait while held (`hold()` resolves once a heartbeat waits; `release()` lets it and
+ * every later one through): a heartbeat slower than the lease, as under a backlog of thousands.
+ */
+function holdHeartbeats(store: DataPlaneStore) {
+  let held: ReturnType<typeof gate> | null = null;
+  const wrapped = wrapStore(store, 'heartbeat', async (real, ...args) => {
+    const hold = held;
+    if (hold) {
+      hold.reached();
+      await hold.opened;
+    }
+    return (real as DataPlaneStore['heartbeat'])(...(args as Parameters<DataPlaneStore['heartbeat']>));
+  });
+  return {
+    store: wrapped,
+    /** Resolves with this process's monotonic time once a heartbeat waits. */
+    async hold(): Promise<number> {
+      held = gate();
+      await held.hit;
+      return performance.now();
+    },
+    release(): void {
+      const gateOfLateBeat = held;
+      held = null;
+      gateOfLateBeat?.open();
+    },
+  };
+}
+
 async function eventually(check: () => Promise<boolean> | boolean, timeoutMs = 5_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
@@ -401,16 +431,7 @@ describe('TransferCoordinator', () => {
   it('defect: a queued transfer whose heartbeat came late was stopped and taken over by its own node — it keeps its epoch and is confirmed when it starts', async () => {
     await using t = await setup();
     await using backplane = createSingleNodeBackplane({ nodeId: 'q' });
-    // Heartbeats wait on the gate once it is armed: longer than the lease, as under a backlog of thousands.
-    let held: ReturnType<typeof gate> | null = null;
-    const store = wrapStore(t.store, 'heartbeat', async (real, ...args) => {
-      const hold = held;
-      if (hold) {
-        hold.reached();
-        await hold.opened;
-      }
-      return (real as DataPlaneStore['heartbeat'])(...(args as Parameters<DataPlaneStore['heartbeat']>));
-    });
+    const beats = holdHeartbeats(t.store);
     let release = false;
     const starts: string[] = [];
     const execute: TransferExecutor = (request, context) =>
@@ -428,12 +449,12 @@ describe('TransferCoordinator', () => {
           reject(context.signal.reason);
         });
       });
-    // A lease long enough that only the gate makes a heartbeat late: on a loaded machine one heartbeat statement
-    // may take hundreds of ms, and with the suite's 600 ms lease such a spike alone let the watchdog stop a run
-    // (as it should) — seen once in CI as epoch 2 for a queued transfer.
+    // A lease long enough that only the held heartbeat makes a lease run out: on a loaded machine one heartbeat
+    // statement may take hundreds of ms, and with the suite's 600 ms lease such a spike alone let the watchdog
+    // stop a run (as it should).
     const leaseMs = 2_500;
     const c = t.coordinator({
-      store,
+      store: beats.store,
       backplane,
       identity: identity('q'),
       execute,
@@ -443,14 +464,11 @@ describe('TransferCoordinator', () => {
     for (const id of ['q-running', 'q-queued-1', 'q-queued-2'])
       expect((await c.submit(t.request(id))).outcome).toBe('created');
     await eventually(() => starts.includes('q-running'));
-    held = gate();
-    await held.hit;
+    await beats.hold();
     // Past the lease by this process's clock: the running transfer's watchdog stops it (it may have lost its
     // lease), while the queued ones, which have written nothing yet, wait to be confirmed.
     await new Promise((resolve) => setTimeout(resolve, leaseMs * 2));
-    const gateOfLateBeat = held;
-    held = null;
-    gateOfLateBeat.open();
+    beats.release();
     release = true;
     await eventually(async () => {
       const records = await Promise.all(
@@ -465,5 +483,50 @@ describe('TransferCoordinator', () => {
     // Each queued transfer ran once.
     expect(starts.filter((id) => id === 'q-queued-1')).toHaveLength(1);
     expect(starts.filter((id) => id === 'q-queued-2')).toHaveLength(1);
+  });
+
+  it('defect: a queued transfer started with its lease nearly spent was stopped by the watchdog as soon as it ran, and taken over by its own node', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'q' });
+    const beats = holdHeartbeats(t.store);
+    const finish = new Map<string, () => void>();
+    const starts: string[] = [];
+    const execute: TransferExecutor = (request, context) =>
+      new Promise((resolve, reject) => {
+        starts.push(request.id);
+        finish.set(request.id, () => resolve({ recordsRead: 1, recordsWritten: 1, badRecords: 0 }));
+        context.signal.addEventListener('abort', () => reject(context.signal.reason));
+      });
+    const leaseMs = 2_500;
+    const c = t.coordinator({
+      store: beats.store,
+      backplane,
+      identity: identity('q'),
+      execute,
+      limits: { maxConcurrentTransfers: 1, leaseMs },
+    });
+    c.start();
+    for (const id of ['q-first', 'q-next']) expect((await c.submit(t.request(id))).outcome).toBe('created');
+    await eventually(() => starts.includes('q-first'));
+    const heldAt = await beats.hold();
+    // The last heartbeat that got through began at most one heartbeat interval (100 ms) before this one, so
+    // q-next's lease ends between heldAt + 2.4 s and heldAt + 2.5 s. q-first finishes by itself 1.5 s in: q-next
+    // leaves the queue with under half its lease left, which the held heartbeat cannot renew in time.
+    await new Promise((resolve) => setTimeout(resolve, heldAt + 1_500 - performance.now()));
+    finish.get('q-first')?.();
+    await new Promise((resolve) => setTimeout(resolve, heldAt + leaseMs * 1.5 - performance.now()));
+    beats.release();
+    await eventually(() => finish.has('q-next'));
+    finish.get('q-next')?.();
+    await eventually(async () => (await t.store.get('q-next'))?.state === 'COMPLETED');
+    expect(await t.store.get('q-first')).toMatchObject({ state: 'COMPLETED', epoch: 1, attempts: 1 });
+    // Started once, at its own epoch, after a heartbeat confirmed the lease: never stopped mid-run and resumed.
+    expect(await t.store.get('q-next')).toMatchObject({
+      state: 'COMPLETED',
+      epoch: 1,
+      attempts: 1,
+      ownerNodeId: 'q',
+    });
+    expect(starts).toEqual(['q-first', 'q-next']);
   });
 });

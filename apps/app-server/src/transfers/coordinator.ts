@@ -61,6 +61,7 @@ export class TransferCoordinator {
       heartbeatGeneration: 0,
       closing: false,
       confirmLease: (run) => this.#leases.confirm(run),
+      hasLeaseToStart: (run) => this.#leases.hasLeaseToStart(run),
     };
     this.#recovery = new Recovery(this.#state);
     this.#leases = new LeaseKeeper(this.#state, (ids) => this.#recovery.resumeOrphans(ids));

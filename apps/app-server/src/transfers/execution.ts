@@ -134,9 +134,10 @@ function checkpointPort(state: CoordinatorState, run: LocalRun, initial: unknown
 async function execute(state: CoordinatorState, run: LocalRun, record: TransferRecord): Promise<void> {
   // Stopped while queued: settleStopped already ended it.
   if (run.phase !== RunPhase.queued) return;
-  // Queued past its lease by this process's clock (a backlog, a late heartbeat): a heartbeat confirms the store
-  // still lets this epoch own it before anything runs; the watchdog stops running runs only (leases.ts).
-  if (performance.now() > run.leaseDeadline) {
+  // Queued until its lease ran low or out by this process's clock (a backlog, a late heartbeat): a heartbeat
+  // confirms the store still lets this epoch own it before anything runs; the watchdog stops running runs only
+  // (leases.ts).
+  if (!state.hasLeaseToStart(run)) {
     const confirmed = await state.confirmLease(run);
     if (run.phase !== RunPhase.queued) return; // stopped (and settled) while it waited
     if (!confirmed) {

@@ -2,7 +2,7 @@ import type { CoordinatorState } from './context.js';
 import { stopRun } from './execution.js';
 import { type LocalRun, RunPhase, StopReason } from './local-run.js';
 
-/** Heartbeats a run about to start waits for when its lease ran out meanwhile, before it gives up the run. */
+/** Heartbeats a run about to start waits for when its lease ran low meanwhile, before it gives up the run. */
 const CONFIRM_ATTEMPTS = 3;
 
 /**
@@ -65,10 +65,21 @@ export class LeaseKeeper {
   async confirm(run: LocalRun): Promise<boolean> {
     for (let attempt = 0; attempt < CONFIRM_ATTEMPTS; attempt++) {
       if (!run.active || this.#state.closing) return false;
-      if (performance.now() <= run.leaseDeadline) return true;
+      if (this.hasLeaseToStart(run)) return true;
       await this.heartbeat();
     }
-    return run.active && performance.now() <= run.leaseDeadline;
+    return run.active && this.hasLeaseToStart(run);
+  }
+
+  /**
+   * Whether a queued run may start on the lease it holds: at least half of it left by this process's clock.
+   * With less, the watchdog would stop the run moments after it started unless a heartbeat came first — and
+   * when heartbeats are late (the reason so little is left), it stops it as running: a run begun, fenced and
+   * taken over again by this very node at epoch + 1. A heartbeat confirms it instead ({@link confirm}).
+   * Heartbeats come every `heartbeatMs` (well under half a lease), so a healthy node never waits here.
+   */
+  hasLeaseToStart(run: LocalRun): boolean {
+    return performance.now() <= run.leaseDeadline - this.#state.o.limits.leaseMs / 2;
   }
 
   watch(): void {
