@@ -4,15 +4,20 @@ import { schedule, settle, settleStopped, stopRun } from './execution.js';
 import { LocalRun, RunPhase, StopReason } from './local-run.js';
 import type { Ticket } from './scheduler.js';
 
-/** What to claim: a new id (insert), or an existing record from its current epoch (takeover). */
+/**
+ * What to claim: a new id (insert), or an existing record from its current epoch (takeover). `runnable` is the
+ * request with its paths already confined, when the caller just did that (a submit): the run uses it instead of
+ * resolving every path again (each confinement is a `realpath` per file path, on the event loop).
+ */
 export type ClaimTarget =
-  | { via: 'new'; request: TransferRequest; hash: string }
+  | { via: 'new'; request: TransferRequest; hash: string; runnable?: TransferRequest }
   | {
       via: 'takeover';
       record: TransferRecord;
       cause: 'resubmit' | 'restart' | 'sweeper' | 'orphan';
       /** Only when the owner's lease expired by the store's clock (the backplane could not tell). */
       requireExpiredLease: boolean;
+      runnable?: TransferRequest;
     };
 
 export type ClaimResult =
@@ -58,7 +63,7 @@ async function claimWith(
 ): Promise<ClaimResult> {
   const { store, identity, limits, backplane } = state.o;
   const hash = target.via === 'new' ? target.hash : target.record.requestHash;
-  const run = new LocalRun(id, hash);
+  const run = new LocalRun(id, hash, target.runnable ?? null);
   const giveUp = async () => {
     state.scheduler.cancel(ticket);
     await settle(state, run);

@@ -102,13 +102,14 @@ export class TransferCoordinator {
   /** Submits a parsed transfer request (paths not yet confined) and says what came of it. */
   async submit(request: TransferRequest): Promise<Submission> {
     if (this.#state.closing) throw new ShuttingDownError();
-    // Confinement and connection checks first: bad input must never write anything.
-    this.#state.o.policy.confine(request);
+    // Confinement and connection checks first: bad input must never write anything. A run this submit
+    // claims uses the confined request as it is (one `realpath` per file path per transfer, not three).
+    const runnable = this.#state.o.policy.confine(request);
     if (request.mode === 'fire-and-forget')
-      return this.#fireAndForget.submit(request, this.#state.o.identity);
+      return this.#fireAndForget.submit(runnable, this.#state.o.identity);
     const hash = requestHash(request);
     for (let pass = 0; pass < SUBMIT_PASSES; pass++) {
-      const submission = await this.#submitOnce(request, hash);
+      const submission = await this.#submitOnce(request, hash, runnable);
       if (submission) return submission;
     }
     const record = await this.#state.o.store.get(request.id);
@@ -117,14 +118,18 @@ export class TransferCoordinator {
   }
 
   /** One pass of the protocol; null means "the world changed under us, look again". */
-  async #submitOnce(request: TransferRequest, hash: string): Promise<Submission | null> {
+  async #submitOnce(
+    request: TransferRequest,
+    hash: string,
+    runnable: TransferRequest,
+  ): Promise<Submission | null> {
     const { store, metrics, identity } = this.#state.o;
     const id = request.id;
     const pending = this.#state.claiming.get(id);
     if (pending) await pending.catch(() => {});
     const record = await store.get(id);
     if (!record) {
-      const result = await claim(this.#state, { via: 'new', request, hash }, this.#reserve());
+      const result = await claim(this.#state, { via: 'new', request, hash, runnable }, this.#reserve());
       if (result.status !== 'claimed') return null;
       metrics.submits.inc({ outcome: 'created' });
       return { outcome: 'created', transfer: transferView(result.record) };
@@ -149,7 +154,14 @@ export class TransferCoordinator {
       });
     const result = await claim(
       this.#state,
-      { via: 'takeover', record, cause: 'resubmit', requireExpiredLease: change === 'after-lease' },
+      {
+        via: 'takeover',
+        record,
+        cause: 'resubmit',
+        requireExpiredLease: change === 'after-lease',
+        // Same hash: the stored request is the one just confined.
+        runnable,
+      },
       this.#reserve(),
     );
     if (result.status === 'lease-held') {

@@ -88,11 +88,18 @@ export async function finish(
   }
 }
 
-/** Best effort: leftovers of a transfer that ended for good (a failure here is logged, never raised). */
-export async function discard(state: CoordinatorState, request: TransferRequest): Promise<void> {
+/**
+ * Best effort: leftovers of a transfer that ended for good (a failure here is logged, never raised). `runnable`:
+ * the request with its paths already confined, when the caller has it.
+ */
+export async function discard(
+  state: CoordinatorState,
+  request: TransferRequest,
+  runnable: TransferRequest | null = null,
+): Promise<void> {
   if (!state.o.discard) return;
   try {
-    await state.o.discard(state.o.policy.confine(request));
+    await state.o.discard(runnable ?? state.o.policy.confine(request));
   } catch (err) {
     state.o.logger.warn({ transferId: request.id, err }, 'could not remove what the transfer left behind');
   }
@@ -159,7 +166,7 @@ async function execute(state: CoordinatorState, run: LocalRun, record: TransferR
       await settleStopped(state, run, null);
       return;
     }
-    const runnable = state.o.policy.confine(record.request);
+    const runnable = run.runnable ?? state.o.policy.confine(record.request);
     logger.info(
       { transferId: id, epoch: run.epoch, resumed: record.checkpoint !== null },
       'transfer started',
@@ -179,7 +186,7 @@ async function execute(state: CoordinatorState, run: LocalRun, record: TransferR
     if (await finish(state, run, 'COMPLETED', { result })) {
       logger.info({ transferId: id, epoch: run.epoch, result }, 'transfer completed');
       // Only now: until COMPLETED is recorded, what the sink kept is the resume point of a successor.
-      await discard(state, record.request);
+      await discard(state, record.request, runnable);
     }
   } catch (err) {
     if ((run.phase as RunPhase) !== RunPhase.running) return; // already finishing (its own step failed and logged)
@@ -212,7 +219,7 @@ async function execute(state: CoordinatorState, run: LocalRun, record: TransferR
     run.dispatch({ type: 'finishing' });
     const to = error.code === 'TRANSFER_TERMINATED' ? 'TERMINATED' : 'FAILED';
     const ended = await finish(state, run, to, { error: { code: error.code, message: error.message } });
-    if (ended) await discard(state, record.request);
+    if (ended) await discard(state, record.request, run.runnable);
     logger.warn({ transferId: id, code: error.code, message: error.message }, 'transfer did not complete');
   } finally {
     await settle(state, run);

@@ -24,13 +24,14 @@ export class FireAndForget {
     return this.#scheduler.running + this.#scheduler.queued;
   }
 
-  submit(request: TransferRequest, identity: OwnerIdentity): Submission {
+  /** Runs `runnable` (a request whose paths the caller confined) here, once, with nothing recorded. */
+  submit(runnable: TransferRequest, identity: OwnerIdentity): Submission {
+    const request = runnable;
     const ticket = this.#scheduler.tryReserve();
     if (!ticket) {
       this.#o.metrics.submits.inc({ outcome: 'queue-full' });
       throw new QueueFullError(1);
     }
-    const runnable = this.#o.policy.confine(request);
     const controller = new AbortController();
     this.#controllers.add(controller);
     this.#scheduler.start(ticket, async () => {
@@ -52,11 +53,11 @@ export class FireAndForget {
         });
         this.#o.logger.info({ transferId: request.id, result }, 'fire-and-forget transfer completed');
         // Nothing resumes a fire-and-forget transfer: what its sink kept for resuming goes as well.
-        await this.#discard(request);
+        await this.#discard(runnable);
       } catch (err) {
         this.#o.logger.warn({ transferId: request.id, err }, 'fire-and-forget transfer did not complete');
         // Nothing resumes a fire-and-forget transfer: what it staged is garbage now.
-        await this.#discard(request);
+        await this.#discard(runnable);
       } finally {
         this.#controllers.delete(controller);
       }
@@ -69,11 +70,11 @@ export class FireAndForget {
     };
   }
 
-  async #discard(request: TransferRequest): Promise<void> {
+  async #discard(runnable: TransferRequest): Promise<void> {
     try {
-      await this.#o.discard?.(this.#o.policy.confine(request));
+      await this.#o.discard?.(runnable);
     } catch (err) {
-      this.#o.logger.warn({ transferId: request.id, err }, 'could not remove what the transfer left behind');
+      this.#o.logger.warn({ transferId: runnable.id, err }, 'could not remove what the transfer left behind');
     }
   }
 

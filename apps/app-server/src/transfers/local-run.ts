@@ -77,14 +77,17 @@ export class LocalRun {
   progress: PipelineProgress | null = null;
   /** The request, once the run started executing (what `discard` needs). */
   request: TransferRequest | null = null;
+  /** The request with its paths confined, when the submit that claimed it had confined it (else null). */
+  readonly runnable: TransferRequest | null;
   registration: Registration | null = null;
   readonly controller = new AbortController();
   readonly done: Promise<void>;
   #markDone!: () => void;
 
-  constructor(id: string, hash: string) {
+  constructor(id: string, hash: string, runnable: TransferRequest | null = null) {
     this.id = id;
     this.hash = hash;
+    this.runnable = runnable;
     this.done = new Promise<void>((resolve) => {
       this.#markDone = resolve;
     });

@@ -89,6 +89,17 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
     bytes += data.length;
   };
 
+  /** The new run's temp file; its directory is created only when missing (one call fewer per transfer). */
+  const createTemp = async (): Promise<FileHandle> => {
+    try {
+      return await open(temp, 'wx');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      await mkdir(directory, { recursive: true });
+      return await open(temp, 'wx');
+    }
+  };
+
   const push = (line: string) => {
     buffer.push(line);
     pending += Buffer.byteLength(line);
@@ -122,7 +133,6 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
     },
     async prepare({ decision, checkpoint }) {
       try {
-        await mkdir(directory, { recursive: true });
         const previous = decision === 'resume' ? await committedPrefix(checkpoint) : null;
         if (decision === 'resume' && previous === null)
           throw new Error('the temp file of the checkpointed run is gone or shorter than committed');
@@ -131,7 +141,7 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
           await copyFile(tempOf(previous.run), temp, constants.COPYFILE_EXCL);
           handle = await open(temp, 'r+');
           await handle.truncate(previous.bytes);
-        } else handle = await open(temp, 'wx');
+        } else handle = await createTemp();
         bytes = previous?.bytes ?? 0;
         columns = previous?.columns ?? null;
       } catch (err) {
@@ -174,7 +184,9 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
       } catch (err) {
         throw new SinkError(`Cannot publish ${options.path}: ${(err as Error).message}`, { cause: err });
       }
-      await removeTemps('older');
+      // A first epoch has no older ones (epoch 0 is an unfenced run's, not an earlier owner of this transfer's):
+      // no directory listing per published file then.
+      if (fence.epoch > 1) await removeTemps('older');
     },
     async discard() {
       await handle?.close();

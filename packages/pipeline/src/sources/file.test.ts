@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { appendFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { tempDir } from '@sluice/testkit';
@@ -88,9 +89,11 @@ describe('file source', () => {
     ]);
   });
 
-  it('a missing path or a directory is SOURCE_FAILED naming the path', async () => {
+  it('a missing path, a directory or a FIFO is SOURCE_FAILED naming the path (a FIFO without a writer does not hang the read)', async () => {
     await using dir = await tempDir();
-    for (const path of [join(dir.path, 'missing.jsonl'), dir.path]) {
+    const fifo = join(dir.path, 'fifo.jsonl');
+    execFileSync('mkfifo', [fifo]);
+    for (const path of [join(dir.path, 'missing.jsonl'), dir.path, fifo]) {
       const source = createFileSource({ handle: 's', path, format: 'jsonl' });
       await expect(collect(source, null)).rejects.toMatchObject({
         code: 'SOURCE_FAILED',

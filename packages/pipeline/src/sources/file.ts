@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { open, stat } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { type FileHandle, open, stat } from 'node:fs/promises';
 import { setTimeout as delay } from 'node:timers/promises';
 import { type FieldType, SourceError } from '@sluice/core';
 import { z } from 'zod';
@@ -45,14 +46,30 @@ export interface FileSourceOptions {
 
 const sha256 = (data: Buffer | string) => createHash('sha256').update(data).digest('hex');
 
-async function hashRange(path: string, start: number, length: number): Promise<string> {
-  const handle = await open(path, 'r');
+async function hashRange(file: string | FileHandle, start: number, length: number): Promise<string> {
+  const handle = typeof file === 'string' ? await open(file, 'r') : file;
   try {
     const buffer = Buffer.alloc(length);
-    const { bytesRead } = await handle.read(buffer, 0, length, start);
+    const { bytesRead } = length === 0 ? { bytesRead: 0 } : await handle.read(buffer, 0, length, start);
     return sha256(buffer.subarray(0, bytesRead));
   } finally {
-    await handle.close();
+    if (handle !== file) await handle.close();
+  }
+}
+
+/**
+ * Opens `path` for one read of the source: non-blocking, so a FIFO (or another special file) put where a file
+ * was expected is refused instead of hanging a libuv thread until a writer comes; then checked to be a file.
+ */
+async function openRegularFile(path: string): Promise<FileHandle> {
+  let file: FileHandle | null = null;
+  try {
+    file = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+    if (!(await file.stat()).isFile()) throw new Error('not a regular file');
+    return file;
+  } catch (err) {
+    await file?.close().catch(() => {});
+    throw new SourceError(`Cannot read file ${path}: ${(err as Error).message}`, { cause: err });
   }
 }
 
@@ -106,22 +123,52 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
   }
 
   async function* read(from: unknown | null, readOptions: ReadOptions): AsyncGenerator<SourceItem> {
+    const follow =
+      options.follow === true && (readOptions.mode === 'endpoint' || readOptions.follow === true);
+    if (follow) {
+      yield* readThrough(options.path, from, readOptions, true);
+      return;
+    }
+    // A one-time read goes through one open handle: its fingerprint, its lines and the hash of each batch's
+    // last line (a 1-record file used to cost three opens and two stats). A followed file is opened by path
+    // for each read of its growth, as it may be removed or replaced while followed.
+    const file = await openRegularFile(options.path);
+    try {
+      yield* readThrough(file, from, readOptions, false);
+    } finally {
+      await file.close();
+    }
+  }
+
+  async function* readThrough(
+    file: string | FileHandle,
+    from: unknown | null,
+    readOptions: ReadOptions,
+    follow: boolean,
+  ): AsyncGenerator<SourceItem> {
     let position: FilePosition;
+    /** The size the fingerprint was taken at: a one-time read reads up to it without asking again. */
+    let sizedAt: number | null = null;
     if (from === null) {
       let size: number;
-      try {
-        const info = await stat(options.path);
-        if (!info.isFile()) throw new Error('not a regular file');
-        size = info.size;
-      } catch (err) {
-        throw new SourceError(`Cannot read file ${options.path}: ${(err as Error).message}`, { cause: err });
+      if (typeof file === 'string') {
+        try {
+          const info = await stat(file);
+          if (!info.isFile()) throw new Error('not a regular file');
+          size = info.size;
+        } catch (err) {
+          throw new SourceError(`Cannot read file ${file}: ${(err as Error).message}`, { cause: err });
+        }
+      } else {
+        size = (await file.stat()).size;
+        sizedAt = size;
       }
       const headLength = Math.min(HEAD_BYTES, size);
       position = {
         offset: 0,
         line: 0,
         read: 0,
-        head: await hashRange(options.path, 0, headLength),
+        head: await hashRange(file, 0, headLength),
         headLength,
         tail: sha256(''),
         tailLength: 0,
@@ -129,17 +176,17 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
       };
     } else position = FilePositionSchema.parse(from);
 
-    const follow =
-      options.follow === true && (readOptions.mode === 'endpoint' || readOptions.follow === true);
     let snapshotDone = false;
     for (;;) {
-      const size = (await stat(options.path).catch(() => null))?.size;
+      const size =
+        sizedAt ?? (await (typeof file === 'string' ? stat(file) : file.stat()).catch(() => null))?.size;
+      sizedAt = null;
       if (size === undefined) throw new SourceError(`File ${options.path} disappeared`);
       if (size < position.offset)
         throw new SourceError(`File ${options.path} was truncated below offset ${position.offset}`);
       lastSize = size;
       if (size > position.offset) {
-        for await (const item of readFrom(position, readOptions, !follow)) {
+        for await (const item of readFrom(file, position, readOptions, !follow)) {
           position = item.position as FilePosition;
           lastOffset = position.offset;
           yield item;
@@ -160,6 +207,7 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
   }
 
   async function* readFrom(
+    file: string | FileHandle,
     start: FilePosition,
     readOptions: ReadOptions,
     includePartialLast: boolean,
@@ -195,7 +243,7 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
       };
       if (!boundary) {
         next.tailLength = lastLine.end - lastLine.start;
-        next.tail = await hashRange(options.path, lastLine.start, next.tailLength);
+        next.tail = await hashRange(file, lastLine.start, next.tailLength);
       }
       position = next;
       const item: SourceItem = { kind: 'records', ops, bad, read, position };
@@ -211,6 +259,7 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
       maxLineBytes,
       includePartialLast,
       signal: readOptions.signal,
+      ...(typeof file === 'string' ? {} : { file }),
       ...(options.chunkBytes ? { highWaterMark: options.chunkBytes } : {}),
     })) {
       for (const line of lines) {

@@ -1,4 +1,5 @@
 import { createReadStream } from 'node:fs';
+import type { FileHandle } from 'node:fs/promises';
 
 /** One line of a file: its text (without the newline), 1-based number, and byte offsets. */
 export interface Line {
@@ -26,11 +27,14 @@ export async function* readLines(
     includePartialLast: boolean;
     signal: AbortSignal;
     highWaterMark?: number;
+    /** Read through this open handle (left open) instead of opening `path`. */
+    file?: FileHandle;
   },
 ): AsyncGenerator<Line[]> {
   const stream = createReadStream(path, {
     start: options.start,
     highWaterMark: options.highWaterMark ?? 256 * 1024,
+    ...(options.file ? { fd: options.file, autoClose: false } : {}),
   });
   let pending: Buffer | null = null; // bytes of an unfinished line
   let pendingStart = options.start;
