@@ -151,8 +151,15 @@ export function writeChanges(
   }
   for (const key of dataRemoves) data.removeSync(key);
   putSorted(data, dataPuts);
-  // Deferred: the indexes hold nothing yet (a build is pending); a replaced version's entries are only in runs.
-  if (deferIndexes) return { delta, deferred: indexPuts.map((puts) => sortByKey(puts)), replaced };
+  if (deferIndexes) {
+    // A replaced version's entry is in a run (the merge drops it: `replaced` marks the runs stale) or, in a build
+    // onto indexes that held the load's first records, in the index itself: removed here. In a build that began
+    // on an empty generation the indexes hold nothing, and these removals find nothing.
+    indexes.forEach((index, i) => {
+      for (const key of indexRemoves[i]!) index.db.removeSync(key);
+    });
+    return { delta, deferred: indexPuts.map((puts) => sortByKey(puts)), replaced };
+  }
   indexes.forEach((index, i) => {
     const db = index.db;
     const removes = sortByKey(indexRemoves[i]!.map((key) => ({ key })));

@@ -26,6 +26,9 @@ const record = (id: number, round = 0) => ({
   category: `c${(id + round) % 7}`,
 });
 
+/** Every bulk load defers its index entries (the default defers only past 500 000 records). */
+const DEFER_ALL = { deferIndexesFrom: 0 };
+
 /** Loads `ids` in commits of `per`, as a snapshot does (bulk). */
 async function bulkLoad(cache: RwCache, ids: number[], per: number, round = 0): Promise<void> {
   for (let i = 0; i < ids.length; i += per) {
@@ -70,7 +73,7 @@ function expectIndexAnswers(cache: RwCache, expected: Array<ReturnType<typeof re
 describe('deferred index builds (bulk loads)', () => {
   it('a bulk load writes no index entry until the snapshot is done, answers by primary key meanwhile, then builds every index exactly', async () => {
     await using dir = await tempDir();
-    await using caches = await openCacheManager(dir.path);
+    await using caches = await openCacheManager(dir.path, DEFER_ALL);
     await using cache = await caches.create({ endpoint: 'items', schema });
     const ids = Array.from({ length: 2_000 }, (_, i) => i);
     await bulkLoad(cache, ids, 300);
@@ -101,7 +104,7 @@ describe('deferred index builds (bulk loads)', () => {
 
   it('records replaced or deleted during a bulk load leave no stale index entry', async () => {
     await using dir = await tempDir();
-    await using caches = await openCacheManager(dir.path);
+    await using caches = await openCacheManager(dir.path, DEFER_ALL);
     await using cache = await caches.create({ endpoint: 'items', schema });
     const ids = Array.from({ length: 1_000 }, (_, i) => i);
     await bulkLoad(cache, ids, 250);
@@ -128,28 +131,78 @@ describe('deferred index builds (bulk loads)', () => {
     expectIndexAnswers(cache, expected);
   });
 
-  it('a commit that is not a bulk one builds the pending indexes first; a bulk commit on a loaded cache writes them directly', async () => {
+  it('a bulk load writes its index entries directly while under deferIndexesFrom, defers the rest onto them once past it, and a commit that is not a bulk one builds the pending indexes first', async () => {
     await using dir = await tempDir();
-    await using caches = await openCacheManager(dir.path);
+    await using caches = await openCacheManager(dir.path, { deferIndexesFrom: 5 });
     await using cache = await caches.create({ endpoint: 'items', schema });
-    await bulkLoad(cache, [1, 2, 3], 2);
-    expect(pendingBuild(dbsOf(cache))).not.toBeNull();
-    cache.apply([{ op: 'upsert', record: record(4) }]);
-    await cache.commit(checkpoint(10));
+    await bulkLoad(cache, [1, 2, 3, 4], 2);
+    // 4 records, under the limit: every entry is in the indexes, nothing is pending, the indexes plan queries.
     expect(pendingBuild(dbsOf(cache))).toBeNull();
     expect(indexEntries(cache).map((e) => e.length)).toEqual([4, 4]);
-    // The generation holds records and no pending build: a later bulk commit is an ordinary one.
-    await bulkLoad(cache, [5, 6], 2);
-    expect(pendingBuild(dbsOf(cache))).toBeNull();
     expectIndexAnswers(
       cache,
-      [1, 2, 3, 4, 5, 6].map((id) => record(id)),
+      [1, 2, 3, 4].map((id) => record(id)),
     );
+    // The next bulk commit takes the generation to 6 records: its entries go to a run, onto the entries there.
+    await bulkLoad(cache, [5, 6], 2);
+    expect(pendingBuild(dbsOf(cache))).toEqual({ runs: 1, stale: false, withBytes: true, onto: true });
+    expect(indexEntries(cache).map((e) => e.length)).toEqual([4, 4]);
+    cache.apply([{ op: 'upsert', record: record(7) }]);
+    await cache.commit(checkpoint(10));
+    expect(pendingBuild(dbsOf(cache))).toBeNull();
+    expect(indexEntries(cache).map((e) => e.length)).toEqual([7, 7]);
+    expectIndexAnswers(
+      cache,
+      [1, 2, 3, 4, 5, 6, 7].map((id) => record(id)),
+    );
+  });
+
+  it('a load that outgrows deferIndexesFrom, with records replaced and deleted before and after, leaves exactly its final records in the indexes', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path, { deferIndexesFrom: 500 });
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    const ids = Array.from({ length: 1_000 }, (_, i) => i);
+    // 250 records directly; then some of them replaced (new values) and deleted while still under the limit.
+    await bulkLoad(cache, ids.slice(0, 250), 250);
+    await bulkLoad(
+      cache,
+      ids.filter((id) => id < 250 && id % 4 === 0),
+      100,
+      1,
+    );
+    cache.apply(
+      ids.filter((id) => id < 250 && id % 10 === 7).map((id) => ({ op: 'delete' as const, key: [id] })),
+    );
+    await cache.commit(checkpoint(50), { bulk: true });
+    expect(pendingBuild(dbsOf(cache))).toBeNull();
+    // Past the limit: the rest is deferred onto the direct entries. Records of both phases are then replaced
+    // (their old entries in the indexes or in runs) and deleted.
+    await bulkLoad(cache, ids.slice(250), 250);
+    expect(pendingBuild(dbsOf(cache))).toMatchObject({ onto: true, stale: false });
+    await bulkLoad(
+      cache,
+      ids.filter((id) => id % 4 === 2),
+      200,
+      1,
+    );
+    cache.apply(ids.filter((id) => id % 10 === 5).map((id) => ({ op: 'delete' as const, key: [id] })));
+    await cache.commit(checkpoint(99), { bulk: true });
+    expect(pendingBuild(dbsOf(cache))).toMatchObject({ onto: true, stale: true });
+
+    await cache.markSnapshottingDone('src');
+    expect(pendingBuild(dbsOf(cache))).toBeNull();
+    const expected = ids
+      .filter((id) => id % 10 !== 5 && !(id < 250 && id % 10 === 7))
+      .map((id) => record(id, (id < 250 && id % 4 === 0) || id % 4 === 2 ? 1 : 0));
+    expect(indexEntries(cache).map((e) => e.length)).toEqual([expected.length, expected.length]);
+    expect(indexEntries(cache)[0]!.sort()).toEqual(expected.map((r) => JSON.stringify(r)).sort());
+    expect(indexEntries(cache)[1]!.sort()).toEqual(expected.map((r) => JSON.stringify(r)).sort());
+    expectIndexAnswers(cache, expected);
   });
 
   it('a build begun with runs that hold only the data key (an earlier version) completes exactly', async () => {
     await using dir = await tempDir();
-    await using caches = await openCacheManager(dir.path);
+    await using caches = await openCacheManager(dir.path, DEFER_ALL);
     await using cache = await caches.create({ endpoint: 'items', schema });
     // The state an earlier version wrote when its load began: no withBytes, so its runs keep that form.
     dbsOf(cache).meta.putSync(INDEX_BUILD_KEY, { runs: 0, stale: false });
@@ -168,7 +221,7 @@ describe('deferred index builds (bulk loads)', () => {
 
   it('a clear drops a pending build', async () => {
     await using dir = await tempDir();
-    await using caches = await openCacheManager(dir.path);
+    await using caches = await openCacheManager(dir.path, DEFER_ALL);
     await using cache = await caches.create({ endpoint: 'items', schema });
     await bulkLoad(cache, [1, 2, 3], 2);
     await cache.clear();
@@ -182,40 +235,50 @@ describe('deferred index builds (bulk loads)', () => {
     );
   });
 
-  it('defect guard: a writer killed in the middle of the merge leaves a build that the next writer completes exactly', {
-    timeout: 60_000,
-  }, async () => {
-    await using dir = await tempDir();
-    const ids = Array.from({ length: 3_000 }, (_, i) => i);
-    let name: string;
-    {
+  for (const { deferIndexesFrom, direct, runs } of [
+    { deferIndexesFrom: 0, direct: 0, runs: 8 },
+    { deferIndexesFrom: 1_000, direct: 800, runs: 6 },
+  ])
+    it(`defect guard: a writer killed in the middle of the merge leaves a build that the next writer completes exactly (${direct} entries written directly before the build)`, {
+      timeout: 60_000,
+    }, async () => {
+      await using dir = await tempDir();
+      const ids = Array.from({ length: 3_000 }, (_, i) => i);
+      let name: string;
+      {
+        await using caches = await openCacheManager(dir.path, { deferIndexesFrom });
+        await using cache = await caches.create({ endpoint: 'items', schema });
+        name = cache.name;
+        await bulkLoad(cache, ids, 400);
+        expect(indexEntries(cache)[0]!.length).toBe(direct);
+      }
+      // A child merges in transactions of 500 entries and is SIGKILLed after its second one landed.
+      {
+        await using child = spawnTs(
+          fileURLToPath(new URL('../test/fixtures/merge-and-hang.ts', import.meta.url)),
+          [dir.path, name, '500', '2'],
+        );
+        await child.waitForLine(/^HANGING merged=1000/, 30_000);
+        child.kill('SIGKILL');
+        await child.exited;
+      }
       await using caches = await openCacheManager(dir.path);
-      await using cache = await caches.create({ endpoint: 'items', schema });
-      name = cache.name;
-      await bulkLoad(cache, ids, 400);
-    }
-    // A child merges in transactions of 500 entries and is SIGKILLed after its second one landed.
-    {
-      await using child = spawnTs(
-        fileURLToPath(new URL('../test/fixtures/merge-and-hang.ts', import.meta.url)),
-        [dir.path, name, '500', '2'],
+      await using cache = await caches.openRw(name);
+      const dbs = dbsOf(cache);
+      expect(pendingBuild(dbs)).toEqual({
+        runs,
+        stale: false,
+        withBytes: true,
+        ...(direct > 0 ? { onto: true } : {}),
+      });
+      // Part of a first index is there (a merge onto direct entries keeps them), and still unplannable.
+      expect(indexEntries(cache)[0]!.length).toBe(direct + 1_000);
+      expect(cache.query(parseQuery({ $filter: { value: { $gte: 20 } }, $limit: 5 })).plan.index).toBeNull();
+      await finishIndexBuild(dbs, ['id'], { chunk: 700 });
+      expect(indexEntries(cache).map((e) => e.length)).toEqual([3_000, 3_000]);
+      expectIndexAnswers(
+        cache,
+        ids.map((id) => record(id)),
       );
-      await child.waitForLine(/^HANGING merged=1000/, 30_000);
-      child.kill('SIGKILL');
-      await child.exited;
-    }
-    await using caches = await openCacheManager(dir.path);
-    await using cache = await caches.openRw(name);
-    const dbs = dbsOf(cache);
-    expect(pendingBuild(dbs)).toEqual({ runs: 8, stale: false, withBytes: true });
-    // Half a first index is there, and still unplannable.
-    expect(indexEntries(cache)[0]!.length).toBe(1_000);
-    expect(cache.query(parseQuery({ $filter: { value: { $gte: 20 } }, $limit: 5 })).plan.index).toBeNull();
-    await finishIndexBuild(dbs, ['id'], { chunk: 700 });
-    expect(indexEntries(cache).map((e) => e.length)).toEqual([3_000, 3_000]);
-    expectIndexAnswers(
-      cache,
-      ids.map((id) => record(id)),
-    );
-  });
+    });
 });

@@ -32,11 +32,19 @@ export interface IndexBuildState {
    * again. Absent in builds begun by versions whose runs held only the data key (their runs keep that form).
    */
   withBytes?: boolean;
+  /**
+   * The build began on a generation whose indexes already held the entries of its first records (a load that
+   * outgrew `deferIndexesFrom`): the merge puts entries among them, without clearing the indexes or appending.
+   * Absent in builds that began on an empty generation.
+   */
+  onto?: boolean;
 }
 
-/** The state of a build that begins now. */
-export function newIndexBuild(): IndexBuildState {
-  return { runs: 0, stale: false, withBytes: true };
+/** The state of a build that begins now; `onto` when the indexes already hold entries (see {@link IndexBuildState}). */
+export function newIndexBuild(onto = false): IndexBuildState {
+  return onto
+    ? { runs: 0, stale: false, withBytes: true, onto: true }
+    : { runs: 0, stale: false, withBytes: true };
 }
 
 export const INDEX_BUILD_KEY = 'index-build';
@@ -97,6 +105,11 @@ function runKey(run: number, index: number, seq: number): Buffer {
 function append(db: Database<Buffer, Buffer>, key: Buffer, value: Buffer): void {
   if (!putSucceeded(db, key, value, APPEND))
     throw new Error(`index build: append of key ${key.toString('hex')} refused (not past the last key)`);
+}
+
+/** A put among existing entries (a build onto indexes that already hold some; see `IndexBuildState.onto`). */
+function put(db: Database<Buffer, Buffer>, key: Buffer, value: Buffer): void {
+  db.putSync(key, value);
 }
 
 /** An index entry to defer: its index key, the data key of its record and the record's bytes (the entry's value). */
@@ -248,10 +261,13 @@ export async function finishIndexBuild(
   const root = dbs.env.root;
   const runs = runsDb(dbs);
   const withBytes = build.withBytes === true;
+  // Onto entries already there: put among them (a redo after a crash puts the same entries again). Otherwise the
+  // index is cleared first (a crash may have left part of an earlier merge) and filled by appends.
+  const write = build.onto === true ? put : append;
   let merged = 0;
   for (let i = 0; i < dbs.indexes.length; i++) {
     const index = dbs.indexes[i]!;
-    root.transactionSync(() => index.db.clearSync());
+    if (build.onto !== true) root.transactionSync(() => index.db.clearSync());
     // Where each run resumes (entries consumed so far), kept across transactions.
     const positions = Array.from({ length: build.runs }, () => 0);
     let done = false;
@@ -277,7 +293,7 @@ export async function finishIndexBuild(
         while (heap.items.length > 0 && wrote < chunk) {
           const top = heap.items[0]!;
           const entry = top.head;
-          lastKey = appendEntry(dbs, index, primaryKey, entry, lastKey, build.stale);
+          lastKey = appendEntry(dbs, index, primaryKey, entry, lastKey, build.stale, write);
           wrote += 1;
           top.seq += 1;
           positions[top.run] = top.seq;
@@ -320,10 +336,11 @@ function appendEntry(
   entry: RunEntry,
   lastKey: Buffer | null,
   stale: boolean,
+  write: typeof append,
 ): Buffer | null {
   if (lastKey?.equals(entry.key)) return lastKey;
   if (!stale && entry.bytes !== null) {
-    append(index.db, entry.key, entry.bytes);
+    write(index.db, entry.key, entry.bytes);
     // lmdb hands a binary database's values out as copies: the key stays valid after the iterator moves on.
     return entry.key;
   }
@@ -332,7 +349,7 @@ function appendEntry(
   // A view of exactly the value: LMDB's read buffer is larger than its (overridden) length says.
   const bytes = Buffer.from(current.buffer, current.byteOffset, current.length);
   if (stale && !indexKey(index, decodeRecord(bytes), primaryKey).equals(entry.key)) return lastKey;
-  append(index.db, entry.key, bytes);
+  write(index.db, entry.key, bytes);
   // A copy: the entry's buffer belongs to the run iterator.
   return Buffer.from(entry.key);
 }

@@ -39,6 +39,7 @@ const DEFAULTS = {
   scanCap: CACHE_DEFAULTS.scanCap,
   defaultLimit: DEFAULT_QUERY_LIMITS.defaultLimit,
   maxLimit: DEFAULT_QUERY_LIMITS.maxLimit,
+  deferIndexesFrom: 500_000,
 } as const;
 
 /**
@@ -78,6 +79,7 @@ export class CacheManager implements WritableCacheCatalog {
       maxLimit,
       defaultLimit: Math.min(options.defaultLimit ?? DEFAULTS.defaultLimit, maxLimit),
       changes: { ...DEFAULT_RETENTION, ...options.changes },
+      deferIndexesFrom: options.deferIndexesFrom ?? DEFAULTS.deferIndexesFrom,
     };
   }
 

@@ -34,6 +34,8 @@ export interface ReadSettings {
   maxLimit: number;
   /** Change-log retention applied by commits of writable handles. */
   changes: ChangeRetention;
+  /** Records a bulk load writes with their index entries before it defers the rest to an index build. */
+  deferIndexesFrom: number;
 }
 
 /** Everything a handle needs; built by the manager. */

@@ -174,10 +174,11 @@ export class RwCache extends RoCache implements WritableCache {
               throw new StaleEpochError(fence.writer, fence.epoch, { details: { epoch: highest } });
             fences = { ...state.fences, [fence.writer]: fence.epoch };
           }
-          // A bulk load defers its index entries (index-build.ts) when it starts on an empty generation.
+          // A bulk load writes its first records' index entries as they come, and defers the rest to an index
+          // build (index-build.ts) once it outgrows `deferIndexesFrom` (docs/cache-index-build.md).
           let build: IndexBuildState | null = null;
           if (options.bulk === true && this.dbs.covering && this.dbs.indexes.length > 0)
-            build = pendingBuild(this.dbs) ?? (state.recordCount === 0 ? newIndexBuild() : null);
+            build = pendingBuild(this.dbs) ?? this.indexBuildFor(state, batch.size);
           const outcome = writeChanges(
             this.dbs,
             this.schema.primaryKey,
@@ -222,6 +223,17 @@ export class RwCache extends RoCache implements WritableCache {
     } finally {
       this.committing = this.committing.filter((b) => b !== batch);
     }
+  }
+
+  /**
+   * The index build a bulk commit of `size` records begins, or null to write its index entries directly: a
+   * generation that stays under `deferIndexesFrom` records never defers (each entry written once costs less than
+   * a run entry and its merge); a bulk commit that takes it past that defers from then on — onto the entries
+   * already in the indexes, unless they are empty (then the merge appends).
+   */
+  private indexBuildFor(state: CommitState, size: number): IndexBuildState | null {
+    if (state.recordCount + size < this.settings.deferIndexesFrom) return null;
+    return newIndexBuild(state.recordCount > 0);
   }
 
   /** Records that `source` finished its snapshot into this cache (kept in the commit state). */
