@@ -22,10 +22,11 @@ export interface CacheManagerOptions {
   /** How much of each generation's change log commits keep (`cache.changes`; default 100 000 entries, 24 h). */
   changes?: Partial<ChangeRetention>;
   /**
-   * Records a bulk load (a snapshot into a new generation) writes with its index entries before it defers the
+   * Records a bulk load (a snapshot into a new generation) writes with their index entries before it defers the
    * rest to an index build (docs/cache-index-build.md § Small loads write their indexes directly). Default
-   * 500 000: below it, writing index entries as they come costs less than writing them twice (run, then
-   * merge); above it, a B-tree growing in random key order costs more per record the larger it gets.
+   * 250 000: below it, writing each index entry once costs less than writing it twice (a run, then the merge);
+   * above it, an index B-tree filled in random key order dirties more pages per commit the larger it gets (time,
+   * and memory held until the commit).
    */
   deferIndexesFrom?: number;
 }

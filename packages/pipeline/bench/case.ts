@@ -35,7 +35,10 @@ const sampler = setInterval(() => {
 sampler.unref();
 
 if (kind === 'pipeline') {
-  await using caches = await openCacheManager(join(workDir, 'pipeline'));
+  // DEFER_INDEXES_FROM=<records> overrides the cache's deferIndexesFrom (to compare index-build strategies).
+  await using caches = await openCacheManager(join(workDir, 'pipeline'), {
+    ...(process.env.DEFER_INDEXES_FROM ? { deferIndexesFrom: Number(process.env.DEFER_INDEXES_FROM) } : {}),
+  });
   const events: SluiceEvent[] = [];
   const pipeline = await startEndpointPipeline(
     {
