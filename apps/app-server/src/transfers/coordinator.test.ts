@@ -214,6 +214,32 @@ function holdHeartbeats(store: DataPlaneStore) {
   };
 }
 
+/**
+ * A lease long enough that only a held heartbeat makes it run out: on a loaded machine one heartbeat statement
+ * may take hundreds of ms, and with the suite's 600 ms lease such a spike alone let the watchdog stop a run (as
+ * it should).
+ */
+const HELD_BEAT_LEASE_MS = 2_500;
+
+/** Node `q` on `store`, running one transfer at a time with {@link HELD_BEAT_LEASE_MS}, started, `ids` submitted. */
+async function startOneAtATime(
+  t: Awaited<ReturnType<typeof setup>>,
+  backplane: Backplane,
+  store: DataPlaneStore,
+  execute: TransferExecutor,
+  ids: string[],
+): Promise<void> {
+  const c = t.coordinator({
+    store,
+    backplane,
+    identity: identity('q'),
+    execute,
+    limits: { maxConcurrentTransfers: 1, leaseMs: HELD_BEAT_LEASE_MS },
+  });
+  c.start();
+  for (const id of ids) expect((await c.submit(t.request(id))).outcome).toBe('created');
+}
+
 async function eventually(check: () => Promise<boolean> | boolean, timeoutMs = 5_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
@@ -449,25 +475,12 @@ describe('TransferCoordinator', () => {
           reject(context.signal.reason);
         });
       });
-    // A lease long enough that only the held heartbeat makes a lease run out: on a loaded machine one heartbeat
-    // statement may take hundreds of ms, and with the suite's 600 ms lease such a spike alone let the watchdog
-    // stop a run (as it should).
-    const leaseMs = 2_500;
-    const c = t.coordinator({
-      store: beats.store,
-      backplane,
-      identity: identity('q'),
-      execute,
-      limits: { maxConcurrentTransfers: 1, leaseMs },
-    });
-    c.start();
-    for (const id of ['q-running', 'q-queued-1', 'q-queued-2'])
-      expect((await c.submit(t.request(id))).outcome).toBe('created');
+    await startOneAtATime(t, backplane, beats.store, execute, ['q-running', 'q-queued-1', 'q-queued-2']);
     await eventually(() => starts.includes('q-running'));
     await beats.hold();
     // Past the lease by this process's clock: the running transfer's watchdog stops it (it may have lost its
     // lease), while the queued ones, which have written nothing yet, wait to be confirmed.
-    await new Promise((resolve) => setTimeout(resolve, leaseMs * 2));
+    await new Promise((resolve) => setTimeout(resolve, HELD_BEAT_LEASE_MS * 2));
     beats.release();
     release = true;
     await eventually(async () => {
@@ -497,16 +510,7 @@ describe('TransferCoordinator', () => {
         finish.set(request.id, () => resolve({ recordsRead: 1, recordsWritten: 1, badRecords: 0 }));
         context.signal.addEventListener('abort', () => reject(context.signal.reason));
       });
-    const leaseMs = 2_500;
-    const c = t.coordinator({
-      store: beats.store,
-      backplane,
-      identity: identity('q'),
-      execute,
-      limits: { maxConcurrentTransfers: 1, leaseMs },
-    });
-    c.start();
-    for (const id of ['q-first', 'q-next']) expect((await c.submit(t.request(id))).outcome).toBe('created');
+    await startOneAtATime(t, backplane, beats.store, execute, ['q-first', 'q-next']);
     await eventually(() => starts.includes('q-first'));
     const heldAt = await beats.hold();
     // The last heartbeat that got through began at most one heartbeat interval (100 ms) before this one, so
@@ -514,7 +518,9 @@ describe('TransferCoordinator', () => {
     // leaves the queue with under half its lease left, which the held heartbeat cannot renew in time.
     await new Promise((resolve) => setTimeout(resolve, heldAt + 1_500 - performance.now()));
     finish.get('q-first')?.();
-    await new Promise((resolve) => setTimeout(resolve, heldAt + leaseMs * 1.5 - performance.now()));
+    await new Promise((resolve) =>
+      setTimeout(resolve, heldAt + HELD_BEAT_LEASE_MS * 1.5 - performance.now()),
+    );
     beats.release();
     await eventually(() => finish.has('q-next'));
     finish.get('q-next')?.();
