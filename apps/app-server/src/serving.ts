@@ -50,6 +50,7 @@ export async function openServingPlane(
   const caches = await openCacheManager(resolve(context.cwd, config.dataDir), {
     gcGraceMs: config.cache.gcGraceMs,
     scanCap: config.cache.scanCap,
+    deferIndexesFrom: config.cache.deferIndexesFrom,
     changes: config.cache.changes,
     logger: context.logger,
   });

@@ -39,7 +39,7 @@ const DEFAULTS = {
   scanCap: CACHE_DEFAULTS.scanCap,
   defaultLimit: DEFAULT_QUERY_LIMITS.defaultLimit,
   maxLimit: DEFAULT_QUERY_LIMITS.maxLimit,
-  deferIndexesFrom: 250_000,
+  deferIndexesFrom: CACHE_DEFAULTS.deferIndexesFrom,
 } as const;
 
 /**

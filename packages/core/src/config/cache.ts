@@ -11,6 +11,11 @@ export const CACHE_DEFAULTS = {
   scanCap: 100_000,
   /** Each generation's change log (what change feeds resume from), trimmed at every commit. */
   changes: { retainRecords: 100_000, retainMs: 24 * 3_600_000 },
+  /**
+   * Records a snapshot load writes with their index entries before it defers the rest to an index build
+   * (docs/cache-index-build.md § Small loads write their indexes directly).
+   */
+  deferIndexesFrom: 250_000,
 } as const;
 
 /** `cache`: this host's LMDB cache generations. */
@@ -23,6 +28,7 @@ export const CacheConfigSchema = z
       .max(7 * 24 * 3_600_000)
       .default(CACHE_DEFAULTS.gcGraceMs),
     scanCap: z.number().int().min(1).max(100_000_000).default(CACHE_DEFAULTS.scanCap),
+    deferIndexesFrom: z.number().int().min(0).max(1_000_000_000).default(CACHE_DEFAULTS.deferIndexesFrom),
     changes: z
       .strictObject({
         /** Most log entries kept per generation (the newest transaction is always kept whole). */
