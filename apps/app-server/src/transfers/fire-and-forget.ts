@@ -26,7 +26,6 @@ export class FireAndForget {
 
   /** Runs `runnable` (a request whose paths the caller confined) here, once, with nothing recorded. */
   submit(runnable: TransferRequest, identity: OwnerIdentity): Submission {
-    const request = runnable;
     const ticket = this.#scheduler.tryReserve();
     if (!ticket) {
       this.#o.metrics.submits.inc({ outcome: 'queue-full' });
@@ -51,11 +50,11 @@ export class FireAndForget {
           signal: controller.signal,
           onProgress: () => {},
         });
-        this.#o.logger.info({ transferId: request.id, result }, 'fire-and-forget transfer completed');
+        this.#o.logger.info({ transferId: runnable.id, result }, 'fire-and-forget transfer completed');
         // Nothing resumes a fire-and-forget transfer: what its sink kept for resuming goes as well.
         await this.#discard(runnable);
       } catch (err) {
-        this.#o.logger.warn({ transferId: request.id, err }, 'fire-and-forget transfer did not complete');
+        this.#o.logger.warn({ transferId: runnable.id, err }, 'fire-and-forget transfer did not complete');
         // Nothing resumes a fire-and-forget transfer: what it staged is garbage now.
         await this.#discard(runnable);
       } finally {
@@ -65,7 +64,7 @@ export class FireAndForget {
     this.#o.metrics.submits.inc({ outcome: 'fire-and-forget' });
     return {
       outcome: 'accepted',
-      id: request.id,
+      id: runnable.id,
       owner: { nodeId: identity.nodeId, address: identity.address },
     };
   }
