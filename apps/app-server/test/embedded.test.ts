@@ -257,6 +257,14 @@ describe('app-server on embedded defaults', { timeout: 90_000 }, () => {
     expect(replies[2]!.headers.get('retry-after')).toBe('1');
     expect(replies[2]!.body.code).toBe('QUEUE_FULL');
     expect((await call(`${node.url}/v1/transfers/q-2`)).status).toBe(404);
+    // Resends of stored ids are answered from their records (running or finished), never refused for the queue.
+    for (const id of ['q-0', 'q-1']) {
+      const resent = await call(`${node.url}/v1/transfers`, {
+        json: fileTransfer(id, source, join(roots[1]!, `${id}.jsonl`), 400),
+      });
+      expect([200, 202]).toContain(resent.status);
+      expect(resent.body.id).toBe(id);
+    }
     const queued = await call(`${node.url}/v1/transfers/q-1`);
     expect(queued.body.state).toBe('IN_PROGRESS');
     await waitForState(node.url, 'q-1', 'COMPLETED');

@@ -24,8 +24,10 @@ export type ClaimResult =
   | { status: 'claimed'; run: LocalRun; record: TransferRecord }
   /** Another claim of this id is in flight on this node: look again once it settled. */
   | { status: 'busy' }
-  /** The store gave it to someone else, or it moved on (inserted elsewhere, epoch changed, now terminal). */
+  /** The store gave it to someone else, or it moved on (epoch changed, now terminal). */
   | { status: 'lost' }
+  /** A new id's insert found the id already stored (same request): the stored record, read by that statement. */
+  | { status: 'exists'; record: TransferRecord }
   /** The owner's lease is still fresh by the store's clock. */
   | { status: 'lease-held' };
 
@@ -99,7 +101,7 @@ async function claimWith(
       });
       if (!outcome.created) {
         await giveUp();
-        return { status: 'lost' };
+        return { status: 'exists', record: outcome.record };
       }
       record = outcome.record;
     } else {

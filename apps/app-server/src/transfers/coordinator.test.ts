@@ -535,4 +535,87 @@ describe('TransferCoordinator', () => {
     });
     expect(starts).toEqual(['q-first', 'q-next']);
   });
+
+  it('a new-id submit is one store statement before its answer (it inserts first), and so is a duplicate of a finished transfer', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 's' });
+    const calls: string[] = [];
+    const counted = new Proxy(t.store, {
+      get(target, prop, receiver) {
+        const value = Reflect.get(target, prop, receiver);
+        if (typeof value !== 'function') return value;
+        return (...args: unknown[]) => {
+          if (prop === 'get' || prop === 'submit') calls.push(String(prop));
+          return value.apply(target, args);
+        };
+      },
+    }) as DataPlaneStore;
+    const execute: TransferExecutor = async () => ({ recordsRead: 1, recordsWritten: 1, badRecords: 0 });
+    const s = t.coordinator({ store: counted, backplane, identity: identity('s'), execute });
+    s.start();
+    expect((await s.submit(t.request('one-1'))).outcome).toBe('created');
+    expect(calls).toEqual(['submit']);
+    await eventually(async () => (await t.store.get('one-1'))?.state === 'COMPLETED');
+    calls.length = 0;
+    const again = await s.submit(t.request('one-1'));
+    expect(again).toMatchObject({ outcome: 'stored', transfer: { id: 'one-1', state: 'COMPLETED' } });
+    expect(calls).toEqual(['submit']);
+    // Another request under the same id is refused, and nothing of it is stored.
+    const changed = parseTransferRequest({
+      ...t.request('one-1'),
+      mode: 'idempotent',
+      options: { batchSize: 7 },
+    });
+    const error = await s.submit(changed).catch((err: unknown) => err);
+    expect(SluiceError.hasCode(error, 'IDEMPOTENCY_CONFLICT')).toBe(true);
+    expect((await t.store.get('one-1'))?.requestHash).toBe(requestHash(t.request('one-1')));
+    expect(s.stats()).toMatchObject({ running: 0, queued: 0 });
+  });
+
+  it('a duplicate submit never costs a new id its queue place: QUEUE_FULL only for places taken by real work', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'p' });
+    const held = gate();
+    let holdNext = false;
+    const store = wrapStore(t.store, 'submit', async (real, ...args) => {
+      if (holdNext) {
+        holdNext = false;
+        held.reached();
+        await held.opened;
+      }
+      return (real as DataPlaneStore['submit'])(...(args as Parameters<DataPlaneStore['submit']>));
+    });
+    const { state, execute } = foreverExecutor();
+    // One place in all: one running transfer, no queue.
+    const p = t.coordinator({
+      store,
+      backplane,
+      identity: identity('p'),
+      execute,
+      limits: { maxConcurrentTransfers: 1, queueSize: 0 },
+    });
+    p.start();
+    expect((await p.submit(t.request('done-1'))).outcome).toBe('created');
+    await eventually(() => state.running === 1);
+    state.finish();
+    await eventually(async () => (await t.store.get('done-1'))?.state === 'COMPLETED');
+    await eventually(() => p.stats().running === 0);
+    // A duplicate's insert holds the only place while its statement is in flight …
+    holdNext = true;
+    const duplicate = p.submit(t.request('done-1'));
+    await held.hit;
+    // … and a new id arrives meanwhile: it waits for the duplicate's place instead of being refused.
+    const fresh = p.submit(t.request('new-1'));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    held.open();
+    expect(await duplicate).toMatchObject({ outcome: 'stored', transfer: { state: 'COMPLETED' } });
+    expect((await fresh).outcome).toBe('created');
+    await eventually(() => state.running === 1);
+    // The place is now taken by real work: a new id is refused, a duplicate still gets its stored outcome.
+    const refused = await p.submit(t.request('new-2')).catch((err: unknown) => err);
+    expect(SluiceError.hasCode(refused, 'QUEUE_FULL')).toBe(true);
+    expect(await t.store.get('new-2')).toBeFalsy();
+    expect(await p.submit(t.request('done-1'))).toMatchObject({ outcome: 'stored' });
+    expect(await p.submit(t.request('new-1'))).toMatchObject({ outcome: 'running', confirmed: true });
+  });
 });

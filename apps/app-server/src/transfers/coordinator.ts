@@ -4,12 +4,13 @@ import {
   QueueFullError,
   requestHash,
   ShuttingDownError,
+  SluiceError,
   TransferNotFoundError,
   type TransferRecord,
   type TransferRequest,
   type TransferState,
 } from '@sluice/core';
-import { claim } from './claim.js';
+import { type ClaimResult, claim } from './claim.js';
 import type { CoordinatorOptions, CoordinatorState } from './context.js';
 import { stopRun } from './execution.js';
 import { FireAndForget } from './fire-and-forget.js';
@@ -17,7 +18,7 @@ import { LeaseKeeper } from './leases.js';
 import { StopReason } from './local-run.js';
 import { ownerChange, whoRuns } from './owner-lookup.js';
 import { Recovery } from './recovery.js';
-import { Scheduler } from './scheduler.js';
+import { Scheduler, type Ticket } from './scheduler.js';
 import type { Submission } from './submission.js';
 import { terminate } from './terminate.js';
 import { type TransferView, transferView } from './view.js';
@@ -127,12 +128,21 @@ export class TransferCoordinator {
     const id = request.id;
     const pending = this.#state.claiming.get(id);
     if (pending) await pending.catch(() => {});
-    const record = await store.get(id);
-    if (!record) {
-      const result = await claim(this.#state, { via: 'new', request, hash, runnable }, this.#reserve());
-      if (result.status !== 'claimed') return null;
-      metrics.submits.inc({ outcome: 'created' });
-      return { outcome: 'created', transfer: transferView(result.record) };
+    let record: TransferRecord | null;
+    const inserted = await this.#insertFirst(request, hash, runnable);
+    if (inserted === undefined) {
+      record = await store.get(id);
+      if (!record) {
+        const result = await this.#claimNew(request, hash, runnable, await this.#reserve());
+        if (result.status !== 'claimed') return null;
+        return this.#created(result.record);
+      }
+    } else if (inserted.status === 'claimed') {
+      return this.#created(inserted.record);
+    } else if (inserted.status === 'exists') {
+      record = inserted.record;
+    } else {
+      return null;
     }
     if (record.requestHash !== hash) {
       metrics.submits.inc({ outcome: 'conflict' });
@@ -162,7 +172,7 @@ export class TransferCoordinator {
         // Same hash: the stored request is the one just confined.
         runnable,
       },
-      this.#reserve(),
+      await this.#reserve(),
     );
     if (result.status === 'lease-held') {
       // The backplane could not tell and the lease is fresh by the store's clock: a busy owner looks the
@@ -178,6 +188,45 @@ export class TransferCoordinator {
     return { outcome: 'resumed', transfer: transferView(result.record) };
   }
 
+  /**
+   * A submit of an id this node neither runs nor is claiming inserts first: one store statement both creates a
+   * new transfer and, on conflict, returns the stored record (docs/coordinator.md § Submitting inserts first).
+   * Its queue place is provisional: a new id that finds no place free waits for it instead of being refused, so a
+   * duplicate never costs another submit a `429`. Undefined when it does not apply: the id is known here (its
+   * local run decides), or no place is free — a duplicate gets its stored answer, never a `429`.
+   */
+  async #insertFirst(
+    request: TransferRequest,
+    hash: string,
+    runnable: TransferRequest,
+  ): Promise<ClaimResult | undefined> {
+    const state = this.#state;
+    if (state.runs.has(request.id) || state.claiming.has(request.id)) return undefined;
+    const ticket = state.scheduler.tryReserve({ provisional: true });
+    if (!ticket) return undefined;
+    return this.#claimNew(request, hash, runnable, ticket);
+  }
+
+  async #claimNew(
+    request: TransferRequest,
+    hash: string,
+    runnable: TransferRequest,
+    ticket: Ticket,
+  ): Promise<ClaimResult> {
+    try {
+      return await claim(this.#state, { via: 'new', request, hash, runnable }, ticket);
+    } catch (err) {
+      if (SluiceError.hasCode(err, 'IDEMPOTENCY_CONFLICT'))
+        this.#state.o.metrics.submits.inc({ outcome: 'conflict' });
+      throw err;
+    }
+  }
+
+  #created(record: TransferRecord): Submission {
+    this.#state.o.metrics.submits.inc({ outcome: 'created' });
+    return { outcome: 'created', transfer: transferView(record) };
+  }
+
   #running(
     record: TransferRecord,
     confirmed: boolean,
@@ -190,8 +239,8 @@ export class TransferCoordinator {
     return { outcome: 'running', transfer, confirmed };
   }
 
-  #reserve() {
-    const ticket = this.#state.scheduler.tryReserve();
+  async #reserve(): Promise<Ticket> {
+    const ticket = await this.#state.scheduler.reserve();
     if (!ticket) {
       this.#state.o.metrics.submits.inc({ outcome: 'queue-full' });
       throw new QueueFullError(1);

@@ -34,4 +34,25 @@ describe('Scheduler', () => {
     expect(peak).toBe(2);
     expect(scheduler.free).toBe(3);
   });
+
+  it('reserve() waits for provisional reservations before refusing, and refuses when they became work', async () => {
+    const scheduler = new Scheduler({ concurrency: 1, queueSize: 1 });
+    scheduler.start(scheduler.tryReserve()!, () => new Promise(() => {}));
+    const duplicate = scheduler.tryReserve({ provisional: true })!;
+    expect(scheduler.tryReserve()).toBeNull();
+    // Dropped (it was a duplicate): the waiting reservation gets its place.
+    const waiting = scheduler.reserve();
+    scheduler.cancel(duplicate);
+    const ticket = await waiting;
+    expect(ticket).not.toBeNull();
+    expect(scheduler.free).toBe(0);
+    scheduler.cancel(ticket!);
+    // Used (it was new work): the place is taken, and the waiting reservation is refused.
+    const created = scheduler.tryReserve({ provisional: true })!;
+    const refused = scheduler.reserve();
+    scheduler.start(created, () => new Promise(() => {}));
+    expect(await refused).toBeNull();
+    // Only provisional reservations are waited for.
+    expect(await scheduler.reserve()).toBeNull();
+  });
 });

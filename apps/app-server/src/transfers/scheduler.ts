@@ -18,6 +18,8 @@ export class Scheduler {
   readonly #queueSize: number;
   #running = 0;
   #reserved = 0;
+  /** Provisional reservations not yet used or dropped: each settles when it is. */
+  readonly #provisional = new Set<Promise<void>>();
   readonly #queue: Array<() => void> = [];
   #idleWaiters: Array<() => void> = [];
 
@@ -44,19 +46,46 @@ export class Scheduler {
     );
   }
 
-  /** Reserves a place, or returns null when full. Release it with `start` or `cancel`. */
-  tryReserve(): Ticket | null {
+  /**
+   * Reserves a place, or returns null when full. Release it with `start` or `cancel`. A `provisional` reservation
+   * is for work that may turn out not to exist — a submit that inserts first and may find a duplicate — and
+   * {@link reserve} waits for it instead of refusing.
+   */
+  tryReserve(options?: { provisional?: boolean }): Ticket | null {
     if (this.free <= 0) return null;
     this.#reserved++;
     let used = false;
+    let settled: (() => void) | null = null;
+    if (options?.provisional) {
+      const pending = new Promise<void>((resolve) => {
+        settled = () => {
+          this.#provisional.delete(pending);
+          resolve();
+        };
+      });
+      this.#provisional.add(pending);
+    }
     return {
       use: () => {
         if (used) return false;
         used = true;
         this.#reserved--;
+        settled?.();
         return true;
       },
     };
+  }
+
+  /**
+   * Reserves a place; when none is free but provisional reservations hold some, waits until those held now are
+   * used or dropped and tries once more. So work is refused only for places taken by work that exists, never
+   * for one a duplicate held for the length of a statement.
+   */
+  async reserve(): Promise<Ticket | null> {
+    const ticket = this.tryReserve();
+    if (ticket || this.#provisional.size === 0) return ticket;
+    await Promise.all([...this.#provisional]);
+    return this.tryReserve();
   }
 
   /** Drops a reservation that will not be used. */
