@@ -536,7 +536,7 @@ describe('TransferCoordinator', () => {
     expect(starts).toEqual(['q-first', 'q-next']);
   });
 
-  it('a new-id submit is one store statement before its answer (it inserts first), and so is a duplicate of a finished transfer', async () => {
+  it('a new-id submit is one store statement before its answer (it inserts first), and so is a resend of a finished transfer', async () => {
     await using t = await setup();
     await using backplane = createSingleNodeBackplane({ nodeId: 's' });
     const calls: string[] = [];
@@ -557,8 +557,14 @@ describe('TransferCoordinator', () => {
     expect(calls).toEqual(['submit']);
     await eventually(async () => (await t.store.get('one-1'))?.state === 'COMPLETED');
     calls.length = 0;
+    // A resend to the node that saw it stored reads it; to a node that did not, the insert finds it.
     const again = await s.submit(t.request('one-1'));
     expect(again).toMatchObject({ outcome: 'stored', transfer: { id: 'one-1', state: 'COMPLETED' } });
+    expect(calls).toEqual(['get']);
+    calls.length = 0;
+    const other = t.coordinator({ store: counted, backplane, identity: identity('o'), execute });
+    const elsewhere = await other.submit(t.request('one-1'));
+    expect(elsewhere).toMatchObject({ outcome: 'stored', transfer: { id: 'one-1', state: 'COMPLETED' } });
     expect(calls).toEqual(['submit']);
     // Another request under the same id is refused, and nothing of it is stored.
     const changed = parseTransferRequest({
@@ -585,6 +591,18 @@ describe('TransferCoordinator', () => {
       }
       return (real as DataPlaneStore['submit'])(...(args as Parameters<DataPlaneStore['submit']>));
     });
+    // done-1 finished on another node: this one has not seen it, so its resend inserts first.
+    await using seedBackplane = createSingleNodeBackplane({ nodeId: 'seed' });
+    const seed = t.coordinator({
+      backplane: seedBackplane,
+      identity: identity('seed'),
+      execute: async () => ({ recordsRead: 1, recordsWritten: 1, badRecords: 0 }),
+    });
+    seed.start();
+    for (const id of ['done-1', 'done-2']) {
+      expect((await seed.submit(t.request(id))).outcome).toBe('created');
+      await eventually(async () => (await t.store.get(id))?.state === 'COMPLETED');
+    }
     const { state, execute } = foreverExecutor();
     // One place in all: one running transfer, no queue.
     const p = t.coordinator({
@@ -595,11 +613,6 @@ describe('TransferCoordinator', () => {
       limits: { maxConcurrentTransfers: 1, queueSize: 0 },
     });
     p.start();
-    expect((await p.submit(t.request('done-1'))).outcome).toBe('created');
-    await eventually(() => state.running === 1);
-    state.finish();
-    await eventually(async () => (await t.store.get('done-1'))?.state === 'COMPLETED');
-    await eventually(() => p.stats().running === 0);
     // A duplicate's insert holds the only place while its statement is in flight …
     holdNext = true;
     const duplicate = p.submit(t.request('done-1'));
@@ -616,6 +629,8 @@ describe('TransferCoordinator', () => {
     expect(SluiceError.hasCode(refused, 'QUEUE_FULL')).toBe(true);
     expect(await t.store.get('new-2')).toBeFalsy();
     expect(await p.submit(t.request('done-1'))).toMatchObject({ outcome: 'stored' });
+    // … also one this node never saw (no place for an insert: it reads first).
+    expect(await p.submit(t.request('done-2'))).toMatchObject({ outcome: 'stored' });
     expect(await p.submit(t.request('new-1'))).toMatchObject({ outcome: 'running', confirmed: true });
   });
 });

@@ -17,6 +17,7 @@ import { FireAndForget } from './fire-and-forget.js';
 import { LeaseKeeper } from './leases.js';
 import { StopReason } from './local-run.js';
 import { ownerChange, whoRuns } from './owner-lookup.js';
+import { RecentIds } from './recent-ids.js';
 import { Recovery } from './recovery.js';
 import { Scheduler, type Ticket } from './scheduler.js';
 import type { Submission } from './submission.js';
@@ -28,6 +29,8 @@ export { type Submission, submissionReply } from './submission.js';
 
 const WATCHDOG_MS = 20;
 const SUBMIT_PASSES = 8;
+/** How many ids seen stored a node remembers to answer their resends with one read (about 1 MiB at 100-character ids). */
+const RECENT_IDS = 10_000;
 
 /**
  * The idempotence protocol of docs/architecture.md § Protocol 1 on top of the store and backplane ports. This class only
@@ -49,6 +52,8 @@ export class TransferCoordinator {
   readonly #recovery: Recovery;
   readonly #fireAndForget: FireAndForget;
   readonly #timers: NodeJS.Timeout[] = [];
+  /** Ids seen stored lately: their resends read first (docs/coordinator.md § Submitting inserts first). */
+  readonly #stored = new RecentIds(RECENT_IDS);
 
   constructor(options: CoordinatorOptions) {
     this.#state = {
@@ -144,6 +149,7 @@ export class TransferCoordinator {
     } else {
       return null;
     }
+    this.#stored.add(id);
     if (record.requestHash !== hash) {
       metrics.submits.inc({ outcome: 'conflict' });
       throw new IdempotencyConflictError(id);
@@ -193,7 +199,7 @@ export class TransferCoordinator {
    * new transfer and, on conflict, returns the stored record (docs/coordinator.md § Submitting inserts first).
    * Its queue place is provisional: a new id that finds no place free waits for it instead of being refused, so a
    * duplicate never costs another submit a `429`. Undefined when it does not apply: the id is known here (its
-   * local run decides), or no place is free — a duplicate gets its stored answer, never a `429`.
+   * local run decides, or it was seen stored: a resend is one read), or no place is free — a duplicate gets its stored answer, never a `429`.
    */
   async #insertFirst(
     request: TransferRequest,
@@ -201,7 +207,8 @@ export class TransferCoordinator {
     runnable: TransferRequest,
   ): Promise<ClaimResult | undefined> {
     const state = this.#state;
-    if (state.runs.has(request.id) || state.claiming.has(request.id)) return undefined;
+    const id = request.id;
+    if (state.runs.has(id) || state.claiming.has(id) || this.#stored.has(id)) return undefined;
     const ticket = state.scheduler.tryReserve({ provisional: true });
     if (!ticket) return undefined;
     return this.#claimNew(request, hash, runnable, ticket);
@@ -223,6 +230,7 @@ export class TransferCoordinator {
   }
 
   #created(record: TransferRecord): Submission {
+    this.#stored.add(record.id);
     this.#state.o.metrics.submits.inc({ outcome: 'created' });
     return { outcome: 'created', transfer: transferView(record) };
   }
