@@ -199,7 +199,8 @@ export class TransferCoordinator {
    * new transfer and, on conflict, returns the stored record (docs/coordinator.md § Submitting inserts first).
    * Its queue place is provisional: a new id that finds no place free waits for it instead of being refused, so a
    * duplicate never costs another submit a `429`. Undefined when it does not apply: the id is known here (its
-   * local run decides, or it was seen stored: a resend is one read), or no place is free — a duplicate gets its stored answer, never a `429`.
+   * local run decides, or it was seen stored: a resend is one read), or no place is free — a duplicate then gets
+   * its stored answer, never a `429`.
    */
   async #insertFirst(
     request: TransferRequest,
