@@ -6,7 +6,6 @@ import swaggerUi from '@fastify/swagger-ui';
 import {
   andFilters,
   parseCountQuery,
-  parseQuery,
   type QueryLimits,
   RecordNotFoundError,
   type SluiceConfig,
@@ -20,13 +19,13 @@ import type { z } from 'zod';
 import { TokenAuthenticator } from './auth.js';
 import { changeFeedPlugin } from './changes/plugin.js';
 import { CACHE_HEADER, CHECKPOINT_HEADER, checkpointStamps } from './checkpoint-headers.js';
-import { unwrapCursor } from './cursor.js';
 import { endpointAccess } from './endpoint-access.js';
 import { type FastRoute, fastLookupRoute } from './fast-lookup.js';
+import { fastQueryRoute } from './fast-query.js';
 import { POSITION_HEADER } from './freshness.js';
 import { rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
-import { pageFrame } from './page-body.js';
+import { queryPage } from './query-page.js';
 import { recordReader } from './record-read.js';
 import type { EndpointRegistry } from './registry.js';
 import { requestMetricsHook, requestRecorder } from './request-metrics.js';
@@ -99,6 +98,8 @@ export async function buildApp(options: BuildAppOptions) {
   const bodyLimit = config.http.bodyBytes;
   // Set once the routes exist: point lookups are answered below fastify when they can be (fast-lookup.ts).
   let fastLookup: FastRoute | null = null;
+  // Set once fastify is ready: range queries are answered below fastify when they can be (fast-query.ts).
+  let fastQuery: FastRoute | null = null;
   const app = Fastify({
     loggerInstance: options.logger,
     // No per-request log lines: at tens of thousands of requests per second they would cost more than the
@@ -117,7 +118,9 @@ export async function buildApp(options: BuildAppOptions) {
       // fastify passes its resolved options (its defaults filled in).
       const settings = factoryOptions as unknown as ServerSettings;
       const server = createServer(settings.http ?? {}, (request, response) => {
-        if (fastLookup === null || !fastLookup(request, response)) handler(request, response);
+        if (fastLookup?.(request, response)) return;
+        if (fastQuery?.(request, response)) return;
+        handler(request, response);
       });
       server.keepAliveTimeout = settings.keepAliveTimeout;
       server.requestTimeout = settings.requestTimeout;
@@ -315,14 +318,10 @@ export async function buildApp(options: BuildAppOptions) {
     async (request, reply) => {
       const { lease, rowFilter } = await openFresh(request, request.params.name);
       try {
-        const generation = lease.generation.name;
-        reply.header(CACHE_HEADER, generation);
-        const query = parseQuery(request.body, limits);
-        if (query.after !== null) query.after = unwrapCursor(query.after, generation);
-        query.filter = andFilters(query.filter, rowFilter);
+        reply.header(CACHE_HEADER, lease.generation.name);
         // The body as one buffer (stored record bytes between the frame's head and tail, the cursor wrapped
         // for this generation), with the commit state of the same snapshot.
-        const page = lease.cache.queryJson(query, pageFrame(generation));
+        const page = queryPage(lease, request.body, rowFilter, limits);
         stampState(reply, page.state);
         return reply.type(JSON_CONTENT_TYPE).send(page.json as never);
       } finally {
@@ -361,6 +360,18 @@ export async function buildApp(options: BuildAppOptions) {
     record: recordRequest,
     cors: config.api.cors !== undefined && config.api.cors !== null,
     isStopping: options.isStopping,
+  });
+
+  fastQuery = fastQueryRoute({
+    registry,
+    access,
+    limits,
+    headersOf,
+    record: recordRequest,
+    bodyLimit,
+    cors: config.api.cors !== undefined && config.api.cors !== null,
+    isStopping: options.isStopping,
+    inject: (request) => app.inject(request),
   });
 
   await app.register(changeFeedPlugin, {

@@ -1,0 +1,32 @@
+/**
+ * One page of a query, as both query routes answer it (the fastify route in app.ts and the fast route in
+ * fast-query.ts): the parsed body checked by core's query parser with the configured limits, the cursor unwrapped
+ * for the leased generation, the token's row filter added, and the records' stored bytes framed as the response
+ * body with the cursor wrapped for that generation.
+ */
+import { andFilters, type Filter, type JsonPage, parseQuery, type QueryLimits } from '@sluice/core';
+import { unwrapCursor } from './cursor.js';
+import { pageFrame } from './page-body.js';
+import type { Lease } from './serving-table.js';
+
+/**
+ * The page `body` asks for, read in one snapshot of the leased generation (its commit state is `page.state`).
+ *
+ * @example
+ * ```ts
+ * const page = queryPage(lease, JSON.parse(text), rowFilter, limits);
+ * response.end(page.json); // {"records":[…],"next":…}
+ * ```
+ */
+export function queryPage(
+  lease: Lease,
+  body: unknown,
+  rowFilter: Filter | undefined,
+  limits: QueryLimits,
+): JsonPage {
+  const generation = lease.generation.name;
+  const query = parseQuery(body, limits);
+  if (query.after !== null) query.after = unwrapCursor(query.after, generation);
+  query.filter = andFilters(query.filter, rowFilter);
+  return lease.cache.queryJson(query, pageFrame(generation));
+}
