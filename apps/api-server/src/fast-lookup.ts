@@ -11,24 +11,19 @@
  * endpoint accepts, and a record that exists for it. Everything else — errors above all (401, 403, 404, 400,
  * 503 while stopping) — goes to the fastify route, so problem details, CORS and auth have one definition.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { CACHE_HEADER, CHECKPOINT_HEADER, type CheckpointStamps } from './checkpoint-headers.js';
+import type { CheckpointStamps } from './checkpoint-headers.js';
 import type { EndpointAccess } from './endpoint-access.js';
-import { MIN_POSITION_HEADER, POSITION_HEADER } from './freshness.js';
+import { type FastRoute, leftToFastify, okHeaders } from './fast-route.js';
 import type { RecordReader } from './record-read.js';
 import type { EndpointRegistry } from './registry.js';
 import type { RequestRecorder } from './request-metrics.js';
 import type { Lease } from './serving-table.js';
-
-/** Answers the request and returns true, or returns false having written nothing (fastify answers it). */
-export type FastRoute = (request: IncomingMessage, response: ServerResponse) => boolean;
 
 /** The fastify route pattern the fast lookups stand in for (their metrics label). */
 export const LOOKUP_ROUTE = '/v1/endpoints/:name/records/:key';
 
 // Endpoint names with characters a URL would percent-encode are left to fastify (it decodes route params).
 const LOOKUP_PATH = /^\/v1\/endpoints\/([A-Za-z0-9_.-]{1,256})\/records\/([^/?#]+)$/;
-const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
 export interface FastLookupOptions {
   registry: EndpointRegistry;
@@ -58,7 +53,7 @@ export function fastLookupRoute(options: FastLookupOptions): FastRoute {
     const match = LOOKUP_PATH.exec(request.url ?? '');
     if (match === null) return false;
     const headers = request.headers;
-    if (headers[MIN_POSITION_HEADER] !== undefined || (cors && headers.origin !== undefined)) return false;
+    if (leftToFastify(headers, cors)) return false;
     const started = performance.now();
     const name = match[1]!;
     let lease: Lease | undefined;
@@ -69,10 +64,7 @@ export function fastLookupRoute(options: FastLookupOptions): FastRoute {
       lease = registry.acquire(name);
       const { state, bytes } = readRecord(lease, match[2]!, rowFilter);
       if (bytes === undefined) return false;
-      const checkpoint = headersOf(state);
-      raw = [CACHE_HEADER, lease.generation.name, CHECKPOINT_HEADER, checkpoint.header];
-      if (checkpoint.position !== null) raw.push(POSITION_HEADER, checkpoint.position);
-      raw.push('content-type', JSON_CONTENT_TYPE, 'content-length', String(bytes.length));
+      raw = okHeaders(lease.generation.name, headersOf(state), bytes.length);
       body = bytes;
     } catch {
       // Whatever failed (token, unknown endpoint, key, a generation closing under a switch) fastify's route

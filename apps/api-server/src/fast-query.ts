@@ -14,10 +14,9 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Filter, QueryLimits } from '@sluice/core';
-import { CACHE_HEADER, CHECKPOINT_HEADER, type CheckpointStamps } from './checkpoint-headers.js';
+import type { CheckpointStamps } from './checkpoint-headers.js';
 import type { EndpointAccess } from './endpoint-access.js';
-import type { FastRoute } from './fast-lookup.js';
-import { MIN_POSITION_HEADER, POSITION_HEADER } from './freshness.js';
+import { type FastRoute, leftToFastify, okHeaders } from './fast-route.js';
 import { queryPage } from './query-page.js';
 import type { EndpointRegistry } from './registry.js';
 import type { RequestRecorder } from './request-metrics.js';
@@ -28,7 +27,6 @@ export const QUERY_ROUTE = '/v1/endpoints/:name/query';
 
 // Endpoint names with characters a URL would percent-encode are left to fastify (it decodes route params).
 const QUERY_PATH = /^\/v1\/endpoints\/([A-Za-z0-9_.-]{1,256})\/query$/;
-const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 /** Headers of a connection, not of an answer: never copied from an injected reply. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'date']);
 
@@ -111,12 +109,8 @@ export function fastQueryRoute(options: FastQueryOptions): FastRoute {
     try {
       const parsed: unknown = JSON.parse(body.toString('utf8'));
       lease = registry.acquire(name);
-      const generation = lease.generation.name;
       const page = queryPage(lease, parsed, rowFilter, limits);
-      const checkpoint = headersOf(page.state);
-      raw = [CACHE_HEADER, generation, CHECKPOINT_HEADER, checkpoint.header];
-      if (checkpoint.position !== null) raw.push(POSITION_HEADER, checkpoint.position);
-      raw.push('content-type', JSON_CONTENT_TYPE, 'content-length', String(page.json.length));
+      raw = okHeaders(lease.generation.name, headersOf(page.state), page.json.length);
       json = page.json;
     } catch {
       // Whatever failed, fastify's route meets it again with the same request and answers it as the problem it is.
@@ -135,7 +129,7 @@ export function fastQueryRoute(options: FastQueryOptions): FastRoute {
     const match = QUERY_PATH.exec(request.url ?? '');
     if (match === null) return false;
     const headers = request.headers;
-    if (headers[MIN_POSITION_HEADER] !== undefined || (cors && headers.origin !== undefined)) return false;
+    if (leftToFastify(headers, cors)) return false;
     if (!isJson(headers['content-type']) || headers['transfer-encoding'] !== undefined) return false;
     const length = Number(headers['content-length']);
     if (!Number.isInteger(length) || length <= 0 || length > bodyLimit) return false;

@@ -2,53 +2,27 @@
  * Lookups answered below fastify (src/fast-lookup.ts): which requests the fast route takes, that it writes
  * nothing to the ones it leaves to fastify, and that a lookup answers byte for byte the same either way.
  */
-import { createHmac } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer } from 'node:http';
 import { openCacheManager } from '@sluice/cache';
-import { DEFAULT_QUERY_LIMITS, resolveConfig } from '@sluice/core';
-import { spawnTs, tempDir } from '@sluice/testkit';
-import { pino } from 'pino';
+import { DEFAULT_QUERY_LIMITS } from '@sluice/core';
+import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { TokenAuthenticator } from '../src/auth.js';
 import { checkpointStamps } from '../src/checkpoint-headers.js';
 import { endpointAccess } from '../src/endpoint-access.js';
 import { fastLookupRoute, LOOKUP_ROUTE } from '../src/fast-lookup.js';
-import { startApiServer } from '../src/index.js';
 import { recordReader } from '../src/record-read.js';
 import { EndpointRegistry } from '../src/registry.js';
+import {
+  answerHeaders,
+  LEFT_TO_FASTIFY,
+  listen,
+  sign,
+  startSecuredApiServer,
+  verifyTestToken,
+  writeItemsAndOrders,
+} from './fast-routes.js';
 import { item } from './fixtures/data.js';
-import { WRITER } from './helpers.js';
-
-const SECRET = 'a-test-secret-of-32-characters!!';
-/** The status the test server answers with when the fast route left a request alone. */
-const LEFT_TO_FASTIFY = 599;
-
-async function writeItemsAndOrders(root: string): Promise<void> {
-  const child = spawnTs(WRITER, ['--root', root, '--count', '300', '--orders']);
-  await child.waitForLine(/^DONE$/, 60_000);
-  expect((await child.exited).code).toBe(0);
-}
-
-function sign(claims: Record<string, unknown>, secret = SECRET): string {
-  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ iat: Math.floor(Date.now() / 1000), ...claims })}`;
-  return `${head}.${createHmac('sha256', secret).update(head).digest('base64url')}`;
-}
-
-/** HS256 check of the test's own tokens (the full server below verifies with @fastify/jwt). */
-function verifyTestToken(token: string): unknown {
-  const [head, payload, signature] = token.split('.');
-  const expected = createHmac('sha256', SECRET).update(`${head}.${payload}`).digest('base64url');
-  if (signature !== expected)
-    throw Object.assign(new Error('bad signature'), { code: 'FAST_JWT_INVALID_SIGNATURE' });
-  return JSON.parse(Buffer.from(payload!, 'base64url').toString('utf8'));
-}
-
-async function listen(server: Server): Promise<string> {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-}
 
 describe('fast lookups', () => {
   it('answers plain lookups itself and writes nothing to the requests it leaves to fastify', async () => {
@@ -159,19 +133,7 @@ describe('fast lookups', () => {
   it('answers a lookup with the same status, headers and bytes as the fastify route', async () => {
     await using dir = await tempDir('sluice-fast-');
     await writeItemsAndOrders(dir.path);
-    const config = resolveConfig({
-      dataDir: dir.path,
-      logLevel: 'silent',
-      api: { auth: { jwtSecret: SECRET, issuer: 'sluice-tests' } },
-    });
-    await using server = await startApiServer({
-      config,
-      dataDir: dir.path,
-      port: 0,
-      host: '127.0.0.1',
-      logger: pino({ level: 'silent' }),
-      watchMs: 50,
-    });
+    await using server = await startSecuredApiServer(dir.path);
     const all = `Bearer ${sign({ iss: 'sluice-tests', endpoints: '*' })}`;
     const filtered = `Bearer ${sign({ iss: 'sluice-tests', endpoints: ['items'], filters: { items: { category: 'a' } } })}`;
     const cases: Array<[string, string | undefined]> = [
@@ -185,11 +147,6 @@ describe('fast lookups', () => {
       ['/v1/endpoints/items/records/42', undefined],
       ['/v1/endpoints/orders/records/eu,1', filtered],
     ];
-    // Headers of the connection, not of the answer.
-    const comparable = (headers: Record<string, unknown>) => {
-      const { date: _d, connection: _c, 'keep-alive': _k, ...rest } = headers;
-      return rest;
-    };
     for (const [path, authorization] of cases) {
       const headers: Record<string, string> = authorization ? { authorization } : {};
       const overHttp = await fetch(`${server.url}${path}`, { headers });
@@ -198,8 +155,8 @@ describe('fast lookups', () => {
       const viaFastify = await server.app.inject({ method: 'GET', url: path, headers });
       expect({ path, status: overHttp.status }).toEqual({ path, status: viaFastify.statusCode });
       expect(httpBody.equals(viaFastify.rawPayload)).toBe(true);
-      expect(comparable(Object.fromEntries(overHttp.headers))).toEqual(
-        comparable(viaFastify.headers as Record<string, unknown>),
+      expect(answerHeaders(Object.fromEntries(overHttp.headers))).toEqual(
+        answerHeaders(viaFastify.headers as Record<string, unknown>),
       );
     }
     // Both answers of each case were counted under the route's label.

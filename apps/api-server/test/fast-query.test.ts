@@ -3,53 +3,29 @@
  * nothing to the ones it leaves to fastify, that a taken request that is not a page is handed to fastify whole,
  * and that a query answers byte for byte the same either way.
  */
-import { createHmac } from 'node:crypto';
-import { createServer, request as httpRequest, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer, request as httpRequest } from 'node:http';
 import { openCacheManager } from '@sluice/cache';
-import { DEFAULT_QUERY_LIMITS, resolveConfig } from '@sluice/core';
-import { spawnTs, tempDir } from '@sluice/testkit';
-import { pino } from 'pino';
+import { DEFAULT_QUERY_LIMITS } from '@sluice/core';
+import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { TokenAuthenticator } from '../src/auth.js';
 import { checkpointStamps } from '../src/checkpoint-headers.js';
 import { endpointAccess } from '../src/endpoint-access.js';
 import { fastQueryRoute, type InjectedReply, QUERY_ROUTE } from '../src/fast-query.js';
-import { startApiServer } from '../src/index.js';
 import { EndpointRegistry } from '../src/registry.js';
+import {
+  answerHeaders,
+  LEFT_TO_FASTIFY,
+  listen,
+  sign,
+  startSecuredApiServer,
+  verifyTestToken,
+  writeItemsAndOrders,
+} from './fast-routes.js';
 import { item } from './fixtures/data.js';
-import { WRITER } from './helpers.js';
 
-const SECRET = 'a-test-secret-of-32-characters!!';
-/** The status the test server answers with when the fast route left a request alone. */
-const LEFT_TO_FASTIFY = 599;
 /** The status of the stand-in for fastify's `inject` (a taken request handed over). */
 const HANDED_OVER = 598;
-
-function sign(claims: Record<string, unknown>, secret = SECRET): string {
-  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ iat: Math.floor(Date.now() / 1000), ...claims })}`;
-  return `${head}.${createHmac('sha256', secret).update(head).digest('base64url')}`;
-}
-
-function verifyTestToken(token: string): unknown {
-  const [head, payload, signature] = token.split('.');
-  const expected = createHmac('sha256', SECRET).update(`${head}.${payload}`).digest('base64url');
-  if (signature !== expected)
-    throw Object.assign(new Error('bad signature'), { code: 'FAST_JWT_INVALID_SIGNATURE' });
-  return JSON.parse(Buffer.from(payload!, 'base64url').toString('utf8'));
-}
-
-async function writeItems(root: string): Promise<void> {
-  const child = spawnTs(WRITER, ['--root', root, '--count', '300', '--orders']);
-  await child.waitForLine(/^DONE$/, 60_000);
-  expect((await child.exited).code).toBe(0);
-}
-
-async function listen(server: Server): Promise<string> {
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-}
 
 /** A POST with a chunked body (no content-length): fetch cannot send one from a string. */
 function postChunked(url: string, body: string): Promise<number> {
@@ -73,7 +49,7 @@ const PAGE = JSON.stringify({ $filter: { value: { $gte: 10 } }, $order_by: { val
 describe('fast queries', () => {
   it('answers plain queries itself, leaves the rest to fastify untouched, and hands over a taken request that is not a page', async () => {
     await using dir = await tempDir('sluice-fastq-');
-    await writeItems(dir.path);
+    await writeItemsAndOrders(dir.path);
     await using manager = await openCacheManager(dir.path, { readOnly: true });
     await using registry = await EndpointRegistry.start({
       caches: manager,
@@ -240,20 +216,8 @@ describe('fast queries', () => {
 
   it('answers a query with the same status, headers and bytes as the fastify route, errors included', async () => {
     await using dir = await tempDir('sluice-fastq-');
-    await writeItems(dir.path);
-    const config = resolveConfig({
-      dataDir: dir.path,
-      logLevel: 'silent',
-      api: { auth: { jwtSecret: SECRET, issuer: 'sluice-tests' } },
-    });
-    await using server = await startApiServer({
-      config,
-      dataDir: dir.path,
-      port: 0,
-      host: '127.0.0.1',
-      logger: pino({ level: 'silent' }),
-      watchMs: 50,
-    });
+    await writeItemsAndOrders(dir.path);
+    await using server = await startSecuredApiServer(dir.path);
     const all = `Bearer ${sign({ iss: 'sluice-tests', endpoints: '*' })}`;
     const filtered = `Bearer ${sign({ iss: 'sluice-tests', endpoints: ['items'], filters: { items: { category: 'a' } } })}`;
     const first = await server.app.inject({
@@ -287,11 +251,6 @@ describe('fast queries', () => {
       ],
       ['/v1/endpoints/nothing/query', PAGE, all],
     ];
-    // Headers of the connection, not of the answer.
-    const comparable = (headers: Record<string, unknown>) => {
-      const { date: _d, connection: _c, 'keep-alive': _k, ...rest } = headers;
-      return rest;
-    };
     const statuses: number[] = [];
     for (const [url, payload, authorization] of cases) {
       const headers = { authorization, 'content-type': 'application/json' };
@@ -308,8 +267,8 @@ describe('fast queries', () => {
         payload,
         body: viaFastify.rawPayload.toString(),
       });
-      expect(comparable(Object.fromEntries(overHttp.headers))).toEqual(
-        comparable(viaFastify.headers as Record<string, unknown>),
+      expect(answerHeaders(Object.fromEntries(overHttp.headers))).toEqual(
+        answerHeaders(viaFastify.headers as Record<string, unknown>),
       );
       statuses.push(overHttp.status);
     }

@@ -42,9 +42,7 @@ export interface IndexBuildState {
 
 /** The state of a build that begins now; `onto` when the indexes already hold entries (see {@link IndexBuildState}). */
 export function newIndexBuild(onto = false): IndexBuildState {
-  return onto
-    ? { runs: 0, stale: false, withBytes: true, onto: true }
-    : { runs: 0, stale: false, withBytes: true };
+  return { runs: 0, stale: false, withBytes: true, ...(onto ? { onto: true } : {}) };
 }
 
 export const INDEX_BUILD_KEY = 'index-build';
