@@ -67,11 +67,41 @@ const arenaDecoder = {
   },
 };
 
+/** Where the last key a scan handle read sits: LMDB's shared key buffer, valid until the scan's next step. */
+let keySource: Uint8Array | null = null;
+let keyStart = 0;
+let keyEnd = 0;
+
 /**
- * Options of a scan handle (binary keys; each value decoded to its offset in the active arena, whose
- * `buffer` then holds it).
+ * The key encoder of scan handles. Keys are written as given (binary), and a read key is not copied: lmdb-js
+ * sliced every scanned key into a new buffer (a tenth of a range query's scan), while a query needs the key only
+ * to bound a reverse scan or to order a run of truncated keys. The scan reads as the key's length; the bytes are
+ * copied by {@link lastScannedKey} when needed.
+ */
+const lazyKeyEncoder = {
+  writeKey(key: Uint8Array, target: Uint8Array, start: number): number {
+    target.set(key, start);
+    return start + key.length;
+  },
+  readKey(source: Uint8Array, start: number, end: number): number {
+    keySource = source;
+    keyStart = start;
+    keyEnd = end;
+    return end - start;
+  },
+};
+
+/** A copy of the key a scan handle read last (call it before the scan's next step). */
+export function lastScannedKey(): Buffer {
+  if (keySource === null) throw new Error('no key was scanned');
+  return Buffer.from(keySource.subarray(keyStart, keyEnd));
+}
+
+/**
+ * Options of a scan handle: binary keys read as their length ({@link lastScannedKey} copies one), each value
+ * decoded to its offset in the active arena, whose `buffer` then holds it.
  */
 export const ARENA_SCAN_OPTIONS = {
-  keyEncoding: 'binary',
+  keyEncoder: lazyKeyEncoder,
   encoder: arenaDecoder,
 } as unknown as DatabaseOptions;

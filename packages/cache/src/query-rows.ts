@@ -7,6 +7,7 @@
  * something needs them (a residual filter, a sort, a cursor): see {@link fieldsOf}.
  */
 export interface Row {
+  /** The scanned key (empty where nothing reads it: see `scanEntries`). */
   key: Buffer;
   /** The data key, when the scan read it (primary scans); see `dataKeyOf` (query-exec.ts). */
   dataKey: Buffer | null;

@@ -6,7 +6,7 @@ import type { FieldType } from '@sluice/core';
 import type { Transaction } from 'lmdb';
 import type { CacheDbs } from './cache-dbs.js';
 import { encodeKey, truncatedComponentEnd } from './key-codec.js';
-import type { Arena } from './page-arena.js';
+import { type Arena, lastScannedKey } from './page-arena.js';
 import type { CheckedQuery } from './query-check.js';
 import type { Plan } from './query-plan.js';
 import type { Row } from './query-rows.js';
@@ -25,6 +25,9 @@ export interface ReadContext {
 }
 
 const FF = Buffer.from([0xff]);
+const LOWEST_KEY = Buffer.from([0]);
+/** The key of a row whose scanned key nothing reads (see `scanEntries`). */
+const NO_KEY: Buffer = Buffer.alloc(0);
 
 /** Where an ordered scan may start for an `$after` position (never past a record that sorts after it). */
 export function seekKey(
@@ -56,13 +59,17 @@ export function seekKey(
 /** Receives scanned rows in order; returns false to stop the scan. */
 export type Visit = (row: Row) => boolean;
 
-/** Visits the raw entries of the plan's ranges in scan order; returns false when `visit` stopped it. */
+/**
+ * Visits the raw entries of the plan's ranges in scan order; returns false when `visit` stopped it. Rows of an
+ * index scan carry their scanned key only when `needKeys` (or the scan is reverse); otherwise an empty one.
+ */
 export function scanEntries(
   ctx: ReadContext,
   plan: Plan,
   reverse: boolean,
   seek: Buffer | null,
   visit: Visit,
+  needKeys = false,
 ): boolean {
   const { transaction } = ctx;
   const count = plan.ranges.length;
@@ -91,20 +98,24 @@ export function scanEntries(
       continue;
     }
     // Covering entries: the value is the record's stored text, copied by the scan handle straight from
-    // LMDB's read buffer into the read's arena (it reads as its offset there); no data lookup.
+    // LMDB's read buffer into the read's arena (it reads as its offset there); no data lookup. The key reads as
+    // its length and is copied only where it is used (page-arena.ts `lastScannedKey`).
     const db = plan.source.index.scan;
     const { arena } = ctx;
+    // Reverse scans stop at the lowest possible key ([0], as for binary keys); `lo` bounds them below.
     const iterable = reverse
-      ? db.getRange({ start: hi, reverse: true, transaction })
+      ? db.getRange({ start: hi, end: LOWEST_KEY, reverse: true, transaction })
       : db.getRange({ start: lo, end: hi, transaction });
     const covering = ctx.dbs.covering;
-    for (const { key, value } of iterable) {
+    for (const { value } of iterable) {
       const bytes = arena.buffer;
       const length = arena.lastLength;
+      let key: Buffer = NO_KEY;
       if (reverse) {
+        key = lastScannedKey();
         if (Buffer.compare(key, hi) >= 0) continue;
         if (Buffer.compare(key, lo) < 0) break;
-      }
+      } else if (needKeys) key = lastScannedKey();
       if (covering) {
         if (!visit({ key, dataKey: null, bytes, offset: value, length, record: null })) return false;
         continue;
@@ -166,19 +177,26 @@ export function scanRows(
     for (const item of items) if (!visit(item)) return false;
     return true;
   };
-  const go = scanEntries(ctx, plan, reverse, seek, (row) => {
-    const end = truncatedComponentEnd(row.key, plan.components);
-    if (end < 0) {
-      if (cluster && !flush()) return false;
-      return visit(row);
-    }
-    const id = row.key.subarray(0, end);
-    if (cluster?.id.equals(id)) cluster.items.push(row);
-    else {
-      if (cluster && !flush()) return false;
-      cluster = { id: Buffer.from(id), items: [row] };
-    }
-    return true;
-  });
+  const go = scanEntries(
+    ctx,
+    plan,
+    reverse,
+    seek,
+    (row) => {
+      const end = truncatedComponentEnd(row.key, plan.components);
+      if (end < 0) {
+        if (cluster && !flush()) return false;
+        return visit(row);
+      }
+      const id = row.key.subarray(0, end);
+      if (cluster?.id.equals(id)) cluster.items.push(row);
+      else {
+        if (cluster && !flush()) return false;
+        cluster = { id: Buffer.from(id), items: [row] };
+      }
+      return true;
+    },
+    true,
+  );
   if (go && cluster) flush();
 }
