@@ -5,6 +5,7 @@
  * path match, lease, key parse, read, headers, metrics; the response's writeHead/end replaced by no-ops). Same
  * data and queries as `bench/run.ts`.
  *   node --conditions=@sluice/source --import tsx bench/profile-handler.ts [records] [calls]   (add --cpu-prof)
+ *   ONLY=query|lookup …                                                                         one kind only
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -25,6 +26,7 @@ import { createItemsGeneration } from './items-generation.js';
 
 const RECORDS = Number(process.argv[2] ?? 200_000);
 const CALLS = Number(process.argv[3] ?? 20_000);
+const ONLY = process.env.ONLY;
 const dir = mkdtempSync(join(tmpdir(), 'sluice-api-profile-'));
 try {
   await using manager = await openCacheManager(join(dir, 'c'));
@@ -45,8 +47,8 @@ try {
       sink += page.json.length + (page.state ? 1 : 0);
     }
   };
-  run(Math.min(CALLS, 5_000)); // warm up
-  for (let round = 0; round < 3; round++) {
+  if (ONLY !== 'lookup') run(Math.min(CALLS, 5_000)); // warm up
+  for (let round = 0; round < 3 && ONLY !== 'lookup'; round++) {
     const cpu = process.cpuUsage();
     run(CALLS);
     const used = process.cpuUsage(cpu);
@@ -59,8 +61,8 @@ try {
       sink += (bytes?.length ?? 0) + (state ? 1 : 0);
     }
   };
-  lookups(20_000);
-  {
+  if (ONLY !== 'query') lookups(20_000);
+  if (ONLY !== 'query') {
     const cpu = process.cpuUsage();
     lookups(CALLS * 5);
     const used = process.cpuUsage(cpu);
@@ -70,7 +72,7 @@ try {
   }
   await manager.redirect('items', cache.name);
   await cache.close();
-  {
+  if (ONLY !== 'query') {
     await using registry = await EndpointRegistry.start({
       caches: manager,
       host: 'local',
