@@ -11,7 +11,7 @@ import {
   type SluiceConfig,
   ValidationError,
 } from '@sluice/core';
-import { problemDetailsPlugin } from '@sluice/http';
+import { problemDetailsPlugin, problemFrameworkErrors } from '@sluice/http';
 import Fastify, { LogController } from 'fastify';
 import { jsonSchemaTransform, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger as PinoLogger } from 'pino';
@@ -46,6 +46,9 @@ import {
   RecordSchema,
 } from './schemas.js';
 import type { Generation } from './serving-table.js';
+
+/** Longest path parameter the router passes to a route: an 8 KiB record key, percent-encoded. */
+const MAX_PATH_PARAM_LENGTH = 9_000;
 
 /** The server settings fastify hands a `serverFactory` (the ones its own HTTP/1 server would be given). */
 interface ServerSettings {
@@ -107,8 +110,9 @@ export async function buildApp(options: BuildAppOptions) {
     // query. Failures are logged by the error handler; rates and latencies are in /metrics.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit,
-    // 8 KiB keys plus the rest of the path.
-    routerOptions: { maxParamLength: 9_000 },
+    // 8 KiB keys plus the rest of the path; a longer one is refused by the router, as a problem.
+    routerOptions: { maxParamLength: MAX_PATH_PARAM_LENGTH },
+    frameworkErrors: problemFrameworkErrors({ bodyLimit, maxParamLength: MAX_PATH_PARAM_LENGTH }),
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
     // problemDetailsPlugin refuses requests reaching a closing server as problems (NODE_SHUTTING_DOWN).

@@ -278,6 +278,32 @@ describe('app-server on embedded defaults', { timeout: 90_000 }, () => {
     expect((await call(`${node.url}/v1/transfers/ff-1`)).status).toBe(404);
   });
 
+  it('defect: a transfer with an id over 100 characters was stored but could not be read or terminated (the router refused its path in its own shape)', async () => {
+    const source = await writeRecords(join(roots[0]!, 'long-id.jsonl'), 5);
+    // The longest id the API accepts (200 characters).
+    const id = `long-${'x'.repeat(195)}`;
+    const created = await call(`${node.url}/v1/transfers`, {
+      json: fileTransfer(id, source, join(roots[1]!, 'long-id.jsonl')),
+    });
+    expect(created.status).toBe(201);
+    await waitForState(node.url, id, 'COMPLETED');
+    const read = await call(`${node.url}/v1/transfers/${id}`);
+    expect(read.status).toBe(200);
+    expect(read.body).toMatchObject({ id, state: 'COMPLETED' });
+    const terminated = await call(`${node.url}/v1/transfers/${id}/terminate`, { method: 'POST' });
+    expect(terminated.status).toBe(409);
+    expect(terminated.body.code).toBe('ILLEGAL_TRANSITION');
+    // Longer than any id: refused as a problem naming the limit, whichever layer refuses it.
+    const tooLong = await call(`${node.url}/v1/transfers/${'y'.repeat(5_000)}`);
+    expect(tooLong.status).toBe(400);
+    expect(tooLong.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(tooLong.body.code).toBe('VALIDATION_FAILED');
+    // A malformed percent-encoding in the path is a problem too.
+    const badUrl = await call(`${node.url}/v1/transfers/%E0%A4%A`);
+    expect(badUrl.status).toBe(400);
+    expect(badUrl.body.code).toBe('VALIDATION_FAILED');
+  });
+
   it('keeps the idempotence guarantees across a process restart (no PostgreSQL, no NATS)', async () => {
     const source = await writeRecords(join(roots[0]!, 'restart.jsonl'), 3_000);
     const destination = join(roots[1]!, 'restart-out.jsonl');

@@ -16,5 +16,6 @@ export {
   MAX_INSTANCE_LENGTH,
   type ProblemDetailsOptions,
   problemDetailsPlugin,
+  problemFrameworkErrors,
   problemInstance,
 } from './problem-details.js';

@@ -17,6 +17,13 @@ export interface NormalizeContext {
   contentType: string | undefined;
   /** The JSON body limit in bytes (named in a 413). */
   bodyLimit: number;
+  /** The router's longest path parameter, in characters (named when a path exceeds it). */
+  maxParamLength?: number;
+}
+
+/** A 400 about the request path; the path itself is the problem's `instance`, never repeated in its detail. */
+function invalidPath(message: string): ValidationError {
+  return new ValidationError(`Invalid path: ${message}`, [{ path: '(path)', message }]);
 }
 
 /** The fields fastify (and plugins such as `@fastify/jwt`) put on the errors they raise. */
@@ -79,6 +86,15 @@ export function normalizeHttpError(err: unknown, context: NormalizeContext): Slu
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return new MalformedJsonError(textOf(error.message, 'The body is not valid JSON'));
+    // The router's own refusals (through `problemFrameworkErrors`); their messages quote the whole path.
+    case 'FST_ERR_BAD_URL':
+      return invalidPath('a percent-encoded character is malformed');
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      return invalidPath(
+        context.maxParamLength === undefined
+          ? 'a path parameter is longer than the router accepts'
+          : `a path parameter is longer than ${context.maxParamLength} characters`,
+      );
   }
   if (Array.isArray(error.validation)) {
     const issues: FieldIssue[] = error.validation.map((item) => ({

@@ -14,6 +14,8 @@ import { normalizeHttpError } from './normalize.js';
 export interface ProblemDetailsOptions {
   /** Largest JSON body accepted, in bytes; a larger one is 413 `PAYLOAD_TOO_LARGE` naming this limit. */
   bodyLimit: number;
+  /** The router's longest path parameter (`routerOptions.maxParamLength`), named when a path exceeds it. */
+  maxParamLength?: number;
 }
 
 /**
@@ -66,6 +68,7 @@ function sendProblem(
   const error = normalizeHttpError(err, {
     contentType: request.headers['content-type'],
     bodyLimit: options.bodyLimit,
+    ...(options.maxParamLength === undefined ? {} : { maxParamLength: options.maxParamLength }),
   });
   const url = problemInstance(request.url);
   const { status, body } = toProblem(error, url);
@@ -76,6 +79,29 @@ function sendProblem(
   const retryAfter = retryAfterOf(error);
   if (retryAfter !== undefined) void reply.header('retry-after', String(retryAfter));
   return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
+}
+
+/**
+ * fastify's `frameworkErrors` option answering the router's own refusals as problems: a malformed percent-encoding
+ * (`FST_ERR_BAD_URL`) and a path parameter over `maxParamLength` (`FST_ERR_MAX_PARAM_LENGTH`) are
+ * `400 VALIDATION_FAILED`. The router raises them before any route or error handler runs, so the plugin cannot
+ * reach them: without this option fastify answers with a body of its own shape that quotes the whole path.
+ *
+ * @example
+ * ```ts
+ * const app = Fastify({
+ *   routerOptions: { maxParamLength: 9_000 },
+ *   frameworkErrors: problemFrameworkErrors({ bodyLimit, maxParamLength: 9_000 }),
+ * });
+ * await app.register(problemDetailsPlugin, { bodyLimit });
+ * ```
+ */
+export function problemFrameworkErrors(
+  options: ProblemDetailsOptions,
+): (error: Error, request: FastifyRequest, reply: FastifyReply) => void {
+  return (error, request, reply) => {
+    sendProblem(error, request, reply, options);
+  };
 }
 
 async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptions): Promise<void> {

@@ -2,7 +2,10 @@ import { Writable } from 'node:stream';
 import { QueueFullError, ShuttingDownError, UnauthorizedError, ValidationError } from '@sluice/core';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import { createLogger } from '../src/logger.js';
-import { problemDetailsPlugin } from '../src/problem-details.js';
+import { problemDetailsPlugin, problemFrameworkErrors } from '../src/problem-details.js';
+
+/** The longest path parameter the test application's router accepts. */
+export const MAX_PARAM_LENGTH = 64;
 
 /** The JSON body limit of the test application. */
 export const BODY_LIMIT = 2048;
@@ -39,6 +42,8 @@ export async function buildTestApp(): Promise<{
     logController: new LogController({ disableRequestLogging: true }),
     forceCloseConnections: 'idle',
     return503OnClosing: false,
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    frameworkErrors: problemFrameworkErrors({ bodyLimit: BODY_LIMIT, maxParamLength: MAX_PARAM_LENGTH }),
   });
   await app.register(problemDetailsPlugin, { bodyLimit: BODY_LIMIT });
   app.post('/echo', async (request) => ({
@@ -59,6 +64,7 @@ export async function buildTestApp(): Promise<{
   app.get('/stopping', async () => {
     throw new ShuttingDownError();
   });
+  app.get<{ Params: { id: string } }>('/things/:id', async (request) => ({ id: request.params.id }));
   app.get('/slow', async () => {
     await new Promise((resolve) => setTimeout(resolve, 300));
     return { slow: true };

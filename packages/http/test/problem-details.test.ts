@@ -9,7 +9,7 @@ import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EMPTY_BODY_MESSAGE } from '../src/normalize.js';
 import { MAX_INSTANCE_LENGTH } from '../src/problem-details.js';
-import { BODY_LIMIT, buildTestApp } from './helpers.js';
+import { BODY_LIMIT, buildTestApp, MAX_PARAM_LENGTH } from './helpers.js';
 
 let app: FastifyInstance;
 let logs: Array<Record<string, unknown>>;
@@ -135,6 +135,37 @@ describe('problemDetailsPlugin (inject)', () => {
     // Client errors are not logged.
     await app.inject({ method: 'GET', url: '/private' });
     expect(logs).toHaveLength(2);
+  });
+
+  it("defect: a malformed percent-encoding or an over-long path parameter was answered in fastify's own body shape, not as a problem", async () => {
+    const ok = await app.inject({ method: 'GET', url: '/things/a%20b' });
+    expect(ok.json()).toEqual({ id: 'a b' });
+    const badUrl = await app.inject({ method: 'GET', url: '/things/%E0%A4%A' });
+    expect(badUrl.statusCode).toBe(400);
+    expect(badUrl.headers['content-type']).toBe(PROBLEM_TYPE);
+    expect(badUrl.json()).toEqual({
+      type: 'https://sluice.dev/problems/validation-failed',
+      title: 'Bad Request',
+      status: 400,
+      code: 'VALIDATION_FAILED',
+      detail: 'Invalid path: a percent-encoded character is malformed',
+      instance: '/things/%E0%A4%A',
+      errors: [{ path: '(path)', message: 'a percent-encoded character is malformed' }],
+    });
+    const long = `/things/${'9'.repeat(MAX_PARAM_LENGTH + 1)}`;
+    const tooLong = await app.inject({ method: 'GET', url: long });
+    expect(tooLong.statusCode).toBe(400);
+    expect(tooLong.headers['content-type']).toBe(PROBLEM_TYPE);
+    expect(tooLong.json()).toMatchObject({
+      code: 'VALIDATION_FAILED',
+      detail: `Invalid path: a path parameter is longer than ${MAX_PARAM_LENGTH} characters`,
+      instance: long,
+    });
+    // The path is named once, as the instance (and not at all when it is too long to echo), never in the detail.
+    const huge = await app.inject({ method: 'GET', url: `/things/${'9'.repeat(MAX_INSTANCE_LENGTH + 1)}` });
+    expect(huge.json()).toMatchObject({ code: 'VALIDATION_FAILED' });
+    expect(huge.json()).not.toHaveProperty('instance');
+    expect(huge.body.length).toBeLessThan(400);
   });
 
   it(`omits instance for a path longer than ${MAX_INSTANCE_LENGTH} characters rather than clipping it`, async () => {

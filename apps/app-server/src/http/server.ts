@@ -10,7 +10,7 @@ import {
   TransferStateSchema,
   ValidationError,
 } from '@sluice/core';
-import { problemDetailsPlugin } from '@sluice/http';
+import { problemDetailsPlugin, problemFrameworkErrors } from '@sluice/http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import {
   jsonSchemaTransform,
@@ -27,6 +27,9 @@ import { type AuthSettings, bearerCheck } from './auth.js';
 import { consoleAssetsDir, consoleRoutes, isConsolePath } from './console-routes.js';
 import { endpointStreamRoutes, type SwitchSubscription } from './endpoint-stream.js';
 import { steeringRoutes } from './steering-routes.js';
+
+/** Longest path parameter the router passes to a route (see `routerOptions` below). */
+const MAX_PATH_PARAM_LENGTH = 1_024;
 
 export interface ServerOptions {
   logger: pino.Logger;
@@ -77,6 +80,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     // problemDetailsPlugin refuses requests reaching a closing server as problems (NODE_SHUTTING_DOWN).
     return503OnClosing: false,
     forceCloseConnections: 'idle',
+    // Path parameters are transfer ids (up to 200 characters) and endpoint names (up to 128): fastify's default
+    // of 100 refused reading a transfer with a longer id. Up to this limit the route's schema names the rule a
+    // value breaks; past it the router refuses the path, as a problem too.
+    routerOptions: { maxParamLength: MAX_PATH_PARAM_LENGTH },
+    frameworkErrors: problemFrameworkErrors({
+      bodyLimit: options.bodyLimit,
+      maxParamLength: MAX_PATH_PARAM_LENGTH,
+    }),
   });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
