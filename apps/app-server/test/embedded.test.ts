@@ -108,6 +108,14 @@ describe('app-server on embedded defaults', { timeout: 90_000 }, () => {
         path: 'id',
       },
       {
+        // A dot-segment: every URL client resolves it away, so the transfer could never be read or terminated.
+        name: 'dot-segment id',
+        init: { json: { ...valid, id: '..' } },
+        status: 400,
+        code: 'VALIDATION_FAILED',
+        path: 'id',
+      },
+      {
         name: 'unknown field',
         init: { json: { ...valid, extra: 1 } },
         status: 400,

@@ -63,6 +63,17 @@ describe('TransferIdSchema', () => {
     }
     expect(TransferIdSchema.safeParse('').error?.issues[0]?.message).toBe('must be 1 to 200 characters');
   });
+
+  it('defect: "." and ".." were accepted though no URL can name them (clients resolve them as dot-segments)', () => {
+    for (const id of ['.', '..']) {
+      const result = TransferIdSchema.safeParse(id);
+      expect(result.success, id).toBe(false);
+      expect(result.error?.issues[0]?.message).toBe('must not be "." or ".." (a URL path cannot name them)');
+    }
+    // Other runs of dots are plain path segments.
+    expect(TransferIdSchema.parse('...')).toBe('...');
+    expect(TransferIdSchema.parse('.a')).toBe('.a');
+  });
 });
 
 describe('parseTransferRequest: valid requests', () => {

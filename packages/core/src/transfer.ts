@@ -11,12 +11,16 @@ import { IdempotencyKeyMismatchError, ValidationError } from './errors.js';
 import { hashJson, JsonScalarSchema, refuseProtoKey, SafeKeySchema } from './json.js';
 import { parseOrThrow } from './validation.js';
 
-/** The idempotency key / transfer id: 1–200 chars of `[A-Za-z0-9._:-]`. */
+/**
+ * The idempotency key / transfer id: 1–200 chars of `[A-Za-z0-9._:-]`, except `.` and `..`: URL clients (fetch,
+ * browsers, curl) resolve those as dot-segments, so `GET /v1/transfers/..` never reaches the transfer.
+ */
 export const TransferIdSchema = z
   .string()
   .min(1, 'must be 1 to 200 characters')
   .max(200, 'must be 1 to 200 characters')
-  .regex(/^[A-Za-z0-9._:-]+$/, 'may contain only letters, digits, ".", "_", ":", "-"');
+  .regex(/^[A-Za-z0-9._:-]+$/, 'may contain only letters, digits, ".", "_", ":", "-"')
+  .refine((id) => id !== '.' && id !== '..', 'must not be "." or ".." (a URL path cannot name them)');
 
 export const TransferMode = { idempotent: 'idempotent', fireAndForget: 'fire-and-forget' } as const;
 export type TransferMode = (typeof TransferMode)[keyof typeof TransferMode];
