@@ -7,6 +7,7 @@
  *   pnpm --filter @sluice/api-server bench     (RECORDS=200000 DURATION=4 ROUNDS=3 CONNECTIONS=32 to change)
  *   PROFILE=<dir> … bench                       also writes the api-server's CPU profile (node --cpu-prof) there
  *   ONLY=query|lookup … bench                   one kind of run only (e.g. while profiling)
+ *   API_NODE_ARGS='--max-semi-space-size=64' …  extra node flags for the api-server process only (not the peers)
  *
  * Runs are interleaved (sluice, bare, pg, sluice, ...); the table reports each target's median of ROUNDS and the
  * median of the per-round ratios (a shared machine's noise hits the targets of one round alike).
@@ -23,6 +24,7 @@ import { createItemsGeneration } from './items-generation.js';
 
 const RECORDS = Number(process.env.RECORDS ?? 200_000);
 const PROFILE = process.env.PROFILE;
+const API_NODE_ARGS = (process.env.API_NODE_ARGS ?? '').split(' ').filter((arg) => arg !== '');
 const KINDS = (['lookup', 'query'] as const).filter((k) => !process.env.ONLY || process.env.ONLY === k);
 const DURATION = Number(process.env.DURATION ?? 4);
 /** Rounds per target, interleaved; the best round counts (a shared machine's noise only ever slows a run down). */
@@ -149,7 +151,7 @@ async function main(): Promise<void> {
   const config = await writeConfig(dir.path, { dataDir: dir.path, logLevel: 'warn', api: { port: apiPort } });
   await using api = spawnTs(API_BIN, ['--config', config], {
     env: { SLUICE_LOG_LEVEL: 'info' },
-    ...(PROFILE ? { nodeArgs: ['--cpu-prof', `--cpu-prof-dir=${PROFILE}`] } : {}),
+    nodeArgs: [...(PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${PROFILE}`] : []), ...API_NODE_ARGS],
   });
   await api.waitForLine(/api-server listening/, 60_000);
   const barePort = await freePort();
