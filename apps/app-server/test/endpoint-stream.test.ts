@@ -11,6 +11,11 @@ import { describe, expect, it } from 'vitest';
 import { call, localNode, startNodeProcess, tokenAndKeptGenerationsYaml, writeRecords } from './helpers.js';
 
 const TOKEN = 'stream-test-token-0123456789';
+/**
+ * Records of the endpoint: enough that a rebuild lasts seconds on a fast machine, so the stream (sampled every
+ * 500 ms) shows it building — 20 000 were sometimes rebuilt between two samples.
+ */
+const RECORDS = 200_000;
 const auth = { authorization: `Bearer ${TOKEN}` };
 
 /** Reads a stream in the background, keeping every event (data parsed) until it ends or is aborted. */
@@ -42,7 +47,7 @@ function watch(url: string) {
 describe('the endpoint stream of an app-server', () => {
   it('pushes the picture, a rebuild in progress and its switch, a rollback; heartbeats; ends on shutdown', async () => {
     await using dir = await tempDir('sluice-app-stream-');
-    const source = await writeRecords(join(dir.path, 'items.jsonl'), 20_000);
+    const source = await writeRecords(join(dir.path, 'items.jsonl'), RECORDS);
     await using node = await startNodeProcess({
       ...localNode('h1', dir.path),
       extraYaml: [
@@ -68,7 +73,7 @@ describe('the endpoint stream of an app-server', () => {
       await waitFor(
         async () => {
           const items = (await call(`${node.url}/v1/endpoints`, { headers: auth })).body.endpoints[0];
-          return items?.servingCache && items.records === 20_000 && !items.buildingCache ? items : null;
+          return items?.servingCache && items.records === RECORDS && !items.buildingCache ? items : null;
         },
         { timeoutMs: 60_000, what: 'the first generation to serve' },
       )
@@ -77,7 +82,7 @@ describe('the endpoint stream of an app-server', () => {
     const stream = watch(streamUrl);
     // On connect: the whole picture, generations and history included.
     const first = await waitFor(() => stream.pictures()[0], { what: 'the first picture' });
-    expect(first).toMatchObject({ name: 'items', servingCache: blue, records: 20_000, building: null });
+    expect(first).toMatchObject({ name: 'items', servingCache: blue, records: RECORDS, building: null });
     expect(first.generations.map((g) => [g.name, g.state])).toEqual([[blue, 'serving']]);
     expect(first.history.map((h) => [h.from, h.to, h.cause])).toEqual([[null, blue, 'restart']]);
 
@@ -93,7 +98,7 @@ describe('the endpoint stream of an app-server', () => {
     expect(switched.data).toMatchObject({ endpoint: 'items', from: blue, to: green, at: expect.any(String) });
     const building = stream.pictures().filter((p) => p.building !== null);
     expect(building.length).toBeGreaterThan(0);
-    expect(building[0]!.building).toMatchObject({ cache: green, expected: 20_000 });
+    expect(building[0]!.building).toMatchObject({ cache: green, expected: RECORDS });
     expect(building[0]!.generations.find((g) => g.name === green)?.state).toBe('building');
     const ratios = building.map((p) => p.building!.ratio!);
     expect(ratios).toEqual([...ratios].sort((a, b) => a - b));
