@@ -2,7 +2,6 @@
  * Lookups answered below fastify (src/fast-lookup.ts): which requests the fast route takes, that it writes
  * nothing to the ones it leaves to fastify, and that a lookup answers byte for byte the same either way.
  */
-import { createServer } from 'node:http';
 import { openCacheManager } from '@sluice/cache';
 import { DEFAULT_QUERY_LIMITS } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
@@ -18,6 +17,7 @@ import {
   LEFT_TO_FASTIFY,
   listen,
   sign,
+  standInServer,
   startSecuredApiServer,
   verifyTestToken,
   writeItemsAndOrders,
@@ -48,15 +48,7 @@ describe('fast lookups', () => {
         isStopping: () => stopping,
       });
     };
-    const serve = (auth: boolean) => {
-      const fast = build(auth);
-      return createServer((request, response) => {
-        if (fast(request, response)) return;
-        // Had the fast route written anything, this would throw (headers already sent) or mix into its answer.
-        response.writeHead(LEFT_TO_FASTIFY, { 'content-type': 'text/plain' });
-        response.end('left');
-      });
-    };
+    const serve = (auth: boolean) => standInServer(build(auth));
     const open = serve(false);
     const secured = serve(true);
     try {

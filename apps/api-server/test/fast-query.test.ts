@@ -3,7 +3,7 @@
  * nothing to the ones it leaves to fastify, that a taken request that is not a page is handed to fastify whole,
  * and that a query answers byte for byte the same either way.
  */
-import { createServer, request as httpRequest } from 'node:http';
+import { request as httpRequest } from 'node:http';
 import { openCacheManager } from '@sluice/cache';
 import { DEFAULT_QUERY_LIMITS } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
@@ -18,6 +18,7 @@ import {
   LEFT_TO_FASTIFY,
   listen,
   sign,
+  standInServer,
   startSecuredApiServer,
   verifyTestToken,
   writeItemsAndOrders,
@@ -82,15 +83,7 @@ describe('fast queries', () => {
           };
         },
       });
-    const serve = (auth: boolean) => {
-      const fast = build(auth);
-      return createServer((request, response) => {
-        if (fast(request, response)) return;
-        // Had the fast route written anything or read the body, this would throw or mix into its answer.
-        response.writeHead(LEFT_TO_FASTIFY, { 'content-type': 'text/plain' });
-        response.end('left');
-      });
-    };
+    const serve = (auth: boolean) => standInServer(build(auth));
     const open = serve(false);
     const secured = serve(true);
     try {

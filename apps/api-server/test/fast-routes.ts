@@ -4,12 +4,13 @@
  * two answers are compared by.
  */
 import { createHmac } from 'node:crypto';
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { resolveConfig } from '@sluice/core';
 import { spawnTs } from '@sluice/testkit';
 import { pino } from 'pino';
 import { expect } from 'vitest';
+import type { FastRoute } from '../src/fast-route.js';
 import { startApiServer } from '../src/index.js';
 import { WRITER } from './helpers.js';
 
@@ -38,6 +39,18 @@ export function verifyTestToken(token: string): unknown {
   if (signature !== expected)
     throw Object.assign(new Error('bad signature'), { code: 'FAST_JWT_INVALID_SIGNATURE' });
   return JSON.parse(Buffer.from(payload!, 'base64url').toString('utf8'));
+}
+
+/**
+ * An http server that offers each request to `route` and answers what it leaves with {@link LEFT_TO_FASTIFY}: had
+ * the route written anything (or read the body), writing that answer would throw or mix into the route's.
+ */
+export function standInServer(route: FastRoute): Server {
+  return createServer((request, response) => {
+    if (route(request, response)) return;
+    response.writeHead(LEFT_TO_FASTIFY, { 'content-type': 'text/plain' });
+    response.end('left');
+  });
 }
 
 /** Listens on a free local port; the server's base URL. */
