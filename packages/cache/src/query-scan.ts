@@ -192,7 +192,8 @@ export function scanRows(
       if (cluster?.id.equals(id)) cluster.items.push(row);
       else {
         if (cluster && !flush()) return false;
-        cluster = { id: Buffer.from(id), items: [row] };
+        // A view is enough: each row's key is its own copy (`lastScannedKey`, or lmdb-js's for primary scans).
+        cluster = { id, items: [row] };
       }
       return true;
     },
