@@ -229,6 +229,12 @@ describe('app-server: replication transfers', () => {
     const record = (await call(`${node.url}/v1/transfers/restart`)).body;
     expect(record.state).toBe('IN_PROGRESS');
     expect(record.attempts).toBeGreaterThanOrEqual(2);
+    // The restart was a retryable failure of the run, counted in `retries`; the LSN checkpoints saved since the
+    // changes were applied are progress, which sets the count back to 0.
+    await waitFor(async () => (await call(`${node.url}/v1/transfers/restart`)).body.retries === 0, {
+      timeoutMs: 30_000,
+      what: 'retries back to 0 after progress',
+    });
     const terminated = await call(`${node.url}/v1/transfers/restart/terminate`, { method: 'POST' });
     expect(terminated.body.state).toBe('TERMINATED');
     await noLeftovers(url, 'the slot dropped after TERMINATED');

@@ -151,6 +151,8 @@ export interface TransferView {
   owner: { nodeId: string; address: string | null } | null;
   epoch: number;
   attempts: number;
+  /** Retryable failures since the transfer last saved progress (see `TransferRecord.retries`). */
+  retries: number;
   leaseExpiresAt: string | null;
   error: TransferFailure | null;
   result: TransferResult | null;

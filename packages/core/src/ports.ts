@@ -128,8 +128,22 @@ export interface DataPlaneStore extends AsyncDisposable {
   ): Promise<TransferRecord>;
   /** Moves the transfer along the state machine, fenced by `epoch`. */
   transition(id: string, epoch: number, input: TransitionInput): Promise<TransferRecord>;
-  /** Writes the pipeline checkpoint into the record, fenced by `epoch` (and renews the lease). */
+  /**
+   * Writes the pipeline checkpoint into the record, fenced by `epoch` (and renews the lease). A checkpoint that
+   * differs from the stored one is progress: it sets `retries` back to 0.
+   */
   saveCheckpoint(id: string, epoch: number, checkpoint: unknown, leaseMs?: number): Promise<void>;
+  /**
+   * Counts a retryable failure of the run at `epoch` (`retries` + 1), fenced like every owner write; returns the
+   * record as it now stands. `STALE_EPOCH` once another owner took over, `ILLEGAL_TRANSITION` when it is final.
+   *
+   * @example
+   * ```ts
+   * const { retries } = await store.recordRetry('orders-1', 3);
+   * if (retries > 20) await store.transition('orders-1', 3, { to: 'FAILED', error });
+   * ```
+   */
+  recordRetry(id: string, epoch: number): Promise<TransferRecord>;
   /**
    * Extends the leases of every non-terminal transfer owned by this owner instance, in one statement.
    * Returns the ids extended (the caller stops work on anything it runs that is missing: it was fenced).

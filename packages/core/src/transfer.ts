@@ -175,7 +175,14 @@ export interface TransferRecord {
   /** Fencing epoch: increments on every change of owner. */
   epoch: number;
   leaseExpiresAt: Date | null;
+  /** Runs of the transfer so far: its first, and one more for every change of owner (a takeover or a resume). */
   attempts: number;
+  /**
+   * Retryable failures (a peer unreachable for now) since the transfer last saved progress: a run that ends on
+   * one adds one, a saved checkpoint that differs from the last starts the count again. Owner changes do not
+   * count. The app-server records the transfer FAILED once this passes its retry budget.
+   */
+  retries: number;
   error: TransferFailure | null;
   result: TransferResult | null;
   /** The pipeline's progress checkpoint, written fenced by the epoch. */

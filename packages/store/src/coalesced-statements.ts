@@ -121,7 +121,9 @@ where not exists (select 1 from ins where ins."id" = v.id)`;
       },
       (w) => String(w.id),
     );
+    // A checkpoint that moved resets the count of retryable failures (queries.ts, progressResetsRetries).
     const checkpointSql = `update "transfers" as t set "checkpoint" = v.checkpoint, "updated_at" = ${now},
+  "retries" = case when t."checkpoint" is distinct from v.checkpoint then 0 else t."retries" end,
   "lease_expires_at" = case when v.lease_ms is null then t."lease_expires_at" else ${now} + v.lease_ms end
 from unnest($1::text[], $2::integer[], $3::text[], $4::bigint[]) as v(id, epoch, checkpoint, lease_ms)
 where t."id" = v.id and t."epoch" = v.epoch and t."state" in (${list(ACTIVE_STATES as TransferState[])})

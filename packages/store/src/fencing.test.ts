@@ -28,6 +28,7 @@ describe.each(DIALECTS)('fencing by epoch on %s', (dialect) => {
     );
     await expectSluiceError(nodeA.saveCheckpoint(record.id, 1, { offset: 99 }, LEASE_MS), 'STALE_EPOCH');
     await expectSluiceError(nodeA.release(record.id, 1), 'STALE_EPOCH');
+    await expectSluiceError(nodeA.recordRetry(record.id, 1), 'STALE_EPOCH');
     await expectSluiceError(nodeA.takeOver(record.id, 1, a, LEASE_MS), 'STALE_EPOCH');
     expect(await nodeA.heartbeat(a, LEASE_MS)).toEqual([]);
     expect(await nodeA.get(record.id)).toEqual(takenNow);

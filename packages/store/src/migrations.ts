@@ -72,6 +72,19 @@ export function storeMigrations(dialect: StoreDialect): Record<string, Migration
         await db.schema.dropTable('transfers').execute();
       },
     },
+    // Retryable failures counted apart from owner changes: `attempts` also counts every takeover, so a transfer
+    // whose owners kept being killed had used up its retry budget before its first failure of its own.
+    '0002_transfer_retries': {
+      async up(db: Kysely<unknown>) {
+        await db.schema
+          .alterTable('transfers')
+          .addColumn('retries', 'integer', (c) => c.notNull().defaultTo(0))
+          .execute();
+      },
+      async down(db: Kysely<unknown>) {
+        await db.schema.alterTable('transfers').dropColumn('retries').execute();
+      },
+    },
   };
 }
 

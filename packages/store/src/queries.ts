@@ -4,7 +4,7 @@
  * module owns only what each statement says.
  */
 import { ACTIVE_STATES, canTransition, isTerminal, TERMINAL_STATES, type TransferState } from '@sluice/core';
-import type { Kysely } from 'kysely';
+import type { ExpressionBuilder, Kysely } from 'kysely';
 import type { StoreDialect } from './dialect.js';
 import { type PreparedQuery, param, prepareQuery } from './prepared.js';
 import type { StoreDatabase, TransferRow } from './schema.js';
@@ -46,6 +46,7 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
     epoch: 1,
     lease_expires_at: clock.leaseUntil,
     attempts: 1,
+    retries: 0,
     error: null,
     result: null,
     checkpoint: null,
@@ -131,10 +132,23 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
       ),
     );
   }
+  // A checkpoint that moved is progress: the count of retryable failures starts again. (Both dialects evaluate
+  // every SET expression against the row as it was, so the comparison sees the previous checkpoint.)
+  const progressResetsRetries = (eb: ExpressionBuilder<StoreDatabase, 'transfers'>) =>
+    eb
+      .case()
+      .when('checkpoint', 'is distinct from', param<string>('checkpoint'))
+      .then(0)
+      .else(eb.ref('retries'))
+      .end();
   const saveCheckpoint = prepareQuery<'id' | 'epoch' | 'checkpoint' | 'now', never>(
     db
       .updateTable('transfers')
-      .set({ checkpoint: param<string>('checkpoint'), updated_at: clock.now })
+      .set((eb) => ({
+        checkpoint: param<string>('checkpoint'),
+        retries: progressResetsRetries(eb),
+        updated_at: clock.now,
+      }))
       .where('id', '=', param<string>('id'))
       .where('epoch', '=', param<number>('epoch'))
       .where('state', 'in', ACTIVE),
@@ -142,14 +156,24 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
   const saveCheckpointAndLease = prepareQuery<'id' | 'epoch' | 'checkpoint' | 'now' | 'leaseMs', never>(
     db
       .updateTable('transfers')
-      .set({
+      .set((eb) => ({
         checkpoint: param<string>('checkpoint'),
+        retries: progressResetsRetries(eb),
         updated_at: clock.now,
         lease_expires_at: clock.leaseUntil,
-      })
+      }))
       .where('id', '=', param<string>('id'))
       .where('epoch', '=', param<number>('epoch'))
       .where('state', 'in', ACTIVE),
+  );
+  const recordRetry = prepareQuery<'id' | 'epoch' | 'now', TransferRow>(
+    db
+      .updateTable('transfers')
+      .set((eb) => ({ retries: eb('retries', '+', 1), updated_at: clock.now }))
+      .where('id', '=', param<string>('id'))
+      .where('epoch', '=', param<number>('epoch'))
+      .where('state', 'in', ACTIVE)
+      .returningAll(),
   );
   const heartbeat = prepareQuery<'nodeId' | 'instance' | 'leaseMs' | 'now', { id: string }>(
     db
@@ -225,6 +249,7 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
     transitions,
     saveCheckpoint,
     saveCheckpointAndLease,
+    recordRetry,
     heartbeat,
     release,
     recover,

@@ -18,6 +18,7 @@ export function rowToRecord(row: TransferRow): TransferRecord {
     epoch: Number(row.epoch),
     leaseExpiresAt: row.lease_expires_at === null ? null : new Date(Number(row.lease_expires_at)),
     attempts: Number(row.attempts),
+    retries: Number(row.retries),
     error: parseJson(row.error),
     result: parseJson(row.result),
     checkpoint: parseJson(row.checkpoint),

@@ -16,6 +16,8 @@ export interface TransfersTable {
   epoch: number;
   lease_expires_at: number | null;
   attempts: number;
+  /** Retryable failures since the last checkpoint that moved (migration 0002). */
+  retries: number;
   /** `TransferFailure` as JSON text. */
   error: string | null;
   /** `TransferResult` as JSON text. */

@@ -1,6 +1,11 @@
+import { mkdir } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { IdempotencyConflictError, requestHash, type SluiceError, TransferNotFoundError } from '@sluice/core';
 import { expectSluiceError } from '@sluice/testkit';
+import Database from 'better-sqlite3';
+import { Kysely, Migrator, PostgresDialect, SqliteDialect, sql } from 'kysely';
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import {
   allRecords,
@@ -13,6 +18,7 @@ import {
   submitInput,
 } from '../test/helpers.js';
 import { createCheckpointPort } from './checkpoint.js';
+import { MIGRATION_LOCK_TABLE, MIGRATION_TABLE, storeMigrations } from './migrations.js';
 
 describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
   it('submit inserts a new id at epoch 1, RECEIVED, owned by the caller with a lease', async () => {
@@ -366,6 +372,67 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     await expectSluiceError(store.touchNode('node-z'), 'NOT_FOUND');
   });
 
+  it('recordRetry counts retryable failures apart from owner changes; a checkpoint that moved starts the count again, one that did not keeps it', async () => {
+    await using fx = await storeFixture(dialect);
+    const store = await fx.open();
+    const { record } = await store.submit(submitInput(makeRequest(), owner('node-a')));
+    expect(record.retries).toBe(0);
+    await store.transition(record.id, 1, { to: 'IN_PROGRESS' });
+    expect((await store.recordRetry(record.id, 1)).retries).toBe(1);
+    const counted = await store.recordRetry(record.id, 1);
+    expect(counted).toMatchObject({ retries: 2, attempts: 1, epoch: 1, state: 'IN_PROGRESS' });
+    expect(await store.get(record.id)).toEqual(counted);
+    // An owner change is a new run, not a failure: the count carries over untouched.
+    await fx.advance(LEASE_MS + 1);
+    const taken = await store.takeOver(record.id, 1, owner('node-b'), LEASE_MS);
+    expect(taken).toMatchObject({ epoch: 2, attempts: 2, retries: 2 });
+    expect((await store.recordRetry(record.id, 2)).retries).toBe(3);
+    // The first checkpoint is progress; saving the same one again (a sink's fenced `finishing`) is not.
+    await store.saveCheckpoint(record.id, 2, { line: 10 }, LEASE_MS);
+    expect((await store.get(record.id))?.retries).toBe(0);
+    await store.recordRetry(record.id, 2);
+    await store.saveCheckpoint(record.id, 2, { line: 10 });
+    await store.saveCheckpoint(record.id, 2, { line: 10 }, LEASE_MS);
+    expect((await store.get(record.id))?.retries).toBe(1);
+    await store.saveCheckpoint(record.id, 2, { line: 20 });
+    expect((await store.get(record.id))?.retries).toBe(0);
+    // Fenced like every owner write, and refused once final; nothing changes.
+    await expectSluiceError(store.recordRetry(record.id, 1), 'STALE_EPOCH');
+    await expectSluiceError(store.recordRetry('absent-id', 1), 'TRANSFER_NOT_FOUND');
+    const done = await store.transition(record.id, 2, { to: 'COMPLETED' });
+    await expectSluiceError(store.recordRetry(record.id, 2), 'ILLEGAL_TRANSITION');
+    expect(await store.get(record.id)).toEqual(done);
+  });
+
+  it('a store written by the first schema (0001) is migrated in place: its records keep their fields and count no retries', async () => {
+    await using fx = await storeFixture(dialect, { fresh: true });
+    const firstOnly = { '0001_transfers_and_nodes': storeMigrations(dialect)['0001_transfers_and_nodes']! };
+    const db = await rawKysely(dialect, fx.url);
+    try {
+      const { error } = await new Migrator({
+        db,
+        provider: { getMigrations: async () => firstOnly },
+        migrationTableName: MIGRATION_TABLE,
+        migrationLockTableName: MIGRATION_LOCK_TABLE,
+      }).migrateToLatest();
+      expect(error).toBeUndefined();
+      await sql`insert into transfers (id, request_hash, request, state, epoch, attempts, created_at, updated_at)
+        values ('old-one', 'h', ${JSON.stringify(makeRequest('old-one'))}, 'IN_PROGRESS', 3, 3, 1000, 2000)`.execute(
+        db,
+      );
+    } finally {
+      await db.destroy();
+    }
+    const store = await fx.open();
+    expect(await store.get('old-one')).toMatchObject({
+      state: 'IN_PROGRESS',
+      epoch: 3,
+      attempts: 3,
+      retries: 0,
+    });
+    expect((await store.recordRetry('old-one', 3)).retries).toBe(1);
+  });
+
   it('keeps its data across a reopen and migrates idempotently; several nodes may migrate at once', async () => {
     await using fx = await storeFixture(dialect, { fresh: true });
     // Five nodes start together on an empty database.
@@ -389,3 +456,14 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     await expectSluiceError(store.submit(submitInput(makeRequest())), 'STORE_UNAVAILABLE');
   });
 });
+
+/** A kysely handle on the store's database without the store (to write an older schema). */
+async function rawKysely(dialect: 'sqlite' | 'postgres', url: string): Promise<Kysely<unknown>> {
+  if (dialect === 'postgres')
+    return new Kysely({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: 1 }) }),
+    });
+  const file = url.slice('sqlite:'.length);
+  await mkdir(dirname(file), { recursive: true });
+  return new Kysely({ dialect: new SqliteDialect({ database: new Database(file) }) });
+}

@@ -251,6 +251,15 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     });
   }
 
+  async recordRetry(id: string, epoch: number): Promise<TransferRecord> {
+    return this.#run('recordRetry', async () => {
+      const validated = { id: validId(id), epoch: validEpoch(epoch), now: this.#now() };
+      const row = await this.#one(this.#q.recordRetry.bind(validated));
+      if (row) return rowToRecord(row);
+      throw await this.#whyRefused(validated.id, validated.epoch, 'a retry');
+    });
+  }
+
   async heartbeat(owner: OwnerIdentity, leaseMs: number): Promise<string[]> {
     return this.#run('heartbeat', async () => {
       const o = validOwner(owner);

@@ -61,6 +61,7 @@ export function prepareSubmit(input: SubmitInput, clock: () => number): Prepared
     // This node's estimate; the row holds the store's own (PostgreSQL computes it with its clock).
     leaseExpiresAt: new Date(now + leaseMs),
     attempts: 1,
+    retries: 0,
     error: null,
     result: null,
     checkpoint: null,

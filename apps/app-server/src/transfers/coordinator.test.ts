@@ -3,6 +3,7 @@ import { createSingleNodeBackplane } from '@sluice/backplane';
 import {
   type Backplane,
   type DataPlaneStore,
+  isTerminal,
   type OwnerIdentity,
   parseTransferRequest,
   requestHash,
@@ -20,6 +21,7 @@ import { createMetrics } from '../metrics.js';
 import { RequestPolicy } from './confinement.js';
 import type { TransferExecutor } from './context.js';
 import { TransferCoordinator } from './coordinator.js';
+import { MAX_RETRIES } from './execution.js';
 
 /**
  * Unit tests of the coordinator on a real (temporary) SQLite store and the in-process backplane. The store is
@@ -454,6 +456,55 @@ describe('TransferCoordinator', () => {
     expect(record?.attempts).toBe(2);
     expect(record?.result?.recordsWritten).toBe(3);
   });
+  it('defect: takeovers used up the retry budget — a transfer taken over 20 times was recorded FAILED on its first retryable failure', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'b' });
+    const request = await t.abandoned('retry-after-takeovers');
+    // Twenty owners in turn, each gone before it finished (as a cluster whose nodes kept being killed leaves
+    // it): every owner change counts an attempt, none of them a failure of the transfer's own.
+    for (let epoch = 1; epoch <= 20; epoch++)
+      await t.store.takeOver(request.id, epoch, identity(`gone-${epoch}`), LIMITS.leaseMs);
+    await t.store.release(request.id, 21);
+    expect(await t.store.get(request.id)).toMatchObject({ epoch: 21, attempts: 21, retries: 0 });
+    let runs = 0;
+    const execute: TransferExecutor = async () => {
+      runs++;
+      if (runs === 1)
+        throw new SinkError('JetStream publish to x failed: timeout', { details: { retryable: true } });
+      return { recordsRead: 3, recordsWritten: 3, badRecords: 0 };
+    };
+    const b = t.coordinator({ backplane, identity: identity('b'), execute });
+    b.start();
+    await b.sweep();
+    await eventually(async () => isTerminal((await t.store.get(request.id))?.state ?? 'RECEIVED'));
+    const record = await t.store.get(request.id);
+    expect(record?.error).toBeNull();
+    expect(record).toMatchObject({ state: 'COMPLETED', retries: 1, result: { recordsWritten: 3 } });
+    expect(runs).toBe(2);
+  });
+
+  it(`a transfer that keeps failing retryably without progress is recorded FAILED after ${MAX_RETRIES} retries; progress (a saved checkpoint) starts the count again`, async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'b' });
+    let runs = 0;
+    const execute: TransferExecutor = async (_request, context) => {
+      runs++;
+      // The fifth run gets somewhere before the peer goes away again: its checkpoint resets the count.
+      if (runs === 5) await context.checkpoint.save({ line: 5 });
+      throw new SinkError('JetStream publish to x failed: timeout', { details: { retryable: true } });
+    };
+    const b = t.coordinator({ backplane, identity: identity('b'), execute });
+    b.start();
+    await b.submit(t.request('retry-budget'));
+    await eventually(async () => (await t.store.get('retry-budget'))?.state === 'FAILED', 30_000);
+    const record = await t.store.get('retry-budget');
+    expect(record?.error?.code).toBe('SINK_FAILED');
+    expect(record?.retries).toBe(MAX_RETRIES + 1);
+    // Four runs before the checkpoint, the fifth saved it and failed (count 1), then MAX_RETRIES more.
+    expect(runs).toBe(4 + MAX_RETRIES + 1);
+    expect(record?.checkpoint).toEqual({ line: 5 });
+  });
+
   it('defect: a queued transfer whose heartbeat came late was stopped and taken over by its own node — it keeps its epoch and is confirmed when it starts', async () => {
     await using t = await setup();
     await using backplane = createSingleNodeBackplane({ nodeId: 'q' });

@@ -14,8 +14,12 @@ import { type CoordinatorState, transitionOnce } from './context.js';
 import { type LocalRun, RunPhase, StopReason } from './local-run.js';
 import type { Ticket } from './scheduler.js';
 
-/** Runs of one transfer that may end on a retryable error before it is recorded FAILED. */
-export const MAX_RETRYABLE_ATTEMPTS = 20;
+/**
+ * Retryable failures (a peer unreachable for now) a transfer may have in a row — without saving progress in
+ * between — and still be resumed; the next one records it FAILED. Owner changes (takeovers after a node died)
+ * are not failures of the transfer and do not count (`TransferRecord.retries`, not `attempts`).
+ */
+export const MAX_RETRIES = 20;
 
 /**
  * Running a claimed transfer and ending its local run: execution, the fenced checkpoint port, stop requests
@@ -102,6 +106,22 @@ export async function discard(
     await state.o.discard(runnable ?? state.o.policy.confine(request));
   } catch (err) {
     state.o.logger.warn({ transferId: request.id, err }, 'could not remove what the transfer left behind');
+  }
+}
+
+/**
+ * Counts a retryable failure of the run in the store: the transfer's `retries` now, `fenced` when another
+ * owner has it (or it is final), `unrecorded` when the store could not be asked (unavailable: the transfer is
+ * resumed without counting, as any run the store outage interrupted).
+ */
+async function countRetry(state: CoordinatorState, run: LocalRun): Promise<number | 'fenced' | 'unrecorded'> {
+  try {
+    return (await state.o.store.recordRetry(run.id, run.epoch)).retries;
+  } catch (err) {
+    if (SluiceError.hasCode(err, 'STALE_EPOCH') || SluiceError.hasCode(err, 'ILLEGAL_TRANSITION'))
+      return 'fenced';
+    state.o.logger.warn({ transferId: run.id, err }, 'could not count a retryable failure');
+    return 'unrecorded';
   }
 }
 
@@ -196,17 +216,26 @@ async function execute(state: CoordinatorState, run: LocalRun, record: TransferR
       return;
     }
     const error = asSluiceError(err);
-    if (error.details?.retryable === true && record.attempts < MAX_RETRYABLE_ATTEMPTS) {
-      // The destination or source is unreachable for now (NATS restarting, say): not the transfer's fault. It
-      // stays ours with a fresh lease; the next heartbeat finds it orphaned and resumes it from its checkpoint
-      // (a new epoch). After MAX_RETRYABLE_ATTEMPTS runs it fails for good.
-      logger.warn(
-        { transferId: id, attempts: record.attempts, code: error.code, message: error.message },
-        'transfer interrupted by an unreachable peer; will resume from its checkpoint',
-      );
-      run.requestStop(StopReason.leaseLost);
-      await settleStopped(state, run, err);
-      return;
+    if (error.details?.retryable === true) {
+      // The destination or source is unreachable for now (NATS restarting, say): not the transfer's fault. The
+      // failure is counted in the store, fenced by this run's epoch; within the budget the transfer stays ours
+      // with a fresh lease, and the next heartbeat finds it orphaned and resumes it from its checkpoint (a new
+      // epoch). Past MAX_RETRIES failures without progress it fails for good.
+      const counted = await countRetry(state, run);
+      if (counted === 'fenced') {
+        run.requestStop(StopReason.fenced);
+        await settleStopped(state, run, err);
+        return;
+      }
+      if (counted === 'unrecorded' || counted <= MAX_RETRIES) {
+        logger.warn(
+          { transferId: id, retries: counted, code: error.code, message: error.message },
+          'transfer interrupted by an unreachable peer; will resume from its checkpoint',
+        );
+        run.requestStop(StopReason.leaseLost);
+        await settleStopped(state, run, err);
+        return;
+      }
     }
     if (error.code === 'STORE_UNAVAILABLE') {
       // Not the transfer's fault. It stays ours in the store: once the store answers again the heartbeat

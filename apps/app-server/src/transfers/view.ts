@@ -22,6 +22,7 @@ export function transferView(record: TransferRecord, local?: PipelineProgress | 
     owner: record.ownerNodeId === null ? null : { nodeId: record.ownerNodeId, address: record.ownerAddress },
     epoch: record.epoch,
     attempts: record.attempts,
+    retries: record.retries,
     leaseExpiresAt: record.leaseExpiresAt ? record.leaseExpiresAt.toISOString() : null,
     error: record.error,
     result: record.result,

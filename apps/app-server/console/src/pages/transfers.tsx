@@ -207,9 +207,9 @@ export function TransferDetail(props: { client: SluiceClient; id: string; onUnau
               <dd>{t.owner ? `${t.owner.nodeId} (${t.owner.address ?? 'no address'})` : '—'}</dd>
             </div>
             <div>
-              <dt>Epoch / attempts</dt>
+              <dt>Epoch / attempts / retries</dt>
               <dd>
-                {t.epoch} / {t.attempts}
+                {t.epoch} / {t.attempts} / {t.retries}
               </dd>
             </div>
             <div>
