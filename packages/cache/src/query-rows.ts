@@ -2,6 +2,8 @@
  * The rows a query scan yields (a record's stored JSON text where the scan left it, decoded only on demand) and the
  * page body written from them: the records' stored texts copied into one JSON array, never re-encoded.
  */
+import { slabBuffer } from './slab.js';
+
 /**
  * One scanned entry: its scanned key, its data key and its stored JSON text. Its fields are decoded only when
  * something needs them (a residual filter, a sort, a cursor): see {@link fieldsOf}.
@@ -35,29 +37,6 @@ export interface PageFrame {
   tail: string;
 }
 
-/** Size of the slabs page bodies are cut from. */
-const SLAB_BYTES = 256 * 1024;
-let slab: Buffer | null = null;
-let slabUsed = 0;
-
-/**
- * A buffer of `size` bytes for a page body, cut from a shared slab. `Buffer.allocUnsafe` cut a page of a few KiB
- * from Node's 8 KiB pool, which every other page used up: a new ArrayBuffer per two pages, 4.8 % of a range query's
- * CPU over HTTP (docs/performance.md § Queries below fastify). A slab lives as long as any page cut from it, like
- * Node's own pool; a page larger than an eighth of a slab gets its own buffer.
- */
-function pageBuffer(size: number): Buffer {
-  if (size > SLAB_BYTES >>> 3) return Buffer.allocUnsafeSlow(size);
-  if (slab === null || slabUsed + size > SLAB_BYTES) {
-    slab = Buffer.allocUnsafeSlow(SLAB_BYTES);
-    slabUsed = 0;
-  }
-  const out = slab.subarray(slabUsed, slabUsed + size);
-  // Pages start 8-byte aligned, as in Node's pool.
-  slabUsed += (size + 7) & ~7;
-  return out;
-}
-
 /**
  * The JSON array of the rows' stored texts, `[a,b,…]` (between the frame's head and tail, when given), in one
  * buffer. Rows scanned one after another into the arena sit one separator byte apart, so a run of them is one
@@ -70,7 +49,9 @@ export function rowsJson(rows: readonly Row[], frame?: PageFrame): Buffer {
   const tailBytes = tail.length === 0 ? 0 : Buffer.byteLength(tail);
   let size = headBytes + tailBytes + 2 + Math.max(0, rows.length - 1);
   for (let i = 0; i < rows.length; i++) size += rows[i]!.length;
-  const out = pageBuffer(size);
+  // Cut from a slab: \`Buffer.allocUnsafe\` cut a page of a few KiB from Node's 8 KiB pool, which every other page used
+  // up (4.8 % of a range query's CPU over HTTP; docs/performance.md § Queries below fastify).
+  const out = slabBuffer(size);
   let at = headBytes === 0 ? 0 : out.write(head, 0);
   out[at++] = OPEN;
   let i = 0;

@@ -21,6 +21,7 @@ import { fieldsOf, rowsJson } from './query-rows.js';
 import type { ReadContext } from './query-scan.js';
 import { decodeRecord } from './record-json.js';
 import { keyProblem } from './schema.js';
+import { slabCopy } from './slab.js';
 
 /** True when an encoded key has a truncated (prefix + hash) component. */
 function isTruncatedKey(key: Buffer, components: number): boolean {
@@ -114,16 +115,25 @@ export class RoCache implements ReadableCache {
     const single = key.length === 1 ? key[0] : undefined;
     if (typeof single === 'number') {
       // Hot path: a numeric key is encoded into a reused buffer (LMDB copies it) and is never truncated.
-      return this.dbs.data.get(writeNumberComponent(this.keyScratch, single));
+      return this.readJson(writeNumberComponent(this.keyScratch, single));
     }
     const encoded = dataKey(this.dbs, key);
-    const bytes = this.dbs.data.get(encoded);
+    const bytes = this.readJson(encoded);
     if (bytes === undefined || !isTruncatedKey(encoded, key.length)) return bytes;
     // Long keys are stored as prefix + hash: make sure this is the record asked for.
     const record = decodeRecord(bytes);
     const pk = this.schema.primaryKey;
     for (let i = 0; i < pk.length; i++) if (record[pk[i]!] !== key[i]) return undefined;
     return bytes;
+  }
+
+  /**
+   * The stored bytes under a data key, copied out of lmdb-js's shared read buffer (which the next read
+   * overwrites) into a slab: `get` would make each its own ArrayBuffer (src/slab.ts).
+   */
+  private readJson(key: Uint8Array): Buffer | undefined {
+    const shared = this.dbs.data.getBinaryFast(key);
+    return shared === undefined ? undefined : slabCopy(shared);
   }
 
   /**
