@@ -194,6 +194,20 @@ describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
       (e) => e,
     );
     expect(JSON.parse(badFilter.body)).toMatchObject({ code: 'MALFORMED_JSON' });
+    // defect: a filter naming an unknown field, or comparing a field with a value of another type, opened a feed
+    // that never sent a record (a query answers both with 400).
+    for (const [filter, path, reason] of [
+      [{ nope: 1 }, '$filter.nope', 'unknown field'],
+      [{ value: 'x' }, '$filter.value', 'number'],
+    ] as const) {
+      const refused = await SseConnection.open(feedUrl(api.url, { filter: JSON.stringify(filter) })).catch(
+        (e) => e,
+      );
+      expect(refused.status).toBe(400);
+      const problem = JSON.parse(refused.body);
+      expect(problem).toMatchObject({ code: 'INVALID_QUERY' });
+      expect(problem.errors).toEqual([{ path, message: expect.stringContaining(reason) }]);
+    }
 
     // A token of a generation that no longer exists: reset + snapshot.
     const gone = `c1.${Buffer.from(JSON.stringify(['items', 'items-00000000000000000000000000', 3])).toString('base64url')}`;
@@ -289,6 +303,8 @@ describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
     const third = await SseConnection.open(feedUrl(api.url)).catch((e) => e);
     expect(third.status).toBe(429);
     expect(JSON.parse(third.body)).toMatchObject({ code: 'QUEUE_FULL' });
+    // defect: the 429 said when to retry only in its body; clients (and proxies) read the header.
+    expect(third.headers['retry-after']).toBe('5');
     open[0]!.kill();
     const again = await waitFor(() => SseConnection.open(feedUrl(api.url)).catch(() => null), {
       what: 'a free subscriber slot',

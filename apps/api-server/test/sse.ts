@@ -44,7 +44,11 @@ export class SseConnection {
           });
           res.on('end', () =>
             reject(
-              Object.assign(new Error(`HTTP ${res.statusCode}: ${body}`), { status: res.statusCode, body }),
+              Object.assign(new Error(`HTTP ${res.statusCode}: ${body}`), {
+                status: res.statusCode,
+                body,
+                headers: res.headers,
+              }),
             ),
           );
           return;

@@ -198,7 +198,16 @@ function filterSchemaFor(limits: QueryLimits): ReturnType<typeof filterSchema> {
   return schema;
 }
 
-/** Checks a filter alone (shape, limits, fields, operand types). */
+/**
+ * Checks a `$filter` alone against an endpoint's schema — shape, limits, fields, operand types — as a query's
+ * is checked; throws `INVALID_QUERY` with a path per problem.
+ *
+ * @example
+ * ```ts
+ * const filter = checkFilter({ category: 'a', value: { $gte: 10 } }, cache.schema);
+ * checkFilter({ nope: 1 }, cache.schema); // throws INVALID_QUERY: $filter.nope: unknown field "nope"
+ * ```
+ */
 export function checkFilter(filter: unknown, schema: CacheSchema, limits: Partial<QueryLimits> = {}): Filter {
   // Only the filter limits matter here (a handle's settings carry more, which a spread would copy per query).
   const all: QueryLimits = {

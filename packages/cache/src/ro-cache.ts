@@ -131,7 +131,7 @@ export class RoCache implements ReadableCache {
    * The stored bytes under a data key, copied out of lmdb-js's shared read buffer (which the next read
    * overwrites) into a slab: `get` would make each its own ArrayBuffer (src/slab.ts).
    */
-  private readJson(key: Uint8Array): Buffer | undefined {
+  private readJson(key: Buffer): Buffer | undefined {
     const shared = this.dbs.data.getBinaryFast(key);
     return shared === undefined ? undefined : slabCopy(shared);
   }

@@ -342,13 +342,16 @@ export class IllegalTransitionError extends SluiceError {
   }
 }
 
-/** The node's transfer queue is full; retry after `retryAfterSeconds`. */
+/**
+ * A node is at its capacity (its transfer queue, an api-server's change-feed subscribers); retry after
+ * `retryAfterSeconds` (the `retry-after` header of the 429).
+ */
 export class QueueFullError extends SluiceError {
   readonly retryAfterSeconds: number;
-  constructor(retryAfterSeconds: number) {
+  constructor(retryAfterSeconds: number, message = 'This node is at its transfer capacity; retry later') {
     super({
       code: ErrorCode.QUEUE_FULL,
-      message: 'This node is at its transfer capacity; retry later',
+      message,
       details: { retryAfterSeconds },
     });
     this.retryAfterSeconds = retryAfterSeconds;

@@ -1,12 +1,11 @@
+import { checkFilter } from '@sluice/cache';
 import {
   andFilters,
   compileFilter,
-  ErrorCode,
   type Filter,
   MalformedJsonError,
-  parseFilter,
   type QueryLimits,
-  SluiceError,
+  QueueFullError,
 } from '@sluice/core';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
@@ -80,26 +79,32 @@ export async function changeFeedPlugin(
       const raw = query.after ?? (fromHeader ? (header as string) : undefined);
       const position =
         raw === undefined ? null : decodeFeedToken(raw, name, fromHeader ? 'last-event-id' : 'after');
-      let filter: Filter | undefined;
+      let json: unknown;
       if (query.filter !== undefined) {
-        let json: unknown;
         try {
           json = JSON.parse(query.filter);
         } catch (err) {
           throw new MalformedJsonError(`filter is not valid JSON: ${(err as Error).message}`);
         }
-        filter = parseFilter(json, limits);
       }
-      const combined = andFilters(filter, rowFilter);
-      const matches = Object.keys(combined).length > 0 ? compileFilter(combined) : null;
       if (hub.size >= settings.maxSubscribers || hub.isClosed)
-        throw new SluiceError({
-          code: ErrorCode.QUEUE_FULL,
-          message:
-            'This api-server has as many change-feed subscribers as it accepts; retry later or elsewhere',
-          details: { retryAfterSeconds: 5 },
-        });
+        throw new QueueFullError(
+          5,
+          'This api-server has as many change-feed subscribers as it accepts; retry later or elsewhere',
+        );
       const lease = registry.acquire(name);
+      let matches: ReturnType<typeof compileFilter> | null;
+      try {
+        // Checked against the endpoint's fields as a query's $filter is: an unknown field or an operand of the
+        // wrong type is a 400, not a feed that never sends a record.
+        const filter: Filter | undefined =
+          json === undefined ? undefined : checkFilter(json, lease.cache.schema, limits);
+        const combined = andFilters(filter, rowFilter);
+        matches = Object.keys(combined).length > 0 ? compileFilter(combined) : null;
+      } catch (err) {
+        lease.release();
+        throw err;
+      }
       const start: FeedStart =
         position === null || query.snapshot === 'true' ? { kind: 'snapshot' } : { kind: 'resume', position };
       reply.hijack();
