@@ -87,6 +87,11 @@ export interface WriteOutcome {
   deferred: DeferredEntry[][] | null;
   /** A deferred write replaced or deleted a record that existed before (its deferred entries may be stale). */
   replaced: boolean;
+  /**
+   * Changes that changed nothing — an upsert of the stored bytes, a delete of an absent key — and were not
+   * written: the change log leaves them out (null when there were none).
+   */
+  unchanged: Set<StagedChange> | null;
 }
 
 /**
@@ -112,6 +117,11 @@ export function writeChanges(
   const indexRemoves = indexes.map(() => [] as Buffer[]);
   let delta = 0;
   let replaced = false;
+  let unchanged: Set<StagedChange> | null = null;
+  const skip = (change: StagedChange) => {
+    unchanged ??= new Set();
+    unchanged.add(change);
+  };
   for (const change of sorted) {
     let oldKeys: Buffer[] | null = null;
     let sameBytes = false;
@@ -128,12 +138,21 @@ export function writeChanges(
       }
     }
     if (change.bytes === null) {
-      if (oldKeys === null) continue;
+      if (oldKeys === null) {
+        skip(change);
+        continue;
+      }
       dataRemoves.push(change.key);
       oldKeys.forEach((key, i) => {
         indexRemoves[i]!.push(key);
       });
       delta -= 1;
+      continue;
+    }
+    if (sameBytes) {
+      // A re-read of what is stored (a polled source's overlap window, a replayed batch): its data and index
+      // entries hold these very bytes already.
+      skip(change);
       continue;
     }
     dataPuts.push({ key: change.key, value: change.bytes });
@@ -142,7 +161,6 @@ export function writeChanges(
       const key = keys[i]!;
       const before = oldKeys?.[i];
       const sameKey = before?.equals(key) === true;
-      if (sameKey && sameBytes) continue;
       if (before && !sameKey) indexRemoves[i]!.push(before);
       // The entry holds the record's bytes (covering); a same-key entry is overwritten with the new bytes.
       indexPuts[i]!.push({ key, value: change.bytes, dataKey: change.key });
@@ -158,7 +176,7 @@ export function writeChanges(
     indexes.forEach((index, i) => {
       for (const key of indexRemoves[i]!) index.db.removeSync(key);
     });
-    return { delta, deferred: indexPuts.map((puts) => sortByKey(puts)), replaced };
+    return { delta, deferred: indexPuts.map((puts) => sortByKey(puts)), replaced, unchanged };
   }
   indexes.forEach((index, i) => {
     const db = index.db;
@@ -166,5 +184,5 @@ export function writeChanges(
     for (const { key } of removes) db.removeSync(key);
     putSorted(db, sortByKey(indexPuts[i]!));
   });
-  return { delta, deferred: null, replaced };
+  return { delta, deferred: null, replaced, unchanged };
 }

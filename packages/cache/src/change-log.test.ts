@@ -64,6 +64,42 @@ describe('change log', () => {
     expect([...applyLog(entries).values()]).toEqual([cache.get([1])]);
   });
 
+  it("defect: a re-read of unchanged records (a polled source's overlap window) logged every one as an upsert again — only changes are logged", async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    const log = cache.changeLog();
+    cache.apply([
+      { op: 'upsert', record: { id: 1, value: 10, category: 'a' } },
+      { op: 'upsert', record: { id: 2, value: 20, category: 'b' } },
+    ]);
+    await cache.commit(checkpoint(1));
+    // The same two records again (field order aside: the stored text is canonical), one of them changed, and a
+    // new one.
+    cache.apply([
+      { op: 'upsert', record: { category: 'a', value: 10, id: 1 } },
+      { op: 'upsert', record: { id: 2, value: 21, category: 'b' } },
+      { op: 'upsert', record: { id: 3, value: 30, category: 'c' } },
+    ]);
+    await cache.commit(checkpoint(2));
+    // Nothing at all changed: only the commit marker (its position moved).
+    cache.apply([{ op: 'upsert', record: { id: 3, value: 30, category: 'c' } }]);
+    await cache.commit(checkpoint(3));
+    const entries = log.read(0, 100);
+    expect(entries.map((e) => [e.seq, e.op, e.op === 'commit' ? null : e.key])).toEqual([
+      [1, 'upsert', [1]],
+      [2, 'upsert', [2]],
+      [3, 'commit', null],
+      [4, 'upsert', [2]],
+      [5, 'upsert', [3]],
+      [6, 'commit', null],
+      [7, 'commit', null],
+    ]);
+    expect(entries[6]).toMatchObject({ op: 'commit', position: { src: 30 } });
+    expect(cache.commitState().recordCount).toBe(3);
+    expect([...applyLog(entries).values()]).toEqual([cache.get([1]), cache.get([2]), cache.get([3])]);
+  });
+
   it("changeLog: 'commits' logs only the commit marker, and later full commits log their changes after it", async () => {
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path);

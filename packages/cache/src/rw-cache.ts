@@ -193,9 +193,14 @@ export class RwCache extends RoCache implements WritableCache {
             );
           const count = state.recordCount + outcome.delta;
           const checkpointOut = options.keepCheckpoint === true ? state.checkpoint : parsed;
+          const unchanged = outcome.unchanged;
           appendChanges(
             this.dbs,
-            options.changeLog === 'commits' ? [] : batch.values(),
+            options.changeLog === 'commits'
+              ? []
+              : unchanged === null
+                ? batch.values()
+                : [...batch.values()].filter((change) => !unchanged.has(change)),
             checkpointOut,
             this.settings.changes,
             Date.now(),
