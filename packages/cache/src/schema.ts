@@ -1,6 +1,7 @@
 import {
   BadRecordError,
   type CacheSchema,
+  checkKeyAndIndexes,
   type FieldType,
   FieldTypeSchema,
   FORBIDDEN_KEYS,
@@ -15,16 +16,12 @@ const FieldNameSchema = z
   .max(256)
   .refine((f) => !f.startsWith('$') && !FORBIDDEN_KEYS.has(f), { message: 'not a valid field name' });
 
-const FieldListSchema = z
-  .array(FieldNameSchema)
-  .min(1)
-  .max(8)
-  .refine((list) => new Set(list).size === list.length, { message: 'a field is listed twice' });
+const FieldListSchema = z.array(FieldNameSchema).min(1).max(8);
 
-/** Field types a primary key may use (a key is a scalar). */
-const KEY_TYPES: ReadonlySet<FieldType> = new Set(['string', 'integer', 'number', 'boolean', 'timestamp']);
-
-/** The zod schema of a {@link CacheSchema}: every key and index field must be a declared field. */
+/**
+ * The zod schema of a {@link CacheSchema}: every key and index field must be a declared field, of a key type in
+ * the key, listed once; no index twice (core's `checkKeyAndIndexes`, the rules `sluice.yaml` is checked by too).
+ */
 export const CacheSchemaSchema = z
   .strictObject({
     fields: z
@@ -33,29 +30,7 @@ export const CacheSchemaSchema = z
     primaryKey: FieldListSchema,
     indexes: z.array(FieldListSchema).max(32),
   })
-  .superRefine((schema, ctx) => {
-    schema.primaryKey.forEach((field, i) => {
-      const type = schema.fields[field];
-      if (type === undefined)
-        ctx.addIssue({ code: 'custom', path: ['primaryKey', i], message: `"${field}" is not in fields` });
-      else if (!KEY_TYPES.has(type))
-        ctx.addIssue({
-          code: 'custom',
-          path: ['primaryKey', i],
-          message: `"${field}" has type ${type}, which cannot be part of a key`,
-        });
-    });
-    const seen = new Set<string>();
-    schema.indexes.forEach((index, i) => {
-      index.forEach((field, j) => {
-        if (schema.fields[field] === undefined)
-          ctx.addIssue({ code: 'custom', path: ['indexes', i, j], message: `"${field}" is not in fields` });
-      });
-      const id = indexId(index);
-      if (seen.has(id)) ctx.addIssue({ code: 'custom', path: ['indexes', i], message: 'duplicate index' });
-      seen.add(id);
-    });
-  });
+  .superRefine(checkKeyAndIndexes);
 
 /**
  * Validates an untrusted schema, throwing `VALIDATION_FAILED` with the failing paths.

@@ -174,7 +174,8 @@ describe('resolveConfig: the design’s example configuration', () => {
         {
           name: 'orders',
           source: { type: 'jetstream', stream: 'ORDERS', subject: 'orders.>', connection: 'bus', key: 'id' },
-          primaryKey: ['id'],
+          // The key is a field of the projected record: the renamed one.
+          primaryKey: ['orderId'],
           select: { orderId: 'id', total: 'amount' },
         },
         {

@@ -47,6 +47,7 @@ export {
   ControlAuthSchema,
   type ControlConfig,
   ControlConfigSchema,
+  checkKeyAndIndexes,
   DataDirConfigSchema,
   ENV_OVERRIDES,
   type EndpointConfig,

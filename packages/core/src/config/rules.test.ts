@@ -30,6 +30,33 @@ describe('cross-field rules (config/rules.ts)', () => {
     expect(resolveConfig({ endpoints: [{ ...ITEMS, fields: { id: 'integer' } }] }).endpoints).toHaveLength(1);
   });
 
+  it('defect: --check passed endpoints whose cache schema the pipeline then refused (a field listed twice, a duplicate index, a json key field)', () => {
+    expect(
+      issues({
+        endpoints: [
+          { ...ITEMS, primaryKey: ['id', 'id'] },
+          { ...ITEMS, name: 'b', indexes: [['value'], ['value'], ['category', 'category']] },
+          { ...ITEMS, name: 'c', primaryKey: ['tags'], fields: { tags: 'json' } },
+        ],
+      }),
+    ).toEqual([
+      { path: 'endpoints[0].primaryKey', message: '"id" is listed twice' },
+      { path: 'endpoints[1].indexes[1]', message: 'duplicate index (as indexes[0])' },
+      { path: 'endpoints[1].indexes[2]', message: '"category" is listed twice' },
+      { path: 'endpoints[2].primaryKey[0]', message: '"tags" has type json, which cannot be part of a key' },
+    ]);
+  });
+
+  it('defect: a renaming projection that dropped the primary key passed --check (every record then lacked its key)', () => {
+    expect(issues({ endpoints: [{ ...ITEMS, select: { v: 'value' } }] })).toEqual([
+      { path: 'endpoints[0].primaryKey[0]', message: '"id" is not selected' },
+    ]);
+    // Renamed into the key is selected.
+    expect(
+      resolveConfig({ endpoints: [{ ...ITEMS, select: { id: 'sku', v: 'value' } }] }).endpoints,
+    ).toHaveLength(1);
+  });
+
   it('a list projection keeps the primary key', () => {
     expect(issues({ endpoints: [{ ...ITEMS, select: ['name'] }] })).toEqual([
       { path: 'endpoints[0].primaryKey[0]', message: '"id" is not selected' },

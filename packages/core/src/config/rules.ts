@@ -2,37 +2,94 @@
 // values; these run after the sections parsed, report at the key to change, and are what `--check` and start-up
 // both apply, so a file the app-server accepts is a file the api-servers accept.
 import type { z } from 'zod';
-import type { EndpointConfig } from './endpoints.js';
+import type { EndpointConfig, FieldType } from './endpoints.js';
 import type { SluiceConfig } from './schema.js';
 import { isSqliteStore } from './store.js';
 
 type Ctx = z.RefinementCtx;
 type EndpointShape = Pick<EndpointConfig, 'primaryKey' | 'indexes' | 'fields' | 'select'>;
 
-/** An endpoint's key and indexes name declared fields; a list projection keeps the key. */
-export function checkEndpoint(endpoint: EndpointShape, ctx: Ctx): void {
-  const fields = endpoint.fields;
-  if (fields) {
-    // Own keys only: "toString" must not count as declared because every object inherits it.
-    const declared = (field: string) => Object.hasOwn(fields, field);
-    endpoint.primaryKey.forEach((field, i) => {
-      if (!declared(field))
-        ctx.addIssue({ code: 'custom', path: ['primaryKey', i], message: `"${field}" is not in fields` });
-    });
-    endpoint.indexes.forEach((index, i) => {
-      index.forEach((field, j) => {
-        if (!declared(field))
-          ctx.addIssue({ code: 'custom', path: ['indexes', i, j], message: `"${field}" is not in fields` });
+/** Field types a primary-key field may have (a key is a scalar). */
+const KEY_FIELD_TYPES: ReadonlySet<FieldType> = new Set([
+  'string',
+  'integer',
+  'number',
+  'boolean',
+  'timestamp',
+]);
+
+/**
+ * The rules of a cache's key and indexes — one definition for `sluice.yaml`'s endpoints (so `--check` and start-up
+ * refuse what the cache would) and for `@sluice/cache`'s schema: no field listed twice in the key or an index, no
+ * index twice, and, where the fields are declared, key and index fields among them and key fields of a key type.
+ *
+ * @example
+ * ```ts
+ * z.object({ primaryKey: …, indexes: …, fields: … }).superRefine(checkKeyAndIndexes);
+ * ```
+ */
+export function checkKeyAndIndexes(
+  schema: {
+    primaryKey: readonly string[];
+    indexes: readonly (readonly string[])[];
+    fields?: Readonly<Record<string, FieldType>> | undefined;
+  },
+  ctx: Ctx,
+): void {
+  const fields = schema.fields;
+  // Own keys only: "toString" must not count as declared because every object inherits it.
+  const typeOf = (field: string) => (fields && Object.hasOwn(fields, field) ? fields[field] : undefined);
+  const listedOnce = (list: readonly string[], path: (string | number)[]) => {
+    const seen = new Set<string>();
+    for (const field of list) {
+      if (seen.has(field)) ctx.addIssue({ code: 'custom', path, message: `"${field}" is listed twice` });
+      seen.add(field);
+    }
+  };
+  listedOnce(schema.primaryKey, ['primaryKey']);
+  schema.primaryKey.forEach((field, i) => {
+    if (!fields) return;
+    const type = typeOf(field);
+    if (type === undefined)
+      ctx.addIssue({ code: 'custom', path: ['primaryKey', i], message: `"${field}" is not in fields` });
+    else if (!KEY_FIELD_TYPES.has(type))
+      ctx.addIssue({
+        code: 'custom',
+        path: ['primaryKey', i],
+        message: `"${field}" has type ${type}, which cannot be part of a key`,
       });
+  });
+  const indexes = new Map<string, number>();
+  schema.indexes.forEach((index, i) => {
+    const id = index.join(',');
+    const first = indexes.get(id);
+    if (first !== undefined)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['indexes', i],
+        message: `duplicate index (as indexes[${first}])`,
+      });
+    else indexes.set(id, i);
+    listedOnce(index, ['indexes', i]);
+    index.forEach((field, j) => {
+      if (fields && typeOf(field) === undefined)
+        ctx.addIssue({ code: 'custom', path: ['indexes', i, j], message: `"${field}" is not in fields` });
     });
-  }
+  });
+}
+
+/** An endpoint's key and indexes follow the cache's rules; a projection keeps the key. */
+export function checkEndpoint(endpoint: EndpointShape, ctx: Ctx): void {
+  checkKeyAndIndexes(endpoint, ctx);
   const select = endpoint.select;
-  if (Array.isArray(select)) {
-    endpoint.primaryKey.forEach((field, i) => {
-      if (!select.includes(field))
-        ctx.addIssue({ code: 'custom', path: ['primaryKey', i], message: `"${field}" is not selected` });
-    });
-  }
+  if (select === undefined) return;
+  // A list keeps the fields it names; a map keeps (and names) its keys.
+  const kept = (field: string) =>
+    Array.isArray(select) ? select.includes(field) : Object.hasOwn(select, field);
+  endpoint.primaryKey.forEach((field, i) => {
+    if (!kept(field))
+      ctx.addIssue({ code: 'custom', path: ['primaryKey', i], message: `"${field}" is not selected` });
+  });
 }
 
 /** Endpoint names are unique (each is also its alias). */
