@@ -13,6 +13,7 @@ import {
   MIN_POSITION_HEADER,
   parseMinPosition,
   positionReached,
+  unreachablePosition,
 } from './freshness.js';
 import type { EndpointRegistry } from './registry.js';
 import type { Lease } from './serving-table.js';
@@ -97,6 +98,11 @@ export function endpointAccess(options: {
         const state = lease.cache.servingState();
         const checkpoint = state.checkpoint;
         if (positionReached(checkpoint, wanted)) return { ...opened, lease };
+        const unreachable = unreachablePosition(checkpoint, wanted);
+        if (unreachable !== null)
+          throw new ValidationError(`Endpoint "${name}": ${unreachable}`, [
+            { path: `headers.${MIN_POSITION_HEADER}`, message: unreachable },
+          ]);
         if (bareMismatch(checkpoint, wanted))
           throw new ValidationError(
             `Endpoint "${name}" has several sources: name them in ${MIN_POSITION_HEADER}`,

@@ -105,6 +105,36 @@ export function positionReached(checkpoint: PipelineCheckpoint | null, wanted: M
   return true;
 }
 
+/**
+ * Why a committed generation can never reach `wanted`, or null when it may: a named source the checkpoint does not
+ * have, or a source whose position is no LSN (only logical replication sources have one; a file or a polled table
+ * has offsets or cursors). Waiting for those would end in a 503 every time.
+ */
+export function unreachablePosition(
+  checkpoint: PipelineCheckpoint | null,
+  wanted: MinPosition,
+): string | null {
+  if (checkpoint === null) return null; // nothing committed yet: its positions are unknown
+  const positions = new Map(
+    Object.entries(checkpoint.positions).map(([handle, p]) => [handle.toLowerCase(), p]),
+  );
+  const lsns = positionsOf(checkpoint);
+  const noLsn = (which: string) =>
+    `${which} has no LSN position (only logical replication sources do), so no sluice-min-position can be reached`;
+  for (const handle of wanted.keys()) {
+    if (handle === null) {
+      // A source not positioned yet may still be a replication source.
+      if (lsns.size === 0 && positions.size > 0 && [...positions.values()].every((p) => p !== null))
+        return noLsn("the endpoint's source");
+      continue;
+    }
+    if (!positions.has(handle))
+      return `the endpoint has no source "${handle}" (its sources: ${[...positions.keys()].join(', ') || 'none'})`;
+    if (positions.get(handle) !== null && !lsns.has(handle)) return noLsn(`source "${handle}"`);
+  }
+  return null;
+}
+
 /** True when a bare position was sent to an endpoint with other than one replication source (it cannot apply). */
 export function bareMismatch(checkpoint: PipelineCheckpoint | null, wanted: MinPosition): boolean {
   return wanted.has(null) && checkpoint !== null && positionsOf(checkpoint).size > 1;

@@ -73,6 +73,61 @@ describe('freshness headers (issue 16)', () => {
     }
   });
 
+  it('defect: a position no source of the endpoint can ever reach (a polled source has no LSN; an unknown source) waited out freshnessWaitMs and answered 503 with retry-after, forever — now 400 at once', {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const polled = join(dir.path, 'polled');
+    const replicated = join(dir.path, 'replicated');
+    await using pollWriter = spawnTs(WRITER, [
+      '--root',
+      polled,
+      '--trigger',
+      dir.path,
+      '--lsns',
+      '0/1',
+      '--capture',
+      'poll',
+    ]);
+    await using lsnWriter = spawnTs(WRITER, ['--root', replicated, '--trigger', dir.path, '--lsns', '0/100']);
+    await pollWriter.waitForLine(/^READY /, 30_000);
+    await lsnWriter.waitForLine(/^READY /, 30_000);
+    const pollServer = await startServer(polled, 5_000);
+    const lsnServer = await startServer(replicated, 5_000);
+    try {
+      for (const [server, header, reason] of [
+        [pollServer, '0/0', 'no LSN position'],
+        [pollServer, 'items.source="0/0"', 'no LSN position'],
+        [lsnServer, 'other.source="0/1"', 'no source "other.source"'],
+        [lsnServer, 'items.source="0/1", x="0/1"', 'no source "x"'],
+      ] as const) {
+        const started = Date.now();
+        const response = await fetch(`${server.url}/v1/endpoints/items/records/0`, {
+          headers: { 'sluice-min-position': header },
+        });
+        expect(response.status, header).toBe(400);
+        const problem = (await response.json()) as {
+          code: string;
+          errors: Array<{ path: string; message: string }>;
+        };
+        expect(problem.code).toBe('VALIDATION_FAILED');
+        expect(problem.errors[0]?.path).toBe('headers.sluice-min-position');
+        expect(problem.errors[0]?.message).toContain(reason);
+        // At once: not after the 5 s wait.
+        expect(Date.now() - started, header).toBeLessThan(2_500);
+      }
+      // What each endpoint can reach still answers.
+      const ok = await fetch(`${lsnServer.url}/v1/endpoints/items/records/0`, {
+        headers: { 'sluice-min-position': 'items.source="0/100"' },
+      });
+      expect(ok.status).toBe(200);
+      expect((await fetch(`${pollServer.url}/v1/endpoints/items/records/0`)).status).toBe(200);
+    } finally {
+      await pollServer.close();
+      await lsnServer.close();
+    }
+  });
+
   it('a read with sluice-min-position waits for the commit, times out with 503 POSITION_NOT_REACHED', {
     timeout: 60_000,
   }, async () => {
