@@ -11,7 +11,7 @@ import {
   type SluiceConfig,
   ValidationError,
 } from '@sluice/core';
-import { problemDetailsPlugin, problemFrameworkErrors } from '@sluice/http';
+import { problemClientErrors, problemDetailsPlugin, problemFrameworkErrors } from '@sluice/http';
 import Fastify, { LogController } from 'fastify';
 import { jsonSchemaTransform, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger as PinoLogger } from 'pino';
@@ -113,6 +113,8 @@ export async function buildApp(options: BuildAppOptions) {
     // 8 KiB keys plus the rest of the path; a longer one is refused by the router, as a problem.
     routerOptions: { maxParamLength: MAX_PATH_PARAM_LENGTH },
     frameworkErrors: problemFrameworkErrors({ bodyLimit, maxParamLength: MAX_PATH_PARAM_LENGTH }),
+    // What Node's HTTP parser refuses (a header block over 16 KiB, bytes that are not HTTP), as problems too.
+    clientErrorHandler: problemClientErrors,
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
     // problemDetailsPlugin refuses requests reaching a closing server as problems (NODE_SHUTTING_DOWN).

@@ -291,6 +291,16 @@ describe('hostile queries and bodies', () => {
     expect(status).toBe(413);
     expect((await call(server.url, '/healthz')).status).toBe(200);
   });
+
+  it("defect: a header block over Node's limit was answered 431 in fastify's own JSON shape — a problem now", async () => {
+    const response = await fetch(`${server.url}/v1/endpoints/items/records/7`, {
+      headers: { 'x-filler': 'f'.repeat(20_000) },
+    });
+    expect(response.status).toBe(431);
+    expect(response.headers.get('content-type')).toBe('application/problem+json; charset=utf-8');
+    expect(await response.json()).toMatchObject({ status: 431, code: 'HEADERS_TOO_LARGE' });
+    expect((await call(server.url, '/v1/endpoints/items/records/7')).status).toBe(200);
+  });
 });
 
 describe('operations', () => {

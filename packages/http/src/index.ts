@@ -15,6 +15,7 @@ export { EMPTY_BODY_MESSAGE, type NormalizeContext, normalizeHttpError } from '.
 export {
   MAX_INSTANCE_LENGTH,
   type ProblemDetailsOptions,
+  problemClientErrors,
   problemDetailsPlugin,
   problemFrameworkErrors,
   problemInstance,

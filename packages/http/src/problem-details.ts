@@ -1,9 +1,13 @@
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import {
+  ErrorCode,
   NotFoundError,
   PROBLEM_CONTENT_TYPE,
   ShuttingDownError,
-  type SluiceError,
+  SluiceError,
   toProblem,
+  ValidationError,
 } from '@sluice/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
@@ -102,6 +106,50 @@ export function problemFrameworkErrors(
   return (error, request, reply) => {
     sendProblem(error, request, reply, options);
   };
+}
+
+/** The problem for a request Node's HTTP parser refused, by the parser's error code. */
+function clientErrorProblem(err: NodeJS.ErrnoException): SluiceError {
+  if (err.code === 'HPE_HEADER_OVERFLOW')
+    return new SluiceError({
+      code: ErrorCode.HEADERS_TOO_LARGE,
+      message: "The request line and headers exceed the server's limit (16 KiB by default)",
+    });
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT')
+    return new SluiceError({
+      code: ErrorCode.REQUEST_TIMEOUT,
+      message: 'The request was not received in time',
+    });
+  return new ValidationError('The request is not valid HTTP/1.1', [
+    { path: 'request', message: err.code === undefined ? 'malformed' : `malformed (${err.code})` },
+  ]);
+}
+
+/**
+ * fastify's `clientErrorHandler` option answering what Node's HTTP parser refuses — a header block over the limit
+ * (431 `HEADERS_TOO_LARGE`), bytes that are not HTTP or a malformed header (400 `VALIDATION_FAILED`), a request
+ * not received in time (408 `REQUEST_TIMEOUT`) — as problems, then closing the connection (its framing is lost).
+ * No request object exists yet, so no route, hook or error handler sees these: fastify's default handler wrote a
+ * body of its own shape.
+ *
+ * @example
+ * ```ts
+ * const app = Fastify({ clientErrorHandler: problemClientErrors });
+ * ```
+ */
+export function problemClientErrors(this: FastifyInstance, err: NodeJS.ErrnoException, socket: Duplex): void {
+  // A reset connection has nobody to answer (Node's own handler does the same).
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const { status, body } = toProblem(clientErrorProblem(err));
+  this.log.debug({ code: err.code, status }, 'refused a request the HTTP parser could not read');
+  if (socket.writable) {
+    const text = JSON.stringify(body);
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: ${PROBLEM_CONTENT_TYPE}; charset=utf-8\r\n` +
+        `content-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`,
+    );
+  }
+  socket.destroy(err);
 }
 
 async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptions): Promise<void> {

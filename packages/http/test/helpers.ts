@@ -2,7 +2,7 @@ import { Writable } from 'node:stream';
 import { QueueFullError, ShuttingDownError, UnauthorizedError, ValidationError } from '@sluice/core';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import { createLogger } from '../src/logger.js';
-import { problemDetailsPlugin, problemFrameworkErrors } from '../src/problem-details.js';
+import { problemClientErrors, problemDetailsPlugin, problemFrameworkErrors } from '../src/problem-details.js';
 
 /** The longest path parameter the test application's router accepts. */
 export const MAX_PARAM_LENGTH = 64;
@@ -44,6 +44,7 @@ export async function buildTestApp(): Promise<{
     return503OnClosing: false,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     frameworkErrors: problemFrameworkErrors({ bodyLimit: BODY_LIMIT, maxParamLength: MAX_PARAM_LENGTH }),
+    clientErrorHandler: problemClientErrors,
   });
   await app.register(problemDetailsPlugin, { bodyLimit: BODY_LIMIT });
   app.post('/echo', async (request) => ({

@@ -2,7 +2,7 @@
  * The problem-details plugin on a real fastify instance: through `inject` for every error class, and over a real
  * socket for what only a real connection shows (headers on the wire, a streamed body over the limit).
  */
-import { request as httpRequest } from 'node:http';
+import { request as httpRequest, STATUS_CODES } from 'node:http';
 import { connect } from 'node:net';
 import { PROBLEM_CONTENT_TYPE } from '@sluice/core';
 import type { FastifyInstance } from 'fastify';
@@ -229,6 +229,52 @@ describe('problemDetailsPlugin (real socket)', () => {
     expect(reply.status).toBe(413);
     expect(JSON.parse(reply.body)).toMatchObject({ code: 'PAYLOAD_TOO_LARGE', limitBytes: BODY_LIMIT });
     expect((await fetch(`${base}/nowhere`)).status).toBe(404);
+  });
+});
+
+/** Writes `raw` on a new connection to `port` and reads until the server closes it. */
+function rawExchange(port: number, raw: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    let received = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => {
+      received += chunk;
+    });
+    socket.on('error', reject);
+    socket.on('close', () => resolve(received));
+    socket.write(raw);
+  });
+}
+
+describe('problemClientErrors (real socket)', () => {
+  it("defect: requests the HTTP parser refuses (a header block over the limit, bytes that are not HTTP) were answered in fastify's own JSON shape, not as problems", async () => {
+    const { app: parsed } = await buildTestApp();
+    await parsed.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const address = parsed.server.address();
+      if (address === null || typeof address === 'string') throw new Error('no port');
+      const cases = [
+        [`GET /items HTTP/1.1\r\nhost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`, 431, 'HEADERS_TOO_LARGE'],
+        ['GARBAGE\r\n\r\n', 400, 'VALIDATION_FAILED'],
+        ['POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: abc\r\n\r\n', 400, 'VALIDATION_FAILED'],
+      ] as const;
+      for (const [raw, status, code] of cases) {
+        const answer = await rawExchange(address.port, raw);
+        const [head, body] = answer.split('\r\n\r\n');
+        expect(head?.split('\r\n')[0], code).toBe(`HTTP/1.1 ${status} ${STATUS_CODES[status]}`);
+        expect(head?.toLowerCase()).toContain(`content-type: ${PROBLEM_TYPE}`);
+        expect(head?.toLowerCase()).toContain('connection: close');
+        const problem = JSON.parse(body ?? '');
+        expect(problem).toMatchObject({ status, code });
+        expect(problem.title).toEqual(expect.any(String));
+        expect(problem.detail).toEqual(expect.any(String));
+      }
+      // The server goes on answering.
+      expect((await fetch(`http://127.0.0.1:${address.port}/nowhere`)).status).toBe(404);
+    } finally {
+      await parsed.close();
+    }
   });
 });
 

@@ -10,7 +10,7 @@ import {
   TransferStateSchema,
   ValidationError,
 } from '@sluice/core';
-import { problemDetailsPlugin, problemFrameworkErrors } from '@sluice/http';
+import { problemClientErrors, problemDetailsPlugin, problemFrameworkErrors } from '@sluice/http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import {
   jsonSchemaTransform,
@@ -88,6 +88,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       bodyLimit: options.bodyLimit,
       maxParamLength: MAX_PATH_PARAM_LENGTH,
     }),
+    // What Node's HTTP parser refuses (a header block over 16 KiB, bytes that are not HTTP), as problems too.
+    clientErrorHandler: problemClientErrors,
   });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
