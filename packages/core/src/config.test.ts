@@ -320,6 +320,15 @@ describe('resolveConfig: advertised URL', () => {
       resolveConfig({ node: { host: '0.0.0.0', advertisedUrl: 'http://lb:80' } }).node.advertisedUrl,
     ).toBe('http://lb:80');
   });
+
+  it('defect: an advertised URL that is no http(s) URL was accepted, and peers then failed every call to the node', () => {
+    for (const advertisedUrl of ['not a url', 'ftp://x', 'lb:80', 'http://', 'http://lb:80/?x=1'])
+      expect(configPaths({ node: { advertisedUrl } }), advertisedUrl).toEqual(['node.advertisedUrl']);
+    expect(configPaths({}, { SLUICE_ADVERTISED_URL: 'ftp://x' })).toEqual(['node.advertisedUrl']);
+    expect(resolveConfig({ node: { advertisedUrl: 'https://lb.example:8443/sluice' } }).node.advertisedUrl).toBe(
+      'https://lb.example:8443/sluice',
+    );
+  });
 });
 
 describe('resolveConfig: bad fields name their exact path', () => {
