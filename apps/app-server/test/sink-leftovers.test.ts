@@ -3,6 +3,7 @@
  * finish — a successor that takes over before COMPLETED is recorded resumes at the end from it — and is removed
  * once the terminal state is recorded. The fence row stays.
  */
+import { mkdir, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createTestDatabase, tempDir, waitFor } from '@sluice/testkit';
 import pg from 'pg';
@@ -77,6 +78,63 @@ describe('a PostgreSQL sink leaves nothing behind once its transfer is recorded'
       );
     } finally {
       await client.end();
+    }
+  });
+});
+
+describe('fire-and-forget runs at shutdown', () => {
+  it('defect: runs still going when the node stopped left their staged .partial files in the destination directory, and vanished without a log line', {
+    timeout: 60_000,
+  }, async () => {
+    await using db = await createTestDatabase('sluice_app_ff_shutdown');
+    await using dir = await tempDir('sluice-app-ff-shutdown-');
+    const out = join(dir.path, 'out');
+    await mkdir(out, { recursive: true });
+    const node = await startNodeProcess({
+      nodeId: 'f1',
+      dir: join(dir.path, 'f1'),
+      store: `sqlite:${join(dir.path, 'store.db')}`,
+      roots: [dir.path],
+      transfers: { shutdownGraceMs: 300 },
+      extraYaml: `connections: { db: { type: postgres, url: "${db.url}" } }`,
+    });
+    try {
+      const ids = ['ff-a', 'ff-b', 'ff-c'];
+      for (const id of ids) {
+        // A hundred million rows: the run is still going when the node stops.
+        const fired = await call(`${node.url}/v1/transfers`, {
+          json: {
+            id,
+            mode: 'fire-and-forget',
+            source: {
+              type: 'postgres',
+              connection: 'db',
+              query: 'select g as id from generate_series(1, 100000000) g',
+              key: 'id',
+            },
+            destination: { type: 'file', path: join(out, `${id}.jsonl`), format: 'jsonl' },
+          },
+        });
+        expect(fired.status).toBe(202);
+      }
+      const staged = async () => (await readdir(out)).filter((name) => name.endsWith('.partial'));
+      await waitFor(async () => (await staged()).length === ids.length, {
+        timeoutMs: 20_000,
+        what: 'each run to stage its output',
+      });
+      node.child.kill('SIGTERM');
+      const exit = await node.child.exited;
+      expect(exit.code).toBe(0);
+      // Nothing resumes a fire-and-forget run: what it staged is removed, and nothing is published.
+      expect(await readdir(out)).toEqual([]);
+      const abandoned = node.child
+        .output()
+        .split('\n')
+        .filter((line) => line.includes('fire-and-forget transfers abandoned at shutdown'));
+      expect(abandoned).toHaveLength(1);
+      for (const id of ids) expect(abandoned[0]).toContain(id);
+    } finally {
+      await node[Symbol.asyncDispose]();
     }
   });
 });

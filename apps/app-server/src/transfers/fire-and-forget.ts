@@ -3,6 +3,13 @@ import type { CoordinatorOptions } from './context.js';
 import { Scheduler } from './scheduler.js';
 import type { Submission } from './submission.js';
 
+/** How long aborted runs get to end (and remove what they staged) before shutdown goes on without them. */
+const ABORT_SETTLE_MS = 5_000;
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}
+
 /**
  * Fire-and-forget requests: never in the store, run on the receiving node with bounded concurrency; lost if
  * the node dies (docs/architecture.md § Protocol 1). Their checkpoint lives in memory and their epoch is 0 (unfenced).
@@ -10,7 +17,8 @@ import type { Submission } from './submission.js';
 export class FireAndForget {
   readonly #o: CoordinatorOptions;
   readonly #scheduler: Scheduler;
-  readonly #controllers = new Set<AbortController>();
+  /** Each accepted run (queued or running) that has not ended: its abort controller, by transfer id. */
+  readonly #controllers = new Map<AbortController, string>();
 
   constructor(options: CoordinatorOptions) {
     this.#o = options;
@@ -32,7 +40,7 @@ export class FireAndForget {
       throw new QueueFullError(1);
     }
     const controller = new AbortController();
-    this.#controllers.add(controller);
+    this.#controllers.set(controller, runnable.id);
     this.#scheduler.start(ticket, async () => {
       let checkpoint: unknown | null = null;
       try {
@@ -77,10 +85,19 @@ export class FireAndForget {
     }
   }
 
-  /** Gives running work `graceMs`, then aborts what is left. */
+  /**
+   * Gives running work `graceMs`, then aborts what is left — and waits (up to {@link ABORT_SETTLE_MS}) for the
+   * aborted runs to end, each removing what its sink staged: nothing resumes them, and a process that exited
+   * first left their temporary files in the destination directories for good.
+   */
   async drain(graceMs: number): Promise<void> {
-    const timeout = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());
-    await Promise.race([this.#scheduler.idle(), timeout]);
-    for (const controller of this.#controllers) controller.abort();
+    await Promise.race([this.#scheduler.idle(), delay(graceMs)]);
+    if (this.#controllers.size === 0) return;
+    this.#o.logger.warn(
+      { transfers: [...this.#controllers.values()], graceMs },
+      'fire-and-forget transfers abandoned at shutdown (nothing records or resumes them)',
+    );
+    for (const controller of this.#controllers.keys()) controller.abort();
+    await Promise.race([this.#scheduler.idle(), delay(ABORT_SETTLE_MS)]);
   }
 }
