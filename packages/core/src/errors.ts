@@ -239,6 +239,23 @@ export class UnsupportedMediaTypeError extends SluiceError {
   }
 }
 
+/** The request line and headers exceed the HTTP server's limit (Node's 16 KiB by default): refused by its parser. */
+export class HeadersTooLargeError extends SluiceError {
+  constructor() {
+    super({
+      code: ErrorCode.HEADERS_TOO_LARGE,
+      message: "The request line and headers exceed the server's limit (16 KiB by default)",
+    });
+  }
+}
+
+/** The request was not received within the HTTP server's request timeout. */
+export class RequestTimeoutError extends SluiceError {
+  constructor() {
+    super({ code: ErrorCode.REQUEST_TIMEOUT, message: 'The request was not received in time' });
+  }
+}
+
 export class PayloadTooLargeError extends SluiceError {
   constructor(limitBytes: number) {
     super({

@@ -30,6 +30,18 @@ export const ERROR_CASES: ReadonlyArray<{
     status: 415,
   },
   {
+    error: new errors.HeadersTooLargeError(),
+    cls: errors.HeadersTooLargeError,
+    code: 'HEADERS_TOO_LARGE',
+    status: 431,
+  },
+  {
+    error: new errors.RequestTimeoutError(),
+    cls: errors.RequestTimeoutError,
+    code: 'REQUEST_TIMEOUT',
+    status: 408,
+  },
+  {
     error: new errors.PayloadTooLargeError(1024),
     cls: errors.PayloadTooLargeError,
     code: 'PAYLOAD_TOO_LARGE',

@@ -1,11 +1,12 @@
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import {
-  ErrorCode,
+  HeadersTooLargeError,
   NotFoundError,
   PROBLEM_CONTENT_TYPE,
+  RequestTimeoutError,
   ShuttingDownError,
-  SluiceError,
+  type SluiceError,
   toProblem,
   ValidationError,
 } from '@sluice/core';
@@ -110,16 +111,8 @@ export function problemFrameworkErrors(
 
 /** The problem for a request Node's HTTP parser refused, by the parser's error code. */
 function clientErrorProblem(err: NodeJS.ErrnoException): SluiceError {
-  if (err.code === 'HPE_HEADER_OVERFLOW')
-    return new SluiceError({
-      code: ErrorCode.HEADERS_TOO_LARGE,
-      message: "The request line and headers exceed the server's limit (16 KiB by default)",
-    });
-  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT')
-    return new SluiceError({
-      code: ErrorCode.REQUEST_TIMEOUT,
-      message: 'The request was not received in time',
-    });
+  if (err.code === 'HPE_HEADER_OVERFLOW') return new HeadersTooLargeError();
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') return new RequestTimeoutError();
   return new ValidationError('The request is not valid HTTP/1.1', [
     { path: 'request', message: err.code === undefined ? 'malformed' : `malformed (${err.code})` },
   ]);
