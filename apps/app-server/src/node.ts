@@ -11,7 +11,9 @@ import {
   type Clock,
   type ConfigWarning,
   type Logger,
+  redactUrl,
   type SluiceConfig,
+  SluiceError,
   systemClock,
 } from '@sluice/core';
 import { createLogger } from '@sluice/http';
@@ -224,8 +226,12 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
         try {
           await store.ping();
           checks.store = 'up';
-        } catch {
-          checks.store = 'down';
+        } catch (err) {
+          // The database answers but the store's tables are gone: not ready either, and said apart from "down".
+          checks.store =
+            SluiceError.isInstance(err) && err.details?.reason === 'schema-missing'
+              ? 'schema-missing'
+              : 'down';
           ready = false;
         }
         const status = backplane.status();
@@ -261,7 +267,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     purgeTimer.unref();
     cleanups.push(async () => clearInterval(purgeTimer));
     logger.info(
-      { url: identity.address, store: config.store.split('@').pop(), backplane: kind, instanceId },
+      { url: identity.address, store: redactUrl(config.store), backplane: kind, instanceId },
       'app-server ready',
     );
 

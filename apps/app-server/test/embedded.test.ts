@@ -252,6 +252,41 @@ describe('app-server on embedded defaults', { timeout: 90_000 }, () => {
     expect(await exactlyOnce(out('hdr.jsonl'), 10)).toBeNull();
   });
 
+  it('defect: a path that cannot exist (file as parent, name over 255 bytes, symlink loop) answered 500 INTERNAL, and a root as destination wrote its temp outside the roots; now 400 VALIDATION_FAILED, nothing written', async () => {
+    const source = await writeRecords(join(roots[0]!, 'small.jsonl'), 3);
+    await symlink('loop2', join(roots[1]!, 'loop1'));
+    await symlink('loop1', join(roots[1]!, 'loop2'));
+    const before = { out: await readdir(roots[1]!), parent: await readdir(dir.path) };
+    const cases: Array<[name: string, side: 'source' | 'destination', path: string]> = [
+      ['source under a file', 'source', `${source}/x`],
+      ['destination under a file', 'destination', `${source}/x`],
+      ['source name of 256 characters', 'source', join(roots[0]!, 'n'.repeat(256))],
+      ['destination name of 300 characters', 'destination', join(roots[1]!, `${'n'.repeat(300)}.jsonl`)],
+      ['source symlink loop', 'source', join(roots[1]!, 'loop1')],
+      ['destination symlink loop', 'destination', join(roots[1]!, 'loop1')],
+      ['destination is a root', 'destination', roots[1]!],
+    ];
+    for (const [i, [name, side, path]] of cases.entries()) {
+      const body = fileTransfer(`cannot-exist-${i}`, source, join(roots[1]!, `cannot-exist-${i}.jsonl`));
+      body[side] = { type: 'file', path, format: 'jsonl' };
+      const reply = await call(`${node.url}/v1/transfers`, { json: body });
+      expect({ name, status: reply.status, code: reply.body.code }).toEqual({
+        name,
+        status: 400,
+        code: 'VALIDATION_FAILED',
+      });
+      expect(reply.headers.get('content-type'), name).toMatch(/^application\/problem\+json/);
+      expect(
+        reply.body.errors.map((e: { path: string }) => e.path),
+        name,
+      ).toEqual([`${side}.path`]);
+      expect((await call(`${node.url}/v1/transfers/cannot-exist-${i}`)).status, name).toBe(404);
+    }
+    // Nothing written: no destination, no temp file in a root or beside it (the parent of the roots).
+    expect(await readdir(roots[1]!)).toEqual(before.out);
+    expect(await readdir(dir.path)).toEqual(before.parent);
+  });
+
   it('answers 429 with Retry-After when its transfer queue is full, fire-and-forget runs without a record', async () => {
     const source = await writeRecords(join(roots[0]!, 'slow.jsonl'), 400);
     const replies = [];

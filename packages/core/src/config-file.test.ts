@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { loadConfigFile, parseConfigText, redactConfig } from './config-file.js';
+import { loadConfigFile, parseConfigText, redactConfig, redactUrl } from './config-file.js';
 
 const dirs: string[] = [];
 const tempDir = () => {
@@ -99,6 +99,51 @@ describe('redactConfig', () => {
     expect(redacted.api.auth?.jwtSecret).toBe('***');
     expect(redacted.endpoints[0]?.source).toMatchObject({ key: ['id'], table: 't' });
     expect(config.store).toBe('postgres://sluice:hunter2@db:5432/sluice'); // the original is untouched
+  });
+});
+
+describe('redactUrl', () => {
+  it('defect: printed libpq password query parameters and NATS token URLs in clear; now masks them, keeps the rest', () => {
+    const cases: Array<[string, string]> = [
+      ['postgres://u:secret@db:5432/x', 'postgres://u:***@db:5432/x'],
+      ['postgres://u@h/db?password=storepw', 'postgres://u@h/db?password=***'],
+      [
+        'postgresql://u@h/db?sslmode=require&password=a%20b&application_name=x',
+        'postgresql://u@h/db?sslmode=require&password=***&application_name=x',
+      ],
+      [
+        'postgres://u@h/db?sslpassword=keypw&sslkey=/etc/k.pem',
+        'postgres://u@h/db?sslpassword=***&sslkey=/etc/k.pem',
+      ],
+      ['postgres://u@h/db?PASSWORD=x#frag', 'postgres://u@h/db?PASSWORD=***#frag'],
+      ['postgres://u@h/db', 'postgres://u@h/db'],
+      ['nats://mytoken123@127.0.0.1:4222', 'nats://***@127.0.0.1:4222'],
+      ['nats://user:pw@127.0.0.1:4222', 'nats://user:***@127.0.0.1:4222'],
+      ['tls://tok@nats.example:4222', 'tls://***@nats.example:4222'],
+      ['nats://127.0.0.1:4222', 'nats://127.0.0.1:4222'],
+      ['http://10.0.0.5:7070', 'http://10.0.0.5:7070'],
+      ['sqlite:./.sluice/store.db', 'sqlite:./.sluice/store.db'],
+      ['./data/items.jsonl', './data/items.jsonl'],
+      ['not a url: password=x', 'not a url: password=x'],
+    ];
+    for (const [url, expected] of cases) expect(redactUrl(url), url).toBe(expected);
+  });
+
+  it('defect: redactConfig printed postgres ?password= and NATS tokens in clear (store, nats, connections)', () => {
+    const config = parseConfigText(
+      [
+        'store: "postgres://u@h/db?password=storepw"',
+        'nats: "nats://mytoken123@127.0.0.1:4222"',
+        'connections:',
+        '  wh: { type: postgres, url: "postgres://r@wh/sales?sslpassword=keypw&password=whpw" }',
+        '  bus: { type: nats, nats: { servers: ["nats://bustoken@10.0.0.1:4222"] } }',
+      ].join('\n'),
+    );
+    const text = JSON.stringify(redactConfig(config));
+    for (const secret of ['storepw', 'mytoken123', 'keypw', 'whpw', 'bustoken'])
+      expect(text).not.toContain(secret);
+    expect(redactConfig(config).store).toBe('postgres://u@h/db?password=***');
+    expect(redactConfig(config).nats).toBe('nats://***@127.0.0.1:4222');
   });
 });
 

@@ -159,14 +159,64 @@ export function loadConfigFile(options: LoadConfigFileOptions = {}): LoadedConfi
 
 const SECRET_KEYS = /^(jwtSecret|tokens?|password|pass|secret|nkeySeed)$/i;
 
-function redactUrl(text: string): string {
-  // scheme://user:password@host → scheme://user:***@host (only the password part of the authority)
-  return text.replace(/^([a-z][a-z0-9+.-]*:\/\/[^/:@\s]*):[^@/\s]*@/i, '$1:***@');
+/** Query parameters of a URL that carry a secret: libpq's `password` and `sslpassword` (the key's passphrase). */
+const SECRET_QUERY_KEYS = /^(ssl)?password$|^pass$|^token$|^secret$/i;
+/** Schemes whose userinfo without a password is a role name, printed as is (else it is a token: NATS). */
+const USER_NAME_SCHEMES: ReadonlySet<string> = new Set(['postgres', 'postgresql']);
+
+/**
+ * A URL safe to print: the password of `user:password@` becomes `***`; userinfo without a password is a
+ * token for every scheme but PostgreSQL's (`nats://<token>@host`), so it is masked whole; query parameters
+ * carrying a secret (`password`, `sslpassword`: libpq's) are masked. Everything else is kept as written;
+ * text that is not `scheme://…` is returned unchanged. The one definition: the store's logs and the apps'
+ * `--check` and start-up lines all use it.
+ *
+ * @example
+ * ```ts
+ * redactUrl('postgres://u@db/x?password=pw'); // 'postgres://u@db/x?password=***'
+ * redactUrl('nats://s3cret@127.0.0.1:4222'); // 'nats://***@127.0.0.1:4222'
+ * ```
+ */
+export function redactUrl(text: string): string {
+  const prefix = /^([a-z][a-z0-9+.-]*):\/\//i.exec(text);
+  if (prefix === null) return text;
+  const scheme = (prefix[1] as string).toLowerCase();
+  const rest = text.slice(prefix[0].length);
+  const authorityEnd = rest.search(/[/?#\s]/);
+  let authority = authorityEnd === -1 ? rest : rest.slice(0, authorityEnd);
+  const tail = authorityEnd === -1 ? '' : rest.slice(authorityEnd);
+  const at = authority.lastIndexOf('@');
+  if (at !== -1) {
+    const userinfo = authority.slice(0, at);
+    const colon = userinfo.indexOf(':');
+    const masked =
+      colon !== -1 ? `${userinfo.slice(0, colon)}:***` : USER_NAME_SCHEMES.has(scheme) ? userinfo : '***';
+    authority = `${masked}${authority.slice(at)}`;
+  }
+  // The query: from the first `?` up to a `#` (or the end).
+  const query = tail.indexOf('?');
+  if (query === -1) return `${prefix[0]}${authority}${tail}`;
+  const fragment = tail.indexOf('#', query);
+  const end = fragment === -1 ? tail.length : fragment;
+  const params = tail
+    .slice(query + 1, end)
+    .split('&')
+    .map((param) => {
+      const eq = param.indexOf('=');
+      if (eq === -1) return param;
+      let key = param.slice(0, eq);
+      try {
+        key = decodeURIComponent(key);
+      } catch {}
+      return SECRET_QUERY_KEYS.test(key) ? `${param.slice(0, eq)}=***` : param;
+    })
+    .join('&');
+  return `${prefix[0]}${authority}${tail.slice(0, query + 1)}${params}${tail.slice(end)}`;
 }
 
 /**
  * A copy of a configuration safe to print (`--check`, logs): secrets (`jwtSecret`, `tokens`, passwords) become
- * `"***"` and passwords inside URLs are masked.
+ * `"***"` and every string is passed through {@link redactUrl} (URL passwords, tokens, `?password=`).
  *
  * @example
  * ```ts

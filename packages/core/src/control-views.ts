@@ -24,6 +24,16 @@ export interface ReplicationStatus {
   lagSeconds: number | null;
 }
 
+/**
+ * Records an endpoint's pipeline refused and skipped (a value of another type than the schema's, a missing key, an
+ * unreadable record): how many in the current generation's run (kept across resumes by its checkpoint), and the
+ * latest one this process saw — where it was read, why, and when — or null (none since the process started).
+ */
+export interface BadRecordsView {
+  count: number;
+  last: { source: string; reason: string; at: string } | null;
+}
+
 /** One endpoint as `GET /v1/endpoints` reports it. */
 export interface EndpointStatus {
   name: string;
@@ -42,6 +52,8 @@ export interface EndpointStatus {
   /** The generation being built (not yet finished or held), with its progress. */
   building: BuildProgress | null;
   error: { code: string; message: string } | null;
+  /** Records refused and skipped while the endpoint keeps streaming: updates an operator should know are dropped. */
+  badRecords: BadRecordsView;
   /** Set for endpoints fed by PostgreSQL logical replication. */
   replication: ReplicationStatus | null;
 }

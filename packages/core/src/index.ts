@@ -95,8 +95,10 @@ export {
   parseConfigText,
   parseConfigYaml,
   redactConfig,
+  redactUrl,
 } from './config-file.js';
 export {
+  type BadRecordsView,
   type BuildProgress,
   type EndpointStatus,
   type EndpointStreamEvent,
@@ -130,6 +132,7 @@ export {
   ErrorCode,
   type FieldIssue,
   ForbiddenError,
+  HeadersTooLargeError,
   IdempotencyConflictError,
   IdempotencyKeyMismatchError,
   IllegalTransitionError,
@@ -148,6 +151,7 @@ export {
   ReplicaIdentityMissingError,
   ReplicationNotEnabledError,
   ReplicationNotPermittedError,
+  RequestTimeoutError,
   SchemaMismatchError,
   ShuttingDownError,
   SinkError,

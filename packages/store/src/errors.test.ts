@@ -1,6 +1,6 @@
 import { SluiceError, StaleEpochError } from '@sluice/core';
 import { describe, expect, it } from 'vitest';
-import { isUnavailableError, TransferFinalError, toStoreError } from './errors.js';
+import { isSchemaMissingError, isUnavailableError, TransferFinalError, toStoreError } from './errors.js';
 
 function withCode(message: string, code: string): Error {
   return Object.assign(new Error(message), { code });
@@ -34,6 +34,25 @@ describe('toStoreError', () => {
     expect(toStoreError(constraint, 'x').code).toBe('INTERNAL');
     const stale = new StaleEpochError('a', 1);
     expect(toStoreError(stale, 'x')).toBe(stale);
+  });
+
+  it('maps a missing table (PostgreSQL 42P01, SQLite "no such table") to STORE_UNAVAILABLE, reason schema-missing', () => {
+    for (const err of [
+      withCode('relation "transfers" does not exist', '42P01'),
+      withCode('no such table: transfers', 'SQLITE_ERROR'),
+    ]) {
+      expect(isSchemaMissingError(err)).toBe(true);
+      const mapped = toStoreError(err, 'submit');
+      expect(mapped).toMatchObject({
+        code: 'STORE_UNAVAILABLE',
+        status: 503,
+        details: { reason: 'schema-missing' },
+      });
+      expect(mapped.message).toMatch(/^The transfer store's schema is missing \(submit: /);
+      expect(mapped.cause).toBe(err);
+    }
+    expect(isSchemaMissingError(withCode('near "selec": syntax error', 'SQLITE_ERROR'))).toBe(false);
+    expect(toStoreError(withCode('column "x" does not exist', '42703'), 'x').code).toBe('INTERNAL');
   });
 
   it('TransferFinalError carries ILLEGAL_TRANSITION and says the state is final', () => {

@@ -84,12 +84,45 @@ export function isUnavailableError(err: unknown): boolean {
 }
 
 /**
+ * True when `err` says a table of the store does not exist: PostgreSQL's `undefined_table` (42P01), SQLite's
+ * `no such table`. The schema was migrated when the store opened, so its tables were dropped since, or the
+ * database was replaced by an empty one.
+ */
+export function isSchemaMissingError(err: unknown): boolean {
+  for (let current = err, depth = 0; current && depth < 5; depth++) {
+    if (typeof current !== 'object') return false;
+    const { code, message } = current as { code?: unknown; message?: unknown };
+    if (code === '42P01') return true;
+    if (code === 'SQLITE_ERROR' && typeof message === 'string' && /^no such table: /i.test(message))
+      return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
+/**
+ * `STORE_UNAVAILABLE` with `details.reason: "schema-missing"`: the database answers but the store's tables are
+ * not there. Never repaired automatically (an empty schema would forget every transfer record, and resent
+ * requests would run again): the operator restores the database, or drops the rest of the schema to start over.
+ */
+export function schemaMissingError(operation: string, cause: unknown): StoreUnavailableError {
+  const message = cause instanceof Error ? cause.message : String(cause);
+  return new StoreUnavailableError(
+    `The transfer store's schema is missing (${operation}: ${message}): its tables were dropped or the database ` +
+      'was replaced by an empty one. Sluice does not recreate them on its own — restore the database, or drop ' +
+      'what is left of the schema and restart to start empty (docs/operations.md, "The store\'s schema")',
+    { cause, details: { reason: 'schema-missing' } },
+  );
+}
+
+/**
  * Turns anything a driver throws into a typed Sluice error: Sluice errors pass through, unreachable
- * databases become `STORE_UNAVAILABLE`, the rest `INTERNAL` with the driver error as `cause`.
+ * databases and a missing schema become `STORE_UNAVAILABLE`, the rest `INTERNAL` with the driver error as `cause`.
  */
 export function toStoreError(err: unknown, operation: string): SluiceError {
   if (SluiceError.isInstance(err)) return err;
   const message = err instanceof Error ? err.message : String(err);
+  if (isSchemaMissingError(err)) return schemaMissingError(operation, err);
   if (isUnavailableError(err)) {
     return new StoreUnavailableError(`The transfer store is unavailable (${operation}): ${message}`, {
       cause: err,

@@ -88,6 +88,14 @@ export function storeMigrations(dialect: StoreDialect): Record<string, Migration
   };
 }
 
+/**
+ * Fails (`42P01` / `no such table`, which the store maps to `STORE_UNAVAILABLE`, reason `schema-missing`) unless
+ * every table the store works on is there; reads no row.
+ */
+export async function checkSchema(db: Kysely<unknown>): Promise<void> {
+  await sql`select 1 from transfers cross join nodes where 1 = 0`.execute(db);
+}
+
 /** Provides the in-code migrations to kysely's Migrator. */
 class InCodeMigrationProvider implements MigrationProvider {
   constructor(private readonly migrations: Record<string, Migration>) {}

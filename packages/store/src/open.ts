@@ -1,7 +1,7 @@
 import { type Clock, type Logger, silentLogger, systemClock, ValidationError } from '@sluice/core';
 import type { Kysely } from 'kysely';
 import { toStoreError } from './errors.js';
-import { migrateToLatest } from './migrations.js';
+import { checkSchema, migrateToLatest } from './migrations.js';
 import { openPostgres, type StatementNames } from './postgres.js';
 import type { StoreDatabase } from './schema.js';
 import { openSqlite } from './sqlite.js';
@@ -68,6 +68,8 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
       location.dialect === 'sqlite' ? location.path : url,
     );
     if (applied.length > 0) logger.info({ store: redactUrl(url), applied }, 'store: schema migrated');
+    // Migrations recorded but tables gone (dropped by hand): refuse to start rather than run on nothing.
+    await checkSchema(db as Kysely<unknown>);
     return new SqlDataPlaneStore(db, location.dialect, clock, logger, statements);
   } catch (err) {
     await db?.destroy().catch(() => undefined);

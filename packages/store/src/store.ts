@@ -19,10 +19,11 @@ import {
   type TransferState,
   type TransitionInput,
 } from '@sluice/core';
-import { type CompiledQuery, type Kysely, sql } from 'kysely';
+import type { CompiledQuery, Kysely } from 'kysely';
 import { CoalescedStatements } from './coalesced-statements.js';
 import type { StoreDialect } from './dialect.js';
 import { TransferFinalError } from './errors.js';
+import { checkSchema } from './migrations.js';
 import { type NodeRegistration, NodeTable } from './nodes.js';
 import { OperationGuard } from './operation-guard.js';
 import { prepareQueries, type Queries } from './queries.js';
@@ -370,10 +371,12 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     return this.#run('listNodes', () => this.#nodes.list(this.#now()));
   }
 
+  /**
+   * Answers when the store can serve: the database is reachable and its tables are there (a schema dropped or
+   * replaced by an empty database is `STORE_UNAVAILABLE` with `details.reason: "schema-missing"`).
+   */
   async ping(): Promise<void> {
-    return this.#run('ping', async () => {
-      await sql`select 1`.execute(this.#db);
-    });
+    return this.#run('ping', () => checkSchema(this.#db as Kysely<unknown>));
   }
 
   /**

@@ -43,13 +43,5 @@ function invalid(message: string, cause?: unknown): ConfigError {
   return new ConfigError(`Invalid store URL: ${message}`, [{ path: 'store', message }], { cause });
 }
 
-/** The URL with any password replaced, safe for logs. */
-export function redactUrl(url: string): string {
-  try {
-    const parsed = new URL(url);
-    if (parsed.password) parsed.password = '***';
-    return parsed.toString();
-  } catch {
-    return url.startsWith('sqlite:') ? url : '(unparseable url)';
-  }
-}
+/** The URL with its secrets masked, safe for logs: core's `redactUrl` (one definition for every app and package). */
+export { redactUrl } from '@sluice/core';

@@ -1,4 +1,4 @@
-import { mkdir, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type TransferRequest, TransferRequestSchema } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
@@ -46,6 +46,68 @@ describe('RequestPolicy', () => {
         expect.objectContaining({ code: 'PATH_NOT_ALLOWED' }),
       );
     }
+  });
+
+  it('defect: paths that cannot exist (a file as parent, a name over 255 bytes, a symlink loop) and a destination that is a directory threw raw errno errors (500 INTERNAL); now VALIDATION_FAILED at their field', async () => {
+    await using dir = await tempDir();
+    await mkdir(join(dir.path, 'data'));
+    await mkdir(join(dir.path, 'out'));
+    await writeFile(join(dir.path, 'data', 'small.jsonl'), '{}\n');
+    await symlink('loop2', join(dir.path, 'out', 'loop1'));
+    await symlink('loop1', join(dir.path, 'out', 'loop2'));
+    const policy = new RequestPolicy({
+      roots: ['data', 'out'],
+      connections: {},
+      endpoints: [],
+      cwd: dir.path,
+    });
+    const ok = file('data/small.jsonl');
+    const okOut = file('out/ok.jsonl');
+    const cannotExist = [
+      ['data/small.jsonl/x', /is a file, not a directory/],
+      ['data/small.jsonl/x/y.jsonl', /is a file, not a directory/],
+      [`data/${'n'.repeat(256)}`, /longer than/],
+      [`data/${'n'.repeat(300)}/x.jsonl`, /longer than/],
+      ['out/loop1', /symlink loop/],
+      ['out/loop1/x.jsonl', /symlink loop/],
+    ] as const;
+    for (const [path, message] of cannotExist) {
+      for (const [side, req] of [
+        ['source', request(file(path), okOut)],
+        ['destination', request(ok, file(path))],
+      ] as const) {
+        let thrown: unknown;
+        try {
+          policy.confine(req);
+        } catch (err) {
+          thrown = err;
+        }
+        expect(thrown, `${side} ${path}`).toMatchObject({
+          code: 'VALIDATION_FAILED',
+          status: 400,
+          errors: [{ path: `${side}.path`, message: expect.stringMatching(message) }],
+        });
+      }
+    }
+    // A destination that is a directory (a root itself, or one inside): its temp file would land beside it.
+    await mkdir(join(dir.path, 'out', 'sub'));
+    for (const path of ['out', 'out/sub', `${dir.path}/data`, 'out/.']) {
+      expect(() => policy.confine(request(ok, file(path))), path).toThrow(
+        expect.objectContaining({
+          code: 'VALIDATION_FAILED',
+          errors: [{ path: 'destination.path', message: expect.stringMatching(/is a directory/) }],
+        }),
+      );
+    }
+    // Outside the roots stays 403 even when the path could not exist either (also through a symlink).
+    await symlink('/etc/passwd/x', join(dir.path, 'out', 'via-file'));
+    expect(() => policy.confine(request(ok, file('out/via-file')))).toThrow(
+      expect.objectContaining({ code: 'PATH_NOT_ALLOWED' }),
+    );
+    expect(() => policy.confine(request(ok, file(`/etc/passwd/${'n'.repeat(300)}`)))).toThrow(
+      expect.objectContaining({ code: 'PATH_NOT_ALLOWED' }),
+    );
+    expect(await readdir(join(dir.path, 'out'))).toEqual(['loop1', 'loop2', 'sub', 'via-file']);
   });
 
   it('defaults the roots to the working directory', async () => {

@@ -1,4 +1,4 @@
-import { lstatSync, readlinkSync, realpathSync } from 'node:fs';
+import { lstatSync, readlinkSync, realpathSync, statSync } from 'node:fs';
 import { basename, dirname, isAbsolute, resolve, sep } from 'node:path';
 import {
   type ConnectionConfig,
@@ -7,34 +7,90 @@ import {
   type TransferRequest,
   UnknownConnectionError,
   UnknownEndpointError,
+  ValidationError,
 } from '@sluice/core';
+
+/** Why a path can never name a file: the errno the file system answers for it. */
+type Impossible = 'ENOTDIR' | 'ENAMETOOLONG' | 'ELOOP';
+
+/** Where a path really is, and whether the file system could ever hold a file there. */
+interface Location {
+  /** The real path: the longest existing ancestor resolved through symlinks, the missing rest appended. */
+  real: string;
+  /** Set when no file can exist at the path (a file as a parent, a name too long, a symlink loop). */
+  impossible: Impossible | null;
+  /** True when the path exists and is a directory. */
+  directory: boolean;
+}
+
+/** Errnos of a path that cannot exist: the walk goes on from its parent, the path is refused once confined. */
+const IMPOSSIBLE: ReadonlySet<string> = new Set<Impossible>(['ENOTDIR', 'ENAMETOOLONG', 'ELOOP']);
+
+function errnoOf(err: unknown): string | undefined {
+  return (err as NodeJS.ErrnoException).code;
+}
 
 /**
  * Resolves a path to its real location even when its tail does not exist yet (a destination file):
- * the longest existing ancestor is resolved through symlinks, the missing rest appended.
+ * the longest existing ancestor is resolved through symlinks, the missing rest appended. A path that cannot
+ * exist (`ENOTDIR`, `ENAMETOOLONG`, `ELOOP`) is resolved the same way, from its longest resolvable ancestor,
+ * so that the caller can refuse it as outside the roots or as impossible — never by a raw errno.
  */
-function realLocation(path: string): string {
+function realLocation(path: string): Location {
   const missing: string[] = [];
+  let impossible: Impossible | null = null;
   let current = path;
   for (let hops = 0; ; ) {
+    let code: string | undefined;
     try {
       const real = realpathSync.native(current);
-      return missing.length === 0 ? real : resolve(real, ...missing.reverse());
+      if (missing.length === 0) {
+        const directory = statSync(real, { throwIfNoEntry: false })?.isDirectory() ?? false;
+        return { real, impossible, directory };
+      }
+      // Something is missing below `real`: it can only be created if `real` is a directory.
+      if (impossible === null && !statSync(real, { throwIfNoEntry: false })?.isDirectory())
+        impossible = 'ENOTDIR';
+      return { real: resolve(real, ...missing.reverse()), impossible, directory: false };
     } catch (err) {
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code !== 'ENOENT' && code !== 'ENOTDIR') throw err;
-      // A dangling symlink: follow it by hand, a write through it would land at its target.
-      const link = lstatSync(current, { throwIfNoEntry: false });
-      if (link?.isSymbolicLink()) {
-        if (++hops > 40) throw err;
+      code = errnoOf(err);
+      if (code !== 'ENOENT' && !IMPOSSIBLE.has(code ?? '')) throw err;
+    }
+    if (code !== 'ENOENT') impossible ??= code as Impossible;
+    let link: ReturnType<typeof lstatSync> | undefined;
+    try {
+      link = lstatSync(current, { throwIfNoEntry: false });
+    } catch (err) {
+      // ENOTDIR (a file among the parents) or ENAMETOOLONG: nothing is there; go on from the parent.
+      if (!IMPOSSIBLE.has(errnoOf(err) ?? '')) throw err;
+      impossible ??= errnoOf(err) as Impossible;
+    }
+    // A dangling symlink: follow it by hand, a write through it would land at its target. A loop is not
+    // followed (ELOOP): the link's own place is what gets confined.
+    if (link?.isSymbolicLink() && (code === 'ENOENT' || code === 'ENOTDIR')) {
+      if (++hops > 40) {
+        impossible ??= 'ELOOP';
+      } else {
         current = resolve(dirname(current), readlinkSync(current));
         continue;
       }
-      const parent = dirname(current);
-      if (parent === current) return path;
-      missing.push(basename(current));
-      current = parent;
     }
+    const parent = dirname(current);
+    if (parent === current) return { real: path, impossible, directory: false };
+    missing.push(basename(current));
+    current = parent;
+  }
+}
+
+/** What the client is told about a path that cannot name a file. */
+function impossibleReason(reason: Impossible): string {
+  switch (reason) {
+    case 'ENOTDIR':
+      return 'a parent of it is a file, not a directory';
+    case 'ENAMETOOLONG':
+      return 'a name in it is longer than the file system allows (255 bytes)';
+    case 'ELOOP':
+      return 'it goes through a symlink loop';
   }
 }
 
@@ -62,7 +118,7 @@ export class RequestPolicy {
   }) {
     this.#cwd = options.cwd;
     const roots = options.roots.length > 0 ? options.roots : [options.cwd];
-    this.#roots = roots.map((root) => realLocation(resolve(options.cwd, root)));
+    this.#roots = roots.map((root) => realLocation(resolve(options.cwd, root)).real);
     this.#connections = options.connections;
     this.#endpoints = new Set(options.endpoints);
   }
@@ -76,15 +132,15 @@ export class RequestPolicy {
   confine(request: TransferRequest): TransferRequest {
     return {
       ...request,
-      source: this.#address(request.source) as TransferRequest['source'],
-      destination: this.#address(request.destination) as TransferRequest['destination'],
+      source: this.#address(request.source, 'source') as TransferRequest['source'],
+      destination: this.#address(request.destination, 'destination') as TransferRequest['destination'],
     };
   }
 
-  #address(address: DataAddress): DataAddress {
+  #address(address: DataAddress, side: 'source' | 'destination'): DataAddress {
     switch (address.type) {
       case 'file':
-        return { ...address, path: this.#confinePath(address.path) };
+        return { ...address, path: this.#confinePath(address.path, side) };
       case 'postgres':
         this.#connection(address.connection, 'postgres');
         return address;
@@ -102,13 +158,33 @@ export class RequestPolicy {
     if (connection === undefined || connection.type !== type) throw new UnknownConnectionError(name);
   }
 
-  #confinePath(path: string): string {
+  /**
+   * The real path of a request's file path: outside the roots is `PATH_NOT_ALLOWED` (403, checked first, so
+   * nothing about the file system outside is revealed); inside, a path that cannot name a file — a file as a
+   * parent, a name over 255 bytes, a symlink loop, or a destination that is a directory (a write-then-rename
+   * sink would put its temp file beside it, outside the root when it is one) — is `VALIDATION_FAILED` (400).
+   */
+  #confinePath(path: string, side: 'source' | 'destination'): string {
     const absolute = isAbsolute(path) ? path : resolve(this.#cwd, path);
-    const real = realLocation(resolve(absolute));
+    const location = realLocation(resolve(absolute));
+    const { real } = location;
     const inside = this.#roots.some(
       (root) => real === root || real.startsWith(root.endsWith(sep) ? root : root + sep),
     );
     if (!inside) throw new PathNotAllowedError(path.slice(0, 512));
-    return real;
+    let reason: string | null = null;
+    if (location.impossible !== null) reason = impossibleReason(location.impossible);
+    else if (side === 'destination' && (location.directory || this.#roots.includes(real)))
+      reason = 'it is a directory; name a file in it';
+    if (reason === null) return real;
+    const field = `${side}.path`;
+    throw new ValidationError(`Invalid transfer request: ${field} ${q(path)} cannot be used: ${reason}`, [
+      { path: field, message: `${reason.charAt(0).toUpperCase()}${reason.slice(1)}` },
+    ]);
   }
+}
+
+/** A path quoted for a message, cut at 512 characters. */
+function q(path: string): string {
+  return JSON.stringify(path.length > 512 ? `${path.slice(0, 512)}…` : path);
 }

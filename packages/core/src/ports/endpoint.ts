@@ -3,7 +3,7 @@
  * endpoint into its cache generations. `@sluice/pipeline`'s `startEndpointPipeline` returns one.
  */
 import type { PipelineCheckpoint, PipelineProgress, RestartDecision } from '../checkpoint.js';
-import type { ReplicationStatus, SwitchOutcome } from '../control-views.js';
+import type { BadRecordsView, ReplicationStatus, SwitchOutcome } from '../control-views.js';
 
 /** The restart decision of a pipeline's latest start (or rebuild), and why. */
 export interface EndpointDecision {
@@ -25,6 +25,8 @@ export interface EndpointPipelineStatus {
   held: { cache: string; reason: string } | null;
   /** The last failure of the pipeline, when it is waiting to retry. */
   error: { code: string; message: string } | null;
+  /** Records refused (skipped) by the current run: their count (`progress.badRecords`) and the latest one. */
+  badRecords: BadRecordsView;
   /** For a source read by logical replication: its slot and lag. Else null. */
   replication: ReplicationStatus | null;
 }
