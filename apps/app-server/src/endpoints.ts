@@ -89,6 +89,7 @@ export class EndpointManager {
           held: null,
           building: null,
           error: this.#failures.get(endpoint.name) ?? null,
+          badRecords: { count: 0, last: null },
           replication: null,
         });
         continue;
@@ -119,7 +120,8 @@ export class EndpointManager {
         decision: pipeline.decision,
         held: status.held,
         building,
-        error: null,
+        error: status.error,
+        badRecords: status.badRecords,
         replication: status.replication ?? null,
       });
     }

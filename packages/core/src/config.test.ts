@@ -325,9 +325,9 @@ describe('resolveConfig: advertised URL', () => {
     for (const advertisedUrl of ['not a url', 'ftp://x', 'lb:80', 'http://', 'http://lb:80/?x=1'])
       expect(configPaths({ node: { advertisedUrl } }), advertisedUrl).toEqual(['node.advertisedUrl']);
     expect(configPaths({}, { SLUICE_ADVERTISED_URL: 'ftp://x' })).toEqual(['node.advertisedUrl']);
-    expect(resolveConfig({ node: { advertisedUrl: 'https://lb.example:8443/sluice' } }).node.advertisedUrl).toBe(
-      'https://lb.example:8443/sluice',
-    );
+    expect(
+      resolveConfig({ node: { advertisedUrl: 'https://lb.example:8443/sluice' } }).node.advertisedUrl,
+    ).toBe('https://lb.example:8443/sluice');
   });
 });
 

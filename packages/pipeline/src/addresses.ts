@@ -11,6 +11,7 @@ import {
   ValidationError,
   type WritableCacheCatalog,
 } from '@sluice/core';
+import { ownField } from './own.js';
 import { createEndpointTransferSink } from './sinks/cache.js';
 import { createFileSink } from './sinks/file.js';
 import { createJetStreamSink } from './sinks/jetstream.js';
@@ -35,14 +36,14 @@ export interface ConnectionContext {
 }
 
 function postgresUrl(ctx: ConnectionContext, name: string): string {
-  const connection = ctx.connections[name];
+  const connection = ownField(ctx.connections, name);
   if (connection?.type !== 'postgres') throw new UnknownConnectionError(name);
   return connection.url;
 }
 
 function natsConfig(ctx: ConnectionContext, name: string | undefined): NatsConfig {
   if (name !== undefined) {
-    const connection = ctx.connections[name];
+    const connection = ownField(ctx.connections, name);
     if (connection?.type !== 'nats') throw new UnknownConnectionError(name);
     return connection.nats;
   }

@@ -85,6 +85,7 @@ export async function startEndpointPipeline(
   const wakeWaiters = () => {
     for (const wake of servingWaiters) wake();
   };
+  let lastBadRecord: EndpointPipelineStatus['badRecords']['last'] = null;
   const lc: LaunchContext = {
     shape: endpointShape(endpoint, ctx),
     caches,
@@ -98,6 +99,9 @@ export async function startEndpointPipeline(
     ...(ctx.onProgress ? { onProgress: ctx.onProgress } : {}),
     onRedirected: wakeWaiters,
     onCommit: (checkpoint) => supervisor.committed(checkpoint),
+    onBadRecord: (report) => {
+      lastBadRecord = { source: report.source, reason: report.reason, at: new Date().toISOString() };
+    },
   };
   const supervisor: EndpointSupervisor = new EndpointSupervisor({
     endpoint: name,
@@ -137,18 +141,21 @@ export async function startEndpointPipeline(
     status() {
       const run = supervisor.run;
       const building = run && !run.sink.redirected ? run : null;
+      const progress = lc.progress.snapshot();
       return {
         endpoint: name,
         alias: name,
         servingCache: servingCache(),
         buildingCache: building?.cache.name ?? null,
         checkpoint: supervisor.checkpoint,
-        progress: lc.progress.snapshot(),
+        progress,
         held:
           building && building.sink.held !== null
             ? { cache: building.cache.name, reason: building.sink.held }
             : null,
         error: supervisor.error,
+        // A run from scratch counts from 0 again: a reason from before it no longer applies.
+        badRecords: { count: progress.badRecords, last: progress.badRecords > 0 ? lastBadRecord : null },
         replication: replicationStatus(),
       };
     },

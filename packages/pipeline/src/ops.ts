@@ -1,4 +1,5 @@
 import type { RecordOp as CacheRecordOp } from '@sluice/core';
+import { ownField } from './own.js';
 
 /** A record: a flat object of field values. */
 export type Row = Record<string, unknown>;
@@ -41,7 +42,7 @@ export type RecordOp = CacheRecordOp & { at?: RecordLocation };
 export function keyOf(record: Row, keyFields: readonly string[]): unknown[] | undefined {
   const key: unknown[] = new Array(keyFields.length);
   for (let i = 0; i < keyFields.length; i++) {
-    const value = record[keyFields[i]!];
+    const value = ownField(record, keyFields[i]!);
     if (value === undefined || value === null) return undefined;
     key[i] = value;
   }

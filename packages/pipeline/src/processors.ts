@@ -1,4 +1,4 @@
-import { compileFilter, type Filter, FORBIDDEN_KEYS, ValidationError } from '@sluice/core';
+import { compileFilter, type FieldType, type Filter, FORBIDDEN_KEYS, ValidationError } from '@sluice/core';
 import { keyOf, type RecordOp, type Row } from './ops.js';
 import type { PipelineProcessor } from './types.js';
 
@@ -21,6 +21,7 @@ export function filterProcessor(
   return {
     handle,
     description: { type: 'filter', filter, deletesRejected: keyFields !== undefined },
+    mapFields: (fields) => fields,
     process(op) {
       if (op.op === 'delete' || keep(op.record)) return op;
       if (keyFields === undefined) return null;
@@ -53,6 +54,11 @@ export function selectProcessor(
   return {
     handle,
     description: { type: 'select', pairs },
+    mapFields(fields) {
+      const out: Record<string, FieldType> = {};
+      for (const [to, from] of pairs) if (Object.hasOwn(fields, from)) out[to] = fields[from]!;
+      return out;
+    },
     process(op) {
       if (op.op === 'delete') return op;
       const record: Row = {};

@@ -10,6 +10,7 @@ import type { BadRecordCollector } from './bad-records.js';
 import type { RestartPlan } from './dag.js';
 import { mergeSources } from './merge.js';
 import { keyOf, type RecordOp } from './ops.js';
+import { ownField } from './own.js';
 import { ProgressTracker } from './progress.js';
 import { checkRecord, typeMismatch } from './schema.js';
 import type { PipelineSink, RunMode, SourceBranch, SourceItem } from './types.js';
@@ -383,7 +384,7 @@ function keyProblem(
 ): string | null {
   if (key.length !== keyFields.length) return `a delete needs ${keyFields.length} key value(s)`;
   for (let i = 0; i < key.length; i++) {
-    const type = fields[keyFields[i]!];
+    const type = ownField(fields, keyFields[i]!);
     if (key[i] === null || key[i] === undefined) return `key field "${keyFields[i]}" is missing`;
     const problem = type ? typeMismatch(key[i], type) : null;
     if (problem !== null) return `key field "${keyFields[i]}": ${problem}`;

@@ -1,5 +1,6 @@
 import type { FieldType } from '@sluice/core';
 import type { Row } from './ops.js';
+import { ownField, setOwnField } from './own.js';
 
 const INTEGER = /^[-+]?\d+$/;
 const NUMBER = /^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/;
@@ -39,7 +40,7 @@ function describe(value: unknown): string {
 /** Checks every typed field of a record; returns the first problem or `null`. */
 export function checkRecord(record: Row, fields: Record<string, FieldType>): string | null {
   for (const name in fields) {
-    const problem = typeMismatch(record[name], fields[name]!);
+    const problem = typeMismatch(ownField(record, name), fields[name]!);
     if (problem !== null) return `field "${name}": ${problem}`;
   }
   return null;
@@ -116,10 +117,10 @@ export function inferFields(records: Iterable<Row>): Record<string, FieldType> {
     for (const name of Object.keys(record)) {
       seen.add(name);
       const type = typeOfValue(record[name]);
-      if (type !== null) fields[name] = widen(fields[name], type);
+      if (type !== null) setOwnField(fields, name, widen(ownField(fields, name), type));
     }
   }
-  for (const name of seen) fields[name] ??= 'json';
+  for (const name of seen) if (!Object.hasOwn(fields, name)) setOwnField(fields, name, 'json');
   return fields;
 }
 
@@ -148,7 +149,7 @@ export function inferCsvFields(header: string[], rows: string[][]): Record<strin
               ? 'number'
               : 'string';
     }
-    fields[name] = type ?? 'string';
+    setOwnField(fields, name, type ?? 'string');
   });
   return fields;
 }

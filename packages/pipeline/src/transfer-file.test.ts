@@ -172,4 +172,60 @@ describe('file → file transfers', () => {
       { id: '5', name: 'e', note: '' },
     ]);
   });
+
+  // A quoted cell may span lines, so an unclosed quote runs to the end of the file: the record that opened it
+  // is the bad one, and the lines it swallowed must show in the report rather than vanish.
+  const UNCLOSED_QUOTES = [
+    { content: 'id,name\n1,a\n2,"oops\n3,c\n4,d\n', lines: 'lines 3–5' },
+    { content: 'id,name\n1,a\n"4,unterminated\n', lines: 'line 3' },
+    { content: 'id,name\n1,a\n"4,unterminated', lines: 'line 3' },
+  ];
+
+  it('defect: an unclosed CSV quote fails the run with BAD_RECORD under "fail" instead of dropping the rest', async () => {
+    await using dir = await tempDir();
+    for (const [i, { content }] of UNCLOSED_QUOTES.entries()) {
+      const { src, out } = await filesIn(dir.path, content, `in-${i}.csv`, `out-${i}.jsonl`);
+      const error = await transfer(
+        request(`t-unclosed-fail-${i}`, src, out, { options: { onBadRecord: 'fail' } }),
+      ).catch((e: unknown) => e);
+      expect(SluiceError.hasCode(error, 'BAD_RECORD'), JSON.stringify(error)).toBe(true);
+      expect((error as SluiceError).details).toMatchObject({ line: 3, offset: 12 });
+      expect((error as SluiceError).message).toMatch(/unclosed quote/);
+      await expect(readFile(out)).rejects.toThrow();
+    }
+  });
+
+  it('defect: an unclosed CSV quote is one bad record under "skip", naming the lines it ran to', async () => {
+    await using dir = await tempDir();
+    for (const [i, { content, lines }] of UNCLOSED_QUOTES.entries()) {
+      const { src, out } = await filesIn(dir.path, content, `in-${i}.csv`, `out-${i}.jsonl`);
+      const result = await transfer(request(`t-unclosed-skip-${i}`, src, out));
+      expect(result).toMatchObject({ recordsRead: 2, recordsWritten: 1, badRecords: 1 });
+      expect(result.badRecordReports).toEqual([
+        {
+          source: expect.any(String),
+          line: 3,
+          offset: 12,
+          reason: expect.stringContaining(`unclosed quote: the file ends inside the record of ${lines}`),
+        },
+      ]);
+      expect(await readFile(out, 'utf8')).toBe('{"id":"1","name":"a"}\n');
+    }
+  });
+
+  it('defect: the CSV sink writes an empty cell, not {}, where a record has no "__proto__" field', async () => {
+    await using dir = await tempDir();
+    // JSON.parse makes "__proto__" an own field, as any other name.
+    const { src, out } = await filesIn(
+      dir.path,
+      '{"__proto__":"p1","id":1}\n{"id":2}\n{"__proto__":null,"id":3}\n',
+      'in.jsonl',
+      'out.csv',
+    );
+    const result = await transfer(
+      request('t-csv-proto', src, out, { destination: { type: 'file', path: out, format: 'csv' } }),
+    );
+    expect(result).toMatchObject({ recordsRead: 3, recordsWritten: 3, badRecords: 0 });
+    expect(await readFile(out, 'utf8')).toBe('__proto__,id\np1,1\n,2\n,3\n');
+  });
 });

@@ -64,6 +64,12 @@ export interface PipelineSource {
    * misconfiguration stops start-up rather than surfacing later as a retried failure.
    */
   preflight?(): Promise<void>;
+  /**
+   * The field type of each field its records carry, from the types the source system declares for them (a
+   * PostgreSQL table's or query's columns), so an endpoint's schema does not depend on the values present when it
+   * was sampled. Sources that cannot tell (files, JetStream) omit it: their fields are inferred from a sample.
+   */
+  fieldTypes?(): Promise<Record<string, FieldType>>;
   /** Reads from `position` (`null` = from the beginning). */
   read(position: unknown | null, options: ReadOptions): AsyncIterable<SourceItem>;
   /**
@@ -87,6 +93,11 @@ export interface PipelineProcessor {
   readonly handle: string;
   readonly description: unknown;
   process(op: RecordOp): RecordOp | RecordOp[] | null;
+  /**
+   * The field types of what it outputs, given those of its input — for processors that only keep, drop or rename
+   * fields (filter, select). Processors that compute fields (function) omit it: their output is typed from a sample.
+   */
+  mapFields?(fields: Record<string, FieldType>): Record<string, FieldType>;
 }
 
 /** A sink node. Writes are staged; `commit` makes them durable together with the checkpoint. */

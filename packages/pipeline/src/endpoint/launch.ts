@@ -13,7 +13,7 @@ import {
   type WritableCache,
   type WritableCacheCatalog,
 } from '@sluice/core';
-import { BadRecordCollector } from '../bad-records.js';
+import { BadRecordCollector, type BadRecordReport } from '../bad-records.js';
 import { dagHash, decideRestart, type RestartPlan } from '../dag.js';
 import type { ProgressTracker } from '../progress.js';
 import { runPipeline } from '../run.js';
@@ -48,6 +48,8 @@ export interface LaunchContext {
   onRedirected: () => void;
   /** A run committed `checkpoint`. */
   onCommit: (checkpoint: PipelineCheckpoint) => void;
+  /** A run refused a record (counted in `progress.badRecords`, skipped). */
+  onBadRecord?: (report: BadRecordReport) => void;
 }
 
 /** A run about to start: its branch, the generation and sink it writes, and the restart decision. */
@@ -242,9 +244,10 @@ export async function startRun(lc: LaunchContext, launch: Launch): Promise<Run> 
     .catch((err) => logger.warn({ err, endpoint: name }, 'could not note the restart decision'));
   await launch.sink.prepare(launch.plan);
   const controller = new AbortController();
-  const badRecords = new BadRecordCollector('skip', (report) =>
-    logger.warn({ endpoint: name, ...report }, 'bad record'),
-  );
+  const badRecords = new BadRecordCollector('skip', (report) => {
+    logger.warn({ endpoint: name, ...report }, 'bad record');
+    lc.onBadRecord?.(report);
+  });
   const finished = runPipeline({
     name,
     dag: dagHash([launch.branch], launch.sink),

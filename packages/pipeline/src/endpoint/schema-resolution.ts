@@ -1,5 +1,6 @@
 import type { CacheCatalog, CacheSchema, FieldType } from '@sluice/core';
 import type { Row } from '../ops.js';
+import { ownField, setOwnField } from '../own.js';
 import { inferCsvFields, inferFields } from '../schema.js';
 import type { EndpointShape } from './shape.js';
 
@@ -66,8 +67,45 @@ export function generationSchema(shape: EndpointShape, own: CacheSchema): Resolv
 }
 
 /**
+ * The field types the source declares for its records (a PostgreSQL table's or query's column types), carried
+ * through the endpoint's processors; `null` when the source cannot tell (files, JetStream) or a processor computes
+ * fields (no `mapFields`): the fields are then typed from a sample.
+ */
+async function declaredFields(shape: EndpointShape): Promise<Record<string, FieldType> | null> {
+  if (shape.isCsv || shape.endpoint.source.type !== 'postgres') return null;
+  const { source } = shape.branch(undefined, true);
+  let fields: Record<string, FieldType> | undefined;
+  try {
+    fields = await source.fieldTypes?.();
+  } finally {
+    await source.close();
+  }
+  if (!fields) return null;
+  for (const p of shape.processors) {
+    if (!p.mapFields) return null;
+    fields = p.mapFields(fields);
+  }
+  return fields;
+}
+
+/**
+ * Whether a field of type `held` takes every value the source gives a field it declares `declared`: the same type,
+ * `json`, `number` for integers, `string` for timestamps (ISO strings).
+ */
+function holds(held: FieldType, declared: FieldType): boolean {
+  return (
+    held === declared ||
+    held === 'json' ||
+    (held === 'number' && declared === 'integer') ||
+    (held === 'string' && declared === 'timestamp')
+  );
+}
+
+/**
  * The cache schema of the next run: the configured fields; else (when `reuse`) the serving generation's, as
- * long as its key and indexes are still the configured ones; else fields inferred from a sample of the source.
+ * long as its key and indexes are still the configured ones and its field types hold what the source declares;
+ * else the source's declared field types (PostgreSQL column types, through the processors), and for fields the
+ * source cannot type, types inferred from a sample of the source.
  *
  * @example
  * ```ts
@@ -85,33 +123,44 @@ export async function resolveSchema(
     const schema = { fields: endpoint.fields, ...base };
     return isCsv ? { schema, csvFields: shape.csvFieldsOf(endpoint.fields) } : { schema };
   }
+  const declared = await declaredFields(shape);
   const target = caches.resolveAlias(shape.name);
   if (options.reuse && target) {
     const info = await caches.info(target.cache);
     if (
       info &&
       sameJson(info.schema.primaryKey, base.primaryKey) &&
-      sameJson(info.schema.indexes, base.indexes)
+      sameJson(info.schema.indexes, base.indexes) &&
+      // A generation typed from a sample (e.g. `integer` for a numeric column that held whole values) that would
+      // refuse the source's values is not continued: the declared schema differs, so a new generation is built.
+      Object.entries(declared ?? {}).every(([name, type]) => {
+        const held = ownField(info.schema.fields, name);
+        return held === undefined || holds(held, type);
+      })
     )
       return isCsv
         ? { schema: info.schema, csvFields: shape.csvFieldsOf(info.schema.fields) }
         : { schema: info.schema };
   }
-  const { raw, processed } = await sampleRecords(shape, options.sampleSize);
   let fields: Record<string, FieldType>;
   let csvFields: Record<string, FieldType> | undefined;
-  if (isCsv) {
-    const header = raw.length > 0 ? Object.keys(raw[0]!) : [];
-    csvFields = inferCsvFields(
-      header,
-      raw.map((r) => header.map((h) => String(r[h] ?? ''))),
-    );
-    fields = {};
-    for (const out of processed.length > 0 ? Object.keys(processed[0]!) : []) {
-      fields[out] = csvFields[shape.sourceName(out)] ?? 'string';
-    }
-  } else fields = inferFields(processed);
-  for (const field of [...endpoint.primaryKey, ...endpoint.indexes.flat()]) fields[field] ??= 'string';
+  if (declared) fields = { ...declared };
+  else {
+    const { raw, processed } = await sampleRecords(shape, options.sampleSize);
+    if (isCsv) {
+      const header = raw.length > 0 ? Object.keys(raw[0]!) : [];
+      csvFields = inferCsvFields(
+        header,
+        raw.map((r) => header.map((h) => String(ownField(r, h) ?? ''))),
+      );
+      fields = {};
+      for (const out of processed.length > 0 ? Object.keys(processed[0]!) : []) {
+        setOwnField(fields, out, ownField(csvFields, shape.sourceName(out)) ?? 'string');
+      }
+    } else fields = inferFields(processed);
+  }
+  for (const field of [...endpoint.primaryKey, ...endpoint.indexes.flat()])
+    if (!Object.hasOwn(fields, field)) setOwnField(fields, field, 'string');
   return { schema: { fields, ...base }, ...(csvFields ? { csvFields } : {}) };
 }
 

@@ -1,5 +1,6 @@
 import type { EndpointConfig, FieldType } from '@sluice/core';
 import { type ConnectionContext, sourceFor } from '../addresses.js';
+import { ownField, setOwnField } from '../own.js';
 import { filterProcessor, selectProcessor } from '../processors.js';
 import type { PipelineProcessor, SourceBranch } from '../types.js';
 
@@ -47,7 +48,7 @@ export function endpointShape(endpoint: EndpointConfig, ctx: ShapeContext): Endp
   };
   const renames: Record<string, string> =
     endpoint.select && !Array.isArray(endpoint.select) ? endpoint.select : {};
-  const sourceName = (field: string) => renames[field] ?? field;
+  const sourceName = (field: string) => ownField(renames, field) ?? field;
   const sourceKey = endpoint.primaryKey.map(sourceName);
   const processors: PipelineProcessor[] = [];
   if (endpoint.filter) processors.push(filterProcessor(`${name}.filter`, endpoint.filter, sourceKey));
@@ -70,7 +71,7 @@ export function endpointShape(endpoint: EndpointConfig, ctx: ShapeContext): Endp
     sourceName,
     csvFieldsOf: (fields) => {
       const out: Record<string, FieldType> = {};
-      for (const [field, type] of Object.entries(fields)) out[sourceName(field)] = type;
+      for (const [field, type] of Object.entries(fields)) setOwnField(out, sourceName(field), type);
       return out;
     },
   };

@@ -6,6 +6,7 @@ import { basename, dirname, join } from 'node:path';
 import { type PipelineCheckpoint, SinkError } from '@sluice/core';
 import { z } from 'zod';
 import type { RecordOp } from '../ops.js';
+import { ownField } from '../own.js';
 import { formatCsvRecord } from '../sources/csv.js';
 import { type PipelineSink, type SinkFence, UNFENCED } from '../types.js';
 
@@ -158,7 +159,8 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
             push(`${formatCsvRecord(columns)}\n`);
           }
           const record = op.record;
-          push(`${formatCsvRecord(columns.map((c) => record[c]))}\n`);
+          // A record without a column gets an empty cell, even one named after an Object.prototype member.
+          push(`${formatCsvRecord(columns.map((c) => ownField(record, c)))}\n`);
         }
       }
       if (buffer.length >= 4096) await flush();

@@ -3,6 +3,7 @@ import { headers, type NatsConnection } from '@nats-io/transport-node';
 import { type NatsConfig, type PipelineCheckpoint, SinkError } from '@sluice/core';
 import { connectNats } from '../nats.js';
 import { type RecordOp, sourcePosition } from '../ops.js';
+import { setOwnField } from '../own.js';
 import { OP_HEADER } from '../sources/jetstream.js';
 import type { PipelineSink } from '../types.js';
 
@@ -86,7 +87,7 @@ export function createJetStreamSink(options: JetStreamSinkOptions): PipelineSink
           h.set(OP_HEADER, 'delete');
           const record: Record<string, unknown> = {};
           options.key?.forEach((k, i) => {
-            record[k] = op.key[i];
+            setOwnField(record, k, op.key[i]);
           });
           inFlight.push(
             js!.publish(options.subject, encoder.encode(JSON.stringify(record)), { msgID, headers: h }),

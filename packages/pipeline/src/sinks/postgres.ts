@@ -1,6 +1,7 @@
 import { type PipelineCheckpoint, PipelineCheckpointSchema, SinkError, StaleEpochError } from '@sluice/core';
 import type pg from 'pg';
 import type { RecordOp, Row } from '../ops.js';
+import { ownField, setOwnField } from '../own.js';
 import { connectPostgres, primaryKeyOf, quoteIdent } from '../pg.js';
 import { type PipelineSink, type SinkFence, UNFENCED } from '../types.js';
 
@@ -183,7 +184,7 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
       const upsert = async (rows: Row[]) => {
         // Later ops for the same key win: keep the last one only (ON CONFLICT cannot touch a row twice).
         const byKey = new Map<string, Row>();
-        for (const row of rows) byKey.set(JSON.stringify(key.map((k) => row[k])), row);
+        for (const row of rows) byKey.set(JSON.stringify(key.map((k) => ownField(row, k))), row);
         await c.query(
           `INSERT INTO ${table} (${cols}) SELECT ${cols} FROM json_populate_recordset(NULL::${table}, $1::json)
            ON CONFLICT (${keyList}) DO ${updates.length > 0 ? `UPDATE SET ${updates.join(', ')}` : 'NOTHING'}`,
@@ -210,7 +211,7 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
           if (op.op === 'delete') {
             const row: Row = {};
             key.forEach((k, i) => {
-              row[k] = op.key[i];
+              setOwnField(row, k, op.key[i]);
             });
             run.push(row);
           } else run.push(op.record);

@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { appendFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { FieldType } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import type { SourceItem } from '../types.js';
@@ -87,6 +88,51 @@ describe('file source', () => {
       [3, 'column "price": expected a number, got "abc"'],
       [4, 'column "when": expected an ISO timestamp, got "nope"'],
     ]);
+  });
+
+  it('defect: CSV columns named "__proto__" or "constructor" are own fields, typed or not', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'a.csv');
+    await writeFile(path, 'id,__proto__,constructor,toString\n1,p,c,7\n');
+    // The schema types "toString" only: the other names must not find Object.prototype's members as types.
+    const fields = Object.fromEntries([
+      ['id', 'integer'],
+      ['toString', 'integer'],
+    ]) as Record<string, FieldType>;
+    const source = createFileSource({ handle: 's', path, format: 'csv', fields });
+    const items = await collect(source, null);
+    expect(items.flatMap((i) => (i.kind === 'records' ? i.bad : []))).toEqual([]);
+    const [record] = records(items) as Record<string, unknown>[];
+    expect(Object.getPrototypeOf(record)).toBe(Object.prototype);
+    expect(Object.entries(record!)).toEqual([
+      ['id', 1],
+      ['__proto__', 'p'],
+      ['constructor', 'c'],
+      ['toString', 7],
+    ]);
+  });
+
+  it('holds a CSV record whose quote is still open at the end of a followed file until the file grows', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'a.csv');
+    await writeFile(path, 'id,note\n1,"two\n');
+    const source = createFileSource({ handle: 's', path, format: 'csv', follow: true, pollMs: 20 });
+    const seen: SourceItem[] = [];
+    const reading = collect(source, null, {
+      mode: 'endpoint',
+      until: (items) => {
+        seen.splice(0, seen.length, ...items);
+        return records(items).length >= 1;
+      },
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    // A writer may still be writing the rest of the quoted cell: no record and no bad record yet.
+    expect(records(seen)).toEqual([]);
+    expect(seen.flatMap((i) => (i.kind === 'records' ? i.bad : []))).toEqual([]);
+    await appendFile(path, 'lines"\n');
+    const items = await reading;
+    expect(records(items)).toEqual([{ id: '1', note: 'two\nlines' }]);
+    expect(items.flatMap((i) => (i.kind === 'records' ? i.bad : []))).toEqual([]);
   });
 
   it('a missing path, a directory or a FIFO is SOURCE_FAILED naming the path (a FIFO without a writer does not hang the read)', async () => {

@@ -6,6 +6,7 @@ import { type FieldType, SourceError } from '@sluice/core';
 import { z } from 'zod';
 import type { BadRecordReport } from '../bad-records.js';
 import type { RecordOp, Row } from '../ops.js';
+import { ownField, setOwnField } from '../own.js';
 import { convertCsvCell } from '../schema.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../types.js';
 import { parseCsvRecord } from './csv.js';
@@ -71,6 +72,13 @@ async function openRegularFile(path: string): Promise<FileHandle> {
     await file?.close().catch(() => {});
     throw new SourceError(`Cannot read file ${path}: ${(err as Error).message}`, { cause: err });
   }
+}
+
+/** Why a CSV record open from `first` to the end of the file (`last`) is bad. */
+function unclosedQuote(first: Line, last: Line): string {
+  const lines =
+    first.number === last.number ? `line ${first.number}` : `lines ${first.number}–${last.number}`;
+  return `unclosed quote: the file ends inside the record of ${lines} (a quoted cell opened there never closes)`;
 }
 
 /**
@@ -210,7 +218,11 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
     file: string | FileHandle,
     start: FilePosition,
     readOptions: ReadOptions,
-    includePartialLast: boolean,
+    /**
+     * The end of the file is the end of the input (a one-time read): an unterminated last line is a line, and
+     * a CSV record still open there is bad. A followed file may still be written, so both wait for more.
+     */
+    final: boolean,
   ): AsyncGenerator<SourceItem> {
     let position = { ...start };
     let header = position.header;
@@ -257,7 +269,7 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
       start: position.offset,
       firstLineNumber: position.line + 1,
       maxLineBytes,
-      includePartialLast,
+      includePartialLast: final,
       signal: readOptions.signal,
       ...(typeof file === 'string' ? {} : { file }),
       ...(options.chunkBytes ? { highWaterMark: options.chunkBytes } : {}),
@@ -316,7 +328,7 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
           for (let i = 0; i < header.length; i++) {
             const name = header[i]!;
             try {
-              record[name] = convertCsvCell(cells[i]!, fields?.[name]);
+              setOwnField(record, name, convertCsvCell(cells[i]!, fields && ownField(fields, name)));
             } catch (message) {
               problem = `column "${name}": ${String(message)}`;
               break;
@@ -330,6 +342,14 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
           ops.push({ op: 'upsert', record, at: at(first) });
         }
       }
+      const item = await flush();
+      if (item) yield item;
+    }
+    // A quoted cell may span lines, so a quote that never closes runs to the end of the file. Once that end is
+    // final the record that opened the quote is bad, reported with the lines it took so none vanish unnoticed.
+    if (final && continued !== null && lastLine !== null && !readOptions.signal.aborted) {
+      reject(continued.first, unclosedQuote(continued.first, lastLine));
+      continued = null;
       const item = await flush();
       if (item) yield item;
     }

@@ -1,4 +1,4 @@
-import { createReadStream } from 'node:fs';
+import { createReadStream, read } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 
 /** One line of a file: its text (without the newline), 1-based number, and byte offsets. */
@@ -34,7 +34,7 @@ export async function* readLines(
   const stream = createReadStream(path, {
     start: options.start,
     highWaterMark: options.highWaterMark ?? 256 * 1024,
-    ...(options.file ? { fd: options.file, autoClose: false } : {}),
+    ...(options.file ? borrowed(options.file) : {}),
   });
   let pending: Buffer | null = null; // bytes of an unfinished line
   let pendingStart = options.start;
@@ -90,6 +90,19 @@ export async function* readLines(
   } finally {
     stream.destroy();
   }
+}
+
+/**
+ * Stream options that read through a borrowed handle and leave it open. `autoClose: false` is not enough:
+ * the `destroy()` that ends every read still closes a stream's descriptor, and the owner of the handle may
+ * read it after the lines (the file source hashes the last line read).
+ */
+function borrowed(file: FileHandle) {
+  return {
+    fd: file.fd,
+    autoClose: false,
+    fs: { read, close: (_fd: number, done: (err: null) => void) => done(null) },
+  };
 }
 
 function decodeLine(buffer: Buffer, from: number, to: number): string {

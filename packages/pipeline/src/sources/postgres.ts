@@ -1,9 +1,10 @@
 import { setTimeout as delay } from 'node:timers/promises';
-import { SourceError } from '@sluice/core';
+import { type FieldType, SourceError } from '@sluice/core';
 import type pg from 'pg';
 import { z } from 'zod';
 import type { RecordOp, Row } from '../ops.js';
-import { connectPostgres, primaryKeyOf, quoteIdent } from '../pg.js';
+import { setOwnField } from '../own.js';
+import { connectPostgres, fieldTypeOfPg, primaryKeyOf, quoteIdent } from '../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../types.js';
 
 export const PostgresPositionSchema = z.object({
@@ -128,7 +129,8 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
       const ops: RecordOp[] = [];
       for (const row of rows) {
         const record: Row = {};
-        for (const name in row) if (!name.startsWith('__sluice_')) record[name] = row[name];
+        for (const name of Object.keys(row))
+          if (!name.startsWith('__sluice_')) setOwnField(record, name, row[name]);
         ops.push({ op: 'upsert', record, at: { source: options.handle, position: positionOf(row) } });
       }
       return ops;
@@ -234,6 +236,13 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
       cursor: options.cursor ?? null,
     },
     canResume,
+    // The columns of the table or query (no row read): their declared types, as the pipeline's parsers read them.
+    async fieldTypes() {
+      const result = await run(`SELECT * FROM ${relation} LIMIT 0`, []);
+      const fields: Record<string, FieldType> = {};
+      for (const field of result.fields) setOwnField(fields, field.name, fieldTypeOfPg(field.dataTypeID));
+      return fields;
+    },
     read,
     close: async () => {
       const c = client;

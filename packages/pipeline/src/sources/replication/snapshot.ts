@@ -6,6 +6,7 @@
 import { SourceError } from '@sluice/core';
 import type pg from 'pg';
 import type { RecordOp, Row } from '../../ops.js';
+import { setOwnField } from '../../own.js';
 import { isConnectionLoss, quoteIdent } from '../../pg.js';
 import type { ReadOptions, SourceItem } from '../../types.js';
 import type { ReplicationPosition } from './position.js';
@@ -65,9 +66,9 @@ export async function* readSnapshot(
       const ops: RecordOp[] = rows.map((row) => {
         const record: Row = {};
         const key: string[] = [];
-        for (const name in row) {
+        for (const name of Object.keys(row)) {
           if (name.startsWith('__sluice_k')) key.push(String(row[name]));
-          else record[name] = row[name];
+          else setOwnField(record, name, row[name]);
         }
         return {
           op: 'upsert',

@@ -8,6 +8,7 @@
 import type { Pgoutput } from 'pg-logical-replication';
 import type { BadRecordReport } from '../../bad-records.js';
 import type { RecordOp, Row } from '../../ops.js';
+import { ownField, setOwnField } from '../../own.js';
 import type { SourceBatch } from '../../types.js';
 
 /** The table a replication source mirrors, as its read loop knows it. */
@@ -151,7 +152,7 @@ export class TransactionAssembler {
   /** The key of a tuple, or null when a key column is missing or null. */
   #keyOf(tuple: Record<string, unknown> | null): unknown[] | null {
     if (tuple === null) return null;
-    const key = this.table.keys.map((k) => tuple[k]);
+    const key = this.table.keys.map((k) => ownField(tuple, k));
     return key.some((v) => v === undefined || v === null) ? null : key;
   }
 }
@@ -182,7 +183,7 @@ function toRecord(tuple: Record<string, unknown>): { record: Row; missing: strin
       missing ??= [];
       missing.push(name);
     }
-    record[name] = value;
+    setOwnField(record, name, value);
   }
   return { record, missing };
 }
