@@ -275,10 +275,11 @@ describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
       .map((e) => (e.data as { key: number[] }).key[0]);
     // category b: id % 3 = 1; value = id (gen 1) < 30.
     expect(snapshot).toEqual(range(1, 29).filter((id) => id % 3 === 1));
-    await writer.run({ op: 'commit', ops: [upsert({ ...item(1, 1), category: 'a' }), upsert(item(31, 1))] });
+    // (item(31, 2): a change of record 31 — re-sending it as stored would be no event at all.)
+    await writer.run({ op: 'commit', ops: [upsert({ ...item(1, 1), category: 'a' }), upsert(item(31, 2))] });
     await sub.waitForEvent((e) => e.event === 'commit');
     const live = sub.events.slice(sub.events.findIndex((e) => e.event === 'live') + 1);
-    // id 1 left the token's view (category a) → delete; id 31 is b but value 31 ≥ 30 → delete (never had it).
+    // id 1 left the token's view (category a) → delete; id 31 is b but its value ≥ 30 → delete (never had it).
     expect(live.map((e) => [e.event, (e.data as { key?: unknown[] }).key?.[0]])).toEqual([
       ['delete', 1],
       ['delete', 31],
