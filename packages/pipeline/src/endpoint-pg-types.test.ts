@@ -38,6 +38,27 @@ async function productsTable(client: pg.Client) {
   );
 }
 
+/** A test database (with `products` unless `withProducts` is false), a client on it, and a cache manager. */
+async function pgFixture(name: string, withProducts = true) {
+  const db = await createTestDatabase(name);
+  const dir = await tempDir();
+  const client = new pg.Client({ connectionString: db.url });
+  await client.connect();
+  if (withProducts) await productsTable(client);
+  const caches = await openCacheManager(join(dir.path, 'data'));
+  return {
+    url: db.url,
+    client,
+    caches,
+    async [Symbol.asyncDispose]() {
+      await caches[Symbol.asyncDispose]();
+      await client.end();
+      await dir[Symbol.asyncDispose]();
+      await db[Symbol.asyncDispose]();
+    },
+  };
+}
+
 function products(extra: Partial<EndpointConfig> = {}): EndpointConfig {
   return {
     name: 'products',
@@ -55,222 +76,191 @@ const FRACTIONAL_UPDATE = [
 
 describe('endpoint schemas of PostgreSQL sources come from the declared column types', () => {
   it('defect: a polled PostgreSQL numeric column inferred as integer from whole values dropped every later fractional update as a bad record, silently', async () => {
-    await using db = await createTestDatabase('sluice_pipeline_numeric');
-    await using dir = await tempDir();
-    const client = new pg.Client({ connectionString: db.url });
-    await client.connect();
-    try {
-      await productsTable(client);
-      await using caches = await openCacheManager(join(dir.path, 'data'));
-      const pipeline = await startEndpointPipeline(products(), {
-        caches,
-        events,
-        connections: { db: { type: 'postgres', url: db.url } },
-        commitEveryMs: 50,
-      });
-      await pipeline.whenServing();
-      // Typed by the columns, not by the whole values they hold today.
-      expect(await servedFields(caches, 'products')).toEqual({
-        id: 'integer',
-        name: 'string',
-        price: 'number',
-        cat: 'string',
-        updated_at: 'timestamp',
-      });
-      for (const sql of FRACTIONAL_UPDATE) await client.query(sql);
-      await waitFor(async () => (await served(caches, 'products', [999999]))?.price === 2.25, {
-        timeoutMs: 15_000,
-        what: 'the inserted row with a fractional price',
-      });
-      expect(await served(caches, 'products', [42])).toMatchObject({ id: 42, name: 'frac', price: 10.5 });
-      expect(await served(caches, 'products', [999999])).toMatchObject({ name: 'fracnew', cat: 'a' });
-      const status = pipeline.status();
-      expect(status.progress.phase).toBe('streaming');
-      expect(status.badRecords).toEqual({ count: 0, last: null });
-      await pipeline.stop();
-    } finally {
-      await client.end();
-    }
+    await using fx = await pgFixture('sluice_pipeline_numeric');
+    const { client, caches } = fx;
+    const pipeline = await startEndpointPipeline(products(), {
+      caches,
+      events,
+      connections: { db: { type: 'postgres', url: fx.url } },
+      commitEveryMs: 50,
+    });
+    await pipeline.whenServing();
+    // Typed by the columns, not by the whole values they hold today.
+    expect(await servedFields(caches, 'products')).toEqual({
+      id: 'integer',
+      name: 'string',
+      price: 'number',
+      cat: 'string',
+      updated_at: 'timestamp',
+    });
+    for (const sql of FRACTIONAL_UPDATE) await client.query(sql);
+    await waitFor(async () => (await served(caches, 'products', [999999]))?.price === 2.25, {
+      timeoutMs: 15_000,
+      what: 'the inserted row with a fractional price',
+    });
+    expect(await served(caches, 'products', [42])).toMatchObject({ id: 42, name: 'frac', price: 10.5 });
+    expect(await served(caches, 'products', [999999])).toMatchObject({ name: 'fracnew', cat: 'a' });
+    const status = pipeline.status();
+    expect(status.progress.phase).toBe('streaming');
+    expect(status.badRecords).toEqual({ count: 0, last: null });
+    await pipeline.stop();
   });
 
   it('a record the schema refuses while streaming shows in the status: its count and the last reason', async () => {
-    await using db = await createTestDatabase('sluice_pipeline_badstatus');
-    await using dir = await tempDir();
-    const client = new pg.Client({ connectionString: db.url });
-    await client.connect();
-    try {
-      await productsTable(client);
-      await using caches = await openCacheManager(join(dir.path, 'data'));
-      // Configured fields are the operator's word: a fractional price is refused.
-      const pipeline = await startEndpointPipeline(
-        products({
-          fields: { id: 'integer', name: 'string', price: 'integer', cat: 'string', updated_at: 'timestamp' },
-        }),
-        { caches, events, connections: { db: { type: 'postgres', url: db.url } }, commitEveryMs: 50 },
-      );
-      await pipeline.whenServing();
-      expect(pipeline.status().badRecords).toEqual({ count: 0, last: null });
-      for (const sql of FRACTIONAL_UPDATE) await client.query(sql);
-      const bad = await waitFor(
-        () => {
-          const { badRecords } = pipeline.status();
-          return badRecords.count >= 2 ? badRecords : null;
-        },
-        { timeoutMs: 15_000, what: 'the refused records in the status' },
-      );
-      expect(bad.last).toMatchObject({
-        source: 'products.source',
-        reason: expect.stringMatching(/^field "price": expected an integer, got number (10\.5|2\.25)$/),
-      });
-      expect(Date.parse(bad.last!.at)).toBeGreaterThan(Date.now() - 60_000);
-      expect(await served(caches, 'products', [42])).toMatchObject({ name: 'p42', price: 420 });
-      expect(await served(caches, 'products', [999999])).toBeUndefined();
-      await pipeline.stop();
-    } finally {
-      await client.end();
-    }
+    await using fx = await pgFixture('sluice_pipeline_badstatus');
+    const { client, caches } = fx;
+    // Configured fields are the operator's word: a fractional price is refused.
+    const pipeline = await startEndpointPipeline(
+      products({
+        fields: { id: 'integer', name: 'string', price: 'integer', cat: 'string', updated_at: 'timestamp' },
+      }),
+      { caches, events, connections: { db: { type: 'postgres', url: fx.url } }, commitEveryMs: 50 },
+    );
+    await pipeline.whenServing();
+    expect(pipeline.status().badRecords).toEqual({ count: 0, last: null });
+    for (const sql of FRACTIONAL_UPDATE) await client.query(sql);
+    const bad = await waitFor(
+      () => {
+        const { badRecords } = pipeline.status();
+        return badRecords.count >= 2 ? badRecords : null;
+      },
+      { timeoutMs: 15_000, what: 'the refused records in the status' },
+    );
+    expect(bad.last).toMatchObject({
+      source: 'products.source',
+      reason: expect.stringMatching(/^field "price": expected an integer, got number (10\.5|2\.25)$/),
+    });
+    expect(Date.parse(bad.last!.at)).toBeGreaterThan(Date.now() - 60_000);
+    expect(await served(caches, 'products', [42])).toMatchObject({ name: 'p42', price: 420 });
+    expect(await served(caches, 'products', [999999])).toBeUndefined();
+    await pipeline.stop();
   });
 
   it('types follow the columns through select renames and a filter, and for query sources', async () => {
-    await using db = await createTestDatabase('sluice_pipeline_pgtypes');
-    await using dir = await tempDir();
-    const client = new pg.Client({ connectionString: db.url });
-    await client.connect();
-    try {
-      await client.query(`CREATE TABLE things (
+    await using fx = await pgFixture('sluice_pipeline_pgtypes', false);
+    const { client, caches } = fx;
+    await client.query(`CREATE TABLE things (
         id bigint PRIMARY KEY, small int2, n4 int4, f4 real, f8 double precision, money numeric(10,2),
         flag boolean, label varchar(20), code char(3), u uuid, doc jsonb, j json, tags text[], nums int4[],
         at timestamp, atz timestamptz, note text, rev bigserial)`);
-      await client.query(`INSERT INTO things (id, small, n4, f4, f8, money, flag, label, code, u, doc, j, tags,
+    await client.query(`INSERT INTO things (id, small, n4, f4, f8, money, flag, label, code, u, doc, j, tags,
           nums, at, atz, note)
         SELECT g, g, g, g, g, g, g % 2 = 0, 'l' || g, 'c' || g % 10, gen_random_uuid(), jsonb_build_object('g', g),
           json_build_array(g), ARRAY['t' || g], ARRAY[g], '2026-01-01 10:00:00', '2026-01-01 10:00:00+00', NULL
         FROM generate_series(1, 20) g`);
-      await using caches = await openCacheManager(join(dir.path, 'data'));
-      const connections = { db: { type: 'postgres' as const, url: db.url } };
-      const table = await startEndpointPipeline(
-        {
-          name: 'things',
-          source: { type: 'postgres', connection: 'db', table: 'things', cursor: 'rev' },
-          primaryKey: ['key'],
-          indexes: [['cost']],
-          filter: { flag: true },
-          select: {
-            key: 'id',
-            cost: 'money',
-            ratio: 'f4',
-            label: 'label',
-            when: 'atz',
-            doc: 'doc',
-            tags: 'tags',
-          },
+    const connections = { db: { type: 'postgres' as const, url: fx.url } };
+    const table = await startEndpointPipeline(
+      {
+        name: 'things',
+        source: { type: 'postgres', connection: 'db', table: 'things', cursor: 'rev' },
+        primaryKey: ['key'],
+        indexes: [['cost']],
+        filter: { flag: true },
+        select: {
+          key: 'id',
+          cost: 'money',
+          ratio: 'f4',
+          label: 'label',
+          when: 'atz',
+          doc: 'doc',
+          tags: 'tags',
         },
-        { caches, events, connections, commitEveryMs: 50 },
-      );
-      await table.whenServing();
-      expect(await servedFields(caches, 'things')).toEqual({
-        key: 'integer',
-        cost: 'number',
-        ratio: 'number',
-        label: 'string',
-        when: 'timestamp',
-        doc: 'json',
-        tags: 'json',
-      });
-      // numeric(10,2) reads 10.50 as the number 10.5 (not the text "10.50"), so the `number` field takes it.
-      await client.query(
-        `UPDATE things SET money = 10.50, f4 = 0.25, rev = nextval('things_rev_seq') WHERE id = 2`,
-      );
-      await waitFor(async () => (await served(caches, 'things', [2]))?.cost === 10.5, {
-        timeoutMs: 15_000,
-        what: 'the fractional numeric(10,2) update',
-      });
-      expect(await served(caches, 'things', [2])).toMatchObject({ key: 2, ratio: 0.25, tags: ['t2'] });
-      expect(table.status().badRecords.count).toBe(0);
-      await table.stop();
+      },
+      { caches, events, connections, commitEveryMs: 50 },
+    );
+    await table.whenServing();
+    expect(await servedFields(caches, 'things')).toEqual({
+      key: 'integer',
+      cost: 'number',
+      ratio: 'number',
+      label: 'string',
+      when: 'timestamp',
+      doc: 'json',
+      tags: 'json',
+    });
+    // numeric(10,2) reads 10.50 as the number 10.5 (not the text "10.50"), so the `number` field takes it.
+    await client.query(
+      `UPDATE things SET money = 10.50, f4 = 0.25, rev = nextval('things_rev_seq') WHERE id = 2`,
+    );
+    await waitFor(async () => (await served(caches, 'things', [2]))?.cost === 10.5, {
+      timeoutMs: 15_000,
+      what: 'the fractional numeric(10,2) update',
+    });
+    expect(await served(caches, 'things', [2])).toMatchObject({ key: 2, ratio: 0.25, tags: ['t2'] });
+    expect(table.status().badRecords.count).toBe(0);
+    await table.stop();
 
-      const query = await startEndpointPipeline(
-        {
-          name: 'things_q',
-          source: {
-            type: 'postgres',
-            connection: 'db',
-            query:
-              'SELECT id, small, n4, f8, flag, code, u, j, nums, at, note, n4 * 2.0 AS computed FROM things',
-            key: 'id',
-          },
-          primaryKey: ['id'],
-          indexes: [],
+    const query = await startEndpointPipeline(
+      {
+        name: 'things_q',
+        source: {
+          type: 'postgres',
+          connection: 'db',
+          query:
+            'SELECT id, small, n4, f8, flag, code, u, j, nums, at, note, n4 * 2.0 AS computed FROM things',
+          key: 'id',
         },
-        { caches, events, connections, commitEveryMs: 50 },
-      );
-      await query.whenServing();
-      expect(await servedFields(caches, 'things_q')).toEqual({
-        id: 'integer',
-        small: 'integer',
-        n4: 'integer',
-        f8: 'number',
-        flag: 'boolean',
-        code: 'string',
-        u: 'string',
-        j: 'json',
-        nums: 'json',
-        at: 'timestamp',
-        note: 'string', // always NULL: typed by its column, not `json` for want of a value
-        computed: 'number', // a numeric expression (n4 * 2.0: "6.0", whole values only)
-      });
-      expect(await served(caches, 'things_q', [3])).toMatchObject({ computed: 6, at: '2026-01-01T10:00:00' });
-      expect(query.status().badRecords.count).toBe(0);
-      await query.stop();
-    } finally {
-      await client.end();
-    }
+        primaryKey: ['id'],
+        indexes: [],
+      },
+      { caches, events, connections, commitEveryMs: 50 },
+    );
+    await query.whenServing();
+    expect(await servedFields(caches, 'things_q')).toEqual({
+      id: 'integer',
+      small: 'integer',
+      n4: 'integer',
+      f8: 'number',
+      flag: 'boolean',
+      code: 'string',
+      u: 'string',
+      j: 'json',
+      nums: 'json',
+      at: 'timestamp',
+      note: 'string', // always NULL: typed by its column, not `json` for want of a value
+      computed: 'number', // a numeric expression (n4 * 2.0: "6.0", whole values only)
+    });
+    expect(await served(caches, 'things_q', [3])).toMatchObject({ computed: 6, at: '2026-01-01T10:00:00' });
+    expect(query.status().badRecords.count).toBe(0);
+    await query.stop();
   });
 
   it('a serving generation typed integer from whole values is rebuilt with the column type on restart', async () => {
-    await using db = await createTestDatabase('sluice_pipeline_retype');
-    await using dir = await tempDir();
-    const client = new pg.Client({ connectionString: db.url });
-    await client.connect();
-    try {
-      await productsTable(client);
-      await using caches = await openCacheManager(join(dir.path, 'data'));
-      const ctx = {
-        caches,
-        events,
-        connections: { db: { type: 'postgres' as const, url: db.url } },
-        commitEveryMs: 50,
-      };
-      // What an earlier version inferred from whole prices (configured here to get the same generation).
-      const sampled = {
-        id: 'integer',
-        name: 'string',
-        price: 'integer',
-        cat: 'string',
-        updated_at: 'string',
-      } as const;
-      const first = await startEndpointPipeline(products({ fields: sampled }), ctx);
-      const blue = await first.whenServing();
-      await first.stop();
-      for (const sql of FRACTIONAL_UPDATE) await client.query(sql);
+    await using fx = await pgFixture('sluice_pipeline_retype');
+    const { client, caches } = fx;
+    const ctx = {
+      caches,
+      events,
+      connections: { db: { type: 'postgres' as const, url: fx.url } },
+      commitEveryMs: 50,
+    };
+    // What an earlier version inferred from whole prices (configured here to get the same generation).
+    const sampled = {
+      id: 'integer',
+      name: 'string',
+      price: 'integer',
+      cat: 'string',
+      updated_at: 'string',
+    } as const;
+    const first = await startEndpointPipeline(products({ fields: sampled }), ctx);
+    const blue = await first.whenServing();
+    await first.stop();
+    for (const sql of FRACTIONAL_UPDATE) await client.query(sql);
 
-      const second = await startEndpointPipeline(products(), ctx);
-      expect(second.decision.decision).toBe('from-scratch');
-      expect(second.decision.reason).toMatch(/schema, key or indexes changed/);
-      const green = await second.whenServing();
-      expect(green).not.toBe(blue);
-      expect((await servedFields(caches, 'products'))?.price).toBe('number');
-      expect(await served(caches, 'products', [42])).toMatchObject({ name: 'frac', price: 10.5 });
-      expect(await served(caches, 'products', [999999])).toMatchObject({ price: 2.25 });
-      await second.stop();
+    const second = await startEndpointPipeline(products(), ctx);
+    expect(second.decision.decision).toBe('from-scratch');
+    expect(second.decision.reason).toMatch(/schema, key or indexes changed/);
+    const green = await second.whenServing();
+    expect(green).not.toBe(blue);
+    expect((await servedFields(caches, 'products'))?.price).toBe('number');
+    expect(await served(caches, 'products', [42])).toMatchObject({ name: 'frac', price: 10.5 });
+    expect(await served(caches, 'products', [999999])).toMatchObject({ price: 2.25 });
+    await second.stop();
 
-      // A serving schema that holds every column's values (here: its own) is kept: no rebuild on the next start.
-      const third = await startEndpointPipeline(products(), ctx);
-      expect(third.decision.decision).toBe('resume');
-      await third.stop();
-    } finally {
-      await client.end();
-    }
+    // A serving schema that holds every column's values (here: its own) is kept: no rebuild on the next start.
+    const third = await startEndpointPipeline(products(), ctx);
+    expect(third.decision.decision).toBe('resume');
+    await third.stop();
   });
 });
 

@@ -242,6 +242,18 @@ async function startOneAtATime(
   for (const id of ids) expect((await c.submit(t.request(id))).outcome).toBe('created');
 }
 
+/** An executor whose first run fails as an unreachable peer does (retryable), and whose later runs complete. */
+function failsFirstRun() {
+  let runs = 0;
+  const execute: TransferExecutor = async () => {
+    runs++;
+    if (runs === 1)
+      throw new SinkError('JetStream publish to x failed: timeout', { details: { retryable: true } });
+    return { recordsRead: 3, recordsWritten: 3, badRecords: 0 };
+  };
+  return { execute, runs: () => runs };
+}
+
 async function eventually(check: () => Promise<boolean> | boolean, timeoutMs = 5_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
@@ -440,19 +452,13 @@ describe('TransferCoordinator', () => {
   it('a retryable failure (NATS restarting under a JetStream sink) resumes the transfer instead of failing it', async () => {
     await using t = await setup();
     await using backplane = createSingleNodeBackplane({ nodeId: 'b' });
-    let runs = 0;
-    const execute: TransferExecutor = async () => {
-      runs++;
-      if (runs === 1)
-        throw new SinkError('JetStream publish to x failed: timeout', { details: { retryable: true } });
-      return { recordsRead: 3, recordsWritten: 3, badRecords: 0 };
-    };
-    const b = t.coordinator({ backplane, identity: identity('b'), execute });
+    const first = failsFirstRun();
+    const b = t.coordinator({ backplane, identity: identity('b'), execute: first.execute });
     b.start();
     await b.submit(t.request('retry-1'));
     await eventually(async () => (await t.store.get('retry-1'))?.state === 'COMPLETED');
     const record = await t.store.get('retry-1');
-    expect(runs).toBe(2);
+    expect(first.runs()).toBe(2);
     expect(record?.attempts).toBe(2);
     expect(record?.result?.recordsWritten).toBe(3);
   });
@@ -466,21 +472,15 @@ describe('TransferCoordinator', () => {
       await t.store.takeOver(request.id, epoch, identity(`gone-${epoch}`), LIMITS.leaseMs);
     await t.store.release(request.id, 21);
     expect(await t.store.get(request.id)).toMatchObject({ epoch: 21, attempts: 21, retries: 0 });
-    let runs = 0;
-    const execute: TransferExecutor = async () => {
-      runs++;
-      if (runs === 1)
-        throw new SinkError('JetStream publish to x failed: timeout', { details: { retryable: true } });
-      return { recordsRead: 3, recordsWritten: 3, badRecords: 0 };
-    };
-    const b = t.coordinator({ backplane, identity: identity('b'), execute });
+    const first = failsFirstRun();
+    const b = t.coordinator({ backplane, identity: identity('b'), execute: first.execute });
     b.start();
     await b.sweep();
     await eventually(async () => isTerminal((await t.store.get(request.id))?.state ?? 'RECEIVED'));
     const record = await t.store.get(request.id);
     expect(record?.error).toBeNull();
     expect(record).toMatchObject({ state: 'COMPLETED', retries: 1, result: { recordsWritten: 3 } });
-    expect(runs).toBe(2);
+    expect(first.runs()).toBe(2);
   });
 
   it(`a transfer that keeps failing retryably without progress is recorded FAILED after ${MAX_RETRIES} retries; progress (a saved checkpoint) starts the count again`, async () => {
