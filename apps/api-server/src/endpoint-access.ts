@@ -3,7 +3,14 @@
  * token's row filter, and — with `sluice-min-position` — waiting until the leased generation has committed that
  * position. Every endpoint route and the change feed go through here. Moved out of app.ts.
  */
-import { type Filter, PositionNotReachedError, ValidationError } from '@sluice/core';
+import { checkFilter } from '@sluice/cache';
+import {
+  type Filter,
+  ForbiddenError,
+  PositionNotReachedError,
+  SluiceError,
+  ValidationError,
+} from '@sluice/core';
 import type { FastifyRequest } from 'fastify';
 import { OPEN_SCOPE, type TokenAuthenticator, type TokenScope } from './auth.js';
 import { CommitSignal } from './commit-signal.js';
@@ -38,6 +45,11 @@ export interface EndpointAccess {
   authorize(request: FastifyRequest, name: string): Filter | undefined;
   /** The same check for a bare `authorization` header (requests answered below fastify: fast-lookup.ts). */
   rowFilterFor(authorization: string | string[] | undefined, name: string): Filter | undefined;
+  /**
+   * Whether a token's row filter fits the leased generation's fields (names fields it has, with operands of their
+   * types); a lease whose filter does not is refused 403 by `open`.
+   */
+  rowFilterFits(lease: Lease, rowFilter: Filter | undefined): boolean;
   /** Auth check + lease on the endpoint's current generation (the caller releases it). */
   open(request: FastifyRequest, name: string): OpenedEndpoint;
   /**
@@ -83,7 +95,14 @@ export function endpointAccess(options: {
     rowFilterIn(authenticator ? authenticator.authenticate(authorization) : OPEN_SCOPE, name);
   const open = (request: FastifyRequest, name: string): OpenedEndpoint => {
     const rowFilter = authorize(request, name);
-    return { lease: registry.acquire(name), rowFilter };
+    const lease = registry.acquire(name);
+    try {
+      assertRowFilterFits(lease, rowFilter, name);
+    } catch (err) {
+      lease.release();
+      throw err;
+    }
+    return { lease, rowFilter };
   };
   const openFresh = async (request: FastifyRequest, name: string): Promise<OpenedEndpoint> => {
     const opened = open(request, name);
@@ -130,5 +149,48 @@ export function endpointAccess(options: {
       throw err;
     }
   };
-  return { scopeOf, authorize, rowFilterFor, open, openFresh };
+  const rowFilterFits = (lease: Lease, rowFilter: Filter | undefined) =>
+    rowFilter === undefined || rowFilterProblem(lease, rowFilter) === null;
+  return { scopeOf, authorize, rowFilterFor, rowFilterFits, open, openFresh };
+}
+
+/** Per row filter (a cached token's scope hands out the same object) and generation: why it does not fit, or null. */
+const rowFilterProblems = new WeakMap<Filter, WeakMap<object, string | null>>();
+
+function rowFilterProblem(lease: Lease, rowFilter: Filter): string | null {
+  let byCache = rowFilterProblems.get(rowFilter);
+  if (byCache === undefined) {
+    byCache = new WeakMap();
+    rowFilterProblems.set(rowFilter, byCache);
+  }
+  const known = byCache.get(lease.cache);
+  if (known !== undefined) return known;
+  let problem: string | null = null;
+  try {
+    checkFilter(rowFilter, lease.cache.schema);
+  } catch (err) {
+    if (!SluiceError.isInstance(err)) throw err;
+    problem = err.message;
+  }
+  byCache.set(lease.cache, problem);
+  return problem;
+}
+
+/**
+ * Refuses (403) a token whose row filter does not fit the endpoint's fields: the filter is the token issuer's,
+ * not the caller's, so it is neither the caller's 400 nor silently a view of nothing.
+ *
+ * @example
+ * ```ts
+ * const lease = registry.acquire(name);
+ * assertRowFilterFits(lease, rowFilter, name); // throws FORBIDDEN
+ * ```
+ */
+export function assertRowFilterFits(lease: Lease, rowFilter: Filter | undefined, name: string): void {
+  if (rowFilter === undefined) return;
+  const problem = rowFilterProblem(lease, rowFilter);
+  if (problem !== null)
+    throw new ForbiddenError(
+      `The bearer token's row filter does not fit endpoint "${name}" (${problem.replaceAll('$filter', 'filter')}); ask for a token whose filter names its fields`,
+    );
 }

@@ -27,7 +27,7 @@ const LOOKUP_PATH = /^\/v1\/endpoints\/([A-Za-z0-9_.-]{1,256})\/records\/([^/?#]
 
 export interface FastLookupOptions {
   registry: EndpointRegistry;
-  access: Pick<EndpointAccess, 'rowFilterFor'>;
+  access: Pick<EndpointAccess, 'rowFilterFor' | 'rowFilterFits'>;
   readRecord: RecordReader;
   headersOf: CheckpointStamps['headersOf'];
   record: RequestRecorder;
@@ -62,6 +62,8 @@ export function fastLookupRoute(options: FastLookupOptions): FastRoute {
     try {
       const rowFilter = access.rowFilterFor(headers.authorization, name);
       lease = registry.acquire(name);
+      // A token whose row filter does not fit the endpoint is fastify's to refuse (403).
+      if (!access.rowFilterFits(lease, rowFilter)) return false;
       const { state, bytes } = readRecord(lease, match[2]!, rowFilter);
       if (bytes === undefined) return false;
       raw = okHeaders(lease.generation.name, headersOf(state), bytes.length);

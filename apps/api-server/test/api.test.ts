@@ -480,4 +480,29 @@ describe('auth', () => {
     expect(hidden.status).toBe(404);
     expect(hidden.json.code).toBe('RECORD_NOT_FOUND');
   });
+
+  it("defect: a token row filter that does not fit the endpoint's fields was the caller's 400 on queries (quoting the token's filter as the caller's $filter), a 404 on lookups — now 403 on every route", async () => {
+    const unfit = [
+      sign({ iss: 'sluice-tests', endpoints: ['items'], filters: { items: { nofield: 1 } } }),
+      sign({ iss: 'sluice-tests', endpoints: ['items'], filters: { items: { value: 'not a number' } } }),
+    ];
+    for (const token of unfit) {
+      for (const [path, body] of [
+        ['/v1/endpoints/items/query', { $limit: 1 }],
+        ['/v1/endpoints/items/query', {}],
+        ['/v1/endpoints/items/count', {}],
+        ['/v1/endpoints/items/records/3', undefined],
+      ] as const) {
+        const refused = await call(secured.url, path, body, bearer(token));
+        expect(refused.status, `${path} ${JSON.stringify(body)}`).toBe(403);
+        expect(refused.json.code).toBe('FORBIDDEN');
+        expect(refused.json.detail).toContain('row filter does not fit endpoint "items"');
+      }
+    }
+    // A token whose filter fits still reads.
+    const fits = sign({ iss: 'sluice-tests', endpoints: ['items'], filters: { items: { category: 'a' } } });
+    expect((await call(secured.url, '/v1/endpoints/items/records/3', undefined, bearer(fits))).status).toBe(
+      200,
+    );
+  });
 });

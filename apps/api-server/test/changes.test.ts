@@ -294,6 +294,13 @@ describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
       (e) => e,
     );
     expect(forbidden.status).toBe(403);
+    // defect: a token whose row filter names a field the endpoint lacks opened a feed that never sent a record.
+    const unfit = sign({ endpoints: ['items'], filters: { items: { nofield: 1 } } });
+    const refused = await SseConnection.open(feedUrl(api.url), { authorization: `Bearer ${unfit}` }).catch(
+      (e) => e,
+    );
+    expect(refused.status).toBe(403);
+    expect(JSON.parse(refused.body)).toMatchObject({ code: 'FORBIDDEN' });
   });
 
   it('refuses subscribers past api.changes.maxSubscribers with 429 QUEUE_FULL', async () => {

@@ -11,6 +11,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Registry } from 'prom-client';
 import { z } from 'zod';
+import { assertRowFilterFits } from '../endpoint-access.js';
 import type { EndpointRegistry } from '../registry.js';
 import { EndpointParamsSchema, ProblemSchema } from '../schemas.js';
 import { RETRY_FRAME } from './frames.js';
@@ -95,6 +96,7 @@ export async function changeFeedPlugin(
       const lease = registry.acquire(name);
       let matches: ReturnType<typeof compileFilter> | null;
       try {
+        assertRowFilterFits(lease, rowFilter, name);
         // Checked against the endpoint's fields as a query's $filter is: an unknown field or an operand of the
         // wrong type is a 400, not a feed that never sends a record.
         const filter: Filter | undefined =
