@@ -213,6 +213,36 @@ describe('file → file transfers', () => {
     }
   });
 
+  it('defect: numbers JSON cannot hold (integers past 2^53, 1e400) were copied changed, silently — each such record is a bad record now', async () => {
+    await using dir = await tempDir();
+    const lines = [
+      '{"id":1,"n":9007199254740992,"big":"12345678901234567890","d":1.25,"e":2.5e3,"neg":-9007199254740991}',
+      '{"id":2,"n":9007199254740993}',
+      '{"id":3,"e":1e400}',
+      '{"id":4,"nested":{"list":[1,{"x":-12345678901234567890}]}}',
+      '{"id":5,"s":"a \\"quoted\\" 12345678901234567890 and 1e400 in a string"}',
+    ];
+    const { src, out } = await filesIn(dir.path, `${lines.join('\n')}\n`, 'in.jsonl', 'out.jsonl');
+    const result = await transfer(request('t-inexact', src, out));
+    expect(result).toMatchObject({ recordsRead: 5, recordsWritten: 2, badRecords: 3 });
+    expect(result.badRecordReports.map((r) => [r.line, r.reason])).toEqual([
+      [2, expect.stringContaining('9007199254740993 cannot be held exactly')],
+      [3, expect.stringContaining('1e400 is out of range')],
+      [4, expect.stringContaining('-12345678901234567890 cannot be held exactly')],
+    ]);
+    // What is copied is copied unchanged.
+    expect(
+      (await readFile(out, 'utf8'))
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l)),
+    ).toEqual([JSON.parse(lines[0]!), JSON.parse(lines[4]!)]);
+    const failed = await transfer(
+      request('t-inexact-fail', src, join(dir.path, 'fail.jsonl'), { options: { onBadRecord: 'fail' } }),
+    ).catch((e: unknown) => e);
+    expect(SluiceError.hasCode(failed, 'BAD_RECORD')).toBe(true);
+  });
+
   it('defect: the CSV sink writes an empty cell, not {}, where a record has no "__proto__" field', async () => {
     await using dir = await tempDir();
     // JSON.parse makes "__proto__" an own field, as any other name.

@@ -5,6 +5,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { type FieldType, SourceError } from '@sluice/core';
 import { z } from 'zod';
 import type { BadRecordReport } from '../bad-records.js';
+import { inexactNumber } from '../json-numbers.js';
 import type { RecordOp, Row } from '../ops.js';
 import { ownField, setOwnField } from '../own.js';
 import { convertCsvCell } from '../schema.js';
@@ -296,6 +297,11 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
           }
           if (typeof value !== 'object' || value === null || Array.isArray(value)) {
             reject(line, 'a JSON Lines record must be an object');
+            continue;
+          }
+          const inexact = inexactNumber(line.text);
+          if (inexact !== null) {
+            reject(line, inexact);
             continue;
           }
           read++;

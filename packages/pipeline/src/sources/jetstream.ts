@@ -3,6 +3,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import { type NatsConfig, SourceError } from '@sluice/core';
 import { z } from 'zod';
 import type { BadRecordReport } from '../bad-records.js';
+import { inexactNumber } from '../json-numbers.js';
 import { connectNats } from '../nats.js';
 import { keyOf, type RecordOp, type Row } from '../ops.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../types.js';
@@ -97,13 +98,16 @@ export function createJetStreamSource(options: JetStreamSourceOptions): Pipeline
   const toOp = (data: Uint8Array, seq: number, isDelete: boolean): RecordOp | BadRecordReport => {
     const at = { source: options.handle, offset: seq };
     let value: unknown;
+    const text = decoder.decode(data);
     try {
-      value = JSON.parse(decoder.decode(data));
+      value = JSON.parse(text);
     } catch (err) {
       return { ...at, reason: `malformed JSON: ${(err as Error).message}` };
     }
     if (typeof value !== 'object' || value === null || Array.isArray(value))
       return { ...at, reason: 'a message must be a JSON object' };
+    const inexact = inexactNumber(text);
+    if (inexact !== null) return { ...at, reason: inexact };
     if (isDelete) {
       const key = options.key ? keyOf(value as Row, options.key) : undefined;
       if (key === undefined) return { ...at, reason: 'a delete message needs the key fields' };
