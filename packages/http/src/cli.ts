@@ -112,7 +112,7 @@ export function formatCliError(name: string, err: unknown, portHint = 'another p
  * 1. parses the command line (commander): `-c, --config <file>`, `--check`, and the program's own `options`;
  * 2. `load`s the configuration; `--check` prints it (secrets redacted) and exits 0;
  * 3. or runs a subcommand the program added (`commands`), with the configuration `load` gives;
- * 4. `start`s the program; on SIGINT or SIGTERM closes it once (a repeated signal is ignored) and exits 0, or 1
+ * 4. `start`s the program; on SIGINT, SIGTERM or SIGHUP closes it once (a repeated signal is ignored) and exits 0, or 1
  *    when closing fails or takes longer than `graceMs` + {@link FORCED_EXIT_MARGIN_MS} (one forced-exit timer);
  * 5. a failure to load or start is printed to stderr by {@link formatCliError} and exits 1 (see {@link ExitCode}).
  *
@@ -179,7 +179,7 @@ export async function runCli<Loaded extends { config: unknown }, Flags extends C
   }
 }
 
-/** Starts the program and stops it on SIGINT/SIGTERM (see {@link runCli}). */
+/** Starts the program and stops it on SIGINT/SIGTERM/SIGHUP (see {@link runCli}). */
 async function serve<Loaded extends { config: unknown }, Flags extends CliFlags>(
   options: RunCliOptions<Loaded, Flags>,
   loaded: Loaded,
@@ -213,6 +213,9 @@ async function serve<Loaded extends { config: unknown }, Flags extends CliFlags>
   // does must stop it gracefully (a signal during the start stops it as soon as it has started).
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
+  // The terminal or ssh session the program was started from went away: Node's default would exit at once
+  // (129) without handing anything back. Stopping gracefully is what the operator lost no work to.
+  process.on('SIGHUP', () => stop('SIGHUP'));
   process.on('uncaughtException', (err) => {
     if (options.survive?.(err)) return;
     process.stderr.write(`${name}: uncaught exception: ${(err as Error)?.stack ?? String(err)}\n`);

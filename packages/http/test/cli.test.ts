@@ -95,6 +95,16 @@ describe('runCli', () => {
     expect(child.lines.filter((line) => line.startsWith('closing'))).toEqual(['closing on SIGINT']);
   });
 
+  it('defect: SIGHUP (a closed terminal, an ssh session ending) killed the program at once (exit 129) without closing it — it stops gracefully, as on SIGTERM', async () => {
+    await using dir = await tempDir('sluice-http-cli-');
+    const port = await freePort();
+    await using child = spawnTs(CHILD, ['--port', String(port)], { cwd: dir.path });
+    await child.waitForLine(new RegExp(`^listening ${port}$`));
+    child.kill('SIGHUP');
+    await child.waitForLine(/^closing on SIGHUP$/);
+    expect(await child.exited).toEqual({ code: 0, signal: null });
+  });
+
   it('stops gracefully on a signal sent the moment it says it listens, or while it is still starting', async () => {
     // `started` signals as soon as the line arrives: the handlers must be in place before the start resolves.
     const { dir, child } = await started();
