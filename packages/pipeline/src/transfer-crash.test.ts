@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import type { DestinationAddress, TransferRequest } from '@sluice/core';
-import { createTestDatabase, spawnTs, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
+import { createTestDatabase, spawnTs, startNatsServer, tempDir } from '@sluice/testkit';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 
@@ -23,7 +23,9 @@ async function writeSource(dir: string): Promise<string> {
 }
 
 /**
- * Runs the transfer in a child process, SIGKILLs it at a random commit (plus a random few ms) `kills` times, each
+ * Runs the transfer in a child process, SIGKILLed at a random commit (plus a random few ms, or right before that
+ * commit's checkpoint is saved) `kills` times — the child kills itself (fixture's `killAt`), so the kill lands
+ * mid-transfer however late this process reads its output — each
  * run at the next fencing epoch (as a takeover would), then lets a last run finish; returns its DONE line. Every
  * kill must land mid-transfer: the child neither finished nor failed before it, and `physicalWrites` (what reached
  * the destination so far, counted below any idempotent layer) is still short of the whole source. The last run
@@ -40,21 +42,11 @@ async function killAndResume(
   // that leaves at least two epochs for the runs after it, so it lands mid-transfer by construction.
   let committed = 0;
   for (let k = 0; k < kills; k++) {
-    await using child = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: k + 1 })]);
     const remaining = epochs - committed;
-    const target = 1 + Math.floor(Math.random() * Math.max(1, Math.floor((remaining - 2) / (kills - k + 1))));
-    let exitedEarly = false;
-    void child.exited.then(() => {
-      exitedEarly = true;
-    });
     // The target-th commit of this run (epochs continue across runs).
-    await waitFor(() => exitedEarly || child.lines.filter((l) => l.startsWith('COMMIT ')).length >= target, {
-      timeoutMs: 60_000,
-      intervalMs: 2,
-      what: `commit ${target}`,
-    });
-    await new Promise((r) => setTimeout(r, Math.floor(Math.random() * 15)));
-    child.kill('SIGKILL');
+    const target = 1 + Math.floor(Math.random() * Math.max(1, Math.floor((remaining - 2) / (kills - k + 1))));
+    const killAt = { commit: target, delayMs: Math.floor(Math.random() * 15) };
+    await using child = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: k + 1, killAt })]);
     const exit = await child.exited;
     for (const line of child.lines.filter((l) => l.startsWith('COMMIT ')))
       committed = Math.max(committed, Number(line.split(' ')[1]));
