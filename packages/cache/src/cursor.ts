@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto';
-import { CursorExpiredError, InvalidQueryError } from '@sluice/core';
+import { CursorExpiredError, type FieldType, InvalidQueryError } from '@sluice/core';
 import { z } from 'zod';
 
 /** Largest cursor accepted (the wire query allows 4096 characters). */
@@ -114,17 +114,36 @@ export function encodeCursor(
   return Buffer.from(JSON.stringify(body), 'utf8').toString('base64url');
 }
 
+/** Whether a cursor's value can be one a record of this field type sorted by (null sorts as a value of its own). */
+function fitsType(value: unknown, type: FieldType | undefined): boolean {
+  if (value === null || type === undefined || type === 'json') return true;
+  switch (type) {
+    case 'integer':
+    case 'number':
+      return typeof value === 'number';
+    case 'string':
+      return typeof value === 'string';
+    case 'boolean':
+      return typeof value === 'boolean';
+    case 'timestamp':
+      return typeof value === 'string' || typeof value === 'number';
+  }
+}
+
 /**
  * Decodes a cursor for `cache`, `order` and `filter`. Malformed → `INVALID_QUERY`; made by another cache
- * generation → `CURSOR_EXPIRED`; made for another order or filter → `INVALID_QUERY`.
+ * generation → `CURSOR_EXPIRED`; made for another order or filter → `INVALID_QUERY`; a value that no record of its
+ * sort field (`fieldTypes`, in tuple order) can hold → `INVALID_QUERY` (an edited or mangled cursor would otherwise
+ * start past every record, and an empty page reads as the end of the walk).
  */
 export function decodeCursor(
   cursor: string,
   cache: string,
   order: string,
-  tupleLength: number,
+  fieldTypes: readonly (FieldType | undefined)[],
   filter: string,
 ): DecodedCursor {
+  const tupleLength = fieldTypes.length;
   const invalid = (why: string) =>
     new InvalidQueryError(`Invalid query: $after: ${why}`, [{ path: '$after', message: why }]);
   if (typeof cursor !== 'string' || cursor.length === 0 || cursor.length > MAX_CURSOR_CHARS)
@@ -148,7 +167,8 @@ export function decodeCursor(
     if (value !== null && typeof value === 'object' && !Array.isArray(value) && '$h' in value) {
       if (!AbbreviatedSchema.safeParse(value).success) throw invalid('not a cursor');
       abbreviated.push(i);
-    }
+    } else if (!fitsType(value, fieldTypes[i]))
+      throw invalid('not a cursor of this query (a value of the wrong type)');
   });
   if (abbreviated.length > 0 && parsed.data.d === undefined) throw invalid('not a cursor');
   return {

@@ -80,7 +80,13 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
       ? null
       : cursorTuple(
           ctx,
-          decodeCursor(query.after, ctx.cache, order, query.orderBy.length + primaryKey.length, signature()),
+          decodeCursor(
+            query.after,
+            ctx.cache,
+            order,
+            [...query.orderBy.map((term) => term.field), ...primaryKey].map((field) => ctx.fields[field]),
+            signature(),
+          ),
           query,
         );
   const plan = planQuery(plannableDbs(ctx.dbs, ctx.transaction), primaryKey, query.filter, query.orderBy);

@@ -89,6 +89,41 @@ describe('hostile queries', () => {
     expect(cache.query(parseQuery({ $filter: { value: { $gte: 5 } } })).records).toHaveLength(5);
   });
 
+  it('defect: a cursor whose values do not fit the sort fields (edited or mangled by a client) answered an empty page, as if the walk had ended — now INVALID_QUERY', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply(rows(0, 20));
+    await cache.commit(null);
+    const page = cache.query(parseQuery({ $order_by: { value: 'asc' }, $limit: 5 }));
+    const body = JSON.parse(Buffer.from(page.next!, 'base64url').toString('utf8'));
+    const forged = (k: unknown[]) =>
+      Buffer.from(JSON.stringify({ ...body, k }), 'utf8').toString('base64url');
+    // The genuine cursor continues.
+    expect(
+      cache.query(parseQuery({ $order_by: { value: 'asc' }, $limit: 5, $after: page.next! })).records,
+    ).toHaveLength(5);
+    for (const k of [
+      ['zzz', body.k[1]],
+      [body.k[0], 'not an id'],
+      [{ a: 1 }, body.k[1]],
+      [true, body.k[1]],
+    ]) {
+      let refused: unknown;
+      try {
+        cache.query(parseQuery({ $order_by: { value: 'asc' }, $limit: 5, $after: forged(k) }));
+      } catch (err) {
+        refused = err;
+      }
+      expect(refused, JSON.stringify(k)).toMatchObject({ code: 'INVALID_QUERY' });
+    }
+    // null sorts as a value of its own: a cursor may hold it.
+    expect(
+      cache.query(parseQuery({ $order_by: { value: 'asc' }, $after: forged([null, body.k[1]]) })).records
+        .length,
+    ).toBeGreaterThan(0);
+  });
+
   it('expires a cursor from another generation, and refuses one made for another order or filter', async () => {
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path);
