@@ -1,6 +1,7 @@
 import { hash } from 'node:crypto';
 import { CursorExpiredError, type FieldType, InvalidQueryError } from '@sluice/core';
 import { z } from 'zod';
+import { typeMatches } from './schema.js';
 
 /** Largest cursor accepted (the wire query allows 4096 characters). */
 const MAX_CURSOR_CHARS = 4096;
@@ -116,18 +117,7 @@ export function encodeCursor(
 
 /** Whether a cursor's value can be one a record of this field type sorted by (null sorts as a value of its own). */
 function fitsType(value: unknown, type: FieldType | undefined): boolean {
-  if (value === null || type === undefined || type === 'json') return true;
-  switch (type) {
-    case 'integer':
-    case 'number':
-      return typeof value === 'number';
-    case 'string':
-      return typeof value === 'string';
-    case 'boolean':
-      return typeof value === 'boolean';
-    case 'timestamp':
-      return typeof value === 'string' || typeof value === 'number';
-  }
+  return value === null || type === undefined || typeMatches(type, value);
 }
 
 /**

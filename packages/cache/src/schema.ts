@@ -64,7 +64,8 @@ export function schemaHash(schema: CacheSchema): string {
   return hashJson({ fields: schema.fields, primaryKey: schema.primaryKey, indexes }).slice(0, 16);
 }
 
-function typeMatches(type: FieldType, value: unknown): boolean {
+/** Whether a (non-null) value is one a field of `type` holds: the check every stored record passed. */
+export function typeMatches(type: FieldType, value: unknown): boolean {
   switch (type) {
     case 'string':
       return typeof value === 'string';
