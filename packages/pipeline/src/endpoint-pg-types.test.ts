@@ -305,9 +305,9 @@ describe('PostgreSQL column types as the pipeline reads them', () => {
       jsonb: 'json',
       int4_array: 'json',
       text_array: 'json',
-      bytea: 'json',
-      date: 'json', // the driver's Date
-      interval: 'json',
+      bytea: 'string', // its hex text, \x…
+      date: 'string', // its text, 2024-03-01
+      interval: 'string', // its text, 1 day 02:03:04
     });
   });
 });

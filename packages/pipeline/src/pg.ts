@@ -1,100 +1,18 @@
-import type { FieldType } from '@sluice/core';
 import pg from 'pg';
+import { textParser } from './pg-parsers.js';
 
-/** pg type OIDs the pipeline reads differently from the driver's defaults. */
-const INT8 = 20;
-const NUMERIC = 1700;
-const TIMESTAMP = 1114;
-const TIMESTAMPTZ = 1184;
+// Where the value mapping lives; re-exported so the pipeline has one PostgreSQL module to import from.
+export { fieldTypeOfPg, textParser } from './pg-parsers.js';
 
 /**
- * The field type of each column type whose values the pipeline's parsers turn into something other than text:
- * `int8` and `numeric` are numbers when a double holds them exactly (else their text, which these types refuse),
- * timestamps ISO 8601 strings.
- */
-const FIELD_TYPES: Record<number, FieldType> = {
-  16: 'boolean', // bool
-  20: 'integer', // int8
-  21: 'integer', // int2
-  23: 'integer', // int4
-  26: 'integer', // oid
-  700: 'number', // float4
-  701: 'number', // float8
-  1700: 'number', // numeric
-  1114: 'timestamp', // timestamp
-  1184: 'timestamp', // timestamptz
-  114: 'json', // json
-  3802: 'json', // jsonb
-};
-
-/** The sign, significant digits and exponent of a decimal (`"10.50"`, `"1e+21"`), to compare two spellings. */
-function decimalKey(text: string): string | null {
-  const m = /^([-+]?)(\d*)(?:\.(\d*))?(?:[eE]([-+]?\d+))?$/.exec(text);
-  if (!m) return null;
-  const whole = m[2] ?? '';
-  let digits = whole + (m[3] ?? '');
-  let exponent = Number(m[4] ?? 0) + whole.length;
-  const leading = digits.length - digits.replace(/^0+/, '').length;
-  digits = digits.slice(leading).replace(/0+$/, '');
-  exponent -= leading;
-  return digits === '' ? '0' : `${m[1] === '-' ? '-' : ''}${digits}e${exponent}`;
-}
-
-/** PostgreSQL's timestamp text as ISO 8601, keeping its microseconds and zone (`+00` → `+00:00`). */
-function isoTimestamp(text: string): string {
-  return text.replace(' ', 'T').replace(/([+-]\d{2})$/, '$1:00');
-}
-
-/**
- * Type parsers that keep records JSON-friendly: 64-bit integers become numbers when they fit, timestamps
- * ISO 8601 strings (full precision), and nothing becomes a `Date`.
+ * The driver's hook for type parsers: the pipeline's for text values (every value `pg` reads unless a query asks
+ * for binary), the driver's own for binary ones.
  */
 const types = {
   getTypeParser(oid: number, format?: string) {
-    if (oid === INT8)
-      return (text: string) => {
-        const value = Number(text);
-        return Number.isSafeInteger(value) ? value : text;
-      };
-    if (oid === NUMERIC)
-      return (text: string) => {
-        // Only when exact: `10.50` (numeric(10,2)) is 10.5, more digits than a double holds stay text.
-        const value = Number(text);
-        return Number.isFinite(value) && decimalKey(String(value)) === decimalKey(text) ? value : text;
-      };
-    if (oid === TIMESTAMPTZ || oid === TIMESTAMP) return isoTimestamp;
-    return pg.types.getTypeParser(oid, format as 'text');
+    return format === 'binary' ? pg.types.getTypeParser(oid, 'binary') : textParser(oid);
   },
 };
-
-/**
- * The pipeline's parser of a column's text value by type OID, so rows streamed by logical replication read
- * exactly like rows a query returned.
- */
-export function textParser(oid: number): (text: string) => unknown {
-  return types.getTypeParser(oid, 'text') as (text: string) => unknown;
-}
-
-/** What the driver returns for a type it has no parser for (text's own: the text itself). */
-const NO_PARSER = pg.types.getTypeParser(pg.types.builtins.TEXT, 'text');
-
-/**
- * The field type of the values the pipeline reads from a column of PostgreSQL type `oid` (a result's
- * `fields[].dataTypeID`, a relation message's column `typeOid`): what its parser returns. A type the driver has no
- * parser for (text, varchar, uuid, enums, domains, time, …) is read as its text: `string`. Arrays and the other
- * types the driver turns into objects (bytea, date, interval, point, …) are `json`.
- *
- * @example
- * ```ts
- * fieldTypeOfPg(1700); // 'number' (numeric)
- * fieldTypeOfPg(25); // 'string' (text)
- * ```
- */
-export function fieldTypeOfPg(oid: number): FieldType {
-  const known = FIELD_TYPES[oid];
-  if (known) return known;
-  return pg.types.getTypeParser(oid, 'text') === NO_PARSER ? 'string' : 'json';
-}
 
 /** A pg client with the pipeline's type parsers. */
 export async function connectPostgres(url: string): Promise<pg.Client> {

@@ -8,6 +8,7 @@ import type { Pgoutput } from 'pg-logical-replication';
 import { quoteIdent } from '../../pg.js';
 import type { ReadOptions, SourceItem } from '../../types.js';
 import type { SourceConnections } from './connections.js';
+import { domainBaseTypes } from './domains.js';
 import { writeHeartbeat } from './heartbeat.js';
 import { LagTracker } from './lag.js';
 import { compareLsn, normalizeLsn } from './lsn.js';
@@ -70,6 +71,7 @@ export async function* readStream(
     startLsn: position.lsn,
     keepaliveMs: source.keepaliveMs,
     highWater: source.highWater,
+    baseTypes: await connections.withClient(domainBaseTypes),
   });
   live.stream = current;
   current.start();

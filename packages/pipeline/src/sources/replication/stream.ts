@@ -20,6 +20,11 @@ export interface ReplicationStreamOptions {
   keepaliveMs: number;
   /** Messages buffered before the socket is paused (backpressure). */
   highWater: number;
+  /**
+   * Domain type OIDs → their base type's (`domainBaseTypes`): a relation message names a domain column by the
+   * domain, a query's result by the base type, and both must read alike.
+   */
+  baseTypes?: ReadonlyMap<number, number>;
 }
 
 /**
@@ -30,9 +35,10 @@ export interface ReplicationStreamOptions {
  * *received* LSN, beyond what the cache committed); the library reports `lsn + 1` as flushed, so `confirm(lsn)`
  * passes `lsn − 1` and PostgreSQL's `confirmed_flush_lsn` is exactly the committed transaction's end (a commit
  * record starting right there must not be skipped on restart); column values are parsed with the pipeline's own
- * parsers (set on each relation as it arrives, before any row of it is parsed), so streamed rows read exactly like
- * snapshot rows; and messages are consumed synchronously in arrival order (no `flowControl`, whose queue lets
- * keepalives overtake data), with the socket paused above `highWater` buffered messages.
+ * parsers (set on each relation as it arrives, before any row of it is parsed; a domain column by its base type,
+ * as a query's result names it), so streamed rows read exactly like snapshot rows; and messages are consumed
+ * synchronously in arrival order (no `flowControl`, whose queue lets keepalives overtake data), with the socket
+ * paused above `highWater` buffered messages.
  */
 export class ReplicationStream {
   private readonly service: LogicalReplicationService;
@@ -52,7 +58,8 @@ export class ReplicationStream {
     );
     this.service.on('data', (_lsn: string, message: Pgoutput.Message) => {
       if (message.tag === 'relation')
-        for (const column of message.columns) column.parser = textParser(column.typeOid);
+        for (const column of message.columns)
+          column.parser = textParser(options.baseTypes?.get(column.typeOid) ?? column.typeOid);
       this.push({ kind: 'message', message });
     });
     this.service.on('heartbeat', (lsn: string, _time: number, shouldRespond: boolean) => {

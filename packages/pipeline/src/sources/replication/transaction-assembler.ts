@@ -157,14 +157,13 @@ export class TransactionAssembler {
   }
 }
 
-/** Two keys of one table (same length) hold equal values (parsed column values: primitives or dates). */
+/** Two keys of one table (same length) hold equal values (parsed column values: JSON values, `textParser`'s). */
 function sameKey(a: unknown[], b: unknown[] | null): boolean {
   if (b === null) return false;
   for (let i = 0; i < a.length; i++) {
     const x = a[i];
     const y = b[i];
     if (x === y) continue;
-    if (x instanceof Date && y instanceof Date && x.getTime() === y.getTime()) continue;
     if (JSON.stringify(x) !== JSON.stringify(y)) return false;
   }
   return true;
