@@ -26,6 +26,7 @@ import { lockDataDir } from './data-dir-lock.js';
 import { buildServer } from './http/server.js';
 import { createMetrics } from './metrics.js';
 import { openServingPlane } from './serving.js';
+import { accessFailure } from './transfers/access.js';
 import { RequestPolicy } from './transfers/confinement.js';
 import { TransferCoordinator } from './transfers/coordinator.js';
 
@@ -116,7 +117,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     const dataDirLock = lockDataDir(resolve(cwd, config.dataDir));
     cleanups.push(async () => dataDirLock.release());
 
-    const store = await openStore(config.store, { clock, logger: log });
+    // The embedded store is single-node: a second app-server on the same SQLite file is refused here.
+    const store = await openStore(config.store, { clock, logger: log, exclusive: true });
     cleanups.push(() => store[Symbol.asyncDispose]());
 
     const kind = backplaneKind(config);
@@ -188,6 +190,10 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
           logger: log,
           commitEveryRecords: config.pipeline.commitEveryRecords,
           commitEveryMs: config.pipeline.commitEveryMs,
+        }).catch((err: unknown) => {
+          // A permission refusal on the request's files is the operator's to fix: said as such, not as a
+          // generic source or sink failure.
+          throw accessFailure(err, request) ?? err;
         });
         return {
           recordsRead: outcome.recordsRead,

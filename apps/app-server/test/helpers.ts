@@ -3,7 +3,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createNatsBackplane } from '@sluice/backplane';
 import type { SluiceEvent, SwitchOutcome } from '@sluice/core';
-import { type ChildHandle, freePort, spawnTs, waitFor } from '@sluice/testkit';
+import { type ChildHandle, freePort, spawnProcess, spawnTs, tsxLoaderPath, waitFor } from '@sluice/testkit';
 
 /** Every event published on a cluster's NATS, in arrival order, as an observer node hears it. */
 export interface EventObserver extends AsyncDisposable {
@@ -53,6 +53,11 @@ export interface NodeSpec {
   env?: Record<string, string>;
   /** Options for `node` itself (a benchmark passes `--cpu-prof`). */
   nodeArgs?: string[];
+  /**
+   * Run the process as this user (through `setpriv`, so the test process may stay root): root passes every
+   * permission check, so a test of what an app-server may not read or write needs an unprivileged one.
+   */
+  user?: { uid: number; gid: number };
 }
 
 /**
@@ -125,11 +130,30 @@ export async function startNodeProcess(spec: NodeSpec): Promise<NodeProcess> {
     spec.extraYaml ?? '',
   ];
   await writeFile(configFile, lines.filter((l) => l !== '').join('\n'));
-  const child = spawnTs(BIN, ['--config', configFile], {
-    cwd: spec.dir,
-    env: spec.env ?? {},
-    nodeArgs: spec.nodeArgs ?? [],
-  });
+  const child =
+    spec.user === undefined
+      ? spawnTs(BIN, ['--config', configFile], {
+          cwd: spec.dir,
+          env: spec.env ?? {},
+          nodeArgs: spec.nodeArgs ?? [],
+        })
+      : spawnProcess(
+          'setpriv',
+          [
+            `--reuid=${spec.user.uid}`,
+            `--regid=${spec.user.gid}`,
+            '--clear-groups',
+            process.execPath,
+            ...(spec.nodeArgs ?? []),
+            '--conditions=@sluice/source',
+            '--import',
+            tsxLoaderPath(),
+            BIN,
+            '--config',
+            configFile,
+          ],
+          { cwd: spec.dir, env: spec.env ?? {} },
+        );
   try {
     if ((spec.logLevel ?? 'info') === 'info') await child.waitForLine(/app-server ready/, 60_000);
     else

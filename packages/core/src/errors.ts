@@ -17,6 +17,7 @@ export const ErrorCode = {
   UNSUPPORTED_ADDRESS_TYPE: 'UNSUPPORTED_ADDRESS_TYPE',
   UNKNOWN_CONNECTION: 'UNKNOWN_CONNECTION',
   PATH_NOT_ALLOWED: 'PATH_NOT_ALLOWED',
+  PATH_NOT_ACCESSIBLE: 'PATH_NOT_ACCESSIBLE',
   TRANSFER_NOT_FOUND: 'TRANSFER_NOT_FOUND',
   STALE_EPOCH: 'STALE_EPOCH',
   LEASE_HELD: 'LEASE_HELD',
@@ -29,6 +30,7 @@ export const ErrorCode = {
   UNAUTHORIZED: 'UNAUTHORIZED',
   FORBIDDEN: 'FORBIDDEN',
   NOT_FOUND: 'NOT_FOUND',
+  METHOD_NOT_ALLOWED: 'METHOD_NOT_ALLOWED',
   CONFIG_INVALID: 'CONFIG_INVALID',
   STORE_UNAVAILABLE: 'STORE_UNAVAILABLE',
   BACKPLANE_UNAVAILABLE: 'BACKPLANE_UNAVAILABLE',
@@ -74,6 +76,7 @@ export const STATUS_BY_CODE = {
   UNAUTHORIZED: 401,
   FORBIDDEN: 403,
   PATH_NOT_ALLOWED: 403,
+  PATH_NOT_ACCESSIBLE: 403,
   CACHE_READ_ONLY: 403,
   TRANSFER_NOT_FOUND: 404,
   UNKNOWN_ENDPOINT: 404,
@@ -81,6 +84,7 @@ export const STATUS_BY_CODE = {
   CACHE_NOT_FOUND: 404,
   UNKNOWN_SLOT: 404,
   NOT_FOUND: 404,
+  METHOD_NOT_ALLOWED: 405,
   STALE_EPOCH: 409,
   LEASE_HELD: 409,
   ILLEGAL_TRANSITION: 409,
@@ -316,6 +320,29 @@ export class PathNotAllowedError extends SluiceError {
   }
 }
 
+/**
+ * A path inside the configured file roots that the server's user may not read or write (EACCES / EPERM): an
+ * operator's fix (permissions, ownership), unlike {@link PathNotAllowedError}, which the request has to change.
+ * `field` names the request field (`source.path`, `destination.path`); `reason` says what was denied.
+ *
+ * @example
+ * ```ts
+ * throw new PathNotAccessibleError('/data/in.jsonl', 'source.path', 'it cannot be read (EACCES)', { cause: err });
+ * ```
+ */
+export class PathNotAccessibleError extends SluiceError {
+  readonly errors: FieldIssue[];
+  constructor(path: string, field: string, reason: string, options: SluiceErrorOptions = {}) {
+    super({
+      code: ErrorCode.PATH_NOT_ACCESSIBLE,
+      message: `Path ${q(path)} is not accessible to the server: ${reason}`,
+      ...options,
+      details: { path, ...options.details },
+    });
+    this.errors = [{ path: field, message: `Not accessible: ${reason}` }];
+  }
+}
+
 export class TransferNotFoundError extends SluiceError {
   constructor(id: string) {
     super({
@@ -504,6 +531,23 @@ export class ForbiddenError extends SluiceError {
 export class NotFoundError extends SluiceError {
   constructor(message: string) {
     super({ code: ErrorCode.NOT_FOUND, message });
+  }
+}
+
+/**
+ * The path exists but not with this method: `allow` lists the methods it has (the HTTP layer sends them as the
+ * `Allow` header, and the problem body carries them too). Not `NOT_FOUND`: the client has the right path and the
+ * wrong verb, and a 404 would send it looking for another path.
+ */
+export class MethodNotAllowedError extends SluiceError {
+  readonly allow: readonly string[];
+  constructor(method: string, allow: readonly string[]) {
+    super({
+      code: ErrorCode.METHOD_NOT_ALLOWED,
+      message: `Method ${method.slice(0, 32)} is not allowed on this path; it allows ${allow.join(', ')}`,
+      details: { allow: [...allow] },
+    });
+    this.allow = allow;
   }
 }
 

@@ -27,6 +27,7 @@ const TITLES: Record<number, string> = {
   401: 'Unauthorized',
   403: 'Forbidden',
   404: 'Not Found',
+  405: 'Method Not Allowed',
   408: 'Request Timeout',
   409: 'Conflict',
   410: 'Gone',

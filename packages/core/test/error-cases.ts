@@ -72,6 +72,12 @@ export const ERROR_CASES: ReadonlyArray<{
     status: 422,
   },
   {
+    error: new errors.PathNotAccessibleError('/data/in.jsonl', 'source.path', 'it cannot be read (EACCES)'),
+    cls: errors.PathNotAccessibleError,
+    code: 'PATH_NOT_ACCESSIBLE',
+    status: 403,
+  },
+  {
     error: new errors.PathNotAllowedError('/etc/passwd'),
     cls: errors.PathNotAllowedError,
     code: 'PATH_NOT_ALLOWED',
@@ -131,6 +137,12 @@ export const ERROR_CASES: ReadonlyArray<{
   },
   { error: new errors.UnauthorizedError(), cls: errors.UnauthorizedError, code: 'UNAUTHORIZED', status: 401 },
   { error: new errors.ForbiddenError(), cls: errors.ForbiddenError, code: 'FORBIDDEN', status: 403 },
+  {
+    error: new errors.MethodNotAllowedError('DELETE', ['GET', 'HEAD']),
+    cls: errors.MethodNotAllowedError,
+    code: 'METHOD_NOT_ALLOWED',
+    status: 405,
+  },
   {
     error: new errors.NotFoundError('No route GET /x'),
     cls: errors.NotFoundError,

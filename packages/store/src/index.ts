@@ -4,6 +4,7 @@ export { isUnavailableError, TransferFinalError, toStoreError } from './errors.j
 export { MIGRATION_TABLE, storeMigrations } from './migrations.js';
 export { type OpenStoreOptions, openStore } from './open.js';
 export type { NodeRow, StoreDatabase, TransferRow } from './schema.js';
+export { lockSqliteStore, SQLITE_LOCK_SUFFIX, type SqliteStoreLock } from './sqlite-lock.js';
 export { SqlDataPlaneStore } from './store.js';
 export { parseStoreUrl, redactUrl, type StoreLocation } from './url.js';
 export { STORE_LIMITS } from './validate.js';

@@ -5,6 +5,7 @@ import { checkSchema, migrateToLatest } from './migrations.js';
 import { openPostgres, type StatementNames } from './postgres.js';
 import type { StoreDatabase } from './schema.js';
 import { openSqlite } from './sqlite.js';
+import { lockSqliteStore, type SqliteStoreLock } from './sqlite-lock.js';
 import { SqlDataPlaneStore } from './store.js';
 import { parseStoreUrl, redactUrl } from './url.js';
 
@@ -20,6 +21,12 @@ export interface OpenStoreOptions {
   statementTimeoutMs?: number;
   /** SQLite: how long to wait for another process's write lock before `STORE_UNAVAILABLE` (default 5000 ms). */
   busyTimeoutMs?: number;
+  /**
+   * SQLite: claim the file for this process until `close()` (`lockSqliteStore`): another process that holds it
+   * makes the open fail with `CONFIG_INVALID`. An app-server asks for this (the embedded store is single-node);
+   * tools and tests that share a file leave it off. Ignored for PostgreSQL and `:memory:`.
+   */
+  exclusive?: boolean;
 }
 
 function positiveInt(value: number | undefined, fallback: number, path: string, max: number): number {
@@ -32,8 +39,9 @@ function positiveInt(value: number | undefined, fallback: number, path: string, 
 
 /**
  * Opens the transfer store named by `url` and brings its schema up to date (safe when several nodes start
- * at once). `sqlite:<path>` creates the file and its parent directories and uses WAL; `sqlite::memory:`
- * keeps everything in memory; `postgres://…` uses a connection pool.
+ * at once). `sqlite:<path>` creates the file and its parent directories and uses WAL (with `exclusive`, it first
+ * claims the file for this process); `sqlite::memory:` keeps everything in memory; `postgres://…` uses a
+ * connection pool.
  *
  * @example
  * ```ts
@@ -47,6 +55,7 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
   const clock = options.clock ?? systemClock;
   let db: Kysely<StoreDatabase> | undefined;
   let statements: StatementNames | undefined;
+  let lock: SqliteStoreLock | undefined;
   try {
     if (location.dialect === 'postgres') {
       const opened = openPostgres(location.connectionString, {
@@ -58,6 +67,8 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
       db = opened.db;
       statements = opened.statements;
     } else {
+      // Before the database is opened or migrated: a refused process must not have touched it.
+      if (options.exclusive === true && location.path !== ':memory:') lock = lockSqliteStore(location.path);
       db = openSqlite(location.path, {
         busyTimeoutMs: positiveInt(options.busyTimeoutMs, 5_000, 'busyTimeoutMs', 600_000),
       });
@@ -70,9 +81,10 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
     if (applied.length > 0) logger.info({ store: redactUrl(url), applied }, 'store: schema migrated');
     // Migrations recorded but tables gone (dropped by hand): refuse to start rather than run on nothing.
     await checkSchema(db as Kysely<unknown>);
-    return new SqlDataPlaneStore(db, location.dialect, clock, logger, statements);
+    return new SqlDataPlaneStore(db, location.dialect, clock, logger, statements, lock?.release);
   } catch (err) {
     await db?.destroy().catch(() => undefined);
+    lock?.release();
     throw toStoreError(err, 'open');
   }
 }

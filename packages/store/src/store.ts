@@ -74,6 +74,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   readonly #guard: OperationGuard;
   /** PostgreSQL: concurrent lookups, submits, checkpoint saves and transitions share statements (coalesced-statements.ts). */
   readonly #coalesced: CoalescedStatements | null;
+  readonly #releaseLock: (() => void) | undefined;
 
   /** @internal Use `openStore()`: it validates the URL and runs the migrations. */
   constructor(
@@ -82,8 +83,11 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     clock: Clock,
     logger: Logger,
     statements?: { register(sql: string): void },
+    /** Releases the claim on the store's file (`openStore`'s `exclusive`), after the database is closed. */
+    releaseLock?: () => void,
   ) {
     this.#db = db;
+    this.#releaseLock = releaseLock;
     this.dialect = dialect;
     this.#clock = clock;
     this.#logger = logger;
@@ -385,9 +389,13 @@ export class SqlDataPlaneStore implements DataPlaneStore {
    */
   async close(): Promise<void> {
     await this.#guard.close(() =>
-      this.#db.destroy().catch((err: unknown) => {
-        this.#logger.warn({ err: (err as Error).message }, 'store: closing the database failed');
-      }),
+      this.#db
+        .destroy()
+        .catch((err: unknown) => {
+          this.#logger.warn({ err: (err as Error).message }, 'store: closing the database failed');
+        })
+        // Only once the database is closed: the next holder must not find this process still writing.
+        .finally(() => this.#releaseLock?.()),
     );
   }
 

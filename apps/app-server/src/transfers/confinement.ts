@@ -3,12 +3,14 @@ import { basename, dirname, isAbsolute, resolve, sep } from 'node:path';
 import {
   type ConnectionConfig,
   type DataAddress,
+  PathNotAccessibleError,
   PathNotAllowedError,
   type TransferRequest,
   UnknownConnectionError,
   UnknownEndpointError,
   ValidationError,
 } from '@sluice/core';
+import { accessProblem, type Denied, isDenied } from './access.js';
 
 /** Why a path can never name a file: the errno the file system answers for it. */
 type Impossible = 'ENOTDIR' | 'ENAMETOOLONG' | 'ELOOP';
@@ -21,6 +23,12 @@ interface Location {
   impossible: Impossible | null;
   /** True when the path exists and is a directory. */
   directory: boolean;
+  /** True when the path itself exists (`real` is then its resolved self, not an ancestor with a tail). */
+  exists: boolean;
+  /** The deepest part of the path that exists, resolved: the path itself, or the ancestor a missing tail hangs off. */
+  existing: string;
+  /** Set when this process may not look further along the path (a directory it cannot search). */
+  denied: Denied | null;
 }
 
 /** Errnos of a path that cannot exist: the walk goes on from its parent, the path is refused once confined. */
@@ -39,6 +47,7 @@ function errnoOf(err: unknown): string | undefined {
 function realLocation(path: string): Location {
   const missing: string[] = [];
   let impossible: Impossible | null = null;
+  let denied: Denied | null = null;
   let current = path;
   for (let hops = 0; ; ) {
     let code: string | undefined;
@@ -46,24 +55,39 @@ function realLocation(path: string): Location {
       const real = realpathSync.native(current);
       if (missing.length === 0) {
         const directory = statSync(real, { throwIfNoEntry: false })?.isDirectory() ?? false;
-        return { real, impossible, directory };
+        return { real, impossible, directory, exists: true, existing: real, denied };
       }
-      // Something is missing below `real`: it can only be created if `real` is a directory.
-      if (impossible === null && !statSync(real, { throwIfNoEntry: false })?.isDirectory())
+      // Something is missing below `real`: it can only be created if `real` is a directory. (Below a directory
+      // this process cannot search, "missing" only means unseen: `denied` says so.)
+      if (impossible === null && denied === null && !statSync(real, { throwIfNoEntry: false })?.isDirectory())
         impossible = 'ENOTDIR';
-      return { real: resolve(real, ...missing.reverse()), impossible, directory: false };
+      const tail = missing.reverse();
+      return {
+        real: resolve(real, ...tail),
+        impossible,
+        directory: false,
+        exists: false,
+        existing: real,
+        denied,
+      };
     } catch (err) {
       code = errnoOf(err);
-      if (code !== 'ENOENT' && !IMPOSSIBLE.has(code ?? '')) throw err;
+      // EACCES / EPERM: a directory on the way cannot be searched. Nothing below it can be seen (nor read or
+      // written by this process), so the walk goes on from the parent like for a missing name.
+      if (isDenied(code)) denied ??= code;
+      else if (code !== 'ENOENT' && !IMPOSSIBLE.has(code ?? '')) throw err;
     }
-    if (code !== 'ENOENT') impossible ??= code as Impossible;
+    if (code !== 'ENOENT' && !isDenied(code)) impossible ??= code as Impossible;
     let link: ReturnType<typeof lstatSync> | undefined;
     try {
       link = lstatSync(current, { throwIfNoEntry: false });
     } catch (err) {
-      // ENOTDIR (a file among the parents) or ENAMETOOLONG: nothing is there; go on from the parent.
-      if (!IMPOSSIBLE.has(errnoOf(err) ?? '')) throw err;
-      impossible ??= errnoOf(err) as Impossible;
+      // ENOTDIR (a file among the parents) or ENAMETOOLONG: nothing is there; go on from the parent. EACCES:
+      // the parent cannot be searched; go on from it.
+      const lstatCode = errnoOf(err);
+      if (isDenied(lstatCode)) denied ??= lstatCode;
+      else if (!IMPOSSIBLE.has(lstatCode ?? '')) throw err;
+      else impossible ??= lstatCode as Impossible;
     }
     // A dangling symlink: follow it by hand, a write through it would land at its target. A loop is not
     // followed (ELOOP): the link's own place is what gets confined.
@@ -76,7 +100,8 @@ function realLocation(path: string): Location {
       }
     }
     const parent = dirname(current);
-    if (parent === current) return { real: path, impossible, directory: false };
+    if (parent === current)
+      return { real: path, impossible, directory: false, exists: false, existing: parent, denied };
     missing.push(basename(current));
     current = parent;
   }
@@ -128,19 +153,29 @@ export class RequestPolicy {
     return this.#roots;
   }
 
-  /** Returns the request with file paths replaced by their confined real paths; throws on a violation. */
-  confine(request: TransferRequest): TransferRequest {
+  /**
+   * Returns the request with file paths replaced by their confined real paths; throws on a violation. With
+   * `access` (the default) a path this process may not read (source) or write (destination) is refused too
+   * (`PATH_NOT_ACCESSIBLE`); cleaning up after a transfer passes `access: false`, since what it removes (the
+   * destination's temps) must still be found when the source has become unreadable.
+   */
+  confine(request: TransferRequest, options: { access?: boolean } = {}): TransferRequest {
+    const access = options.access ?? true;
     return {
       ...request,
-      source: this.#address(request.source, 'source') as TransferRequest['source'],
-      destination: this.#address(request.destination, 'destination') as TransferRequest['destination'],
+      source: this.#address(request.source, 'source', access) as TransferRequest['source'],
+      destination: this.#address(
+        request.destination,
+        'destination',
+        access,
+      ) as TransferRequest['destination'],
     };
   }
 
-  #address(address: DataAddress, side: 'source' | 'destination'): DataAddress {
+  #address(address: DataAddress, side: 'source' | 'destination', access: boolean): DataAddress {
     switch (address.type) {
       case 'file':
-        return { ...address, path: this.#confinePath(address.path, side) };
+        return { ...address, path: this.#confinePath(address.path, side, access) };
       case 'postgres':
         this.#connection(address.connection, 'postgres');
         return address;
@@ -162,9 +197,10 @@ export class RequestPolicy {
    * The real path of a request's file path: outside the roots is `PATH_NOT_ALLOWED` (403, checked first, so
    * nothing about the file system outside is revealed); inside, a path that cannot name a file — a file as a
    * parent, a name over 255 bytes, a symlink loop, or a destination that is a directory (a write-then-rename
-   * sink would put its temp file beside it, outside the root when it is one) — is `VALIDATION_FAILED` (400).
+   * sink would put its temp file beside it, outside the root when it is one) — is `VALIDATION_FAILED` (400);
+   * one this process may not search, read (source) or write beside (destination) is `PATH_NOT_ACCESSIBLE` (403).
    */
-  #confinePath(path: string, side: 'source' | 'destination'): string {
+  #confinePath(path: string, side: 'source' | 'destination', access: boolean): string {
     const absolute = isAbsolute(path) ? path : resolve(this.#cwd, path);
     const location = realLocation(resolve(absolute));
     const { real } = location;
@@ -176,7 +212,17 @@ export class RequestPolicy {
     if (location.impossible !== null) reason = impossibleReason(location.impossible);
     else if (side === 'destination' && (location.directory || this.#roots.includes(real)))
       reason = 'it is a directory; name a file in it';
-    if (reason === null) return real;
+    if (reason === null) {
+      // After the checks above: a path that cannot name a file is that (400), whatever its permissions.
+      if (access) {
+        const problem = accessProblem(location, side);
+        if (problem !== null)
+          throw new PathNotAccessibleError(path.slice(0, 512), `${side}.path`, problem.reason, {
+            cause: problem.cause,
+          });
+      }
+      return real;
+    }
     const field = `${side}.path`;
     throw new ValidationError(`Invalid transfer request: ${field} ${q(path)} cannot be used: ${reason}`, [
       { path: field, message: `${reason.charAt(0).toUpperCase()}${reason.slice(1)}` },

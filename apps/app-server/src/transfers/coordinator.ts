@@ -1,6 +1,7 @@
 import {
   IdempotencyConflictError,
   isTerminal,
+  PathNotAccessibleError,
   QueueFullError,
   requestHash,
   ShuttingDownError,
@@ -110,7 +111,7 @@ export class TransferCoordinator {
     if (this.#state.closing) throw new ShuttingDownError();
     // Confinement and connection checks first: bad input must never write anything. A run this submit
     // claims uses the confined request as it is (one `realpath` per file path per transfer, not three).
-    const runnable = this.#state.o.policy.confine(request);
+    const runnable = await this.#confine(request);
     if (request.mode === 'fire-and-forget')
       return this.#fireAndForget.submit(runnable, this.#state.o.identity);
     const hash = requestHash(request);
@@ -121,6 +122,23 @@ export class TransferCoordinator {
     const record = await this.#state.o.store.get(request.id);
     if (!record) throw new TransferNotFoundError(request.id);
     return this.#running(record, false, 'contended');
+  }
+
+  /**
+   * The request confined to the roots. The access check reads the file system as it is now, so a path the
+   * server's user may no longer read or write (`PATH_NOT_ACCESSIBLE`) refuses only a request not yet recorded:
+   * a resend of a recorded one is owed its record (a finished one its stored outcome), whatever has changed
+   * since. Confinement itself (the roots, impossible paths) still refuses every request.
+   */
+  async #confine(request: TransferRequest): Promise<TransferRequest> {
+    const { policy, store } = this.#state.o;
+    try {
+      return policy.confine(request);
+    } catch (err) {
+      if (!(err instanceof PathNotAccessibleError) || request.mode === 'fire-and-forget') throw err;
+      if ((await store.get(request.id)) === null) throw err;
+      return policy.confine(request, { access: false });
+    }
   }
 
   /** One pass of the protocol; null means "the world changed under us, look again". */
