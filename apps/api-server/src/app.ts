@@ -5,6 +5,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import {
   andFilters,
+  issuesOf,
   parseCountQuery,
   type QueryLimits,
   RecordNotFoundError,
@@ -26,6 +27,7 @@ import type { FastRoute } from './fast-route.js';
 import { POSITION_HEADER } from './freshness.js';
 import { rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
+import { queryBody } from './query-body.js';
 import { queryPage } from './query-page.js';
 import { recordReader } from './record-read.js';
 import type { EndpointRegistry } from './registry.js';
@@ -38,6 +40,7 @@ import {
   EndpointListSchema,
   EndpointParamsSchema,
   HealthSchema,
+  NoQuerySchema,
   ProblemSchema,
   QueryResultSchema,
   queryBodySchema,
@@ -143,15 +146,15 @@ export async function buildApp(options: BuildAppOptions) {
     // Bodies and path parameters are checked by the handlers (core's query parser with the configured limits;
     // the endpoint registry; the key codec), so the hot path does not validate twice. Their zod schemas still
     // document the API.
-    if (httpPart === 'body' || httpPart === 'params') return (data: unknown) => ({ value: data });
+    // `true` leaves the part as it is: fastify validates an absent body as `null` and would store a `{ value }`
+    // back, so a body that was never sent would read as a body of `null` (which `queryBody` refuses).
+    if (httpPart === 'body' || httpPart === 'params') return () => true;
     const zod = schema as z.ZodType;
     return (data: unknown) => {
       const parsed = zod.safeParse(data);
       if (parsed.success) return { value: parsed.data };
-      const errors = parsed.error.issues.map((issue) => ({
-        path: [httpPart ?? 'request', ...issue.path.map(String)].join('.'),
-        message: issue.message,
-      }));
+      // core's paths: an unknown parameter at its own path (`querystring.foo`), as a body's unknown key is.
+      const errors = issuesOf(parsed.error, [httpPart ?? 'request']);
       return {
         error: new ValidationError(`Invalid ${httpPart}: ${errors[0]?.path}: ${errors[0]?.message}`, errors),
       };
@@ -251,6 +254,7 @@ export async function buildApp(options: BuildAppOptions) {
     {
       schema: {
         summary: 'List endpoints with their serving cache, checkpoint, record count and schema',
+        querystring: NoQuerySchema,
         response: { 200: EndpointListSchema, 401: ProblemSchema },
       },
     },
@@ -272,6 +276,7 @@ export async function buildApp(options: BuildAppOptions) {
       schema: {
         summary: 'One endpoint: serving cache, checkpoint, record count, schema',
         params: EndpointParamsSchema,
+        querystring: NoQuerySchema,
         response: { 200: EndpointInfoSchema, ...problems },
       },
     },
@@ -292,6 +297,7 @@ export async function buildApp(options: BuildAppOptions) {
       schema: {
         summary: 'One record by primary key',
         params: RecordParamsSchema,
+        querystring: NoQuerySchema,
         response: { 200: RecordSchema, ...problems },
       },
     },
@@ -318,6 +324,7 @@ export async function buildApp(options: BuildAppOptions) {
       schema: {
         summary: 'Query records: $filter, $order_by, $limit, $skip | $after → {records, next}',
         params: EndpointParamsSchema,
+        querystring: NoQuerySchema,
         body: queryBodySchema(limits).optional(),
         response: { 200: QueryResultSchema, 410: ProblemSchema, 413: ProblemSchema, ...problems },
       },
@@ -343,6 +350,7 @@ export async function buildApp(options: BuildAppOptions) {
       schema: {
         summary: 'Count records matching $filter → {count}',
         params: EndpointParamsSchema,
+        querystring: NoQuerySchema,
         body: CountBodySchema.optional(),
         response: { 200: CountResultSchema, 413: ProblemSchema, ...problems },
       },
@@ -351,7 +359,7 @@ export async function buildApp(options: BuildAppOptions) {
       const { lease, rowFilter } = await openFresh(request, request.params.name);
       try {
         stamp(reply, lease);
-        const filter = parseCountQuery(request.body, limits);
+        const filter = parseCountQuery(queryBody(request.body), limits);
         return { count: lease.cache.count(andFilters(filter, rowFilter)) };
       } finally {
         lease.release();

@@ -7,6 +7,7 @@
 import { andFilters, type Filter, type JsonPage, parseQuery, type QueryLimits } from '@sluice/core';
 import { unwrapCursor } from './cursor.js';
 import { pageFrame } from './page-body.js';
+import { queryBody } from './query-body.js';
 import type { Lease } from './serving-table.js';
 
 /**
@@ -25,7 +26,7 @@ export function queryPage(
   limits: QueryLimits,
 ): JsonPage {
   const generation = lease.generation.name;
-  const query = parseQuery(body, limits);
+  const query = parseQuery(queryBody(body), limits);
   if (query.after !== null) query.after = unwrapCursor(query.after, generation);
   query.filter = andFilters(query.filter, rowFilter);
   return lease.cache.queryJson(query, pageFrame(generation));

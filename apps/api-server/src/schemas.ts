@@ -7,6 +7,13 @@ import { z } from 'zod';
  * and the enforced one are the same zod code.
  */
 
+/**
+ * The query string of a route that takes no parameters: any parameter is refused (400 `VALIDATION_FAILED` at
+ * `querystring.<name>`) rather than ignored — a mistyped or unsupported parameter would otherwise answer as if
+ * it had been applied.
+ */
+export const NoQuerySchema = z.strictObject({});
+
 export const EndpointParamsSchema = z.object({
   name: z.string().min(1).max(256).describe('Endpoint name (its alias)'),
 });

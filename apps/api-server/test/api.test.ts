@@ -301,6 +301,99 @@ describe('hostile queries and bodies', () => {
     expect(await response.json()).toMatchObject({ status: 431, code: 'HEADERS_TOO_LARGE' });
     expect((await call(server.url, '/v1/endpoints/items/records/7')).status).toBe(200);
   });
+
+  it('defect: a wrong method on a known path answered 404 NOT_FOUND, as if the path did not exist — now 405 METHOD_NOT_ALLOWED with Allow', async () => {
+    await using cors = await startServer(dir.path, { api: { cors: { origins: ['https://app.example'] } } });
+    const cases: Array<[string, string, string, string]> = [
+      // The fast routes leave every other method to fastify, which must know the path.
+      [server.url, 'DELETE', '/v1/endpoints/items/query', 'POST'],
+      [server.url, 'GET', '/v1/endpoints/items/query', 'POST'],
+      [server.url, 'POST', '/v1/endpoints/items/records/7', 'GET, HEAD'],
+      [server.url, 'PUT', '/v1/endpoints/items/records/eu%2C%20west,42', 'GET, HEAD'],
+      [server.url, 'PATCH', '/v1/endpoints/nothing/count', 'POST'],
+      [server.url, 'DELETE', '/v1/endpoints/items', 'GET, HEAD'],
+      [server.url, 'POST', '/v1/endpoints/items/changes', 'GET, HEAD'],
+      [server.url, 'POST', '/healthz', 'GET, HEAD'],
+      // With CORS every path answers OPTIONS (preflights): it is one of the methods the path has.
+      [cors.url, 'DELETE', '/v1/endpoints/items/query', 'OPTIONS, POST'],
+      [cors.url, 'POST', '/v1/endpoints/items/records/7', 'GET, HEAD, OPTIONS'],
+    ];
+    for (const [base, method, path, allow] of cases) {
+      const response = await fetch(`${base}${path}`, { method });
+      const name = `${base === cors.url ? 'cors ' : ''}${method} ${path}`;
+      expect(response.status, name).toBe(405);
+      expect(response.headers.get('allow'), name).toBe(allow);
+      expect(response.headers.get('content-type'), name).toBe('application/problem+json; charset=utf-8');
+      expect(await response.json(), name).toMatchObject({
+        status: 405,
+        code: 'METHOD_NOT_ALLOWED',
+        instance: path,
+        allow: allow.split(', '),
+      });
+    }
+    // A path no route has stays 404, with CORS too (only its catch-all preflight route matches it).
+    for (const base of [server.url, cors.url]) {
+      const response = await fetch(`${base}/v1/nowhere/query`, { method: 'DELETE' });
+      expect(response.status).toBe(404);
+      expect(response.headers.get('allow')).toBeNull();
+      expect(((await response.json()) as { code: string }).code).toBe('NOT_FOUND');
+    }
+    expect((await call(server.url, '/v1/endpoints/items/records/7')).status).toBe(200);
+    expect((await call(server.url, '/v1/endpoints/items/query', { $limit: 1 })).status).toBe(200);
+  });
+
+  it('defect: a JSON body of null was taken as {} (a first page, a count of everything) — now 400 INVALID_QUERY, the same below fastify and through it', async () => {
+    for (const route of ['query', 'count']) {
+      const url = `/v1/endpoints/items/${route}`;
+      const headers = { 'content-type': 'application/json' };
+      // Over HTTP a query is taken by the fast route; inject() enters fastify directly.
+      const overHttp = await fetch(`${server.url}${url}`, { method: 'POST', headers, body: 'null' });
+      const httpBody = await overHttp.text();
+      const viaFastify = await server.app.inject({ method: 'POST', url, headers, payload: 'null' });
+      expect(overHttp.status, url).toBe(400);
+      expect(JSON.parse(httpBody), url).toEqual({
+        type: 'https://sluice.dev/problems/invalid-query',
+        title: 'Bad Request',
+        status: 400,
+        code: 'INVALID_QUERY',
+        detail: 'Invalid query: the body must be a JSON object',
+        instance: url,
+        errors: [{ path: '(root)', message: 'expected an object, received null' }],
+      });
+      expect(viaFastify.statusCode, url).toBe(400);
+      expect(viaFastify.payload, url).toBe(httpBody);
+    }
+    // No body at all is still the empty query.
+    const none = await fetch(`${server.url}/v1/endpoints/items/count`, { method: 'POST' });
+    expect(none.status).toBe(200);
+    expect(await none.json()).toEqual({ count: COUNT });
+  });
+
+  it('defect: unknown query-string parameters were silently accepted — now 400 VALIDATION_FAILED naming each', async () => {
+    const cases: Array<[string, string, unknown?]> = [
+      ['/v1/endpoints?limit=5', 'querystring.limit'],
+      ['/v1/endpoints/items?x=1', 'querystring.x'],
+      ['/v1/endpoints/items/records/7?fields=id', 'querystring.fields'],
+      ['/v1/endpoints/items/query?limit=5', 'querystring.limit', { $limit: 1 }],
+      ['/v1/endpoints/items/count?filter=x', 'querystring.filter', {}],
+      ['/v1/endpoints/items/changes?snapshot=true&afterr=c1.x', 'querystring.afterr'],
+    ];
+    for (const [path, failing, body] of cases) {
+      const { status, json } = await call(server.url, path, body);
+      expect(status, path).toBe(400);
+      expect(json, path).toMatchObject({
+        code: 'VALIDATION_FAILED',
+        instance: path.split('?')[0],
+        errors: [{ path: failing, message: `Unrecognized key: "${failing.split('.')[1]}"` }],
+      });
+      expect(json.detail, path).toBe(
+        `Invalid querystring: ${failing}: Unrecognized key: "${failing.split('.')[1]}"`,
+      );
+    }
+    // Probes and metrics stay lenient (a probe with a stray parameter must not restart a healthy server).
+    expect((await call(server.url, '/healthz?probe=1')).status).toBe(200);
+    expect((await fetch(`${server.url}/metrics?x=1`)).status).toBe(200);
+  });
 });
 
 describe('operations', () => {

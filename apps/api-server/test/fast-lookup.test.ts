@@ -133,6 +133,7 @@ describe('fast lookups', () => {
       ['/v1/endpoints/items/records/1', all],
       ['/v1/endpoints/orders/records/eu,3', all],
       [`/v1/endpoints/orders/records/${encodeURIComponent('eu, west')},5`, all],
+      [`/v1/endpoints/orders/records/${encodeURIComponent('zürich 東京 🚀')},7`, all],
       ['/v1/endpoints/items/records/3', filtered],
       ['/v1/endpoints/items/records/4', filtered],
       ['/v1/endpoints/items/records/9999', all],

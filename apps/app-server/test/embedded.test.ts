@@ -347,6 +347,82 @@ describe('app-server on embedded defaults', { timeout: 90_000 }, () => {
     expect(badUrl.body.code).toBe('VALIDATION_FAILED');
   });
 
+  it('defect: a wrong method on a known path answered 404 NOT_FOUND, as if the path did not exist — now 405 METHOD_NOT_ALLOWED with Allow', async () => {
+    const cases: Array<[string, string, string]> = [
+      ['PUT', '/v1/transfers', 'GET, HEAD, POST'],
+      ['DELETE', '/v1/transfers/some-id', 'GET, HEAD'],
+      ['GET', '/v1/transfers/some-id/terminate', 'POST'],
+      ['DELETE', '/v1/endpoints/items/rollback', 'POST'],
+      ['POST', '/v1/endpoints/items/generations', 'GET, HEAD'],
+      ['POST', '/v1/endpoints/stream', 'GET, HEAD'],
+      ['DELETE', '/v1/nodes', 'GET, HEAD'],
+    ];
+    for (const [method, path, allow] of cases) {
+      const reply = await call(`${node.url}${path}`, { method });
+      const name = `${method} ${path}`;
+      expect(reply.status, name).toBe(405);
+      expect(reply.headers.get('allow'), name).toBe(allow);
+      expect(reply.headers.get('content-type'), name).toMatch(/^application\/problem\+json/);
+      expect(reply.body, name).toMatchObject({
+        status: 405,
+        code: 'METHOD_NOT_ALLOWED',
+        instance: path,
+        allow: allow.split(', '),
+      });
+    }
+    const unknown = await call(`${node.url}/v1/transfer`, { method: 'PUT' });
+    expect(unknown.status).toBe(404);
+    expect(unknown.body.code).toBe('NOT_FOUND');
+    expect(unknown.headers.get('allow')).toBeNull();
+  });
+
+  it('defect: a JSON body of null was taken as no body (a rollback ran) — now 400 VALIDATION_FAILED: the body must be a JSON object', async () => {
+    for (const path of ['/v1/transfers', '/v1/endpoints/items/rollback']) {
+      const reply = await call(`${node.url}${path}`, { raw: 'null', contentType: 'application/json' });
+      expect(reply.status, path).toBe(400);
+      expect(reply.body, path).toMatchObject({
+        code: 'VALIDATION_FAILED',
+        instance: path,
+        errors: [{ path: '(root)' }],
+      });
+      expect(reply.body.detail, path).toMatch(/the body must be a JSON object/);
+    }
+    // A rollback without a body is still the rollback to the generation before (here: no such endpoint).
+    const bare = await call(`${node.url}/v1/endpoints/items/rollback`, { method: 'POST' });
+    expect(bare.status).toBe(404);
+    expect(bare.body.code).toBe('UNKNOWN_ENDPOINT');
+  });
+
+  it('defect: unknown query-string parameters were silently accepted — now 400 VALIDATION_FAILED naming each', async () => {
+    const cases: Array<[string, string, string?]> = [
+      ['/v1/transfers/some-id?foo=1', 'querystring.foo'],
+      ['/v1/transfers?limit=5&stat=FAILED', 'querystring.stat'],
+      ['/v1/transfers/some-id/terminate?force=true', 'querystring.force', 'POST'],
+      ['/v1/endpoints?all=1', 'querystring.all'],
+      ['/v1/endpoints/items/generations?limit=1', 'querystring.limit'],
+      ['/v1/endpoints/items/rebuild?now=1', 'querystring.now', 'POST'],
+      ['/v1/endpoints/items/promote?x=', 'querystring.x', 'POST'],
+      ['/v1/endpoints/items/rollback?to=items-1', 'querystring.to', 'POST'],
+      ['/v1/endpoints/stream?heartbeat=1000', 'querystring.heartbeat'],
+      ['/v1/nodes?alive=true', 'querystring.alive'],
+    ];
+    for (const [path, failing, method] of cases) {
+      const reply = await call(`${node.url}${path}`, method ? { method } : {});
+      const key = failing.split('.')[1];
+      expect(reply.status, path).toBe(400);
+      expect(reply.body, path).toMatchObject({
+        code: 'VALIDATION_FAILED',
+        instance: path.split('?')[0],
+        detail: `Invalid querystring: ${failing}: Unrecognized key: "${key}"`,
+        errors: [{ path: failing, message: `Unrecognized key: "${key}"` }],
+      });
+    }
+    // The documented parameters still work; probes and metrics stay lenient.
+    expect((await call(`${node.url}/v1/transfers?limit=1&state=COMPLETED`)).status).toBe(200);
+    expect((await call(`${node.url}/healthz?probe=1`)).status).toBe(200);
+    expect((await call(`${node.url}/metrics?x=1`)).status).toBe(200);
+  });
+
   it('keeps the idempotence guarantees across a process restart (no PostgreSQL, no NATS)', async () => {
     const source = await writeRecords(join(roots[0]!, 'restart.jsonl'), 3_000);
     const destination = join(roots[1]!, 'restart-out.jsonl');

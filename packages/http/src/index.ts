@@ -1,3 +1,4 @@
+export { allowedMethods } from './allowed-methods.js';
 export { MAX_BEARER_LENGTH, parseBearer } from './bearer.js';
 export {
   type CliFlags,
@@ -12,6 +13,7 @@ export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.
 export { JSON_MEDIA_TYPES } from './json-body.js';
 export { type CreateLoggerOptions, createLogger, type LogLevel } from './logger.js';
 export { EMPTY_BODY_MESSAGE, type NormalizeContext, normalizeHttpError } from './normalize.js';
+export { refuseNullBody } from './null-body.js';
 export {
   MAX_INSTANCE_LENGTH,
   type ProblemDetailsOptions,

@@ -70,6 +70,37 @@ describe('normalizeHttpError', () => {
     expect(body.body.errors).toEqual([{ path: '(root)', message: 'invalid' }]);
   });
 
+  it("reports each unknown key of a strict zod schema at the key's own path", () => {
+    const unknown = (validationContext: string, instancePath: string, keys: unknown[]) =>
+      problemOf(
+        fastifyError({
+          code: 'FST_ERR_VALIDATION',
+          statusCode: 400,
+          validationContext,
+          validation: [
+            { keyword: 'unrecognized_keys', instancePath, message: 'Unrecognized keys', params: { keys } },
+          ],
+        }),
+      ).body;
+    expect(unknown('querystring', '/', ['foo', 'bar'])).toMatchObject({
+      detail: 'Invalid querystring: querystring.foo: Unrecognized key: "foo"',
+      errors: [
+        { path: 'querystring.foo', message: 'Unrecognized key: "foo"' },
+        { path: 'querystring.bar', message: 'Unrecognized key: "bar"' },
+      ],
+    });
+    expect(unknown('body', '/options', ['x']).errors).toEqual([
+      { path: 'options.x', message: 'Unrecognized key: "x"' },
+    ]);
+    expect(unknown('body', '/', ['x']).errors).toEqual([{ path: 'x', message: 'Unrecognized key: "x"' }]);
+    const huge = unknown('querystring', '/', ['k'.repeat(10_000)]).errors as Array<{ path: string }>;
+    expect(huge[0]!.path.length).toBeLessThan(200);
+    // Without the keys it stays one issue at the object.
+    expect(unknown('querystring', '/', []).errors).toEqual([
+      { path: 'querystring', message: 'Unrecognized keys' },
+    ]);
+  });
+
   it("blames a SyntaxError on the body only when fastify marked it as the client's (400)", () => {
     const client = Object.assign(new SyntaxError('Unexpected end'), { statusCode: 400 });
     expect(problemOf(client)).toMatchObject({

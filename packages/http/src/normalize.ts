@@ -26,12 +26,24 @@ function invalidPath(message: string): ValidationError {
   return new ValidationError(`Invalid path: ${message}`, [{ path: '(path)', message }]);
 }
 
+/** One failure of a schema validator, as fastify hands it over (ajv's shape; zod's through its type provider). */
+interface ValidationItem {
+  instancePath?: string;
+  message?: string;
+  /** The failed rule: zod's issue code (`unrecognized_keys`) through fastify-type-provider-zod. */
+  keyword?: string;
+  params?: { keys?: unknown };
+}
+
+/** Longest unknown key echoed in a path (a query string may carry a huge one). */
+const MAX_KEY_CHARS = 128;
+
 /** The fields fastify (and plugins such as `@fastify/jwt`) put on the errors they raise. */
 interface FrameworkError {
   code?: unknown;
   statusCode?: unknown;
   message?: unknown;
-  validation?: Array<{ instancePath?: string; message?: string }>;
+  validation?: ValidationItem[];
   validationContext?: string;
 }
 
@@ -54,6 +66,25 @@ function pointerToPath(pointer: string | undefined, context: string | undefined)
     else out += out === '' ? segment : `.${segment}`;
   }
   return out === '' ? '(root)' : out;
+}
+
+/**
+ * The issues of one validation failure: an object with unknown keys (a strict zod schema) is one issue per key at
+ * that key's own path — `querystring.foo`, as core's `issuesOf` reports a body's — rather than one at the object.
+ */
+function issuesOfItem(item: ValidationItem, context: string | undefined): FieldIssue[] {
+  const at = pointerToPath(item.instancePath, context);
+  const keys = item.keyword === 'unrecognized_keys' ? item.params?.keys : undefined;
+  if (Array.isArray(keys) && keys.length > 0)
+    return keys.map((key) => {
+      const text = String(key);
+      const name = text.length > MAX_KEY_CHARS ? `${text.slice(0, MAX_KEY_CHARS)}…` : text;
+      return {
+        path: at === '(root)' ? name : `${at}.${name}`,
+        message: `Unrecognized key: ${JSON.stringify(name)}`,
+      };
+    });
+  return [{ path: at, message: item.message ?? 'invalid' }];
 }
 
 function textOf(value: unknown, fallback: string): string {
@@ -97,10 +128,7 @@ export function normalizeHttpError(err: unknown, context: NormalizeContext): Slu
       );
   }
   if (Array.isArray(error.validation)) {
-    const issues: FieldIssue[] = error.validation.map((item) => ({
-      path: pointerToPath(item.instancePath, error.validationContext),
-      message: item.message ?? 'invalid',
-    }));
+    const issues = error.validation.flatMap((item) => issuesOfItem(item, error.validationContext));
     const first = issues[0];
     return new ValidationError(
       `Invalid ${error.validationContext ?? 'request'}${first ? `: ${first.path}: ${first.message}` : ''}`,

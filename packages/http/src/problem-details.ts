@@ -2,6 +2,7 @@ import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import {
   HeadersTooLargeError,
+  MethodNotAllowedError,
   NotFoundError,
   PROBLEM_CONTENT_TYPE,
   RequestTimeoutError,
@@ -12,6 +13,7 @@ import {
 } from '@sluice/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
+import { allowedMethods } from './allowed-methods.js';
 import { useJsonBodies } from './json-body.js';
 import { normalizeHttpError } from './normalize.js';
 
@@ -59,9 +61,16 @@ function retryAfterOf(error: SluiceError): number | undefined {
   return typeof seconds === 'number' && Number.isFinite(seconds) && seconds >= 0 ? seconds : undefined;
 }
 
+/** The methods a 405 lists in its `Allow` header (RFC 9110 § 15.5.6: a 405 must send one). */
+function allowOf(error: SluiceError): string[] | undefined {
+  if (error.code !== 'METHOD_NOT_ALLOWED') return undefined;
+  const allow = (error as { allow?: unknown }).allow;
+  return Array.isArray(allow) && allow.every((method) => typeof method === 'string') ? allow : undefined;
+}
+
 /**
  * Sends `err` as an RFC 9457 problem: normalized to a Sluice error, status from core's mapping of its code,
- * `www-authenticate: Bearer` on 401, `retry-after` when the error carries one. 503s are expected conditions
+ * `www-authenticate: Bearer` on 401, `allow` on 405, `retry-after` when the error carries one. 503s are expected conditions
  * (shutting down, a store or backplane outage) and log a warning without a stack; other 5xx log the error.
  */
 function sendProblem(
@@ -81,6 +90,8 @@ function sendProblem(
     request.log.warn({ code: body.code, detail: body.detail, url }, 'request refused: unavailable');
   else if (status >= 500) request.log.error({ err, code: body.code, url }, 'request failed');
   if (status === 401) void reply.header('www-authenticate', 'Bearer');
+  const allow = allowOf(error);
+  if (allow !== undefined) void reply.header('allow', allow.join(', '));
   const retryAfter = retryAfterOf(error);
   if (retryAfter !== undefined) void reply.header('retry-after', String(retryAfter));
   return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
@@ -161,14 +172,17 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
     else done();
   });
   app.setErrorHandler((err, request, reply) => sendProblem(err, request, reply, options));
-  app.setNotFoundHandler((request, reply) =>
-    sendProblem(
-      new NotFoundError(`No route ${request.method} ${pathOf(request.url).slice(0, 256)}`),
-      request,
-      reply,
-      options,
-    ),
-  );
+  // No route took the request: a path some route has with another method is that method's 405 (a 404 would send
+  // the client looking for another path), anything else 404. Both apps' fast routes below fastify leave every
+  // other method to fastify, so this answers for their paths too.
+  app.setNotFoundHandler((request, reply) => {
+    const allow = allowedMethods(app, request.url);
+    const error =
+      allow.length > 0
+        ? new MethodNotAllowedError(request.method, allow)
+        : new NotFoundError(`No route ${request.method} ${pathOf(request.url).slice(0, 256)}`);
+    return sendProblem(error, request, reply, options);
+  });
 }
 
 /**
@@ -178,8 +192,10 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
  *   anything else is 415, an empty or malformed body `MALFORMED_JSON`, a larger one 413;
  * - every error, fastify's own included, answered as `application/problem+json` with a stable `code`, its status
  *   looked up from that code by core, and `instance` = the request path;
- * - unknown routes answered `404 NOT_FOUND` the same way;
- * - `www-authenticate: Bearer` on 401, `retry-after` where the error says when; 503 logged as a warning;
+ * - unknown routes answered `404 NOT_FOUND` the same way, and a known path asked with a method it does not have
+ *   `405 METHOD_NOT_ALLOWED` with `Allow` listing the methods it has (`HEAD` beside `GET`);
+ * - `www-authenticate: Bearer` on 401, `allow` on 405, `retry-after` where the error says when; 503 logged as a
+ *   warning;
  * - requests that arrive once the server is closing answered `503 NODE_SHUTTING_DOWN` (create the instance with
  *   `return503OnClosing: false`, or fastify answers them first with a body of its own).
  *

@@ -168,6 +168,49 @@ describe('problemDetailsPlugin (inject)', () => {
     expect(huge.body.length).toBeLessThan(400);
   });
 
+  it('defect: a wrong method on a known path was answered 404 NOT_FOUND, as if the path did not exist — now 405 with Allow', async () => {
+    const cases: Array<[string, string, string]> = [
+      ['DELETE', '/things/a%20b?x=1', 'GET, HEAD'],
+      ['POST', '/items', 'GET, HEAD'],
+      ['PUT', '/echo', 'POST'],
+      ['GET', '/echo', 'POST'],
+      ['PATCH', '/scoped/echo', 'POST'],
+      ['OPTIONS', '/private', 'GET, HEAD'],
+    ];
+    for (const [method, url, allow] of cases) {
+      const reply = await app.inject({ method: method as 'GET', url });
+      const name = `${method} ${url}`;
+      expect(reply.statusCode, name).toBe(405);
+      expect(reply.headers.allow, name).toBe(allow);
+      expect(reply.headers['content-type'], name).toBe(PROBLEM_TYPE);
+      expect(reply.json(), name).toEqual({
+        type: 'https://sluice.dev/problems/method-not-allowed',
+        title: 'Method Not Allowed',
+        status: 405,
+        code: 'METHOD_NOT_ALLOWED',
+        detail: `Method ${method} is not allowed on this path; it allows ${allow}`,
+        instance: url.split('?')[0],
+        allow: allow.split(', '),
+      });
+    }
+    // The route's own method still answers; a path no route has stays 404 whatever the method; a malformed one
+    // stays the router's 400.
+    expect((await app.inject({ method: 'HEAD', url: '/things/x' })).statusCode).toBe(200);
+    const malformed = await app.inject({ method: 'PUT', url: '/things/%E0%A4%A' });
+    expect(malformed.statusCode).toBe(400);
+    expect(malformed.json().code).toBe('VALIDATION_FAILED');
+    for (const [method, url] of [
+      ['DELETE', '/nowhere'],
+      ['PUT', '/things'],
+      ['PUT', '/things/x/y'],
+    ] as const) {
+      const reply = await app.inject({ method, url });
+      expect(reply.statusCode, `${method} ${url}`).toBe(404);
+      expect(reply.headers.allow, `${method} ${url}`).toBeUndefined();
+      expect(reply.json().code, `${method} ${url}`).toBe('NOT_FOUND');
+    }
+  });
+
   it(`omits instance for a path longer than ${MAX_INSTANCE_LENGTH} characters rather than clipping it`, async () => {
     const long = `/${'k'.repeat(MAX_INSTANCE_LENGTH)}`;
     const reply = await app.inject({ method: 'GET', url: long });

@@ -30,7 +30,8 @@ export interface ChangeFeedPluginOptions {
   onHub?(hub: ChangeFeedHub): void;
 }
 
-export const ChangesQuerySchema = z.object({
+/** The feed's parameters; any other is refused (400 at `querystring.<name>`) rather than ignored. */
+export const ChangesQuerySchema = z.strictObject({
   after: z.string().min(1).max(2048).optional().describe('Resume after this token (the `id` of an event)'),
   snapshot: z
     .enum(['true', 'false'])

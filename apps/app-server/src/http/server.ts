@@ -10,7 +10,12 @@ import {
   TransferStateSchema,
   ValidationError,
 } from '@sluice/core';
-import { problemClientErrors, problemDetailsPlugin, problemFrameworkErrors } from '@sluice/http';
+import {
+  problemClientErrors,
+  problemDetailsPlugin,
+  problemFrameworkErrors,
+  refuseNullBody,
+} from '@sluice/http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import {
   jsonSchemaTransform,
@@ -26,6 +31,7 @@ import { submissionReply, type TransferCoordinator } from '../transfers/coordina
 import { type AuthSettings, bearerCheck } from './auth.js';
 import { consoleAssetsDir, consoleRoutes, isConsolePath } from './console-routes.js';
 import { endpointStreamRoutes, type SwitchSubscription } from './endpoint-stream.js';
+import { NoQuery } from './no-query.js';
 import { steeringRoutes } from './steering-routes.js';
 
 /** Longest path parameter the router passes to a route (see `routerOptions` below). */
@@ -59,8 +65,15 @@ const OPEN_PATHS = new Set(['/healthz', '/readyz']);
 const IdParams = z.object({ id: TransferIdSchema });
 const NameParams = z.object({ name: NameSchema });
 
-/** Accepts the body as-is: the transfer route parses it with core's `parseTransferRequest` (422 vs 400). */
-const passThrough = () => (data: unknown) => ({ value: data });
+/**
+ * Accepts the body and headers as-is — the transfer route parses its body with core's `parseTransferRequest`
+ * (422 vs 400) and checks its `Idempotency-Key` itself — and checks the query string with its schema.
+ */
+const transferValidator = (route: { httpPart?: string }) =>
+  route.httpPart === 'querystring'
+    ? // fastify hands over the part's own (zod) schema, typed as the route's whole schema object.
+      validatorCompiler(route as Parameters<typeof validatorCompiler>[0])
+    : (data: unknown) => ({ value: data });
 
 /**
  * Builds the control API: `/v1/transfers`, `/v1/endpoints`, `/v1/nodes`, probes, metrics, OpenAPI docs, with
@@ -96,6 +109,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   // JSON bodies only, RFC 9457 problem details for every error and for unknown routes.
   await app.register(problemDetailsPlugin, { bodyLimit: options.bodyLimit });
+  // Every control route takes a JSON object or no body: `null` is neither (fastify would validate it as no body).
+  app.addHook('preValidation', refuseNullBody);
 
   if (options.auth && (options.auth.tokens?.length || options.auth.jwtSecret)) {
     const jwtSecret = options.auth.jwtSecret;
@@ -146,9 +161,10 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
         description:
           '201 created here; 200 stored outcome of a finished transfer; 202 running on the node in `owner` (with `resumed: true` when this node took it over); 202 fire-and-forget accepted. Errors are RFC 9457 problem details with a `code`.',
         headers: z.object({ 'idempotency-key': TransferIdSchema.optional() }),
+        querystring: NoQuery,
         body: TransferRequestSchema,
       },
-      validatorCompiler: passThrough,
+      validatorCompiler: transferValidator,
     },
     async (request, reply) => {
       const header = request.headers['idempotency-key'];
@@ -175,7 +191,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   api.get(
     '/v1/transfers/:id',
-    { schema: { summary: 'Get a transfer record', params: IdParams } },
+    { schema: { summary: 'Get a transfer record', params: IdParams, querystring: NoQuery } },
     async (request) => coordinator.get(request.params.id),
   );
 
@@ -197,13 +213,19 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   api.post(
     '/v1/transfers/:id/terminate',
-    { schema: { summary: 'Terminate a transfer (routed to its owner)', params: IdParams } },
+    {
+      schema: {
+        summary: 'Terminate a transfer (routed to its owner)',
+        params: IdParams,
+        querystring: NoQuery,
+      },
+    },
     async (request) => coordinator.terminate(request.params.id),
   );
 
   api.get(
     '/v1/endpoints',
-    { schema: { summary: 'Endpoints of this host and their pipelines' } },
+    { schema: { summary: 'Endpoints of this host and their pipelines', querystring: NoQuery } },
     async () => ({
       endpoints: await options.endpoints.status(),
     }),
@@ -211,7 +233,13 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   api.post(
     '/v1/endpoints/:name/rebuild',
-    { schema: { summary: 'Force a blue/green rebuild of an endpoint', params: NameParams } },
+    {
+      schema: {
+        summary: 'Force a blue/green rebuild of an endpoint',
+        params: NameParams,
+        querystring: NoQuery,
+      },
+    },
     async (request, reply) => {
       await options.endpoints.rebuild(request.params.name);
       return reply.code(202).send({ endpoint: request.params.name, rebuild: 'started' });
@@ -224,9 +252,11 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     dir: options.consoleDir === undefined ? consoleAssetsDir() : options.consoleDir,
   });
 
-  api.get('/v1/nodes', { schema: { summary: 'Cluster members and when they were last seen' } }, async () => ({
-    nodes: await options.nodes(),
-  }));
+  api.get(
+    '/v1/nodes',
+    { schema: { summary: 'Cluster members and when they were last seen', querystring: NoQuery } },
+    async () => ({ nodes: await options.nodes() }),
+  );
 
   api.get('/healthz', { schema: { summary: 'Liveness: the process is up' } }, async () => ({
     status: 'ok',

@@ -3,9 +3,15 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { EndpointManager } from '../endpoints.js';
+import { NoQuery } from './no-query.js';
 
 const NameParams = z.object({ name: NameSchema });
-/** A rollback may name the retained generation to go back to; without one, the generation that served before. */
+
+/**
+ * A rollback may name the retained generation to go back to; without one (or without a body), the generation that
+ * served before. `nullish`: fastify validates an absent body as `null` — a body sent as `null` is refused before
+ * validation (the control API's `refuseNullBody` hook), so here `null` only ever means "no body".
+ */
 const RollbackBody = z.strictObject({ to: NameSchema.max(512).optional() }).nullish();
 
 /**
@@ -32,6 +38,7 @@ export async function steeringRoutes(
         description:
           '`generations`: name, state (serving | building | held | retired), createdAt, snapshotDoneAt, switchedAt, retiredAt, records, checkpoint, decision, reason, cause. `history`: each switch of the alias (from, to, at, cause, version), newest first.',
         params: NameParams,
+        querystring: NoQuery,
       },
     },
     async (request) => endpoints.generations(request.params.name),
@@ -45,6 +52,7 @@ export async function steeringRoutes(
         description:
           '200 with the move (`changed: false` when the last promote is repeated); 409 NOTHING_TO_PROMOTE when no generation is held.',
         params: NameParams,
+        querystring: NoQuery,
       },
     },
     async (request) => endpoints.promote(request.params.name),
@@ -59,6 +67,7 @@ export async function steeringRoutes(
         description:
           '200 with the move (`changed: false` when repeated); 409 CANNOT_RESUME (nothing changes) when its source cannot resume from that generation; 409 NOTHING_TO_ROLL_BACK when no earlier generation is retained. Optional body `{ "to": "<generation>" }`.',
         params: NameParams,
+        querystring: NoQuery,
         body: RollbackBody,
       },
     },
