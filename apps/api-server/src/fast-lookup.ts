@@ -13,7 +13,7 @@
  */
 import type { CheckpointStamps } from './checkpoint-headers.js';
 import type { EndpointAccess } from './endpoint-access.js';
-import { type FastRoute, leftToFastify, okHeaders, sendOk } from './fast-route.js';
+import { type FastRoute, leftToFastify, okHeaders } from './fast-route.js';
 import type { RecordReader } from './record-read.js';
 import type { EndpointRegistry } from './registry.js';
 import type { RequestRecorder } from './request-metrics.js';
@@ -76,7 +76,8 @@ export function fastLookupRoute(options: FastLookupOptions): FastRoute {
       lease?.release();
     }
     // Nothing is written before this point, so every `return false` above leaves the response untouched.
-    sendOk(response, raw, body);
+    response.writeHead(200, raw);
+    response.end(body);
     record(LOOKUP_ROUTE, name, 200, performance.now() - started);
     return true;
   };

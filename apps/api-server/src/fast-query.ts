@@ -16,7 +16,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Filter, QueryLimits } from '@sluice/core';
 import type { CheckpointStamps } from './checkpoint-headers.js';
 import type { EndpointAccess } from './endpoint-access.js';
-import { type FastRoute, leftToFastify, okHeaders, sendOk } from './fast-route.js';
+import { type FastRoute, leftToFastify, okHeaders } from './fast-route.js';
 import { queryPage } from './query-page.js';
 import type { EndpointRegistry } from './registry.js';
 import type { RequestRecorder } from './request-metrics.js';
@@ -119,7 +119,8 @@ export function fastQueryRoute(options: FastQueryOptions): FastRoute {
     } finally {
       lease?.release();
     }
-    sendOk(response, raw, json);
+    response.writeHead(200, raw);
+    response.end(json);
     record(QUERY_ROUTE, name, 200, performance.now() - started);
   };
 

@@ -40,12 +40,3 @@ export function okHeaders(generation: string, checkpoint: CheckpointHeaderValues
   raw.push('content-type', JSON_CONTENT_TYPE, 'content-length', String(length));
   return raw;
 }
-
-const AS_BUFFER = process.env.SLUICE_SEND === 'buffer';
-
-/** Sends a 200 with `raw` headers and `body`. */
-export function sendOk(response: ServerResponse, raw: string[], body: Buffer): void {
-  response.writeHead(200, raw);
-  if (AS_BUFFER) response.end(body);
-  else response.end(body.toString('latin1'), 'latin1');
-}
