@@ -106,6 +106,41 @@ describe('endpoint schemas of PostgreSQL sources come from the declared column t
     await pipeline.stop();
   });
 
+  it('defect: an endpoint filter naming a field its source does not have served an empty endpoint, with no error', async () => {
+    await using fx = await pgFixture('sluice_pipeline_filterfields');
+    const { caches } = fx;
+    const ctx = {
+      caches,
+      events,
+      connections: { db: { type: 'postgres' as const, url: fx.url } },
+      commitEveryMs: 50,
+    };
+    // The filter applies to the source's columns, before `select` renames them: `cost` is only the cache's name.
+    const renamed = products({ select: { id: 'id', cost: 'price' }, filter: { cost: { $gte: 100 } } });
+    await expect(startEndpointPipeline(renamed, ctx)).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      errors: [{ path: 'filter.cost', message: expect.stringMatching(/unknown field "cost"/) }],
+    });
+    // An operand of another type than its column's.
+    await expect(
+      startEndpointPipeline(products({ filter: { price: { $gte: 'cheap' } } }), ctx),
+    ).rejects.toMatchObject({ code: 'CONFIG_INVALID', errors: [{ path: 'filter.price.$gte' }] });
+    expect(caches.resolveAlias('products')).toBeNull();
+    // Named by its source column, the same filter serves what it keeps.
+    const pipeline = await startEndpointPipeline(
+      products({ select: { id: 'id', cost: 'price' }, filter: { price: { $gte: 100 } } }),
+      ctx,
+    );
+    await pipeline.whenServing();
+    await waitFor(async () => (await served(caches, 'products', [10])) !== undefined, {
+      timeoutMs: 15_000,
+      what: 'record 10 served',
+    });
+    expect(await served(caches, 'products', [10])).toEqual({ id: 10, cost: 100 });
+    expect(await served(caches, 'products', [9])).toBeUndefined();
+    await pipeline.stop();
+  });
+
   it('a record the schema refuses while streaming shows in the status: its count and the last reason', async () => {
     await using fx = await pgFixture('sluice_pipeline_badstatus');
     const { client, caches } = fx;

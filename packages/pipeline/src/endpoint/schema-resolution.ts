@@ -1,4 +1,11 @@
-import type { CacheCatalog, CacheSchema, FieldType } from '@sluice/core';
+import { checkFilter } from '@sluice/cache';
+import {
+  type CacheCatalog,
+  type CacheSchema,
+  ConfigError,
+  type FieldType,
+  InvalidQueryError,
+} from '@sluice/core';
 import type { Row } from '../ops.js';
 import { ownField, setOwnField } from '../own.js';
 import { inferCsvFields, inferFields } from '../schema.js';
@@ -81,11 +88,37 @@ async function declaredFields(shape: EndpointShape): Promise<Record<string, Fiel
     await source.close();
   }
   if (!fields) return null;
+  checkEndpointFilter(shape, fields);
   for (const p of shape.processors) {
     if (!p.mapFields) return null;
     fields = p.mapFields(fields);
   }
   return fields;
+}
+
+/**
+ * Refuses an endpoint `filter` that cannot apply to its source's columns — a field the source lacks (often a name
+ * `select` gives: the filter runs before it), an operand of another type — as a query's `$filter` would be
+ * refused, rather than serve an endpoint that quietly keeps nothing.
+ *
+ * @throws ConfigError (`CONFIG_INVALID`) with a `filter.…` path per problem.
+ */
+function checkEndpointFilter(shape: EndpointShape, sourceFields: Record<string, FieldType>): void {
+  const { filter } = shape.endpoint;
+  if (filter === undefined) return;
+  try {
+    checkFilter(filter, { fields: sourceFields, primaryKey: [], indexes: [] });
+  } catch (err) {
+    if (!(err instanceof InvalidQueryError)) throw err;
+    const errors = err.errors.map((issue) => ({ ...issue, path: issue.path.replace(/^\$filter/, 'filter') }));
+    throw new ConfigError(
+      `Endpoint "${shape.name}": its filter does not fit the source's columns (it applies to them, before select): ${errors
+        .map((issue) => `${issue.path}: ${issue.message}`)
+        .join('; ')}`,
+      errors,
+      { cause: err },
+    );
+  }
 }
 
 /**
@@ -119,11 +152,12 @@ export async function resolveSchema(
 ): Promise<ResolvedSchema> {
   const { endpoint, isCsv } = shape;
   const base = { primaryKey: endpoint.primaryKey, indexes: endpoint.indexes };
+  // Asked even when `fields` are configured: it also checks the endpoint's filter against the source's columns.
+  const declared = await declaredFields(shape);
   if (endpoint.fields) {
     const schema = { fields: endpoint.fields, ...base };
     return isCsv ? { schema, csvFields: shape.csvFieldsOf(endpoint.fields) } : { schema };
   }
-  const declared = await declaredFields(shape);
   const target = caches.resolveAlias(shape.name);
   if (options.reuse && target) {
     const info = await caches.info(target.cache);
