@@ -26,6 +26,12 @@ interface StoredAlias {
   cache: string;
   version: number;
   at: string;
+  /**
+   * Set when the alias was retired (its endpoint left the configuration): the entry stays as a tombstone so the
+   * alias's version keeps counting up if the endpoint comes back — a reader holding an older event's version must
+   * never take it for news — but readers see no alias.
+   */
+  retiredAt?: string;
 }
 
 /** The alias environment: alias → cache, cache metadata, and a table version bumped on every redirect. */
@@ -83,20 +89,35 @@ export class AliasTable {
     return next;
   }
 
+  /** The live alias `name` (a retired one is none). */
   alias(name: string, options?: { transaction: import('lmdb').Transaction }): AliasEntry | null {
     const stored = this.aliases.get(name, options);
-    return stored ? { alias: name, cache: stored.cache, version: stored.version } : null;
+    return stored && stored.retiredAt === undefined
+      ? { alias: name, cache: stored.cache, version: stored.version }
+      : null;
   }
 
+  /** The last version `name` had, live or retired (0 if it never existed): a redirect counts on from it. */
+  lastVersion(name: string): number {
+    return this.aliases.get(name)?.version ?? 0;
+  }
+
+  /** Every live alias. */
   aliasList(options?: { transaction: import('lmdb').Transaction }): AliasEntry[] {
     const out: AliasEntry[] = [];
     for (const { key, value } of this.aliases.getRange(options))
-      out.push({ alias: key, cache: value.cache, version: value.version });
+      if (value.retiredAt === undefined) out.push({ alias: key, cache: value.cache, version: value.version });
     return out;
   }
 
   setAlias(name: string, cache: string, version: number): void {
     this.aliases.putSync(name, { cache, version, at: new Date().toISOString() });
+  }
+
+  /** Leaves a tombstone of `name` at `version` (it pointed at `cache`): readers see the alias gone. */
+  retireAlias(name: string, cache: string, version: number): void {
+    const at = new Date().toISOString();
+    this.aliases.putSync(name, { cache, version, at, retiredAt: at });
   }
 
   /** Records one switch of `alias` (inside the redirect's write transaction) and trims the oldest beyond the limit. */

@@ -10,6 +10,7 @@
 import type { Database } from 'lmdb';
 import { type CacheDbs, indexKey } from './cache-dbs.js';
 import type { DeferredEntry } from './index-build.js';
+import type { RecordPatch } from './patch.js';
 import { decodeRecord } from './record-json.js';
 
 /** A staged change of one primary key, encoded at `apply` time (outside the write transaction). */
@@ -22,7 +23,18 @@ export interface StagedChange {
   bytes: Buffer | null;
   /** The record's key in each secondary index, in `dbs.indexes` order (null for a delete). */
   indexKeys: Buffer[] | null;
+  /**
+   * Patches to apply, in order, to the record stored when the commit runs (patch.ts): `bytes` and `indexKeys` are
+   * then filled in the write transaction by the `resolve` given to {@link writeChanges}. Absent for a whole record.
+   */
+  patches?: RecordPatch[] | null;
 }
+
+/**
+ * Fills a patched change's `bytes` and `indexKeys` from the stored record (undefined: none), or makes it a delete
+ * (`bytes` null) when the patches leave no record; clears `patches`.
+ */
+export type ResolvePatches = (change: StagedChange, stored: Record<string, unknown> | undefined) => void;
 
 const APPEND = { append: true };
 const NO_FLAGS = {};
@@ -79,6 +91,15 @@ function putSorted(db: Database<Buffer, Buffer>, entries: Array<{ key: Buffer; v
       throw new Error(`append of key ${entry.key.toString('hex')} refused (not past the last key)`);
 }
 
+function resolvePatches(
+  resolve: ResolvePatches | undefined,
+  change: StagedChange,
+  stored: Record<string, unknown> | undefined,
+): void {
+  if (resolve === undefined) throw new Error('a patched change needs a resolver');
+  resolve(change, stored);
+}
+
 /** What {@link writeChanges} did. */
 export interface WriteOutcome {
   /** Record-count delta. */
@@ -105,6 +126,7 @@ export function writeChanges(
   changes: Iterable<StagedChange>,
   empty: boolean,
   deferIndexes = false,
+  resolve?: ResolvePatches,
 ): WriteOutcome {
   const sorted = sortByKey([...changes]);
   const { data, indexes } = dbs;
@@ -131,12 +153,16 @@ export function writeChanges(
       if (old !== undefined) {
         // A view of exactly the value: LMDB's read buffer is larger than its (overridden) length says.
         const oldBytes = new Uint8Array(old.buffer, old.byteOffset, old.length);
-        sameBytes = change.bytes?.equals(oldBytes) === true;
         const record = decodeRecord(oldBytes);
+        // A patch merges with exactly the record this transaction replaces.
+        if (change.patches) resolvePatches(resolve, change, record);
+        sameBytes = change.bytes?.equals(oldBytes) === true;
         oldKeys = indexes.map((index) => indexKey(index, record, primaryKey));
         if (!sameBytes) replaced = true;
       }
     }
+    // Nothing stored to fill from: the patch resolves to no record (a delete of an absent key, skipped below).
+    if (change.patches) resolvePatches(resolve, change, undefined);
     if (change.bytes === null) {
       if (oldKeys === null) {
         skip(change);

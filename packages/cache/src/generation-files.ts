@@ -5,7 +5,7 @@
  */
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { type CacheInfo, CacheNotFoundError, type CommitState } from '@sluice/core';
+import { type CacheInfo, CacheNotFoundError, type CacheSchema, type CommitState } from '@sluice/core';
 import type { CacheMeta } from './alias-table.js';
 import { cacheDbs, EMPTY_COMMIT, type StoredSchema } from './cache-dbs.js';
 import { RecordFormatError } from './errors.js';
@@ -19,11 +19,22 @@ export function cachePath(rootDir: string, name: string): string {
 
 /**
  * Record formats a reader can still serve: format 2 (JSON text, index entries holding the data key) differs from
- * the current one only in its index entries, so a generation written by the previous version keeps serving
- * (one data lookup per index entry) while the app-server rebuilds it in the current format — an upgrade costs
- * no failed request. Writers accept only {@link RECORD_FORMAT}: mixed entries would answer wrongly.
+ * format 3 only in its index entries, and format 3 from the current one only in how `timestamp` values are
+ * written (as their source spelled them, compared as text), so a generation written by an earlier version keeps
+ * serving while the app-server rebuilds it in the current format — an upgrade costs no failed request (until the
+ * rebuild, timestamp comparisons in a format-3 generation are its old, textual ones). Writers accept only
+ * {@link RECORD_FORMAT}: mixed entries would answer wrongly.
  */
-const READABLE_FORMATS: ReadonlySet<number> = new Set([2, RECORD_FORMAT]);
+const READABLE_FORMATS: ReadonlySet<number> = new Set([2, 3, RECORD_FORMAT]);
+
+/**
+ * The format a generation's records are in, as this version reads them: a format-3 generation without a
+ * `timestamp` field is byte for byte what format 4 writes (only timestamp values changed), so it is written on
+ * as it is — an upgrade rebuilds only the endpoints that have timestamp fields.
+ */
+function effectiveFormat(format: number, schema: CacheSchema): number {
+  return format === 3 && !Object.values(schema.fields).includes('timestamp') ? RECORD_FORMAT : format;
+}
 
 /**
  * Opens the environment of the generation `meta` names (at `path`) and its databases, for `purpose`; a record
@@ -40,12 +51,12 @@ export async function openGenerationEnv(
   const env = await acquireEnv(path, readOnly);
   try {
     const stored = env.db<StoredSchema, string>('meta').get('schema');
-    const format = stored === undefined ? RECORD_FORMAT : (stored.recordFormat ?? 1);
+    const schema = stored?.schema ?? meta.schema;
+    const format = stored === undefined ? RECORD_FORMAT : effectiveFormat(stored.recordFormat ?? 1, schema);
     if (purpose === 'write' ? format !== RECORD_FORMAT : !READABLE_FORMATS.has(format))
       throw new RecordFormatError(meta.name, stored ?? {});
-    const schema = stored?.schema ?? meta.schema;
     return {
-      dbs: cacheDbs(env, schema, { covering: format === RECORD_FORMAT }),
+      dbs: cacheDbs(env, schema, { covering: format >= 3 }),
       stored: stored ?? {
         name: meta.name,
         endpoint: meta.endpoint,

@@ -107,6 +107,30 @@ describe('CacheManager', () => {
     expect(schemaHash(two)).toBe(schemaHash({ ...two, indexes: [['other'], ['value']] }));
   });
 
+  it('retires an alias: readers no longer see it, its generations are retired, a comeback counts the version on', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    const blue = await caches.create({ endpoint: 'gone', schema });
+    const held = await caches.create({ endpoint: 'gone', schema });
+    const other = await caches.create({ endpoint: 'items', schema });
+    await caches.redirect('gone', blue.name);
+    await caches.redirect('items', other.name);
+    const before = caches.aliasTableVersion();
+
+    expect(await caches.retireAlias('gone')).toEqual({ from: blue.name, version: 2 });
+    expect(caches.resolveAlias('gone')).toBeNull();
+    expect(caches.listAliases()).toEqual([{ alias: 'items', cache: other.name, version: 1 }]);
+    expect(caches.aliasTableVersion()).toBeGreaterThan(before);
+    for (const name of [blue.name, held.name]) expect((await caches.info(name))!.state).toBe('retired');
+    expect((await caches.info(other.name))!.state).toBe('serving');
+    await expect(caches.openRo('gone')).rejects.toMatchObject({ code: 'CACHE_NOT_FOUND' });
+    // Nothing live to retire: nothing changes.
+    expect(await caches.retireAlias('gone')).toBeNull();
+    // Back in the configuration: a new generation, and a version above any event of the retired alias.
+    const again = await caches.create({ endpoint: 'gone', schema });
+    expect(await caches.redirect('gone', again.name)).toEqual({ from: null, version: 3 });
+  });
+
   it('redirects aliases atomically, returns the previous target, versions every redirect', async () => {
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path);

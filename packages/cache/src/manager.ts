@@ -201,7 +201,8 @@ export class CacheManager implements WritableCacheCatalog {
         const target = this.table.cache(to);
         if (!target || target.deleting) throw new CacheNotFoundError(String(to).slice(0, 256));
         const previous = this.table.alias(name);
-        const version = (previous?.version ?? 0) + 1;
+        // From the last version even of a retired alias: an old event of it must stay older than this move.
+        const version = this.table.lastVersion(name) + 1;
         const at = new Date().toISOString();
         this.table.setAlias(name, to, version);
         this.table.putCache({
@@ -224,6 +225,42 @@ export class CacheManager implements WritableCacheCatalog {
       });
     } catch (err) {
       throw translateWriteError(err, `Redirecting "${name}" failed`);
+    }
+  }
+
+  /**
+   * Retires `alias` — its endpoint is no longer configured: readers stop resolving it (`resolveAlias` and
+   * `listAliases` no longer show it), every generation of the endpoint is retired (so `gc` deletes them after the
+   * grace period) and the table version moves, which is how api-servers of this host notice. A later `redirect`
+   * of the same alias counts its version on from the retired one. Returns the generation it pointed at and the
+   * retired version, or null when the alias is not live (nothing changes).
+   */
+  async retireAlias(alias: string): Promise<{ from: string; version: number } | null> {
+    this.assertWritable('retire an alias');
+    const name = parseOrThrow(NameSchema, alias, 'Invalid alias');
+    try {
+      return this.table.write(() => {
+        const previous = this.table.alias(name);
+        if (!previous) return null;
+        const version = previous.version + 1;
+        this.table.retireAlias(name, previous.cache, version);
+        const targets = new Set(this.table.aliasList().map((a) => a.cache));
+        const at = new Date().toISOString();
+        for (const meta of this.table.cacheList()) {
+          if (meta.endpoint !== name || meta.deleting || targets.has(meta.name)) continue;
+          if (meta.state === 'retired') continue;
+          this.table.putCache({
+            ...meta,
+            state: 'retired',
+            retiredAt: at,
+            notes: { ...meta.notes, held: null },
+          });
+        }
+        this.table.bumpVersion();
+        return { from: previous.cache, version };
+      });
+    } catch (err) {
+      throw translateWriteError(err, `Retiring the alias "${name}" failed`);
     }
   }
 

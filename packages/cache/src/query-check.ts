@@ -1,5 +1,6 @@
 import {
   type CacheSchema,
+  canonicalTimestamp,
   DEFAULT_QUERY_LIMITS,
   type FieldIssue,
   type FieldType,
@@ -14,6 +15,7 @@ import {
   shapedFilter,
 } from '@sluice/core';
 import { z } from 'zod';
+import { timestampFields } from './schema.js';
 
 /** A query after checking it against a cache's schema and limits. */
 export interface CheckedQuery {
@@ -66,10 +68,23 @@ const RANGE_KINDS: Record<FieldType, ReadonlySet<Kind>> = {
 
 const RANGE_OPS = new Set(['$lt', '$lte', '$gt', '$gte']);
 
+/** Operators whose operands are values of the field (timestamps among them are canonicalized). */
+const VALUE_OPS = new Set(['$eq', '$ne', '$in', '$lt', '$lte', '$gt', '$gte']);
+
+const NOT_A_TIMESTAMP =
+  'expected an ISO 8601 timestamp (e.g. "2026-12-05T23:33:49.737Z"; no zone means UTC) or epoch milliseconds';
+
+/** Whether an operand of the right kind is also a value of the field: a timestamp must denote an instant. */
+function checkValue(path: string, type: FieldType, operand: unknown, issues: FieldIssue[]): void {
+  if (type === 'timestamp' && operand !== null && canonicalTimestamp(operand) === null)
+    issues.push({ path, message: NOT_A_TIMESTAMP });
+}
+
 function checkCondition(path: string, type: FieldType, condition: unknown, issues: FieldIssue[]): void {
   if (condition === null || typeof condition !== 'object') {
     if (!EQUAL_KINDS[type].has(kindOf(condition)))
       issues.push({ path, message: `expected a ${type} value, got ${kindOf(condition)}` });
+    else checkValue(path, type, condition, issues);
     return;
   }
   for (const [op, operand] of Object.entries(condition as Record<string, unknown>)) {
@@ -77,10 +92,12 @@ function checkCondition(path: string, type: FieldType, condition: unknown, issue
     if (op === '$eq' || op === '$ne') {
       if (!EQUAL_KINDS[type].has(kindOf(operand)))
         issues.push({ path: at, message: `expected a ${type} value, got ${kindOf(operand)}` });
+      else checkValue(at, type, operand, issues);
     } else if (op === '$in') {
       (operand as unknown[]).forEach((value, i) => {
         if (!EQUAL_KINDS[type].has(kindOf(value)))
           issues.push({ path: `${at}[${i}]`, message: `expected a ${type} value, got ${kindOf(value)}` });
+        else checkValue(`${at}[${i}]`, type, value, issues);
       });
     } else if (RANGE_OPS.has(op)) {
       if (!RANGE_KINDS[type].has(kindOf(operand)))
@@ -91,6 +108,7 @@ function checkCondition(path: string, type: FieldType, condition: unknown, issue
               ? `${op} cannot be used on a boolean field`
               : `expected a ${type} value, got ${kindOf(operand)}`,
         });
+      else checkValue(at, type, operand, issues);
     } else if (op === '$contains') {
       const ok = type === 'string' ? typeof operand === 'string' : type === 'json';
       if (!ok)
@@ -225,7 +243,45 @@ export function checkFilter(filter: unknown, schema: CacheSchema, limits: Partia
   const issues: FieldIssue[] = [];
   checkFields(shaped, schema, '$filter', issues);
   if (issues.length > 0) fail(issues);
-  return shaped;
+  return timestampFields(schema).length === 0 ? shaped : canonicalOperands(shaped, schema);
+}
+
+/** A timestamp operand (checked: it is one) or null, as the stored values are written. */
+function canonicalOperand(operand: unknown): unknown {
+  return operand === null ? null : canonicalTimestamp(operand);
+}
+
+/**
+ * A checked filter whose operands on `timestamp` fields are in the stored canonical form, so the planner's key
+ * bounds, the record check and the cursor all compare instants as plain strings. Copies what it changes only.
+ */
+function canonicalOperands(filter: Filter, schema: CacheSchema): Filter {
+  let out: Record<string, unknown> | null = null;
+  const set = (key: string, value: unknown) => {
+    out ??= { ...filter };
+    out[key] = value;
+  };
+  for (const [key, value] of Object.entries(filter)) {
+    if (value === undefined) continue;
+    if (key === '$and' || key === '$or') {
+      const subs = value as Filter[];
+      const next = subs.map((sub) => canonicalOperands(sub, schema));
+      if (next.some((sub, i) => sub !== subs[i])) set(key, next);
+      continue;
+    }
+    if (schema.fields[key] !== 'timestamp') continue;
+    if (value === null || typeof value !== 'object') {
+      set(key, canonicalOperand(value));
+      continue;
+    }
+    const condition: Record<string, unknown> = { ...(value as Record<string, unknown>) };
+    for (const [op, operand] of Object.entries(condition)) {
+      if (operand === undefined || !VALUE_OPS.has(op)) continue;
+      condition[op] = op === '$in' ? (operand as unknown[]).map(canonicalOperand) : canonicalOperand(operand);
+    }
+    set(key, condition);
+  }
+  return (out ?? filter) as Filter;
 }
 
 /** Narrowing helper for conditions: the scalar operands of a field condition. */

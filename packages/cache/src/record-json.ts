@@ -10,11 +10,13 @@ import type { CacheSchema } from '@sluice/core';
  * Version of the stored record form; caches stored in another form are refused (rebuild them).
  * 1: MessagePack records, index entries hold the data key. 2: JSON text, index entries hold the data key.
  * 3: JSON text, index entries hold the record's JSON text too (covering: an index-answered page reads no data
- * entry).
+ * entry). 4: as 3, with `timestamp` values in canonical UTC form (`YYYY-MM-DDTHH:MM:SS.ffffffZ`, core's
+ * `canonicalTimestamp`), so their text order is time order.
  */
-export const RECORD_FORMAT = 3;
+export const RECORD_FORMAT = 4;
 /** What `RECORD_FORMAT` means, for error messages. */
-export const RECORD_FORMAT_NAME = 'JSON text, canonical field order, covering index entries';
+export const RECORD_FORMAT_NAME =
+  'JSON text, canonical field order, covering index entries, timestamps in UTC with microseconds';
 
 /** Serializes checked records of one schema to their stored (and served) JSON text. */
 export type RecordSerializer = (record: Record<string, unknown>) => string;

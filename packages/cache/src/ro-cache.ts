@@ -20,7 +20,7 @@ import { runCount, runQuery } from './query-exec.js';
 import { fieldsOf, rowsJson } from './query-rows.js';
 import type { ReadContext } from './query-scan.js';
 import { decodeRecord } from './record-json.js';
-import { keyProblem } from './schema.js';
+import { keyProblem, storedKey } from './schema.js';
 import { slabCopy } from './slab.js';
 
 /** True when an encoded key has a truncated (prefix + hash) component. */
@@ -108,10 +108,12 @@ export class RoCache implements ReadableCache {
    * const bytes = cache.getJson([42]); // Buffer of '{"id":42,…}'
    * ```
    */
-  getJson(key: unknown[]): Buffer | undefined {
+  getJson(given: unknown[]): Buffer | undefined {
     this.assertOpen();
-    const problem = keyProblem(this.schema, key);
+    const problem = keyProblem(this.schema, given);
     if (problem) throw new InvalidQueryError(`Invalid key: ${problem}`, [{ path: 'key', message: problem }]);
+    // A timestamp component is looked up in its stored (canonical) form.
+    const key = storedKey(this.schema, given);
     const single = key.length === 1 ? key[0] : undefined;
     if (typeof single === 'number') {
       // Hot path: a numeric key is encoded into a reused buffer (LMDB copies it) and is never truncated.

@@ -13,7 +13,7 @@ import {
   type WritableCache,
 } from '@sluice/core';
 import { z } from 'zod';
-import { type StagedChange, writeChanges } from './batch-write.js';
+import { type ResolvePatches, type StagedChange, writeChanges } from './batch-write.js';
 import { dataKey, indexKey } from './cache-dbs.js';
 import { appendChanges, clearChanges, ensureChangeLog, type OldestTransactionMemo } from './change-log.js';
 import { translateWriteError } from './errors.js';
@@ -27,9 +27,10 @@ import {
   newIndexBuild,
   pendingBuild,
 } from './index-build.js';
-import { recordSerializer } from './record-json.js';
+import { mergePatch, patchOf, type RecordPatch } from './patch.js';
+import { decodeRecord, recordSerializer } from './record-json.js';
 import { type CacheHandleInit, RoCache } from './ro-cache.js';
-import { checkRecord, keyOf, keyProblem } from './schema.js';
+import { checkRecord, keyOf, keyProblem, storedKey } from './schema.js';
 
 /** A staged change of one primary key (see batch-write.ts). */
 type Staged = StagedChange;
@@ -90,16 +91,24 @@ export class RwCache extends RoCache implements WritableCache {
       let own = batch.get(id) ?? this.staged.get(id);
       for (let i = this.committing.length - 1; own === undefined && i >= 0; i--)
         own = this.committing[i]!.get(id);
-      if (own) return own.bytes !== null;
+      if (own) return own.bytes !== null || own.patches != null;
       return this.dbs.data.doesExist(key);
     };
+    /** A whole record's staged change: its text and index keys, encoded now (outside the write transaction). */
+    const whole = (key: Buffer, pk: unknown[], record: Record<string, unknown>): Staged => ({
+      key,
+      pk,
+      bytes: Buffer.from(serialize(record), 'utf8'),
+      indexKeys: this.dbs.indexes.map((index) => indexKey(index, record, pkFields)),
+    });
     ops.forEach((op, i) => {
       if (typeof op !== 'object' || op === null)
         throw new BadRecordError(`Operation ${i} is not an object`, { offset: i });
       if (op.op === 'delete') {
         const problem = keyProblem(this.schema, op.key);
         if (problem) throw new BadRecordError(`Operation ${i}: ${problem}`, { offset: i });
-        const key = dataKey(this.dbs, op.key);
+        const pk = storedKey(this.schema, op.key);
+        const key = dataKey(this.dbs, pk);
         const id = key.toString('latin1');
         if (!exists(id, key)) {
           if (policy === 'fail')
@@ -108,7 +117,7 @@ export class RwCache extends RoCache implements WritableCache {
             });
           return;
         }
-        batch.set(id, { key, pk: [...op.key], bytes: null, indexKeys: null });
+        batch.set(id, { key, pk: [...pk], bytes: null, indexKeys: null });
         return;
       }
       if (op.op !== 'insert' && op.op !== 'update' && op.op !== 'upsert')
@@ -125,6 +134,20 @@ export class RwCache extends RoCache implements WritableCache {
       const pk = keyOf(this.schema, record);
       const key = dataKey(this.dbs, pk);
       const id = key.toString('latin1');
+      const patch = patchOf(op, record, i);
+      if (patch !== null) {
+        // A patch needs a record to fill its unchanged fields from: one staged here, or the stored one (read at
+        // commit, in the write transaction). Without one it cannot be written whole, whatever the policy.
+        if (!exists(id, key)) {
+          if (policy === 'fail')
+            throw new CacheConflictError(`Operation ${i}: patch of a key that does not exist`, {
+              details: { index: i, key: pk },
+            });
+          return;
+        }
+        batch.set(id, this.layered(batch.get(id) ?? this.staged.get(id), { key, pk, patch }, whole));
+        return;
+      }
       if (op.op !== 'upsert' && policy !== 'overwrite') {
         const present = exists(id, key);
         if ((op.op === 'insert' && present) || (op.op === 'update' && !present)) {
@@ -137,9 +160,7 @@ export class RwCache extends RoCache implements WritableCache {
         }
       }
       // Encoded now, outside the commit's write transaction: the stored text and every index key.
-      const bytes = Buffer.from(serialize(record), 'utf8');
-      const indexKeys = this.dbs.indexes.map((index) => indexKey(index, record, pkFields));
-      batch.set(id, { key, pk, bytes, indexKeys });
+      batch.set(id, whole(key, pk, record));
     });
     for (const [id, change] of batch) this.staged.set(id, change);
   }
@@ -185,6 +206,7 @@ export class RwCache extends RoCache implements WritableCache {
             batch.values(),
             state.recordCount === 0,
             build !== null,
+            this.resolvePatches,
           );
           if (build !== null && outcome.deferred !== null)
             this.dbs.meta.putSync(
@@ -222,13 +244,62 @@ export class RwCache extends RoCache implements WritableCache {
       const newer = this.committing.slice(this.committing.indexOf(batch) + 1);
       const restored = new Map<string, Staged>();
       for (const [id, change] of batch) if (!newer.some((b) => b.has(id))) restored.set(id, change);
-      for (const [id, change] of this.staged) restored.set(id, change);
+      // A patch staged since applies on top of the failed batch's change of its key, not the stored record.
+      for (const [id, change] of this.staged)
+        restored.set(id, change.patches ? this.stack(restored.get(id), change) : change);
       this.staged = restored;
       throw err;
     } finally {
       this.committing = this.committing.filter((b) => b !== batch);
     }
   }
+
+  /**
+   * A patch applied to the change staged for its key (`own`), or to the stored record when none is: a whole staged
+   * record is merged now; otherwise the patch joins the layers resolved at commit.
+   */
+  private layered(
+    own: Staged | undefined,
+    next: { key: Buffer; pk: unknown[]; patch: RecordPatch },
+    whole: (key: Buffer, pk: unknown[], record: Record<string, unknown>) => Staged,
+  ): Staged {
+    const { key, pk, patch } = next;
+    if (own === undefined) return { key, pk, bytes: null, indexKeys: null, patches: [patch] };
+    if (own.patches) return { ...own, pk, patches: [...own.patches, patch] };
+    const merged = own.bytes === null ? undefined : mergePatch(decodeRecord(own.bytes), patch);
+    return merged === undefined ? { key, pk, bytes: null, indexKeys: null } : whole(key, pk, merged);
+  }
+
+  /** A staged patched change on top of an older change of the same key (a failed commit's, restored). */
+  private stack(older: Staged | undefined, patched: Staged): Staged {
+    if (older === undefined) return patched;
+    // An older delete: nothing to fill from (apply judged the patch against it, or against what replaced it).
+    if (older.bytes === null && !older.patches) return older;
+    const serialize = recordSerializer(this.schema);
+    let out = older;
+    for (const patch of patched.patches ?? [])
+      out = this.layered(out, { key: patched.key, pk: patched.pk, patch }, (key, pk, record) => ({
+        key,
+        pk,
+        bytes: Buffer.from(serialize(record), 'utf8'),
+        indexKeys: this.dbs.indexes.map((index) => indexKey(index, record, this.schema.primaryKey)),
+      }));
+    return out;
+  }
+
+  /** Resolves a staged patch against the record stored when the commit runs (in its write transaction). */
+  private readonly resolvePatches: ResolvePatches = (change, stored) => {
+    let record = stored;
+    for (const patch of change.patches ?? []) record = mergePatch(record, patch);
+    change.patches = null;
+    if (record === undefined) {
+      change.bytes = null;
+      change.indexKeys = null;
+      return;
+    }
+    change.bytes = Buffer.from(recordSerializer(this.schema)(record), 'utf8');
+    change.indexKeys = this.dbs.indexes.map((index) => indexKey(index, record, this.schema.primaryKey));
+  };
 
   /**
    * The index build a bulk commit of `size` records begins, or null to write its index entries directly: a

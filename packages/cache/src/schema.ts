@@ -1,11 +1,13 @@
 import {
   BadRecordError,
   type CacheSchema,
+  canonicalTimestamp,
   checkKeyAndIndexes,
   type FieldType,
   FieldTypeSchema,
   FORBIDDEN_KEYS,
   hashJson,
+  isTimestamp,
   parseOrThrow,
 } from '@sluice/core';
 import { z } from 'zod';
@@ -64,7 +66,10 @@ export function schemaHash(schema: CacheSchema): string {
   return hashJson({ fields: schema.fields, primaryKey: schema.primaryKey, indexes }).slice(0, 16);
 }
 
-/** Whether a (non-null) value is one a field of `type` holds: the check every stored record passed. */
+/**
+ * Whether a (non-null) value is one a field of `type` holds: the check every stored record passed. A `timestamp`
+ * is ISO 8601 text or epoch milliseconds (core's `canonicalTimestamp`); it is stored in canonical form.
+ */
 export function typeMatches(type: FieldType, value: unknown): boolean {
   switch (type) {
     case 'string':
@@ -76,10 +81,7 @@ export function typeMatches(type: FieldType, value: unknown): boolean {
     case 'boolean':
       return typeof value === 'boolean';
     case 'timestamp':
-      return (
-        (typeof value === 'string' && !Number.isNaN(Date.parse(value))) ||
-        (typeof value === 'number' && Number.isFinite(value))
-      );
+      return isTimestamp(value);
     case 'json':
       return true;
   }
@@ -92,26 +94,58 @@ function describe(value: unknown): string {
   return typeof value;
 }
 
-/**
- * Checks a record against the schema: an object, every declared field either absent/null or of its type,
- * every primary-key field present and non-null. Extra fields are kept as they are.
- * Throws `BAD_RECORD` naming the field.
- */
 const fieldLists = new WeakMap<CacheSchema, Array<[string, FieldType]>>();
 
-export function checkRecord(schema: CacheSchema, record: unknown): Record<string, unknown> {
-  if (typeof record !== 'object' || record === null || Array.isArray(record))
-    throw new BadRecordError(`A record must be an object, got ${describe(record)}`, {});
-  const object = record as Record<string, unknown>;
+function fieldList(schema: CacheSchema): Array<[string, FieldType]> {
   let fields = fieldLists.get(schema);
   if (!fields) {
     fields = Object.entries(schema.fields);
     fieldLists.set(schema, fields);
   }
-  for (const [field, type] of fields) {
+  return fields;
+}
+
+const timestampLists = new WeakMap<CacheSchema, readonly string[]>();
+
+/** The schema's `timestamp` fields (most schemas have none: then nothing is canonicalized). */
+export function timestampFields(schema: CacheSchema): readonly string[] {
+  let fields = timestampLists.get(schema);
+  if (!fields) {
+    fields = fieldList(schema)
+      .filter(([, type]) => type === 'timestamp')
+      .map(([field]) => field);
+    timestampLists.set(schema, fields);
+  }
+  return fields;
+}
+
+/**
+ * Checks a record against the schema: an object, every declared field either absent/null or of its type,
+ * every primary-key field present and non-null. Extra fields are kept as they are. Returns the record to store:
+ * `record` itself, or a shallow copy whose `timestamp` values are in canonical form (core's `canonicalTimestamp`:
+ * stored, indexed and compared as UTC text with microseconds, so text order is time order) when any was not.
+ * Throws `BAD_RECORD` naming the field.
+ */
+export function checkRecord(schema: CacheSchema, record: unknown): Record<string, unknown> {
+  if (typeof record !== 'object' || record === null || Array.isArray(record))
+    throw new BadRecordError(`A record must be an object, got ${describe(record)}`, {});
+  let object = record as Record<string, unknown>;
+  for (const [field, type] of fieldList(schema)) {
     const value = Object.hasOwn(object, field) ? object[field] : undefined;
     if (value === undefined || value === null) continue;
-    if (!typeMatches(type, value))
+    if (type === 'timestamp') {
+      const canonical = canonicalTimestamp(value);
+      if (canonical === null)
+        throw new BadRecordError(
+          `Field "${field}" must be timestamp (ISO 8601 text, years 0001–9999, or epoch milliseconds), got ${describe(value)}${typeof value === 'string' ? ` "${value.slice(0, 40)}"` : ''}`,
+          {},
+        );
+      if (canonical !== value) {
+        // Copied once, never written into the caller's object.
+        if (object === record) object = { ...object };
+        object[field] = canonical;
+      }
+    } else if (!typeMatches(type, value))
       throw new BadRecordError(`Field "${field}" must be ${type}, got ${describe(value)}`, {});
   }
   for (const field of schema.primaryKey) {
@@ -125,6 +159,23 @@ export function checkRecord(schema: CacheSchema, record: unknown): Record<string
 /** The primary-key values of a checked record, in primary-key order. */
 export function keyOf(schema: CacheSchema, record: Record<string, unknown>): unknown[] {
   return schema.primaryKey.map((field) => record[field]);
+}
+
+/**
+ * Primary-key values given by a caller (`get`, `delete`; checked by {@link keyProblem}) as they are stored:
+ * `key` itself, or a copy whose `timestamp` components are canonical, so any spelling of an instant finds it.
+ */
+export function storedKey(schema: CacheSchema, key: readonly unknown[]): unknown[] {
+  if (timestampFields(schema).length === 0) return key as unknown[];
+  let out: unknown[] | null = null;
+  for (let i = 0; i < key.length; i++) {
+    if (schema.fields[schema.primaryKey[i]!] !== 'timestamp') continue;
+    const canonical = canonicalTimestamp(key[i]);
+    if (canonical === null || canonical === key[i]) continue;
+    out ??= [...key];
+    out[i] = canonical;
+  }
+  return out ?? (key as unknown[]);
 }
 
 /** What is wrong with primary-key values given by a caller (`get`, `delete`), or null: count and types. */

@@ -306,7 +306,7 @@ describe('records stored as their served JSON text', () => {
       (e: unknown) => e,
     );
     expect(SluiceError.hasCode(err, 'CACHE_SCHEMA_MISMATCH')).toBe(true);
-    expect((err as Error).message).toMatch(/record format 2.*format 3 \(JSON text.*covering/);
+    expect((err as Error).message).toMatch(/record format 2.*format 4 \(JSON text.*covering/);
   });
 
   it('refuses a cache stored as MessagePack (before format 2) with CACHE_SCHEMA_MISMATCH, so it is rebuilt', async () => {
@@ -323,7 +323,7 @@ describe('records stored as their served JSON text', () => {
     const env = open({ path: join(dir.path, 'caches', name), maxDbs: 64 });
     const meta = env.openDB<Record<string, unknown>, string>({ name: 'meta' });
     const { recordFormat, ...old } = meta.get('schema')!;
-    expect(recordFormat).toBe(3);
+    expect(recordFormat).toBe(4);
     await meta.put('schema', old);
     await env.close();
 
@@ -334,7 +334,7 @@ describe('records stored as their served JSON text', () => {
         (e: unknown) => e,
       );
       expect(SluiceError.hasCode(err, 'CACHE_SCHEMA_MISMATCH')).toBe(true);
-      expect((err as Error).message).toMatch(/MessagePack records \(format 1\).*format 3 \(JSON text/);
+      expect((err as Error).message).toMatch(/MessagePack records \(format 1\).*format 4 \(JSON text/);
     }
   });
 });

@@ -56,6 +56,7 @@ export const ErrorCode = {
   NOTHING_TO_ROLL_BACK: 'NOTHING_TO_ROLL_BACK',
   CANNOT_RESUME: 'CANNOT_RESUME',
   ENDPOINT_STOPPED: 'ENDPOINT_STOPPED',
+  ENDPOINT_NOT_RUNNING: 'ENDPOINT_NOT_RUNNING',
   ENDPOINT_NOT_READY: 'ENDPOINT_NOT_READY',
   ENDPOINT_TIMEOUT: 'ENDPOINT_TIMEOUT',
   UNKNOWN_SLOT: 'UNKNOWN_SLOT',
@@ -91,6 +92,7 @@ export const STATUS_BY_CODE = {
   NOTHING_TO_PROMOTE: 409,
   NOTHING_TO_ROLL_BACK: 409,
   CANNOT_RESUME: 409,
+  ENDPOINT_NOT_RUNNING: 409,
   CACHE_SCHEMA_MISMATCH: 409,
   CACHE_CONFLICT: 409,
   TRANSFER_TERMINATED: 409,
@@ -456,6 +458,21 @@ export class EndpointStoppedError extends SluiceError {
       code: ErrorCode.ENDPOINT_STOPPED,
       message: `Endpoint pipeline ${q(endpoint)} is stopped`,
       details: { endpoint },
+    });
+  }
+}
+
+/**
+ * `ENDPOINT_NOT_RUNNING`: the endpoint is configured (and listed) but its pipeline is not running — it failed to
+ * start, and steering it needs a running pipeline. `failure` is why (its code and message); a Rebuild starts the
+ * pipeline again. Not `UNKNOWN_ENDPOINT`: the endpoint exists, and the caller can fix the cause.
+ */
+export class EndpointNotRunningError extends SluiceError {
+  constructor(endpoint: string, failure: { code: string; message: string }) {
+    super({
+      code: ErrorCode.ENDPOINT_NOT_RUNNING,
+      message: `Endpoint ${q(endpoint)} is not running: ${failure.message.slice(0, 2_000)} (${failure.code})`,
+      details: { endpoint, failure: { code: failure.code, message: failure.message.slice(0, 2_000) } },
     });
   }
 }

@@ -127,6 +127,7 @@ export {
   CursorExpiredError,
   DiskFullError,
   EndpointNotReadyError,
+  EndpointNotRunningError,
   EndpointStoppedError,
   EndpointTimeoutError,
   ErrorCode,
@@ -285,6 +286,7 @@ export {
   nextStates,
   TERMINAL_STATES,
 } from './state-machine.js';
+export { canonicalTimestamp, isTimestamp } from './timestamp.js';
 export {
   BadRecordPolicy,
   canFollow,

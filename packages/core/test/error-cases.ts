@@ -284,6 +284,15 @@ export const ERROR_CASES: ReadonlyArray<{
     status: 503,
   },
   {
+    error: new errors.EndpointNotRunningError('items', {
+      code: 'REPLICA_IDENTITY_MISSING',
+      message: 'Table "items" has no primary key',
+    }),
+    cls: errors.EndpointNotRunningError,
+    code: 'ENDPOINT_NOT_RUNNING',
+    status: 409,
+  },
+  {
     error: new errors.EndpointNotReadyError('items', 'its cache is being opened'),
     cls: errors.EndpointNotReadyError,
     code: 'ENDPOINT_NOT_READY',

@@ -106,6 +106,8 @@ export function sourceFor(
           url: postgresUrl(ctx, address.connection),
           table,
           ...keyOption(address.key),
+          // An endpoint's records are keyed by its primaryKey: deletes and key changes must carry that key.
+          ...(role === 'endpoint' && options.key ? { recordKey: options.key } : {}),
           slot: address.slot ?? name,
           publication: address.publication ?? name,
           owner: { node, handle, role },

@@ -255,7 +255,10 @@ describe('endpoint schemas of PostgreSQL sources come from the declared column t
       note: 'string', // always NULL: typed by its column, not `json` for want of a value
       computed: 'number', // a numeric expression (n4 * 2.0: "6.0", whole values only)
     });
-    expect(await served(caches, 'things_q', [3])).toMatchObject({ computed: 6, at: '2026-01-01T10:00:00' });
+    expect(await served(caches, 'things_q', [3])).toMatchObject({
+      computed: 6,
+      at: '2026-01-01T10:00:00.000000Z', // a zoneless timestamp, stored as its UTC instant
+    });
     expect(query.status().badRecords.count).toBe(0);
     await query.stop();
   });

@@ -10,6 +10,7 @@ import {
   type EventPublisher,
   type Logger,
   type NatsConfig,
+  type PipelineCheckpoint,
   type PipelineProgress,
   parseConfigOrThrow,
   silentLogger,
@@ -155,7 +156,15 @@ export async function startEndpointPipeline(
             : null,
         error: supervisor.error,
         // A run from scratch counts from 0 again: a reason from before it no longer applies.
-        badRecords: { count: progress.badRecords, last: progress.badRecords > 0 ? lastBadRecord : null },
+        // Before this process saw one, the last reason is the one the checkpoint kept (run.ts), so the evidence
+        // survives a restart.
+        badRecords: {
+          count: progress.badRecords,
+          last:
+            progress.badRecords > 0
+              ? (lastBadRecord ?? checkpointLastBad(supervisor.checkpoint, `${name}.cache`))
+              : null,
+        },
         replication: replicationStatus(),
       };
     },
@@ -189,4 +198,16 @@ export async function startEndpointPipeline(
     },
     [Symbol.asyncDispose]: () => supervisor.stop(),
   };
+}
+
+/** The last bad record a checkpoint keeps in the cache sink's position (run.ts), or null. */
+function checkpointLastBad(
+  checkpoint: PipelineCheckpoint | null,
+  sinkHandle: string,
+): EndpointPipelineStatus['badRecords']['last'] {
+  const position = checkpoint?.positions[sinkHandle] as { lastBad?: unknown } | undefined;
+  const last = position?.lastBad as { source?: unknown; reason?: unknown; at?: unknown } | undefined;
+  if (typeof last?.source !== 'string' || typeof last.reason !== 'string' || typeof last.at !== 'string')
+    return null;
+  return { source: last.source, reason: last.reason, at: last.at };
 }

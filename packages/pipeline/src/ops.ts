@@ -1,4 +1,4 @@
-import type { RecordOp as CacheRecordOp } from '@sluice/core';
+import type { RecordOp as CacheRecordOp, Filter } from '@sluice/core';
 import { ownField } from './own.js';
 
 /** A record: a flat object of field values. */
@@ -36,7 +36,31 @@ export function sourcePosition(at: RecordLocation | undefined): string | undefin
  * A typed record operation flowing through the DAG: core's {@link CacheRecordOp} (`insert`, `update` and `upsert`
  * carry the whole record; `delete` the primary-key values in key order) plus where it was read.
  */
-export type RecordOp = CacheRecordOp & { at?: RecordLocation };
+export type RecordOp = CacheRecordOp & { at?: RecordLocation } & RecordPatchFields;
+
+/**
+ * What an upsert whose record is partial carries (a PostgreSQL update that left TOASTed columns unchanged: pgoutput
+ * sends no value for them). Only a sink that `acceptsPatches` (the cache sink, which fills them from the stored
+ * record in its commit's write transaction) gets such an op; for any other it is a bad record.
+ */
+export interface RecordPatchFields {
+  /** Fields absent from `record` that keep their previous value (the names of the op's own stage). */
+  unchanged?: string[];
+  /** A filter that names an unchanged field: decided on the merged record (failing it deletes the key). */
+  where?: Filter;
+  /** Fields `where` names that a `select` dropped: the filter cannot be decided (a bad record). */
+  lost?: string[];
+}
+
+/** Whether an op is a partial upsert (it carries unchanged fields or a deferred filter). */
+export function isPatch(op: RecordOp): boolean {
+  return (
+    op.op !== 'delete' &&
+    ((op.unchanged !== undefined && op.unchanged.length > 0) ||
+      op.where !== undefined ||
+      op.lost !== undefined)
+  );
+}
 
 /** The primary-key values of a record, in key order (undefined when a key field is missing or null). */
 export function keyOf(record: Row, keyFields: readonly string[]): unknown[] | undefined {

@@ -46,7 +46,12 @@ function decimalKey(text: string): string | null {
   return digits === '' ? '0' : `${m[1] === '-' ? '-' : ''}${digits}e${exponent}`;
 }
 
-/** PostgreSQL's timestamp text as ISO 8601, keeping its microseconds and zone (`+00` → `+00:00`). */
+/**
+ * PostgreSQL's timestamp text as ISO 8601, keeping its microseconds and zone (`+00` → `+00:00`) — the zone is the
+ * session's `TimeZone`, so one instant reads `…+00:00` or `…+09:00` by server setting. Kept as PostgreSQL wrote it
+ * (a `string` or `json` field keeps that text); a `timestamp` field's cache canonicalizes it to its UTC instant
+ * with core's `canonicalTimestamp` (a zoneless `timestamp` as UTC), which is what makes them compare as instants.
+ */
 function isoTimestamp(text: string): string {
   return text.replace(' ', 'T').replace(/([+-]\d{2})$/, '$1:00');
 }

@@ -18,12 +18,18 @@ export function filterProcessor(
   keyFields?: readonly string[],
 ): PipelineProcessor {
   const keep = compileFilter(filter);
+  const named = filterFields(filter);
   return {
     handle,
     description: { type: 'filter', filter, deletesRejected: keyFields !== undefined },
     mapFields: (fields) => fields,
     process(op) {
-      if (op.op === 'delete' || keep(op.record)) return op;
+      if (op.op === 'delete') return op;
+      // A partial record (unchanged TOAST values) lacking a field the filter names: decided on the merged record,
+      // where the sink fills them in.
+      if (op.unchanged?.some((field) => named.has(field)))
+        return { ...op, where: op.where === undefined ? filter : { $and: [op.where, filter] } };
+      if (keep(op.record)) return op;
       if (keyFields === undefined) return null;
       const key = keyOf(op.record, keyFields);
       return key === undefined ? null : { op: 'delete', key, ...(op.at ? { at: op.at } : {}) };
@@ -65,9 +71,55 @@ export function selectProcessor(
       for (const [to, from] of pairs) {
         if (Object.hasOwn(op.record, from)) record[to] = op.record[from];
       }
-      return { ...op, record };
+      if (op.unchanged === undefined && op.where === undefined) return { ...op, record };
+      return { ...op, record, ...renamePatch(op, pairs) };
     },
   };
+}
+
+/** The fields a filter names (at any depth of `$and` / `$or`). */
+export function filterFields(filter: Filter, into = new Set<string>()): Set<string> {
+  for (const [key, value] of Object.entries(filter)) {
+    if (key === '$and' || key === '$or') for (const sub of value as Filter[]) filterFields(sub, into);
+    else if (!key.startsWith('$')) into.add(key);
+  }
+  return into;
+}
+
+/**
+ * A partial upsert's patch fields in the names `select` gives: unchanged fields it keeps (under their new names; the
+ * others are simply not needed any more), and its deferred filter renamed — or, when the filter names a field the
+ * projection drops, those fields as `lost` (the merged record will not hold them: nobody can decide the filter).
+ */
+function renamePatch(
+  op: Extract<RecordOp, { op: 'upsert' | 'insert' | 'update' }>,
+  pairs: ReadonlyArray<[to: string, from: string]>,
+): Pick<RecordOp & { op: 'upsert' }, 'unchanged' | 'where' | 'lost'> {
+  const out: Pick<RecordOp & { op: 'upsert' }, 'unchanged' | 'where' | 'lost'> = {};
+  const unchanged = new Set(op.unchanged ?? []);
+  const kept = pairs.filter(([, from]) => unchanged.has(from)).map(([to]) => to);
+  out.unchanged = kept;
+  if (op.where !== undefined) {
+    const renames = new Map<string, string>();
+    for (const [to, from] of pairs) if (!renames.has(from)) renames.set(from, to);
+    // Every field the filter names must reach the merged record (the record after this projection).
+    const lost = [...filterFields(op.where)].filter((field) => !renames.has(field));
+    if (lost.length > 0) out.lost = [...(op.lost ?? []), ...lost];
+    else out.where = renameFilter(op.where, renames);
+  }
+  if (op.lost !== undefined && out.lost === undefined) out.lost = op.lost;
+  return out;
+}
+
+/** A filter with its field names renamed (`renames`: old → new; others kept). */
+function renameFilter(filter: Filter, renames: ReadonlyMap<string, string>): Filter {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(filter)) {
+    if (key === '$and' || key === '$or')
+      out[key] = (value as Filter[]).map((sub) => renameFilter(sub, renames));
+    else out[renames.get(key) ?? key] = value;
+  }
+  return out as Filter;
 }
 
 /** A user function over records: return the record (changed or not), `null` to drop it, or several ops. */

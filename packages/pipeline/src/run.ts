@@ -6,10 +6,10 @@ import {
   type PipelineCheckpoint,
   silentLogger,
 } from '@sluice/core';
-import type { BadRecordCollector } from './bad-records.js';
+import type { BadRecordCollector, BadRecordReport } from './bad-records.js';
 import type { RestartPlan } from './dag.js';
 import { mergeSources } from './merge.js';
-import { keyOf, type RecordOp } from './ops.js';
+import { isPatch, keyOf, type RecordOp } from './ops.js';
 import { ownField } from './own.js';
 import { ProgressTracker } from './progress.js';
 import { checkRecord, typeMismatch } from './schema.js';
@@ -55,6 +55,15 @@ interface SinkPosition {
   written: number;
   read: number;
   bad: number;
+  /** The last bad record's source and reason (kept with the count, so its evidence survives a restart). */
+  lastBad?: LastBadRecord | null;
+}
+
+/** The last bad record of a run, as checkpoints keep it. */
+export interface LastBadRecord {
+  source: string;
+  reason: string;
+  at: string;
 }
 
 const TIMER = Symbol('timer');
@@ -108,6 +117,12 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
   progress.recordsRead = previousSink?.read ?? 0;
   progress.recordsWritten = previousSink?.written ?? 0;
   progress.badRecords = previousSink?.bad ?? 0;
+  let lastBad: LastBadRecord | null = previousSink?.lastBad ?? null;
+  const addBad = (report: BadRecordReport) => {
+    options.badRecords.add(report);
+    progress.badRecords++;
+    lastBad = { source: report.source, reason: report.reason, at: new Date().toISOString() };
+  };
   progress.epoch = start?.epoch ?? 0;
   let lastCheckpoint: PipelineCheckpoint | null = start;
   let dirty = 0;
@@ -131,6 +146,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
       written: progress.recordsWritten,
       read: progress.recordsRead,
       bad: progress.badRecords,
+      ...(lastBad !== null ? { lastBad } : {}),
     } satisfies SinkPosition;
     const checkpoint: PipelineCheckpoint = {
       dag: options.dag,
@@ -158,10 +174,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
   const keyFields = sink.keyFields;
   const fields = options.fields ?? sink.fields;
   const handleRecords = async (branch: SourceBranch, item: Extract<SourceItem, { kind: 'records' }>) => {
-    for (const bad of item.bad) {
-      options.badRecords.add(bad);
-      progress.badRecords++;
-    }
+    for (const bad of item.bad) addBad(bad);
     const out: RecordOp[] = [];
     for (const op of item.ops) {
       let ops: RecordOp[] = [op];
@@ -180,8 +193,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
         if (current.op === 'delete') {
           const problem = fields ? keyProblem(current.key, keyFields, fields) : null;
           if (problem !== null) {
-            options.badRecords.add({ source: branch.source.handle, ...current.at, reason: problem });
-            progress.badRecords++;
+            addBad({ source: branch.source.handle, ...current.at, reason: problem });
             continue;
           }
         } else {
@@ -191,9 +203,9 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
               : fields
                 ? checkRecord(current.record, fields)
                 : null;
-          if (problem !== null) {
-            options.badRecords.add({ source: branch.source.handle, ...current.at, reason: problem });
-            progress.badRecords++;
+          const partial = problem === null && isPatch(current) ? patchProblem(current, sink) : null;
+          if (problem !== null || partial !== null) {
+            addBad({ source: branch.source.handle, ...current.at, reason: (problem ?? partial)! });
             continue;
           }
         }
@@ -212,11 +224,16 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
     }
     if (item.open) openSources.add(branch.source.handle);
     else openSources.delete(branch.source.handle);
+    let refused = 0;
     if (out.length > 0) {
       ensureNotAborted();
-      await sink.write(out);
+      const result = await sink.write(out);
+      for (const { op, reason } of result?.refused ?? []) {
+        addBad({ source: branch.source.handle, ...op.at, reason });
+        refused++;
+      }
     }
-    progress.recordsWritten += out.length;
+    progress.recordsWritten += out.length - refused;
     positions[branch.source.handle] = item.position;
     dirty += Math.max(1, item.read);
   };
@@ -374,6 +391,18 @@ function settleOrAbort<T>(
       },
     );
   });
+}
+
+/**
+ * Why a partial upsert (unchanged TOAST values, see ops.ts) cannot be written, or null: only a sink that holds the
+ * previous record fills it in, and only when its filter can be decided on the merged record.
+ */
+function patchProblem(op: RecordOp, sink: PipelineSink): string | null {
+  if (op.op === 'delete') return null;
+  if (op.lost !== undefined && op.lost.length > 0)
+    return `unchanged TOAST value(s) of ${(op.unchanged ?? []).join(', ')} not sent, and the filter needs field(s) ${op.lost.join(', ')} the endpoint does not keep`;
+  if (sink.acceptsPatches === true) return null;
+  return `unchanged TOAST value(s) of ${(op.unchanged ?? []).join(', ')} not sent; set REPLICA IDENTITY FULL on the source table`;
 }
 
 /** Why a delete's key does not fit the key fields' types, or null. */

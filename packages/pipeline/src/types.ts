@@ -128,7 +128,17 @@ export interface PipelineSink {
     decision: 'resume' | 'from-scratch';
     checkpoint: PipelineCheckpoint | null;
   }): Promise<void>;
-  write(ops: RecordOp[]): Promise<void>;
+  /**
+   * Stages `ops`. A sink may refuse some (returned with the reason: they count as bad records, not as written),
+   * e.g. a partial upsert with no stored record to fill it from.
+   */
+  // biome-ignore lint/suspicious/noConfusingVoidType: most sinks' `write` resolves to nothing (void), not undefined
+  write(ops: RecordOp[]): Promise<void | SinkWriteResult>;
+  /**
+   * `true` when the sink takes partial upserts (`RecordOp.unchanged` / `where`, see ops.ts) and fills them from the
+   * record it holds; for other sinks such an op is a bad record.
+   */
+  readonly acceptsPatches?: boolean;
   /**
    * Empties the destination as part of the current epoch (a source's truncate): what is staged and what is
    * committed. Sinks without it skip truncates (with a warning), as the file sink skips deletes.
@@ -151,6 +161,11 @@ export interface PipelineSink {
    */
   discard?(): Promise<void>;
   close(): Promise<void>;
+}
+
+/** What {@link PipelineSink.write} refused. */
+export interface SinkWriteResult {
+  refused: Array<{ op: RecordOp; reason: string }>;
 }
 
 /**

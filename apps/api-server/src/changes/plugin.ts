@@ -102,7 +102,10 @@ export async function changeFeedPlugin(
         // wrong type is a 400, not a feed that never sends a record.
         const filter: Filter | undefined =
           json === undefined ? undefined : checkFilter(json, lease.cache.schema, limits);
-        const combined = andFilters(filter, rowFilter);
+        // The row filter fits (asserted above); checked again for its stored form of operands (timestamps in
+        // canonical UTC text), as a query's combined filter is, so the feed and queries select the same records.
+        const rows = rowFilter === undefined ? undefined : checkFilter(rowFilter, lease.cache.schema);
+        const combined = andFilters(filter, rows);
         matches = Object.keys(combined).length > 0 ? compileFilter(combined) : null;
       } catch (err) {
         lease.release();

@@ -32,14 +32,21 @@ export type CacheState = (typeof CacheState)[keyof typeof CacheState];
  * One write to a cache: insert/update/upsert a whole record, or delete by primary-key values (in primary-key
  * order). The pipeline's ops are these plus where they were read (`@sluice/pipeline`'s `RecordOp`).
  *
+ * An upsert may leave fields `unchanged`: their values are the stored record's, filled in at commit (a logical
+ * replication update does not send a TOASTed value it did not change); with `where`, the merged record is kept
+ * only if it matches that filter, else the key is deleted. Such an upsert of a key with no stored record is a
+ * conflict (`CACHE_CONFLICT` under `onConflict: 'fail'`).
+ *
  * @example
  * ```ts
  * const ops: RecordOp[] = [{ op: 'upsert', record: { id: 1, value: 10 } }, { op: 'delete', key: [2] }];
  * cache.apply(ops);
+ * cache.apply([{ op: 'upsert', record: { id: 10, qty: 4242 }, unchanged: ['name'] }], { onConflict: 'fail' });
  * ```
  */
 export type RecordOp =
-  | { op: 'insert' | 'update' | 'upsert'; record: Record<string, unknown> }
+  | { op: 'insert' | 'update'; record: Record<string, unknown> }
+  | { op: 'upsert'; record: Record<string, unknown>; unchanged?: readonly string[]; where?: Filter }
   | { op: 'delete'; key: unknown[] };
 
 /**

@@ -2,19 +2,24 @@ import {
   aliasRedirected,
   type RecordOp as CacheRecordOp,
   type CacheSchema,
+  type ConflictPolicy,
   type EventPublisher,
   type Logger,
   type PipelineCheckpoint,
   parseQuery,
   SinkError,
+  SluiceError,
   type SwitchCause,
   silentLogger,
   snapshottingDone,
   type WritableCache,
   type WritableCacheCatalog,
 } from '@sluice/core';
-import { keyOf, type RecordOp } from '../ops.js';
-import type { PipelineSink, SinkFence } from '../types.js';
+import { isPatch, keyOf, type RecordOp } from '../ops.js';
+import type { PipelineSink, SinkFence, SinkWriteResult } from '../types.js';
+
+/** A partial upsert (core's upsert leaving fields `unchanged`, with a `where` decided on the merged record). */
+type PatchUpsert = Extract<CacheRecordOp, { op: 'upsert' }>;
 
 export interface CacheSinkOptions {
   handle: string;
@@ -177,21 +182,52 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
         if (notes?.held) held = notes.held.reason;
       } else await caches.annotate(cache.name, { held: null, snapshotDoneAt: null });
     },
+    acceptsPatches: true,
     async write(ops: RecordOp[]) {
-      const out: CacheRecordOp[] = new Array(ops.length);
-      for (let i = 0; i < ops.length; i++) {
-        const op = ops[i]!;
-        out[i] = op.op === 'delete' ? { op: 'delete', key: op.key } : { op: 'upsert', record: op.record };
+      let out: CacheRecordOp[] = [];
+      let refused: SinkWriteResult['refused'] | null = null;
+      const apply = (batch: CacheRecordOp[], onConflict: ConflictPolicy) => {
+        try {
+          cache.apply(batch, { onConflict });
+        } catch (err) {
+          throw new SinkError(`Cache ${cache.name}: ${(err as Error).message}`, { cause: err });
+        }
+      };
+      for (const op of ops) {
         if (op.op !== 'delete') {
           const key = keyOf(op.record, options.schema.primaryKey);
           if (key !== undefined) stagedKeys.set(JSON.stringify(key), key);
         }
+        if (op.op === 'delete' || !isPatch(op)) {
+          out.push(op.op === 'delete' ? { op: 'delete', key: op.key } : { op: 'upsert', record: op.record });
+          continue;
+        }
+        // A partial upsert (unchanged TOAST values): the cache fills it from the record it holds, in the commit's
+        // write transaction. Applied alone, after what came before it, so one without a record to fill from is
+        // refused (CACHE_CONFLICT) on its own.
+        if (out.length > 0) apply(out, 'overwrite');
+        out = [];
+        const patch = op;
+        const upsert: PatchUpsert = {
+          op: 'upsert',
+          record: patch.record,
+          ...(patch.unchanged !== undefined ? { unchanged: patch.unchanged } : {}),
+          ...(patch.where !== undefined ? { where: patch.where } : {}),
+        };
+        try {
+          cache.apply([upsert], { onConflict: 'fail' });
+        } catch (err) {
+          if (!SluiceError.hasCode(err, 'CACHE_CONFLICT'))
+            throw new SinkError(`Cache ${cache.name}: ${(err as Error).message}`, { cause: err });
+          refused ??= [];
+          refused.push({
+            op,
+            reason: `unchanged TOAST value(s) of ${(patch.unchanged ?? []).join(', ')} not sent, and the endpoint holds no record to take them from`,
+          });
+        }
       }
-      try {
-        cache.apply(out, { onConflict: 'overwrite' });
-      } catch (err) {
-        throw new SinkError(`Cache ${cache.name}: ${(err as Error).message}`, { cause: err });
-      }
+      if (out.length > 0) apply(out, 'overwrite');
+      return refused === null ? undefined : { refused };
     },
     async truncate() {
       // Deletes of every committed key and of every key staged since the last commit, in this epoch: the

@@ -22,6 +22,11 @@ export const ReplicationPositionSchema = z.object({
   lastKey: z.array(z.string()).nullable(),
   catchUp: Lsn.nullable(),
   columns: z.array(z.tuple([z.string(), z.number().int()])),
+  /**
+   * The relation OID of the table the generation follows: a table dropped and recreated under the same name is
+   * another table (a new generation). Absent in checkpoints written before it was recorded.
+   */
+  relation: z.number().int().optional(),
   read: z.number().int().nonnegative(),
 });
 export type ReplicationPosition = z.output<typeof ReplicationPositionSchema>;

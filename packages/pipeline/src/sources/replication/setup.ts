@@ -1,12 +1,8 @@
 import { createHash } from 'node:crypto';
-import {
-  ReplicaIdentityMissingError,
-  ReplicationNotEnabledError,
-  ReplicationNotPermittedError,
-  SourceError,
-} from '@sluice/core';
+import { ReplicationNotEnabledError, ReplicationNotPermittedError, SourceError } from '@sluice/core';
 import pg from 'pg';
-import { primaryKeyOf, quoteIdent } from '../../pg.js';
+import { quoteIdent } from '../../pg.js';
+import { keyCoveredByIdentity, relationOidOf, replicaIdentityOf } from './identity.js';
 import { normalizeLsn } from './lsn.js';
 
 /**
@@ -51,8 +47,11 @@ export type ColumnList = Array<[name: string, typeOid: number]>;
 
 /** What start-up learnt about the replicated table. */
 export interface TableFacts {
+  /** The key records are keyed by: the configured one, else the primary key; covered by the replica identity. */
   key: string[];
   columns: ColumnList;
+  /** The table's relation OID: a generation follows this table, not whatever later bears its name. */
+  relation: number;
 }
 
 const privilegeCodes = new Set(['42501']);
@@ -60,7 +59,8 @@ const privilegeCodes = new Set(['42501']);
 /**
  * Checks everything logical replication of `table` needs before anything is created, each with its own stable
  * error naming the setting to fix: `wal_level = logical` (`REPLICATION_NOT_ENABLED`), a role with `REPLICATION`
- * (`REPLICATION_NOT_PERMITTED`), a primary key or replica identity (`REPLICA_IDENTITY_MISSING`).
+ * (`REPLICATION_NOT_PERMITTED`), a replica identity that covers the key (`REPLICA_IDENTITY_MISSING`, saying whether
+ * the table has none, needs `key` configured, or is keyed outside its identity).
  */
 export async function checkReplicationPrerequisites(
   client: pg.Client,
@@ -75,21 +75,13 @@ export async function checkReplicationPrerequisites(
   );
   const me = role.rows[0];
   if (!me?.allowed) throw new ReplicationNotPermittedError(me?.name ?? 'current_user');
-  const relation = await client
-    .query<{ identity: string }>(`SELECT relreplident AS identity FROM pg_class WHERE oid = $1::regclass`, [
-      quoteIdent(table),
-    ])
-    .catch((err: unknown) => {
-      throw new SourceError(`Table ${table}: ${(err as Error).message}`, { cause: err });
-    });
-  const identity = relation.rows[0]?.identity ?? 'n';
-  const primaryKey = await primaryKeyOf(client, table);
+  const identity = await replicaIdentityOf(client, table).catch((err: unknown) => {
+    throw new SourceError(`Table ${table}: ${(err as Error).message}`, { cause: err });
+  });
   // Updates and deletes name their row by the replica identity: the primary key (default), an index, or the
-  // whole old row (full). Without one, PostgreSQL refuses them on a published table — or sends nothing usable.
-  const hasIdentity = (identity === 'd' && primaryKey.length > 0) || identity === 'i' || identity === 'f';
-  const key = configuredKey ?? (primaryKey.length > 0 ? primaryKey : null);
-  if (!hasIdentity || key === null) throw new ReplicaIdentityMissingError(table);
-  return { key, columns: await columnsOf(client, table) };
+  // whole old row (full). The records' key must be among what it names, or deletes and key changes are lost.
+  const key = keyCoveredByIdentity(table, identity, configuredKey);
+  return { key, columns: await columnsOf(client, table), relation: await relationOidOf(client, table) };
 }
 
 /** The table's live columns (name, type OID) in attribute order. */

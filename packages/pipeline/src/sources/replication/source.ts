@@ -8,6 +8,7 @@ import { quoteIdent } from '../../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../../types.js';
 import { SourceConnections } from './connections.js';
 import { createHeartbeatTable, DEFAULT_HEARTBEAT_TABLE } from './heartbeat.js';
+import { relationChange, relationOidOf, tableRelation } from './identity.js';
 import { LagTracker, type ReplicationLag } from './lag.js';
 import { compareLsn, maxLsn, normalizeLsn } from './lsn.js';
 import { markPublication, parseOwnerComment, publicationComment, type SlotOwner } from './ownership.js';
@@ -35,6 +36,13 @@ export interface ReplicationSourceOptions {
   table: string;
   /** Key columns (default: the primary key; required for a table with only `REPLICA IDENTITY FULL`). */
   key?: string[];
+  /**
+   * The key the records must carry when it is not the source's own: an endpoint's `primaryKey` (as source
+   * columns). It takes `key`'s place in the snapshot order and in deletes and key changes, so it is what the table's
+   * replica identity must cover (else `REPLICA_IDENTITY_MISSING` at start-up). Not part of the description: it
+   * follows from the endpoint's key, which its cache schema already records.
+   */
+  recordKey?: string[];
   slot: string;
   publication: string;
   /** Rows per snapshot page. Default 1000 (capped by the run's batch size). */
@@ -130,6 +138,15 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
           ok: false,
           reason: `replication slot ${slot} is confirmed at ${state.confirmedFlush}, past the cache's ${position.lsn}`,
         };
+      if (position.relation !== undefined) {
+        const replaced = relationChange(
+          table,
+          position.relation,
+          await tableRelation(client, table, publication),
+          false,
+        );
+        if (replaced !== null) return { ok: false, reason: replaced };
+      }
       const problem = incompatibleColumns(position.columns, await columnsOf(client, table));
       if (problem !== null) return { ok: false, reason: `table ${table}: ${problem}` };
       return { ok: true };
@@ -143,7 +160,11 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
    */
   const prepare = () =>
     withClient(async (client) => {
-      const facts = await checkReplicationPrerequisites(client, table, options.key ?? null);
+      const facts = await checkReplicationPrerequisites(
+        client,
+        table,
+        options.recordKey ?? options.key ?? null,
+      );
       const created = await ensurePublication(client, publication, table);
       if (options.heartbeat !== undefined) {
         await createHeartbeatTable(client, heartbeatTable);
@@ -164,7 +185,8 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     });
 
   async function* read(from: unknown | null, readOptions: ReadOptions): AsyncGenerator<SourceItem> {
-    const keys = (await prepare()).key;
+    const facts = await prepare();
+    const keys = facts.key;
     // A transfer without `follow` copies the consistent snapshot and ends; an endpoint and a following transfer stream on.
     const follows = readOptions.mode === 'endpoint' || readOptions.follow === true;
     let position: ReplicationPosition;
@@ -189,10 +211,13 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         lastKey: null,
         catchUp: null,
         columns: await columnsOf(snapshot, table),
+        relation: await relationOidOf(snapshot, table),
         read: 0,
       };
     } else {
       position = ReplicationPositionSchema.parse(from);
+      // A checkpoint from before relations were recorded: the table canResume accepted is the one to follow.
+      position.relation ??= facts.relation;
       if (position.phase === 'snapshot') {
         // The exported snapshot ended with the previous process: continue the pages in a new snapshot, and call
         // the snapshot complete once the stream (replaying from the slot's consistent point) has passed it.

@@ -10,6 +10,7 @@ import type { ReadOptions, SourceItem } from '../../types.js';
 import type { SourceConnections } from './connections.js';
 import { domainBaseTypes } from './domains.js';
 import { writeHeartbeat } from './heartbeat.js';
+import { relationChange, streamedIdentityGap, tableRelation } from './identity.js';
 import { LagTracker } from './lag.js';
 import { compareLsn, normalizeLsn } from './lsn.js';
 import type { ReplicationPosition } from './position.js';
@@ -75,10 +76,20 @@ export async function* readStream(
   });
   live.stream = current;
   current.start();
-  // PostgreSQL's own position, for the lag also while nothing streams.
+  // The table the generation follows is a relation, not a name: once it is dropped (recreated or not) or leaves
+  // the publication, nothing more of it streams — the stream would stay green on a table that is gone.
+  const relation = start.relation;
+  const replaced = new AbortController();
+  let replacedBecause: string | null = null;
+  const signal = AbortSignal.any([readOptions.signal, replaced.signal]);
+  // PostgreSQL's own position, for the lag also while nothing streams; and whether the table is still the same.
   const probe = connections.every(source.lagProbeMs, async (client) => {
     const result = await client.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn');
     live.lag.observeServer(result.rows[0]!.lsn);
+    if (relation === undefined || replacedBecause !== null) return;
+    const now = await tableRelation(client, table, source.publication);
+    replacedBecause = relationChange(table, relation, now, true);
+    if (replacedBecause !== null) replaced.abort();
   });
   // A write that streams through this slot, so it advances even when the table is idle and nothing else does.
   const beat = source.heartbeat;
@@ -110,8 +121,12 @@ export async function* readStream(
 
   try {
     for (;;) {
-      const item = await current.next(readOptions.signal);
-      if (item === null) return;
+      const item = await current.next(signal);
+      if (item === null) {
+        if (replacedBecause !== null && !readOptions.signal.aborted)
+          throw tableReplaced(table, replacedBecause);
+        return;
+      }
       if (item.kind === 'failed') throw item.error;
       if (item.kind === 'keepalive') {
         live.lag.observeReceived(item.lsn);
@@ -148,6 +163,20 @@ export async function* readStream(
           break;
         case 'relation': {
           if (!ours(message)) break;
+          // Same name, another table (a publication of all tables streams the recreated one too).
+          if (relation !== undefined && message.relationOid !== relation)
+            throw tableReplaced(
+              table,
+              relationChange(table, relation, { oid: message.relationOid, published: true }, false)!,
+            );
+          // The identity changed under the stream: what follows would not name the records' keys, and replaying
+          // that WAL never will — a new generation (whose start-up check then says what to fix).
+          const gap = streamedIdentityGap(table, message, keys);
+          if (gap !== null)
+            throw new SourceSchemaChangedError(
+              `Table ${table}: its replica identity changed; ${gap}; the endpoint needs a new generation`,
+              { details: { table, change: 'replica identity' } },
+            );
           const columns: ColumnList = message.columns.map((c) => [c.name, c.typeOid]);
           const problem = incompatibleColumns(position.columns, columns);
           if (problem !== null)
@@ -196,6 +225,13 @@ export async function* readStream(
     heartbeat?.stop();
     await current.close();
   }
+}
+
+/** The table the generation followed is gone (dropped, recreated, unpublished): the endpoint needs a new one. */
+function tableReplaced(table: string, change: string): SourceSchemaChangedError {
+  return new SourceSchemaChangedError(`Table ${table}: ${change}; the endpoint needs a new generation`, {
+    details: { table, change },
+  });
 }
 
 /** A slot still held by the walsender of a process that just died is released within moments: wait for it. */

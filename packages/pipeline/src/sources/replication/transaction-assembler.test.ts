@@ -59,16 +59,22 @@ describe('TransactionAssembler', () => {
     ]);
   });
 
-  it('reports a delete without its key and an update lacking an unchanged TOAST value as bad, writing neither', () => {
+  it('reports a delete without its key as bad; an update lacking unchanged TOAST values says which columns it leaves unchanged', () => {
     const txn = assembler();
     txn.begin(begin);
     txn.change(remove(null), 100);
-    txn.change(update(null, { id: 3, body: undefined }), 100);
+    txn.change(update(null, { id: 3, qty: 4, body: undefined, meta: undefined }), 100);
     const batch = txn.take('P');
-    expect(batch.kind === 'records' && batch.ops).toEqual([]);
+    expect(batch.kind === 'records' && batch.ops).toEqual([
+      {
+        op: 'upsert',
+        record: { id: 3, qty: 4 },
+        unchanged: ['body', 'meta'],
+        at: { source: 'pg', position: '0/10:1' },
+      },
+    ]);
     expect(batch.kind === 'records' && batch.bad.map((b) => b.reason)).toEqual([
       'a delete without its key columns',
-      'unchanged TOAST value(s) of body not sent; set REPLICA IDENTITY FULL on public.items',
     ]);
     expect(batch.kind === 'records' && batch.read).toBe(2);
   });

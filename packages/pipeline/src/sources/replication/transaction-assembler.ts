@@ -91,13 +91,9 @@ export class TransactionAssembler {
       return txn.ops.length >= batchSize;
     }
     const { record, missing } = toRecord(message.new);
-    if (missing !== null) {
-      // An unchanged TOASTed value is not sent unless the replica identity is FULL: writing the row without it
-      // would silently lose the value.
-      txn.bad.push({
-        ...at,
-        reason: `unchanged TOAST value(s) of ${missing.join(', ')} not sent; set REPLICA IDENTITY FULL on ${this.table.table}`,
-      });
+    if (missing !== null && message.tag === 'insert') {
+      // An insert always carries every value; a column without one is a protocol surprise, never a guess.
+      txn.bad.push({ ...at, reason: `an insert without value(s) of ${missing.join(', ')}` });
       return false;
     }
     if (message.tag === 'update') {
@@ -107,7 +103,11 @@ export class TransactionAssembler {
       if (before !== null && !sameKey(before, after))
         txn.ops.push({ op: 'delete', key: before, at: { ...at, position: `${at.position}:old` } });
     }
-    txn.ops.push({ op: 'upsert', record, at });
+    // An unchanged TOASTed value is not sent (unless the replica identity is FULL): the op says which columns keep
+    // their previous value, and a sink that holds the previous record (the cache) fills them in; any other refuses it.
+    txn.ops.push(
+      missing === null ? { op: 'upsert', record, at } : { op: 'upsert', record, unchanged: missing, at },
+    );
     return txn.ops.length >= batchSize;
   }
 
@@ -170,8 +170,8 @@ function sameKey(a: unknown[], b: unknown[] | null): boolean {
 }
 
 /**
- * The tuple as a plain record (the parser's tuples have no prototype), and the columns it lacks (an unchanged
- * TOASTed value arrives as undefined) — one pass, no per-change arrays unless something is missing.
+ * The tuple as a plain record (the parser's tuples have no prototype) without the columns it lacks, and their names
+ * (an unchanged TOASTed value arrives as undefined) — one pass, no per-change arrays unless something is missing.
  */
 function toRecord(tuple: Record<string, unknown>): { record: Row; missing: string[] | null } {
   const record: Row = {};
@@ -181,8 +181,9 @@ function toRecord(tuple: Record<string, unknown>): { record: Row; missing: strin
     if (value === undefined) {
       missing ??= [];
       missing.push(name);
+      continue;
     }
-    setOwnField(record, name, value);
+    setOwnField<unknown>(record, name, value);
   }
   return { record, missing };
 }

@@ -1,0 +1,65 @@
+import { type CacheSchema, parseQuery, type RecordOp, SluiceError } from '@sluice/core';
+import { tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { openCacheManager } from './manager.js';
+import type { PatchUpsert } from './patch.js';
+
+const schema: CacheSchema = {
+  fields: { id: 'integer', qty: 'integer', name: 'string' },
+  primaryKey: ['id'],
+  indexes: [['name']],
+};
+const checkpoint = (epoch: number) => ({
+  dag: 'd',
+  epoch,
+  positions: { src: epoch },
+  at: new Date().toISOString(),
+});
+const patch = (record: Record<string, unknown>, unchanged: string[], where?: PatchUpsert['where']) =>
+  ({ op: 'upsert', record, unchanged, ...(where ? { where } : {}) }) as PatchUpsert as RecordOp;
+
+describe('RwCache patch upserts (fields left unchanged)', () => {
+  it('fills unchanged fields from the stored record at commit, from a staged one before it, and logs the merged record', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply([{ op: 'upsert', record: { id: 1, qty: 1, name: 'big' } }]);
+    await cache.commit(checkpoint(1));
+    cache.apply([patch({ id: 1, qty: 2 }, ['name']), patch({ id: 1, qty: 3 }, ['name'])], {
+      onConflict: 'fail',
+    });
+    cache.apply([{ op: 'upsert', record: { id: 2, qty: 1, name: 'other' } }]);
+    cache.apply([patch({ id: 2, qty: 5 }, ['name'])], { onConflict: 'fail' });
+    await cache.commit(checkpoint(2));
+    expect(cache.get([1])).toEqual({ id: 1, qty: 3, name: 'big' });
+    expect(cache.get([2])).toEqual({ id: 2, qty: 5, name: 'other' });
+    // The index still finds it by the field the patch did not send.
+    expect(cache.query(parseQuery({ $filter: { name: 'big' } })).records).toEqual([
+      { id: 1, qty: 3, name: 'big' },
+    ]);
+    const log = cache.changeLog();
+    const upserts = log.read(0, 100).filter((e) => e.op === 'upsert');
+    expect(upserts.at(-2)).toMatchObject({ key: [1], record: { id: 1, qty: 3, name: 'big' } });
+  });
+
+  it('refuses a patch of an absent record under onConflict fail, and deletes the key when the merged record fails `where`', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    let error: unknown;
+    try {
+      cache.apply([patch({ id: 9, qty: 1 }, ['name'])], { onConflict: 'fail' });
+    } catch (err) {
+      error = err;
+    }
+    expect(SluiceError.hasCode(error, 'CACHE_CONFLICT')).toBe(true);
+    cache.apply([patch({ id: 9, qty: 1 }, ['name'])], { onConflict: 'overwrite' }); // skipped: nothing to fill from
+    cache.apply([{ op: 'upsert', record: { id: 1, qty: 1, name: 'hidden' } }]);
+    await cache.commit(checkpoint(1));
+    expect(cache.get([9])).toBeUndefined();
+    cache.apply([patch({ id: 1, qty: 2 }, ['name'], { name: { $ne: 'hidden' } })], { onConflict: 'fail' });
+    await cache.commit(checkpoint(2));
+    expect(cache.get([1])).toBeUndefined();
+    expect(cache.commitState().recordCount).toBe(0);
+  });
+});

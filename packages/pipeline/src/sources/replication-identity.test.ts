@@ -1,0 +1,214 @@
+/**
+ * What a replication source follows besides the rows: the table's replica identity must cover the key the records
+ * are keyed by (else updates and deletes cannot name the record), and the table itself — its relation OID — is part
+ * of what a generation follows (a table dropped and recreated is a different table: a new generation).
+ */
+import { join } from 'node:path';
+import { openCacheManager } from '@sluice/cache';
+import { type EndpointConfig, SluiceError } from '@sluice/core';
+import { type LogicalPostgresHandle, sql, startLogicalPostgres, tempDir, waitFor } from '@sluice/testkit';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { allRecords } from '../../test/helpers.js';
+import { startEndpointPipeline } from '../endpoint.js';
+import { createReplicationSource } from './replication/source.js';
+
+let server: LogicalPostgresHandle;
+beforeAll(async () => {
+  server = await startLogicalPostgres();
+});
+afterAll(async () => {
+  await server?.[Symbol.asyncDispose]();
+});
+
+async function start(root: string, url: string, config: EndpointConfig) {
+  const caches = await openCacheManager(root);
+  try {
+    const pipeline = await startEndpointPipeline(config, {
+      caches,
+      events: { publish: async () => {} },
+      connections: { db: { type: 'postgres', url } },
+      nodeId: 't1',
+      commitEveryMs: 50,
+      retryMs: 100,
+      replication: { keepaliveMs: 200 },
+    });
+    return {
+      caches,
+      pipeline,
+      async [Symbol.asyncDispose]() {
+        await pipeline.stop();
+        await caches.close();
+      },
+    };
+  } catch (err) {
+    await caches.close();
+    throw err;
+  }
+}
+
+/** The start-up outcome: `started`, or `<code>: <message>` of the error it stopped with. */
+async function startOutcome(root: string, url: string, config: EndpointConfig): Promise<string> {
+  try {
+    await using started = await start(root, url, config);
+    await started.pipeline.whenServing({ timeoutMs: 30_000 });
+    return 'started';
+  } catch (err) {
+    expect(SluiceError.isInstance(err)).toBe(true);
+    return `${(err as SluiceError).code}: ${(err as Error).message}`;
+  }
+}
+
+async function servedRecords(caches: Awaited<ReturnType<typeof start>>['caches'], name: string) {
+  const cache = await caches.openRo(name);
+  try {
+    return allRecords(cache);
+  } finally {
+    await cache.close();
+  }
+}
+
+const slots = async (url: string) =>
+  (
+    await sql<{ slot_name: string }>(
+      url,
+      'SELECT slot_name FROM pg_replication_slots WHERE database = current_database()',
+    )
+  ).map((r) => r.slot_name);
+
+describe('replica identity and table identity of a replication source', () => {
+  it('defect: an endpoint keyed on columns its replica identity does not cover is refused at start', {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const url = await server.createDatabase('byname');
+    await sql(url, 'CREATE TABLE byname (id int PRIMARY KEY, v text UNIQUE NOT NULL, n int)');
+    await sql(url, "INSERT INTO byname VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3)");
+    const byName = (key?: string[]): EndpointConfig =>
+      ({
+        name: 'byname',
+        source: { type: 'postgres', connection: 'db', table: 'byname', ...(key ? { key } : {}) },
+        primaryKey: ['v'],
+        fields: { id: 'integer', v: 'string', n: 'integer' },
+        indexes: [],
+      }) as EndpointConfig;
+
+    // Keyed on v, identity = the primary key (id): a delete names only id, an update of v not the old v.
+    for (const key of [undefined, ['v']]) {
+      const outcome = await startOutcome(join(dir.path, `data-${key ? 'k' : 'nok'}`), url, byName(key));
+      expect(outcome).toMatch(/^REPLICA_IDENTITY_MISSING: /);
+      expect(outcome).toContain('"v"');
+      expect(outcome).toContain('REPLICA IDENTITY FULL');
+      expect(outcome).toContain('"id"');
+    }
+    // Refused before anything was created.
+    expect(await slots(url)).toEqual([]);
+
+    // With an identity that covers v, the same endpoint mirrors deletes and key changes exactly.
+    await sql(url, 'ALTER TABLE byname REPLICA IDENTITY FULL');
+    await using started = await start(join(dir.path, 'data-full'), url, byName());
+    await started.pipeline.whenServing({ timeoutMs: 30_000 });
+    await sql(url, "DELETE FROM byname WHERE id = 1; UPDATE byname SET v = 'TWO' WHERE id = 2");
+    await waitFor(
+      async () => {
+        const records = await servedRecords(started.caches, 'byname');
+        return JSON.stringify(records.map((r) => r.v).sort()) === JSON.stringify(['TWO', 'three']);
+      },
+      { timeoutMs: 20_000, what: 'the delete and the key change' },
+    );
+    expect(started.pipeline.status().badRecords.count).toBe(0);
+
+    // The identity changed under the running endpoint: the next change of the table stops it rather than diverge.
+    await sql(url, "ALTER TABLE byname REPLICA IDENTITY DEFAULT; DELETE FROM byname WHERE v = 'three'");
+    await waitFor(() => started.pipeline.status().error?.code === 'REPLICA_IDENTITY_MISSING', {
+      timeoutMs: 20_000,
+      what: `the endpoint to stop on the identity (${JSON.stringify(started.pipeline.status().error)})`,
+    });
+    expect(started.pipeline.status().badRecords.count).toBe(0);
+  });
+
+  it('defect: REPLICA IDENTITY USING INDEX without `key` says to configure `key` with the index columns', async () => {
+    const url = await server.createDatabase('idxid');
+    await sql(url, 'CREATE TABLE idxid (a int NOT NULL, b text)');
+    await sql(url, 'CREATE UNIQUE INDEX idxid_a ON idxid (a)');
+    await sql(url, 'ALTER TABLE idxid REPLICA IDENTITY USING INDEX idxid_a');
+    const source = (key?: string[]) =>
+      createReplicationSource({
+        handle: 'idxid.source',
+        url,
+        table: 'idxid',
+        slot: 'sluice_t1_idxid',
+        publication: 'sluice_t1_idxid',
+        ...(key ? { key } : {}),
+      });
+    const refusal = async (key?: string[]) => {
+      const s = source(key);
+      try {
+        await s.preflight!();
+        return 'accepted';
+      } catch (err) {
+        return `${(err as SluiceError).code}: ${(err as Error).message}`;
+      } finally {
+        await s.close();
+      }
+    };
+    const without = await refusal();
+    expect(without).toMatch(/^REPLICA_IDENTITY_MISSING: /);
+    expect(without).not.toContain('no replica identity');
+    expect(without).toContain('idxid_a');
+    expect(without).toMatch(/key.*\["a"\]/);
+    expect(await refusal(['a'])).toBe('accepted');
+    expect(await refusal(['b'])).toMatch(/^REPLICA_IDENTITY_MISSING: .*"b".*idxid_a/);
+  });
+
+  it('defect: a table dropped and recreated is rebuilt from the new table, live and at restart', {
+    timeout: 90_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const root = join(dir.path, 'data');
+    const url = await server.createDatabase('fullid');
+    const create = async (rows: string) => {
+      await sql(url, 'CREATE TABLE fullid (a int NOT NULL, b text)');
+      await sql(url, 'ALTER TABLE fullid REPLICA IDENTITY FULL');
+      await sql(url, `INSERT INTO fullid VALUES ${rows}`);
+    };
+    await create("(1, 'x'), (2, 'x'), (3, 'x'), (4, 'x')");
+    const config = {
+      name: 'fullid',
+      source: { type: 'postgres', connection: 'db', table: 'fullid', key: ['a'] },
+      primaryKey: ['a'],
+      fields: { a: 'integer', b: 'string' },
+      indexes: [],
+    } as EndpointConfig;
+    const servedKeys = async (caches: Awaited<ReturnType<typeof start>>['caches']) =>
+      (await servedRecords(caches, 'fullid')).map((r) => r.a as number).sort((x, y) => x - y);
+    {
+      await using started = await start(root, url, config);
+      await started.pipeline.whenServing({ timeoutMs: 30_000 });
+      expect(await servedKeys(started.caches)).toEqual([1, 2, 3, 4]);
+
+      await sql(url, 'DROP TABLE fullid');
+      await create("(100, 'new'), (101, 'new2')");
+      await waitFor(async () => JSON.stringify(await servedKeys(started.caches)) === '[100,101]', {
+        timeoutMs: 30_000,
+        what: `the endpoint to serve the recreated table (status ${JSON.stringify(started.pipeline.status().error)})`,
+      });
+      await sql(url, "INSERT INTO fullid VALUES (102, 'streamed')");
+      await waitFor(async () => (await servedKeys(started.caches)).includes(102), {
+        timeoutMs: 20_000,
+        what: 'a change of the recreated table to stream',
+      });
+    }
+
+    // Stopped, then the table is replaced again: the restart must not resume on the old checkpoint.
+    await sql(url, 'DROP TABLE fullid');
+    await create("(200, 'again')");
+    await using restarted = await start(root, url, config);
+    expect(restarted.pipeline.decision.decision).toBe('from-scratch');
+    expect(restarted.pipeline.decision.reason).toMatch(/fullid.*(dropped|recreated|replaced)/);
+    await restarted.pipeline.whenServing({ timeoutMs: 30_000 });
+    await waitFor(async () => JSON.stringify(await servedKeys(restarted.caches)) === '[200]', {
+      timeoutMs: 30_000,
+      what: 'the restarted endpoint to serve the table now there',
+    });
+  });
+});
