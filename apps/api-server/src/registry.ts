@@ -47,7 +47,9 @@ export interface RegistryOptions {
  * when the alias moves. Only this host's `AliasRedirected` events count (versions are per host). Subscribes to `AliasRedirected` BEFORE opening anything (an event published while the
  * initial aliases are opened is buffered, not lost), reconciles with the alias table on every backplane
  * reconnect and every `reconcileMs`, and polls `aliasTableVersion()` whenever no event source is connected.
- * A replaced generation stays open until the last request reading it releases its lease, then closes.
+ * A replaced generation stays open until the last request reading it releases its lease, then closes. An alias the
+ * table no longer has (retired: its endpoint left the app-server's configuration) stops being served — events
+ * never announce that, so the table version is watched for it even while NATS is connected.
  *
  * @example
  * ```ts
@@ -217,7 +219,6 @@ export class EndpointRegistry implements AsyncDisposable {
 
   private watchTable(): void {
     if (this.closed) return;
-    if (this.events && this.eventStatus() === 'connected') return;
     let version: number;
     try {
       version = this.caches.aliasTableVersion();
@@ -225,7 +226,32 @@ export class EndpointRegistry implements AsyncDisposable {
       this.logger.warn({ err }, 'could not read the alias table version');
       return;
     }
+    if (this.events && this.eventStatus() === 'connected') {
+      // Events announce moves, never a retired alias (an endpoint removed from the configuration): that is seen
+      // in the alias table only, so look for one whenever the table changed.
+      if (version !== this.seenRetirementsVersion) void this.withdrawRetired(version);
+      return;
+    }
     if (version !== this.seenTableVersion) void this.reconcile('watch');
+  }
+
+  private seenRetirementsVersion = -1;
+
+  /** Stops serving every alias the table no longer has (read at table version `version` or later). */
+  private async withdrawRetired(version: number): Promise<void> {
+    this.seenRetirementsVersion = version;
+    try {
+      const live = new Set(this.caches.listAliases().map((entry) => entry.alias));
+      await Promise.all(
+        this.table
+          .aliases()
+          .filter((alias) => !live.has(alias))
+          .map((alias) => this.sync(alias, 'watch')),
+      );
+    } catch (err) {
+      this.seenRetirementsVersion = -1;
+      this.logger.warn({ err }, 'could not check the alias table for retired aliases; will retry');
+    }
   }
 
   /**
@@ -260,7 +286,12 @@ export class EndpointRegistry implements AsyncDisposable {
       // Read the version first: a redirect that lands while we list is seen by the next watch tick.
       const version = this.caches.aliasTableVersion();
       const aliases = this.caches.listAliases();
-      await Promise.all(aliases.map((entry) => this.sync(entry.alias, reason)));
+      // Aliases served here that the table no longer has were retired: `sync` withdraws them.
+      const live = new Set(aliases.map((entry) => entry.alias));
+      const retired = this.table.aliases().filter((alias) => !live.has(alias));
+      await Promise.all(
+        [...aliases.map((entry) => entry.alias), ...retired].map((alias) => this.sync(alias, reason)),
+      );
       this.seenTableVersion = version;
     } catch (err) {
       if (reason === 'initial') throw err;
@@ -284,12 +315,23 @@ export class EndpointRegistry implements AsyncDisposable {
   ): Promise<void> {
     if (this.closed) return;
     const entry = this.caches.resolveAlias(alias);
+    if (!entry) {
+      // The table is the truth, and the writer moves an alias there before it announces the move: an alias the
+      // table lacks was retired (its endpoint left the configuration) or never existed, whatever an event — such
+      // as the last one the backplane kept for it — says.
+      const withdrawn = this.table.withdraw(slot);
+      if (withdrawn)
+        this.logger.info(
+          { alias, cache: withdrawn.name, reason },
+          'stopped serving an endpoint whose alias was retired (removed from the configuration)',
+        );
+      return;
+    }
     let target: { cache: string; version: number } | null = entry;
-    if (hint && hint.version !== undefined && (!entry || hint.version > entry.version)) {
+    if (hint && hint.version !== undefined && hint.version > entry.version) {
       // The event is ahead of what this process can see of the table yet: trust its version.
       target = { cache: hint.to, version: hint.version };
     }
-    if (!target) return;
     const current = slot.current;
     if (current && current.name === target.cache) {
       if (target.version > current.version) current.version = target.version;

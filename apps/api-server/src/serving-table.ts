@@ -66,6 +66,23 @@ export class ServingTable {
     return slot;
   }
 
+  /** Every alias with a slot: served, failing to open, or withdrawn. */
+  aliases(): string[] {
+    return [...this.slots.keys()];
+  }
+
+  /**
+   * Stops serving `slot` (its alias was retired): new requests get `UNKNOWN_ENDPOINT`, requests in flight finish
+   * on the generation, which closes after them. Returns the generation withdrawn, if one served.
+   */
+  withdraw(slot: Slot): Generation | null {
+    const withdrawn = slot.current;
+    slot.current = null;
+    slot.failure = null;
+    if (withdrawn) this.retire(withdrawn);
+    return withdrawn;
+  }
+
   /** Endpoint names currently served. */
   names(): string[] {
     return [...this.slots.entries()].filter(([, slot]) => slot.current !== null).map(([alias]) => alias);

@@ -3,10 +3,11 @@
  * and publishes AliasRedirected on NATS; two `sluice-api-server` processes serve it. A blue/green rebuild with
  * changed data (`POST /v1/endpoints/items/rebuild` on the app-server) happens under continuous load.
  */
-import { rename, writeFile } from 'node:fs/promises';
+import { readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { freePort, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
+import YAML from 'yaml';
 import {
   fetchJson,
   type SpawnedApiServer,
@@ -143,4 +144,69 @@ describe('api-servers behind a real app-server', () => {
       expect(count.body).toEqual({ count: 420 });
     }
   }, 240_000);
+
+  it('defect: an endpoint removed from the configuration is retired: api-servers stop serving it, also after a restart', async () => {
+    await using nats = await startNatsServer();
+    await using dir = await tempDir('sluice-api-e2e-removed-');
+    const source = join(dir.path, 'items.jsonl');
+    await writeSource(source, 1);
+    const appPort = await freePort();
+    // A reconcile period far beyond the test's patience: the api-server must learn of the removal otherwise.
+    const config = await writeItemsConfig(dir.path, {
+      appPort,
+      natsUrl: nats.url,
+      source,
+      extra: { cache: { gcGraceMs: 3_600_000 } },
+    });
+    const withGone = YAML.parse(await readFile(config, 'utf8'));
+    withGone.api = { reconcileMs: 600_000 };
+    withGone.endpoints.push({ ...withGone.endpoints[0], name: 'gone' });
+    await writeFile(config, YAML.stringify(withGone));
+    const appUrl = `http://127.0.0.1:${appPort}`;
+    let app = await spawnAppServer(config, dir.path);
+    try {
+      await using api = await spawnApiServer(config);
+      const counts = async (name: string) =>
+        fetchJson(`${api.url}/v1/endpoints/${name}/count`, { method: 'POST' });
+      await waitFor(
+        async () => (await counts('items')).body.count === 400 && (await counts('gone')).body.count === 400,
+        { timeoutMs: 30_000, what: 'the api-server to serve both endpoints' },
+      );
+
+      // The app-server restarts without "gone" while the api-server keeps running, connected to NATS.
+      await app.stop('SIGTERM', 20_000);
+      const without = { ...withGone, endpoints: [withGone.endpoints[0]] };
+      await writeFile(config, YAML.stringify(without));
+      app = await spawnAppServer(config, dir.path);
+      expect(
+        (await fetchJson(`${appUrl}/v1/endpoints`)).body.endpoints.map((e: { name: string }) => e.name),
+      ).toEqual(['items']);
+      await waitFor(async () => (await counts('gone')).status === 404, {
+        timeoutMs: 5_000,
+        what: 'the running api-server to stop serving the removed endpoint',
+      });
+      const refused = await counts('gone');
+      expect(refused.body).toMatchObject({ code: 'UNKNOWN_ENDPOINT', endpoint: 'gone' });
+      expect(refused.headers.get('sluice-position')).toBeNull();
+      const listed = await fetchJson(`${api.url}/v1/endpoints`);
+      expect(listed.body.endpoints.map((e: { name: string }) => e.name)).toEqual(['items']);
+      expect((await counts('items')).body).toEqual({ count: 400 });
+      // The app-server says what it did.
+      expect(
+        JSON.parse(await app.waitForLine(/retired the alias of an endpoint no longer configured/, 5_000)),
+      ).toMatchObject({
+        endpoint: 'gone',
+      });
+
+      // A fresh api-server neither opens it from the alias table nor from the last alias event NATS kept.
+      await using fresh = await spawnApiServer(config);
+      const freshCount = await fetchJson(`${fresh.url}/v1/endpoints/gone/count`, { method: 'POST' });
+      expect(freshCount.status).toBe(404);
+      expect((await fetchJson(`${fresh.url}/v1/endpoints/items/count`, { method: 'POST' })).body).toEqual({
+        count: 400,
+      });
+    } finally {
+      await app.stop('SIGTERM', 20_000);
+    }
+  }, 180_000);
 });

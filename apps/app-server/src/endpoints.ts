@@ -2,8 +2,10 @@ import {
   type BuildProgress,
   type CacheCatalog,
   type EndpointConfig,
+  EndpointNotRunningError,
   type EndpointPipeline,
   type EndpointStatus,
+  EndpointStoppedError,
   type GenerationsView,
   type Logger,
   type ReplicationStatus,
@@ -15,9 +17,19 @@ import type { PipelineSample } from './metrics.js';
 
 export type { BuildProgress, EndpointStatus, ReplicationStatus, SwitchOutcome };
 
+/** Starts the pipeline of one configured endpoint (throws why it cannot run: a misconfigured source, say). */
+export type StartPipeline = (endpoint: EndpointConfig) => Promise<EndpointPipeline>;
+
+/** What an endpoint's failed start is remembered as: its error code and message. */
+interface StartFailure {
+  code: string;
+  message: string;
+}
+
 /**
  * The serving plane of this host: one pipeline per configured endpoint, started with the node (alias exists →
- * open its cache; else create cache + alias, as the pipeline package decides), stopped with it.
+ * open its cache; else create cache + alias, as the pipeline package decides), stopped with it. An endpoint whose
+ * pipeline failed to start stays listed (`phase: failed` with its error); `rebuild` starts it again.
  *
  * @example
  * ```ts
@@ -27,42 +39,59 @@ export type { BuildProgress, EndpointStatus, ReplicationStatus, SwitchOutcome };
  */
 export class EndpointManager {
   readonly #pipelines = new Map<string, EndpointPipeline>();
-  readonly #failures = new Map<string, { code: string; message: string }>();
+  readonly #failures = new Map<string, StartFailure>();
+  /** Starts in progress (at a retry), so two Rebuilds of a failed endpoint start one pipeline. */
+  readonly #starting = new Map<string, Promise<void>>();
   readonly #caches: CacheCatalog;
   readonly #configs: EndpointConfig[];
+  readonly #startPipeline: StartPipeline;
+  readonly #logger: Logger;
+  #stopped = false;
 
-  private constructor(caches: CacheCatalog, configs: EndpointConfig[]) {
+  private constructor(
+    caches: CacheCatalog,
+    configs: EndpointConfig[],
+    startPipeline: StartPipeline,
+    logger: Logger,
+  ) {
     this.#caches = caches;
     this.#configs = configs;
+    this.#startPipeline = startPipeline;
+    this.#logger = logger;
   }
 
   static async start(
     endpoints: EndpointConfig[],
-    context: {
-      caches: CacheCatalog;
-      startPipeline: (endpoint: EndpointConfig) => Promise<EndpointPipeline>;
-      logger: Logger;
-    },
+    context: { caches: CacheCatalog; startPipeline: StartPipeline; logger: Logger },
   ): Promise<EndpointManager> {
-    const manager = new EndpointManager(context.caches, endpoints);
-    for (const endpoint of endpoints) {
-      try {
-        const pipeline = await context.startPipeline(endpoint);
-        manager.#pipelines.set(endpoint.name, pipeline);
-        context.logger.info(
-          { endpoint: endpoint.name, decision: pipeline.decision },
-          'endpoint pipeline started',
-        );
-      } catch (err) {
-        const error = err as { code?: string; message?: string };
-        manager.#failures.set(endpoint.name, {
-          code: error.code ?? 'INTERNAL',
-          message: error.message ?? String(err),
-        });
-        context.logger.error({ endpoint: endpoint.name, err }, 'endpoint pipeline failed to start');
-      }
-    }
+    const manager = new EndpointManager(context.caches, endpoints, context.startPipeline, context.logger);
+    for (const endpoint of endpoints) await manager.#launch(endpoint);
     return manager;
+  }
+
+  /** Starts one endpoint's pipeline; a failure is remembered (and shown) rather than thrown. */
+  async #launch(endpoint: EndpointConfig): Promise<void> {
+    try {
+      const pipeline = await this.#startPipeline(endpoint);
+      if (this.#stopped) {
+        // The node stopped while this (retried) start ran: nobody would stop the pipeline later.
+        await pipeline.stop().catch(() => undefined);
+        return;
+      }
+      this.#pipelines.set(endpoint.name, pipeline);
+      this.#failures.delete(endpoint.name);
+      this.#logger.info(
+        { endpoint: endpoint.name, decision: pipeline.decision },
+        'endpoint pipeline started',
+      );
+    } catch (err) {
+      const error = err as { code?: string; message?: string };
+      this.#failures.set(endpoint.name, {
+        code: error.code ?? 'INTERNAL',
+        message: error.message ?? String(err),
+      });
+      this.#logger.error({ endpoint: endpoint.name, err }, 'endpoint pipeline failed to start');
+    }
   }
 
   /** Names of the configured endpoints. */
@@ -145,9 +174,29 @@ export class EndpointManager {
     });
   }
 
-  /** Forces a blue/green rebuild of one endpoint. */
-  async rebuild(name: string): Promise<void> {
-    await this.#pipeline(name).rebuild();
+  /**
+   * Forces a blue/green rebuild of one endpoint. An endpoint whose pipeline failed to start is started again
+   * instead (as at node start: it resumes into its cache when it can, else builds a new generation) — the retry
+   * after its cause was fixed; `ENDPOINT_NOT_RUNNING` (with the new failure) when it fails again.
+   *
+   * @returns `restarted` when a failed endpoint's pipeline was started again, `started` for a rebuild.
+   */
+  async rebuild(name: string): Promise<'started' | 'restarted'> {
+    const config = this.#config(name);
+    const running = this.#pipelines.get(name);
+    if (running) {
+      await running.rebuild();
+      return 'started';
+    }
+    if (this.#stopped) throw new EndpointStoppedError(name);
+    let starting = this.#starting.get(name);
+    if (!starting) {
+      starting = this.#launch(config).finally(() => this.#starting.delete(name));
+      this.#starting.set(name, starting);
+    }
+    await starting;
+    this.#pipeline(name);
+    return 'restarted';
   }
 
   /** Switches the endpoint's alias to its held generation (`NOTHING_TO_PROMOTE` when none is held). */
@@ -175,19 +224,27 @@ export class EndpointManager {
     };
   }
 
+  #config(name: string): EndpointConfig {
+    const config = this.#configs.find((endpoint) => endpoint.name === name);
+    if (!config) throw new UnknownEndpointError(name);
+    return config;
+  }
+
+  /** The endpoint's running pipeline; a configured one that is not running is a 409 saying why, never a 404. */
   #pipeline(name: string): EndpointPipeline {
+    this.#config(name);
     const pipeline = this.#pipelines.get(name);
     if (pipeline) return pipeline;
-    if (this.#configs.some((endpoint) => endpoint.name === name)) {
-      const failure = this.#failures.get(name);
-      throw new UnknownEndpointError(
-        `${name} (its pipeline is not running: ${failure?.message ?? 'stopped'})`,
-      );
-    }
-    throw new UnknownEndpointError(name);
+    if (this.#stopped) throw new EndpointStoppedError(name);
+    throw new EndpointNotRunningError(
+      name,
+      this.#failures.get(name) ?? { code: 'INTERNAL', message: 'its pipeline did not start' },
+    );
   }
 
   async stop(): Promise<void> {
+    this.#stopped = true;
+    await Promise.allSettled(this.#starting.values());
     const pipelines = [...this.#pipelines.values()];
     this.#pipelines.clear();
     await Promise.allSettled(pipelines.map((pipeline) => pipeline.stop()));

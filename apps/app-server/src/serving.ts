@@ -3,6 +3,7 @@ import { type CacheManager, openCacheManager } from '@sluice/cache';
 import type { AliasRedirected, EventPublisher, Logger, SluiceConfig, SluiceEvent } from '@sluice/core';
 import { startEndpointPipeline } from '@sluice/pipeline';
 import { EndpointManager } from './endpoints.js';
+import { retireRemovedEndpoints } from './removed-endpoints.js';
 import { dropRemovedEndpointSlots } from './replication-slots.js';
 
 /** The serving plane of this host: its LMDB caches and the endpoint pipelines that fill them. */
@@ -33,7 +34,7 @@ export function withHost(publisher: EventPublisher, host: string): EventPublishe
 /**
  * Opens the host's caches under `dataDir` (the root the api-servers of this host read) and starts one
  * pipeline per configured endpoint (alias exists → resume into its cache or rebuild blue/green; else create
- * cache + alias), publishing `AliasRedirected` through `events`, stamped with this host (`node.id`). Retired generations are garbage-collected
+ * cache + alias) after retiring the aliases of endpoints no longer configured, publishing `AliasRedirected` through `events`, stamped with this host (`node.id`). Retired generations are garbage-collected
  * after `cache.gcGraceMs`.
  *
  * @example
@@ -72,6 +73,8 @@ export async function openServingPlane(
   };
   let endpoints: EndpointManager;
   try {
+    // Before the pipelines start: an endpoint gone from the configuration must not stay served, stale.
+    await retireRemovedEndpoints(caches, config, context.logger);
     endpoints = await EndpointManager.start(config.endpoints, {
       caches,
       logger: context.logger,

@@ -235,14 +235,16 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     '/v1/endpoints/:name/rebuild',
     {
       schema: {
-        summary: 'Force a blue/green rebuild of an endpoint',
+        summary: 'Force a blue/green rebuild of an endpoint (or start a failed one again)',
+        description:
+          '202 `{endpoint, rebuild: "started"}`: a new generation is built while the current one serves. An endpoint whose pipeline failed to start (`phase: failed`) is started again instead: 202 `rebuild: "restarted"`, or 409 ENDPOINT_NOT_RUNNING with the new `failure` when its cause remains.',
         params: NameParams,
         querystring: NoQuery,
       },
     },
     async (request, reply) => {
-      await options.endpoints.rebuild(request.params.name);
-      return reply.code(202).send({ endpoint: request.params.name, rebuild: 'started' });
+      const rebuild = await options.endpoints.rebuild(request.params.name);
+      return reply.code(202).send({ endpoint: request.params.name, rebuild });
     },
   );
 

@@ -76,8 +76,11 @@ function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView
           disabled={action.busy !== null || endpoint.building !== null}
           onClick={() =>
             action.run('Rebuild', async () => {
-              await control.rebuild(endpoint.name);
-              return `Rebuild of ${endpoint.name} started: a new generation is built while ${short(endpoint.servingCache)} serves.`;
+              const started = await control.rebuild(endpoint.name);
+              // A failed endpoint is started again rather than rebuilt (a refusal shows the API's error instead).
+              return started.rebuild === 'restarted'
+                ? `${endpoint.name} was started again.`
+                : `Rebuild of ${endpoint.name} started: a new generation is built while ${short(endpoint.servingCache)} serves.`;
             })
           }
         >
@@ -124,6 +127,24 @@ function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView
             )}
           </dd>
         </div>
+        <div>
+          <dt>Skipped records</dt>
+          <dd data-fact="bad-records" class={endpoint.badRecords.count > 0 ? 'warning' : undefined}>
+            {count(endpoint.badRecords.count)}
+          </dd>
+        </div>
+        {endpoint.badRecords.last && (
+          // Rows the schema refused are dropped while the endpoint streams on: say so, or it looks healthy.
+          <div class="wide">
+            <dt>Last skipped record</dt>
+            <dd class="warning" data-fact="bad-record-reason">
+              {endpoint.badRecords.last.reason}{' '}
+              <span class="muted">
+                ({endpoint.badRecords.last.source}, {when(endpoint.badRecords.last.at)})
+              </span>
+            </dd>
+          </div>
+        )}
         {endpoint.error && (
           <div class="wide">
             <dt>Error</dt>
@@ -192,6 +213,7 @@ function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView
             endpoint={endpoint.name}
             history={endpoint.history}
             rollbackTarget={rollbackTarget}
+            rollbackUnavailable={rollbackUnavailableOf(endpoint)}
             busy={action.busy !== null}
             onRollback={() =>
               action.run('Roll back', async () => {
@@ -214,19 +236,31 @@ function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView
 
 /**
  * Roll back is offered where the API would do it: the latest switch came from a generation that is still
- * retained (not garbage-collected) and was not itself a rollback (a repeated rollback changes nothing).
+ * retained (not garbage-collected) and was not itself a rollback (a repeated rollback changes nothing), and the
+ * endpoint's source can resume an older generation — a logical-replication one (`replication` set) cannot: each
+ * generation starts from a snapshot of its own slot, which cannot go back, so the API always answers 409
+ * `CANNOT_RESUME`.
  */
 function rollbackTargetOf(endpoint: EndpointWatchView): string | null {
+  if (rollbackUnavailableOf(endpoint) !== null) return null;
   const latest = endpoint.history[0];
   if (!latest || latest.from === null || latest.cause === 'rollback') return null;
   const previous = endpoint.generations.find((g) => g.name === latest.from);
   return previous && previous.state !== 'serving' ? previous.name : null;
 }
 
+/** Why Roll back cannot succeed for this endpoint whatever its history, or null. */
+function rollbackUnavailableOf(endpoint: EndpointWatchView): string | null {
+  return endpoint.replication !== null
+    ? 'Roll back is not possible: this endpoint reads logical replication, and each generation starts from its own slot snapshot, which cannot go back. Rebuild instead.'
+    : null;
+}
+
 function Timeline(props: {
   endpoint: string;
   history: SwitchView[];
   rollbackTarget: string | null;
+  rollbackUnavailable: string | null;
   busy: boolean;
   onRollback: () => void;
 }) {
@@ -245,6 +279,11 @@ function Timeline(props: {
             <button type="button" class="secondary rollback" disabled={props.busy} onClick={props.onRollback}>
               Roll back to {shortGeneration(props.rollbackTarget, props.endpoint)}
             </button>
+          )}
+          {i === 0 && entry.from !== null && props.rollbackUnavailable && (
+            <p class="muted" data-rollback="unavailable">
+              {props.rollbackUnavailable}
+            </p>
           )}
         </li>
       ))}
