@@ -54,10 +54,12 @@ export interface NodeSpec {
   /** Options for `node` itself (a benchmark passes `--cpu-prof`). */
   nodeArgs?: string[];
   /**
-   * Run the process as this user (through `setpriv`, so the test process may stay root): root passes every
-   * permission check, so a test of what an app-server may not read or write needs an unprivileged one.
+   * Run the process (as root) without the capabilities that let root pass file permission checks
+   * (`CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`, dropped from its bounding set by `setpriv`): a test
+   * of what an app-server may not read or write needs the checks, and the process can still read the repository
+   * (root owns it, whatever directory it was cloned into).
    */
-  user?: { uid: number; gid: number };
+  withoutFileCapabilities?: boolean;
 }
 
 /**
@@ -131,7 +133,7 @@ export async function startNodeProcess(spec: NodeSpec): Promise<NodeProcess> {
   ];
   await writeFile(configFile, lines.filter((l) => l !== '').join('\n'));
   const child =
-    spec.user === undefined
+    spec.withoutFileCapabilities !== true
       ? spawnTs(BIN, ['--config', configFile], {
           cwd: spec.dir,
           env: spec.env ?? {},
@@ -140,9 +142,7 @@ export async function startNodeProcess(spec: NodeSpec): Promise<NodeProcess> {
       : spawnProcess(
           'setpriv',
           [
-            `--reuid=${spec.user.uid}`,
-            `--regid=${spec.user.gid}`,
-            '--clear-groups',
+            '--bounding-set=-dac_override,-dac_read_search,-fowner',
             process.execPath,
             ...(spec.nodeArgs ?? []),
             '--conditions=@sluice/source',

@@ -3,7 +3,8 @@
  * submit with `403 PATH_NOT_ACCESSIBLE` when that can be seen there, a FAILED transfer with the same code when it
  * shows only at run time — never `500 INTERNAL`, never a partial file left behind.
  *
- * Root passes every permission check, so the app-server runs as `nobody` (through `setpriv`) on files it owns.
+ * Root passes every permission check, so the app-server runs as root without the capabilities that bypass them
+ * (`setpriv --bounding-set`): the files' own modes decide, as for any service user.
  */
 import { spawnSync } from 'node:child_process';
 import { chmod, chown, mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
@@ -20,25 +21,20 @@ import {
 } from './helpers.js';
 
 const NOBODY = { uid: 65534, gid: 65534 };
-/** Only root can run the child as another user, and only root makes the point (chmod does not stop root). */
-const canDropPrivileges = process.getuid?.() === 0 && spawnSync('setpriv', ['--version']).status === 0;
+/** Only root can drop root's file capabilities, and only root makes the point (chmod does not stop root). */
+const canDropCapabilities = process.getuid?.() === 0 && spawnSync('setpriv', ['--version']).status === 0;
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
 let node: NodeProcess;
 let inDir: string;
 let outDir: string;
 
-/** Gives `path` and everything under it to nobody (what an operator does for the service's user). */
-async function giveToNobody(path: string): Promise<void> {
-  await chown(path, NOBODY.uid, NOBODY.gid);
-  for (const entry of await readdir(path, { withFileTypes: true, recursive: true }))
-    await chown(join(entry.parentPath, entry.name), NOBODY.uid, NOBODY.gid);
-}
-
 beforeAll(async () => {
   // Fails loudly rather than skipping: without them nothing here would be shown.
-  if (!canDropPrivileges)
-    throw new Error('these tests run the app-server as nobody: they need root and setpriv (util-linux)');
+  if (!canDropCapabilities)
+    throw new Error(
+      "these tests drop root's file capabilities from the app-server: they need root and setpriv (util-linux)",
+    );
   dir = await tempDir('sluice-app-permissions-');
   await chmod(dir.path, 0o755);
   inDir = join(dir.path, 'in');
@@ -50,22 +46,23 @@ beforeAll(async () => {
   await writeRecords(join(dir.path, 'private', 'x.jsonl'), 20);
   await mkdir(join(outDir, 'ro'), { recursive: true });
   await mkdir(join(dir.path, 'node'), { recursive: true });
-  await giveToNobody(dir.path);
   await chmod(join(inDir, 'secret.jsonl'), 0o000);
   await chmod(join(inDir, 'locked'), 0o000);
   await chmod(join(dir.path, 'private'), 0o000);
   await chmod(join(outDir, 'ro'), 0o555);
-  // A sticky, world-writable directory (like /tmp) holding root's file: nobody may create its temp file beside
-  // it, but not replace root's file with it — seen only when the sink publishes.
+  // A sticky, world-writable directory (like /tmp) holding another user's file: the app-server may create its temp
+  // file beside it, but not replace that file with it — seen only when the sink publishes.
   await mkdir(join(outDir, 'sticky'));
   await chmod(join(outDir, 'sticky'), 0o1777);
-  await writeFile(join(outDir, 'sticky', 'taken.jsonl'), 'root owns this\n');
+  await writeFile(join(outDir, 'sticky', 'taken.jsonl'), 'nobody owns this\n');
+  await chown(join(outDir, 'sticky'), NOBODY.uid, NOBODY.gid);
+  await chown(join(outDir, 'sticky', 'taken.jsonl'), NOBODY.uid, NOBODY.gid);
   node = await startNodeProcess({
     nodeId: 'p1',
     dir: join(dir.path, 'node'),
     store: `sqlite:${join(dir.path, 'node', 'store.db')}`,
     roots: [inDir, outDir],
-    user: NOBODY,
+    withoutFileCapabilities: true,
   });
 }, 60_000);
 
@@ -75,7 +72,7 @@ afterAll(async () => {
 });
 
 describe('files the app-server may not access', { timeout: 60_000 }, () => {
-  it('runs as nobody and copies what it may read and write', async () => {
+  it("runs without root's file capabilities and copies what it may read and write", async () => {
     const reply = await call(`${node.url}/v1/transfers`, {
       json: fileTransfer('allowed', join(inDir, 'ok.jsonl'), join(outDir, 'ok.jsonl')),
     });
@@ -168,6 +165,6 @@ describe('files the app-server may not access', { timeout: 60_000 }, () => {
       timeoutMs: 10_000,
       what: `the temp file to be removed (${(await readdir(join(outDir, 'sticky'))).join()})`,
     });
-    expect(await readFile(join(outDir, 'sticky', 'taken.jsonl'), 'utf8')).toBe('root owns this\n');
+    expect(await readFile(join(outDir, 'sticky', 'taken.jsonl'), 'utf8')).toBe('nobody owns this\n');
   });
 });

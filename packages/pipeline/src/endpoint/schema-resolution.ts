@@ -1,14 +1,15 @@
-import { checkFilter } from '@sluice/cache';
 import {
   type CacheCatalog,
   type CacheSchema,
   ConfigError,
+  type FieldCondition,
+  type FieldIssue,
   type FieldType,
-  InvalidQueryError,
+  type Filter,
 } from '@sluice/core';
 import type { Row } from '../ops.js';
 import { ownField, setOwnField } from '../own.js';
-import { inferCsvFields, inferFields } from '../schema.js';
+import { inferCsvFields, inferFields, typeMismatch } from '../schema.js';
 import type { EndpointShape } from './shape.js';
 
 /** A cache schema, and the column types a CSV source reads with (CSV sources only). */
@@ -98,26 +99,61 @@ async function declaredFields(shape: EndpointShape): Promise<Record<string, Fiel
 
 /**
  * Refuses an endpoint `filter` that cannot apply to its source's columns — a field the source lacks (often a name
- * `select` gives: the filter runs before it), an operand of another type — as a query's `$filter` would be
- * refused, rather than serve an endpoint that quietly keeps nothing.
+ * `select` gives: the filter runs before it), an operand no value of its column can equal — rather than serve an
+ * endpoint that quietly keeps nothing. (Its shape was checked with the configuration.)
  *
  * @throws ConfigError (`CONFIG_INVALID`) with a `filter.…` path per problem.
  */
 function checkEndpointFilter(shape: EndpointShape, sourceFields: Record<string, FieldType>): void {
   const { filter } = shape.endpoint;
   if (filter === undefined) return;
-  try {
-    checkFilter(filter, { fields: sourceFields, primaryKey: [], indexes: [] });
-  } catch (err) {
-    if (!(err instanceof InvalidQueryError)) throw err;
-    const errors = err.errors.map((issue) => ({ ...issue, path: issue.path.replace(/^\$filter/, 'filter') }));
-    throw new ConfigError(
-      `Endpoint "${shape.name}": its filter does not fit the source's columns (it applies to them, before select): ${errors
-        .map((issue) => `${issue.path}: ${issue.message}`)
-        .join('; ')}`,
-      errors,
-      { cause: err },
-    );
+  const problems: FieldIssue[] = [];
+  filterProblems(filter, sourceFields, 'filter', problems);
+  if (problems.length === 0) return;
+  throw new ConfigError(
+    `Endpoint "${shape.name}": its filter does not fit the source's columns (it applies to them, before select): ${problems
+      .map((issue) => `${issue.path}: ${issue.message}`)
+      .join('; ')}`,
+    problems,
+  );
+}
+
+/** Operators whose operand is compared with the field's value (`$contains` matches parts: not checked by type). */
+const TYPED_OPERATORS = new Set(['$eq', '$ne', '$lt', '$lte', '$gt', '$gte']);
+
+function filterProblems(
+  filter: Filter,
+  fields: Record<string, FieldType>,
+  path: string,
+  problems: FieldIssue[],
+): void {
+  for (const [name, value] of Object.entries(filter)) {
+    if (name === '$and' || name === '$or') {
+      (value as Filter[]).forEach((inner, i) => {
+        filterProblems(inner, fields, `${path}.${name}[${i}]`, problems);
+      });
+      continue;
+    }
+    const type = ownField(fields, name);
+    if (type === undefined) {
+      problems.push({
+        path: `${path}.${name}`,
+        message: `unknown field "${name}" (the source has no such column)`,
+      });
+      continue;
+    }
+    const check = (operand: unknown, at: string) => {
+      const mismatch = typeMismatch(operand, type);
+      if (mismatch !== null) problems.push({ path: at, message: `${mismatch} (the column is ${type})` });
+    };
+    if (value === null || typeof value !== 'object') {
+      check(value, `${path}.${name}`);
+      continue;
+    }
+    for (const [op, operand] of Object.entries(value as FieldCondition)) {
+      if (op === '$in') (operand as unknown[]).forEach((item, i) => check(item, `${path}.${name}.$in[${i}]`));
+      else if (TYPED_OPERATORS.has(op)) check(operand, `${path}.${name}.${op}`);
+    }
   }
 }
 
