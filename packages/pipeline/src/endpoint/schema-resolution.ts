@@ -151,8 +151,11 @@ function filterProblems(
       continue;
     }
     for (const [op, operand] of Object.entries(value as FieldCondition)) {
-      if (op === '$in') (operand as unknown[]).forEach((item, i) => check(item, `${path}.${name}.$in[${i}]`));
-      else if (TYPED_OPERATORS.has(op)) check(operand, `${path}.${name}.${op}`);
+      if (op === '$in') {
+        (operand as unknown[]).forEach((item, i) => {
+          check(item, `${path}.${name}.$in[${i}]`);
+        });
+      } else if (TYPED_OPERATORS.has(op)) check(operand, `${path}.${name}.${op}`);
     }
   }
 }
