@@ -28,10 +28,17 @@ describe('key segments', () => {
     expect(parseKeySegment('a%2Fb%2Cc', single('string'))).toEqual(['a/b,c']);
     expect(parseKeySegment('42', single('string'))).toEqual(['42']);
     expect(parseKeySegment('%7B%22a%22%3A1%7D', single('json'))).toEqual([{ a: 1 }]);
+    // Every spelling of an instant is its canonical UTC text, as the cache keys it.
     expect(parseKeySegment('2026-12-02T10%3A00%3A00Z', single('timestamp'))).toEqual([
-      '2026-12-02T10:00:00Z',
+      '2026-12-02T10:00:00.000000Z',
     ]);
-    expect(parseKeySegment('1764669600000', single('timestamp'))).toEqual([1764669600000]);
+    expect(parseKeySegment('2026-12-02T19%3A00%3A00%2B09%3A00', single('timestamp'))).toEqual([
+      '2026-12-02T10:00:00.000000Z',
+    ]);
+    expect(parseKeySegment('1764669600000', single('timestamp'))).toEqual(['2025-12-02T10:00:00.000000Z']);
+    expect(failure(() => parseKeySegment('Dec%202%202026', single('timestamp'))).code).toBe(
+      'VALIDATION_FAILED',
+    );
   });
 
   it('rejects values that cannot have the key type with a typed error naming the path', () => {

@@ -1,4 +1,4 @@
-import { type CacheSchema, ValidationError } from '@sluice/core';
+import { type CacheSchema, canonicalTimestamp, ValidationError } from '@sluice/core';
 
 /** Longest raw key segment accepted in a URL. */
 export const MAX_KEY_SEGMENT = 8_192;
@@ -39,11 +39,13 @@ export function convertKeyComponent(text: string, type: string | undefined, path
       } catch {
         throw bad('not valid JSON', path);
       }
-    case 'timestamp':
-      // Timestamps are stored as ISO text or as epoch numbers: digits mean the number.
-      if (/^-?\d{1,16}(\.\d+)?$/.test(text)) return Number(text);
-      if (Number.isNaN(Date.parse(text))) throw bad(`"${text.slice(0, 64)}" is not a timestamp`, path);
-      return text;
+    case 'timestamp': {
+      // ISO 8601 text with any offset, or digits (epoch milliseconds): the cache keys the instant (core's
+      // canonical UTC text), so every spelling of it finds the record.
+      const instant = canonicalTimestamp(/^-?\d{1,16}(\.\d+)?$/.test(text) ? Number(text) : text);
+      if (instant === null) throw bad(`"${text.slice(0, 64)}" is not a timestamp`, path);
+      return instant;
+    }
     default:
       // string and untyped fields.
       return text;
