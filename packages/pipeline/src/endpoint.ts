@@ -107,7 +107,7 @@ export async function startEndpointPipeline(
   const supervisor: EndpointSupervisor = new EndpointSupervisor({
     endpoint: name,
     logger,
-    prepare: (force) => prepareLaunch(lc, force),
+    prepare: (force, sourceChange) => prepareLaunch(lc, force, sourceChange ?? null),
     start: (launch) => startRun(lc, launch),
     retryMs: ctx.retryMs ?? 1_000,
     onStopped: wakeWaiters,

@@ -165,9 +165,14 @@ async function loadPipelineCheckpoint(port: CheckpointPort): Promise<PipelineChe
 /**
  * Chooses the generation to write and how: resolves the schema, builds the source branch (and runs its
  * preflight), assesses the one candidate generation, plans ({@link planRestart}) and opens or creates what the
- * plan names. `force`: an operator's rebuild.
+ * plan names. `force`: an operator's rebuild, or one forced by `sourceChange` (the message of the
+ * `SOURCE_SCHEMA_CHANGED` that stopped the last run).
  */
-export async function prepareLaunch(lc: LaunchContext, force: boolean): Promise<Launch> {
+export async function prepareLaunch(
+  lc: LaunchContext,
+  force: boolean,
+  sourceChange: string | null = null,
+): Promise<Launch> {
   const { shape, caches } = lc;
   const { schema, csvFields } = await resolveSchema(shape, caches, {
     reuse: !force,
@@ -190,7 +195,7 @@ export async function prepareLaunch(lc: LaunchContext, force: boolean): Promise<
     let assessment: GenerationAssessment | null = null;
     if (candidate)
       ({ cache: opened, assessment } = await assessGeneration(lc, candidate.name, schema, branch));
-    const plan = planRestart({ force, aliasTarget, generations, assessment });
+    const plan = planRestart({ force, sourceChange, aliasTarget, generations, assessment });
     const cache = await generationFor(lc, plan, opened, schema);
     if (cache !== opened) await opened?.close();
     opened = null;

@@ -105,6 +105,23 @@ describe('planRestart', () => {
     });
   });
 
+  it('defect: a rebuild forced by a source change was labelled an operator\'s ("rebuild requested", cause rebuild)', () => {
+    const change = 'column "b" was dropped';
+    expect(planRestart(facts({ force: true, sourceChange: change, assessment: resumable }))).toEqual({
+      case: RestartCase.rebuildNew,
+      reason: 'the source changed (column "b" was dropped)',
+      cause: 'schema-change',
+    });
+    // A green left by an interrupted rebuild is refilled for the same reason.
+    const refill = planRestart(
+      facts({ force: true, sourceChange: change, generations: [blue, green], assessment: notResumable }),
+    );
+    expect(refill).toMatchObject({ case: RestartCase.rebuildInGreen, cause: 'schema-change' });
+    expect(refill.reason).toMatch(
+      /^the source changed \(column "b" was dropped\); rebuilding into items-02$/,
+    );
+  });
+
   it('case 1 for an interrupted rebuild: the green continues, keeping the cause it was built for', () => {
     expect(planRestart(facts({ generations: [blue, green], assessment: resumable }))).toEqual({
       case: RestartCase.resumeRebuild,

@@ -39,8 +39,14 @@ export type GenerationAssessment =
 
 /** The facts of one restart decision. */
 export interface RestartFacts {
-  /** An operator asked for a rebuild. */
+  /** An operator asked for a rebuild, or the last run's source changed under it (see `sourceChange`). */
   force: boolean;
+  /**
+   * Set when the rebuild is forced because the source changed under the last run (`SOURCE_SCHEMA_CHANGED`: a
+   * dropped column, a recreated table): its message. The new generation's reason and switch cause say so
+   * (`schema-change`), not "rebuild requested".
+   */
+  sourceChange?: string | null;
   /** The generation the endpoint's alias points at, or null. */
   aliasTarget: string | null;
   /** Every generation of this endpoint in the alias table. */
@@ -97,12 +103,14 @@ export function restartCandidate(facts: Omit<RestartFacts, 'assessment'>): Resta
 export function planRestart(facts: RestartFacts): EndpointRestartPlan {
   const candidate = restartCandidate(facts);
   const assessment = facts.assessment;
-  let cause: SwitchCause = facts.force ? 'rebuild' : 'restart';
+  const sourceChange = facts.force ? (facts.sourceChange ?? null) : null;
+  let cause: SwitchCause = sourceChange !== null ? 'schema-change' : facts.force ? 'rebuild' : 'restart';
+  const requested = sourceChange !== null ? `the source changed (${sourceChange})` : 'rebuild requested';
   if (candidate === null || assessment === null)
     return {
       case: RestartCase.rebuildNew,
       // Without a rebuild request there is no candidate only when the alias points nowhere yet.
-      reason: facts.force ? 'rebuild requested' : 'the endpoint has no cache yet',
+      reason: facts.force ? requested : 'the endpoint has no cache yet',
       cause,
     };
   const changed = (message: string) => `the schema, key or indexes changed (${message})`;
@@ -122,7 +130,7 @@ export function planRestart(facts: RestartFacts): EndpointRestartPlan {
   const green = facts.generations.find((g) => g.name === candidate.name);
   // The interrupted rebuild keeps the cause it was started for.
   if (!facts.force && green?.cause) cause = green.cause;
-  const why = facts.force ? 'rebuild requested' : `a rebuild into ${candidate.name} was interrupted`;
+  const why = facts.force ? requested : `a rebuild into ${candidate.name} was interrupted`;
   switch (assessment.verdict) {
     case 'resumable':
       if (facts.force) return { case: RestartCase.rebuildNew, reason: why, cause };

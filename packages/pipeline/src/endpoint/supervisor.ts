@@ -46,7 +46,8 @@ export interface SupervisorOptions {
   endpoint: string;
   logger: Logger;
   /** Plans the next run (`force`: an operator's rebuild). */
-  prepare: (force: boolean) => Promise<Launch>;
+  /** Plans and opens a run; `sourceChange`: the message of a source change that forces the rebuild. */
+  prepare: (force: boolean, sourceChange?: string) => Promise<Launch>;
   start: (launch: Launch) => Promise<Run>;
   /** Wait before re-planning after a failure; doubles up to 30 s. */
   retryMs: number;
@@ -191,12 +192,12 @@ export class EndpointSupervisor {
     await run.sink.close().catch(() => {});
   }
 
-  async #launch(force: boolean): Promise<void> {
+  async #launch(force: boolean, sourceChange?: string): Promise<void> {
     this.#to(SupervisorPhase.launching);
     // The previous run's source goes first: a replication slot takes one reader at a time.
     await this.#branch?.source.close();
     this.#branch = null;
-    const launch = await this.options.prepare(force);
+    const launch = await this.options.prepare(force, sourceChange);
     this.#branch = launch.branch;
     if (!this.#in(SupervisorPhase.launching)) {
       // Halted or stopped while planning: what was planned is dropped.
@@ -253,7 +254,7 @@ export class EndpointSupervisor {
             // The table changed in a way this generation cannot take: a new one, the old serving meanwhile.
             logger.warn({ endpoint, err }, 'source schema changed; building a new generation');
             try {
-              await this.#launch(true);
+              await this.#launch(true, (err as Error).message);
               backoff = this.options.retryMs;
               continue;
             } catch (relaunch) {
