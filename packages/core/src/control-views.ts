@@ -16,12 +16,23 @@ export interface BuildProgress {
   ratio: number | null;
 }
 
-/** A logical replication source's slot, committed LSN and lag (bytes of WAL, seconds). */
+/**
+ * A logical replication source's slot, committed LSN and lag (bytes of WAL, seconds) — of what is served: while the
+ * slot feeds a generation that does not serve yet (a rebuild, a held green), the serving one stands still at its last
+ * commit and falls behind, and `following` tells how far the fed one is.
+ */
 export interface ReplicationStatus {
   slot: string;
   committedLsn: string | null;
   lagBytes: number | null;
   lagSeconds: number | null;
+  /** The generation the slot feeds when it is not the serving one (building or held), or null. */
+  following?: {
+    cache: string;
+    committedLsn: string | null;
+    lagBytes: number | null;
+    lagSeconds: number | null;
+  } | null;
 }
 
 /**

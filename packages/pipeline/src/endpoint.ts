@@ -132,7 +132,11 @@ export async function startEndpointPipeline(
   const servingCache = () => caches.resolveAlias(name)?.cache ?? null;
   const replicationStatus = (): EndpointPipelineStatus['replication'] => {
     const source = supervisor.branch?.source;
-    return source ? replicationStatusOf(source) : null;
+    if (!source) return null;
+    // While the run feeds a generation the alias does not point at yet, the serving one stands still.
+    const run = supervisor.run;
+    const standing = run && !run.sink.redirected ? run.standing : null;
+    return replicationStatusOf(source, standing);
   };
 
   return {

@@ -18,6 +18,8 @@ import { dagHash, decideRestart, type RestartPlan } from '../dag.js';
 import type { ProgressTracker } from '../progress.js';
 import { runPipeline } from '../run.js';
 import { type CacheSink, createCacheSink } from '../sinks/cache.js';
+import { ReplicationPositionSchema } from '../sources/replication/position.js';
+import type { StandingGeneration } from '../sources/replication/status.js';
 import { switchHoldReason } from '../switch-gate.js';
 import type { SourceBranch } from '../types.js';
 import {
@@ -61,6 +63,8 @@ export interface Launch {
   /** Noted on the generation: why it is being built (null when continuing in place). */
   cause: SwitchCause | null;
   plan: RestartPlan;
+  /** The serving generation, when this run feeds another: it stands still from now on (see {@link standingOf}). */
+  standing: StandingGeneration | null;
 }
 
 /** A run in progress (or ended: `finished` settled). */
@@ -73,6 +77,8 @@ export interface Run {
   readonly decision: EndpointDecision;
   /** Where the run started (its plan's checkpoint; null from scratch). */
   readonly checkpoint: PipelineCheckpoint | null;
+  /** The serving generation while this run feeds another (a rebuild, a held green), or null. */
+  readonly standing: StandingGeneration | null;
 }
 
 /** The blue/green sink of the endpoint into `cache` (the alias moves with `cause` once every source is done). */
@@ -199,6 +205,10 @@ export async function prepareLaunch(
     const cache = await generationFor(lc, plan, opened, schema);
     if (cache !== opened) await opened?.close();
     opened = null;
+    const standing =
+      aliasTarget !== null && aliasTarget !== cache.name
+        ? await standingOf(lc, aliasTarget, cache.name, branch.source.handle)
+        : null;
     return {
       branch,
       cache,
@@ -206,12 +216,30 @@ export async function prepareLaunch(
       sink: endpointSink(lc, cache, schema, branch, plan.cause ?? 'restart'),
       cause: plan.cause,
       plan: restartPlanOf(plan, cache.name),
+      standing,
     };
   } catch (err) {
     await opened?.close().catch(() => {});
     await branch.source.close().catch(() => {});
     throw err;
   }
+}
+
+/**
+ * The serving generation `serving` while a run feeds `following` instead: one slot feeds one generation, so from
+ * this launch on the serving one stands at its last committed position (its checkpoint's LSN for a replication
+ * source) and falls behind the source until the alias moves — what its status must say.
+ */
+async function standingOf(
+  lc: LaunchContext,
+  serving: string,
+  following: string,
+  handle: string,
+): Promise<StandingGeneration> {
+  const info = await lc.caches.info(serving).catch(() => null);
+  const position = info?.checkpoint?.positions[handle];
+  const parsed = ReplicationPositionSchema.safeParse(position);
+  return { following, lsn: parsed.success ? parsed.data.lsn : null, since: Date.now() };
 }
 
 /** The generation the plan writes: the assessed one it continues or rebuilds, or a new one. */
@@ -280,5 +308,6 @@ export async function startRun(lc: LaunchContext, launch: Launch): Promise<Run> 
     branch: launch.branch,
     decision,
     checkpoint: launch.plan.checkpoint,
+    standing: launch.standing,
   };
 }

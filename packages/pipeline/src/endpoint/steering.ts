@@ -103,6 +103,8 @@ export function endpointSteering(
         schema,
         cause: null,
         plan: { ...restart, reason: `rolled back to ${targetName}: ${restart.reason}` },
+        // The alias already points at it: the generation fed is the serving one.
+        standing: null,
       });
       onSwitched();
       return { endpoint: name, from, to: targetName, cause: 'rollback', changed: true };

@@ -67,6 +67,16 @@ export class LagTracker {
     return this.committed === null ? null : formatLsn(this.committed);
   }
 
+  /**
+   * How far a position that stopped advancing at `since` (ms) is behind PostgreSQL's WAL now: a generation that no
+   * longer follows the slot (the serving one while a rebuild feeds another).
+   */
+  behind(lsn: string, since: number, now = Date.now()): ReplicationLag {
+    const value = parseLsn(lsn);
+    const bytes = this.latest > value ? Number(this.latest - value) : 0;
+    return { bytes, seconds: bytes > 0 ? Math.max(0, now - since) / 1000 : 0 };
+  }
+
   /** The lag now, or null before the first commit. */
   lag(now = Date.now()): ReplicationLag | null {
     if (this.committed === null) return null;

@@ -290,6 +290,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     },
     replicationLag: (): ReplicationLag | null => live.lag.lag(),
     committedLsn: () => live.lag.committedLsn(),
+    lagBehind: (lsn: string, since: number): ReplicationLag => live.lag.behind(lsn, since),
     close: async () => {
       const s = live.stream;
       live.stream = null;

@@ -14,6 +14,18 @@ export interface ReplicationSource extends PipelineSource {
   replicationLag(): ReplicationLag | null;
   /** The LSN the cache has committed (the freshness position), or null before the first commit. */
   committedLsn(): string | null;
+  /** How far `lsn`, which stopped advancing at `since` (ms), is behind PostgreSQL's WAL now. */
+  lagBehind(lsn: string, since: number): ReplicationLag;
+}
+
+/** The serving generation while the slot feeds another: where it stopped, and since when. */
+export interface StandingGeneration {
+  /** The generation the slot feeds instead. */
+  following: string;
+  /** The serving generation's committed LSN, or null when it has none (it then reports no lag). */
+  lsn: string | null;
+  /** When it last committed (ms since the epoch). */
+  since: number;
 }
 
 /**
@@ -37,13 +49,25 @@ export function isReplicationSource(source: PipelineSource): source is Replicati
  * replicationStatusOf(source); // { slot: 'sluice_x_…', committedLsn: '0/1A2B3C', lagBytes: 0, lagSeconds: 0 }
  * ```
  */
-export function replicationStatusOf(source: PipelineSource): ReplicationStatus | null {
+export function replicationStatusOf(
+  source: PipelineSource,
+  standing: StandingGeneration | null = null,
+): ReplicationStatus | null {
   if (!isReplicationSource(source)) return null;
   const lag = source.replicationLag();
-  return {
-    slot: source.slot,
+  const fed = {
     committedLsn: source.committedLsn(),
     lagBytes: lag?.bytes ?? null,
     lagSeconds: lag?.seconds ?? null,
+  };
+  if (standing === null) return { slot: source.slot, ...fed, following: null };
+  // What readers get is the serving generation, standing where it last committed.
+  const behind = standing.lsn === null ? null : source.lagBehind(standing.lsn, standing.since);
+  return {
+    slot: source.slot,
+    committedLsn: standing.lsn,
+    lagBytes: behind?.bytes ?? null,
+    lagSeconds: behind?.seconds ?? null,
+    following: { cache: standing.following, ...fed },
   };
 }
