@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { openCacheManager } from '@sluice/cache';
-import { type EndpointConfig, parseQuery, SluiceError } from '@sluice/core';
+import { canonicalTimestamp, type EndpointConfig, parseQuery, SluiceError } from '@sluice/core';
 import {
   createTestDatabase,
   type LogicalPostgresHandle,
@@ -277,9 +277,16 @@ describe('PostgreSQL logical replication source (issue 16)', () => {
       },
       { timeoutMs: 20_000, what: 'the streamed row' },
     );
+    // The cache keeps `timestamp` fields as the instant's canonical UTC text (core's `canonicalTimestamp`).
+    const expected = expectedPgValues(ENDPOINT_CASES);
+    const served = {
+      ...expected,
+      ts: canonicalTimestamp(expected.ts),
+      tstz: canonicalTimestamp(expected.tstz),
+    };
     expect(records).toEqual([
-      { id: 1, ...expectedPgValues(ENDPOINT_CASES) },
-      { id: 2, ...expectedPgValues(ENDPOINT_CASES) },
+      { id: 1, ...served },
+      { id: 2, ...served },
     ]);
     expect(started.pipeline.status().badRecords.count).toBe(0);
   });
