@@ -28,6 +28,60 @@ function applyLog(entries: ChangeEntry[], into = new Map<number, unknown>()): Ma
 }
 
 describe('change log', () => {
+  it('defect: several source transactions in one commit were logged as one, each key once with its last state', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply([{ op: 'insert', record: { id: 1, value: 10, category: 'a' } }]);
+    await cache.commit(checkpoint(1));
+    // Three source transactions reach one commit (group commit): 1 → 11, then 2 appears and 1 → 12, then 2 goes.
+    cache.apply([{ op: 'upsert', record: { id: 1, value: 11, category: 'a' } }]);
+    cache.markTransaction({ src: 11 });
+    cache.apply([
+      { op: 'upsert', record: { id: 2, value: 20, category: 'b' } },
+      { op: 'upsert', record: { id: 1, value: 12, category: 'a' } },
+    ]);
+    cache.markTransaction({ src: 12 });
+    cache.apply([{ op: 'delete', key: [2] }]);
+    cache.markTransaction({ src: 13 });
+    await cache.commit({ ...checkpoint(2), positions: { src: 13 } });
+    const entries = cache.changeLog().read(2, 100);
+    expect(
+      entries.map((e) =>
+        e.op === 'commit'
+          ? ['commit', e.position]
+          : [e.op, e.key[0], e.op === 'upsert' ? e.record.value : null],
+      ),
+    ).toEqual([
+      ['upsert', 1, 11],
+      ['commit', { src: 11 }],
+      ['upsert', 2, 20],
+      ['upsert', 1, 12],
+      ['commit', { src: 12 }],
+      ['delete', 2, null],
+      ['commit', { src: 13 }],
+    ]);
+    // The records are the last state, as before.
+    expect(cache.get([1])).toEqual({ id: 1, value: 12, category: 'a' });
+    expect(cache.get([2])).toBeUndefined();
+    // Changes after the last mark are the commit's own last transaction.
+    cache.apply([{ op: 'upsert', record: { id: 3, value: 30, category: 'c' } }]);
+    cache.markTransaction({ src: 14 });
+    cache.apply([{ op: 'upsert', record: { id: 4, value: 40, category: 'c' } }]);
+    await cache.commit({ ...checkpoint(3), positions: { src: 15 } });
+    expect(
+      cache
+        .changeLog()
+        .read(9, 100)
+        .map((e) => (e.op === 'commit' ? ['commit', e.position, e.epoch] : [e.op, e.key[0]])),
+    ).toEqual([
+      ['upsert', 3],
+      ['commit', { src: 14 }, 3],
+      ['upsert', 4],
+      ['commit', { src: 15 }, 3],
+    ]);
+  });
+
   it("records each commit's upserts and deletes, then a commit marker with the positions, in the data's transaction", async () => {
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path);

@@ -88,11 +88,23 @@ export function appendChanges(
   retention: ChangeRetention,
   now = Date.now(),
   memo: { oldest?: OldestTransactionMemo } = {},
+  /** Source transactions this commit holds before `changes`: each logged apart, with a marker at its positions. */
+  earlier: ReadonlyArray<{ changes: Iterable<LoggedChange>; positions: Record<string, unknown> }> = [],
 ): void {
   const db = logDb(dbs);
   const head = (dbs.meta.get(HEAD_KEY) as StoredHead | undefined) ?? { ...EMPTY_HEAD };
   const start = head.next;
   let seq = start;
+  for (const transaction of earlier) {
+    for (const change of transaction.changes) {
+      const entry: StoredEntry =
+        change.bytes === null
+          ? { o: 'd', k: change.pk as unknown[] }
+          : { o: 'j', k: change.pk as unknown[], j: change.bytes };
+      db.putSync(seq++, entry);
+    }
+    db.putSync(seq++, { o: 'c', p: transaction.positions, e: checkpoint?.epoch ?? null, at: now });
+  }
   for (const change of changes) {
     const entry: StoredEntry =
       change.bytes === null

@@ -56,6 +56,15 @@ export class RwCache extends RoCache implements WritableCache {
   private staged = new Map<string, Staged>();
   /** Batches taken by `commit` calls that have not landed yet, oldest first (visible to conflict checks). */
   private committing: Array<Map<string, Staged>> = [];
+  /**
+   * The source transactions staged for the next commit (see {@link markTransaction}): each one's changes in the
+   * order they were applied, and its positions; `openTransaction` holds what was applied since the last mark.
+   * `transactionsLost` is set when a failed commit put its batch back (its changes are in no transaction list):
+   * the next commit then logs its changes together, as one.
+   */
+  private transactions: Array<{ changes: Staged[]; positions: Record<string, unknown> }> = [];
+  private openTransaction: Staged[] = [];
+  private transactionsLost = false;
   private writing: Promise<unknown> = Promise.resolve();
   /** The change log's oldest transaction as this writer's last trim found it (so trims do not re-read it). */
   private readonly changeLogMemo: { oldest?: OldestTransactionMemo } = {};
@@ -162,7 +171,57 @@ export class RwCache extends RoCache implements WritableCache {
       // Encoded now, outside the commit's write transaction: the stored text and every index key.
       batch.set(id, whole(key, pk, record));
     });
-    for (const [id, change] of batch) this.staged.set(id, change);
+    for (const [id, change] of batch) {
+      this.staged.set(id, change);
+      this.openTransaction.push(change);
+    }
+  }
+
+  /**
+   * Marks the end of a source transaction among the staged changes, at `positions`: a commit holding several
+   * (group commit under a burst) logs each apart — its changes in order, then a commit marker at its positions —
+   * so a change feed sends each transaction and its `commit`, as if each had been committed alone. The records
+   * written are the same either way (the last state of each key).
+   *
+   * @example
+   * ```ts
+   * cache.apply(firstTransactionOps);
+   * cache.markTransaction({ 'orders.source': firstPosition });
+   * cache.apply(secondTransactionOps);
+   * await cache.commit(checkpointAtSecond); // log: first's changes, marker, second's changes, marker
+   * ```
+   */
+  markTransaction(positions: Record<string, unknown>): void {
+    this.assertOpen();
+    this.transactions.push({ changes: this.openTransaction, positions: { ...positions } });
+    this.openTransaction = [];
+  }
+
+  /**
+   * The change log of a commit of `batch` as source transactions, or null to log the batch as one: no transaction
+   * was marked, a failed commit lost the marks, or a patch is staged (its bytes are resolved for the last change of
+   * its key only). A change whose key changes once in the commit and was written unchanged is left out, as in the
+   * single form; a key changed several times logs each change.
+   */
+  private takeTransactions(): {
+    earlier: Array<{ changes: Staged[]; positions: Record<string, unknown> }>;
+    last: Staged[];
+  } | null {
+    const transactions = this.transactions;
+    const open = this.openTransaction;
+    const lost = this.transactionsLost;
+    this.transactions = [];
+    this.openTransaction = [];
+    this.transactionsLost = false;
+    if (lost || transactions.length === 0) return null;
+    for (const t of transactions) for (const change of t.changes) if (change.patches) return null;
+    for (const change of open) if (change.patches) return null;
+    // The last marked transaction ends where the commit's checkpoint is when nothing was applied after it.
+    if (open.length === 0) {
+      const final = transactions.pop()!;
+      return { earlier: transactions, last: final.changes };
+    }
+    return { earlier: transactions, last: open };
   }
 
   /**
@@ -179,6 +238,7 @@ export class RwCache extends RoCache implements WritableCache {
     // What is staged now belongs to this commit, even if the caller applies more before it runs.
     const batch = this.staged;
     this.staged = new Map();
+    const transactions = this.takeTransactions();
     this.committing.push(batch);
     try {
       await this.serialized(async () => {
@@ -216,18 +276,42 @@ export class RwCache extends RoCache implements WritableCache {
           const count = state.recordCount + outcome.delta;
           const checkpointOut = options.keepCheckpoint === true ? state.checkpoint : parsed;
           const unchanged = outcome.unchanged;
-          appendChanges(
-            this.dbs,
-            options.changeLog === 'commits'
-              ? []
-              : unchanged === null
-                ? batch.values()
-                : [...batch.values()].filter((change) => !unchanged.has(change)),
-            checkpointOut,
-            this.settings.changes,
-            Date.now(),
-            this.changeLogMemo,
-          );
+          if (options.changeLog !== 'commits' && transactions !== null) {
+            // Several source transactions in one commit: each logged apart (see markTransaction).
+            const times = new Map<Staged, number>();
+            const occurrences = new Map<string, number>();
+            const all = [...transactions.earlier.flatMap((t) => t.changes), ...transactions.last];
+            for (const change of all) {
+              const id = change.key.toString('latin1');
+              occurrences.set(id, (occurrences.get(id) ?? 0) + 1);
+            }
+            for (const change of all) times.set(change, occurrences.get(change.key.toString('latin1'))!);
+            const logged = (changes: Staged[]) =>
+              unchanged === null
+                ? changes
+                : changes.filter((change) => !(unchanged.has(change) && times.get(change) === 1));
+            appendChanges(
+              this.dbs,
+              logged(transactions.last),
+              checkpointOut,
+              this.settings.changes,
+              Date.now(),
+              this.changeLogMemo,
+              transactions.earlier.map((t) => ({ changes: logged(t.changes), positions: t.positions })),
+            );
+          } else
+            appendChanges(
+              this.dbs,
+              options.changeLog === 'commits'
+                ? []
+                : unchanged === null
+                  ? batch.values()
+                  : [...batch.values()].filter((change) => !unchanged.has(change)),
+              checkpointOut,
+              this.settings.changes,
+              Date.now(),
+              this.changeLogMemo,
+            );
           return {
             ...state,
             ...(fences !== undefined ? { fences } : {}),
@@ -248,6 +332,8 @@ export class RwCache extends RoCache implements WritableCache {
       for (const [id, change] of this.staged)
         restored.set(id, change.patches ? this.stack(restored.get(id), change) : change);
       this.staged = restored;
+      // The put-back changes belong to no marked transaction: the next commit logs its changes as one.
+      this.transactionsLost = true;
       throw err;
     } finally {
       this.committing = this.committing.filter((b) => b !== batch);
@@ -349,6 +435,8 @@ export class RwCache extends RoCache implements WritableCache {
   async clear(): Promise<void> {
     this.assertOpen();
     this.staged = new Map();
+    this.transactions = [];
+    this.openTransaction = [];
     await this.serialized(() => {
       this.write(() => {
         this.dbs.data.clearSync();

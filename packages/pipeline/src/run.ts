@@ -236,6 +236,8 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
     progress.recordsWritten += out.length - refused;
     positions[branch.source.handle] = item.position;
     dirty += Math.max(1, item.read);
+    // One commit may hold several source transactions (group commit): the sink's change log shows each apart.
+    if (item.transactionEnd && sink.markTransaction) sink.markTransaction({ ...positions });
   };
 
   const controller = new AbortController();

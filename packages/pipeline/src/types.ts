@@ -21,6 +21,11 @@ export interface SourceBatch {
   open?: boolean;
   /** Commit right after this batch (a source with nothing more at hand: keeps the lag low). */
   flush?: boolean;
+  /**
+   * This batch ends a source transaction (logical replication's `Commit`) that changed records: a sink that keeps a
+   * change log marks it there, so a commit holding several transactions still shows each apart.
+   */
+  transactionEnd?: boolean;
   /** The destination is emptied (a truncate) before this batch's ops: staged and committed records alike. */
   truncate?: boolean;
 }
@@ -145,6 +150,11 @@ export interface PipelineSink {
    */
   truncate?(): Promise<void>;
   commit(checkpoint: PipelineCheckpoint): Promise<void>;
+  /**
+   * A source transaction ended with the ops written since the last mark, at `positions` (source handle →
+   * position): a sink with a change log (the cache) shows it apart even when one commit holds several.
+   */
+  markTransaction?(positions: Record<string, unknown>): void;
   /** A source has finished its snapshot and everything it read is committed. */
   snapshotDone?(sourceHandle: string, checkpoint: PipelineCheckpoint | null): Promise<void>;
   /**

@@ -253,6 +253,12 @@ export interface WritableCache extends ReadableCache {
   apply(ops: RecordOp[], options?: ApplyOptions): void;
   /** Writes what was staged, the checkpoint and the commit instant atomically. */
   commit(checkpoint: PipelineCheckpoint | null, options?: CommitOptions): Promise<void>;
+  /**
+   * Marks the end of a source transaction among the changes staged for the next commit, at `positions` (source
+   * handle → position): one commit may hold several source transactions, and its change log then shows each one
+   * apart — its changes in order, then a commit marker at its position — as if each had been committed alone.
+   */
+  markTransaction?(positions: Record<string, unknown>): void;
   /** Records that `source` finished its snapshot into this generation. */
   markSnapshottingDone(source: string): Promise<void>;
   /** Deletes every record, the checkpoint and the change log (a rebuild into the same generation). */

@@ -262,6 +262,9 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
       lastCheckpoint = checkpoint;
       stagedKeys.clear();
     },
+    markTransaction(positions: Record<string, unknown>) {
+      cache.markTransaction?.(positions);
+    },
     async snapshotDone(source: string, checkpoint: PipelineCheckpoint | null) {
       if (!done.has(source)) {
         await cache.markSnapshottingDone(source);

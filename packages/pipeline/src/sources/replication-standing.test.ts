@@ -1,7 +1,8 @@
 /**
- * One replication slot feeds one generation: while a rebuild fills a green (or a green is held), the serving
- * generation stands at its last commit. Its status must say so — lag of what readers get, and how far the fed
- * generation is — rather than describe the green as if it were served.
+ * What a replication endpoint reports and logs beyond its records: one slot feeds one generation, so while a
+ * rebuild fills a green (or a green is held) the serving generation stands at its last commit, and its status must
+ * say so; and one cache commit may hold several source transactions (group commit), which its change log — what a
+ * change feed sends — must still show apart.
  */
 import { join } from 'node:path';
 import { openCacheManager } from '@sluice/cache';
@@ -88,6 +89,69 @@ describe('replication status while the slot feeds a generation that does not ser
         },
         { timeoutMs: 20_000, what: 'the promoted generation to be the one reported' },
       );
+    } finally {
+      await pipeline.stop();
+      await caches.close();
+    }
+  });
+
+  it('defect: source transactions committed together reached the change log as one (each key once, one commit)', {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const url = await server.createDatabase('grouped');
+    await sql(url, 'CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL)');
+    await sql(url, 'INSERT INTO accounts VALUES (1, 0), (2, 0)');
+    const caches = await openCacheManager(join(dir.path, 'data'));
+    const pipeline = await startEndpointPipeline(
+      {
+        name: 'accounts',
+        source: { type: 'postgres', connection: 'db', table: 'accounts' },
+        primaryKey: ['id'],
+        fields: { id: 'integer', balance: 'integer' },
+        indexes: [],
+      } as EndpointConfig,
+      {
+        caches,
+        events: { publish: async () => {} },
+        connections: { db: { type: 'postgres', url } },
+        nodeId: 't1',
+        commitEveryMs: 50,
+        retryMs: 100,
+        replication: { keepaliveMs: 200 },
+      },
+    );
+    try {
+      await pipeline.whenServing({ timeoutMs: 30_000 });
+      const cache = await caches.openRo('accounts');
+      try {
+        const from = cache.changeLog().head().last;
+        // 100 transactions in one round trip: they reach the stream faster than a commit is written.
+        const transactions = Array.from(
+          { length: 100 },
+          (_, i) => `BEGIN; UPDATE accounts SET balance = ${i + 1} WHERE id = ${(i % 2) + 1}; COMMIT;`,
+        );
+        await sql(url, transactions.join('\n'));
+        await waitFor(() => (cache.get([2]) as { balance: number } | undefined)?.balance === 100, {
+          timeoutMs: 20_000,
+          what: 'the last transaction to be served',
+        });
+        const entries = cache.changeLog().read(from, 10_000);
+        // Each transaction apart, in source order: its upsert, then a commit marker at its position.
+        const upserts = entries
+          .filter((e) => e.op === 'upsert')
+          .map((e) => (e.op === 'upsert' ? e.record.balance : null));
+        expect(upserts).toEqual(Array.from({ length: 100 }, (_, i) => i + 1));
+        expect(entries.map((e) => e.op)).toEqual(
+          Array.from({ length: 100 }, () => ['upsert', 'commit']).flat(),
+        );
+        const lsns = entries.flatMap((e) =>
+          e.op === 'commit' ? [(e.position?.['accounts.source'] as { lsn: string }).lsn] : [],
+        );
+        expect(new Set(lsns).size).toBe(100);
+      } finally {
+        await cache.close();
+      }
     } finally {
       await pipeline.stop();
       await caches.close();

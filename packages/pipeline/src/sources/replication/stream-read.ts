@@ -207,11 +207,11 @@ export async function* readStream(
           const flush = current.buffered() === 0 || Date.now() - unflushedSince >= source.flushWithinMs;
           if (flush) unflushedSince = null;
           if (passedCatchUp()) {
-            yield txn.take(position);
+            yield txn.take(position, { end: true });
             txn.end();
             yield { kind: 'snapshot-done', position };
             if (untilCaughtUp) return;
-          } else yield txn.take(position, { flush });
+          } else yield txn.take(position, { flush, end: true });
           txn.end();
           break;
         }

@@ -125,7 +125,7 @@ export class TransactionAssembler {
    * What the open transaction changed since its last part, as a batch at `position`: `open` while the transaction
    * continues (the sink must not commit between its parts), `flush` to commit right after it.
    */
-  take(position: unknown, part: { open?: boolean; flush?: boolean } = {}): SourceBatch {
+  take(position: unknown, part: { open?: boolean; flush?: boolean; end?: boolean } = {}): SourceBatch {
     const txn = this.#txn;
     if (txn === null) throw new Error('no open transaction to take a part of');
     const out: SourceBatch = {
@@ -136,6 +136,7 @@ export class TransactionAssembler {
       position,
       ...(part.open ? { open: true } : {}),
       ...(part.flush ? { flush: true } : {}),
+      ...(part.end && txn.changed ? { transactionEnd: true } : {}),
       ...(txn.truncate ? { truncate: true } : {}),
     };
     txn.ops = [];
