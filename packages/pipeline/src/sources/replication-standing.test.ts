@@ -146,7 +146,7 @@ describe('replication status while the slot feeds a generation that does not ser
           Array.from({ length: 100 }, () => ['upsert', 'commit']).flat(),
         );
         const lsns = entries.flatMap((e) =>
-          e.op === 'commit' ? [(e.position?.['accounts.source'] as { lsn: string }).lsn] : [],
+          e.op === 'commit' ? [(e.position?.['accounts.source'] as { lsn: string } | undefined)?.lsn] : [],
         );
         expect(new Set(lsns).size).toBe(100);
       } finally {
