@@ -1,8 +1,32 @@
 /**
- * Test helpers for replication sources: the served rows of an endpoint, its committed LSN, and the slot's
- * confirmed position (SQL against a database is testkit's `sql`).
+ * Test helpers for replication sources: the context an endpoint pipeline on a test database runs with, the served
+ * rows of an endpoint, its committed LSN, and the slot's confirmed position (SQL against a database is testkit's
+ * `sql`).
  */
+import type { WritableCacheCatalog } from '@sluice/core';
 import { sql } from '@sluice/testkit';
+import type { EndpointContext } from '../src/endpoint.js';
+
+/**
+ * What an endpoint pipeline reading the test database at `url` (connection `db`) runs with in these tests: events
+ * dropped, commits every 50 ms, retries after 100 ms, keepalives every 200 ms.
+ */
+export function replicationContext(
+  caches: WritableCacheCatalog,
+  url: string,
+  overrides: Partial<EndpointContext> = {},
+): EndpointContext {
+  return {
+    caches,
+    events: { publish: async () => {} },
+    connections: { db: { type: 'postgres', url } },
+    nodeId: 't1',
+    commitEveryMs: 50,
+    retryMs: 100,
+    replication: { keepaliveMs: 200 },
+    ...overrides,
+  };
+}
 
 /** The table's rows as JSON text per id, for a row-by-row comparison with the cache. */
 export async function tableRows(url: string, table: string): Promise<Map<number, string>> {

@@ -9,6 +9,7 @@ import { type EndpointConfig, SluiceError } from '@sluice/core';
 import { type LogicalPostgresHandle, sql, startLogicalPostgres, tempDir, waitFor } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { allRecords } from '../../test/helpers.js';
+import { replicationContext } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 import { createReplicationSource } from './replication/source.js';
 
@@ -23,15 +24,7 @@ afterAll(async () => {
 async function start(root: string, url: string, config: EndpointConfig) {
   const caches = await openCacheManager(root);
   try {
-    const pipeline = await startEndpointPipeline(config, {
-      caches,
-      events: { publish: async () => {} },
-      connections: { db: { type: 'postgres', url } },
-      nodeId: 't1',
-      commitEveryMs: 50,
-      retryMs: 100,
-      replication: { keepaliveMs: 200 },
-    });
+    const pipeline = await startEndpointPipeline(config, replicationContext(caches, url));
     return {
       caches,
       pipeline,

@@ -9,6 +9,7 @@ import { openCacheManager } from '@sluice/cache';
 import type { EndpointConfig } from '@sluice/core';
 import { type LogicalPostgresHandle, sql, startLogicalPostgres, tempDir, waitFor } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { replicationContext } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 
 let server: LogicalPostgresHandle;
@@ -36,15 +37,7 @@ describe('replication status while the slot feeds a generation that does not ser
       indexes: [],
       switch: { mode: 'manual' },
     } as EndpointConfig;
-    const pipeline = await startEndpointPipeline(config, {
-      caches,
-      events: { publish: async () => {} },
-      connections: { db: { type: 'postgres', url } },
-      nodeId: 't1',
-      commitEveryMs: 50,
-      retryMs: 100,
-      replication: { keepaliveMs: 200 },
-    });
+    const pipeline = await startEndpointPipeline(config, replicationContext(caches, url));
     try {
       const blue = await pipeline.whenServing({ timeoutMs: 30_000 });
       await sql(url, "INSERT INTO orders VALUES (21, 'before the rebuild')");
@@ -111,15 +104,7 @@ describe('replication status while the slot feeds a generation that does not ser
         fields: { id: 'integer', balance: 'integer' },
         indexes: [],
       } as EndpointConfig,
-      {
-        caches,
-        events: { publish: async () => {} },
-        connections: { db: { type: 'postgres', url } },
-        nodeId: 't1',
-        commitEveryMs: 50,
-        retryMs: 100,
-        replication: { keepaliveMs: 200 },
-      },
+      replicationContext(caches, url),
     );
     try {
       await pipeline.whenServing({ timeoutMs: 30_000 });

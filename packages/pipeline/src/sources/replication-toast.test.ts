@@ -7,7 +7,7 @@ import { openCacheManager } from '@sluice/cache';
 import type { EndpointConfig, EndpointPipeline } from '@sluice/core';
 import { type LogicalPostgresHandle, sql, startLogicalPostgres, tempDir, waitFor } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { committedLsn } from '../../test/replication.js';
+import { committedLsn, replicationContext } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 import { compareLsn } from './replication/lsn.js';
 
@@ -52,15 +52,7 @@ async function startAll(root: string, url: string) {
   const pipelines: EndpointPipeline[] = [];
   for (const endpoint of ENDPOINTS)
     pipelines.push(
-      await startEndpointPipeline(endpoint, {
-        caches,
-        events: { publish: async () => {} },
-        connections: { db: { type: 'postgres', url } },
-        nodeId: 'toast',
-        commitEveryMs: 50,
-        retryMs: 100,
-        replication: { keepaliveMs: 200 },
-      }),
+      await startEndpointPipeline(endpoint, replicationContext(caches, url, { nodeId: 'toast' })),
     );
   for (const pipeline of pipelines) await pipeline.whenServing({ timeoutMs: 30_000 });
   const byName = (name: string) => pipelines[ENDPOINTS.findIndex((e) => e.name === name)]!;
