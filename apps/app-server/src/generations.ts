@@ -36,7 +36,8 @@ export function generationsView(
       records: info.recordCount,
       checkpoint: info.checkpoint,
       decision: info.notes.decision?.decision ?? null,
-      reason: info.notes.held?.reason ?? info.notes.decision?.reason ?? null,
+      // Why it exists, as operators ask: held, else why it was built (kept across restarts), else the last decision.
+      reason: info.notes.held?.reason ?? info.notes.built ?? info.notes.decision?.reason ?? null,
       cause: info.notes.cause ?? null,
     }));
 }

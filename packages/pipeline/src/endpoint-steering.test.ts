@@ -181,6 +181,26 @@ describe('steered generations', () => {
     expect(moves(events.events)).toEqual([{ from: blue, to: green, cause: 'promote' }]);
   }, 30_000);
 
+  it("defect: a generation's reason for being built was overwritten by each later restart's decision", async () => {
+    await using world = await fileWorld(20);
+    const { path, caches } = world;
+    const config = endpoint(path);
+    let blue: string;
+    let built: string;
+    {
+      await using pipeline = await start(config, caches);
+      blue = await pipeline.whenServing();
+      built = pipeline.decision.reason;
+      expect((await caches.info(blue))!.notes.built).toBe(built);
+    }
+    await using pipeline = await start(config, caches);
+    await pipeline.whenServing();
+    expect(pipeline.decision.decision).toBe('resume');
+    const notes = (await caches.info(blue))!.notes;
+    // The latest decision is the resume; why the generation exists is still the first run's reason.
+    expect({ decision: notes.decision?.decision, built: notes.built }).toEqual({ decision: 'resume', built });
+  }, 30_000);
+
   it('rollback returns to the previous generation and continues it from its own checkpoint; repeating it changes nothing', async () => {
     await using world = await fileWorld(100, { gcGraceMs: 3_600_000 });
     const { path, caches } = world;

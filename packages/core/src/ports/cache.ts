@@ -291,6 +291,8 @@ export interface GenerationNotes {
   held?: { reason: string; at: string } | null;
   /** The restart decision of the latest run into this generation. */
   decision?: { decision: string; reason: string } | null;
+  /** Why the generation was built: the reason of the run that started it from scratch (later resumes keep it). */
+  built?: string | null;
   /** Why the generation was built (the cause its switch will carry). */
   cause?: SwitchCause | null;
   /** Bad records skipped while building it. */

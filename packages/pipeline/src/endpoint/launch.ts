@@ -273,7 +273,12 @@ export async function startRun(lc: LaunchContext, launch: Launch): Promise<Run> 
   const decision: EndpointDecision = { decision: launch.plan.decision, reason: launch.plan.reason };
   logger.info({ endpoint: name, ...decision, cache: launch.cache.name }, 'endpoint restart decision');
   await caches
-    .annotate(launch.cache.name, { decision, ...(launch.cause ? { cause: launch.cause } : {}) })
+    .annotate(launch.cache.name, {
+      decision,
+      // Why it was built is the from-scratch run's reason; a run continuing it keeps that (decision says the rest).
+      ...(decision.decision === 'from-scratch' ? { built: decision.reason } : {}),
+      ...(launch.cause ? { cause: launch.cause } : {}),
+    })
     .catch((err) => logger.warn({ err, endpoint: name }, 'could not note the restart decision'));
   await launch.sink.prepare(launch.plan);
   const controller = new AbortController();
