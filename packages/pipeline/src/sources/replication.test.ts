@@ -18,7 +18,13 @@ import {
   insertPgValuesSql,
   PG_VALUES_TABLE_SQL,
 } from '../../test/pg-values.js';
-import { cacheRows, committedLsn, confirmedFlush, tableRows } from '../../test/replication.js';
+import {
+  cacheRows,
+  committedLsn,
+  confirmedFlush,
+  replicationContext,
+  tableRows,
+} from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 import { compareLsn } from './replication/lsn.js';
 
@@ -48,15 +54,7 @@ async function start(
   replication: { keepaliveMs: number } = { keepaliveMs: 200 },
 ) {
   const caches = await openCacheManager(root);
-  const pipeline = await startEndpointPipeline(config, {
-    caches,
-    events: { publish: async () => {} },
-    connections: { db: { type: 'postgres', url } },
-    nodeId: 't1',
-    commitEveryMs: 50,
-    retryMs: 100,
-    replication,
-  });
+  const pipeline = await startEndpointPipeline(config, replicationContext(caches, url, { replication }));
   return {
     caches,
     pipeline,
