@@ -1,5 +1,5 @@
 import { hashJson, type PipelineCheckpoint } from '@sluice/core';
-import type { PipelineSink, SourceBranch } from './types.js';
+import type { PipelineSink, ResumeCheck, SourceBranch } from './types.js';
 
 /**
  * The hash of a DAG's shape and configuration: node handles (derived from configuration, never random)
@@ -27,6 +27,8 @@ export interface RestartPlan {
   decision: 'resume' | 'from-scratch';
   reason: string;
   checkpoint: PipelineCheckpoint | null;
+  /** From scratch because a source said what it reads changed ({@link ResumeCheck}'s `sourceChanged`). */
+  sourceChanged?: boolean;
 }
 
 /**
@@ -83,7 +85,11 @@ export async function decideRestart(input: {
     const position = effective.positions[source.handle];
     if (position === null) continue; // never read anything yet: starts at its beginning either way
     const check = await source.canResume(position);
-    if (!check.ok) return fromScratch(`source "${source.handle}" cannot resume: ${check.reason}`);
+    if (!check.ok)
+      return {
+        ...fromScratch(`source "${source.handle}" cannot resume: ${check.reason}`),
+        ...(check.sourceChanged ? { sourceChanged: true } : {}),
+      };
   }
   return {
     decision: 'resume',

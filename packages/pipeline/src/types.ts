@@ -38,8 +38,12 @@ export interface SnapshotDoneMark {
 
 export type SourceItem = SourceBatch | SnapshotDoneMark;
 
-/** The answer of a source asked whether it can continue from a checkpointed position. */
-export type ResumeCheck = { ok: true } | { ok: false; reason: string };
+/**
+ * The answer of a source asked whether it can continue from a checkpointed position. `sourceChanged`: it cannot
+ * because what it reads changed (a table dropped and recreated, columns changed) — the new generation is a schema
+ * change, not a plain restart.
+ */
+export type ResumeCheck = { ok: true } | { ok: false; reason: string; sourceChanged?: boolean };
 
 export interface ReadOptions {
   signal: AbortSignal;

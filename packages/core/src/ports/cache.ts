@@ -297,6 +297,12 @@ export interface GenerationNotes {
   cause?: SwitchCause | null;
   /** Bad records skipped while building it. */
   badRecords?: number | null;
+  /**
+   * Set when its source changed under it in a way it cannot follow (`SOURCE_SCHEMA_CHANGED`: a table recreated or
+   * taken out of its publication, a column changed): the message. It is never continued again — neither by a retry,
+   * a restart nor a rollback — though it serves until a new generation replaces it.
+   */
+  sourceChanged?: string | null;
 }
 
 /** What the catalogue says about one generation. */

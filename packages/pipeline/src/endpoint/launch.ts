@@ -130,6 +130,9 @@ export async function assessGeneration(
   /** Judge by the generation's own commit checkpoint alone (a rollback: the pipeline's is the current one's). */
   ownCheckpoint = false,
 ): Promise<{ cache: WritableCache | null; assessment: GenerationAssessment; plan: RestartPlan | null }> {
+  // A run stopped on a source change it could not follow noted it on the generation: never continued again.
+  const noted = (await lc.caches.info(name))?.notes.sourceChanged;
+  if (noted) return { cache: null, assessment: { verdict: 'source-changed', reason: noted }, plan: null };
   let cache: WritableCache;
   try {
     cache = await lc.caches.openRw(name, schema);
@@ -155,7 +158,9 @@ export async function assessGeneration(
     const assessment: GenerationAssessment =
       plan.decision === 'resume' && plan.checkpoint !== null
         ? { verdict: 'resumable', checkpoint: plan.checkpoint, reason: plan.reason }
-        : { verdict: 'not-resumable', reason: plan.reason };
+        : plan.sourceChanged
+          ? { verdict: 'source-changed', reason: plan.reason }
+          : { verdict: 'not-resumable', reason: plan.reason };
     return { cache, assessment, plan };
   } catch (err) {
     await cache.close().catch(() => {});
@@ -304,7 +309,20 @@ export async function startRun(lc: LaunchContext, launch: Launch): Promise<Run> 
     ...(lc.onProgress ? { onProgress: lc.onProgress } : {}),
     onCommit: lc.onCommit,
     logger,
-  }).then(() => {});
+  }).then(
+    () => {},
+    async (err: unknown) => {
+      // Noted before the supervisor plans again: whichever run comes next — a retry, a restart, a rollback —
+      // finds this generation cannot follow its source any more, even if the rebuild cannot start at once.
+      if (SluiceError.hasCode(err, 'SOURCE_SCHEMA_CHANGED'))
+        await caches
+          .annotate(launch.cache.name, { sourceChanged: (err as Error).message })
+          .catch((noteErr) =>
+            logger.warn({ err: noteErr, endpoint: name }, 'could not note the source change'),
+          );
+      throw err;
+    },
+  );
   return {
     controller,
     finished,

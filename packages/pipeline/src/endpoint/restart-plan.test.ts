@@ -89,6 +89,28 @@ describe('planRestart', () => {
     });
   });
 
+  it('defect: a target its source changed under was rebuilt as a plain restart (cause restart) when the forced rebuild was retried or found at restart', () => {
+    const sourceChanged = {
+      verdict: 'source-changed',
+      reason: 'Table items: table items was dropped and recreated (relation 16385 → 16392)',
+    } as const;
+    expect(planRestart(facts({ assessment: sourceChanged }))).toEqual({
+      case: RestartCase.rebuildNew,
+      reason:
+        'the source changed (Table items: table items was dropped and recreated (relation 16385 → 16392))',
+      cause: 'schema-change',
+    });
+    // An interrupted green whose source changed under it is abandoned for a new generation, for the same reason.
+    expect(
+      planRestart(facts({ generations: [blue, { ...green, cause: 'rebuild' }], assessment: sourceChanged })),
+    ).toEqual({
+      case: RestartCase.rebuildNew,
+      reason:
+        'a rebuild into items-02 was interrupted and cannot be continued (the source changed (Table items: table items was dropped and recreated (relation 16385 → 16392)))',
+      cause: 'schema-change',
+    });
+  });
+
   it('case 4: the first start of an endpoint builds its first generation', () => {
     expect(planRestart(facts({ aliasTarget: null, generations: [] }))).toEqual({
       case: RestartCase.rebuildNew,

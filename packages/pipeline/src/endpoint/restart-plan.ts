@@ -32,6 +32,11 @@ export interface GenerationFact {
 export type GenerationAssessment =
   /** Opening it with today's schema was refused: the schema, key or indexes changed. */
   | { verdict: 'schema-changed'; message: string }
+  /**
+   * What its source reads changed under it (noted on the generation when a run stopped on it, or a source's
+   * resume check found it): it cannot be continued, and what replaces it is a schema change.
+   */
+  | { verdict: 'source-changed'; reason: string }
   /** Its checkpoints agree, come from this DAG, and every source can resume from its position. */
   | { verdict: 'resumable'; checkpoint: PipelineCheckpoint; reason: string }
   /** It opened, but cannot be continued (no or inconsistent checkpoint, a source that cannot resume). */
@@ -104,8 +109,9 @@ export function planRestart(facts: RestartFacts): EndpointRestartPlan {
   const candidate = restartCandidate(facts);
   const assessment = facts.assessment;
   const sourceChange = facts.force ? (facts.sourceChange ?? null) : null;
+  const sourceChanged = (reason: string) => `the source changed (${reason})`;
   let cause: SwitchCause = sourceChange !== null ? 'schema-change' : facts.force ? 'rebuild' : 'restart';
-  const requested = sourceChange !== null ? `the source changed (${sourceChange})` : 'rebuild requested';
+  const requested = sourceChange !== null ? sourceChanged(sourceChange) : 'rebuild requested';
   if (candidate === null || assessment === null)
     return {
       case: RestartCase.rebuildNew,
@@ -125,6 +131,12 @@ export function planRestart(facts: RestartFacts): EndpointRestartPlan {
       };
     if (assessment.verdict === 'schema-changed')
       return { case: RestartCase.rebuildNew, reason: changed(assessment.message), cause: 'schema-change' };
+    if (assessment.verdict === 'source-changed')
+      return {
+        case: RestartCase.rebuildNew,
+        reason: sourceChanged(assessment.reason),
+        cause: 'schema-change',
+      };
     return { case: RestartCase.rebuildNew, reason: assessment.reason, cause };
   }
   const green = facts.generations.find((g) => g.name === candidate.name);
@@ -152,6 +164,12 @@ export function planRestart(facts: RestartFacts): EndpointRestartPlan {
       return {
         case: RestartCase.rebuildNew,
         reason: `${why} and cannot be continued (${changed(assessment.message)})`,
+        cause: facts.force ? cause : 'schema-change',
+      };
+    case 'source-changed':
+      return {
+        case: RestartCase.rebuildNew,
+        reason: `${why} and cannot be continued (${sourceChanged(assessment.reason)})`,
         cause: facts.force ? cause : 'schema-change',
       };
   }

@@ -205,11 +205,108 @@ describe('replica identity and table identity of a replication source', () => {
     await create("(200, 'again')");
     await using restarted = await start(root, url, config);
     expect(restarted.pipeline.decision.decision).toBe('from-scratch');
-    expect(restarted.pipeline.decision.reason).toMatch(/fullid.*(dropped|recreated|replaced)/);
+    expect(restarted.pipeline.decision.reason).toMatch(
+      /^the source changed \(.*fullid.*(dropped|recreated|replaced)/,
+    );
     await restarted.pipeline.whenServing({ timeoutMs: 30_000 });
+    // Found at restart, it is a schema change too (before: cause `restart`).
+    const rebuilt = restarted.caches.resolveAlias('fullid')?.cache;
+    expect(rebuilt === undefined ? undefined : (await restarted.caches.info(rebuilt))?.notes.cause).toBe(
+      'schema-change',
+    );
     await waitFor(async () => JSON.stringify(await servedKeys(restarted.caches)) === '[200]', {
       timeoutMs: 30_000,
       what: 'the restarted endpoint to serve the table now there',
     });
+  });
+
+  it('defect: a source-change rebuild that could not start at once was retried as a plain restart', {
+    timeout: 90_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const url = await server.createDatabase('gapid');
+    const create = async (rows: string) => {
+      await sql(url, 'CREATE TABLE gapid (a int PRIMARY KEY, b text)');
+      await sql(url, `INSERT INTO gapid VALUES ${rows}`);
+    };
+    await create("(1, 'x'), (2, 'x')");
+    const config = {
+      name: 'gapid',
+      source: { type: 'postgres', connection: 'db', table: 'gapid' },
+      primaryKey: ['a'],
+      fields: { a: 'integer', b: 'string' },
+      indexes: [],
+    } as EndpointConfig;
+    await using started = await start(join(dir.path, 'data'), url, config);
+    await started.pipeline.whenServing({ timeoutMs: 30_000 });
+
+    // Dropped, and not yet recreated: the stream stops on the change, and the new generation cannot start yet.
+    await sql(url, 'DROP TABLE gapid');
+    await waitFor(
+      () =>
+        started.pipeline.status().error?.code !== 'SOURCE_SCHEMA_CHANGED' &&
+        started.pipeline.status().error !== null,
+      {
+        timeoutMs: 20_000,
+        what: `the rebuild to fail for want of the table (${JSON.stringify(started.pipeline.status().error)})`,
+      },
+    );
+    await create("(100, 'new')");
+    await waitFor(
+      async () => JSON.stringify((await servedRecords(started.caches, 'gapid')).map((r) => r.a)) === '[100]',
+      {
+        timeoutMs: 30_000,
+        what: `the endpoint to serve the recreated table (${JSON.stringify(started.pipeline.status().error)})`,
+      },
+    );
+    const serving = started.caches.resolveAlias('gapid')?.cache;
+    const notes = serving === undefined ? undefined : (await started.caches.info(serving))?.notes;
+    // Before: cause `restart`, reason "source … cannot resume: table gapid was dropped and recreated …".
+    expect({ cause: notes?.cause, reason: started.pipeline.decision.reason }).toEqual({
+      cause: 'schema-change',
+      reason: expect.stringMatching(/^the source changed \(.*gapid.*dropped/),
+    });
+  });
+
+  it('defect: a table taken out of its publication was resumed in place, missing its unpublished changes, when the rebuild had to be retried', {
+    timeout: 90_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const url = await server.createDatabase('unpub');
+    await sql(url, 'CREATE TABLE unpub (a int PRIMARY KEY, b text)');
+    await sql(url, "INSERT INTO unpub VALUES (1, 'x'), (2, 'x')");
+    const config = {
+      name: 'unpub',
+      source: { type: 'postgres', connection: 'db', table: 'unpub' },
+      primaryKey: ['a'],
+      fields: { a: 'integer', b: 'string' },
+      indexes: [],
+    } as EndpointConfig;
+    await using started = await start(join(dir.path, 'data'), url, config);
+    await started.pipeline.whenServing({ timeoutMs: 30_000 });
+    const pubname = (await sql<{ pubname: string }>(url, 'SELECT pubname FROM pg_publication'))[0]!.pubname;
+
+    // Out of the publication, a change the stream never sees, and (a PostgreSQL event trigger) the start-up's
+    // ALTER PUBLICATION … ADD TABLE refused for a while: the forced rebuild fails and is retried.
+    await sql(
+      url,
+      `CREATE FUNCTION refuse_publication_change() RETURNS event_trigger LANGUAGE plpgsql AS $$
+         BEGIN RAISE EXCEPTION 'publication changes refused for this test'; END $$;
+       ALTER PUBLICATION ${pubname} DROP TABLE unpub;
+       INSERT INTO unpub VALUES (3, 'unpublished');
+       CREATE EVENT TRIGGER refuse_publication ON ddl_command_start WHEN TAG IN ('ALTER PUBLICATION')
+         EXECUTE FUNCTION refuse_publication_change();`,
+    );
+    await waitFor(() => /refused for this test/.test(started.pipeline.status().error?.message ?? ''), {
+      timeoutMs: 20_000,
+      what: `the rebuild to fail on the refused publication change (${JSON.stringify(started.pipeline.status().error)})`,
+    });
+    await sql(url, 'DROP EVENT TRIGGER refuse_publication');
+    // Before: the retry resumed the generation in place, and row 3 was never served (timed out).
+    await waitFor(async () => (await servedRecords(started.caches, 'unpub')).some((r) => r.a === 3), {
+      timeoutMs: 30_000,
+      what: `the row changed while the table was unpublished (${JSON.stringify(started.pipeline.status().error)}, ${started.pipeline.decision.reason})`,
+    });
+    expect(started.pipeline.decision.reason).toMatch(/^the source changed \(.*publication/);
   });
 });

@@ -145,10 +145,10 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
           await tableRelation(client, table, publication),
           false,
         );
-        if (replaced !== null) return { ok: false, reason: replaced };
+        if (replaced !== null) return { ok: false, reason: replaced, sourceChanged: true };
       }
       const problem = incompatibleColumns(position.columns, await columnsOf(client, table));
-      if (problem !== null) return { ok: false, reason: `table ${table}: ${problem}` };
+      if (problem !== null) return { ok: false, reason: `table ${table}: ${problem}`, sourceChanged: true };
       return { ok: true };
     });
   }
