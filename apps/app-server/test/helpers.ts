@@ -49,6 +49,11 @@ export interface NodeSpec {
   extraYaml?: string;
   /** `transfers` keys over {@link FAST_TRANSFERS}. */
   transfers?: Record<string, number>;
+  /**
+   * The `pipeline` settings; default a commit every 50 records (many checkpoints for the tests that kill a run
+   * half-way). A test that builds a large endpoint passes the product's defaults instead.
+   */
+  pipeline?: { commitEveryRecords: number; commitEveryMs: number };
   logLevel?: string;
   env?: Record<string, string>;
   /** Options for `node` itself (a benchmark passes `--cpu-prof`). */
@@ -126,7 +131,7 @@ export async function startNodeProcess(spec: NodeSpec): Promise<NodeProcess> {
     spec.nats ? `nats: "${spec.nats}"` : '',
     `dataDir: "${join(spec.dir, 'data')}"`,
     `files: { roots: [${spec.roots.map((r) => JSON.stringify(r)).join(', ')}] }`,
-    'pipeline: { commitEveryRecords: 50, commitEveryMs: 5000 }',
+    `pipeline: ${JSON.stringify(spec.pipeline ?? { commitEveryRecords: 50, commitEveryMs: 5000 })}`,
     `logLevel: ${spec.logLevel ?? 'info'}`,
     yamlTransfers({ ...FAST_TRANSFERS, ...spec.transfers }),
     spec.extraYaml ?? '',
