@@ -62,4 +62,34 @@ describe('RwCache patch upserts (fields left unchanged)', () => {
     expect(cache.get([1])).toBeUndefined();
     expect(cache.commitState().recordCount).toBe(0);
   });
+
+  it("defect: a `where` naming a timestamp field compared the patch's value as text (PostgreSQL's zone) with the filter's", async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    const timed: CacheSchema = {
+      fields: { id: 'integer', ts: 'timestamp', doc: 'string' },
+      primaryKey: ['id'],
+      indexes: [],
+    };
+    await using cache = await caches.create({ endpoint: 'docs', schema: timed });
+    cache.apply([
+      { op: 'upsert', record: { id: 1, ts: '2026-01-02T00:00:00Z', doc: 'big' } },
+      { op: 'upsert', record: { id: 2, ts: '2026-01-02T00:00:00Z', doc: 'big' } },
+    ]);
+    await cache.commit(checkpoint(1));
+    // The endpoint keeps 2026 onwards; each update leaves the TOASTed `doc` unchanged and moves `ts`, spelled in a
+    // Tokyo session's zone: 1 to a second before the range (as text it sorts after "2026-01-01T00…Z"), 2 into it.
+    const where = { doc: { $ne: null }, ts: { $gte: '2026-01-01T00:00:00Z' } };
+    cache.apply([patch({ id: 1, ts: '2026-01-01T08:59:59+09:00' }, ['doc'], where)], { onConflict: 'fail' });
+    await cache.commit(checkpoint(2));
+    cache.apply([patch({ id: 2, ts: '2026-01-01T09:00:00+09:00' }, ['doc'], where)], { onConflict: 'fail' });
+    // Merged before the commit too: a staged whole record, then a patch on it.
+    cache.apply([{ op: 'upsert', record: { id: 3, ts: '2026-01-05T00:00:00Z', doc: 'new' } }]);
+    cache.apply([patch({ id: 3, ts: '2025-12-31T19:00:00-05:00' }, ['doc'], where)], { onConflict: 'fail' });
+    await cache.commit(checkpoint(3));
+    // Before: record 1 kept, { id: 1, ts: '2025-12-31T23:59:59.000000Z', … }.
+    expect(cache.get([1])).toBeUndefined();
+    expect(cache.get([2])).toEqual({ id: 2, ts: '2026-01-01T00:00:00.000000Z', doc: 'big' });
+    expect(cache.get([3])).toEqual({ id: 3, ts: '2026-01-01T00:00:00.000000Z', doc: 'new' });
+  });
 });

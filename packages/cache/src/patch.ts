@@ -56,30 +56,39 @@ export function patchOf(op: RecordOp, record: Record<string, unknown>, index: nu
   };
 }
 
-const compiled = new WeakMap<Filter, (record: Record<string, unknown>) => boolean>();
+const compiled = new WeakMap<
+  Filter,
+  { timestampFields: ReadonlySet<string>; keep: (record: Record<string, unknown>) => boolean }
+>();
+const NO_TIMESTAMPS: ReadonlySet<string> = new Set();
 
 /**
  * The record `patch` makes of `stored`: its fields, plus each unchanged field the stored record has. Undefined when
- * there is no stored record (nothing to fill from) or the merged record fails the patch's `where`.
+ * there is no stored record (nothing to fill from) or the merged record fails the patch's `where`, which compares
+ * the schema's `timestampFields` as instants (the patch's values and the filter's operands come in any spelling).
  */
 export function mergePatch(
   stored: Record<string, unknown> | undefined,
   patch: RecordPatch,
+  timestampFields: ReadonlySet<string>,
 ): Record<string, unknown> | undefined {
   if (stored === undefined) return undefined;
   const merged: Record<string, unknown> = { ...patch.record };
   for (const field of patch.unchanged)
     if (!FORBIDDEN_KEYS.has(field) && Object.hasOwn(stored, field)) merged[field] = stored[field];
-  if (patch.where !== null && !matcher(patch.where)(merged)) return undefined;
+  if (patch.where !== null && !matcher(patch.where, timestampFields)(merged)) return undefined;
   return merged;
 }
 
-/** The compiled filter, once per filter object (one endpoint's ops share theirs). */
-function matcher(where: Filter): (record: Record<string, unknown>) => boolean {
-  let keep = compiled.get(where);
-  if (keep === undefined) {
-    keep = compileFilter(where);
-    compiled.set(where, keep);
+/** The compiled filter, once per filter object and timestamp set (one endpoint's ops share theirs). */
+function matcher(
+  where: Filter,
+  timestampFields: ReadonlySet<string> = NO_TIMESTAMPS,
+): (record: Record<string, unknown>) => boolean {
+  let entry = compiled.get(where);
+  if (entry === undefined || entry.timestampFields !== timestampFields) {
+    entry = { timestampFields, keep: compileFilter(where, { timestampFields }) };
+    compiled.set(where, entry);
   }
-  return keep;
+  return entry.keep;
 }

@@ -1,6 +1,7 @@
 import {
   type CacheSchema,
   canonicalTimestamp,
+  canonicalTimestampOperands,
   DEFAULT_QUERY_LIMITS,
   type FieldIssue,
   type FieldType,
@@ -67,9 +68,6 @@ const RANGE_KINDS: Record<FieldType, ReadonlySet<Kind>> = {
 };
 
 const RANGE_OPS = new Set(['$lt', '$lte', '$gt', '$gte']);
-
-/** Operators whose operands are values of the field (timestamps among them are canonicalized). */
-const VALUE_OPS = new Set(['$eq', '$ne', '$in', '$lt', '$lte', '$gt', '$gte']);
 
 const NOT_A_TIMESTAMP =
   'expected an ISO 8601 timestamp (e.g. "2026-12-05T23:33:49.737Z"; no zone means UTC) or epoch milliseconds';
@@ -243,45 +241,10 @@ export function checkFilter(filter: unknown, schema: CacheSchema, limits: Partia
   const issues: FieldIssue[] = [];
   checkFields(shaped, schema, '$filter', issues);
   if (issues.length > 0) fail(issues);
-  return timestampFields(schema).length === 0 ? shaped : canonicalOperands(shaped, schema);
-}
-
-/** A timestamp operand (checked: it is one) or null, as the stored values are written. */
-function canonicalOperand(operand: unknown): unknown {
-  return operand === null ? null : canonicalTimestamp(operand);
-}
-
-/**
- * A checked filter whose operands on `timestamp` fields are in the stored canonical form, so the planner's key
- * bounds, the record check and the cursor all compare instants as plain strings. Copies what it changes only.
- */
-function canonicalOperands(filter: Filter, schema: CacheSchema): Filter {
-  let out: Record<string, unknown> | null = null;
-  const set = (key: string, value: unknown) => {
-    out ??= { ...filter };
-    out[key] = value;
-  };
-  for (const [key, value] of Object.entries(filter)) {
-    if (value === undefined) continue;
-    if (key === '$and' || key === '$or') {
-      const subs = value as Filter[];
-      const next = subs.map((sub) => canonicalOperands(sub, schema));
-      if (next.some((sub, i) => sub !== subs[i])) set(key, next);
-      continue;
-    }
-    if (schema.fields[key] !== 'timestamp') continue;
-    if (value === null || typeof value !== 'object') {
-      set(key, canonicalOperand(value));
-      continue;
-    }
-    const condition: Record<string, unknown> = { ...(value as Record<string, unknown>) };
-    for (const [op, operand] of Object.entries(condition)) {
-      if (operand === undefined || !VALUE_OPS.has(op)) continue;
-      condition[op] = op === '$in' ? (operand as unknown[]).map(canonicalOperand) : canonicalOperand(operand);
-    }
-    set(key, condition);
-  }
-  return (out ?? filter) as Filter;
+  // Checked above: every timestamp operand is one, so all of them canonicalize.
+  return timestampFields(schema).length === 0
+    ? shaped
+    : canonicalTimestampOperands(shaped, (field) => schema.fields[field] === 'timestamp');
 }
 
 /** Narrowing helper for conditions: the scalar operands of a field condition. */

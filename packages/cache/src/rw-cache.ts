@@ -30,7 +30,7 @@ import {
 import { mergePatch, patchOf, type RecordPatch } from './patch.js';
 import { decodeRecord, recordSerializer } from './record-json.js';
 import { type CacheHandleInit, RoCache } from './ro-cache.js';
-import { checkRecord, keyOf, keyProblem, storedKey } from './schema.js';
+import { checkRecord, keyOf, keyProblem, storedKey, timestampFieldSet } from './schema.js';
 
 /** A staged change of one primary key (see batch-write.ts). */
 type Staged = StagedChange;
@@ -352,7 +352,10 @@ export class RwCache extends RoCache implements WritableCache {
     const { key, pk, patch } = next;
     if (own === undefined) return { key, pk, bytes: null, indexKeys: null, patches: [patch] };
     if (own.patches) return { ...own, pk, patches: [...own.patches, patch] };
-    const merged = own.bytes === null ? undefined : mergePatch(decodeRecord(own.bytes), patch);
+    const merged =
+      own.bytes === null
+        ? undefined
+        : mergePatch(decodeRecord(own.bytes), patch, timestampFieldSet(this.schema));
     return merged === undefined ? { key, pk, bytes: null, indexKeys: null } : whole(key, pk, merged);
   }
 
@@ -376,7 +379,8 @@ export class RwCache extends RoCache implements WritableCache {
   /** Resolves a staged patch against the record stored when the commit runs (in its write transaction). */
   private readonly resolvePatches: ResolvePatches = (change, stored) => {
     let record = stored;
-    for (const patch of change.patches ?? []) record = mergePatch(record, patch);
+    for (const patch of change.patches ?? [])
+      record = mergePatch(record, patch, timestampFieldSet(this.schema));
     change.patches = null;
     if (record === undefined) {
       change.bytes = null;

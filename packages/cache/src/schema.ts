@@ -106,6 +106,17 @@ function fieldList(schema: CacheSchema): Array<[string, FieldType]> {
 }
 
 const timestampLists = new WeakMap<CacheSchema, readonly string[]>();
+const timestampSets = new WeakMap<CacheSchema, ReadonlySet<string>>();
+
+/** {@link timestampFields} as a set, the same object for the same schema (filters compiled for it are reused). */
+export function timestampFieldSet(schema: CacheSchema): ReadonlySet<string> {
+  let set = timestampSets.get(schema);
+  if (!set) {
+    set = new Set(timestampFields(schema));
+    timestampSets.set(schema, set);
+  }
+  return set;
+}
 
 /** The schema's `timestamp` fields (most schemas have none: then nothing is canonicalized). */
 export function timestampFields(schema: CacheSchema): readonly string[] {

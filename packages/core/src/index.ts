@@ -262,6 +262,8 @@ export {
   andFilters,
   COMPARISON_OPERATORS,
   type ComparisonOperator,
+  type CompileFilterOptions,
+  canonicalTimestampOperands,
   compareScalars,
   compileFilter,
   DEFAULT_QUERY_LIMITS,

@@ -314,6 +314,35 @@ describe('parseCountQuery and parseFilter', () => {
   });
 });
 
+describe('compileFilter of timestamp fields', () => {
+  const rows = [
+    { id: 1, ts: '2026-01-01T08:59:59+09:00' }, // 2025-12-31T23:59:59Z
+    { id: 2, ts: '2026-01-01T00:00:00Z' },
+    { id: 3, ts: '2025-12-31T19:00:00.000-05:00' }, // the same instant as 2
+    { id: 4, ts: 'not a time' },
+    { id: 5, ts: null },
+    { id: 6 },
+  ];
+  const select = (filter: Filter) =>
+    rows.filter(compileFilter(filter, { timestampFields: new Set(['ts']) })).map((r) => r.id);
+
+  it('defect: compares instants, not their text, in every operator and nested filter', () => {
+    // As text, "2026-01-01T08:59:59+09:00" >= "2026-01-01T00:00:00Z" and "2025-12-31T19…" < it.
+    expect(select({ ts: { $gte: '2026-01-01T00:00:00Z' } })).toEqual([2, 3]);
+    expect(select({ ts: { $lt: '2026-01-01T09:00:00+09:00' } })).toEqual([1]);
+    expect(select({ ts: '2026-01-01T00:00:00.000000Z' })).toEqual([2, 3]);
+    expect(select({ ts: { $in: ['2025-12-31T23:59:59Z'] } })).toEqual([1]);
+    expect(select({ $or: [{ ts: { $eq: 1767225600000 } }, { ts: null }] })).toEqual([2, 3, 5, 6]);
+    expect(select({ ts: { $ne: '2026-01-01T00:00:00Z' } })).toEqual([1, 4, 5, 6]);
+  });
+
+  it('without the option, values compare as they are written', () => {
+    expect(rows.filter(compileFilter({ ts: { $gte: '2026-01-01T00:00:00Z' } })).map((r) => r.id)).toEqual([
+      1, 2, 4,
+    ]);
+  });
+});
+
 describe('compileFilter semantics', () => {
   const matches = (filter: Filter, record: Record<string, unknown>) => compileFilter(filter)(record);
   const select = (filter: Filter, records: Array<Record<string, unknown>>) =>

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { FORBIDDEN_KEYS, type JsonScalar, JsonScalarSchema, refuseProtoKey } from './json.js';
 import { shapedWireQuery } from './shaped-query.js';
+import { canonicalTimestamp } from './timestamp.js';
 import { parseQueryOrThrow } from './validation.js';
 
 /** Limits applied to every query; the api-server takes them from configuration. */
@@ -310,6 +311,66 @@ function matchesCondition(value: unknown, condition: FieldCondition | JsonScalar
   return true;
 }
 
+/** Operators whose operand is a value of the field (`$contains` matches a part of it). */
+const VALUE_OPERATORS = new Set(['$eq', '$ne', '$in', '$lt', '$lte', '$gt', '$gte']);
+
+/** A timestamp operand in the canonical form; one that is not a timestamp (or null) is left as it is. */
+function canonicalOperand(operand: unknown): unknown {
+  return operand === null ? null : (canonicalTimestamp(operand) ?? operand);
+}
+
+/**
+ * `filter` with the operands of the fields `isTimestamp` names in {@link canonicalTimestamp}'s form, so that they
+ * compare with canonical values as instants (text order is time order there). Copies what it changes only.
+ *
+ * @example
+ * ```ts
+ * canonicalTimestampOperands({ ts: { $gte: '2026-01-01T09:00:00+09:00' } }, (f) => f === 'ts');
+ * // { ts: { $gte: '2026-01-01T00:00:00.000000Z' } }
+ * ```
+ */
+export function canonicalTimestampOperands(filter: Filter, isTimestamp: (field: string) => boolean): Filter {
+  let out: Record<string, unknown> | null = null;
+  const set = (key: string, value: unknown) => {
+    out ??= { ...filter };
+    out[key] = value;
+  };
+  for (const [key, value] of Object.entries(filter)) {
+    if (value === undefined) continue;
+    if (key === '$and' || key === '$or') {
+      const subs = value as Filter[];
+      const next = subs.map((sub) => canonicalTimestampOperands(sub, isTimestamp));
+      if (next.some((sub, i) => sub !== subs[i])) set(key, next);
+      continue;
+    }
+    if (!isTimestamp(key)) continue;
+    if (value === null || typeof value !== 'object') {
+      set(key, canonicalOperand(value));
+      continue;
+    }
+    const condition: Record<string, unknown> = { ...(value as Record<string, unknown>) };
+    for (const [op, operand] of Object.entries(condition)) {
+      if (operand === undefined || !VALUE_OPERATORS.has(op)) continue;
+      condition[op] = op === '$in' ? (operand as unknown[]).map(canonicalOperand) : canonicalOperand(operand);
+    }
+    set(key, condition);
+  }
+  return (out ?? filter) as Filter;
+}
+
+/** What a timestamp field's value that is not one compares as: unequal to, and unordered with, every operand. */
+const NOT_A_TIMESTAMP = Symbol('not a timestamp');
+
+/** How {@link compileFilter} reads values. */
+export interface CompileFilterOptions {
+  /**
+   * Fields holding timestamps in any spelling (a file's offsets, PostgreSQL's session zone): their values and
+   * operands are compared as instants ({@link canonicalTimestamp}). Not needed where values are canonical already
+   * and operands were canonicalized (the cache's queries).
+   */
+  timestampFields?: ReadonlySet<string>;
+}
+
 /**
  * Compiles a parsed filter into a predicate over records. Semantics (shared by the cache planner and the
  * pipeline's filter processor): a missing field equals `null`; range operators compare numbers with numbers
@@ -321,19 +382,43 @@ function matchesCondition(value: unknown, condition: FieldCondition | JsonScalar
  * keep({ category: 'a', value: 12 }); // true
  * ```
  */
-export function compileFilter(filter: Filter): (record: Record<string, unknown>) => boolean {
+export function compileFilter(
+  filter: Filter,
+  options: CompileFilterOptions = {},
+): (record: Record<string, unknown>) => boolean {
+  const timestamps = options.timestampFields;
+  if (timestamps === undefined || timestamps.size === 0) return compileParts(filter, null);
+  return compileParts(
+    canonicalTimestampOperands(filter, (field) => timestamps.has(field)),
+    timestamps,
+  );
+}
+
+function compileParts(
+  filter: Filter,
+  timestamps: ReadonlySet<string> | null,
+): (record: Record<string, unknown>) => boolean {
   const parts: Array<(record: Record<string, unknown>) => boolean> = [];
   for (const [key, value] of Object.entries(filter)) {
     if (value === undefined) continue;
     if (key === '$and') {
-      const subs = (value as Filter[]).map(compileFilter);
+      const subs = (value as Filter[]).map((sub) => compileParts(sub, timestamps));
       parts.push((r) => subs.every((f) => f(r)));
     } else if (key === '$or') {
-      const subs = (value as Filter[]).map(compileFilter);
+      const subs = (value as Filter[]).map((sub) => compileParts(sub, timestamps));
       parts.push((r) => subs.some((f) => f(r)));
     } else {
       const condition = value as FieldCondition | JsonScalar;
-      parts.push((r) => matchesCondition(Object.hasOwn(r, key) ? r[key] : undefined, condition));
+      if (timestamps?.has(key))
+        parts.push((r) => {
+          const raw = Object.hasOwn(r, key) ? r[key] : undefined;
+          // A value that is no timestamp equals and orders with nothing (the cache refuses it as a bad record).
+          return matchesCondition(
+            raw == null ? raw : (canonicalTimestamp(raw) ?? NOT_A_TIMESTAMP),
+            condition,
+          );
+        });
+      else parts.push((r) => matchesCondition(Object.hasOwn(r, key) ? r[key] : undefined, condition));
     }
   }
   return (record) => parts.every((p) => p(record));

@@ -5,23 +5,34 @@ import type { PipelineProcessor } from './types.js';
 /**
  * Keeps the records that match a filter (the query filter language). A record that no longer matches is
  * dropped, or, with `keyFields` (a materialized view), turned into a delete of its key so an update that
- * leaves the filter also leaves the cache.
+ * leaves the filter also leaves the cache. `timestampFields`: the fields typed `timestamp`, compared as instants
+ * whatever their spelling (PostgreSQL's session zone, a file's offsets), as the cache compares them.
  *
  * @example
  * ```ts
  * const visible = filterProcessor('items.filter', { category: { $ne: 'hidden' } }, ['id']);
+ * const recent = filterProcessor('ev.filter', { ts: { $gte: '2026-01-01T00:00:00Z' } }, ['id'], ['ts']);
  * ```
  */
 export function filterProcessor(
   handle: string,
   filter: Filter,
   keyFields?: readonly string[],
+  timestampFields: readonly string[] = [],
 ): PipelineProcessor {
-  const keep = compileFilter(filter);
   const named = filterFields(filter);
+  // Only the fields the filter names matter; they are part of the description, so an endpoint whose filter
+  // compared them as text before gets a new generation rather than keep what the text comparison chose.
+  const timestamps = [...new Set(timestampFields.filter((field) => named.has(field)))].sort();
+  const keep = compileFilter(filter, { timestampFields: new Set(timestamps) });
   return {
     handle,
-    description: { type: 'filter', filter, deletesRejected: keyFields !== undefined },
+    description: {
+      type: 'filter',
+      filter,
+      deletesRejected: keyFields !== undefined,
+      ...(timestamps.length > 0 ? { timestamps } : {}),
+    },
     mapFields: (fields) => fields,
     process(op) {
       if (op.op === 'delete') return op;

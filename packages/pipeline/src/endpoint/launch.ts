@@ -189,7 +189,7 @@ export async function prepareLaunch(
     reuse: !force,
     sampleSize: lc.sampleSize,
   });
-  const branch = shape.branch(csvFields);
+  const branch = shape.branch(csvFields, false, schema.fields);
   let opened: WritableCache | null = null;
   try {
     await branch.source.preflight?.();

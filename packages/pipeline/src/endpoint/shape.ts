@@ -20,8 +20,15 @@ export interface EndpointShape {
   readonly processors: readonly PipelineProcessor[];
   /** A CSV file source: its columns are typed by the schema rather than by JSON. */
   readonly isCsv: boolean;
-  /** A new source branch; `csvFields` types a CSV source's columns; `sampling` reads without a replication slot. */
-  branch(csvFields?: Record<string, FieldType>, sampling?: boolean): SourceBranch;
+  /**
+   * A new source branch; `csvFields` types a CSV source's columns; `sampling` reads without a replication slot;
+   * `fields`, the cache schema's field types, lets the filter compare `timestamp` fields as instants.
+   */
+  branch(
+    csvFields?: Record<string, FieldType>,
+    sampling?: boolean,
+    fields?: Readonly<Record<string, FieldType>>,
+  ): SourceBranch;
   /** The source's name of a cache field (the inverse of a `select` rename). */
   sourceName(field: string): string;
   /** Cache field types keyed by the source's column names (what a CSV source is typed with). */
@@ -50,15 +57,24 @@ export function endpointShape(endpoint: EndpointConfig, ctx: ShapeContext): Endp
     endpoint.select && !Array.isArray(endpoint.select) ? endpoint.select : {};
   const sourceName = (field: string) => ownField(renames, field) ?? field;
   const sourceKey = endpoint.primaryKey.map(sourceName);
-  const processors: PipelineProcessor[] = [];
-  if (endpoint.filter) processors.push(filterProcessor(`${name}.filter`, endpoint.filter, sourceKey));
-  if (endpoint.select) processors.push(selectProcessor(`${name}.select`, endpoint.select));
+  /** The filter (then select); `timestamps`: the source names of the fields typed `timestamp`. */
+  const processorsFor = (timestamps: readonly string[]): PipelineProcessor[] => {
+    const out: PipelineProcessor[] = [];
+    if (endpoint.filter) out.push(filterProcessor(`${name}.filter`, endpoint.filter, sourceKey, timestamps));
+    if (endpoint.select) out.push(selectProcessor(`${name}.select`, endpoint.select));
+    return out;
+  };
+  const processors = processorsFor([]);
+  const timestampSources = (fields: Readonly<Record<string, FieldType>>) =>
+    Object.entries(fields)
+      .filter(([, type]) => type === 'timestamp')
+      .map(([field]) => sourceName(field));
   return {
     endpoint,
     name,
     processors,
     isCsv: endpoint.source.type === 'file' && endpoint.source.format === 'csv',
-    branch: (csvFields, sampling = false) => ({
+    branch: (csvFields, sampling = false, fields) => ({
       source: sourceFor(endpoint.source, `${name}.source`, connections, {
         ...(csvFields ? { fields: csvFields } : {}),
         key: sourceKey,
@@ -66,7 +82,7 @@ export function endpointShape(endpoint: EndpointConfig, ctx: ShapeContext): Endp
         role: 'endpoint',
         sampling,
       }),
-      processors,
+      processors: fields === undefined ? processors : processorsFor(timestampSources(fields)),
     }),
     sourceName,
     csvFieldsOf: (fields) => {

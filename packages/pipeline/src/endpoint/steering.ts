@@ -67,7 +67,7 @@ export function endpointSteering(
     // Decide on a branch and sink of its own: the running generation is untouched until the decision is made.
     // The schema as a run of today's configuration would write it (configured fields, else the generation's own).
     const { schema, csvFields } = generationSchema(shape, info.schema);
-    const candidate = shape.branch(csvFields);
+    const candidate = shape.branch(csvFields, false, schema.fields);
     let cache: WritableCache | null = null;
     let halted = false;
     let adopted = false;
