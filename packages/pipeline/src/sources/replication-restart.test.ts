@@ -342,4 +342,47 @@ describe('replication source restarts (issue 16)', () => {
       await caches.close();
     }
   });
+
+  it('defect: a column added with a default left the rows already there without it (no change of theirs streams)', {
+    timeout: 120_000,
+  }, async () => {
+    await using world = await scenario('added_default', 100);
+    const { root, url } = world;
+    {
+      const caches = await openCacheManager(root);
+      const pipeline = await startInProcess(url, caches, endpoint(false));
+      try {
+        const first = await pipeline.whenServing({ timeoutMs: 30_000 });
+        // PostgreSQL answers 7 for every existing row (a "missing" value in the catalog), and nothing streams.
+        await sql(url, 'ALTER TABLE items ADD COLUMN flag int NOT NULL DEFAULT 7');
+        // Before: timed out — the cache's 100 rows never had `flag`.
+        const filled = await waitMirrored(root, url, 'the rows already there to hold the default');
+        expect(filled.name).not.toBe(first);
+        expect((await caches.info(filled.name))?.schema.fields.flag).toBe('integer');
+        // A column added without one reads null in the rows already there: the generation goes on.
+        await sql(url, 'ALTER TABLE items ADD COLUMN note text');
+        await sql(url, "UPDATE items SET note = 'n' WHERE id = 3");
+        const noted = await waitMirrored(root, url, 'the column added without a default');
+        expect(noted.name).toBe(filled.name);
+      } finally {
+        await pipeline.stop();
+        await caches.close();
+      }
+    }
+    // Stopped, then a column with a volatile default (PostgreSQL rewrites the table): the restart rebuilds.
+    await sql(url, 'ALTER TABLE items ADD COLUMN stamp text DEFAULT md5(random()::text)');
+    const caches = await openCacheManager(root);
+    const pipeline = await startInProcess(url, caches, endpoint(false));
+    try {
+      expect(pipeline.decision).toMatchObject({
+        decision: 'from-scratch',
+        reason: expect.stringMatching(/^the source changed \(.*"stamp"/),
+      });
+      await pipeline.whenServing({ timeoutMs: 30_000 });
+      await waitMirrored(root, url, 'the restarted endpoint with the rewritten column');
+    } finally {
+      await pipeline.stop();
+      await caches.close();
+    }
+  });
 });

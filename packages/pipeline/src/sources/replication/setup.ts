@@ -96,7 +96,8 @@ export async function columnsOf(client: pg.Client, table: string): Promise<Colum
 
 /**
  * Why `next` cannot continue a cache filled with `previous`'s columns, or null: a column dropped or retyped
- * changes what records mean (new generation); an added column only adds a field (continue).
+ * changes what records mean (new generation); an added column only adds a field (continue) — unless the rows
+ * already there read a value for it, which {@link columnsFilledWithoutChanges} tells.
  */
 export function incompatibleColumns(previous: ColumnList, next: ColumnList): string | null {
   const now = new Map(next);
@@ -106,6 +107,29 @@ export function incompatibleColumns(previous: ColumnList, next: ColumnList): str
     if (type !== oid) return `column "${name}" changed type (oid ${oid} → ${type})`;
   }
   return null;
+}
+
+/**
+ * Why the columns of `table` outside `known` cannot simply be followed, or null: a column added with a default
+ * gives every row already there a value without a change to stream — PostgreSQL keeps a constant one in the
+ * catalog (`atthasmissing`), a volatile one rewrites the table — so the generation would keep those rows without
+ * it. Any default counts (one set after the column was added costs a rebuild that was not needed, never a row).
+ */
+export async function columnsFilledWithoutChanges(
+  client: pg.Client,
+  table: string,
+  known: ColumnList,
+): Promise<string | null> {
+  const result = await client.query<{ name: string }>(
+    `SELECT attname AS name FROM pg_attribute
+      WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND (atthasmissing OR atthasdef)
+      ORDER BY attnum`,
+    [quoteIdent(table)],
+  );
+  const names = new Set(known.map(([name]) => name));
+  const filled = result.rows.map((r) => r.name).filter((name) => !names.has(name));
+  if (filled.length === 0) return null;
+  return `${filled.map((name) => `column "${name}"`).join(', ')} added with a default: the rows already there hold it, and no change of theirs streams`;
 }
 
 /** Creates the publication for `table` if absent, or adds the table to it. True when it created it. */

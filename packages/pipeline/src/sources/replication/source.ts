@@ -15,6 +15,7 @@ import { markPublication, parseOwnerComment, publicationComment, type SlotOwner 
 import { type ReplicationPosition, ReplicationPositionSchema } from './position.js';
 import {
   checkReplicationPrerequisites,
+  columnsFilledWithoutChanges,
   columnsOf,
   createSlotWithSnapshot,
   defaultReplicationName,
@@ -147,7 +148,9 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         );
         if (replaced !== null) return { ok: false, reason: replaced, sourceChanged: true };
       }
-      const problem = incompatibleColumns(position.columns, await columnsOf(client, table));
+      const problem =
+        incompatibleColumns(position.columns, await columnsOf(client, table)) ??
+        (await columnsFilledWithoutChanges(client, table, position.columns));
       if (problem !== null) return { ok: false, reason: `table ${table}: ${problem}`, sourceChanged: true };
       return { ok: true };
     });

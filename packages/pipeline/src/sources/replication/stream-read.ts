@@ -14,7 +14,7 @@ import { relationChange, streamedIdentityGap, tableRelation } from './identity.j
 import { LagTracker } from './lag.js';
 import { compareLsn, normalizeLsn } from './lsn.js';
 import type { ReplicationPosition } from './position.js';
-import { type ColumnList, incompatibleColumns, slotState } from './setup.js';
+import { type ColumnList, columnsFilledWithoutChanges, incompatibleColumns, slotState } from './setup.js';
 import { ReplicationStream } from './stream.js';
 import { TransactionAssembler } from './transaction-assembler.js';
 
@@ -89,6 +89,10 @@ export async function* readStream(
     if (relation === undefined || replacedBecause !== null) return;
     const now = await tableRelation(client, table, source.publication);
     replacedBecause = relationChange(table, relation, now, true);
+    // A column added with a default changed every row without a change to stream (no relation message either,
+    // until some row of the table changes).
+    if (replacedBecause === null && now !== null)
+      replacedBecause = await columnsFilledWithoutChanges(client, table, position.columns);
     if (replacedBecause !== null) replaced.abort();
   });
   // A write that streams through this slot, so it advances even when the table is idle and nothing else does.
@@ -178,7 +182,14 @@ export async function* readStream(
               { details: { table, change: 'replica identity' } },
             );
           const columns: ColumnList = message.columns.map((c) => [c.name, c.typeOid]);
-          const problem = incompatibleColumns(position.columns, columns);
+          const known = new Set(position.columns.map(([name]) => name));
+          const problem =
+            incompatibleColumns(position.columns, columns) ??
+            (columns.some(([name]) => !known.has(name))
+              ? await connections.withClient((client) =>
+                  columnsFilledWithoutChanges(client, table, position.columns),
+                )
+              : null);
           if (problem !== null)
             throw new SourceSchemaChangedError(
               `Table ${table}: ${problem}; the endpoint needs a new generation`,
