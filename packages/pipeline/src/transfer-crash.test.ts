@@ -36,27 +36,31 @@ async function killAndResume(
   kills: number,
   physicalWrites: () => Promise<number>,
 ): Promise<Record<string, unknown>> {
-  const epochs = Math.floor(RECORDS / (input.commitEveryRecords as number));
+  const perCommit = input.commitEveryRecords as number;
   const writesBoundedByCommits = (input.request as TransferRequest).destination.type !== 'jetstream';
-  // The highest pipeline epoch committed so far (epochs continue across runs): each kill is aimed at a commit
-  // that leaves at least two epochs for the runs after it, so it lands mid-transfer by construction.
-  let committed = 0;
+  // Records written by the last commit seen (the sink's cumulative count): each kill is aimed at the first commit
+  // past a record count that leaves at least four commits' worth of records — a commit closes the batch that
+  // reached `commitEveryRecords`, so it may hold up to twice that — for the runs after it: it lands mid-transfer
+  // by construction. (Aimed by a commit's number before, it could name a run's last commit: a run makes fewer
+  // commits than RECORDS ÷ commitEveryRecords, and the kill then came after the file was published.)
+  let committedWritten = 0;
   for (let k = 0; k < kills; k++) {
-    const remaining = epochs - committed;
-    // The target-th commit of this run (epochs continue across runs).
-    const target = 1 + Math.floor(Math.random() * Math.max(1, Math.floor((remaining - 2) / (kills - k + 1))));
-    const killAt = { commit: target, delayMs: Math.floor(Math.random() * 15) };
+    const room = Math.max(1, Math.floor((RECORDS - committedWritten - 4 * perCommit) / (kills - k + 1)));
+    const killAt = {
+      written: committedWritten + 1 + Math.floor(Math.random() * room),
+      delayMs: Math.floor(Math.random() * 15),
+    };
     await using child = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: k + 1, killAt })]);
     const exit = await child.exited;
     for (const line of child.lines.filter((l) => l.startsWith('COMMIT ')))
-      committed = Math.max(committed, Number(line.split(' ')[1]));
+      committedWritten = Math.max(committedWritten, Number(line.split(' ')[2]));
     // The kill landed mid-transfer: the run neither finished nor failed on its own (an intermediate FAILED run
     // would hide a defect behind the next run's success).
     expect(child.lines.filter((l) => /^(DONE|FAILED) /.test(l))).toEqual([]);
     expect(exit.signal).toBe('SIGKILL');
     // Killed before the run's last commit; and for a sink whose writes land only with a commit (PostgreSQL),
     // short of the whole source. JetStream publishes run ahead of commits, so its count may already be complete.
-    expect(committed).toBeLessThan(epochs);
+    expect(committedWritten).toBeLessThan(RECORDS);
     if (writesBoundedByCommits) expect(await physicalWrites()).toBeLessThan(RECORDS);
   }
   await using last = spawnTs(CHILD, [JSON.stringify({ ...input, epoch: kills + 1 })]);

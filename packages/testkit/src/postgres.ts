@@ -74,6 +74,9 @@ export async function sql<R extends pg.QueryResultRow = pg.QueryResultRow>(
   params: unknown[] = [],
 ): Promise<R[]> {
   const client = new pg.Client({ connectionString: url });
+  // A server shutting down (a test restarting PostgreSQL) sends FATAL 57P01 to idle sessions too; with no
+  // listener that is an uncaught exception failing the whole test run. A query's own failure still rejects.
+  client.on('error', () => {});
   await client.connect();
   try {
     return (await client.query<R>(text, params)).rows;
