@@ -7,7 +7,7 @@ import type {
   SwitchOutcome,
 } from '@sluice/core';
 import { ClientErrorCode, SluiceClientError } from './errors.js';
-import { openEventStream } from './event-stream.js';
+import { DEFAULT_IDLE_TIMEOUT_MS, openEventStream } from './event-stream.js';
 import { type HttpTarget, requestJson } from './http.js';
 
 export interface WatchOptions {
@@ -17,6 +17,11 @@ export interface WatchOptions {
   backoff?: { initialMs?: number; maxMs?: number };
   /** Heartbeat interval the server is asked for (1 000–60 000 ms; the server's default is 15 000). */
   heartbeatMs?: number;
+  /**
+   * Reconnect when the connection delivers nothing, not even a heartbeat, for this long (default three heartbeats:
+   * 3 × `heartbeatMs`, or 45 000 ms; 0 = never).
+   */
+  idleTimeoutMs?: number;
   /** Called after each (re)connection is accepted, before its first event (e.g. to show "live"). */
   onOpen?: () => void;
 }
@@ -135,6 +140,9 @@ export class ControlClient {
       ...(options.signal ? { signal: options.signal } : {}),
       ...(options.backoff ? { backoff: options.backoff } : {}),
       ...(options.onOpen ? { onOpen: options.onOpen } : {}),
+      idleTimeoutMs:
+        options.idleTimeoutMs ??
+        (options.heartbeatMs === undefined ? DEFAULT_IDLE_TIMEOUT_MS : 3 * options.heartbeatMs),
       path: () => `/v1/endpoints/stream${query}`,
       decode: (message) => toStreamEvent(message.event, message.data),
       endOnBadEvent: true,

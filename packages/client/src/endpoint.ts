@@ -38,6 +38,12 @@ export interface ChangesOptions {
   signal?: AbortSignal;
   /** Reconnect backoff (default 250 ms doubling to 10 s, jittered). */
   backoff?: { initialMs?: number; maxMs?: number };
+  /**
+   * Reconnect (resuming from the last token) when the connection delivers nothing, not even a heartbeat, for this
+   * long (default 45 000 ms: three of the server's default `api.changes.heartbeatMs`; keep it above the server's
+   * heartbeat; 0 = never). A stopped server or a lost network path otherwise leaves the feed waiting forever.
+   */
+  idleTimeoutMs?: number;
 }
 
 /** Formats primary-key values as the URL segment of `/records/:key` (components joined by `,`). */
@@ -138,6 +144,7 @@ export class EndpointClient<Row extends Record<string, unknown> = Record<string,
       what: 'The change feed',
       ...(options.signal ? { signal: options.signal } : {}),
       ...(options.backoff ? { backoff: options.backoff } : {}),
+      ...(options.idleTimeoutMs !== undefined ? { idleTimeoutMs: options.idleTimeoutMs } : {}),
       beforeConnect: () => {
         if (!(inSnapshot && token === undefined)) return null;
         // A fresh snapshot follows; what was received of the interrupted one may include deleted records.

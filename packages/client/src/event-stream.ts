@@ -16,6 +16,11 @@ export interface EventStreamOptions<T> {
   signal?: AbortSignal;
   /** Reconnect backoff (default 250 ms doubling to 10 s, jittered). */
   backoff?: { initialMs?: number; maxMs?: number };
+  /**
+   * A connection that delivers nothing — no event, no heartbeat comment, no response headers — for this long while
+   * the stream waits on it is taken for dead and replaced (default {@link DEFAULT_IDLE_TIMEOUT_MS}; 0 = never).
+   */
+  idleTimeoutMs?: number;
   /** The path and query of the next connection, asked before each (it may resume from where the last stopped). */
   path: () => string;
   /** Before each connection attempt: an event to yield first, or null. */
@@ -29,6 +34,45 @@ export interface EventStreamOptions<T> {
    * treats it as a broken connection and reconnects (the change feed resumes from its last token).
    */
   endOnBadEvent: boolean;
+}
+
+/**
+ * Three of the servers' default heartbeat intervals (15 s): both SSE streams send a comment at least that often, so
+ * a connection silent for longer is gone — its server stopped or frozen, or a network path lost without a reset,
+ * which TCP alone would not report for many minutes.
+ */
+export const DEFAULT_IDLE_TIMEOUT_MS = 45_000;
+
+/** Why an idle connection was aborted (never surfaces: the stream reconnects). */
+class IdleConnection extends Error {}
+
+/**
+ * `body`, read on demand, with `abort` called when a read waits longer than `idleMs` for the network. Only time
+ * spent waiting for bytes counts: a consumer slow to ask for the next event does not make the connection idle.
+ */
+function watchIdle(
+  body: ReadableStream<Uint8Array>,
+  idleMs: number,
+  abort: () => void,
+): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        const timer = setTimeout(abort, idleMs);
+        try {
+          const { value, done } = await reader.read();
+          if (done) controller.close();
+          else controller.enqueue(value);
+        } finally {
+          clearTimeout(timer);
+        }
+      },
+      cancel: (reason) => reader.cancel(reason),
+    },
+    // Pulled only when the parser asks for more, so the timer runs only while somebody waits.
+    { highWaterMark: 0 },
+  );
 }
 
 /**
@@ -51,6 +95,7 @@ export async function* openEventStream<T>(
 ): AsyncGenerator<T> {
   const initialMs = options.backoff?.initialMs ?? 250;
   const maxMs = options.backoff?.maxMs ?? 10_000;
+  const idleMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
   let attempt = 0;
   for (;;) {
     if (options.signal?.aborted) return;
@@ -60,7 +105,10 @@ export async function* openEventStream<T>(
     try {
       const first = options.beforeConnect?.() ?? null;
       if (first !== null) yield first;
+      const idle = () => controller.abort(new IdleConnection('no bytes from the server'));
       let res: Response;
+      // A server that accepted the connection but never answers (stopped) is as dead as a silent stream.
+      const headersTimer = idleMs > 0 ? setTimeout(idle, idleMs) : undefined;
       try {
         res = await target.fetch(`${target.baseUrl}${options.path()}`, {
           headers: headersFor(target, { accept: 'text/event-stream' }),
@@ -70,6 +118,8 @@ export async function* openEventStream<T>(
         if (options.signal?.aborted) return;
         await delay(backoffMs(attempt++, initialMs, maxMs), options.signal).catch(() => undefined);
         continue;
+      } finally {
+        clearTimeout(headersTimer);
       }
       if (!res.ok) {
         const error = await errorFrom(res);
@@ -86,7 +136,8 @@ export async function* openEventStream<T>(
         });
       options.onOpen?.();
       try {
-        for await (const message of readEventStream(res.body)) {
+        const body = idleMs > 0 ? watchIdle(res.body, idleMs, idle) : res.body;
+        for await (const message of readEventStream(body)) {
           attempt = 0;
           const event = options.decode(message);
           if (event !== null) yield event;
@@ -94,7 +145,7 @@ export async function* openEventStream<T>(
       } catch (err) {
         if (options.signal?.aborted) return;
         if (options.endOnBadEvent && err instanceof SluiceClientError) throw err;
-        // the connection broke: reconnect below
+        // the connection broke, or went silent (aborted by the idle watch): reconnect below
       }
       if (options.signal?.aborted) return;
       await delay(backoffMs(attempt++, initialMs, maxMs), options.signal).catch(() => undefined);

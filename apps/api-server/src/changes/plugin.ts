@@ -3,6 +3,7 @@ import {
   andFilters,
   compileFilter,
   type Filter,
+  InvalidQueryError,
   MalformedJsonError,
   type QueryLimits,
   QueueFullError,
@@ -87,6 +88,14 @@ export async function changeFeedPlugin(
           json = JSON.parse(query.filter);
         } catch (err) {
           throw new MalformedJsonError(`filter is not valid JSON: ${(err as Error).message}`);
+        }
+        // The filter checker reads a missing filter as {} and would read `null` so too: a feed of every record
+        // for a filter that is not one. A query body that is not an object is refused the same way.
+        if (typeof json !== 'object' || json === null || Array.isArray(json)) {
+          const received = json === null ? 'null' : Array.isArray(json) ? 'array' : typeof json;
+          throw new InvalidQueryError('Invalid query: filter must be a JSON object (a $filter)', [
+            { path: 'filter', message: `expected an object, received ${received}` },
+          ]);
         }
       }
       if (hub.size >= settings.maxSubscribers || hub.isClosed)

@@ -1,0 +1,55 @@
+/**
+ * The change feed's `filter=` is a `$filter` of the query language: a JSON object. Anything else is refused with
+ * a precise problem, as a query body that is not an object is — never read as "no filter".
+ */
+import { resolveConfig } from '@sluice/core';
+import { tempDir } from '@sluice/testkit';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { startApiServer } from '../src/index.js';
+import { writeGeneration } from './helpers.js';
+
+describe('change feed: the filter parameter', () => {
+  it('defect: filter=null opened an unfiltered feed (every record) instead of refusing a filter that is not an object', async () => {
+    await using dir = await tempDir('sluice-api-feed-filter-');
+    await writeGeneration(dir.path, 1, 20);
+    await using server = await startApiServer({
+      config: resolveConfig({ dataDir: dir.path, logLevel: 'silent' }),
+      dataDir: dir.path,
+      port: 0,
+      host: '127.0.0.1',
+      logger: pino({ level: 'silent' }),
+      watchMs: 50,
+    });
+    for (const [filter, received] of [
+      ['null', 'null'],
+      ['[]', 'array'],
+      ['5', 'number'],
+      ['"a"', 'string'],
+    ] as const) {
+      const controller = new AbortController();
+      const response = await fetch(
+        `${server.url}/v1/endpoints/items/changes?filter=${encodeURIComponent(filter)}`,
+        { signal: controller.signal },
+      );
+      const status = response.status;
+      const body = status === 200 ? null : ((await response.json()) as Record<string, unknown>);
+      controller.abort();
+      expect({ filter, status }).toEqual({ filter, status: 400 });
+      expect(body).toMatchObject({
+        code: 'INVALID_QUERY',
+        errors: [{ path: 'filter', message: `expected an object, received ${received}` }],
+      });
+    }
+    // An object is still a filter, the empty one included.
+    const ok = new AbortController();
+    const response = await fetch(
+      `${server.url}/v1/endpoints/items/changes?filter=${encodeURIComponent('{}')}`,
+      {
+        signal: ok.signal,
+      },
+    );
+    expect(response.status).toBe(200);
+    ok.abort();
+  }, 60_000);
+});
