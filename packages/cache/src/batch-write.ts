@@ -28,6 +28,11 @@ export interface StagedChange {
    * then filled in the write transaction by the `resolve` given to {@link writeChanges}. Absent for a whole record.
    */
   patches?: RecordPatch[] | null;
+  /**
+   * Filled by {@link writeChanges}: the stored JSON text this change replaces (a copy), or null when its key held
+   * no record — what the change log keeps so a filtered change feed can tell whether the record was in view.
+   */
+  before?: Buffer | null;
 }
 
 /**
@@ -147,6 +152,7 @@ export function writeChanges(
   for (const change of sorted) {
     let oldKeys: Buffer[] | null = null;
     let sameBytes = false;
+    change.before = null;
     if (!fresh) {
       // The previous version's index entries move: decode it (the fast read's buffer is reused by the next).
       const old = data.getBinaryFast(change.key);
@@ -157,6 +163,8 @@ export function writeChanges(
         // A patch merges with exactly the record this transaction replaces.
         if (change.patches) resolvePatches(resolve, change, record);
         sameBytes = change.bytes?.equals(oldBytes) === true;
+        // Copied (the fast read's buffer is reused by the next read); the same bytes need no copy.
+        change.before = sameBytes ? change.bytes : Buffer.from(oldBytes);
         oldKeys = indexes.map((index) => indexKey(index, record, primaryKey));
         if (!sameBytes) replaced = true;
       }

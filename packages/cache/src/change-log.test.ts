@@ -82,6 +82,59 @@ describe('change log', () => {
     ]);
   });
 
+  it('keeps what each upsert and delete replaced (null: nothing), chained through the transactions of one commit', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    const befores = (after: number) =>
+      cache
+        .changeLog()
+        .read(after, 100)
+        .filter((e) => e.op !== 'commit')
+        .map((e) => [e.op, e.key[0], e.op === 'commit' ? undefined : (e.before?.value ?? e.before)]);
+    cache.apply([
+      { op: 'insert', record: { id: 1, value: 10, category: 'a' } },
+      { op: 'insert', record: { id: 2, value: 20, category: 'b' } },
+    ]);
+    await cache.commit(checkpoint(1));
+    // A snapshot's first load replaces nothing.
+    expect(befores(0)).toEqual([
+      ['upsert', 1, null],
+      ['upsert', 2, null],
+    ]);
+    cache.apply([
+      { op: 'upsert', record: { id: 1, value: 11, category: 'a' } },
+      { op: 'delete', key: [2] },
+      { op: 'upsert', record: { id: 3, value: 30, category: 'c' } },
+    ]);
+    await cache.commit(checkpoint(2));
+    expect(befores(3)).toEqual([
+      ['upsert', 1, 10],
+      ['delete', 2, 20],
+      ['upsert', 3, null],
+    ]);
+    // Grouped: 1 → 12 → 11 (back to what is stored) and 3 → deleted → 33, each change replacing the one before.
+    cache.apply([
+      { op: 'upsert', record: { id: 1, value: 12, category: 'a' } },
+      { op: 'delete', key: [3] },
+    ]);
+    cache.markTransaction({ src: 21 });
+    cache.apply([
+      { op: 'upsert', record: { id: 1, value: 11, category: 'a' } },
+      { op: 'upsert', record: { id: 3, value: 33, category: 'c' } },
+    ]);
+    cache.markTransaction({ src: 22 });
+    await cache.commit({ ...checkpoint(3), positions: { src: 22 } });
+    expect(befores(7)).toEqual([
+      ['upsert', 1, 11],
+      ['delete', 3, 30],
+      ['upsert', 1, 12],
+      ['upsert', 3, null],
+    ]);
+    // Not enumerable: an entry still reads as before.
+    expect(Object.keys(cache.changeLog().read(7, 1)[0]!)).toEqual(['seq', 'op', 'key', 'record']);
+  });
+
   it("records each commit's upserts and deletes, then a commit marker with the positions, in the data's transaction", async () => {
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path);

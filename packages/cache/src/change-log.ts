@@ -31,11 +31,12 @@ export const DEFAULT_RETENTION: ChangeRetention = { ...CACHE_DEFAULTS.changes };
 
 /** Stored form (short field names: the log is written on every commit). */
 type StoredEntry =
-  // An upsert holds the record's stored JSON text (what the data entry holds): no re-encoding per record.
-  | { o: 'j'; k: unknown[]; j: Uint8Array }
+  // An upsert holds the record's stored JSON text (what the data entry holds): no re-encoding per record. `w`:
+  // the stored JSON text it replaced, 0 when the key held none; absent in entries logged before it was kept.
+  | { o: 'j'; k: unknown[]; j: Uint8Array; w?: Uint8Array | 0 }
   // Upserts logged before the JSON form (the record MessagePack-encoded); still read.
   | { o: 'u'; k: unknown[]; r: Record<string, unknown> }
-  | { o: 'd'; k: unknown[] }
+  | { o: 'd'; k: unknown[]; w?: Uint8Array | 0 }
   | { o: 'c'; p: Record<string, unknown> | null; e: number | null; at: number };
 
 interface StoredHead {
@@ -47,10 +48,22 @@ const EMPTY_HEAD: StoredHead = { first: 1, next: 1 };
 const HEAD_KEY = 'changes';
 const LOG_OPTIONS = { encoder: { useRecords: false } } as DatabaseOptions;
 
-/** A change handed to {@link appendChanges}: the primary-key values, and the new record's stored JSON text or null (delete). */
+/**
+ * A change handed to {@link appendChanges}: the primary-key values, the new record's stored JSON text or null
+ * (delete), and the stored JSON text it replaced (null: none; undefined: not known, nothing logged for it).
+ */
 export interface LoggedChange {
   pk: readonly unknown[];
   bytes: Uint8Array | null;
+  before?: Uint8Array | null;
+}
+
+/** The stored form of one upsert or delete. */
+function storedChange(change: LoggedChange): StoredEntry {
+  const was = change.before === undefined ? {} : { w: change.before ?? (0 as const) };
+  return change.bytes === null
+    ? { o: 'd', k: change.pk as unknown[], ...was }
+    : { o: 'j', k: change.pk as unknown[], j: change.bytes, ...was };
 }
 
 function logDb(dbs: CacheDbs): Database<StoredEntry, number> {
@@ -96,22 +109,10 @@ export function appendChanges(
   const start = head.next;
   let seq = start;
   for (const transaction of earlier) {
-    for (const change of transaction.changes) {
-      const entry: StoredEntry =
-        change.bytes === null
-          ? { o: 'd', k: change.pk as unknown[] }
-          : { o: 'j', k: change.pk as unknown[], j: change.bytes };
-      db.putSync(seq++, entry);
-    }
+    for (const change of transaction.changes) db.putSync(seq++, storedChange(change));
     db.putSync(seq++, { o: 'c', p: transaction.positions, e: checkpoint?.epoch ?? null, at: now });
   }
-  for (const change of changes) {
-    const entry: StoredEntry =
-      change.bytes === null
-        ? { o: 'd', k: change.pk as unknown[] }
-        : { o: 'j', k: change.pk as unknown[], j: change.bytes };
-    db.putSync(seq++, entry);
-  }
+  for (const change of changes) db.putSync(seq++, storedChange(change));
   db.putSync(seq++, { o: 'c', p: checkpoint?.positions ?? null, e: checkpoint?.epoch ?? null, at: now });
   const first = trim(db, head.first, start, retention, now, seq - start, memo);
   dbs.meta.putSync(HEAD_KEY, { first, next: seq } satisfies StoredHead);
@@ -169,10 +170,25 @@ export function clearChanges(dbs: CacheDbs): void {
   dbs.meta.putSync(HEAD_KEY, { first: head.next, next: head.next } satisfies StoredHead);
 }
 
+/**
+ * `entry` with its `before` (decoded when first read: most readers never ask), unless the log does not say.
+ * Not enumerable: an entry reads, compares and serializes as before.
+ */
+function withBefore<T extends ChangeEntry>(entry: T, was: Uint8Array | 0 | undefined): T {
+  if (was === undefined) return entry;
+  let decoded: Record<string, unknown> | undefined;
+  Object.defineProperty(entry, 'before', {
+    enumerable: false,
+    get: () => (was === 0 ? null : (decoded ??= decodeRecord(was))),
+  });
+  return entry;
+}
+
 function decode(seq: number, entry: StoredEntry): ChangeEntry {
-  if (entry.o === 'j') return { seq, op: 'upsert', key: entry.k, record: decodeRecord(entry.j) };
+  if (entry.o === 'j')
+    return withBefore({ seq, op: 'upsert', key: entry.k, record: decodeRecord(entry.j) }, entry.w);
   if (entry.o === 'u') return { seq, op: 'upsert', key: entry.k, record: entry.r };
-  if (entry.o === 'd') return { seq, op: 'delete', key: entry.k };
+  if (entry.o === 'd') return withBefore({ seq, op: 'delete', key: entry.k }, entry.w);
   return { seq, op: 'commit', position: entry.p, epoch: entry.e, at: entry.at };
 }
 

@@ -286,6 +286,16 @@ export class RwCache extends RoCache implements WritableCache {
               occurrences.set(id, (occurrences.get(id) ?? 0) + 1);
             }
             for (const change of all) times.set(change, occurrences.get(change.key.toString('latin1'))!);
+            // What each logged change replaced: for a key's first change in this commit the stored record
+            // (writeChanges noted it on the batch's change), for a later one the change before it.
+            const stored = new Map<string, Buffer | null | undefined>();
+            for (const change of batch.values()) stored.set(change.key.toString('latin1'), change.before);
+            const latest = new Map<string, Buffer | null>();
+            for (const change of all) {
+              const id = change.key.toString('latin1');
+              change.before = latest.has(id) ? latest.get(id)! : stored.get(id);
+              latest.set(id, change.bytes);
+            }
             const logged = (changes: Staged[]) =>
               unchanged === null
                 ? changes

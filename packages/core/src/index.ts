@@ -211,6 +211,7 @@ export {
   type CacheInfo,
   type CacheSchema,
   CacheState,
+  type ChangeBefore,
   type ChangeEntry,
   type ChangeHead,
   type ChangeLog,

@@ -311,9 +311,14 @@ export class FeedSubscriber implements LiveSubscriber {
   private writeEntries(entries: ChangeEntry[], frames: readonly string[] | null): void {
     const on = this.held();
     let text = '';
+    const matches = this.matches;
     entries.forEach((entry, i) => {
-      if (entry.op === 'upsert' && this.matches && !this.matches(entry.record)) {
-        // Not (or no longer) in this subscriber's view: a delete, in case it had the record.
+      if (matches && entry.op !== 'commit' && !(entry.op === 'upsert' && matches(entry.record))) {
+        // Not in this subscriber's view now: a delete if it was before (the subscriber has the record), else
+        // nothing — not even its key. A log that does not say what the change replaced (entries logged before
+        // it kept that) gets the delete, in case the subscriber had the record.
+        const before = entry.before;
+        if (before === null || (before !== undefined && !matches(before))) return;
         const id = encodeFeedToken({ endpoint: this.ctx.alias, generation: on.name, seq: entry.seq });
         text += sseFrame(FeedEvent.delete, { key: entry.key }, id);
       } else text += frames?.[i] ?? entryFrame(this.ctx.alias, on.name, entry);

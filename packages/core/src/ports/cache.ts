@@ -153,8 +153,15 @@ export interface JsonPage {
  * that ends one commit (with the checkpoint positions it reached).
  */
 export type ChangeEntry =
-  | { seq: number; op: 'upsert'; key: unknown[]; record: Record<string, unknown> }
-  | { seq: number; op: 'delete'; key: unknown[] }
+  | {
+      seq: number;
+      op: 'upsert';
+      key: unknown[];
+      record: Record<string, unknown>;
+      /** What the change replaced: see {@link ChangeBefore}. */
+      readonly before?: ChangeBefore;
+    }
+  | { seq: number; op: 'delete'; key: unknown[]; readonly before?: ChangeBefore }
   | {
       seq: number;
       op: 'commit';
@@ -164,6 +171,13 @@ export type ChangeEntry =
       /** Commit instant, ms since the epoch. */
       at: number;
     };
+
+/**
+ * The record a logged upsert or delete replaced: null when its key held none, absent when the log does not say
+ * (entries written before the log kept it). A change feed under a row filter needs it to stay silent about
+ * records outside the filter: a delete (or an upsert leaving the filter) is sent only if the record was in view.
+ */
+export type ChangeBefore = Record<string, unknown> | null;
 
 /** Retained range of a change log: entries `first … last` exist (`last < first` when the log is empty). */
 export interface ChangeHead {
