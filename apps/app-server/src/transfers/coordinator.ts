@@ -20,6 +20,7 @@ import { StopReason } from './local-run.js';
 import { ownerChange, whoRuns } from './owner-lookup.js';
 import { RecentIds } from './recent-ids.js';
 import { Recovery } from './recovery.js';
+import { checkDistinctFiles, checkRequestShape } from './request-rules.js';
 import { Scheduler, type Ticket } from './scheduler.js';
 import type { Submission } from './submission.js';
 import { terminate } from './terminate.js';
@@ -112,6 +113,7 @@ export class TransferCoordinator {
     // Confinement and connection checks first: bad input must never write anything. A run this submit
     // claims uses the confined request as it is (one `realpath` per file path per transfer, not three).
     const runnable = await this.#confine(request);
+    await this.#checkRunnable(request, runnable);
     if (request.mode === 'fire-and-forget')
       return this.#fireAndForget.submit(runnable, this.#state.o.identity);
     const hash = requestHash(request);
@@ -138,6 +140,21 @@ export class TransferCoordinator {
       if (!(err instanceof PathNotAccessibleError) || request.mode === 'fire-and-forget') throw err;
       if ((await store.get(request.id)) === null) throw err;
       return policy.confine(request, { access: false });
+    }
+  }
+
+  /**
+   * Refuses a request that can never run (`request-rules.ts`: a `query` source without `key`, source-only fields
+   * on a destination, a file copied onto itself) as `VALIDATION_FAILED` — unless it is recorded already (accepted
+   * by an earlier version): a resend is owed its record, as for {@link #confine}'s access check.
+   */
+  async #checkRunnable(request: TransferRequest, runnable: TransferRequest): Promise<void> {
+    try {
+      checkRequestShape(request);
+      checkDistinctFiles(runnable);
+    } catch (err) {
+      if (request.mode === 'fire-and-forget' || (await this.#state.o.store.get(request.id)) === null)
+        throw err;
     }
   }
 

@@ -26,9 +26,11 @@ export const MAX_RETRIES = 20;
  * and what each stop reason records in the store.
  */
 
-/** Asks a run to stop; a queued run (nothing to interrupt) is settled at once. */
+/** Asks a run to stop; a queued run (nothing to interrupt) leaves the queue and is settled at once. */
 export function stopRun(state: CoordinatorState, run: LocalRun, reason: StopReason): void {
-  if (run.requestStop(reason) === RunPhase.queued) void settleStopped(state, run, null);
+  if (run.requestStop(reason) !== RunPhase.queued) return;
+  run.withdraw?.();
+  void settleStopped(state, run, null);
 }
 
 /** Removes the run from this node: its responder closes first, then `done` resolves. */
@@ -132,7 +134,7 @@ export function schedule(
   ticket: Ticket,
   record: TransferRecord,
 ): void {
-  state.scheduler.start(ticket, () => execute(state, run, record));
+  run.withdraw = state.scheduler.start(ticket, () => execute(state, run, record));
 }
 
 /** The checkpoint port of a run: every write fenced by its epoch, `finishing` refused once it must stop. */

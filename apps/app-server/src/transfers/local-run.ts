@@ -80,6 +80,8 @@ export class LocalRun {
   /** The request with its paths confined, when the submit that claimed it had confined it (else null). */
   readonly runnable: TransferRequest | null;
   registration: Registration | null = null;
+  /** Takes the run out of the scheduler's queue while it waits there (its place freed at once); set once scheduled. */
+  withdraw: (() => boolean) | null = null;
   readonly controller = new AbortController();
   readonly done: Promise<void>;
   #markDone!: () => void;

@@ -55,4 +55,26 @@ describe('Scheduler', () => {
     // Only provisional reservations are waited for.
     expect(await scheduler.reserve()).toBeNull();
   });
+
+  it('withdraw takes a waiting job out of the queue and frees its place; a started job is not withdrawn', async () => {
+    const scheduler = new Scheduler({ concurrency: 1, queueSize: 1 });
+    let release!: () => void;
+    const withdrawRunning = scheduler.start(
+      scheduler.tryReserve()!,
+      () => new Promise<void>((resolve) => (release = resolve)),
+    );
+    let ran = false;
+    const withdraw = scheduler.start(scheduler.tryReserve()!, async () => {
+      ran = true;
+    });
+    expect(scheduler.tryReserve()).toBeNull();
+    expect(withdrawRunning()).toBe(false);
+    expect(withdraw()).toBe(true);
+    expect(withdraw()).toBe(false);
+    expect(scheduler.queued).toBe(0);
+    expect(scheduler.free).toBe(1);
+    release();
+    await scheduler.idle();
+    expect(ran).toBe(false);
+  });
 });

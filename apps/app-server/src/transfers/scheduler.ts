@@ -93,8 +93,13 @@ export class Scheduler {
     ticket.use();
   }
 
-  /** Runs `job` on the reservation: now if a slot is free, else when one frees up. */
-  start(ticket: Ticket, job: () => Promise<void>): void {
+  /**
+   * Runs `job` on the reservation: now if a slot is free, else when one frees up. Returns `withdraw`, which
+   * takes a job that is still waiting out of the queue (true) — its place is free at once — and does nothing
+   * to one that started (false): a queued transfer stopped before it ran must not hold a place until a slot
+   * frees up, or the node refuses new work (429) with nothing waiting.
+   */
+  start(ticket: Ticket, job: () => Promise<void>): () => boolean {
     if (!ticket.use()) throw new InternalError('scheduler: ticket already used');
     const run = () => {
       this.#running++;
@@ -107,8 +112,17 @@ export class Scheduler {
           else if (this.#running === 0) this.#notifyIdle();
         });
     };
-    if (this.#running < this.#concurrency) run();
-    else this.#queue.push(run);
+    if (this.#running < this.#concurrency) {
+      run();
+      return () => false;
+    }
+    this.#queue.push(run);
+    return () => {
+      const at = this.#queue.indexOf(run);
+      if (at < 0) return false;
+      this.#queue.splice(at, 1);
+      return true;
+    };
   }
 
   /** Removes queued (not yet started) jobs, returning how many; their owners must be told separately. */
