@@ -3,6 +3,7 @@ import type { CoordinatorState } from './context.js';
 import { schedule, settle, settleStopped, stopRun } from './execution.js';
 import { LocalRun, RunPhase, StopReason } from './local-run.js';
 import type { Ticket } from './scheduler.js';
+import { progressView } from './view.js';
 
 /**
  * What to claim: a new id (insert), or an existing record from its current epoch (takeover). `runnable` is the
@@ -81,6 +82,8 @@ async function claimWith(
           state: run.phase,
           recordsRead: run.progress?.recordsRead ?? 0,
           recordsWritten: run.progress?.recordsWritten ?? 0,
+          // What GET /v1/transfers/:id shows, for the nodes that do not run it (view.ts reportedProgress).
+          ...(run.progress ? { view: progressView(run.progress) } : {}),
         },
       }),
       terminate: async () => {

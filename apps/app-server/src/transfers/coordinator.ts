@@ -24,13 +24,15 @@ import { checkDistinctFiles, checkRequestShape } from './request-rules.js';
 import { Scheduler, type Ticket } from './scheduler.js';
 import type { Submission } from './submission.js';
 import { terminate } from './terminate.js';
-import { type TransferView, transferView } from './view.js';
+import { type ProgressView, reportedProgress, type TransferView, transferView } from './view.js';
 
 export type { CoordinatorLimits, CoordinatorOptions, TransferExecutor } from './context.js';
 export { type Submission, submissionReply } from './submission.js';
 
 const WATCHDOG_MS = 20;
 const SUBMIT_PASSES = 8;
+/** Longest a GET waits for another node's owner to report progress (the record is answered either way). */
+const PROGRESS_WAIT_MS = 500;
 /** How many ids seen stored a node remembers to answer their resends with one read (about 1 MiB at 100-character ids). */
 const RECENT_IDS = 10_000;
 
@@ -292,11 +294,35 @@ export class TransferCoordinator {
     return ticket;
   }
 
-  /** The stored record, or `TRANSFER_NOT_FOUND`. */
+  /**
+   * The stored record, or `TRANSFER_NOT_FOUND`. A transfer running on another node shows the progress its owner
+   * reports over the backplane (asked for at most {@link PROGRESS_WAIT_MS}; none when it does not answer in time):
+   * behind a load balancer a client's GET lands on any node.
+   */
   async get(id: string): Promise<TransferView> {
     const record = await this.#state.o.store.get(id);
     if (!record) throw new TransferNotFoundError(id);
-    return transferView(record, this.#localProgress(record));
+    const local = this.#localProgress(record);
+    if (local || record.state !== 'IN_PROGRESS' || record.ownerNodeId === null)
+      return transferView(record, local);
+    if (record.ownerNodeId === this.#state.o.identity.nodeId) return transferView(record, null);
+    return transferView(record, await this.#remoteProgress(record));
+  }
+
+  /** The progress the owner of `record`'s epoch reports, or null (no answer in time, another epoch, none sent). */
+  async #remoteProgress(record: TransferRecord): Promise<ProgressView | null> {
+    const { backplane, limits } = this.#state.o;
+    try {
+      const answer = await backplane.whoRuns(record.id, {
+        timeoutMs: Math.min(limits.ownerWaitMs, PROGRESS_WAIT_MS),
+        ownerAddress: record.ownerAddress,
+        ownerInstance: record.ownerInstance,
+      });
+      if (answer.status !== 'owner' || answer.owner.epoch !== record.epoch) return null;
+      return reportedProgress(answer.owner.progress);
+    } catch {
+      return null; // progress is a courtesy: the record itself is the answer
+    }
   }
 
   async list(input: { state?: TransferState; owner?: string; cursor?: string; limit?: number }) {
