@@ -10,19 +10,30 @@ import type { EndpointConfig } from '@sluice/core';
 import { createTestDatabase, sql, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { allRecords } from '../test/helpers.js';
-import { startEndpointPipeline } from './endpoint.js';
+import { type EndpointContext, startEndpointPipeline } from './endpoint.js';
 
 const events = { publish: async () => {} };
 
-/** The ids the endpoint serves, sorted. */
-async function servedIds(caches: Awaited<ReturnType<typeof openCacheManager>>, alias: string) {
-  const cache = await caches.openRo(alias);
+/** Builds `endpoint` in a cache under `root` and answers the ids it serves then, sorted. */
+async function servedIds(
+  root: string,
+  endpoint: EndpointConfig,
+  connections: EndpointContext['connections'],
+) {
+  await using caches = await openCacheManager(root);
+  const pipeline = await startEndpointPipeline(endpoint, { caches, events, connections, commitEveryMs: 50 });
   try {
-    return allRecords(cache)
-      .map((r) => r.id as number)
-      .sort((a, b) => a - b);
+    await pipeline.whenServing({ timeoutMs: 30_000 });
+    const cache = await caches.openRo(endpoint.name);
+    try {
+      return allRecords(cache)
+        .map((r) => r.id as number)
+        .sort((a, b) => a - b);
+    } finally {
+      await cache.close();
+    }
   } finally {
-    await cache.close();
+    await pipeline.stop();
   }
 }
 
@@ -44,7 +55,6 @@ describe('defect: an endpoint filter compared timestamp values as text', () => {
       `INSERT INTO ev VALUES (1, '2025-12-31T23:59:59Z'), (2, '2026-01-01T00:00:00Z'),
          (3, '2026-01-01T00:00:00.5Z'), (4, '2026-01-02T00:00:00Z'), (5, '2026-01-01T23:59:59.999999Z')`,
     );
-    await using caches = await openCacheManager(join(dir.path, 'data'));
     const endpoint = {
       name: 'ev',
       source: { type: 'postgres', connection: 'db', table: 'ev', capture: 'poll', cursor: 'ts' },
@@ -52,19 +62,9 @@ describe('defect: an endpoint filter compared timestamp values as text', () => {
       indexes: [],
       filter: NEW_YEARS_DAY,
     } as EndpointConfig;
-    const pipeline = await startEndpointPipeline(endpoint, {
-      caches,
-      events,
-      connections: { db: { type: 'postgres', url: db.url } },
-      commitEveryMs: 50,
-    });
-    try {
-      await pipeline.whenServing({ timeoutMs: 30_000 });
-      // Before: [1, 2, 3, 5] — row 1 ("2026-01-01T08:59:59+09:00") sorted after the `Z` operand as text.
-      expect(await servedIds(caches, 'ev')).toEqual([2, 3, 5]);
-    } finally {
-      await pipeline.stop();
-    }
+    const connections = { db: { type: 'postgres' as const, url: db.url } };
+    // Before: [1, 2, 3, 5] — row 1 ("2026-01-01T08:59:59+09:00") sorted after the `Z` operand as text.
+    expect(await servedIds(join(dir.path, 'data'), endpoint, connections)).toEqual([2, 3, 5]);
   });
 
   it('a JSONL file with a declared timestamp field: instants spelled with offsets and fractions', async () => {
@@ -78,7 +78,6 @@ describe('defect: an endpoint filter compared timestamp values as text', () => {
       { id: 5, ts: '2026-01-02T08:59:59.999+09:00' }, // just before: kept
     ];
     await writeFile(path, `${rows.map((r) => JSON.stringify(r)).join('\n')}\n`);
-    await using caches = await openCacheManager(join(dir.path, 'data'));
     const endpoint = {
       name: 'evfile',
       source: { type: 'file', path, format: 'jsonl' },
@@ -87,18 +86,7 @@ describe('defect: an endpoint filter compared timestamp values as text', () => {
       indexes: [],
       filter: NEW_YEARS_DAY,
     } as EndpointConfig;
-    const pipeline = await startEndpointPipeline(endpoint, {
-      caches,
-      events,
-      connections: {},
-      commitEveryMs: 50,
-    });
-    try {
-      await pipeline.whenServing({ timeoutMs: 30_000 });
-      // Before: [2, 4, 5] as text ("2025-12-31T19…" < "2026…"; "2026-01-02T00:00:00Z" < "2026-01-02T09…").
-      expect(await servedIds(caches, 'evfile')).toEqual([2, 3, 5]);
-    } finally {
-      await pipeline.stop();
-    }
+    // Before: [2, 4, 5] as text ("2025-12-31T19…" < "2026…"; "2026-01-02T00:00:00Z" < "2026-01-02T09…").
+    expect(await servedIds(join(dir.path, 'data'), endpoint, {})).toEqual([2, 3, 5]);
   });
 });

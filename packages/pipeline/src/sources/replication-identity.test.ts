@@ -60,6 +60,16 @@ async function servedRecords(caches: Awaited<ReturnType<typeof start>>['caches']
   }
 }
 
+/** An endpoint on `table (a int PRIMARY KEY, b text)`, keyed on `a`. */
+const keyedOnA = (table: string): EndpointConfig =>
+  ({
+    name: table,
+    source: { type: 'postgres', connection: 'db', table },
+    primaryKey: ['a'],
+    fields: { a: 'integer', b: 'string' },
+    indexes: [],
+  }) as EndpointConfig;
+
 const slots = async (url: string) =>
   (
     await sql<{ slot_name: string }>(
@@ -230,14 +240,7 @@ describe('replica identity and table identity of a replication source', () => {
       await sql(url, `INSERT INTO gapid VALUES ${rows}`);
     };
     await create("(1, 'x'), (2, 'x')");
-    const config = {
-      name: 'gapid',
-      source: { type: 'postgres', connection: 'db', table: 'gapid' },
-      primaryKey: ['a'],
-      fields: { a: 'integer', b: 'string' },
-      indexes: [],
-    } as EndpointConfig;
-    await using started = await start(join(dir.path, 'data'), url, config);
+    await using started = await start(join(dir.path, 'data'), url, keyedOnA('gapid'));
     await started.pipeline.whenServing({ timeoutMs: 30_000 });
 
     // Dropped, and not yet recreated: the stream stops on the change, and the new generation cannot start yet.
@@ -275,14 +278,7 @@ describe('replica identity and table identity of a replication source', () => {
     const url = await server.createDatabase('unpub');
     await sql(url, 'CREATE TABLE unpub (a int PRIMARY KEY, b text)');
     await sql(url, "INSERT INTO unpub VALUES (1, 'x'), (2, 'x')");
-    const config = {
-      name: 'unpub',
-      source: { type: 'postgres', connection: 'db', table: 'unpub' },
-      primaryKey: ['a'],
-      fields: { a: 'integer', b: 'string' },
-      indexes: [],
-    } as EndpointConfig;
-    await using started = await start(join(dir.path, 'data'), url, config);
+    await using started = await start(join(dir.path, 'data'), url, keyedOnA('unpub'));
     await started.pipeline.whenServing({ timeoutMs: 30_000 });
     const pubname = (await sql<{ pubname: string }>(url, 'SELECT pubname FROM pg_publication'))[0]!.pubname;
 
