@@ -50,6 +50,7 @@ import {
   RecordSchema,
 } from './schemas.js';
 import type { Generation, Lease } from './serving-table.js';
+import { visibleCheckpoint } from './visible-positions.js';
 
 /** Longest path parameter the router passes to a route: an 8 KiB record key, percent-encoded. */
 const MAX_PATH_PARAM_LENGTH = 9_000;
@@ -81,7 +82,8 @@ export interface BuildAppOptions {
 /**
  * An endpoint as a reader may see it: with a token's row filter, `recordCount` counts the records that filter
  * lets through (what the token's `POST …/count` answers), never the generation's total, which would tell the
- * reader how many records are hidden from it.
+ * reader how many records are hidden from it; for the same reason the checkpoint's positions keep only
+ * replication sources' LSNs (visible-positions.ts), not the sink's record counters or a file source's line count.
  */
 function describe(generation: Generation, rowFilter: Filter | undefined): EndpointInfo {
   const state = generation.cache.commitState();
@@ -89,7 +91,7 @@ function describe(generation: Generation, rowFilter: Filter | undefined): Endpoi
     name: generation.alias,
     cache: generation.name,
     version: generation.version,
-    checkpoint: state.checkpoint,
+    checkpoint: visibleCheckpoint(state.checkpoint, rowFilter !== undefined),
     committedAt: state.committedAt,
     recordCount: rowFilter === undefined ? state.recordCount : generation.cache.count(rowFilter),
     schema: generation.cache.schema,

@@ -89,8 +89,7 @@ export class TokenAuthenticator {
       throw new UnauthorizedError(`The bearer token is not valid: ${tokenProblem(err)}`);
     }
     const claims = TokenClaimsSchema.safeParse(payload);
-    if (!claims.success)
-      throw new UnauthorizedError('The bearer token does not carry Sluice claims ("endpoints")');
+    if (!claims.success) throw new UnauthorizedError(claimsProblem(payload, claims.error));
     let scope: TokenScope;
     try {
       const sub = (payload as { sub?: unknown }).sub;
@@ -116,6 +115,38 @@ export class TokenAuthenticator {
     if (!scope.allows(endpoint))
       throw new ForbiddenError(`The token does not grant access to endpoint "${endpoint}"`);
   }
+}
+
+const FILTER_OBJECT = 'it must be a filter object (e.g. {"region": "eu"})';
+
+/** What a claim's value is, for a message: `null`, `array`, or its `typeof`. */
+function kindOf(value: unknown): string {
+  if (value === null) return 'null';
+  return Array.isArray(value) ? 'array' : typeof value;
+}
+
+/**
+ * Why verified claims are not Sluice claims, naming the claim that is wrong (`endpoints`, `filter`, `filters` or
+ * `filters.<endpoint>`): the token's issuer has to fix that claim, and a message naming another one sends them to
+ * look in the wrong place.
+ */
+function claimsProblem(payload: unknown, error: z.ZodError): string {
+  const path = error.issues[0]?.path ?? [];
+  const claims = (typeof payload === 'object' && payload !== null ? payload : {}) as Record<string, unknown>;
+  const invalid = (claim: string, rule: string, value: unknown) =>
+    `The bearer token's claim "${claim}" is invalid: ${rule}, got ${kindOf(value)}`;
+  if (path[0] === 'filter') return invalid('filter', FILTER_OBJECT, claims.filter);
+  if (path[0] === 'filters') {
+    if (path.length === 1)
+      return invalid('filters', 'it must be an object of endpoint name → filter object', claims.filters);
+    const endpoint = String(path[1]);
+    return invalid(
+      `filters.${endpoint.slice(0, 64)}`,
+      FILTER_OBJECT,
+      (claims.filters as Record<string, unknown>)[endpoint],
+    );
+  }
+  return 'The bearer token does not carry Sluice claims: claim "endpoints" must be "*" or a list of endpoint names';
 }
 
 function tokenProblem(err: unknown): string {

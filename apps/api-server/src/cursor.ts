@@ -19,9 +19,42 @@ function cursorPrefix(cacheName: string): string {
   return lastPrefix.prefix;
 }
 
+/** The id a cache generation's name ends with (`newCacheName`: a ULID in lower-case Crockford base32). */
+const GENERATION_ID = /^[0-9a-hjkmnp-tv-z]{26}$/;
+const BASE64URL = /^[A-Za-z0-9_-]+$/;
+
+function notACursor(): InvalidQueryError {
+  return new InvalidQueryError('Invalid query: $after: not a cursor returned by this API', [
+    { path: '$after', message: 'not a cursor returned by this API' },
+  ]);
+}
+
 /**
- * Unwraps a client cursor for the generation `cacheName`; a cursor of any other generation throws
- * {@link CursorExpiredError}, a cursor that is not ours throws `INVALID_QUERY` naming `$after`.
+ * Whether `generation` and `inner` make a cursor some generation of this endpoint could have cut: the name is
+ * `<alias>-<26-character id>` with the serving generation's alias part, and `inner` is the cache's cursor (base64url
+ * JSON) of that same generation. 410 tells a client "your walk was right but the data moved: restart it", so it is
+ * kept for such cursors; anything else is a cursor this API never handed out, and 400.
+ */
+function isCursorOfEndpoint(generation: string, inner: string, cacheName: string): boolean {
+  // Ids hold no "-": the serving name's last one ends the alias part (aliases may hold "-" themselves).
+  const aliasPart = cacheName.slice(0, cacheName.lastIndexOf('-') + 1);
+  if (aliasPart === '' || !generation.startsWith(aliasPart)) return false;
+  if (!GENERATION_ID.test(generation.slice(aliasPart.length))) return false;
+  if (!BASE64URL.test(inner)) return false;
+  try {
+    const decoded: unknown = JSON.parse(Buffer.from(inner, 'base64url').toString('utf8'));
+    return typeof decoded === 'object' && decoded !== null && (decoded as { c?: unknown }).c === generation;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Unwraps a client cursor for the generation `cacheName`. A well-formed cursor of another generation of this
+ * endpoint throws {@link CursorExpiredError} (410: the walk crossed a switch); anything else — not ours, another
+ * endpoint's, a generation part that is no generation name (`aXRlbXM` is just `items`), an inner part that does not
+ * decode — throws `INVALID_QUERY` (400) naming `$after`. The serving generation's own cursor is checked in full by the
+ * cache.
  *
  * @example
  * ```ts
@@ -31,14 +64,11 @@ function cursorPrefix(cacheName: string): string {
 export function unwrapCursor(cursor: string, cacheName: string): string {
   const dot = cursor.indexOf('.');
   const inner = dot > 0 ? cursor.slice(dot + 1) : '';
-  if (dot <= 0 || inner === '' || !/^[A-Za-z0-9_-]+$/.test(cursor.slice(0, dot)))
-    throw new InvalidQueryError('Invalid query: $after: not a cursor returned by this API', [
-      { path: '$after', message: 'not a cursor returned by this API' },
-    ]);
+  if (dot <= 0 || inner === '' || !BASE64URL.test(cursor.slice(0, dot))) throw notACursor();
   const generation = Buffer.from(cursor.slice(0, dot), 'base64url').toString('utf8');
-  if (generation !== cacheName)
-    throw new CursorExpiredError(
-      `The cursor belongs to cache generation "${generation}", which no longer serves this endpoint (now "${cacheName}"); restart the query`,
-    );
-  return inner;
+  if (generation === cacheName) return inner;
+  if (!isCursorOfEndpoint(generation, inner, cacheName)) throw notACursor();
+  throw new CursorExpiredError(
+    `The cursor belongs to cache generation "${generation}", which no longer serves this endpoint (now "${cacheName}"); restart the query`,
+  );
 }

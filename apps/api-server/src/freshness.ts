@@ -15,6 +15,11 @@ const LSN = /^([0-9A-Fa-f]{1,8})\/([0-9A-Fa-f]{1,8})$/;
 /** An RFC 8941 key: lower-case letter or `*`, then lower-case letters, digits, `_`, `-`, `.`, `*`. */
 const KEY = /^[a-z*][a-z0-9_\-.*]*$/;
 
+/** Whether `text` is a PostgreSQL LSN as positions carry it (`0/16B3748`). */
+export function isLsn(text: string): boolean {
+  return LSN.test(text);
+}
+
 function lsnValue(text: string): bigint | null {
   const match = LSN.exec(text);
   return match ? (BigInt(`0x${match[1]}`) << 32n) | BigInt(`0x${match[2]}`) : null;

@@ -90,8 +90,7 @@ describe('change log', () => {
       cache
         .changeLog()
         .read(after, 100)
-        .filter((e) => e.op !== 'commit')
-        .map((e) => [e.op, e.key[0], e.op === 'commit' ? undefined : (e.before?.value ?? e.before)]);
+        .flatMap((e) => (e.op === 'commit' ? [] : [[e.op, e.key[0], e.before?.value ?? e.before]]));
     cache.apply([
       { op: 'insert', record: { id: 1, value: 10, category: 'a' } },
       { op: 'insert', record: { id: 2, value: 20, category: 'b' } },

@@ -72,17 +72,37 @@ const RANGE_OPS = new Set(['$lt', '$lte', '$gt', '$gte']);
 const NOT_A_TIMESTAMP =
   'expected an ISO 8601 timestamp (e.g. "2026-12-05T23:33:49.737Z"; no zone means UTC) or epoch milliseconds';
 
-/** Whether an operand of the right kind is also a value of the field: a timestamp must denote an instant. */
-function checkValue(path: string, type: FieldType, operand: unknown, issues: FieldIssue[]): void {
+const NOT_AN_INTEGER = `expected an integer from ${-Number.MAX_SAFE_INTEGER} to ${Number.MAX_SAFE_INTEGER}`;
+
+/**
+ * Whether an operand of the right kind is also a value of the field: a timestamp must denote an instant; an
+ * integer field's operand must be a safe integer where it is compared for equality (`$eq`, a bare value, `$ne`,
+ * each `$in` item: `{"id": 1.5}` can never match and is the caller's mistake, as `/records/1.5` is a 400) and
+ * within ±(2^53 − 1) everywhere. A range bound may have a fraction — `{"$lt": 1.5}` is a valid comparison (id ≤ 1)
+ * — but not beyond the safe integers: JSON.parse has already rounded `12345678901234567890` to another number, so
+ * the comparison would not be the one the caller wrote, and no stored integer is there (the pipeline refuses
+ * integers it cannot hold exactly, and a lookup URL refuses them).
+ */
+function checkValue(
+  path: string,
+  type: FieldType,
+  operand: unknown,
+  issues: FieldIssue[],
+  equality: boolean,
+): void {
   if (type === 'timestamp' && operand !== null && canonicalTimestamp(operand) === null)
     issues.push({ path, message: NOT_A_TIMESTAMP });
+  else if (type === 'integer' && typeof operand === 'number') {
+    const fits = equality ? Number.isSafeInteger(operand) : Math.abs(operand) <= Number.MAX_SAFE_INTEGER; // also refuses NaN (a hand-built Query)
+    if (!fits) issues.push({ path, message: `${NOT_AN_INTEGER}, got ${operand}` });
+  }
 }
 
 function checkCondition(path: string, type: FieldType, condition: unknown, issues: FieldIssue[]): void {
   if (condition === null || typeof condition !== 'object') {
     if (!EQUAL_KINDS[type].has(kindOf(condition)))
       issues.push({ path, message: `expected a ${type} value, got ${kindOf(condition)}` });
-    else checkValue(path, type, condition, issues);
+    else checkValue(path, type, condition, issues, true);
     return;
   }
   for (const [op, operand] of Object.entries(condition as Record<string, unknown>)) {
@@ -90,12 +110,12 @@ function checkCondition(path: string, type: FieldType, condition: unknown, issue
     if (op === '$eq' || op === '$ne') {
       if (!EQUAL_KINDS[type].has(kindOf(operand)))
         issues.push({ path: at, message: `expected a ${type} value, got ${kindOf(operand)}` });
-      else checkValue(at, type, operand, issues);
+      else checkValue(at, type, operand, issues, true);
     } else if (op === '$in') {
       (operand as unknown[]).forEach((value, i) => {
         if (!EQUAL_KINDS[type].has(kindOf(value)))
           issues.push({ path: `${at}[${i}]`, message: `expected a ${type} value, got ${kindOf(value)}` });
-        else checkValue(`${at}[${i}]`, type, value, issues);
+        else checkValue(`${at}[${i}]`, type, value, issues, true);
       });
     } else if (RANGE_OPS.has(op)) {
       if (!RANGE_KINDS[type].has(kindOf(operand)))
@@ -106,7 +126,7 @@ function checkCondition(path: string, type: FieldType, condition: unknown, issue
               ? `${op} cannot be used on a boolean field`
               : `expected a ${type} value, got ${kindOf(operand)}`,
         });
-      else checkValue(at, type, operand, issues);
+      else checkValue(at, type, operand, issues, false);
     } else if (op === '$contains') {
       const ok = type === 'string' ? typeof operand === 'string' : type === 'json';
       if (!ok)

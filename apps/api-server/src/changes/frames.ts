@@ -3,6 +3,7 @@
  * never emits a raw newline), so every event is `id:` (optional), `event:`, one `data:` line and a blank line.
  */
 import type { ChangeEntry } from '@sluice/core';
+import { visibleCommitPosition } from '../visible-positions.js';
 import { encodeFeedToken } from './token.js';
 
 /** The event types of a change feed. */
@@ -22,12 +23,30 @@ export function sseFrame(event: FeedEvent, data: unknown, id?: string): string {
   return `${head}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
 }
 
-/** Frames one log entry of `generation` for an unfiltered subscriber. */
-export function entryFrame(alias: string, generation: string, entry: ChangeEntry): string {
+/**
+ * Frames one log entry of `generation`. `rowFiltered`: for a subscriber whose token has a row filter, a `commit`
+ * carries only the positions it may see (visible-positions.ts: no record counters, no file line counts).
+ */
+export function entryFrame(
+  alias: string,
+  generation: string,
+  entry: ChangeEntry,
+  rowFiltered = false,
+): string {
   const id = encodeFeedToken({ endpoint: alias, generation, seq: entry.seq });
   if (entry.op === 'upsert') return sseFrame(FeedEvent.upsert, { key: entry.key, record: entry.record }, id);
   if (entry.op === 'delete') return sseFrame(FeedEvent.delete, { key: entry.key }, id);
-  return sseFrame(FeedEvent.commit, { position: entry.position, epoch: entry.epoch }, id);
+  return commitFrame(entry.position, entry.epoch, id, rowFiltered);
+}
+
+/** A `commit` event at `position`, left out as {@link visibleCommitPosition} says for a row-filtered subscriber. */
+export function commitFrame(
+  position: Record<string, unknown> | null,
+  epoch: number | null,
+  id: string,
+  rowFiltered: boolean,
+): string {
+  return sseFrame(FeedEvent.commit, { position: visibleCommitPosition(position, rowFiltered), epoch }, id);
 }
 
 /** A comment line: keeps idle connections (and proxies) alive; EventSource ignores it. */

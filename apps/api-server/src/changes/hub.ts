@@ -69,8 +69,10 @@ export class ChangeFeedHub {
     alias: string,
     res: import('node:http').ServerResponse,
     matches: ((record: Record<string, unknown>) => boolean) | null,
+    /** The subscriber's token has a row filter (its `commit` events carry only the positions it may see). */
+    rowFiltered = false,
   ): FeedSubscriber {
-    const subscriber = new FeedSubscriber(this.contextOf(alias), res, matches);
+    const subscriber = new FeedSubscriber(this.contextOf(alias), res, matches, rowFiltered);
     this.subscribers.add(subscriber);
     return subscriber;
   }

@@ -135,7 +135,7 @@ export async function changeFeedPlugin(
       });
       request.raw.socket.setNoDelay(true);
       res.write(RETRY_FRAME);
-      const feed = hub.subscribe(name, res, matches);
+      const feed = hub.subscribe(name, res, matches, rowFilter !== undefined);
       void feed.run(start, { name: lease.generation.name, cache: lease.cache, release: lease.release });
       return reply;
     },

@@ -10,7 +10,7 @@ import type { EndpointRegistry } from '../registry.js';
 import { waitForDrain } from './drain.js';
 import { FEED_NEXT, FeedPhase, positionProblem, ResetReason } from './feed-phase.js';
 import type { GenerationFollower, LiveSubscriber } from './follower.js';
-import { entryFrame, FeedEvent, sseFrame } from './frames.js';
+import { commitFrame, entryFrame, FeedEvent, sseFrame } from './frames.js';
 import { mergeFrames } from './switch-merge.js';
 import { encodeFeedToken, type FeedPosition } from './token.js';
 
@@ -64,6 +64,11 @@ export class FeedSubscriber implements LiveSubscriber {
     private readonly ctx: FeedContext,
     private readonly res: ServerResponse,
     private readonly matches: ((record: Record<string, unknown>) => boolean) | null,
+    /**
+     * The token has a row filter: `commit` events carry only the positions it may see (no counts of records, which
+     * would tell how many it cannot see), so the frames shared with unfiltered subscribers are not sent as they are.
+     */
+    private readonly rowFiltered = false,
   ) {
     res.on('close', () => this.close());
   }
@@ -223,13 +228,9 @@ export class FeedSubscriber implements LiveSubscriber {
       const last = pinTo.head.last >= pinTo.head.first ? pinTo.read(pinTo.head.last - 1, 1)[0] : undefined;
       const toId = encodeFeedToken({ endpoint: this.ctx.alias, generation: to.name, seq: pinTo.head.last });
       this.send(
-        sseFrame(
-          FeedEvent.commit,
-          last?.op === 'commit'
-            ? { position: last.position, epoch: last.epoch }
-            : { position: null, epoch: null },
-          toId,
-        ),
+        last?.op === 'commit'
+          ? commitFrame(last.position, last.epoch, toId, this.rowFiltered)
+          : commitFrame(null, null, toId, this.rowFiltered),
       );
       this.nextSeq = pinTo.head.last + 1;
       this.unpin(pinTo);
@@ -279,7 +280,7 @@ export class FeedSubscriber implements LiveSubscriber {
       this.cutOff();
       return;
     }
-    if (skip === 0 && this.matches === null) {
+    if (skip === 0 && this.matches === null && !this.rowFiltered) {
       this.send(joined());
       this.nextSeq = entries[entries.length - 1]!.seq + 1;
     } else this.writeEntries(entries.slice(skip), skip === 0 ? frames : frames.slice(skip));
@@ -307,7 +308,10 @@ export class FeedSubscriber implements LiveSubscriber {
     }
   }
 
-  /** Writes entries (filtered for this subscriber) and advances `nextSeq`. */
+  /**
+   * Writes entries (filtered for this subscriber) and advances `nextSeq`. `frames` are the shared unfiltered frames
+   * of `entries` (or null); a row-filtered subscriber frames its `commit`s itself.
+   */
   private writeEntries(entries: ChangeEntry[], frames: readonly string[] | null): void {
     const on = this.held();
     let text = '';
@@ -321,7 +325,9 @@ export class FeedSubscriber implements LiveSubscriber {
         if (before === null || (before !== undefined && !matches(before))) return;
         const id = encodeFeedToken({ endpoint: this.ctx.alias, generation: on.name, seq: entry.seq });
         text += sseFrame(FeedEvent.delete, { key: entry.key }, id);
-      } else text += frames?.[i] ?? entryFrame(this.ctx.alias, on.name, entry);
+      } else if (this.rowFiltered && entry.op === 'commit')
+        text += entryFrame(this.ctx.alias, on.name, entry, true);
+      else text += frames?.[i] ?? entryFrame(this.ctx.alias, on.name, entry);
     });
     this.send(text);
     this.nextSeq = entries[entries.length - 1]!.seq + 1;

@@ -1,0 +1,93 @@
+/**
+ * Queries that cannot mean what they say are refused with 400 INVALID_QUERY at the failing path, never answered as
+ * an empty page (read as "no such records") or as an expired walk (read as "restart it").
+ */
+import { resolveConfig } from '@sluice/core';
+import { type TempDir, tempDir } from '@sluice/testkit';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type ApiServer, startApiServer } from '../src/index.js';
+import { writeGeneration } from './helpers.js';
+
+let dir: TempDir;
+let server: ApiServer;
+
+beforeAll(async () => {
+  dir = await tempDir('sluice-api-refusals-');
+  await writeGeneration(dir.path, 1, 50);
+  server = await startApiServer({
+    config: resolveConfig({ dataDir: dir.path, logLevel: 'silent' }),
+    dataDir: dir.path,
+    port: 0,
+    host: '127.0.0.1',
+    logger: pino({ level: 'silent' }),
+    watchMs: 50,
+  });
+}, 90_000);
+
+afterAll(async () => {
+  await server?.close();
+  await dir?.remove();
+});
+
+/** POSTs a raw JSON text (so numbers reach the server as written) and parses the answer. */
+async function post(route: 'query' | 'count', text: string) {
+  const response = await fetch(`${server.url}/v1/endpoints/items/${route}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: text,
+  });
+  return { status: response.status, json: (await response.json()) as Record<string, unknown> };
+}
+
+const pathsOf = (json: Record<string, unknown>) =>
+  (json.errors as Array<{ path: string }>).map((e) => e.path);
+
+describe('query refusals', () => {
+  it('defect: a non-integer operand on an integer field answered 200 with no records — now 400 INVALID_QUERY at its path', async () => {
+    for (const [filter, path] of [
+      ['{"id":1.5}', '$filter.id'],
+      ['{"id":12345678901234567890}', '$filter.id'],
+      ['{"id":{"$in":[1,2.5]}}', '$filter.id.$in[1]'],
+      ['{"id":{"$lt":12345678901234567890}}', '$filter.id.$lt'],
+    ] as const) {
+      for (const route of ['query', 'count'] as const) {
+        const answer = await post(route, `{"$filter":${filter}}`);
+        expect(answer.status, `${route} ${filter}`).toBe(400);
+        expect(answer.json.code).toBe('INVALID_QUERY');
+        expect(pathsOf(answer.json)).toEqual([path]);
+      }
+    }
+    // The same value in a lookup URL has always been a 400.
+    expect((await fetch(`${server.url}/v1/endpoints/items/records/1.5`)).status).toBe(400);
+    // A fractional range bound is a valid comparison: id < 2.5 is ids 1 and 2.
+    const range = await post('query', '{"$filter":{"id":{"$lt":2.5}},"$order_by":{"id":"asc"}}');
+    expect(range.status).toBe(200);
+    expect((range.json.records as Array<{ id: number }>).map((r) => r.id)).toEqual([1, 2]);
+  });
+
+  it('defect: a garbage $after naming no generation of this endpoint answered 410 CURSOR_EXPIRED — now 400 INVALID_QUERY', async () => {
+    // "aXRlbXM" is base64url of "items": the alias, not one of its generations.
+    const garbage = await post('query', '{"$after":"aXRlbXM.zzz"}');
+    expect(garbage.status).toBe(400);
+    expect(garbage.json.code).toBe('INVALID_QUERY');
+    expect(pathsOf(garbage.json)).toEqual(['$after']);
+    // A cursor of a generation of this endpoint that no longer serves is still 410: the walk must restart.
+    const first = await post('query', '{"$limit":2,"$order_by":{"id":"asc"}}');
+    const next = first.json.next as string;
+    const dot = next.indexOf('.');
+    const serving = Buffer.from(next.slice(0, dot), 'base64url').toString('utf8');
+    const other = `${serving.slice(0, -26)}${'0'.repeat(26)}`;
+    const innerFor = (generation: string) => {
+      const inner = JSON.parse(Buffer.from(next.slice(dot + 1), 'base64url').toString('utf8'));
+      return Buffer.from(JSON.stringify({ ...inner, c: generation }), 'utf8').toString('base64url');
+    };
+    const stale = `${Buffer.from(other, 'utf8').toString('base64url')}.${innerFor(other)}`;
+    const expired = await post(
+      'query',
+      JSON.stringify({ $limit: 2, $order_by: { id: 'asc' }, $after: stale }),
+    );
+    expect(expired.status).toBe(410);
+    expect(expired.json.code).toBe('CURSOR_EXPIRED');
+  });
+});
