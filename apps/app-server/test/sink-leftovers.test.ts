@@ -19,7 +19,9 @@ describe('a PostgreSQL sink leaves nothing behind once its transfer is recorded'
     const client = new pg.Client({ connectionString: db.url });
     await client.connect();
     try {
-      await client.query('CREATE TABLE dst (id integer PRIMARY KEY, name text, value double precision)');
+      await client.query(
+        'CREATE TABLE dst (id integer PRIMARY KEY, name text, value double precision, category text)',
+      );
       await using node = await startNodeProcess({
         nodeId: 'l1',
         dir: join(dir.path, 'l1'),

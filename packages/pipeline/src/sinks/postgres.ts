@@ -2,8 +2,8 @@ import { type PipelineCheckpoint, PipelineCheckpointSchema, SinkError, StaleEpoc
 import type pg from 'pg';
 import type { RecordOp, Row } from '../ops.js';
 import { ownField, setOwnField } from '../own.js';
-import { connectPostgres, primaryKeyOf, quoteIdent } from '../pg.js';
-import { type PipelineSink, type SinkFence, UNFENCED } from '../types.js';
+import { connectPostgres, isConnectionLoss, primaryKeyOf, quoteIdent } from '../pg.js';
+import { type PipelineSink, type SinkFence, type SinkWriteResult, UNFENCED } from '../types.js';
 
 export const SINK_CHECKPOINT_TABLE = 'sluice_sink_checkpoints';
 /** Writer → highest epoch that wrote, in the destination database: the fencing token checked where data lands. */
@@ -32,6 +32,41 @@ export interface PostgresSinkOptions {
   idleInTransactionTimeoutMs?: number;
 }
 
+/** A SQL string literal (a DO block takes no parameters). */
+const literal = (value: string) => `'${value.replaceAll("'", "''")}'`;
+
+/**
+ * Why `record` cannot be written to `table`, or null: a field that is no column of the table. The statement maps
+ * fields to columns by name (`json_populate_recordset`) and would silently drop it. A missing column is fine: a
+ * record is the whole row, so its absent columns are NULL.
+ */
+function unknownFieldsProblem(record: Row, columns: ReadonlySet<string>, table: string): string | null {
+  let unknown: string[] | null = null;
+  for (const field of Object.keys(record)) {
+    if (columns.has(field)) continue;
+    unknown ??= [];
+    unknown.push(field);
+  }
+  return unknown === null ? null : `field(s) ${unknown.join(', ')} are not columns of table ${table}`;
+}
+
+/** Splits `ops` into those `table` can take and the upserts refused by {@link unknownFieldsProblem}. */
+function refuseUnknownFields(
+  ops: RecordOp[],
+  columns: ReadonlySet<string>,
+  table: string,
+): { accepted: RecordOp[]; refused: SinkWriteResult['refused'] } {
+  const refused: SinkWriteResult['refused'] = [];
+  for (const op of ops) {
+    if (op.op === 'delete') continue; // built from the key columns alone
+    const reason = unknownFieldsProblem(op.record, columns, table);
+    if (reason !== null) refused.push({ op, reason });
+  }
+  if (refused.length === 0) return { accepted: ops, refused };
+  const bad = new Set(refused.map((r) => r.op));
+  return { accepted: ops.filter((op) => !bad.has(op)), refused };
+}
+
 /**
  * Upserts records by key into an existing table (`INSERT … ON CONFLICT (key) DO UPDATE`), one transaction
  * per epoch that also writes the checkpoint into `sluice_sink_checkpoints`, so data and progress commit
@@ -43,18 +78,20 @@ export interface PostgresSinkOptions {
  * the sessions' `idle_in_transaction_session_timeout` ends a frozen owner's open transaction (bounding how long
  * it can block the new owner, and refusing its late COMMIT).
  *
+ * A record is the whole row (columns it lacks are NULL); a record with a field that is no column is refused as a
+ * bad record. A lost connection is a retryable `SINK_FAILED`: the retried run resumes from the committed checkpoint.
+ *
  * @example
  * ```ts
  * createPostgresSink({ handle: 't1.sink', url, table: 'orders_copy', key: ['id'], writerId: 't1' });
  * ```
  */
-/** A SQL string literal (a DO block takes no parameters). */
-const literal = (value: string) => `'${value.replaceAll("'", "''")}'`;
-
 export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
   let client: pg.Client | null = null;
   let key: string[] = options.key ?? [];
   let columns: string[] = [];
+  /** The same columns, to check every record's fields against (read once per connection). */
+  let columnSet: ReadonlySet<string> = new Set();
   let inTransaction = false;
   const table = quoteIdent(options.table);
   const writer = `${options.writerId}:${options.handle}`;
@@ -62,8 +99,29 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
   const lockTimeoutMs = options.lockTimeoutMs ?? 30_000;
   const idleTimeoutMs = options.idleInTransactionTimeoutMs ?? 10_000;
 
+  /**
+   * A `SINK_FAILED`. A lost connection (PostgreSQL restarting, a terminated backend, a network cut) is retryable: the
+   * open transaction died with it, so a retry resumes from the committed checkpoint and writes nothing twice.
+   */
   const fail = (what: string, err: unknown) =>
-    new SinkError(`PostgreSQL sink ${options.table}: ${what}: ${(err as Error).message}`, { cause: err });
+    new SinkError(`PostgreSQL sink ${options.table}: ${what}: ${(err as Error).message}`, {
+      cause: err,
+      ...(isConnectionLoss(err) ? { details: { retryable: true } } : {}),
+    });
+  /**
+   * `fail` for a statement of the sink's own client. After a lost connection the client is dropped (`pg` refuses
+   * every later query on it), so the next call connects again. Its transaction is gone: the caller must restart
+   * from `committed()`, as a failed run does.
+   */
+  const failed = (what: string, err: unknown) => {
+    if (isConnectionLoss(err)) {
+      const c = client;
+      client = null;
+      inTransaction = false;
+      void c?.end().catch(() => {});
+    }
+    return fail(what, err);
+  };
   const connect = async () => {
     if (client) return client;
     try {
@@ -84,6 +142,7 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
         [table],
       );
       columns = cols.rows.map((r) => r.column_name);
+      columnSet = new Set(columns);
       if (key.length === 0) key = await primaryKeyOf(client, options.table);
     } catch (err) {
       const c = client;
@@ -124,17 +183,20 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
         if (err instanceof StaleEpochError) throw err;
         if (inTransaction) await c.query('ROLLBACK').catch(() => {});
         inTransaction = false;
-        throw fail('cannot begin a fenced transaction', err);
+        throw failed('cannot begin a fenced transaction', err);
       }
     }
     return c;
   };
-  /** Runs `sql` in a fenced transaction of its own (outside the batch's one). */
-  const fenced = async (sql: string, params: unknown[]) => {
+  /** Runs `sql` in a fenced transaction of its own (outside the batch's one); `what` names it in an error. */
+  const fenced = async (what: string, sql: string, params: unknown[]) => {
     const c = await begin();
     try {
       await c.query(sql, params);
       await c.query('COMMIT');
+    } catch (err) {
+      await c.query('ROLLBACK').catch(() => {});
+      throw failed(what, err);
     } finally {
       inTransaction = false;
     }
@@ -163,7 +225,7 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
         return parsed.success ? parsed.data : null;
       } catch (err) {
         await c.query('ROLLBACK').catch(() => {});
-        throw fail('cannot read the committed checkpoint', err);
+        throw failed('cannot read the committed checkpoint', err);
       } finally {
         inTransaction = false;
       }
@@ -172,7 +234,11 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
       await connect();
       // Fenced too: a stale owner starting over must not erase the new owner's committed checkpoint.
       if (decision === 'from-scratch')
-        await fenced(`DELETE FROM ${SINK_CHECKPOINT_TABLE} WHERE writer = $1`, [writer]);
+        await fenced(
+          'cannot clear the committed checkpoint',
+          `DELETE FROM ${SINK_CHECKPOINT_TABLE} WHERE writer = $1`,
+          [writer],
+        );
     },
     async write(ops: RecordOp[]) {
       const c = await begin();
@@ -197,11 +263,13 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
           [JSON.stringify(rows)],
         );
       };
+      // Refused ops are bad records (the transfer's `onBadRecord` decides), never written with a field dropped.
+      const { accepted, refused } = refuseUnknownFields(ops, columnSet, options.table);
       try {
         // Consecutive runs of upserts or deletes, in order, so a delete after an upsert of a key wins.
         let run: Row[] = [];
         let deleting = false;
-        for (const op of ops) {
+        for (const op of accepted) {
           const isDelete = op.op === 'delete';
           if (isDelete !== deleting && run.length > 0) {
             await (deleting ? remove(run) : upsert(run));
@@ -218,8 +286,9 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
         }
         if (run.length > 0) await (deleting ? remove(run) : upsert(run));
       } catch (err) {
-        throw fail('write failed', err);
+        throw failed('write failed', err);
       }
+      return refused.length === 0 ? undefined : { refused };
     },
     async truncate() {
       // A source's truncate (logical replication), in the epoch's transaction: the table is empty exactly when the
@@ -229,7 +298,7 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
       try {
         await c.query(`DELETE FROM ${table}`);
       } catch (err) {
-        throw fail('truncate failed', err);
+        throw failed('truncate failed', err);
       }
     },
     async commit(checkpoint: PipelineCheckpoint) {
@@ -242,7 +311,7 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
         );
         await c.query('COMMIT');
       } catch (err) {
-        throw fail('commit failed', err);
+        throw failed('commit failed', err);
       } finally {
         inTransaction = false;
       }

@@ -4,7 +4,7 @@ import type pg from 'pg';
 import { z } from 'zod';
 import type { RecordOp, Row } from '../ops.js';
 import { setOwnField } from '../own.js';
-import { connectPostgres, fieldTypeOfPg, primaryKeyOf, quoteIdent } from '../pg.js';
+import { connectPostgres, fieldTypeOfPg, isConnectionLoss, primaryKeyOf, quoteIdent } from '../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../types.js';
 
 export const PostgresPositionSchema = z.object({
@@ -38,6 +38,27 @@ export interface PostgresSourceOptions {
   settleMs?: number;
 }
 
+/** `details.retryable` for an error that means the connection was lost (a retry resumes from the checkpoint). */
+const retryableIfLost = (err: unknown) => (isConnectionLoss(err) ? { details: { retryable: true } } : {});
+
+/** Whether `err` says a retry may succeed (`details.retryable`, as a lost connection's error does). */
+const isRetryable = (err: unknown) =>
+  (err as { details?: { retryable?: unknown } }).details?.retryable === true;
+
+/**
+ * A failed statement as a `SOURCE_FAILED`: a lost connection (PostgreSQL restarting, a terminated backend, a
+ * network cut) is retryable, so the transfer resumes from its checkpoint; a missing table is named (`42P01`,
+ * undefined_table), and not retryable.
+ */
+function sourceError(options: Pick<PostgresSourceOptions, 'handle' | 'table'>, err: unknown): SourceError {
+  const missing = options.table !== undefined && (err as { code?: unknown }).code === '42P01';
+  const reason = missing ? `table ${options.table} does not exist` : (err as Error).message;
+  return new SourceError(`PostgreSQL source ${options.handle}: ${reason}`, {
+    cause: err,
+    ...(missing ? { details: { table: options.table } } : retryableIfLost(err)),
+  });
+}
+
 /**
  * A PostgreSQL table or query. The snapshot pages through it by keyset on the key (no OFFSET, no long
  * transaction); afterwards, with a `cursor` column, it reads rows whose cursor grew (e.g. `updated_at`),
@@ -63,15 +84,34 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
     try {
       client = await connectPostgres(options.url);
     } catch (err) {
-      throw new SourceError(`Cannot connect to PostgreSQL: ${(err as Error).message}`, { cause: err });
+      throw new SourceError(`Cannot connect to PostgreSQL: ${(err as Error).message}`, {
+        cause: err,
+        ...retryableIfLost(err),
+      });
     }
     return client;
+  };
+  /**
+   * A failed statement of `client`. After a lost connection the client is dropped: `pg` refuses every later query
+   * on it, so the next use (a resumed read, `canResume`) connects again.
+   */
+  const failed = (err: unknown) => {
+    if (isConnectionLoss(err)) {
+      const c = client;
+      client = null;
+      void c?.end().catch(() => {});
+    }
+    return sourceError(options, err);
   };
   const keyColumns = async (c: pg.Client) => {
     if (key) return key;
     if (options.table === undefined)
       throw new SourceError(`Source ${options.handle}: a query source needs "key" for keyset pagination`);
-    key = await primaryKeyOf(c, options.table);
+    try {
+      key = await primaryKeyOf(c, options.table);
+    } catch (err) {
+      throw failed(err);
+    }
     if (key.length === 0) throw new SourceError(`Table ${options.table} has no primary key; configure "key"`);
     return key;
   };
@@ -80,7 +120,7 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
     try {
       return await c.query<R>(sql, params);
     } catch (err) {
-      throw new SourceError(`PostgreSQL source ${options.handle}: ${(err as Error).message}`, { cause: err });
+      throw failed(err);
     }
   };
 
@@ -93,6 +133,8 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
       await run(`SELECT 1 FROM ${relation} LIMIT 0`, []);
       return { ok: true };
     } catch (err) {
+      // Unreachable is not "cannot resume": starting from scratch would write again what the sink committed.
+      if (isRetryable(err)) throw err;
       return { ok: false, reason: (err as Error).message };
     }
   }

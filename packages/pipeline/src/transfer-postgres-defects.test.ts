@@ -1,0 +1,296 @@
+/**
+ * Defects of the PostgreSQL sink and the polled PostgreSQL source found by probing the data plane: a lost
+ * connection, record fields with no column, a missing table. Each against the real server, through `runTransfer`.
+ */
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { SluiceError, type TransferRequest } from '@sluice/core';
+import { createTestDatabase, type TestDatabase, tempDir, waitFor } from '@sluice/testkit';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { memoryCheckpointPort } from '../test/helpers.js';
+import type { RecordOp } from './ops.js';
+import { createPostgresSink } from './sinks/postgres.js';
+import { createPostgresSource } from './sources/postgres.js';
+import { runTransfer, type TransferContext } from './transfer.js';
+
+const ROWS = 60_000;
+
+describe('PostgreSQL sink and polled source', () => {
+  let db: TestDatabase;
+  let client: pg.Client;
+  beforeAll(async () => {
+    db = await createTestDatabase('sluice_pipeline_pgdefects');
+    client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    // Every committed physical write into a `dst_*` table leaves a row here: a replayed upsert would show.
+    await client.query('CREATE TABLE writes (tbl text NOT NULL, id bigint NOT NULL)');
+    await client.query(`CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN INSERT INTO writes VALUES (TG_TABLE_NAME, NEW.id); RETURN NEW; END $$`);
+  });
+  afterAll(async () => {
+    await client?.end();
+    await db?.drop();
+  });
+
+  const connections = () => ({ wh: { type: 'postgres' as const, url: db.url } });
+  const run = (request: TransferRequest, ctx: Partial<TransferContext> = {}) =>
+    runTransfer(request, {
+      checkpoint: memoryCheckpointPort(),
+      connections: connections(),
+      signal: new AbortController().signal,
+      ...ctx,
+    });
+  const failure = (promise: Promise<unknown>) =>
+    promise.then(
+      () => null,
+      (err: unknown) => err as SluiceError,
+    );
+  /** Ends every session of the test database but this file's own client: the sink's or source's included. */
+  const terminateBackends = async () => {
+    const r = await client.query(
+      'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()',
+      [db.name],
+    );
+    return r.rowCount ?? 0;
+  };
+  const jsonl = async (dir: string, name: string, records: unknown[]) => {
+    const path = join(dir, name);
+    await writeFile(path, `${records.map((r) => JSON.stringify(r)).join('\n')}\n`);
+    return path;
+  };
+  const tableWithWrites = async (table: string, columns: string) => {
+    await client.query(`CREATE TABLE ${table} (${columns})`);
+    await client.query(
+      `CREATE TRIGGER ${table}_counted AFTER INSERT OR UPDATE ON ${table} FOR EACH ROW EXECUTE FUNCTION count_write()`,
+    );
+  };
+
+  it('defect: a lost connection of the PostgreSQL sink failed the transfer for good (not retryable)', {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir();
+    await tableWithWrites('dst_loss', 'id bigint PRIMARY KEY, value double precision, category text');
+    const path = await jsonl(
+      dir.path,
+      'in.jsonl',
+      Array.from({ length: ROWS }, (_, i) => ({ id: i + 1, value: i * 1.5, category: i % 3 ? 'a' : 'c' })),
+    );
+    const request: TransferRequest = {
+      id: 'sink-loss',
+      mode: 'idempotent',
+      properties: {},
+      source: { type: 'file', path, format: 'jsonl' },
+      destination: { type: 'postgres', connection: 'wh', table: 'dst_loss', key: 'id' },
+      // Paced: ≥ 3 s, so the backends are terminated mid-run.
+      options: { onBadRecord: 'fail', maxRecordsPerSecond: 20_000 },
+    };
+    const shared = { value: null, epoch: 0 };
+    let written = 0;
+    const first = failure(
+      run(request, {
+        checkpoint: memoryCheckpointPort({ shared, epoch: 1 }),
+        commitEveryRecords: 1_000,
+        onProgress: (p) => {
+          written = p.recordsWritten;
+        },
+      }),
+    );
+    await waitFor(() => written >= 10_000, { timeoutMs: 20_000, what: 'records written' });
+    expect(await terminateBackends()).toBeGreaterThan(0);
+    const err = await first;
+    expect(written).toBeLessThan(ROWS);
+    expect(err?.code).toBe('SINK_FAILED');
+    // Retryable: the app-server resumes the transfer from its checkpoint instead of recording it FAILED.
+    expect(err?.details, err?.message).toMatchObject({ retryable: true });
+
+    const again = await run(request, { checkpoint: memoryCheckpointPort({ shared, epoch: 2 }) });
+    expect(again.decision).toBe('resume');
+    expect(again.recordsWritten).toBe(ROWS);
+    const rows = await client.query(
+      'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d, sum(id)::bigint AS s FROM dst_loss',
+    );
+    expect(rows.rows[0]).toEqual({ n: ROWS, d: ROWS, s: String((ROWS * (ROWS + 1)) / 2) });
+    // Exactly once: what the lost transaction staged was rolled back, and the resume rewrote nothing committed.
+    const writes = await client.query(
+      `SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM writes WHERE tbl = 'dst_loss'`,
+    );
+    expect(writes.rows[0]).toEqual({ n: ROWS, d: ROWS });
+  });
+
+  it('defect: a lost connection of the polled PostgreSQL source failed the transfer for good (not retryable)', {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir();
+    await client.query('CREATE TABLE src_loss (id bigint PRIMARY KEY, name text NOT NULL)');
+    await client.query(`INSERT INTO src_loss SELECT g, 'n' || g FROM generate_series(1, ${ROWS}) g`);
+    const out = join(dir.path, 'out.jsonl');
+    const request: TransferRequest = {
+      id: 'source-loss',
+      mode: 'idempotent',
+      properties: {},
+      source: { type: 'postgres', connection: 'wh', table: 'src_loss', key: 'id' },
+      destination: { type: 'file', path: out, format: 'jsonl' },
+      options: { onBadRecord: 'fail', maxRecordsPerSecond: 20_000 },
+    };
+    const shared = { value: null, epoch: 0 };
+    let read = 0;
+    const first = failure(
+      run(request, {
+        checkpoint: memoryCheckpointPort({ shared, epoch: 1 }),
+        commitEveryRecords: 1_000,
+        onProgress: (p) => {
+          read = p.recordsRead;
+        },
+      }),
+    );
+    await waitFor(() => read >= 10_000, { timeoutMs: 20_000, what: 'records read' });
+    expect(await terminateBackends()).toBeGreaterThan(0);
+    const err = await first;
+    expect(read).toBeLessThan(ROWS);
+    expect(err?.code).toBe('SOURCE_FAILED');
+    expect(err?.details, err?.message).toMatchObject({ retryable: true });
+
+    const again = await run(request, { checkpoint: memoryCheckpointPort({ shared, epoch: 2 }) });
+    expect(again.decision).toBe('resume');
+    const ids = (await readFile(out, 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => (JSON.parse(line) as { id: number }).id);
+    expect(ids.length).toBe(ROWS);
+    expect(new Set(ids).size).toBe(ROWS);
+  });
+
+  it('after a lost connection the sink and the source connect again on their next use', async () => {
+    await client.query('CREATE TABLE dst_again (id int PRIMARY KEY, name text)');
+    const sink = createPostgresSink({
+      handle: 'again.sink',
+      url: db.url,
+      table: 'dst_again',
+      writerId: 'again',
+    });
+    const source = createPostgresSource({ handle: 'again.source', url: db.url, table: 'dst_again' });
+    const upsert = (id: number): RecordOp[] => [
+      { op: 'upsert', record: { id, name: `n${id}` }, at: { source: 's', offset: id } },
+    ];
+    const checkpoint = (epoch: number) => ({ dag: 'd', epoch, positions: {}, at: new Date().toISOString() });
+    try {
+      await sink.prepare({ decision: 'from-scratch', checkpoint: null });
+      await sink.write(upsert(1));
+      await sink.commit(checkpoint(1));
+      expect(await source.fieldTypes?.()).toMatchObject({ id: 'integer', name: 'string' });
+      await sink.write(upsert(2)); // staged in an open transaction, lost with the connection
+      expect(await terminateBackends()).toBe(2);
+      const lost = await failure(sink.write(upsert(3)));
+      expect(lost?.details, lost?.message).toMatchObject({ retryable: true });
+      const lostRead = await failure(source.fieldTypes!());
+      expect(lostRead?.details, lostRead?.message).toMatchObject({ retryable: true });
+      // The dead clients are gone: the next calls connect again.
+      expect((await sink.committed())?.epoch).toBe(1);
+      await sink.write(upsert(4));
+      await sink.commit(checkpoint(2));
+      expect(
+        await source.canResume({ phase: 'snapshot', lastKey: null, cursor: null, cursorKey: null, read: 0 }),
+      ).toEqual({
+        ok: true,
+      });
+      const rows = await client.query('SELECT id FROM dst_again ORDER BY id');
+      expect(rows.rows.map((r) => r.id)).toEqual([1, 4]);
+    } finally {
+      await sink.close();
+      await source.close();
+    }
+  });
+
+  it('an unreachable server is retryable, and never makes a resume start from scratch', async () => {
+    const unreachable = 'postgres://root@127.0.0.1:1/test'; // nothing listens on port 1: ECONNREFUSED
+    const source = createPostgresSource({ handle: 'down.source', url: unreachable, table: 't' });
+    const sink = createPostgresSink({ handle: 'down.sink', url: unreachable, table: 't', writerId: 'down' });
+    try {
+      const position = { phase: 'snapshot', lastKey: ['5'], cursor: null, cursorKey: null, read: 5 };
+      // Not `{ ok: false }`: that would restart the transfer from scratch and write committed records again.
+      const check = await failure(source.canResume(position));
+      expect(check?.code, check?.message).toBe('SOURCE_FAILED');
+      expect(check?.details).toMatchObject({ retryable: true });
+      const open = await failure(sink.committed());
+      expect(open?.code, open?.message).toBe('SINK_FAILED');
+      expect(open?.details).toMatchObject({ retryable: true });
+    } finally {
+      await source.close();
+      await sink.close();
+    }
+  });
+
+  it('defect: the PostgreSQL sink dropped record fields with no matching column and reported success', async () => {
+    await using dir = await tempDir();
+    await tableWithWrites('dst_fields', 'id int PRIMARY KEY, value int, name text');
+    await client.query(`INSERT INTO dst_fields VALUES (1, 10, 'keep')`);
+    const path = await jsonl(dir.path, 'fields.jsonl', [
+      { id: 1, Value: 2, nme: 'x' },
+      { id: 2, valu: 3 },
+      // A record without some columns is still the whole row: `name` becomes NULL.
+      { id: 3, value: 30 },
+    ]);
+    const request = (onBadRecord: 'skip' | 'fail'): TransferRequest => ({
+      id: `fields-${onBadRecord}`,
+      mode: 'idempotent',
+      properties: {},
+      source: { type: 'file', path, format: 'jsonl' },
+      destination: { type: 'postgres', connection: 'wh', table: 'dst_fields', key: 'id' },
+      options: { onBadRecord },
+    });
+
+    const failed = await failure(run(request('fail')));
+    expect(failed?.code, failed?.message).toBe('BAD_RECORD');
+    expect(failed?.message).toMatch(/line 1\b.*Value, nme.*dst_fields/);
+    expect((await client.query('SELECT count(*)::int AS n FROM dst_fields')).rows[0].n).toBe(1);
+
+    const result = await run(request('skip'));
+    expect(result).toMatchObject({ recordsRead: 3, recordsWritten: 1, badRecords: 2 });
+    expect(result.badRecordReports.map((r) => [r.line, r.reason])).toEqual([
+      [1, 'field(s) Value, nme are not columns of table dst_fields'],
+      [2, 'field(s) valu are not columns of table dst_fields'],
+    ]);
+    const rows = await client.query('SELECT id, value, name FROM dst_fields ORDER BY id');
+    expect(rows.rows).toEqual([
+      { id: 1, value: 10, name: 'keep' },
+      { id: 3, value: 30, name: null },
+    ]);
+  });
+
+  it('defect: a missing source table failed the transfer as INTERNAL', async () => {
+    await using dir = await tempDir();
+    const err = await failure(
+      run({
+        id: 'no-source-table',
+        mode: 'idempotent',
+        properties: {},
+        source: { type: 'postgres', connection: 'wh', table: 'nosuchtable' },
+        destination: { type: 'file', path: join(dir.path, 'out.jsonl'), format: 'jsonl' },
+        options: { onBadRecord: 'skip' },
+      }),
+    );
+    expect(err).toBeInstanceOf(SluiceError);
+    expect(err?.code, err?.message).toBe('SOURCE_FAILED');
+    expect(err?.message).toMatch(/nosuchtable.*does not exist/);
+    expect(err?.details?.retryable).not.toBe(true);
+  });
+
+  it('a missing destination table fails the transfer as SINK_FAILED naming it (not retryable)', async () => {
+    await using dir = await tempDir();
+    const path = await jsonl(dir.path, 'one.jsonl', [{ id: 1 }]);
+    const err = await failure(
+      run({
+        id: 'no-sink-table',
+        mode: 'idempotent',
+        properties: {},
+        source: { type: 'file', path, format: 'jsonl' },
+        destination: { type: 'postgres', connection: 'wh', table: 'nosuchdst', key: 'id' },
+        options: { onBadRecord: 'skip' },
+      }),
+    );
+    expect(err?.code).toBe('SINK_FAILED');
+    expect(err?.message).toMatch(/nosuchdst.*does not exist/);
+    expect(err?.details?.retryable).not.toBe(true);
+  });
+});
