@@ -179,7 +179,11 @@ function withBefore<T extends ChangeEntry>(entry: T, was: Uint8Array | 0 | undef
   let decoded: Record<string, unknown> | undefined;
   Object.defineProperty(entry, 'before', {
     enumerable: false,
-    get: () => (was === 0 ? null : (decoded ??= decodeRecord(was))),
+    get: () => {
+      if (was === 0) return null;
+      decoded ??= decodeRecord(was);
+      return decoded;
+    },
   });
   return entry;
 }
