@@ -55,13 +55,21 @@ const TYPE_OVERRIDES: Record<string, string> = {
   endpoints: 'endpoint[] (below)',
 };
 
+// What a value must look like where the JSON Schema export cannot say it (refinements).
+const NOTES: Record<string, string> = {
+  store: '`sqlite:<path>` or a `postgres://` / `postgresql://` URL',
+  nats: 'a `nats://` or `tls://` URL, or `host:port`; or `{servers, user?, pass?, token?, nkeySeed?, credsFile?, tls?}`',
+  connections:
+    'a postgres `url` is a `postgres://` or `postgresql://` URL; `nats` as for the top-level `nats`',
+};
+
 const rows: string[] = [];
 function walk(schema: JsonSchema, path: string): void {
   if (path !== '') {
     const env = Object.entries(ENV_OVERRIDES).find(([, p]) => p === path)?.[0];
     const def = schema.default === undefined ? '' : `\`${JSON.stringify(schema.default)}\``;
     rows.push(
-      `| \`${path}\` | ${TYPE_OVERRIDES[path] ?? typeOf(schema)} | ${def} | ${[constraints(schema), env ? `env \`${env}\`` : '', schema.description ?? ''].filter(Boolean).join('; ')} |`,
+      `| \`${path}\` | ${TYPE_OVERRIDES[path] ?? typeOf(schema)} | ${def} | ${[constraints(schema), env ? `env \`${env}\`` : '', NOTES[path] ?? '', schema.description ?? ''].filter(Boolean).join('; ')} |`,
     );
   }
   if (schema.properties && path.split('.').length < 3) {

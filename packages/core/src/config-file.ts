@@ -86,7 +86,10 @@ export function parseConfigYaml(
       const lines = err.errors
         .map((issue) => {
           const variable = fromEnv.get(issue.path);
-          const origin = variable ? ` (from ${variable}=${JSON.stringify(env[variable])})` : '';
+          // Redacted: a mistyped SLUICE_STORE_URL or SLUICE_NATS_URL carries its password.
+          const origin = variable
+            ? ` (from ${variable}=${JSON.stringify(redactUrl(env[variable] ?? ''))})`
+            : '';
           return `  ${issue.path}: ${issue.message}${origin}`;
         })
         .join('\n');

@@ -429,10 +429,10 @@ describe('resolveConfig: bad fields name their exact path', () => {
   it('connections and NATS', () => {
     expect(configPaths({ connections: { w: { type: 'postgres' } } })).toEqual(['connections.w.url']);
     expect(configPaths({ connections: { w: { type: 'mysql', url: 'x' } } })).toEqual(['connections.w.type']);
-    expect(configPaths({ connections: { w: { type: 'postgres', url: 'x', password: 'p' } } })).toEqual([
-      'connections.w.password',
-    ]);
-    expect(configPaths({ connections: { '1bad': { type: 'postgres', url: 'x' } } })).toEqual([
+    expect(
+      configPaths({ connections: { w: { type: 'postgres', url: 'postgres://db/x', password: 'p' } } }),
+    ).toEqual(['connections.w.password']);
+    expect(configPaths({ connections: { '1bad': { type: 'postgres', url: 'postgres://db/x' } } })).toEqual([
       'connections.1bad',
     ]);
     expect(configIssues({ nats: 5 })).toEqual([

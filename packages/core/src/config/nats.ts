@@ -8,11 +8,19 @@ const TlsSchema = z.strictObject({
   rejectUnauthorized: z.boolean().default(true),
 });
 
+/**
+ * A NATS server address: `nats://host:port`, `tls://host:port` or `host:port`. The client ignores any other scheme
+ * (`htp://x` would dial the host `x`), so one is refused here, at the key, instead of failing later as a DNS error.
+ */
+const NatsUrl = UrlString.refine((s) => !s.includes('://') || /^(nats|tls):\/\//i.test(s), {
+  message: 'must be a nats:// or tls:// URL (or host:port)',
+});
+
 /** NATS connection options (`nats`, and `connections.<name>.nats`): a URL, or servers plus credentials and TLS. */
 export const NatsConfigSchema = z.union([
-  UrlString,
+  NatsUrl,
   z.strictObject({
-    servers: z.union([UrlString, z.array(UrlString).min(1)]),
+    servers: z.union([NatsUrl, z.array(NatsUrl).min(1)]),
     user: z.string().optional(),
     pass: z.string().optional(),
     token: z.string().optional(),

@@ -1,0 +1,56 @@
+/**
+ * What an operator sees from `sluice-app-server --check` (a real process) for configuration mistakes found by
+ * following the documentation: a secret never printed, and URLs of the wrong kind refused before start.
+ */
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { spawnTs, tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { BIN } from './helpers.js';
+
+async function check(yaml: string, env: Record<string, string> = {}) {
+  await using dir = await tempDir('sluice-check-');
+  const file = join(dir.path, 'sluice.yaml');
+  await writeFile(file, yaml);
+  await using child = spawnTs(BIN, ['--config', file, '--check'], { cwd: dir.path, env });
+  const exit = await child.exited;
+  return { code: exit.code, output: child.output() };
+}
+
+describe('--check of configuration mistakes', () => {
+  it('defect: a bad SLUICE_STORE_URL printed its password in the CONFIG_INVALID message', async () => {
+    const { code, output } = await check('node: { id: n1 }\n', {
+      SLUICE_STORE_URL: 'mysql://sluice:s3cret-pw@db:3306/sluice',
+    });
+    expect(code).toBe(1);
+    expect(output).toContain('CONFIG_INVALID');
+    expect(output).toContain('store: must be "sqlite:<path>" or a postgres:// URL');
+    expect(output).toContain('SLUICE_STORE_URL');
+    expect(output).not.toContain('s3cret-pw');
+    expect(output).toContain('mysql://sluice:***@db:3306/sluice');
+  }, 60_000);
+
+  it('defect: a postgres connection whose url is not a PostgreSQL URL passed --check', async () => {
+    const { code, output } = await check(
+      'connections:\n  warehouse: { type: postgres, url: "mysql://reader:pw@db:3306/sales" }\n',
+    );
+    expect(code).toBe(1);
+    expect(output).toContain('CONFIG_INVALID');
+    expect(output).toContain('connections.warehouse.url: must be a postgres:// or postgresql:// URL');
+    expect(output).not.toContain('reader:pw');
+  }, 60_000);
+
+  it('defect: a nats URL with a mistyped scheme passed --check and failed at start as a DNS error', async () => {
+    const { code, output } = await check('nats: "htp://127.0.0.1:4222"\n');
+    expect(code).toBe(1);
+    expect(output).toContain('CONFIG_INVALID');
+    expect(output).toContain('nats: must be a nats:// or tls:// URL (or host:port)');
+    const env = await check('node: { id: n1 }\n', { SLUICE_NATS_URL: 'http://user:n4ts-pw@127.0.0.1:4222' });
+    expect(env.code).toBe(1);
+    expect(env.output).toContain('SLUICE_NATS_URL');
+    expect(env.output).not.toContain('n4ts-pw');
+    // The forms the client takes still pass.
+    for (const nats of ['nats://127.0.0.1:4222', 'tls://nats.example:4222', '127.0.0.1:4222'])
+      expect((await check(`nats: "${nats}"\n`)).code).toBe(0);
+  }, 60_000);
+});
