@@ -26,6 +26,7 @@ import { fastLookupRoute } from './fast-lookup.js';
 import { fastQueryRoute } from './fast-query.js';
 import type { FastRoute } from './fast-route.js';
 import { POSITION_HEADER } from './freshness.js';
+import { InFlight } from './in-flight.js';
 import { rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
 import { queryBody } from './query-body.js';
@@ -77,6 +78,8 @@ export interface BuildAppOptions {
   logger: PinoLogger;
   /** Readiness is withdrawn (503) once this returns true (graceful shutdown). */
   isStopping: () => boolean;
+  /** Counts the requests the fast routes took, for a shutdown to wait for (default: a counter of its own). */
+  inFlight?: InFlight;
 }
 
 /**
@@ -412,6 +415,7 @@ export async function buildApp(options: BuildAppOptions) {
     cors: config.api.cors !== undefined && config.api.cors !== null,
     isStopping: options.isStopping,
     inject: (request) => app.inject(request),
+    inFlight: options.inFlight ?? new InFlight(),
   });
 
   await app.register(changeFeedPlugin, {

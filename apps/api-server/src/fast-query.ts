@@ -17,6 +17,7 @@ import type { Filter, QueryLimits } from '@sluice/core';
 import type { CheckpointStamps } from './checkpoint-headers.js';
 import type { EndpointAccess } from './endpoint-access.js';
 import { type FastRoute, leftToFastify, okHeaders } from './fast-route.js';
+import type { InFlight } from './in-flight.js';
 import { queryPage } from './query-page.js';
 import type { EndpointRegistry } from './registry.js';
 import type { RequestRecorder } from './request-metrics.js';
@@ -49,6 +50,8 @@ export interface FastQueryOptions {
   cors: boolean;
   /** True once the server is shutting down: fastify refuses requests then (503 NODE_SHUTTING_DOWN). */
   isStopping: () => boolean;
+  /** Where taken requests are counted, so that shutdown waits for them before fastify closes. */
+  inFlight: InFlight;
   /** Runs a request through fastify in full (`app.inject`): how a taken request that is not a page is answered. */
   inject: (request: {
     method: 'POST';
@@ -70,12 +73,13 @@ function isJson(contentType: string | undefined): boolean {
  * @example
  * ```ts
  * const fast = fastQueryRoute({ registry, access, limits, headersOf, record, bodyLimit, cors: false, isStopping,
- *   inject: (request) => app.inject(request) });
+ *   inject: (request) => app.inject(request), inFlight: new InFlight() });
  * http.createServer((req, res) => { if (!fast(req, res)) fastifyHandler(req, res); });
  * ```
  */
 export function fastQueryRoute(options: FastQueryOptions): FastRoute {
-  const { registry, access, limits, headersOf, record, bodyLimit, cors, isStopping, inject } = options;
+  const { registry, access, limits, headersOf, record, bodyLimit, cors, isStopping, inject, inFlight } =
+    options;
 
   /** Hands a taken request to fastify and sends its answer. */
   const handOver = (request: IncomingMessage, response: ServerResponse, body: Buffer) => {
@@ -142,6 +146,7 @@ export function fastQueryRoute(options: FastQueryOptions): FastRoute {
       return false;
     }
     const started = performance.now();
+    inFlight.track(response);
     // Taken: from here on this route answers, with the page or with fastify's answer to the same request.
     // Node frames the body by content-length (never more than `length` bytes); a small one is one chunk, used as
     // it comes.

@@ -6,8 +6,12 @@ import { type CacheCatalog, type Logger, queryLimitsOf, type SluiceConfig } from
 import { createLogger } from '@sluice/http';
 import type { Logger as PinoLogger } from 'pino';
 import { type ApiApp, buildApp } from './app.js';
+import { InFlight } from './in-flight.js';
 import { type ApiMetrics, createMetrics } from './metrics.js';
 import { type AliasEventSource, EndpointRegistry } from './registry.js';
+
+/** Longest a shutdown waits for requests the fast routes took (a query's body still arriving). */
+const FAST_ROUTES_GRACE_MS = 10_000;
 
 export interface StartApiServerOptions {
   config: SluiceConfig;
@@ -147,7 +151,16 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
       generationsOpen: () => registry.openGenerations(),
     });
 
-    const app = await buildApp({ config, registry, metrics, limits, logger, isStopping: () => stopping });
+    const inFlight = new InFlight();
+    const app = await buildApp({
+      config,
+      registry,
+      metrics,
+      limits,
+      logger,
+      isStopping: () => stopping,
+      inFlight,
+    });
     disposers.unshift(() => app.close());
     const host = options.host ?? config.api.host;
     await app.listen({ host, port: options.port ?? config.api.port });
@@ -163,6 +176,13 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
     const close = () => {
       closing ??= (async () => {
         stopping = true;
+        // The fast routes take nothing new now; those they took finish before fastify closes (in-flight.ts).
+        await inFlight.drained(FAST_ROUTES_GRACE_MS);
+        if (inFlight.count > 0)
+          logger.warn(
+            { requests: inFlight.count },
+            'requests still in flight after the grace period; closing',
+          );
         for (const dispose of disposers) {
           try {
             await dispose();

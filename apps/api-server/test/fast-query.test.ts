@@ -12,6 +12,7 @@ import { TokenAuthenticator } from '../src/auth.js';
 import { checkpointStamps } from '../src/checkpoint-headers.js';
 import { endpointAccess } from '../src/endpoint-access.js';
 import { fastQueryRoute, type InjectedReply, QUERY_ROUTE } from '../src/fast-query.js';
+import { InFlight } from '../src/in-flight.js';
 import { EndpointRegistry } from '../src/registry.js';
 import {
   answerHeaders,
@@ -72,6 +73,7 @@ describe('fast queries', () => {
         headersOf: checkpointStamps().headersOf,
         record: (route, name, status) => recorded.push([route, name, status]),
         bodyLimit: 1024,
+        inFlight: new InFlight(),
         cors: true,
         isStopping: () => stopping,
         inject: async (request): Promise<InjectedReply> => {

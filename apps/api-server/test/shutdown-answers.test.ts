@@ -1,0 +1,68 @@
+/**
+ * A request in flight when the api-server starts shutting down is answered — with its page, or with the problem
+ * it is — never cut off with no response at all.
+ */
+import { connect } from 'node:net';
+import { resolveConfig } from '@sluice/core';
+import { tempDir } from '@sluice/testkit';
+import { pino } from 'pino';
+import { describe, expect, it } from 'vitest';
+import { startApiServer } from '../src/index.js';
+import { writeGeneration } from './helpers.js';
+
+/** Sends a query whose body arrives in two parts, `between()` running in the gap; resolves with the raw reply. */
+async function splitQuery(port: number, body: string, between: () => void): Promise<string> {
+  const socket = connect(port, '127.0.0.1');
+  await new Promise<void>((resolve, reject) => {
+    socket.once('connect', resolve);
+    socket.once('error', reject);
+  });
+  let reply = '';
+  socket.on('data', (chunk: Buffer) => {
+    reply += chunk.toString('utf8');
+  });
+  const ended = new Promise<void>((resolve) => {
+    socket.once('close', () => resolve());
+    socket.once('error', () => resolve());
+  });
+  socket.write(
+    `POST /v1/endpoints/items/query HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n` +
+      `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body.slice(0, 5)}`,
+  );
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  between();
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  socket.end(body.slice(5));
+  await ended;
+  return reply;
+}
+
+describe('requests in flight at shutdown', () => {
+  it('defect: a query whose answer is a problem got no response at all when shutdown began while its body arrived', async () => {
+    await using dir = await tempDir('sluice-api-shutdown-');
+    await writeGeneration(dir.path, 1, 20);
+    for (const [body, status] of [
+      ['{"$limit":100000}', 400], // a problem: handed to fastify, which was closing
+      ['{"$limit":5}', 200], // a page: answered by the fast route itself
+    ] as const) {
+      const server = await startApiServer({
+        config: resolveConfig({ dataDir: dir.path, logLevel: 'silent' }),
+        dataDir: dir.path,
+        port: 0,
+        host: '127.0.0.1',
+        logger: pino({ level: 'silent' }),
+        watchMs: 50,
+      });
+      let closing: Promise<void> | null = null;
+      const reply = await splitQuery(server.port, body, () => {
+        closing = server.close();
+      });
+      await closing;
+      // Before: '' for the problem (the connection was destroyed when fastify's inject refused to run).
+      expect(reply.split('\r\n')[0], body).toBe(
+        `HTTP/1.1 ${status} ${status === 200 ? 'OK' : 'Bad Request'}`,
+      );
+      if (status === 400) expect(reply).toContain('"code":"INVALID_QUERY"');
+    }
+  });
+});
