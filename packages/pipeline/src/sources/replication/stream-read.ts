@@ -14,7 +14,13 @@ import { relationChange, streamedIdentityGap, tableRelation } from './identity.j
 import { LagTracker } from './lag.js';
 import { compareLsn, normalizeLsn } from './lsn.js';
 import type { ReplicationPosition } from './position.js';
-import { type ColumnList, columnsFilledWithoutChanges, incompatibleColumns, slotState } from './setup.js';
+import {
+  type ColumnList,
+  columnsFilledWithoutChanges,
+  columnsOf,
+  incompatibleColumns,
+  slotState,
+} from './setup.js';
 import { ReplicationStream } from './stream.js';
 import { TransactionAssembler } from './transaction-assembler.js';
 
@@ -89,10 +95,13 @@ export async function* readStream(
     if (relation === undefined || replacedBecause !== null) return;
     const now = await tableRelation(client, table, source.publication);
     replacedBecause = relationChange(table, relation, now, true);
-    // A column added with a default changed every row without a change to stream (no relation message either,
-    // until some row of the table changes).
+    // A column dropped, retyped (a rewrite `USING` an expression gives every row a new value) or added with a
+    // default changed every row without a change to stream (no relation message either, until some row of the
+    // table changes): the generation would serve the old shape, and call it fresh, for as long as the table is quiet.
     if (replacedBecause === null && now !== null)
-      replacedBecause = await columnsFilledWithoutChanges(client, table, position.columns);
+      replacedBecause =
+        incompatibleColumns(position.columns, await columnsOf(client, table)) ??
+        (await columnsFilledWithoutChanges(client, table, position.columns));
     if (replacedBecause !== null) replaced.abort();
   });
   // A write that streams through this slot, so it advances even when the table is idle and nothing else does.
