@@ -92,4 +92,44 @@ describe('RwCache patch upserts (fields left unchanged)', () => {
     expect(cache.get([2])).toEqual({ id: 2, ts: '2026-01-01T00:00:00.000000Z', doc: 'big' });
     expect(cache.get([3])).toEqual({ id: 3, ts: '2026-01-01T00:00:00.000000Z', doc: 'new' });
   });
+
+  it('defect: a patch whose key changed (`from`) found no record to fill from and was refused — the row was lost', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path);
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply([{ op: 'upsert', record: { id: 1, qty: 1, name: 'big' } }]);
+    await cache.commit(checkpoint(1));
+    // From the stored record, then from one staged in the same apply, each before the old key's delete.
+    cache.apply(
+      [
+        { ...patch({ id: 2, qty: 5 }, ['name']), from: [1] } as RecordOp,
+        { op: 'delete', key: [1] },
+        { op: 'upsert', record: { id: 3, qty: 3, name: 'three' } },
+        { ...patch({ id: 4, qty: 4 }, ['name']), from: [3] } as RecordOp,
+        { op: 'delete', key: [3] },
+      ],
+      { onConflict: 'fail' },
+    );
+    await cache.commit(checkpoint(2));
+    expect([cache.get([1]), cache.get([2]), cache.get([3]), cache.get([4])]).toEqual([
+      undefined,
+      { id: 2, qty: 5, name: 'big' },
+      undefined,
+      { id: 4, qty: 4, name: 'three' },
+    ]);
+    // From a key that holds nothing (its delete came first): a conflict, nothing written.
+    cache.apply([{ op: 'delete', key: [2] }]);
+    const err = (() => {
+      try {
+        cache.apply([{ ...patch({ id: 5, qty: 1 }, ['name']), from: [2] } as RecordOp], {
+          onConflict: 'fail',
+        });
+      } catch (e) {
+        return e;
+      }
+    })();
+    expect(SluiceError.hasCode(err, 'CACHE_CONFLICT')).toBe(true);
+    await cache.commit(checkpoint(3));
+    expect(cache.get([5])).toBeUndefined();
+  });
 });

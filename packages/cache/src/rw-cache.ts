@@ -144,6 +144,25 @@ export class RwCache extends RoCache implements WritableCache {
       const key = dataKey(this.dbs, pk);
       const id = key.toString('latin1');
       const patch = patchOf(op, record, i);
+      const from = (op as { from?: unknown }).from;
+      if (patch !== null && from !== undefined) {
+        // A changed primary key: the unchanged fields come from the record under `from` as it stands now (the
+        // change of that key, if any, was staged before this op or is in a commit under way; else what is stored).
+        const source = this.recordFrom(from, i, batch);
+        const merged =
+          source === undefined ? undefined : mergePatch(source, patch, timestampFieldSet(this.schema));
+        if (source === undefined) {
+          if (policy === 'fail')
+            throw new CacheConflictError(`Operation ${i}: patch from a key that holds no record`, {
+              details: { index: i, key: from },
+            });
+          return;
+        }
+        if (merged !== undefined) batch.set(id, whole(key, pk, merged));
+        // The merged record fails `where`: nothing under the new key (a record there, if any, goes).
+        else if (exists(id, key)) batch.set(id, { key, pk, bytes: null, indexKeys: null });
+        return;
+      }
       if (patch !== null) {
         // A patch needs a record to fill its unchanged fields from: one staged here, or the stored one (read at
         // commit, in the write transaction). Without one it cannot be written whole, whatever the policy.
@@ -175,6 +194,28 @@ export class RwCache extends RoCache implements WritableCache {
       this.staged.set(id, change);
       this.openTransaction.push(change);
     }
+  }
+
+  /**
+   * The record under primary-key values `from` as the next op would see it: staged (this apply's `batch`, earlier
+   * applies), in a commit under way, else stored. Undefined when there is none, or when it is itself an unresolved
+   * patch (its fields are known only at commit).
+   */
+  private recordFrom(
+    from: unknown,
+    index: number,
+    batch: ReadonlyMap<string, Staged>,
+  ): Record<string, unknown> | undefined {
+    const problem = keyProblem(this.schema, from);
+    if (problem) throw new BadRecordError(`Operation ${index}: "from": ${problem}`, { offset: index });
+    const key = dataKey(this.dbs, storedKey(this.schema, from as unknown[]));
+    const id = key.toString('latin1');
+    let own = batch.get(id) ?? this.staged.get(id);
+    for (let i = this.committing.length - 1; own === undefined && i >= 0; i--)
+      own = this.committing[i]!.get(id);
+    if (own !== undefined) return own.bytes === null || own.patches ? undefined : decodeRecord(own.bytes);
+    const stored = this.dbs.data.getBinary(key);
+    return stored === undefined ? undefined : decodeRecord(stored);
   }
 
   /**

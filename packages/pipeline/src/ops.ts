@@ -50,6 +50,11 @@ export interface RecordPatchFields {
   where?: Filter;
   /** Fields `where` names that a `select` dropped: the filter cannot be decided (a bad record). */
   lost?: string[];
+  /**
+   * The primary-key values of the record the unchanged fields come from, when not the op's own: an update that
+   * changed the key (the op then precedes the delete of that key).
+   */
+  from?: unknown[];
 }
 
 /** Whether an op is a partial upsert (it carries unchanged fields or a deferred filter). */

@@ -35,7 +35,9 @@ export type CacheState = (typeof CacheState)[keyof typeof CacheState];
  * An upsert may leave fields `unchanged`: their values are the stored record's, filled in at commit (a logical
  * replication update does not send a TOASTed value it did not change); with `where`, the merged record is kept
  * only if it matches that filter, else the key is deleted. Such an upsert of a key with no stored record is a
- * conflict (`CACHE_CONFLICT` under `onConflict: 'fail'`).
+ * conflict (`CACHE_CONFLICT` under `onConflict: 'fail'`). With `from` (primary-key values) the unchanged fields come
+ * from the record under that key instead — an update that changed the primary key — as it stands when the op is
+ * applied, so the op goes before the delete of that key.
  *
  * @example
  * ```ts
@@ -46,7 +48,13 @@ export type CacheState = (typeof CacheState)[keyof typeof CacheState];
  */
 export type RecordOp =
   | { op: 'insert' | 'update'; record: Record<string, unknown> }
-  | { op: 'upsert'; record: Record<string, unknown>; unchanged?: readonly string[]; where?: Filter }
+  | {
+      op: 'upsert';
+      record: Record<string, unknown>;
+      unchanged?: readonly string[];
+      where?: Filter;
+      from?: readonly unknown[];
+    }
   | { op: 'delete'; key: unknown[] };
 
 /**

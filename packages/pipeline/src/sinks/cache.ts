@@ -213,6 +213,7 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
           record: patch.record,
           ...(patch.unchanged !== undefined ? { unchanged: patch.unchanged } : {}),
           ...(patch.where !== undefined ? { where: patch.where } : {}),
+          ...(patch.from !== undefined ? { from: patch.from } : {}),
         };
         try {
           cache.apply([upsert], { onConflict: 'fail' });

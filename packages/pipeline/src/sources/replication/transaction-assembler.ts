@@ -96,15 +96,20 @@ export class TransactionAssembler {
       txn.bad.push({ ...at, reason: `an insert without value(s) of ${missing.join(', ')}` });
       return false;
     }
+    // An unchanged TOASTed value is not sent (unless the replica identity is FULL): the op says which columns keep
+    // their previous value, and a sink that holds the previous record (the cache) fills them in; any other refuses it.
     if (message.tag === 'update') {
       // A changed primary key: the record under the old key goes.
       const before = this.#keyOf(message.key ?? message.old);
       const after = this.#keyOf(record);
-      if (before !== null && !sameKey(before, after))
-        txn.ops.push({ op: 'delete', key: before, at: { ...at, position: `${at.position}:old` } });
+      if (before !== null && !sameKey(before, after)) {
+        const gone = { op: 'delete' as const, key: before, at: { ...at, position: `${at.position}:old` } };
+        if (missing === null) txn.ops.push(gone, { op: 'upsert', record, at });
+        // Unchanged values come from the record under the old key: taken before that record goes.
+        else txn.ops.push({ op: 'upsert', record, unchanged: missing, from: before, at }, gone);
+        return txn.ops.length >= batchSize;
+      }
     }
-    // An unchanged TOASTed value is not sent (unless the replica identity is FULL): the op says which columns keep
-    // their previous value, and a sink that holds the previous record (the cache) fills them in; any other refuses it.
     txn.ops.push(
       missing === null ? { op: 'upsert', record, at } : { op: 'upsert', record, unchanged: missing, at },
     );
