@@ -2,25 +2,15 @@
  * The change feed's `filter=` is a `$filter` of the query language: a JSON object. Anything else is refused with
  * a precise problem, as a query body that is not an object is — never read as "no filter".
  */
-import { resolveConfig } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
-import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { startApiServer } from '../src/index.js';
-import { writeGeneration } from './helpers.js';
+import { startQuietApiServer, writeGeneration } from './helpers.js';
 
 describe('change feed: the filter parameter', () => {
   it('defect: filter=null opened an unfiltered feed (every record) instead of refusing a filter that is not an object', async () => {
     await using dir = await tempDir('sluice-api-feed-filter-');
     await writeGeneration(dir.path, 1, 20);
-    await using server = await startApiServer({
-      config: resolveConfig({ dataDir: dir.path, logLevel: 'silent' }),
-      dataDir: dir.path,
-      port: 0,
-      host: '127.0.0.1',
-      logger: pino({ level: 'silent' }),
-      watchMs: 50,
-    });
+    await using server = await startQuietApiServer(dir.path);
     for (const [filter, received] of [
       ['null', 'null'],
       ['[]', 'array'],

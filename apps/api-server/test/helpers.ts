@@ -3,9 +3,11 @@ import { writeFile } from 'node:fs/promises';
 import { Agent, request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { SwitchOutcome } from '@sluice/core';
+import { resolveConfig, type SwitchOutcome } from '@sluice/core';
 import { type ChildHandle, freePort, spawnTs, waitFor } from '@sluice/testkit';
+import { pino } from 'pino';
 import YAML from 'yaml';
+import { type ApiServer, startApiServer } from '../src/index.js';
 
 export const API_BIN = fileURLToPath(new URL('../src/bin.ts', import.meta.url));
 export const WRITER = fileURLToPath(new URL('./fixtures/writer.ts', import.meta.url));
@@ -396,4 +398,16 @@ export function eventSwitchesOf(metrics: string, endpoint: string): number {
 /** Switches of `endpoint` for any reason but the event (reconcile, watch), from a /metrics text. */
 export function otherSwitchesOf(metrics: string, endpoint: string): number {
   return switchesOf(metrics, endpoint) - eventSwitchesOf(metrics, endpoint);
+}
+
+/** An api-server in this process on a free port, serving the caches under `dataDir`, silent, watching every 50 ms. */
+export function startQuietApiServer(dataDir: string): Promise<ApiServer> {
+  return startApiServer({
+    config: resolveConfig({ dataDir, logLevel: 'silent' }),
+    dataDir,
+    port: 0,
+    host: '127.0.0.1',
+    logger: pino({ level: 'silent' }),
+    watchMs: 50,
+  });
 }

@@ -2,12 +2,10 @@
  * Queries that cannot mean what they say are refused with 400 INVALID_QUERY at the failing path, never answered as
  * an empty page (read as "no such records") or as an expired walk (read as "restart it").
  */
-import { resolveConfig } from '@sluice/core';
 import { type TempDir, tempDir } from '@sluice/testkit';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ApiServer, startApiServer } from '../src/index.js';
-import { writeGeneration } from './helpers.js';
+import type { ApiServer } from '../src/index.js';
+import { startQuietApiServer, writeGeneration } from './helpers.js';
 
 let dir: TempDir;
 let server: ApiServer;
@@ -15,14 +13,7 @@ let server: ApiServer;
 beforeAll(async () => {
   dir = await tempDir('sluice-api-refusals-');
   await writeGeneration(dir.path, 1, 50);
-  server = await startApiServer({
-    config: resolveConfig({ dataDir: dir.path, logLevel: 'silent' }),
-    dataDir: dir.path,
-    port: 0,
-    host: '127.0.0.1',
-    logger: pino({ level: 'silent' }),
-    watchMs: 50,
-  });
+  server = await startQuietApiServer(dir.path);
 }, 90_000);
 
 afterAll(async () => {

@@ -3,12 +3,9 @@
  * it is — never cut off with no response at all.
  */
 import { connect } from 'node:net';
-import { resolveConfig } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
-import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
-import { startApiServer } from '../src/index.js';
-import { writeGeneration } from './helpers.js';
+import { startQuietApiServer, writeGeneration } from './helpers.js';
 
 /** Sends a query whose body arrives in two parts, `between()` running in the gap; resolves with the raw reply. */
 async function splitQuery(port: number, body: string, between: () => void): Promise<string> {
@@ -45,14 +42,7 @@ describe('requests in flight at shutdown', () => {
       ['{"$limit":100000}', 400], // a problem: handed to fastify, which was closing
       ['{"$limit":5}', 200], // a page: answered by the fast route itself
     ] as const) {
-      const server = await startApiServer({
-        config: resolveConfig({ dataDir: dir.path, logLevel: 'silent' }),
-        dataDir: dir.path,
-        port: 0,
-        host: '127.0.0.1',
-        logger: pino({ level: 'silent' }),
-        watchMs: 50,
-      });
+      const server = await startQuietApiServer(dir.path);
       let closing: Promise<void> | null = null;
       const reply = await splitQuery(server.port, body, () => {
         closing = server.close();
