@@ -32,6 +32,10 @@ const UNAVAILABLE_CODES: ReadonlySet<string> = new Set([
   '40001', // serialization_failure: retryable
   '40P01', // deadlock_detected: retryable
   '3D000', // database does not exist (dropped under us)
+  // Who connects is refused (a role that does not exist, no pg_hba entry, a wrong or rotated password): the store
+  // cannot be used until that is fixed — unavailable, with PostgreSQL's reason in the message, never INTERNAL.
+  '28000', // invalid_authorization_specification
+  '28P01', // invalid_password
   // SQLite
   'SQLITE_BUSY',
   'SQLITE_BUSY_SNAPSHOT',
