@@ -97,9 +97,7 @@ export class RwCache extends RoCache implements WritableCache {
     const serialize = recordSerializer(this.schema);
     const pkFields = this.schema.primaryKey;
     const exists = (id: string, key: Buffer): boolean => {
-      let own = batch.get(id) ?? this.staged.get(id);
-      for (let i = this.committing.length - 1; own === undefined && i >= 0; i--)
-        own = this.committing[i]!.get(id);
+      const own = this.pendingChange(id, batch);
       if (own) return own.bytes !== null || own.patches != null;
       return this.dbs.data.doesExist(key);
     };
@@ -197,6 +195,17 @@ export class RwCache extends RoCache implements WritableCache {
   }
 
   /**
+   * The latest change of the key `id` not yet in the stored data: in this apply's `batch`, staged by earlier
+   * applies, or in a commit under way (newest first). Undefined when there is none.
+   */
+  private pendingChange(id: string, batch: ReadonlyMap<string, Staged>): Staged | undefined {
+    let own = batch.get(id) ?? this.staged.get(id);
+    for (let i = this.committing.length - 1; own === undefined && i >= 0; i--)
+      own = this.committing[i]!.get(id);
+    return own;
+  }
+
+  /**
    * The record under primary-key values `from` as the next op would see it: staged (this apply's `batch`, earlier
    * applies), in a commit under way, else stored. Undefined when there is none, or when it is itself an unresolved
    * patch (its fields are known only at commit).
@@ -209,10 +218,7 @@ export class RwCache extends RoCache implements WritableCache {
     const problem = keyProblem(this.schema, from);
     if (problem) throw new BadRecordError(`Operation ${index}: "from": ${problem}`, { offset: index });
     const key = dataKey(this.dbs, storedKey(this.schema, from as unknown[]));
-    const id = key.toString('latin1');
-    let own = batch.get(id) ?? this.staged.get(id);
-    for (let i = this.committing.length - 1; own === undefined && i >= 0; i--)
-      own = this.committing[i]!.get(id);
+    const own = this.pendingChange(key.toString('latin1'), batch);
     if (own !== undefined) return own.bytes === null || own.patches ? undefined : decodeRecord(own.bytes);
     const stored = this.dbs.data.getBinary(key);
     return stored === undefined ? undefined : decodeRecord(stored);

@@ -97,7 +97,7 @@ export async function columnsOf(client: pg.Client, table: string): Promise<Colum
 /**
  * Why `next` cannot continue a cache filled with `previous`'s columns, or null: a column dropped or retyped
  * changes what records mean (new generation); an added column only adds a field (continue) — unless the rows
- * already there read a value for it, which {@link columnsFilledWithoutChanges} tells.
+ * already there read a value for it, which {@link columnsChange} tells as well.
  */
 export function incompatibleColumns(previous: ColumnList, next: ColumnList): string | null {
   const now = new Map(next);
@@ -110,24 +110,29 @@ export function incompatibleColumns(previous: ColumnList, next: ColumnList): str
 }
 
 /**
- * Why the columns of `table` outside `known` cannot simply be followed, or null: a column added with a default
- * gives every row already there a value without a change to stream — PostgreSQL keeps a constant one in the
- * catalog (`atthasmissing`), a volatile one rewrites the table — so the generation would keep those rows without
- * it. Any default counts (one set after the column was added costs a rebuild that was not needed, never a row).
+ * Why a generation filled with the `known` columns cannot go on with `table` as its catalog says now, or null (one
+ * query): a column dropped or retyped ({@link incompatibleColumns}), or one added with a default — that gives every
+ * row already there a value without a change to stream (PostgreSQL keeps a constant one in the catalog,
+ * `atthasmissing`; a volatile one rewrites the table), so the generation would keep those rows without it. Any
+ * default counts (one set after the column was added costs a rebuild that was not needed, never a row).
  */
-export async function columnsFilledWithoutChanges(
+export async function columnsChange(
   client: pg.Client,
   table: string,
   known: ColumnList,
 ): Promise<string | null> {
-  const result = await client.query<{ name: string }>(
-    `SELECT attname AS name FROM pg_attribute
-      WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND (atthasmissing OR atthasdef)
-      ORDER BY attnum`,
+  const result = await client.query<{ name: string; oid: number; filled: boolean }>(
+    `SELECT attname AS name, atttypid::int AS oid, (atthasmissing OR atthasdef) AS filled FROM pg_attribute
+      WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
     [quoteIdent(table)],
   );
+  const changed = incompatibleColumns(
+    known,
+    result.rows.map((r) => [r.name, r.oid]),
+  );
+  if (changed !== null) return changed;
   const names = new Set(known.map(([name]) => name));
-  const filled = result.rows.map((r) => r.name).filter((name) => !names.has(name));
+  const filled = result.rows.filter((r) => r.filled && !names.has(r.name)).map((r) => r.name);
   if (filled.length === 0) return null;
   return `${filled.map((name) => `column "${name}"`).join(', ')} added with a default: the rows already there hold it, and no change of theirs streams`;
 }

@@ -15,13 +15,12 @@ import { markPublication, parseOwnerComment, publicationComment, type SlotOwner 
 import { type ReplicationPosition, ReplicationPositionSchema } from './position.js';
 import {
   checkReplicationPrerequisites,
-  columnsFilledWithoutChanges,
+  columnsChange,
   columnsOf,
   createSlotWithSnapshot,
   defaultReplicationName,
   dropSlot,
   ensurePublication,
-  incompatibleColumns,
   slotState,
   transferReplicationName,
 } from './setup.js';
@@ -148,9 +147,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         );
         if (replaced !== null) return { ok: false, reason: replaced, sourceChanged: true };
       }
-      const problem =
-        incompatibleColumns(position.columns, await columnsOf(client, table)) ??
-        (await columnsFilledWithoutChanges(client, table, position.columns));
+      const problem = await columnsChange(client, table, position.columns);
       if (problem !== null) return { ok: false, reason: `table ${table}: ${problem}`, sourceChanged: true };
       return { ok: true };
     });

@@ -14,13 +14,7 @@ import { relationChange, streamedIdentityGap, tableRelation } from './identity.j
 import { LagTracker } from './lag.js';
 import { compareLsn, normalizeLsn } from './lsn.js';
 import type { ReplicationPosition } from './position.js';
-import {
-  type ColumnList,
-  columnsFilledWithoutChanges,
-  columnsOf,
-  incompatibleColumns,
-  slotState,
-} from './setup.js';
+import { type ColumnList, columnsChange, incompatibleColumns, slotState } from './setup.js';
 import { ReplicationStream } from './stream.js';
 import { TransactionAssembler } from './transaction-assembler.js';
 
@@ -99,9 +93,7 @@ export async function* readStream(
     // default changed every row without a change to stream (no relation message either, until some row of the
     // table changes): the generation would serve the old shape, and call it fresh, for as long as the table is quiet.
     if (replacedBecause === null && now !== null)
-      replacedBecause =
-        incompatibleColumns(position.columns, await columnsOf(client, table)) ??
-        (await columnsFilledWithoutChanges(client, table, position.columns));
+      replacedBecause = await columnsChange(client, table, position.columns);
     if (replacedBecause !== null) replaced.abort();
   });
   // A write that streams through this slot, so it advances even when the table is idle and nothing else does.
@@ -195,9 +187,7 @@ export async function* readStream(
           const problem =
             incompatibleColumns(position.columns, columns) ??
             (columns.some(([name]) => !known.has(name))
-              ? await connections.withClient((client) =>
-                  columnsFilledWithoutChanges(client, table, position.columns),
-                )
+              ? await connections.withClient((client) => columnsChange(client, table, position.columns))
               : null);
           if (problem !== null)
             throw new SourceSchemaChangedError(
