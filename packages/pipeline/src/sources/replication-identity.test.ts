@@ -129,6 +129,24 @@ describe('replica identity and table identity of a replication source', () => {
     expect(started.pipeline.status().badRecords.count).toBe(0);
   });
 
+  it("defect: an endpoint on a table with a DEFERRABLE primary key started, and then the application's UPDATEs and DELETEs of the table failed", {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const url = await server.createDatabase('deferred');
+    // PostgreSQL never uses a deferrable index as the replica identity: once published, the table has none.
+    await sql(url, 'CREATE TABLE deferred (a int PRIMARY KEY DEFERRABLE INITIALLY IMMEDIATE, b text)');
+    await sql(url, "INSERT INTO deferred VALUES (1, 'one'), (2, 'two')");
+    const outcome = await startOutcome(join(dir.path, 'data'), url, keyedOnA('deferred'));
+    expect(outcome).toMatch(/^REPLICA_IDENTITY_MISSING: /);
+    expect(outcome).toContain('DEFERRABLE');
+    expect(outcome).toContain('REPLICA IDENTITY FULL');
+    // Refused before anything was created, so the application's writes still work.
+    expect(await slots(url)).toEqual([]);
+    await sql(url, "UPDATE deferred SET b = 'uno' WHERE a = 1; DELETE FROM deferred WHERE a = 2");
+    expect(await sql(url, 'SELECT a, b FROM deferred ORDER BY a')).toEqual([{ a: 1, b: 'uno' }]);
+  });
+
   it('defect: REPLICA IDENTITY USING INDEX without `key` says to configure `key` with the index columns', async () => {
     const url = await server.createDatabase('idxid');
     await sql(url, 'CREATE TABLE idxid (a int NOT NULL, b text)');

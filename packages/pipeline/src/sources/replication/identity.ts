@@ -18,6 +18,11 @@ export interface ReplicaIdentity {
   columns: string[];
   /** The index named by `REPLICA IDENTITY USING INDEX`, or the primary key's index (null for `full`/`nothing`). */
   index: string | null;
+  /**
+   * For `nothing`: the primary key the table has but PostgreSQL will not use as its identity (a `DEFERRABLE` or an
+   * invalid one), so the error says what to change rather than that there is no primary key.
+   */
+  unusablePrimaryKey?: { index: string; why: string };
 }
 
 /**
@@ -48,10 +53,21 @@ export class ReplicaIdentityGapError extends SluiceError {
 
 const KINDS: Record<string, ReplicaIdentity['kind']> = { d: 'default', i: 'index', f: 'full', n: 'nothing' };
 
-/** The replica identity of `table` (`pg_class.relreplident` and the index it names). */
+/**
+ * The replica identity of `table` (`pg_class.relreplident` and the index it names), as PostgreSQL applies it: it
+ * takes an index as the identity only when the index is valid and immediate (`RelationGetIndexList`), so a
+ * `DEFERRABLE` primary key is no identity at all — once the table is published, its updates and deletes fail.
+ */
 export async function replicaIdentityOf(client: pg.Client, table: string): Promise<ReplicaIdentity> {
-  const result = await client.query<{ kind: string; index: string | null; columns: string[] | null }>(
-    `SELECT c.relreplident AS kind, ic.relname AS index,
+  const result = await client.query<{
+    kind: string;
+    index: string | null;
+    usable: boolean | null;
+    deferrable: boolean | null;
+    columns: string[] | null;
+  }>(
+    `SELECT c.relreplident AS kind, ic.relname AS index, i.indisvalid AND i.indimmediate AS usable,
+            NOT i.indimmediate AS deferrable,
             (SELECT array_agg(a.attname ORDER BY array_position(i.indkey, a.attnum)) FROM pg_attribute a
               WHERE a.attrelid = c.oid AND a.attnum = ANY(i.indkey)) AS columns
        FROM pg_class c
@@ -67,6 +83,14 @@ export async function replicaIdentityOf(client: pg.Client, table: string): Promi
   // PostgreSQL sends nothing of the old row.
   if ((kind === 'default' || kind === 'index') && !row?.index)
     return { kind: 'nothing', columns: [], index: null };
+  // Nor is one on an index PostgreSQL will not use.
+  if ((kind === 'default' || kind === 'index') && row?.index && !row.usable)
+    return {
+      kind: 'nothing',
+      columns: [],
+      index: null,
+      unusablePrimaryKey: { index: row.index, why: row.deferrable ? 'is DEFERRABLE' : 'is not valid' },
+    };
   return { kind, columns: row?.columns ?? [], index: row?.index ?? null };
 }
 
@@ -91,6 +115,12 @@ export function keyCoveredByIdentity(
   const t = JSON.stringify(table);
   const fail = (message: string) =>
     new ReplicaIdentityGapError(table, message, { identity, key: key ? [...key] : null });
+  // A primary key PostgreSQL will not use: say which and why, or the user reads that there is none.
+  const unusable = identity.unusablePrimaryKey;
+  if (identity.kind === 'nothing' && unusable !== undefined)
+    throw fail(
+      `Table ${t} has no replica identity: its primary key index ${JSON.stringify(unusable.index)} ${unusable.why}, and PostgreSQL uses only a valid, immediate index as one (once published, the table's UPDATEs and DELETEs would fail). Make the primary key NOT DEFERRABLE, or ALTER TABLE ${table} REPLICA IDENTITY USING INDEX on a unique index that is not deferrable, or REPLICA IDENTITY FULL`,
+    );
   // No identity at all: core's own error says so (add a primary key, or FULL with a key).
   if (identity.kind === 'nothing') throw new ReplicaIdentityMissingError(table);
   if (key === null || key.length === 0) {
@@ -158,12 +188,17 @@ export async function tableRelation(
   table: string,
   publication: string,
 ): Promise<TableRelation | null> {
-  // pg_publication_tables covers every way a publication can name a table (listed, by schema, all tables).
+  // pg_publication_tables covers every way a publication can name a table (listed, by schema, all tables). It
+  // lists a partitioned table's leaves instead of the table unless the publication publishes via the root: either
+  // way the table's changes stream (pg_partition_tree of a table that is not partitioned is empty).
   const result = await client.query<{ oid: number; published: boolean }>(
     `SELECT c.oid::int AS oid,
             EXISTS (SELECT 1 FROM pg_publication_tables pt
-                     WHERE pt.pubname = $2 AND pt.schemaname = n.nspname AND pt.tablename = c.relname) AS published
-       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                      JOIN pg_namespace pn ON pn.nspname = pt.schemaname
+                      JOIN pg_class pc ON pc.relnamespace = pn.oid AND pc.relname = pt.tablename
+                     WHERE pt.pubname = $2
+                       AND (pc.oid = c.oid OR pc.oid IN (SELECT relid FROM pg_partition_tree(c.oid)))) AS published
+       FROM pg_class c
       WHERE c.oid = to_regclass($1)`,
     [quoteIdent(table), publication],
   );

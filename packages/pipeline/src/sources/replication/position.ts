@@ -27,6 +27,12 @@ export const ReplicationPositionSchema = z.object({
    * another table (a new generation). Absent in checkpoints written before it was recorded.
    */
   relation: z.number().int().optional(),
+  /**
+   * For a partitioned table, the relation OIDs of its leaf partitions when the generation was snapshotted: their
+   * changes are the table's, and a partition attached or detached since (rows that came or went without a change
+   * to stream) needs a new generation. Absent for a table that is not partitioned.
+   */
+  partitions: z.array(z.number().int()).optional(),
   read: z.number().int().nonnegative(),
 });
 export type ReplicationPosition = z.output<typeof ReplicationPositionSchema>;

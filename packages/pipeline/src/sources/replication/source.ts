@@ -12,6 +12,7 @@ import { relationChange, relationOidOf, tableRelation } from './identity.js';
 import { LagTracker, type ReplicationLag } from './lag.js';
 import { compareLsn, maxLsn, normalizeLsn } from './lsn.js';
 import { markPublication, parseOwnerComment, publicationComment, type SlotOwner } from './ownership.js';
+import { leafPartitionsOf, partitionsChange } from './partitions.js';
 import { type ReplicationPosition, ReplicationPositionSchema } from './position.js';
 import {
   checkReplicationPrerequisites,
@@ -149,6 +150,9 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       }
       const problem = await columnsChange(client, table, position.columns);
       if (problem !== null) return { ok: false, reason: `table ${table}: ${problem}`, sourceChanged: true };
+      const leaves = await leafPartitionsOf(client, table);
+      const moved = leaves === null ? null : partitionsChange(table, position.partitions ?? [], leaves);
+      if (moved !== null) return { ok: false, reason: moved, sourceChanged: true };
       return { ok: true };
     });
   }
@@ -202,6 +206,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       } finally {
         await created.connection.end().catch(() => {});
       }
+      const partitions = await leafPartitionsOf(snapshot, table);
       position = {
         capture: 'replication',
         slot,
@@ -212,6 +217,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         catchUp: null,
         columns: await columnsOf(snapshot, table),
         relation: await relationOidOf(snapshot, table),
+        ...(partitions === null ? {} : { partitions }),
         read: 0,
       };
     } else {

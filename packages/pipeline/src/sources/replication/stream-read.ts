@@ -13,6 +13,7 @@ import { writeHeartbeat } from './heartbeat.js';
 import { relationChange, streamedIdentityGap, tableRelation } from './identity.js';
 import { LagTracker } from './lag.js';
 import { compareLsn, normalizeLsn } from './lsn.js';
+import { leafPartitionsOf, partitionsChange, TruncateScope, truncateScope } from './partitions.js';
 import type { ReplicationPosition } from './position.js';
 import { type ColumnList, columnsChange, incompatibleColumns, slotState } from './setup.js';
 import { ReplicationStream } from './stream.js';
@@ -94,6 +95,11 @@ export async function* readStream(
     // table changes): the generation would serve the old shape, and call it fresh, for as long as the table is quiet.
     if (replacedBecause === null && now !== null)
       replacedBecause = await columnsChange(client, table, position.columns);
+    // A partition attached or detached brought or took rows without a change to stream.
+    if (replacedBecause === null && now !== null && start.partitions !== undefined) {
+      const leaves = await leafPartitionsOf(client, table);
+      replacedBecause = partitionsChange(table, start.partitions, leaves ?? []);
+    }
     if (replacedBecause !== null) replaced.abort();
   });
   // A write that streams through this slot, so it advances even when the table is idle and nothing else does.
@@ -110,8 +116,12 @@ export async function* readStream(
     );
     return r.rows[0]!;
   });
-  const ours = (relation: Pgoutput.MessageRelation) =>
+  const isTable = (relation: Pgoutput.MessageRelation) =>
     relation.schema === qualified.schema && relation.name === qualified.name;
+  // A partitioned table's changes stream under its leaf partitions unless the publication publishes via the root.
+  const partitions = new Set(start.partitions ?? []);
+  const ours = (relation: Pgoutput.MessageRelation) =>
+    isTable(relation) || partitions.has(relation.relationOid);
   const batchSize = Math.max(1, readOptions.batchSize);
   /**
    * The one place a resumed snapshot's catch-up ends: once the stream has passed the LSN the new snapshot was
@@ -168,8 +178,9 @@ export async function* readStream(
           break;
         case 'relation': {
           if (!ours(message)) break;
+          const leaf = !isTable(message);
           // Same name, another table (a publication of all tables streams the recreated one too).
-          if (relation !== undefined && message.relationOid !== relation)
+          if (!leaf && relation !== undefined && message.relationOid !== relation)
             throw tableReplaced(
               table,
               relationChange(table, relation, { oid: message.relationOid, published: true }, false)!,
@@ -194,7 +205,11 @@ export async function* readStream(
               `Table ${table}: ${problem}; the endpoint needs a new generation`,
               { details: { table, change: problem } },
             );
-          position = { ...position, columns };
+          // A leaf's columns are the table's in its own order: only the ones it adds are news.
+          position = {
+            ...position,
+            columns: leaf ? [...position.columns, ...columns.filter(([name]) => !known.has(name))] : columns,
+          };
           break;
         }
         case 'insert':
@@ -203,7 +218,8 @@ export async function* readStream(
           if (txn.change(message, batchSize)) yield txn.take(position, { open: true });
           break;
         case 'truncate':
-          txn.truncate(message);
+          if (txn.open && truncateScope(table, message.relations, isTable, partitions) === TruncateScope.all)
+            txn.truncate(message);
           break;
         case 'commit': {
           if (!txn.open) break;
