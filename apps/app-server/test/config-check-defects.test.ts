@@ -53,4 +53,21 @@ describe('--check of configuration mistakes', () => {
     for (const nats of ['nats://127.0.0.1:4222', 'tls://nats.example:4222', '127.0.0.1:4222'])
       expect((await check(`nats: "${nats}"\n`)).code).toBe(0);
   }, 60_000);
+
+  it('defect: node.port and api.port set to the same port passed --check; the api-server then found its port taken', async () => {
+    const { code, output } = await check('node: { port: 7171 }\napi: { port: 7171 }\n');
+    expect(code).toBe(1);
+    expect(output).toContain('CONFIG_INVALID');
+    expect(output).toContain('api.port: 7171 is node.port too');
+    // Set by the environment, as `SLUICE_PORT=8080 pnpm start` does against api.port's default.
+    const env = await check('node: { id: n1 }\n', { SLUICE_PORT: '8080' });
+    expect(env.code).toBe(1);
+    expect(env.output).toContain('api.port: 8080 is node.port too');
+    // Apart where they cannot meet: other addresses, or ports the system picks.
+    for (const yaml of [
+      'node: { host: 127.0.0.1, port: 7171 }\napi: { host: 127.0.0.2, port: 7171 }\n',
+      'node: { port: 0 }\napi: { port: 0 }\n',
+    ])
+      expect((await check(yaml)).code, yaml).toBe(0);
+  }, 60_000);
 });

@@ -56,6 +56,7 @@ export function App() {
   return (
     <Shell
       client={access.client}
+      token={access.token}
       signedIn={access.token !== undefined}
       onSignOut={() => {
         storeToken(undefined);
@@ -68,6 +69,7 @@ export function App() {
 
 function Shell(props: {
   client: SluiceClient;
+  token: string | undefined;
   signedIn: boolean;
   onSignOut: () => void;
   onUnauthorized: () => void;
@@ -103,7 +105,7 @@ function Shell(props: {
       </header>
       <main id="main" tabIndex={-1}>
         {page.path === 'endpoints' && (
-          <EndpointsPage client={props.client} onUnauthorized={props.onUnauthorized} />
+          <EndpointsPage client={props.client} token={props.token} onUnauthorized={props.onUnauthorized} />
         )}
         {page.path === 'transfers' &&
           (route[1] ? (

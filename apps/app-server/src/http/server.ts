@@ -31,6 +31,7 @@ import { submissionReply, type TransferCoordinator } from '../transfers/coordina
 import { type AuthSettings, bearerCheck } from './auth.js';
 import { consoleAssetsDir, consoleRoutes, isConsolePath } from './console-routes.js';
 import { endpointStreamRoutes, type SwitchSubscription } from './endpoint-stream.js';
+import { NoBody } from './no-body.js';
 import { NoQuery } from './no-query.js';
 import { steeringRoutes } from './steering-routes.js';
 
@@ -237,9 +238,10 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       schema: {
         summary: 'Force a blue/green rebuild of an endpoint (or start a failed one again)',
         description:
-          '202 `{endpoint, rebuild: "started"}`: a new generation is built while the current one serves. An endpoint whose pipeline failed to start (`phase: failed`) is started again instead: 202 `rebuild: "restarted"`, or 409 ENDPOINT_NOT_RUNNING with the new `failure` when its cause remains.',
+          '202 `{endpoint, rebuild: "started"}`: a new generation is built while the current one serves. An endpoint whose pipeline failed to start (`phase: failed`) is started again instead: 202 `rebuild: "restarted"`, or 409 ENDPOINT_NOT_RUNNING with the new `failure` when its cause remains. Takes no body.',
         params: NameParams,
         querystring: NoQuery,
+        body: NoBody,
       },
     },
     async (request, reply) => {

@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { EndpointManager } from '../endpoints.js';
+import { NoBody } from './no-body.js';
 import { NoQuery } from './no-query.js';
 
 const NameParams = z.object({ name: NameSchema });
@@ -50,9 +51,10 @@ export async function steeringRoutes(
       schema: {
         summary: 'Switch the alias to the held generation',
         description:
-          '200 with the move (`changed: false` when the last promote is repeated); 409 NOTHING_TO_PROMOTE when no generation is held.',
+          '200 with the move (`changed: false` when the last promote is repeated); 409 NOTHING_TO_PROMOTE when no generation is held. Takes no body: the held generation is the one promoted.',
         params: NameParams,
         querystring: NoQuery,
+        body: NoBody,
       },
     },
     async (request) => endpoints.promote(request.params.name),

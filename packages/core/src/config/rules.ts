@@ -107,6 +107,27 @@ export function checkHost(config: SluiceConfig, ctx: Ctx): void {
   checkEndpointConnections(config, ctx);
   checkBackplane(config, ctx);
   checkTransferTimings(config, ctx);
+  checkListenPorts(config, ctx);
+}
+
+/** Addresses that listen on every interface, so they meet any other address of the host. */
+const EVERY_INTERFACE: ReadonlySet<string> = new Set(['0.0.0.0', '::', '[::]']);
+
+/**
+ * The app-server and the api-servers of a host read one file: on one port and a shared address, whichever starts
+ * second could only fail with the port taken. Said here, at the key to change, by `--check` and before anything
+ * starts. Port 0 (the system picks one) never clashes; `--port`/`--host` of an api-server are not seen here.
+ */
+function checkListenPorts(config: Pick<SluiceConfig, 'node' | 'api'>, ctx: Ctx): void {
+  const { node, api } = config;
+  if (node.port === 0 || node.port !== api.port) return;
+  const shared = node.host === api.host || EVERY_INTERFACE.has(node.host) || EVERY_INTERFACE.has(api.host);
+  if (shared)
+    ctx.addIssue({
+      code: 'custom',
+      path: ['api', 'port'],
+      message: `${api.port} is node.port too: the app-server and the api-servers of a host need ports of their own`,
+    });
 }
 
 /**

@@ -2,7 +2,8 @@ import type { EndpointWatchView, GenerationView, SluiceClient, SwitchView } from
 import { useEffect, useState } from 'preact/hooks';
 import { count, percent, shortGeneration, when } from '../format.js';
 import { type ActionOutcome, useAction } from '../hooks.js';
-import { isUnauthorized, messageOf } from '../session.js';
+import { clientFor, isUnauthorized, messageOf } from '../session.js';
+import { type StreamLinkLoss, watchStreamLink } from '../stream-link.js';
 
 type StreamState = {
   endpoints: EndpointWatchView[] | null;
@@ -10,11 +11,26 @@ type StreamState = {
   error: string | null;
 };
 
-/** The endpoint stream (`GET /v1/endpoints/stream`): live, reconnecting by itself; no polling. */
-function useEndpointStream(client: SluiceClient, onUnauthorized: () => void): StreamState {
+/** What the status line says while the stream reconnects after losing its connection. */
+const LOST: Record<StreamLinkLoss, string> = {
+  unreachable: 'the app-server does not answer; reconnecting…',
+  refused: 'the app-server refused the endpoint stream; reconnecting…',
+  closed: 'the connection to the app-server was lost; reconnecting…',
+};
+
+/**
+ * The endpoint stream (`GET /v1/endpoints/stream`): live, reconnecting by itself; no polling. Live only while a
+ * connection is open: the picture it last sent stays on the page, marked stale, until the next connection sends a
+ * new one.
+ */
+function useEndpointStream(token: string | undefined, onUnauthorized: () => void): StreamState {
   const [state, setState] = useState<StreamState>({ endpoints: null, live: false, error: null });
   useEffect(() => {
     const controller = new AbortController();
+    const transport = watchStreamLink(globalThis.fetch.bind(globalThis), (why) => {
+      if (!controller.signal.aborted) setState((s) => ({ ...s, live: false, error: LOST[why] }));
+    });
+    const client = clientFor(token, transport);
     void (async () => {
       try {
         for await (const event of client.control.watchEndpoints({
@@ -31,12 +47,16 @@ function useEndpointStream(client: SluiceClient, onUnauthorized: () => void): St
       }
     })();
     return () => controller.abort();
-  }, [client, onUnauthorized]);
+  }, [token, onUnauthorized]);
   return state;
 }
 
-export function EndpointsPage(props: { client: SluiceClient; onUnauthorized: () => void }) {
-  const stream = useEndpointStream(props.client, props.onUnauthorized);
+export function EndpointsPage(props: {
+  client: SluiceClient;
+  token: string | undefined;
+  onUnauthorized: () => void;
+}) {
+  const stream = useEndpointStream(props.token, props.onUnauthorized);
   return (
     <>
       <div class="page-head">
@@ -51,29 +71,36 @@ export function EndpointsPage(props: { client: SluiceClient; onUnauthorized: () 
         <p>This host has no endpoints (see endpoints: in sluice.yaml).</p>
       ) : (
         stream.endpoints.map((endpoint) => (
-          <EndpointCard key={endpoint.name} client={props.client} endpoint={endpoint} />
+          <EndpointCard key={endpoint.name} client={props.client} endpoint={endpoint} live={stream.live} />
         ))
       )}
     </>
   );
 }
 
-function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView }) {
+function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView; live: boolean }) {
   const { endpoint } = props;
   const control = props.client.control;
   const action = useAction();
+  // Actions are offered from the picture: a stale one may offer what no longer applies (or reaches no server).
+  const idle = action.busy === null && props.live;
   const id = `endpoint-${endpoint.name}`;
   const held = endpoint.generations.filter((g) => g.state === 'held');
   const short = (name: string | null | undefined) => shortGeneration(name, endpoint.name);
   const rollbackTarget = rollbackTargetOf(endpoint);
   return (
-    <article class="card" aria-labelledby={id} data-endpoint={endpoint.name}>
+    <article
+      class={props.live ? 'card' : 'card stale'}
+      aria-labelledby={id}
+      data-endpoint={endpoint.name}
+      aria-busy={props.live ? undefined : 'true'}
+    >
       <header class="card-head">
         <h2 id={id}>{endpoint.name}</h2>
         <span class={`phase phase-${endpoint.phase}`}>{endpoint.phase}</span>
         <button
           type="button"
-          disabled={action.busy !== null || endpoint.building !== null}
+          disabled={!idle || endpoint.building !== null}
           onClick={() =>
             action.run('Rebuild', async () => {
               const started = await control.rebuild(endpoint.name);
@@ -188,7 +215,7 @@ function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView
                 <em>{generation.reason ?? 'the switch is manual'}</em>
                 <button
                   type="button"
-                  disabled={action.busy !== null}
+                  disabled={!idle}
                   onClick={() =>
                     action.run('Promote', async () => {
                       const moved = await control.promote(endpoint.name);
@@ -214,7 +241,7 @@ function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView
             history={endpoint.history}
             rollbackTarget={rollbackTarget}
             rollbackUnavailable={rollbackUnavailableOf(endpoint)}
-            busy={action.busy !== null}
+            disabled={!idle}
             onRollback={() =>
               action.run('Roll back', async () => {
                 const moved = await control.rollback(endpoint.name);
@@ -261,7 +288,7 @@ function Timeline(props: {
   history: SwitchView[];
   rollbackTarget: string | null;
   rollbackUnavailable: string | null;
-  busy: boolean;
+  disabled: boolean;
   onRollback: () => void;
 }) {
   if (props.history.length === 0) return <p>No switch yet.</p>;
@@ -276,7 +303,12 @@ function Timeline(props: {
             <code>{shortGeneration(entry.to, props.endpoint)}</code>
           </span>
           {i === 0 && props.rollbackTarget && (
-            <button type="button" class="secondary rollback" disabled={props.busy} onClick={props.onRollback}>
+            <button
+              type="button"
+              class="secondary rollback"
+              disabled={props.disabled}
+              onClick={props.onRollback}
+            >
               Roll back to {shortGeneration(props.rollbackTarget, props.endpoint)}
             </button>
           )}
