@@ -211,7 +211,7 @@ export async function buildApp(options: BuildAppOptions) {
     authenticator,
     freshnessWaitMs: config.api.freshnessWaitMs,
   });
-  const { scopeOf, authorize, openFresh } = access;
+  const { scopeOf, authorizeFeed, openFresh } = access;
   const readRecord = recordReader();
   const { headersOf, stamp, stampState } = checkpointStamps();
 
@@ -423,7 +423,7 @@ export async function buildApp(options: BuildAppOptions) {
     settings: config.api.changes,
     limits,
     metrics: metrics.registry,
-    access: authorize,
+    access: authorizeFeed,
   });
 
   return app;

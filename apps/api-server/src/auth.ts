@@ -34,6 +34,8 @@ export interface TokenScope {
   allows(endpoint: string): boolean;
   /** The row filter to AND into queries of `endpoint` (`undefined` when none). */
   rowFilter(endpoint: string): Filter | undefined;
+  /** When the token expires (its `exp`, epoch ms), or null: a change feed opened with it ends then. */
+  readonly expiresAt: number | null;
 }
 
 /** Everything, for servers running without auth. */
@@ -41,9 +43,15 @@ export const OPEN_SCOPE: TokenScope = {
   subject: null,
   allows: () => true,
   rowFilter: () => undefined,
+  expiresAt: null,
 };
 
-function scopeOf(claims: TokenClaims, subject: string | null, limits: QueryLimits): TokenScope {
+function scopeOf(
+  claims: TokenClaims,
+  subject: string | null,
+  limits: QueryLimits,
+  expiresAt: number | null,
+): TokenScope {
   const all = claims.endpoints === '*';
   const allowed = new Set(all ? [] : (claims.endpoints as string[]));
   const common = claims.filter ? parseFilter(claims.filter, limits) : undefined;
@@ -55,6 +63,7 @@ function scopeOf(claims: TokenClaims, subject: string | null, limits: QueryLimit
     subject,
     allows: (endpoint) => all || allowed.has(endpoint),
     rowFilter: (endpoint) => (perEndpoint.has(endpoint) ? perEndpoint.get(endpoint) : commonOnly),
+    expiresAt,
   };
 }
 
@@ -90,23 +99,21 @@ export class TokenAuthenticator {
     }
     const claims = TokenClaimsSchema.safeParse(payload);
     if (!claims.success) throw new UnauthorizedError(claimsProblem(payload, claims.error));
+    const exp = (payload as { exp?: unknown }).exp;
+    const expiresAt = typeof exp === 'number' ? exp * 1000 : null;
     let scope: TokenScope;
     try {
       const sub = (payload as { sub?: unknown }).sub;
-      scope = scopeOf(claims.data, typeof sub === 'string' ? sub : null, this.limits);
+      scope = scopeOf(claims.data, typeof sub === 'string' ? sub : null, this.limits, expiresAt);
     } catch (err) {
       if (SluiceError.isInstance(err))
         throw new UnauthorizedError(`The bearer token's row filter is invalid: ${err.message}`);
       throw err;
     }
-    const exp = (payload as { exp?: unknown }).exp;
     // Cached at most 60 s and never past the token's own expiry.
-    const expiresAt = Math.min(
-      Date.now() + 60_000,
-      typeof exp === 'number' ? exp * 1000 : Number.POSITIVE_INFINITY,
-    );
+    const cachedUntil = Math.min(Date.now() + 60_000, expiresAt ?? Number.POSITIVE_INFINITY);
     if (this.cache.size >= this.maxCached) this.cache.clear();
-    this.cache.set(token, { scope, expiresAt });
+    this.cache.set(token, { scope, expiresAt: cachedUntil });
     return scope;
   }
 

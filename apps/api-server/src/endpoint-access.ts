@@ -8,11 +8,13 @@ import {
   type Filter,
   ForbiddenError,
   PositionNotReachedError,
+  type ReadableCache,
   SluiceError,
   ValidationError,
 } from '@sluice/core';
 import type { FastifyRequest } from 'fastify';
 import { OPEN_SCOPE, type TokenAuthenticator, type TokenScope } from './auth.js';
+import type { FeedGrant } from './changes/plugin.js';
 import { CommitSignal } from './commit-signal.js';
 import {
   bareMismatch,
@@ -43,6 +45,8 @@ export interface EndpointAccess {
   scopeOf(request: FastifyRequest): TokenScope;
   /** Auth check on endpoint `name`; returns the token's row filter for it. */
   authorize(request: FastifyRequest, name: string): Filter | undefined;
+  /** The same check for a change feed: the row filter, and when the token expires (the feed ends then). */
+  authorizeFeed(request: FastifyRequest, name: string): FeedGrant;
   /** The same check for a bare `authorization` header (requests answered below fastify: fast-lookup.ts). */
   rowFilterFor(authorization: string | string[] | undefined, name: string): Filter | undefined;
   /**
@@ -90,6 +94,10 @@ export function endpointAccess(options: {
   const authorize = (request: FastifyRequest, name: string): Filter | undefined => {
     request.sluiceEndpoint = name;
     return rowFilterIn(scopeOf(request), name);
+  };
+  const authorizeFeed = (request: FastifyRequest, name: string): FeedGrant => {
+    const rowFilter = authorize(request, name);
+    return { rowFilter, expiresAt: request.sluiceScope?.expiresAt ?? null };
   };
   const rowFilterFor = (authorization: string | string[] | undefined, name: string): Filter | undefined =>
     rowFilterIn(authenticator ? authenticator.authenticate(authorization) : OPEN_SCOPE, name);
@@ -150,29 +158,29 @@ export function endpointAccess(options: {
     }
   };
   const rowFilterFits = (lease: Lease, rowFilter: Filter | undefined) =>
-    rowFilter === undefined || rowFilterProblem(lease, rowFilter) === null;
-  return { scopeOf, authorize, rowFilterFor, rowFilterFits, open, openFresh };
+    rowFilter === undefined || rowFilterProblem(lease.cache, rowFilter) === null;
+  return { scopeOf, authorize, authorizeFeed, rowFilterFor, rowFilterFits, open, openFresh };
 }
 
 /** Per row filter (a cached token's scope hands out the same object) and generation: why it does not fit, or null. */
 const rowFilterProblems = new WeakMap<Filter, WeakMap<object, string | null>>();
 
-function rowFilterProblem(lease: Lease, rowFilter: Filter): string | null {
+function rowFilterProblem(cache: ReadableCache, rowFilter: Filter): string | null {
   let byCache = rowFilterProblems.get(rowFilter);
   if (byCache === undefined) {
     byCache = new WeakMap();
     rowFilterProblems.set(rowFilter, byCache);
   }
-  const known = byCache.get(lease.cache);
+  const known = byCache.get(cache);
   if (known !== undefined) return known;
   let problem: string | null = null;
   try {
-    checkFilter(rowFilter, lease.cache.schema);
+    checkFilter(rowFilter, cache.schema);
   } catch (err) {
     if (!SluiceError.isInstance(err)) throw err;
     problem = err.message;
   }
-  byCache.set(lease.cache, problem);
+  byCache.set(cache, problem);
   return problem;
 }
 
@@ -187,8 +195,17 @@ function rowFilterProblem(lease: Lease, rowFilter: Filter): string | null {
  * ```
  */
 export function assertRowFilterFits(lease: Lease, rowFilter: Filter | undefined, name: string): void {
+  assertRowFilterFitsIn(lease.cache, rowFilter, name);
+}
+
+/** {@link assertRowFilterFits} for a generation held otherwise (a change feed following one the alias left). */
+export function assertRowFilterFitsIn(
+  cache: ReadableCache,
+  rowFilter: Filter | undefined,
+  name: string,
+): void {
   if (rowFilter === undefined) return;
-  const problem = rowFilterProblem(lease, rowFilter);
+  const problem = rowFilterProblem(cache, rowFilter);
   if (problem !== null)
     throw new ForbiddenError(
       `The bearer token's row filter does not fit endpoint "${name}" (${problem.replaceAll('$filter', 'filter')}); ask for a token whose filter names its fields`,

@@ -9,7 +9,12 @@ export {
   type TokenScope,
 } from './auth.js';
 export { FeedEvent, sseFrame } from './changes/frames.js';
-export { type ChangeFeedPluginOptions, ChangesQuerySchema, changeFeedPlugin } from './changes/plugin.js';
+export {
+  type ChangeFeedPluginOptions,
+  ChangesQuerySchema,
+  changeFeedPlugin,
+  type FeedGrant,
+} from './changes/plugin.js';
 export { decodeFeedToken, encodeFeedToken, type FeedPosition } from './changes/token.js';
 export { CACHE_HEADER, CHECKPOINT_HEADER, formatCheckpointHeader } from './checkpoint-headers.js';
 export { unwrapCursor, wrapCursor } from './cursor.js';

@@ -46,12 +46,24 @@ export interface ChangesOptions {
   idleTimeoutMs?: number;
 }
 
-/** Formats primary-key values as the URL segment of `/records/:key` (components joined by `,`). */
+/**
+ * Formats primary-key values as the URL segment of `/records/:key` (components joined by `,`, each
+ * percent-encoded). A `Date` (a `timestamp` key) is sent as its ISO instant — the server reads ISO text, not the
+ * quoted JSON string other objects (a `json` key) are sent as.
+ *
+ * @example
+ * ```ts
+ * keySegment(['eu', new Date('2026-12-01T10:20:30Z')]); // 'eu,2026-12-01T10%3A20%3A30.000Z'
+ * ```
+ */
 export function keySegment(key: unknown | unknown[]): string {
   const values = Array.isArray(key) ? key : [key];
-  return values
-    .map((v) => encodeURIComponent(typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)))
-    .join(',');
+  return values.map((v) => encodeURIComponent(keyText(v))).join(',');
+}
+
+function keyText(value: unknown): string {
+  if (value instanceof Date) return value.toISOString();
+  return typeof value === 'object' && value !== null ? JSON.stringify(value) : String(value);
 }
 
 /**
@@ -146,9 +158,13 @@ export class EndpointClient<Row extends Record<string, unknown> = Record<string,
       ...(options.backoff ? { backoff: options.backoff } : {}),
       ...(options.idleTimeoutMs !== undefined ? { idleTimeoutMs: options.idleTimeoutMs } : {}),
       beforeConnect: () => {
-        if (!(inSnapshot && token === undefined)) return null;
-        // A fresh snapshot follows; what was received of the interrupted one may include deleted records.
+        if (!inSnapshot) return null;
+        // Snapshot records carry no token, so the last token (the one asked with, or one before a server's
+        // reset) says nothing of how far the snapshot got: resuming after it would skip every record not yet
+        // received that has not changed since. Ask for a fresh snapshot; what was received of the interrupted one
+        // may include records deleted since, so the consumer drops its copy first.
         inSnapshot = false;
+        snapshot = true;
         return { type: 'reset', reason: 'reconnected-during-snapshot' };
       },
       path: () => {

@@ -2,7 +2,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { freePort, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { type ChangeEvent, createClient, SluiceClientError } from '../src/index.js';
+import { type ChangeEvent, createClient, keySegment, SluiceClientError } from '../src/index.js';
 import { item, startApi, startApp, startWriter, waitUntil } from './servers.js';
 
 type Item = { id: number; value: number; category: string };
@@ -63,6 +63,35 @@ describe('@sluice/client against real servers (Node)', () => {
     expect(down).toMatchObject({ code: 'NETWORK_ERROR', status: 0 });
   });
 
+  it('defect: get() with a Date for a timestamp key was refused 400 (the key was sent as quoted JSON)', async () => {
+    await using dir = await tempDir();
+    await using writer = await startWriter(join(dir.path, 'data'), [item(1)]);
+    // A second endpoint keyed by (region, timestamp), written as the host's app-server would.
+    const events = await writer.manager.create({
+      endpoint: 'events',
+      schema: {
+        fields: { region: 'string', at: 'timestamp', n: 'integer' },
+        primaryKey: ['region', 'at'],
+        indexes: [],
+      },
+    });
+    const at = new Date('2026-12-01T10:20:30.456Z');
+    events.apply([{ op: 'upsert', record: { region: 'eu', at: at.toISOString(), n: 1 } }]);
+    await events.commit(null);
+    await writer.manager.redirect('events', events.name);
+    await using api = await startApi(dir.path, writer.root);
+    const client = createClient({ queryUrl: api.url });
+    const endpoint = client.endpoint<{ region: string; at: string; n: number }>('events');
+    const stored = { region: 'eu', at: '2026-12-01T10:20:30.456000Z', n: 1 };
+    await waitUntil(async () => (await endpoint.count().catch(() => 0)) === 1, 'the events endpoint');
+    expect(await endpoint.get(['eu', at.toISOString()])).toEqual(stored);
+    // Before: 400 VALIDATION_FAILED, 'Invalid key: ""2026-12-01T10:20:30.456Z"" is not a timestamp'.
+    expect(await endpoint.get(['eu', at])).toEqual(stored);
+    expect(await endpoint.get(['eu', new Date(at.getTime() + 1)])).toBeUndefined();
+    expect(keySegment(['eu', at])).toBe('eu,2026-12-01T10%3A20%3A30.456Z');
+    await events.close();
+  });
+
   it('changes(): snapshot, live, a killed api-server process, reconnect and resume by token, a blue/green switch', async () => {
     await using dir = await tempDir();
     await using writer = await startWriter(
@@ -119,6 +148,69 @@ describe('@sluice/client against real servers (Node)', () => {
     controller.abort();
     await consumed;
   });
+
+  it('defect: changes({ after, snapshot: true }) cut off mid-snapshot resumed after the old token — the local copy lacked every record the snapshot had not reached', async () => {
+    await using dir = await tempDir();
+    // Enough records that the snapshot cannot fit in the socket buffers: the server waits for the client to read.
+    await using writer = await startWriter(
+      join(dir.path, 'data'),
+      range(1, 20_000).map((id) => item(id)),
+    );
+    await using api = await startApi(dir.path, writer.root, { changes: { bufferBytes: 16 * 1024 } });
+    const items = createClient({ queryUrl: api.url }).endpoint<Item>('items');
+
+    // A token from an earlier run: the live point of the first snapshot.
+    let token: string | undefined;
+    for await (const event of items.changes()) {
+      if (event.type === 'live') {
+        token = event.token;
+        break;
+      }
+    }
+    await writer.commit([{ op: 'upsert', record: item(1, 7) }]);
+
+    // A consumer that lost its copy asks for a full one, keeping its token: snapshot, live, then changes.
+    const local = new Map<number, Item>();
+    const events: ChangeEvent<Item>[] = [];
+    const controller = new AbortController();
+    const feed = items.changes({
+      after: token!,
+      snapshot: true,
+      signal: controller.signal,
+      backoff: { initialMs: 50, maxMs: 500 },
+    });
+    const first = await feed.next();
+    expect(first.value).toMatchObject({ type: 'upsert' });
+    events.push(first.value as ChangeEvent<Item>);
+    apply(local, first.value as ChangeEvent<Item>);
+    // The api-server dies before the snapshot is complete; a commit lands while it is down.
+    await api.kill();
+    await writer.commit([{ op: 'delete', key: [2] }]);
+    await api.restart();
+    const consumed = (async () => {
+      for await (const event of feed) {
+        events.push(event);
+        apply(local, event);
+      }
+    })();
+    await writer.commit([{ op: 'upsert', record: item(3, 9) }]);
+    await waitUntil(
+      // at a consistent point: its commit, or the live point of a snapshot that already held it
+      () => local.get(3)?.value === 27 && ['commit', 'live'].includes(events.at(-1)?.type ?? ''),
+      'the commit made after the restart',
+      60_000,
+    );
+    const rows = new Map<number, Item>();
+    for await (const row of items.scan({ $limit: 1000 })) rows.set(row.id, row);
+    expect(local.size).toBe(rows.size);
+    expect(local).toEqual(rows);
+    // The snapshot was restarted, and said so first.
+    expect(events.filter((e) => e.type === 'reset')).toEqual([
+      { type: 'reset', reason: 'reconnected-during-snapshot' },
+    ]);
+    controller.abort();
+    await consumed;
+  }, 120_000);
 
   it('transfers: submit, wait, get, idempotent resubmit, conflict, terminate; 429 and network errors retried', async () => {
     await using dir = await tempDir();

@@ -52,5 +52,14 @@ export function commitFrame(
 /** A comment line: keeps idle connections (and proxies) alive; EventSource ignores it. */
 export const HEARTBEAT_FRAME = Buffer.from(': heartbeat\n\n');
 
+/** A comment line (one line: line breaks in `text` become spaces); EventSource ignores it. */
+export function commentFrame(text: string): string {
+  return `: ${text.replace(/[\r\n]+/g, ' ')}\n\n`;
+}
+
+/** The comment a feed ends with when its bearer token expires (expiry.ts): for whoever reads the raw stream. */
+export const TOKEN_EXPIRED_FRAME =
+  ': the bearer token expired; reconnect with a renewed one and the last event id\n\n';
+
 /** Sent first: how long a browser's EventSource waits before reconnecting. */
 export const RETRY_FRAME = 'retry: 1000\n\n';

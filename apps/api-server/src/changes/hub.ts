@@ -1,6 +1,7 @@
 import type { Logger } from '@sluice/core';
 import { type Counter, Gauge, Counter as PromCounter, type Registry } from 'prom-client';
 import type { EndpointRegistry } from '../registry.js';
+import type { FeedFilter } from './feed-filter.js';
 import { GenerationFollower } from './follower.js';
 import { entryFrame, HEARTBEAT_FRAME } from './frames.js';
 import { type FeedContext, FeedSubscriber, type HeldGeneration } from './subscriber.js';
@@ -68,11 +69,12 @@ export class ChangeFeedHub {
   subscribe(
     alias: string,
     res: import('node:http').ServerResponse,
-    matches: ((record: Record<string, unknown>) => boolean) | null,
-    /** The subscriber's token has a row filter (its `commit` events carry only the positions it may see). */
-    rowFiltered = false,
+    /** Its `filter=` and token row filter, checked and compiled per generation (null: none). */
+    filters: FeedFilter | null,
+    /** When the subscriber's bearer token expires (epoch ms; the feed ends then), or null. */
+    expiresAt: number | null = null,
   ): FeedSubscriber {
-    const subscriber = new FeedSubscriber(this.contextOf(alias), res, matches, rowFiltered);
+    const subscriber = new FeedSubscriber(this.contextOf(alias), res, filters, expiresAt);
     this.subscribers.add(subscriber);
     return subscriber;
   }

@@ -1,7 +1,4 @@
-import { checkFilter } from '@sluice/cache';
 import {
-  andFilters,
-  compileFilter,
   type Filter,
   InvalidQueryError,
   MalformedJsonError,
@@ -12,9 +9,9 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Registry } from 'prom-client';
 import { z } from 'zod';
-import { assertRowFilterFits } from '../endpoint-access.js';
 import type { EndpointRegistry } from '../registry.js';
 import { EndpointParamsSchema, ProblemSchema } from '../schemas.js';
+import { FeedFilter } from './feed-filter.js';
 import { RETRY_FRAME } from './frames.js';
 import { ChangeFeedHub, type ChangeFeedSettings } from './hub.js';
 import type { FeedStart } from './subscriber.js';
@@ -25,10 +22,19 @@ export interface ChangeFeedPluginOptions {
   settings: ChangeFeedSettings;
   limits: QueryLimits;
   metrics: Registry;
-  /** Auth: throws when the request may not read `endpoint`; returns the token's row filter. */
-  access(request: FastifyRequest, endpoint: string): Filter | undefined;
+  /**
+   * Auth: throws when the request may not read `endpoint`; returns the token's row filter and when the token
+   * expires (the feed ends then).
+   */
+  access(request: FastifyRequest, endpoint: string): FeedGrant;
   /** Receives the hub (tests and the server read its counts). */
   onHub?(hub: ChangeFeedHub): void;
+}
+
+/** What a request's token lets a feed read: its row filter, and until when (epoch ms; null: no expiry). */
+export interface FeedGrant {
+  rowFilter: Filter | undefined;
+  expiresAt: number | null;
 }
 
 /** The feed's parameters; any other is refused (400 at `querystring.<name>`) rather than ignored. */
@@ -75,7 +81,7 @@ export async function changeFeedPlugin(
     },
     async (request, reply) => {
       const name = request.params.name;
-      const rowFilter = options.access(request, name);
+      const { rowFilter, expiresAt } = options.access(request, name);
       const query = request.query;
       const header = request.headers['last-event-id'];
       const fromHeader = query.after === undefined && typeof header === 'string' && header.length > 0;
@@ -104,18 +110,12 @@ export async function changeFeedPlugin(
           'This api-server has as many change-feed subscribers as it accepts; retry later or elsewhere',
         );
       const lease = registry.acquire(name);
-      let matches: ReturnType<typeof compileFilter> | null;
+      const filters = new FeedFilter(name, json, rowFilter, limits);
       try {
-        assertRowFilterFits(lease, rowFilter, name);
         // Checked against the endpoint's fields as a query's $filter is: an unknown field or an operand of the
-        // wrong type is a 400, not a feed that never sends a record.
-        const filter: Filter | undefined =
-          json === undefined ? undefined : checkFilter(json, lease.cache.schema, limits);
-        // The row filter fits (asserted above); checked again for its stored form of operands (timestamps in
-        // canonical UTC text), as a query's combined filter is, so the feed and queries select the same records.
-        const rows = rowFilter === undefined ? undefined : checkFilter(rowFilter, lease.cache.schema);
-        const combined = andFilters(filter, rows);
-        matches = Object.keys(combined).length > 0 ? compileFilter(combined) : null;
+        // wrong type is a 400 (a row filter that does not fit a 403), not a feed that never sends a record. Each
+        // generation the feed moves to later is checked the same way (feed-filter.ts).
+        filters.check(lease.cache);
       } catch (err) {
         lease.release();
         throw err;
@@ -133,9 +133,18 @@ export async function changeFeedPlugin(
         'cache-control': 'no-cache, no-transform',
         'x-accel-buffering': 'no',
       });
+      if (request.method === 'HEAD') {
+        // A GET's headers and no body (RFC 9110). Not a feed: a HEAD response never writes the bytes that would
+        // send its headers (node sends them at the end), so an opened feed held a subscription and never answered.
+        lease.release();
+        res.end();
+        return reply;
+      }
       request.raw.socket.setNoDelay(true);
       res.write(RETRY_FRAME);
-      const feed = hub.subscribe(name, res, matches, rowFilter !== undefined);
+      // No filter at all: the subscriber takes the frames shared by every unfiltered one as they are.
+      const filtered = json !== undefined || rowFilter !== undefined;
+      const feed = hub.subscribe(name, res, filtered ? filters : null, expiresAt);
       void feed.run(start, { name: lease.generation.name, cache: lease.cache, release: lease.release });
       return reply;
     },

@@ -8,10 +8,12 @@ import {
 } from '@sluice/core';
 import type { EndpointRegistry } from '../registry.js';
 import { waitForDrain } from './drain.js';
+import { atExpiry } from './expiry.js';
+import { type FeedFilter, FeedFilterUnfit, type RecordMatch } from './feed-filter.js';
 import { FEED_NEXT, FeedPhase, positionProblem, ResetReason } from './feed-phase.js';
 import type { GenerationFollower, LiveSubscriber } from './follower.js';
-import { commitFrame, entryFrame, FeedEvent, sseFrame } from './frames.js';
-import { mergeFrames } from './switch-merge.js';
+import { commentFrame, commitFrame, entryFrame, FeedEvent, sseFrame, TOKEN_EXPIRED_FRAME } from './frames.js';
+import { mergeFrames, type SwitchSide } from './switch-merge.js';
 import { encodeFeedToken, type FeedPosition } from './token.js';
 
 /** A generation a feed reads, and how to let go of it (a registry lease, or a cache opened by name). */
@@ -59,18 +61,44 @@ export class FeedSubscriber implements LiveSubscriber {
   nextSeq = 1;
   private on: HeldGeneration | null = null;
   private readonly pins = new Set<PinnedGeneration>();
+  /** Cancels the end at the token's expiry (a no-op without one). */
+  private readonly cancelExpiry: () => void;
 
   constructor(
     private readonly ctx: FeedContext,
     private readonly res: ServerResponse,
-    private readonly matches: ((record: Record<string, unknown>) => boolean) | null,
+    /** The feed's `filter=` and token row filter, checked and compiled for each generation it reads (null: none). */
+    private readonly filters: FeedFilter | null = null,
     /**
-     * The token has a row filter: `commit` events carry only the positions it may see (no counts of records, which
-     * would tell how many it cannot see), so the frames shared with unfiltered subscribers are not sent as they are.
+     * When the request's bearer token expires (epoch ms), or null: the feed ends then, as any request after that
+     * instant is refused; the client's reconnect with the same token is a 401.
      */
-    private readonly rowFiltered = false,
+    expiresAt: number | null = null,
   ) {
     res.on('close', () => this.close());
+    this.cancelExpiry = expiresAt === null ? () => {} : atExpiry(expiresAt, () => this.expire());
+  }
+
+  /**
+   * The token has a row filter: `commit` events carry only the positions it may see (no counts of records, which
+   * would tell how many it cannot see), so the frames shared with unfiltered subscribers are not sent as they are.
+   */
+  private get rowFiltered(): boolean {
+    return this.filters?.rowFiltered === true;
+  }
+
+  /**
+   * Which records of `generation` are in this subscriber's view (null: all). A filter that does not fit the
+   * generation's fields throws {@link FeedFilterUnfit}, which ends the feed.
+   */
+  private matchesIn(generation: HeldGeneration): RecordMatch | null {
+    return this.filters === null ? null : this.filters.matchesIn(generation.cache, generation.name);
+  }
+
+  /** The token expired: a comment saying so, then the end of the stream (the client resumes by token). */
+  private expire(): void {
+    this.send(TOKEN_EXPIRED_FRAME);
+    this.end();
   }
 
   /** The phase of the subscription (it changes only through {@link FeedSubscriber.enter}). */
@@ -132,7 +160,7 @@ export class FeedSubscriber implements LiveSubscriber {
       throw new Closed();
     }
     const reset =
-      old.endpoint !== this.ctx.alias
+      old.endpoint !== this.ctx.alias || !this.fitsIn(old)
         ? ResetReason.unknownPosition
         : positionProblem(position.seq, old.changeLog().head());
     if (reset) {
@@ -145,19 +173,34 @@ export class FeedSubscriber implements LiveSubscriber {
     return this.switchGeneration();
   }
 
+  /**
+   * Whether the feed's filter fits an old generation a token names. One that does not cannot say what the
+   * subscriber had: it starts over from the serving generation (reset, snapshot), whose fit was checked at connect.
+   */
+  private fitsIn(old: ReadableCache): boolean {
+    try {
+      this.matchesIn({ name: old.name, cache: old, release: () => {} });
+      return true;
+    } catch (err) {
+      if (err instanceof FeedFilterUnfit) return false;
+      throw err;
+    }
+  }
+
   /** `reset {reason}` (when given), the records of one commit as upserts, `live`, then its changes. */
   private async snapshot(reason: ResetReason | null): Promise<void> {
     this.enter(FeedPhase.snapshot);
     const current = this.ctx.current();
     this.on?.release();
     this.on = current;
+    const matches = this.matchesIn(current);
     if (reason) this.send(sseFrame(FeedEvent.reset, { reason }));
     const pin = this.pin(current.cache);
     try {
       const pk = current.cache.schema.primaryKey;
       let written = 0;
       for (const { record } of pin.records()) {
-        if (this.matches && !this.matches(record)) continue;
+        if (matches && !matches(record)) continue;
         this.send(sseFrame(FeedEvent.upsert, { key: pk.map((f) => record[f]), record }));
         if (++written % CHUNK === 0) await this.flush();
       }
@@ -177,6 +220,8 @@ export class FeedSubscriber implements LiveSubscriber {
       this.checkOpen();
       const on = this.held();
       if (this.ctx.registry.current(this.ctx.alias)?.name !== on.name) return this.switchGeneration();
+      // Compiled (or refused) here, in a step, so deliveries to a live subscriber never meet an unfit filter.
+      this.matchesIn(on);
       const follower = this.ctx.follower(on);
       if (this.nextSeq > follower.lastSeen) {
         this.enter(FeedPhase.live);
@@ -217,6 +262,9 @@ export class FeedSubscriber implements LiveSubscriber {
         await this.flush();
       }
       to = this.ctx.current();
+      // Before anything of the switch is sent: a filter that does not fit the new generation ends the feed here.
+      const keepNew = this.matchesIn(to);
+      const keepOld = this.matchesIn(from);
       const pinTo = this.pin(to.cache);
       const fromId = encodeFeedToken({
         endpoint: this.ctx.alias,
@@ -224,7 +272,10 @@ export class FeedSubscriber implements LiveSubscriber {
         seq: pinFrom.head.last,
       });
       this.send(sseFrame(FeedEvent.switch, { from: from.name, to: to.name }, fromId));
-      await this.merge(pinFrom, from.cache, pinTo, to.cache, fromId);
+      await this.merge({ pin: pinFrom, cache: from.cache }, { pin: pinTo, cache: to.cache }, fromId, {
+        keepOld,
+        keepNew,
+      });
       const last = pinTo.head.last >= pinTo.head.first ? pinTo.read(pinTo.head.last - 1, 1)[0] : undefined;
       const toId = encodeFeedToken({ endpoint: this.ctx.alias, generation: to.name, seq: pinTo.head.last });
       this.send(
@@ -248,19 +299,23 @@ export class FeedSubscriber implements LiveSubscriber {
 
   /** Upserts/deletes that turn `from`'s records into `to`'s, for this subscriber's filter. */
   private async merge(
-    pinFrom: PinnedGeneration,
-    fromCache: ReadableCache,
-    pinTo: PinnedGeneration,
-    toCache: ReadableCache,
+    from: SwitchSide,
+    to: SwitchSide,
     id: string,
+    filters: { keepOld: RecordMatch | null; keepNew: RecordMatch | null },
   ): Promise<void> {
-    const keep = (record: Record<string, unknown>) => this.matches === null || this.matches(record);
+    const all = () => true;
     let written = 0;
     const emit = async (text: string) => {
       this.send(text);
       if (++written % CHUNK === 0) await this.flush();
     };
-    await mergeFrames({ pin: pinFrom, cache: fromCache }, { pin: pinTo, cache: toCache }, { id, keep, emit });
+    await mergeFrames(from, to, {
+      id,
+      keepOld: filters.keepOld ?? all,
+      keepNew: filters.keepNew ?? all,
+      emit,
+    });
   }
 
   /** From the follower: new entries of this subscriber's generation. */
@@ -280,7 +335,7 @@ export class FeedSubscriber implements LiveSubscriber {
       this.cutOff();
       return;
     }
-    if (skip === 0 && this.matches === null && !this.rowFiltered) {
+    if (skip === 0 && this.filters === null && !this.rowFiltered) {
       this.send(joined());
       this.nextSeq = entries[entries.length - 1]!.seq + 1;
     } else this.writeEntries(entries.slice(skip), skip === 0 ? frames : frames.slice(skip));
@@ -302,6 +357,13 @@ export class FeedSubscriber implements LiveSubscriber {
       await step();
     } catch (err) {
       if (err instanceof Closed) return;
+      if (err instanceof FeedFilterUnfit) {
+        // Not a failure of the server: the endpoint's fields changed under the filter. The reconnect from the
+        // last token gets the refusal a query gets (400 INVALID_QUERY, or 403 for a token's row filter).
+        this.send(commentFrame(`${err.message}; reconnect to see the refusal`));
+        this.end();
+        return;
+      }
       this.ctx.logger.warn({ err, alias: this.ctx.alias }, 'change feed failed; closing it');
       this.res.destroy();
       this.close();
@@ -315,7 +377,7 @@ export class FeedSubscriber implements LiveSubscriber {
   private writeEntries(entries: ChangeEntry[], frames: readonly string[] | null): void {
     const on = this.held();
     let text = '';
-    const matches = this.matches;
+    const matches = this.matchesIn(on);
     entries.forEach((entry, i) => {
       if (matches && entry.op !== 'commit' && !(entry.op === 'upsert' && matches(entry.record))) {
         // Not in this subscriber's view now: a delete if it was before (the subscriber has the record), else
@@ -385,6 +447,7 @@ export class FeedSubscriber implements LiveSubscriber {
     if (this.#phase === FeedPhase.closed) return;
     const on = this.on;
     this.enter(FeedPhase.closed);
+    this.cancelExpiry();
     if (on) this.ctx.detach(on.name, this);
     for (const pin of this.pins) pin.close();
     this.pins.clear();

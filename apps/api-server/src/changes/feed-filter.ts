@@ -1,0 +1,89 @@
+/**
+ * The filters of one change feed — its `filter=` parameter and its token's row filter — checked and compiled for
+ * each generation the feed reads. A feed outlives generations, and a rebuild may change the schema: a field the
+ * filter names may be gone or have another type. Compiled once against the first generation, such a filter matched
+ * nothing in the new one, so the feed deleted every record and went on as a feed of nothing while every query with
+ * the same filter was refused. Checked per generation, it ends the feed instead (the reconnect gets the refusal).
+ */
+import { checkFilter } from '@sluice/cache';
+import {
+  andFilters,
+  compileFilter,
+  type Filter,
+  type QueryLimits,
+  type ReadableCache,
+  SluiceError,
+} from '@sluice/core';
+import { assertRowFilterFitsIn } from '../endpoint-access.js';
+
+/** Whether a record is in a subscriber's view. */
+export type RecordMatch = (record: Record<string, unknown>) => boolean;
+
+/** A feed's filter does not fit a generation's fields; `cause` is the refusal a request would get (400 / 403). */
+export class FeedFilterUnfit extends Error {
+  readonly code = 'FEED_FILTER_UNFIT';
+  constructor(
+    readonly generation: string,
+    override readonly cause: SluiceError,
+  ) {
+    super(`the feed's filter does not fit generation ${generation}: ${cause.message}`, { cause });
+  }
+}
+
+/**
+ * The filters of one feed, compiled per generation (cached by the generation's cache handle).
+ *
+ * @example
+ * ```ts
+ * const filters = new FeedFilter('items', { category: 'a' }, scope.rowFilter('items'), limits);
+ * filters.check(lease.cache); // throws INVALID_QUERY (filter=) or FORBIDDEN (row filter) when it does not fit
+ * const matches = filters.matchesIn(cache); // null: every record; throws FeedFilterUnfit when it does not fit
+ * ```
+ */
+export class FeedFilter {
+  private readonly compiled = new WeakMap<ReadableCache, RecordMatch | null>();
+
+  constructor(
+    private readonly endpoint: string,
+    /** The `filter=` parameter as parsed JSON (an object), or undefined. */
+    private readonly filter: unknown,
+    /** The token's row filter for the endpoint, or undefined. */
+    private readonly rowFilter: Filter | undefined,
+    private readonly limits: QueryLimits,
+  ) {}
+
+  /** The token has a row filter (its `commit` events carry only the positions it may see). */
+  get rowFiltered(): boolean {
+    return this.rowFilter !== undefined;
+  }
+
+  /**
+   * The match for records of `cache`'s generation (null when nothing is filtered), or the refusal a request would
+   * get: `FORBIDDEN` for a row filter that does not fit (the issuer's mistake; checked first), `INVALID_QUERY` for
+   * a `filter=` that does not.
+   */
+  check(cache: ReadableCache): RecordMatch | null {
+    const known = this.compiled.get(cache);
+    if (known !== undefined) return known;
+    assertRowFilterFitsIn(cache, this.rowFilter, this.endpoint);
+    // Checked against the generation's fields as a query's $filter is (operands in their stored form, timestamps
+    // as canonical UTC text), so the feed and queries select the same records.
+    const filter =
+      this.filter === undefined ? undefined : checkFilter(this.filter, cache.schema, this.limits);
+    const rows = this.rowFilter === undefined ? undefined : checkFilter(this.rowFilter, cache.schema);
+    const combined = andFilters(filter, rows);
+    const match = Object.keys(combined).length > 0 ? compileFilter(combined) : null;
+    this.compiled.set(cache, match);
+    return match;
+  }
+
+  /** {@link FeedFilter.check} for a generation an open feed moves to: a refusal is a {@link FeedFilterUnfit}. */
+  matchesIn(cache: ReadableCache, generation: string): RecordMatch | null {
+    try {
+      return this.check(cache);
+    } catch (err) {
+      if (SluiceError.isInstance(err)) throw new FeedFilterUnfit(generation, err);
+      throw err;
+    }
+  }
+}
