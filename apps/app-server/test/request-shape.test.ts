@@ -88,4 +88,63 @@ describe('request shape', { timeout: 90_000 }, () => {
     expect(fire.status).toBe(400);
     expect(readFileSync(source, 'utf8')).toBe(original);
   });
+  it('defect: a fire-and-forget "follow" transfer was accepted (202) though nothing can ever stop it — terminate answers 404 (no record), it runs until the node shuts down', async () => {
+    await using dir = await tempDir('sluice-request-shape-ff-');
+    await using node = await startNodeProcess({
+      ...localNode('solo', dir.path),
+      // Never reached: the request must be refused before anything connects.
+      extraYaml: 'connections: { db: { type: postgres, url: "postgres://nobody@127.0.0.1:1/none" } }',
+    });
+    const source = await writeRecords(join(dir.path, 'data', 'in.jsonl'), 5);
+    const reply = await call(`${node.url}/v1/transfers`, {
+      json: {
+        id: 'ff-follow',
+        mode: 'fire-and-forget',
+        source: { type: 'file', path: source, format: 'jsonl', follow: true },
+        destination: { type: 'postgres', connection: 'db', table: 't', key: 'id' },
+        options: { follow: true },
+      },
+    });
+    expect(reply.status, JSON.stringify(reply.body)).toBe(400);
+    expect(reply.body.code).toBe('VALIDATION_FAILED');
+    expect(reply.body.errors.map((e: { path: string }) => e.path)).toEqual(['options.follow']);
+    // Nothing runs: no fire-and-forget transfer is left on the node.
+    const metrics = await call(`${node.url}/metrics`);
+    expect(String(metrics.body)).toMatch(/^sluice_transfers\{state="fire_and_forget"\} 0$/m);
+    // The same request as an idempotent transfer is a transfer terminate can stop: accepted.
+    const idempotent = await call(`${node.url}/v1/transfers`, {
+      json: {
+        id: 'ff-follow-idempotent',
+        mode: 'idempotent',
+        source: { type: 'file', path: source, format: 'jsonl', follow: true },
+        destination: { type: 'postgres', connection: 'db', table: 't', key: 'id' },
+        options: { follow: true },
+      },
+    });
+    expect(idempotent.status, JSON.stringify(idempotent.body)).toBe(201);
+    const stopped = await call(`${node.url}/v1/transfers/ff-follow-idempotent/terminate`, { method: 'POST' });
+    expect(stopped.status).toBe(200);
+    expect(stopped.body.state).toBe('TERMINATED');
+  });
+  it('defect: a fire-and-forget transfer reading logical replication was accepted (202), and a crash of its node left its slot and publication on the source for good (nothing records them to drop)', async () => {
+    await using dir = await tempDir('sluice-request-shape-ff-slot-');
+    await using node = await startNodeProcess({
+      ...localNode('solo', dir.path),
+      // Never reached: the request must be refused before anything connects (no slot is created).
+      extraYaml: 'connections: { db: { type: postgres, url: "postgres://nobody@127.0.0.1:1/none" } }',
+    });
+    const reply = await call(`${node.url}/v1/transfers`, {
+      json: {
+        id: 'ff-replication',
+        mode: 'fire-and-forget',
+        source: { type: 'postgres', connection: 'db', table: 'items', capture: 'replication' },
+        destination: { type: 'file', path: join(dir.path, 'out.jsonl'), format: 'jsonl' },
+      },
+    });
+    expect(reply.status, JSON.stringify(reply.body)).toBe(400);
+    expect(reply.body.code).toBe('VALIDATION_FAILED');
+    expect(reply.body.errors.map((e: { path: string }) => e.path)).toEqual(['source.capture']);
+    const metrics = await call(`${node.url}/metrics`);
+    expect(String(metrics.body)).toMatch(/^sluice_transfers\{state="fire_and_forget"\} 0$/m);
+  });
 });

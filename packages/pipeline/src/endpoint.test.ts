@@ -261,6 +261,70 @@ describe('endpoint pipelines: rebuild on demand and transfers into an endpoint',
   });
 });
 
+describe('endpoint pipelines: a transfer into an endpoint stopped half-way', () => {
+  it('resumes in place while the alias still points at the cache it wrote, and starts from scratch once it moved', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'items.jsonl');
+    await writeFile(path, jsonl(items(10)));
+    await using caches = await openCacheManager(join(dir.path, 'data'));
+    const pipeline = await startEndpointPipeline(endpoint(path), {
+      caches,
+      events: collector(),
+      connections: {},
+    });
+    await pipeline.whenServing();
+    const extra = join(dir.path, 'extra.jsonl');
+    await writeFile(extra, jsonl(items(2_000, 100, 'z')));
+    const request = {
+      id: 'into-endpoint-resume',
+      mode: 'idempotent' as const,
+      source: { type: 'file' as const, path: extra, format: 'jsonl' as const },
+      destination: { type: 'endpoint' as const, endpoint: 'items' },
+      properties: {},
+      options: { onBadRecord: 'skip' as const },
+    };
+    const shared = { value: null as unknown, epoch: 0 };
+    const controller = new AbortController();
+    await runTransfer(request, {
+      checkpoint: memoryCheckpointPort({ shared, epoch: 1 }),
+      connections: {},
+      caches,
+      signal: controller.signal,
+      commitEveryRecords: 100,
+      fileChunkBytes: 2_048,
+      onProgress: (p) => {
+        if (p.epoch >= 2) controller.abort();
+      },
+    }).catch(() => null);
+    const stopped = structuredClone(shared.value);
+    expect(stopped).not.toBeNull();
+
+    const resumed = await runTransfer(request, {
+      checkpoint: memoryCheckpointPort({ shared: { value: structuredClone(stopped), epoch: 1 }, epoch: 2 }),
+      connections: {},
+      caches,
+      signal: new AbortController().signal,
+    });
+    expect(resumed.decision).toBe('resume');
+    expect(resumed.recordsWritten).toBe(2_000);
+
+    // A rebuild moved the alias: the records before the checkpoint are in the old generation, not in this one.
+    const blue = caches.resolveAlias('items')?.cache;
+    await pipeline.rebuild();
+    expect(await pipeline.whenServing()).not.toBe(blue);
+    const moved = await runTransfer(request, {
+      checkpoint: memoryCheckpointPort({ shared: { value: structuredClone(stopped), epoch: 1 }, epoch: 3 }),
+      connections: {},
+      caches,
+      signal: new AbortController().signal,
+    });
+    expect(moved.decision).toBe('from-scratch');
+    expect(moved.recordsWritten).toBe(2_000);
+    expect((await aliasRecords(caches, 'items')).length).toBe(10 + 2_000);
+    await pipeline.stop();
+  });
+});
+
 describe('endpoint pipelines: an interrupted rebuild', () => {
   it('a requested rebuild stopped half-way is continued by the next start, never dropped for the old generation', async () => {
     await using dir = await tempDir();

@@ -258,4 +258,63 @@ describe('file → file transfers', () => {
     expect(result).toMatchObject({ recordsRead: 3, recordsWritten: 3, badRecords: 0 });
     expect(await readFile(out, 'utf8')).toBe('__proto__,id\np1,1\n,2\n,3\n');
   });
+
+  it("defect: the CSV sink dropped the fields of a record that the header (its first record's fields) has no column for, and reported it written", async () => {
+    await using dir = await tempDir();
+    const { src, out } = await filesIn(
+      dir.path,
+      '{"id":1,"a":1}\n{"id":2,"b":2}\n{"id":3,"a":3,"c":"z"}\n{"id":4}\n',
+      'in.jsonl',
+      'out.csv',
+    );
+    const toCsv = (id: string, onBadRecord: 'skip' | 'fail', path: string) =>
+      request(id, src, path, {
+        destination: { type: 'file', path, format: 'csv' },
+        options: { onBadRecord },
+      });
+
+    const failed = await transfer(toCsv('t-csv-fields-fail', 'fail', join(dir.path, 'fail.csv'))).catch(
+      (e: unknown) => e,
+    );
+    expect(SluiceError.hasCode(failed, 'BAD_RECORD'), JSON.stringify(failed)).toBe(true);
+    expect((failed as Error).message).toMatch(/line 2\b.*\bb\b.*id, a/);
+    await expect(readFile(join(dir.path, 'fail.csv'), 'utf8')).rejects.toThrow(/ENOENT/);
+
+    const result = await transfer(toCsv('t-csv-fields', 'skip', out));
+    expect(result).toMatchObject({ recordsRead: 4, recordsWritten: 2, badRecords: 2 });
+    expect(result.badRecordReports.map((r) => [r.line, r.reason])).toEqual([
+      [2, "field(s) b are not columns of the CSV file (id, a: the first record's fields)"],
+      [3, "field(s) c are not columns of the CSV file (id, a: the first record's fields)"],
+    ]);
+    // A record lacking a column still gets its empty cell.
+    expect(await readFile(out, 'utf8')).toBe('id,a\n1,1\n4,\n');
+  });
+
+  it('defect: a UTF-8 byte order mark (as Excel and Windows tools write) made the first JSON line a bad record and renamed the first CSV column', async () => {
+    await using dir = await tempDir();
+    const bom = '\uFEFF';
+    const json = await filesIn(
+      dir.path,
+      `${bom}{"id":1,"name":"a"}\r\n{"id":2,"name":"b"}\r\n`,
+      'bom.jsonl',
+      'bom-copy.jsonl',
+    );
+    const fromJson = await transfer(request('t-bom-jsonl', json.src, json.out));
+    expect(fromJson).toMatchObject({ recordsRead: 2, recordsWritten: 2, badRecords: 0 });
+    expect(await readFile(json.out, 'utf8')).toBe('{"id":1,"name":"a"}\n{"id":2,"name":"b"}\n');
+
+    const csv = await filesIn(dir.path, `${bom}id,name\r\n1,a\r\n2,b\r\n`, 'bom.csv', 'bom-csv.jsonl');
+    const fromCsv = await transfer(request('t-bom-csv', csv.src, csv.out));
+    expect(fromCsv).toMatchObject({ recordsRead: 2, recordsWritten: 2, badRecords: 0 });
+    expect(await readFile(csv.out, 'utf8')).toBe('{"id":"1","name":"a"}\n{"id":"2","name":"b"}\n');
+  });
+
+  it('defect: a CSV header naming a column twice kept only the last cell of each row under that name, silently', async () => {
+    await using dir = await tempDir();
+    const { src, out } = await filesIn(dir.path, 'id,a, a\n1,2,3\n4,5,6\n', 'dup.csv', 'dup.jsonl');
+    const failed = await transfer(request('t-csv-dup-header', src, out)).catch((e: unknown) => e);
+    expect(SluiceError.hasCode(failed, 'SOURCE_FAILED'), JSON.stringify(failed)).toBe(true);
+    expect((failed as Error).message).toMatch(/CSV header names column "a" twice \(columns 2 and 3\)/);
+    await expect(readFile(out, 'utf8')).rejects.toThrow(/ENOENT/);
+  });
 });

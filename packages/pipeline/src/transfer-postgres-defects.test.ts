@@ -2,6 +2,7 @@
  * Defects of the PostgreSQL sink and the polled PostgreSQL source found by probing the data plane: a lost
  * connection, record fields with no column, a missing table. Each against the real server, through `runTransfer`.
  */
+import { existsSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SluiceError, type TransferRequest } from '@sluice/core';
@@ -256,6 +257,147 @@ describe('PostgreSQL sink and polled source', () => {
       { id: 1, value: 10, name: 'keep' },
       { id: 3, value: 30, name: null },
     ]);
+  });
+
+  it('defect: one value the destination column refuses failed the whole transfer (SINK_FAILED) instead of being a bad record', async () => {
+    await using dir = await tempDir();
+    await tableWithWrites(
+      'dst_values',
+      'id int PRIMARY KEY, value double precision, name text NOT NULL, qty int CHECK (qty >= 0)',
+    );
+    const path = await jsonl(dir.path, 'values.jsonl', [
+      { id: 1, value: 1.5, name: 'a', qty: 1 },
+      { id: 2, value: 'abc', name: 'b', qty: 2 }, // not a double precision
+      { id: 3, value: 3, name: 'c', qty: 3 },
+      { id: 4, value: 4, name: null, qty: 4 }, // NOT NULL
+      { id: 5, value: 5, name: 'e', qty: -5 }, // CHECK
+      { id: 6, value: 6, name: 'f', qty: 6 },
+    ]);
+    const request = (onBadRecord: 'skip' | 'fail'): TransferRequest => ({
+      id: `values-${onBadRecord}`,
+      mode: 'idempotent',
+      properties: {},
+      source: { type: 'file', path, format: 'jsonl' },
+      destination: { type: 'postgres', connection: 'wh', table: 'dst_values', key: 'id' },
+      options: { onBadRecord },
+    });
+
+    const failed = await failure(run(request('fail')));
+    expect(failed?.code, failed?.message).toBe('BAD_RECORD');
+    expect(failed?.message).toMatch(/line 2\b.*double precision.*abc/);
+    expect((await client.query('SELECT count(*)::int AS n FROM dst_values')).rows[0].n).toBe(0);
+
+    const result = await run(request('skip'));
+    expect(result).toMatchObject({ recordsRead: 6, recordsWritten: 3, badRecords: 3 });
+    expect(result.badRecordReports.map((r) => r.line)).toEqual([2, 4, 5]);
+    expect(result.badRecordReports[0]?.reason).toMatch(/double precision.*"abc"/);
+    expect(result.badRecordReports[1]?.reason).toMatch(/null value in column "name"/);
+    expect(result.badRecordReports[2]?.reason).toMatch(/check constraint/);
+    const rows = await client.query('SELECT id, value, name, qty FROM dst_values ORDER BY id');
+    expect(rows.rows).toEqual([
+      { id: 1, value: 1.5, name: 'a', qty: 1 },
+      { id: 3, value: 3, name: 'c', qty: 3 },
+      { id: 6, value: 6, name: 'f', qty: 6 },
+    ]);
+    // Each accepted record physically written once: the refused ones' attempts left nothing behind.
+    const writes = await client.query(`SELECT id::int FROM writes WHERE tbl = 'dst_values' ORDER BY id`);
+    expect(writes.rows.map((r) => r.id)).toEqual([1, 3, 6]);
+  });
+
+  it('defect: a "key" that is not unique, or is NULL in a row, silently skipped rows of the source (keyset paging) and the transfer COMPLETED', async () => {
+    await using dir = await tempDir();
+    await client.query('CREATE TABLE src_groups (id int PRIMARY KEY, grp int, tag text)');
+    // grp repeats (3 rows each), so pages of 10 end inside a group; tag is NULL in one row.
+    await client.query(
+      `INSERT INTO src_groups SELECT g, g / 3, CASE WHEN g = 17 THEN NULL ELSE 't' || lpad(g::text, 3, '0') END FROM generate_series(1, 25) g`,
+    );
+    const attempt = (id: string, source: TransferRequest['source']) => {
+      const out = join(dir.path, `${id}.jsonl`);
+      const request: TransferRequest = {
+        id,
+        mode: 'idempotent',
+        properties: {},
+        source,
+        destination: { type: 'file', path: out, format: 'jsonl' },
+        options: { onBadRecord: 'skip', batchSize: 10 },
+      };
+      return {
+        out,
+        outcome: run(request).then(
+          (result) => ({ result, err: null }),
+          (err: SluiceError) => ({ result: null, err }),
+        ),
+      };
+    };
+    const cases = [
+      attempt('dup-query', {
+        type: 'postgres',
+        connection: 'wh',
+        query: 'SELECT id, grp FROM src_groups',
+        key: 'grp',
+      }),
+      attempt('dup-table', { type: 'postgres', connection: 'wh', table: 'src_groups', key: 'grp' }),
+      attempt('null-key', { type: 'postgres', connection: 'wh', table: 'src_groups', key: 'tag' }),
+    ];
+    const seen: string[] = [];
+    const published: boolean[] = [];
+    for (const c of cases) {
+      const { result, err } = await c.outcome;
+      seen.push(
+        result
+          ? `COMPLETED read ${result.recordsRead} of 25`
+          : `${err?.code} retryable=${err?.details?.retryable === true} ${/not unique|NULL/.test(err?.message ?? '') ? 'named' : err?.message}`,
+      );
+      // Nothing published: a source that cannot be read whole is not copied in part.
+      published.push(existsSync(c.out));
+    }
+    expect(seen).toEqual([
+      'SOURCE_FAILED retryable=false named',
+      'SOURCE_FAILED retryable=false named',
+      'SOURCE_FAILED retryable=false named',
+    ]);
+    expect(published).toEqual([false, false, false]);
+    // A unique key with no NULLs still pages through every row.
+    const unique = attempt('unique-key', {
+      type: 'postgres',
+      connection: 'wh',
+      table: 'src_groups',
+      key: 'id',
+    });
+    const { result } = await unique.outcome;
+    expect(result?.recordsRead).toBe(25);
+  });
+
+  it('defect: a destination "key" that is no column of the table COMPLETED with every record a bad record; one without a unique index failed only at the first write', async () => {
+    await using dir = await tempDir();
+    await tableWithWrites('dst_keys', 'id int PRIMARY KEY, code text, value int');
+    const path = await jsonl(dir.path, 'keys.jsonl', [
+      { id: 1, code: 'a', value: 1 },
+      { id: 2, code: 'b', value: 2 },
+    ]);
+    const into = (id: string, key: string) =>
+      failure(
+        run({
+          id,
+          mode: 'idempotent',
+          properties: {},
+          source: { type: 'file', path, format: 'jsonl' },
+          destination: { type: 'postgres', connection: 'wh', table: 'dst_keys', key },
+          options: { onBadRecord: 'skip' },
+        }),
+      );
+    const noColumn = await into('key-no-column', 'nosuch');
+    expect(noColumn?.code, noColumn?.message).toBe('SINK_FAILED');
+    expect(noColumn?.message).toMatch(/key column\(s\) nosuch .*not columns of table dst_keys/);
+    expect(noColumn?.details?.retryable).not.toBe(true);
+    const notUnique = await into('key-not-unique', 'code');
+    expect(notUnique?.code, notUnique?.message).toBe('SINK_FAILED');
+    expect(notUnique?.message).toMatch(/no unique index on \(code\)/);
+    expect(notUnique?.details?.retryable).not.toBe(true);
+    // Nothing was read into the table, nothing written.
+    expect(
+      (await client.query(`SELECT count(*)::int AS n FROM writes WHERE tbl = 'dst_keys'`)).rows[0].n,
+    ).toBe(0);
   });
 
   it('defect: a missing source table failed the transfer as INTERNAL', async () => {

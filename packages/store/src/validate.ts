@@ -33,7 +33,11 @@ export const STORE_LIMITS = {
   maxLeaseMs: 24 * 60 * 60 * 1000,
   /** Page size of `list` (default / maximum). */
   defaultPageSize: 100,
-  maxPageSize: 1000,
+  /**
+   * The largest `http.pageSizeMax` the configuration allows (core's `HttpConfigSchema`): the control API's page
+   * bound is the operator's to choose, and a store that refused less answered a page the API had accepted with 400.
+   */
+  maxPageSize: 10_000,
   /** Batch size of `recoverExpired`. */
   maxRecoverBatch: 1000,
   /** Failure messages are cut to this many characters (a failing run must still be recorded). */

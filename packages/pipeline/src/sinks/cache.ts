@@ -15,6 +15,7 @@ import {
   type WritableCache,
   type WritableCacheCatalog,
 } from '@sluice/core';
+import { z } from 'zod';
 import { isPatch, keyOf, type RecordOp } from '../ops.js';
 import type { PipelineSink, SinkFence, SinkWriteResult } from '../types.js';
 
@@ -287,10 +288,19 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
   };
 }
 
+/** What an endpoint transfer's checkpoint holds for its sink: the cache (generation) its records went into. */
+const EndpointTransferPositionSchema = z.object({ cache: z.string().min(1).nullable() });
+type EndpointTransferPosition = z.output<typeof EndpointTransferPositionSchema>;
+
 /**
  * A transfer into an endpoint's cache: keyed upserts into the generation the alias points at. It keeps
  * the endpoint's own checkpoint untouched (so the endpoint pipeline still resumes) and relies on replays
  * being idempotent; the transfer's progress lives in its checkpoint port.
+ *
+ * Each checkpoint names the cache (generation) its records went into — its sink position. A resumed run continues
+ * only when the alias still points at that cache on this host: caches are per host, so a node that took the
+ * transfer over on another host (or after a rebuild moved the alias) holds none of the records before the
+ * checkpoint and writes them all again from scratch, instead of only the rest.
  */
 export function createEndpointTransferSink(options: {
   handle: string;
@@ -301,6 +311,8 @@ export function createEndpointTransferSink(options: {
   fence?: SinkFence;
 }): PipelineSink {
   let cache: WritableCache | null = null;
+  /** The generation this run writes into, named in every checkpoint ({@link EndpointTransferPosition}). */
+  let target: string | null = null;
   return {
     handle: options.handle,
     description: { type: 'endpoint', endpoint: options.endpoint },
@@ -310,12 +322,24 @@ export function createEndpointTransferSink(options: {
     get fields() {
       return cache?.schema.fields;
     },
-    keepsCheckpoint: false,
-    committed: async () => null,
+    keepsCheckpoint: true,
+    async committed(pipeline) {
+      // The records of `pipeline` are committed in the cache its position names (the cache commits before the
+      // checkpoint is saved): they are here only if that is the cache the alias points at on this host.
+      const position = EndpointTransferPositionSchema.safeParse(pipeline?.positions[options.handle]);
+      if (!position.success || position.data.cache === null) return null;
+      return options.caches.resolveAlias(options.endpoint)?.cache === position.data.cache
+        ? (pipeline ?? null)
+        : null;
+    },
+    position() {
+      return { cache: target } satisfies EndpointTransferPosition;
+    },
     async prepare() {
-      const target = options.caches.resolveAlias(options.endpoint);
-      if (target === null) throw new SinkError(`Endpoint "${options.endpoint}" has no cache yet`);
-      cache = await options.caches.openRw(target.cache);
+      const resolved = options.caches.resolveAlias(options.endpoint);
+      if (resolved === null) throw new SinkError(`Endpoint "${options.endpoint}" has no cache yet`);
+      target = resolved.cache;
+      cache = await options.caches.openRw(resolved.cache);
     },
     async write(ops) {
       cache!.apply(

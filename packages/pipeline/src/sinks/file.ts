@@ -8,7 +8,7 @@ import { z } from 'zod';
 import type { RecordOp } from '../ops.js';
 import { ownField } from '../own.js';
 import { formatCsvRecord } from '../sources/csv.js';
-import { type PipelineSink, type SinkFence, UNFENCED } from '../types.js';
+import { type PipelineSink, type SinkFence, type SinkWriteResult, UNFENCED } from '../types.js';
 
 /** What the file sink records in its checkpoint position: its run's private temp file and its length. */
 const FilePositionSchema = z.object({
@@ -29,6 +29,22 @@ export interface FileSinkOptions {
   fence?: SinkFence;
 }
 
+/**
+ * Why a record cannot be a row of a CSV file whose header is `columns`, or null: a field the header has no column
+ * for. The header is written with the first record (a file is streamed, never rewritten), so such a field would be
+ * silently dropped; the record is a bad record instead. A missing field is fine: its cell is empty.
+ */
+function csvFieldsProblem(
+  record: Record<string, unknown>,
+  columns: ReadonlySet<string>,
+  header: string[],
+): string | null {
+  const unknown = Object.keys(record).filter((field) => !columns.has(field));
+  if (unknown.length === 0) return null;
+  const shown = header.length > 20 ? `${header.slice(0, 20).join(', ')}, …` : header.join(', ');
+  return `field(s) ${unknown.join(', ')} are not columns of the CSV file (${shown}: the first record's fields)`;
+}
+
 /** The epoch a temp file name carries (`<prefix>e<epoch>.<run>.partial`); names of older versions are epoch 0. */
 const epochOfTemp = (rest: string): number => {
   const match = /^e(\d{1,15})\./.exec(rest);
@@ -37,7 +53,8 @@ const epochOfTemp = (rest: string): number => {
 
 /**
  * Writes JSON Lines (or CSV) to a temp file next to `path` and renames it into place when the transfer
- * completes, so readers never see a partial file.
+ * completes, so readers never see a partial file. A CSV file's header is the first record's fields: a later record
+ * with a field it has no column for is refused (a bad record), never written with that field dropped.
  *
  * The temp file is private to one run (named with the run's epoch and a random run id,
  * `.<name>.<tag>.e<epoch>.<run>.partial`): two owners of one transfer (a stale one that was frozen past its
@@ -68,6 +85,8 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
   let bytes = 0;
   let pending = 0;
   let columns: string[] | null = null;
+  /** The same columns, to check every record's fields against. */
+  let columnSet: ReadonlySet<string> = new Set();
   let buffer: string[] = [];
 
   /** The previous run's position in `checkpoint`, when its temp file still holds the committed prefix. */
@@ -145,25 +164,36 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
         } else handle = await createTemp();
         bytes = previous?.bytes ?? 0;
         columns = previous?.columns ?? null;
+        columnSet = new Set(columns ?? []);
       } catch (err) {
         throw new SinkError(`Cannot open ${temp}: ${(err as Error).message}`, { cause: err });
       }
     },
     async write(ops: RecordOp[]) {
+      let refused: SinkWriteResult['refused'] | null = null;
       for (const op of ops) {
         if (op.op === 'delete') continue; // a file has no place for deletes
         if (options.format === 'jsonl') push(`${JSON.stringify(op.record)}\n`);
         else {
           if (columns === null) {
             columns = Object.keys(op.record);
+            columnSet = new Set(columns);
             push(`${formatCsvRecord(columns)}\n`);
           }
           const record = op.record;
+          const problem = csvFieldsProblem(record, columnSet, columns);
+          if (problem !== null) {
+            // A bad record (the transfer's `onBadRecord` decides), never written with a field dropped.
+            refused ??= [];
+            refused.push({ op, reason: problem });
+            continue;
+          }
           // A record without a column gets an empty cell, even one named after an Object.prototype member.
           push(`${formatCsvRecord(columns.map((c) => ownField(record, c)))}\n`);
         }
       }
       if (buffer.length >= 4096) await flush();
+      return refused === null ? undefined : { refused };
     },
     async commit(_checkpoint: PipelineCheckpoint) {
       await flush();

@@ -2,7 +2,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import type { TransferRequest } from '@sluice/core';
+import type { SluiceError, TransferRequest } from '@sluice/core';
 import { type NatsServerHandle, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { memoryCheckpointPort } from '../../test/helpers.js';
@@ -80,5 +80,32 @@ describe('JetStream sink dedupe ids name the source position, not the key', () =
     await waitFor(() => published === 8, { timeoutMs: 5_000, what: 'the replay physically published' });
     expect((await jsm.streams.info('UPD')).state.messages).toBe(4);
     sub.unsubscribe();
+  });
+
+  it('defect: a subject no stream takes failed after 20 retries as "jetstream is not enabled" — now at once, naming the subject', async () => {
+    await using dir = await tempDir();
+    const src = join(dir.path, 'one.jsonl');
+    await writeFile(src, '{"id":1}\n');
+    const request: TransferRequest = {
+      id: 'js-no-stream',
+      mode: 'idempotent',
+      properties: {},
+      source: { type: 'file', path: src, format: 'jsonl' },
+      destination: { type: 'jetstream', stream: 'NOSUCH', subject: 'nosuch.items' },
+      options: { onBadRecord: 'fail' },
+    };
+    const err = await runTransfer(request, {
+      checkpoint: memoryCheckpointPort(),
+      connections: {},
+      nats: nats.url,
+      signal: new AbortController().signal,
+    }).then(
+      () => null,
+      (e: unknown) => e as SluiceError,
+    );
+    expect(err?.code, err?.message).toBe('SINK_FAILED');
+    expect(err?.message).toMatch(/JetStream destination nosuch\.items: no stream takes this subject/);
+    // Not retryable: the coordinator records it FAILED instead of resuming it again and again.
+    expect(err?.details?.retryable).not.toBe(true);
   });
 });

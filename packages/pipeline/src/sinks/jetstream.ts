@@ -1,4 +1,10 @@
-import { type JetStreamClient, jetstream } from '@nats-io/jetstream';
+import {
+  JetStreamApiCodes,
+  JetStreamApiError,
+  type JetStreamClient,
+  jetstream,
+  jetstreamManager,
+} from '@nats-io/jetstream';
 import { headers, type NatsConnection } from '@nats-io/transport-node';
 import { type NatsConfig, type PipelineCheckpoint, SinkError } from '@sluice/core';
 import { connectNats } from '../nats.js';
@@ -17,6 +23,27 @@ export interface JetStreamSinkOptions {
   writerId: string;
   /** Publishes in flight before waiting for acknowledgements. Default 1024. */
   maxInFlight?: number;
+}
+
+/**
+ * Refuses a subject no stream takes before anything is published. Its publishes would have no responder, which the
+ * client reports as "jetstream is not enabled" — read as NATS being away, retried 20 times, then that misleading
+ * message. A missing stream is the request's (or the operator's) to fix: not retryable. Anything else (NATS away)
+ * stays retryable.
+ */
+async function checkSubjectStored(nc: NatsConnection, subject: string): Promise<void> {
+  try {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.find(subject);
+  } catch (err) {
+    const missing = err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound;
+    throw new SinkError(
+      missing
+        ? `JetStream destination ${subject}: no stream takes this subject; create a stream for it, or name a subject one takes`
+        : `Cannot look up the JetStream stream of ${subject}: ${(err as Error).message}`,
+      { cause: err, ...(missing ? { details: { subject } } : { details: { retryable: true } }) },
+    );
+  }
 }
 
 /**
@@ -78,6 +105,7 @@ export function createJetStreamSink(options: JetStreamSinkOptions): PipelineSink
           details: { retryable: true },
         });
       }
+      await checkSubjectStored(nc, options.subject);
     },
     async write(ops: RecordOp[]) {
       for (const op of ops) {

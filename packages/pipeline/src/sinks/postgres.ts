@@ -4,6 +4,8 @@ import type { RecordOp, Row } from '../ops.js';
 import { ownField, setOwnField } from '../own.js';
 import { connectPostgres, isConnectionLoss, primaryKeyOf, quoteIdent } from '../pg.js';
 import { type PipelineSink, type SinkFence, type SinkWriteResult, UNFENCED } from '../types.js';
+import { upsertKeyProblem } from './postgres-key.js';
+import { isRecordRefusal, refusalReason } from './postgres-refusals.js';
 
 export const SINK_CHECKPOINT_TABLE = 'sluice_sink_checkpoints';
 /** Writer → highest epoch that wrote, in the destination database: the fencing token checked where data lands. */
@@ -68,6 +70,31 @@ function refuseUnknownFields(
 }
 
 /**
+ * Writes `ops` one at a time, each under a savepoint of its own, after their batch was refused: the ops the table
+ * refuses are rolled back alone and returned with PostgreSQL's reason; every other one is written, in order.
+ * Only a refusal of the op's values is a bad record; any other error ends the write.
+ */
+async function applyEach(
+  c: pg.Client,
+  ops: RecordOp[],
+  apply: (batch: RecordOp[]) => Promise<void>,
+): Promise<SinkWriteResult['refused']> {
+  const refused: SinkWriteResult['refused'] = [];
+  for (const op of ops) {
+    await c.query('SAVEPOINT sluice_op');
+    try {
+      await apply([op]);
+    } catch (err) {
+      if (!isRecordRefusal(err)) throw err;
+      await c.query('ROLLBACK TO SAVEPOINT sluice_op');
+      refused.push({ op, reason: refusalReason(err) });
+    }
+    await c.query('RELEASE SAVEPOINT sluice_op');
+  }
+  return refused;
+}
+
+/**
  * Upserts records by key into an existing table (`INSERT … ON CONFLICT (key) DO UPDATE`), one transaction
  * per epoch that also writes the checkpoint into `sluice_sink_checkpoints`, so data and progress commit
  * together and a resumed transfer rewrites nothing twice.
@@ -78,8 +105,11 @@ function refuseUnknownFields(
  * the sessions' `idle_in_transaction_session_timeout` ends a frozen owner's open transaction (bounding how long
  * it can block the new owner, and refusing its late COMMIT).
  *
- * A record is the whole row (columns it lacks are NULL); a record with a field that is no column is refused as a
- * bad record. A lost connection is a retryable `SINK_FAILED`: the retried run resumes from the committed checkpoint.
+ * A record is the whole row (columns it lacks are NULL); a record with a field that is no column, or with a value
+ * the table refuses (its column's type, NOT NULL, CHECK, a foreign key), is refused as a bad record: the batch is
+ * written again one record at a time under savepoints, so only the refused records are left out. The key is checked
+ * when the sink opens (its columns exist, a unique index on exactly them is the upsert's arbiter). A lost
+ * connection is a retryable `SINK_FAILED`: the retried run resumes from the committed checkpoint.
  *
  * @example
  * ```ts
@@ -124,6 +154,7 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
   };
   const connect = async () => {
     if (client) return client;
+    let problem: string | null = null;
     try {
       client = await connectPostgres(options.url);
       await client.query(
@@ -144,13 +175,25 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
       columns = cols.rows.map((r) => r.column_name);
       columnSet = new Set(columns);
       if (key.length === 0) key = await primaryKeyOf(client, options.table);
+      problem =
+        key.length === 0
+          ? `Table ${options.table} has no primary key; configure "key"`
+          : await upsertKeyProblem(client, options.table, table, key, columnSet);
     } catch (err) {
       const c = client;
       client = null;
       await c?.end().catch(() => {});
       throw fail('cannot open', err);
     }
-    if (key.length === 0) throw new SinkError(`Table ${options.table} has no primary key; configure "key"`);
+    if (problem !== null) {
+      // Not retryable: the table stays what it is until someone changes it or the request.
+      const c = client;
+      client = null;
+      await c.end().catch(() => {});
+      throw new SinkError(`PostgreSQL sink ${options.table}: ${problem}`, {
+        details: { table: options.table },
+      });
+    }
     return client;
   };
   /** Opens the sink's transaction with the fence step first: nothing of a stale epoch lands after it. */
@@ -263,13 +306,11 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
           [JSON.stringify(rows)],
         );
       };
-      // Refused ops are bad records (the transfer's `onBadRecord` decides), never written with a field dropped.
-      const { accepted, refused } = refuseUnknownFields(ops, columnSet, options.table);
-      try {
-        // Consecutive runs of upserts or deletes, in order, so a delete after an upsert of a key wins.
+      /** Writes `batch` in order: consecutive runs of upserts or deletes, so a delete after an upsert of a key wins. */
+      const apply = async (batch: RecordOp[]) => {
         let run: Row[] = [];
         let deleting = false;
-        for (const op of accepted) {
+        for (const op of batch) {
           const isDelete = op.op === 'delete';
           if (isDelete !== deleting && run.length > 0) {
             await (deleting ? remove(run) : upsert(run));
@@ -285,10 +326,31 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
           } else run.push(op.record);
         }
         if (run.length > 0) await (deleting ? remove(run) : upsert(run));
+      };
+      // Refused ops are bad records (the transfer's `onBadRecord` decides), never written with a field dropped.
+      const { accepted, refused } = refuseUnknownFields(ops, columnSet, options.table);
+      try {
+        // A savepoint: a value the table refuses (a type, NOT NULL, CHECK) aborts only this batch's statements,
+        // not the epoch's transaction with the batches before it that are not committed yet.
+        if (accepted.length > 0) {
+          await c.query('SAVEPOINT sluice_batch');
+          try {
+            await apply(accepted);
+          } catch (err) {
+            if (!isRecordRefusal(err)) throw err;
+            await c.query('ROLLBACK TO SAVEPOINT sluice_batch');
+            refused.push(...(await applyEach(c, accepted, apply)));
+          }
+          await c.query('RELEASE SAVEPOINT sluice_batch');
+        }
       } catch (err) {
         throw failed('write failed', err);
       }
-      return refused.length === 0 ? undefined : { refused };
+      if (refused.length === 0) return undefined;
+      // In the order of the source, as every other bad record is reported.
+      const order = new Map(ops.map((op, i) => [op, i]));
+      refused.sort((a, b) => (order.get(a.op) ?? 0) - (order.get(b.op) ?? 0));
+      return { refused };
     },
     async truncate() {
       // A source's truncate (logical replication), in the epoch's transaction: the table is empty exactly when the

@@ -83,6 +83,22 @@ function unclosedQuote(first: Line, last: Line): string {
 }
 
 /**
+ * Why `header` cannot name a CSV file's columns, or null: a name given twice. A record is an object, so the later
+ * cell under that name replaced the earlier one in every row — data dropped silently. The file cannot be read
+ * faithfully: the read fails, naming the columns (1-based, as a spreadsheet shows them).
+ */
+function repeatedColumn(header: string[]): string | null {
+  const first = new Map<string, number>();
+  for (const [i, name] of header.entries()) {
+    const earlier = first.get(name);
+    if (earlier !== undefined)
+      return `the CSV header names column "${name}" twice (columns ${earlier + 1} and ${i + 1})`;
+    first.set(name, i);
+  }
+  return null;
+}
+
+/**
  * A JSON Lines or CSV file. Resumes by byte offset when the file's fingerprint (its first 4 KiB and the
  * last line read) is unchanged; a file that only grew resumes, a rewritten one starts from scratch.
  *
@@ -322,6 +338,8 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
           continued = null;
           if (header === null) {
             header = cells.map((c) => c.trim());
+            const twice = repeatedColumn(header);
+            if (twice !== null) throw new SourceError(`File ${options.path}: ${twice}`);
             continue;
           }
           if (cells.length === 1 && cells[0] === '') continue;

@@ -64,6 +64,7 @@ export async function* readLines(
             pendingStart = position + from;
             text = decodeLine(chunk, from, nl);
           }
+          if (pendingStart === 0) text = withoutByteOrderMark(text);
           if (bytes > options.maxLineBytes)
             lines.push({ text: '', number: lineNumber++, start: pendingStart, end, oversized: true });
           else lines.push({ text, number: lineNumber++, start: pendingStart, end, oversized: false });
@@ -84,7 +85,8 @@ export async function* readLines(
       if (lines.length > 0) yield lines;
     }
     if (options.includePartialLast && (pending !== null || skipping)) {
-      const text = pending === null ? '' : decodeLine(pending, 0, pending.length);
+      let text = pending === null ? '' : decodeLine(pending, 0, pending.length);
+      if (pendingStart === 0) text = withoutByteOrderMark(text);
       yield [{ text, number: lineNumber, start: pendingStart, end: position, oversized: skipping }];
     }
   } finally {
@@ -103,6 +105,15 @@ function borrowed(file: FileHandle) {
     autoClose: false,
     fs: { read, close: (_fd: number, done: (err: null) => void) => done(null) },
   };
+}
+
+/**
+ * The first line's text without a UTF-8 byte order mark: Excel's "CSV UTF-8" and many Windows tools start a file
+ * with one. It marks the encoding, it is no data: left in, it made the first JSON line malformed and renamed the
+ * first CSV column (`\uFEFFid`). Byte offsets still count it (the line starts at 0), so positions are unchanged.
+ */
+function withoutByteOrderMark(text: string): string {
+  return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
 }
 
 function decodeLine(buffer: Buffer, from: number, to: number): string {

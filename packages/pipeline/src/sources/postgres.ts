@@ -6,6 +6,7 @@ import type { RecordOp, Row } from '../ops.js';
 import { setOwnField } from '../own.js';
 import { connectPostgres, fieldTypeOfPg, isConnectionLoss, primaryKeyOf, quoteIdent } from '../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../types.js';
+import { keysetError, keysetProblem } from './postgres-key-check.js';
 
 export const PostgresPositionSchema = z.object({
   phase: z.enum(['snapshot', 'incremental']),
@@ -61,7 +62,8 @@ function sourceError(options: Pick<PostgresSourceOptions, 'handle' | 'table'>, e
 
 /**
  * A PostgreSQL table or query. The snapshot pages through it by keyset on the key (no OFFSET, no long
- * transaction); afterwards, with a `cursor` column, it reads rows whose cursor grew (e.g. `updated_at`),
+ * transaction), so a key the request names is checked first to be unique and never NULL (else SOURCE_FAILED: paging
+ * by it would skip rows); afterwards, with a `cursor` column, it reads rows whose cursor grew (e.g. `updated_at`),
  * ordered by (cursor, key). Each poll re-reads from the cursor value it had passed `settleMs` ago, so a change
  * committed late with a smaller cursor value than rows already read is still seen; the checkpoint holds that
  * settled position, so a resume re-reads the window too. Deletes are not seen.
@@ -115,6 +117,21 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
     if (key.length === 0) throw new SourceError(`Table ${options.table} has no primary key; configure "key"`);
     return key;
   };
+  /**
+   * Whether the snapshot must check that `keys` page the rows (unique, never NULL) before it reads: a key the
+   * request names (a query's, or a table's other than its primary key). A table's primary key is both already.
+   */
+  const keyNeedsCheck = async (c: pg.Client, keys: string[]) => {
+    if (!options.key || options.key.length === 0) return false;
+    if (options.table === undefined) return true;
+    let primary: string[];
+    try {
+      primary = await primaryKeyOf(c, options.table);
+    } catch (err) {
+      throw failed(err);
+    }
+    return primary.length !== keys.length || primary.some((column, i) => column !== keys[i]);
+  };
   const run = async <R extends pg.QueryResultRow>(sql: string, params: unknown[]) => {
     const c = await connect();
     try {
@@ -158,6 +175,10 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
       }
       position = { phase: 'snapshot', lastKey: null, cursor: high, cursorKey: null, read: 0 };
     } else position = PostgresPositionSchema.parse(from);
+    if (position.phase === 'snapshot' && (await keyNeedsCheck(c, keys))) {
+      const problem = await keysetProblem(run, relation, keys);
+      if (problem !== null) throw keysetError(options.handle, problem);
+    }
 
     const keyOfRow = (row: Row) => keys.map((_, i) => String(row[`__sluice_k${i}`]));
     // The op's source position: in the snapshot its key (under the snapshot's cursor high mark), in the
