@@ -7,6 +7,7 @@
  *   pnpm --filter @sluice/api-server bench     (RECORDS=200000 DURATION=4 ROUNDS=3 CONNECTIONS=32 to change)
  *   PROFILE=<dir> … bench                       also writes the api-server's CPU profile (node --cpu-prof) there
  *   ONLY=query|lookup … bench                   one kind of run only (e.g. while profiling)
+ *   PIN=1 … bench                               load generator and servers on separate cores (bench/pin.ts)
  *   API_NODE_ARGS='--max-semi-space-size=64' …  extra node flags for the api-server process only (not the peers)
  *
  * Runs are interleaved (sluice, bare, pg, sluice, ...); the table reports each target's median of ROUNDS and the
@@ -21,6 +22,7 @@ import pg from 'pg';
 import { item } from '../test/fixtures/data.js';
 import { writeConfig } from '../test/helpers.js';
 import { createItemsGeneration } from './items-generation.js';
+import { describePlacement, pinProcesses } from './pin.js';
 
 const RECORDS = Number(process.env.RECORDS ?? 200_000);
 const PROFILE = process.env.PROFILE;
@@ -179,6 +181,7 @@ async function main(): Promise<void> {
     { label: 'bare fastify (limit)', url: `http://127.0.0.1:${barePort}`, paths: peerPaths, pid: bare.pid },
     { label: 'fastify + pg (peer)', url: `http://127.0.0.1:${pgPort}`, paths: peerPaths, pid: pgPeer.pid },
   ];
+  console.log(`  ${describePlacement(pinProcesses(targets.map((target) => target.pid)))}`);
   // Warm every server (JIT, page cache, pg plans) before measuring.
   for (const target of targets)
     for (const kind of KINDS)
