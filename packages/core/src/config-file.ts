@@ -55,10 +55,14 @@ export function parseConfigYaml(
   const yamlError = document.errors[0];
   if (yamlError) {
     const where = yamlError.linePos?.[0];
-    const position = where ? ` at line ${where.line}, column ${where.col}` : '';
-    const message = yamlError.message.split('\n')[0] ?? 'invalid YAML';
-    throw new ConfigError(`${source} is not valid YAML${position}: ${message}`, [
-      { path: '(root)', message },
+    const at = where ? `line ${where.line}, column ${where.col}` : null;
+    // The parser's first line ends with its own " at line L, column C:" (then a code frame): said once, by us.
+    const message =
+      (yamlError.message.split('\n')[0] ?? '').replace(/\s*at line \d+, column \d+:?\s*$/, '') ||
+      'invalid YAML';
+    // The issue is where it is (a location, not a key): `path: reason` is in the message, so a CLI prints it once.
+    throw new ConfigError(`${source} is not valid YAML${at ? ` at ${at}` : ''}: ${message}`, [
+      { path: at ?? '(root)', message },
     ]);
   }
   let raw: unknown;

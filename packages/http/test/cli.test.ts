@@ -53,6 +53,20 @@ describe('runCli', () => {
     );
   });
 
+  it('defect: a YAML syntax error printed its reason three times (the parser\'s own position, then again as a "(root)" issue)', async () => {
+    await using dir = await tempDir('sluice-http-cli-');
+    await writeFile(join(dir.path, 'broken.yaml'), 'node:\n  id: [a\nstore: x\n');
+    const broken = spawnTs(CHILD, ['--config', 'broken.yaml'], { cwd: dir.path });
+    expect((await broken.exited).code).toBe(1);
+    const output = broken.output();
+    expect(output).toMatch(/^sluice-test-cli: CONFIG_INVALID: broken\.yaml is not valid YAML at line 3, column 1: \S/);
+    // The reason once, its position once; no issue line repeating the message.
+    expect(output.match(/Flow sequence/g)).toHaveLength(1);
+    expect(output.match(/line 3, column 1/g)).toHaveLength(1);
+    expect(output.trim().split('\n')).toHaveLength(1);
+    expect(output).not.toMatch(noStack);
+  });
+
   it('--check prints the configuration with secrets redacted and exits 0; subcommands get the configuration; a bad argument exits 1', async () => {
     await using dir = await tempDir('sluice-http-cli-');
     await writeFile(
