@@ -59,7 +59,9 @@ describe('runCli', () => {
     const broken = spawnTs(CHILD, ['--config', 'broken.yaml'], { cwd: dir.path });
     expect((await broken.exited).code).toBe(1);
     const output = broken.output();
-    expect(output).toMatch(/^sluice-test-cli: CONFIG_INVALID: broken\.yaml is not valid YAML at line 3, column 1: \S/);
+    expect(output).toMatch(
+      /^sluice-test-cli: CONFIG_INVALID: broken\.yaml is not valid YAML at line 3, column 1: \S/,
+    );
     // The reason once, its position once; no issue line repeating the message.
     expect(output.match(/Flow sequence/g)).toHaveLength(1);
     expect(output.match(/line 3, column 1/g)).toHaveLength(1);
