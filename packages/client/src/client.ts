@@ -1,6 +1,6 @@
 import { ControlClient } from './control.js';
 import { EndpointClient } from './endpoint.js';
-import type { HttpTarget } from './http.js';
+import type { HttpTarget, TokenSource } from './http.js';
 import { TransfersClient } from './transfers.js';
 
 export interface ClientOptions {
@@ -8,10 +8,14 @@ export interface ClientOptions {
   controlUrl?: string;
   /** An api-server, e.g. `http://10.0.0.5:8080` (endpoints). */
   queryUrl?: string;
-  /** Bearer token for both APIs (`controlToken` / `queryToken` override it per API). */
-  token?: string;
-  controlToken?: string;
-  queryToken?: string;
+  /**
+   * Bearer token for both APIs (`controlToken` / `queryToken` override it per API): a string, or a function asked
+   * before each request and each stream connection (tokens that expire: a change feed continues with the renewed
+   * one, resuming from its last event).
+   */
+  token?: TokenSource;
+  controlToken?: TokenSource;
+  queryToken?: TokenSource;
   /** The fetch to use (default: the global one). */
   fetch?: typeof globalThis.fetch;
 }
@@ -29,7 +33,7 @@ export interface SluiceClient {
 function target(
   url: string | undefined,
   what: string,
-  token: string | undefined,
+  token: TokenSource | undefined,
   f: typeof fetch,
 ): HttpTarget {
   if (url === undefined)

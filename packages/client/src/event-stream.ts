@@ -106,12 +106,15 @@ export async function* openEventStream<T>(
       const first = options.beforeConnect?.() ?? null;
       if (first !== null) yield first;
       const idle = () => controller.abort(new IdleConnection('no bytes from the server'));
+      // Asked for each connection: a token renewed since the last one (the server ends a feed at its token's
+      // expiry) is the one this connection uses.
+      const headers = await headersFor(target, { accept: 'text/event-stream' });
       let res: Response;
       // A server that accepted the connection but never answers (stopped) is as dead as a silent stream.
       const headersTimer = idleMs > 0 ? setTimeout(idle, idleMs) : undefined;
       try {
         res = await target.fetch(`${target.baseUrl}${options.path()}`, {
-          headers: headersFor(target, { accept: 'text/event-stream' }),
+          headers,
           signal: controller.signal,
         });
       } catch {

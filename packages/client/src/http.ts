@@ -1,9 +1,21 @@
 import { ClientErrorCode, type ProblemBody, SluiceClientError } from './errors.js';
 
+/**
+ * A bearer token: the token itself, or a function asked for it before each request and each (re)connection of a
+ * stream — so a client whose tokens expire (a change feed is ended when its token does) goes on with renewed ones.
+ * `undefined` sends no `authorization` header.
+ *
+ * @example
+ * ```ts
+ * createClient({ queryUrl, token: async () => (await myIssuer.current()).jwt });
+ * ```
+ */
+export type TokenSource = string | (() => string | undefined | Promise<string | undefined>);
+
 /** How the client reaches one of the two APIs. */
 export interface HttpTarget {
   baseUrl: string;
-  token?: string | undefined;
+  token?: TokenSource | undefined;
   fetch: typeof globalThis.fetch;
 }
 
@@ -16,8 +28,13 @@ export function retryAfterMs(header: string | null, now = Date.now()): number | 
   return Number.isNaN(at) ? null : Math.max(0, at - now);
 }
 
-export function headersFor(target: HttpTarget, extra: Record<string, string> = {}): Record<string, string> {
-  return { ...(target.token ? { authorization: `Bearer ${target.token}` } : {}), ...extra };
+/** The headers of a request to `target`: `extra`, and the bearer token its {@link TokenSource} gives now. */
+export async function headersFor(
+  target: HttpTarget,
+  extra: Record<string, string> = {},
+): Promise<Record<string, string>> {
+  const token = typeof target.token === 'function' ? await target.token() : target.token;
+  return { ...(token ? { authorization: `Bearer ${token}` } : {}), ...extra };
 }
 
 /** Turns a non-2xx answer into a typed error with the server's `code`. */
@@ -52,7 +69,7 @@ export async function requestJson<T>(
   try {
     res = await target.fetch(`${target.baseUrl}${path}`, {
       method,
-      headers: headersFor(target, {
+      headers: await headersFor(target, {
         accept: 'application/json',
         ...(body === undefined ? {} : { 'content-type': 'application/json' }),
         ...extraHeaders,

@@ -19,6 +19,7 @@ export {
   type WireQuery,
 } from './endpoint.js';
 export { ClientErrorCode, type ProblemBody, SluiceClientError } from './errors.js';
+export type { TokenSource } from './http.js';
 export { readEventStream, type SseMessage } from './sse.js';
 export {
   type RetryOptions,

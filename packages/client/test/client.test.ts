@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { freePort, tempDir } from '@sluice/testkit';
@@ -147,7 +148,7 @@ describe('@sluice/client against real servers (Node)', () => {
     expect(local).toEqual(await query());
     controller.abort();
     await consumed;
-  });
+  }, 90_000);
 
   it('defect: changes({ after, snapshot: true }) cut off mid-snapshot resumed after the old token — the local copy lacked every record the snapshot had not reached', async () => {
     await using dir = await tempDir();
@@ -211,6 +212,70 @@ describe('@sluice/client against real servers (Node)', () => {
     controller.abort();
     await consumed;
   }, 120_000);
+
+  it("changes() with a token function: a feed ended at its token's expiry goes on with the renewed token, no gap; a fixed token ends it UNAUTHORIZED", async () => {
+    const secret = 'client-token-source-secret-0123456789';
+    const sign = (claims: Record<string, unknown>) => {
+      const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
+      const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ endpoints: ['items'], ...claims })}`;
+      return `${head}.${createHmac('sha256', secret).update(head).digest('base64url')}`;
+    };
+    await using dir = await tempDir();
+    await using writer = await startWriter(
+      join(dir.path, 'data'),
+      range(1, 10).map((id) => item(id)),
+    );
+    await using api = await startApi(dir.path, writer.root, { auth: { jwtSecret: secret } });
+    // Each token expires 3 s after it is asked for (JWT times are whole seconds): the server ends the feed then.
+    const issued: number[] = [];
+    const renewing = () => {
+      const exp = Math.floor(Date.now() / 1000) + 3;
+      issued.push(exp);
+      return sign({ exp });
+    };
+    const fixed = renewing();
+    const follow = (token: string | (() => string)) => {
+      const events: ChangeEvent<Item>[] = [];
+      const local = new Map<number, Item>();
+      const controller = new AbortController();
+      const items = createClient({ queryUrl: api.url, token }).endpoint<Item>('items');
+      const done = (async () => {
+        for await (const event of items.changes({
+          signal: controller.signal,
+          backoff: { initialMs: 50, maxMs: 200 },
+        })) {
+          events.push(event);
+          apply(local, event);
+        }
+      })();
+      return { events, local, controller, done };
+    };
+    const renewed = follow(renewing);
+    const once = follow(fixed);
+    // Settled whenever it ends (a rejection caught here, not left unhandled until the end of the test).
+    const onceEnded = once.done.then(
+      () => null,
+      (err: unknown) => err,
+    );
+    await waitUntil(() => renewed.events.some((e) => e.type === 'live'), 'renewed: live');
+    await waitUntil(() => once.events.some((e) => e.type === 'live'), 'fixed: live');
+    // Writes spread over two expiries of the renewing tokens.
+    for (let n = 0; n < 8; n += 1) {
+      await writer.commit([{ op: 'upsert', record: item(100 + n, n) }]);
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+    }
+    await waitUntil(() => renewed.local.size === 18, 'renewed: every record written', 30_000);
+    // Ended at expiry and resumed with the next token each time: more than one token asked for, nothing lost or
+    // repeated, never a new snapshot.
+    expect(issued.length).toBeGreaterThan(2);
+    expect(renewed.events.filter((e) => e.type === 'live' || e.type === 'reset')).toHaveLength(1);
+    expect([...renewed.local.keys()].sort((a, b) => a - b)).toEqual([...range(1, 10), ...range(100, 107)]);
+    // The same feed with a fixed token: ended at its expiry, the reconnect refused, the stream over.
+    expect(await onceEnded).toMatchObject({ code: 'UNAUTHORIZED' });
+    expect(once.local.size).toBeLessThan(18);
+    renewed.controller.abort();
+    await renewed.done;
+  }, 90_000);
 
   it('transfers: submit, wait, get, idempotent resubmit, conflict, terminate; 429 and network errors retried', async () => {
     await using dir = await tempDir();
