@@ -35,13 +35,16 @@ import { recordReader } from './record-read.js';
 import type { EndpointRegistry } from './registry.js';
 import { requestMetricsHook, requestRecorder } from './request-metrics.js';
 import {
+  BODY_PROBLEMS,
   CountBodySchema,
   CountResultSchema,
+  ENDPOINT_PROBLEMS,
   type EndpointInfo,
   EndpointInfoSchema,
   EndpointListSchema,
   EndpointParamsSchema,
   HealthSchema,
+  MinPositionHeadersSchema,
   NoQuerySchema,
   ProblemSchema,
   QueryResultSchema,
@@ -49,6 +52,7 @@ import {
   ReadySchema,
   RecordParamsSchema,
   RecordSchema,
+  ROUTE_PROBLEMS,
 } from './schemas.js';
 import type { Generation, Lease } from './serving-table.js';
 import { visibleCheckpoint } from './visible-positions.js';
@@ -159,7 +163,9 @@ export async function buildApp(options: BuildAppOptions) {
     // document the API.
     // `true` leaves the part as it is: fastify validates an absent body as `null` and would store a `{ value }`
     // back, so a body that was never sent would read as a body of `null` (which `queryBody` refuses).
-    if (httpPart === 'body' || httpPart === 'params') return () => true;
+    // Headers likewise: each is parsed where it is read (`sluice-min-position` by freshness.ts, `Last-Event-ID` by
+    // the feed); their schemas only document them, and a zod parse would hand back only the headers it names.
+    if (httpPart === 'body' || httpPart === 'params' || httpPart === 'headers') return () => true;
     const zod = schema as z.ZodType;
     return (data: unknown) => {
       const parsed = zod.safeParse(data);
@@ -237,8 +243,6 @@ export async function buildApp(options: BuildAppOptions) {
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
 
-  const problems = { 400: ProblemSchema, 401: ProblemSchema, 403: ProblemSchema, 404: ProblemSchema };
-
   app.get('/healthz', { schema: { hide: true, response: { 200: HealthSchema } } as never }, async () => ({
     status: 'ok',
   }));
@@ -266,7 +270,7 @@ export async function buildApp(options: BuildAppOptions) {
       schema: {
         summary: 'List endpoints with their serving cache, checkpoint, record count and schema',
         querystring: NoQuerySchema,
-        response: { 200: EndpointListSchema, 401: ProblemSchema },
+        response: { 200: EndpointListSchema, ...ROUTE_PROBLEMS },
       },
     },
     async (request) => {
@@ -305,7 +309,8 @@ export async function buildApp(options: BuildAppOptions) {
         summary: 'One endpoint: serving cache, checkpoint, record count, schema',
         params: EndpointParamsSchema,
         querystring: NoQuerySchema,
-        response: { 200: EndpointInfoSchema, ...problems },
+        headers: MinPositionHeadersSchema,
+        response: { 200: EndpointInfoSchema, ...ENDPOINT_PROBLEMS },
       },
     },
     async (request, reply) => {
@@ -326,7 +331,8 @@ export async function buildApp(options: BuildAppOptions) {
         summary: 'One record by primary key',
         params: RecordParamsSchema,
         querystring: NoQuerySchema,
-        response: { 200: RecordSchema, ...problems },
+        headers: MinPositionHeadersSchema,
+        response: { 200: RecordSchema, ...ENDPOINT_PROBLEMS },
       },
     },
     async (request, reply) => {
@@ -353,8 +359,9 @@ export async function buildApp(options: BuildAppOptions) {
         summary: 'Query records: $filter, $order_by, $limit, $skip | $after → {records, next}',
         params: EndpointParamsSchema,
         querystring: NoQuerySchema,
+        headers: MinPositionHeadersSchema,
         body: queryBodySchema(limits).optional(),
-        response: { 200: QueryResultSchema, 410: ProblemSchema, 413: ProblemSchema, ...problems },
+        response: { 200: QueryResultSchema, 410: ProblemSchema, ...BODY_PROBLEMS },
       },
     },
     async (request, reply) => {
@@ -379,8 +386,9 @@ export async function buildApp(options: BuildAppOptions) {
         summary: 'Count records matching $filter → {count}',
         params: EndpointParamsSchema,
         querystring: NoQuerySchema,
+        headers: MinPositionHeadersSchema,
         body: CountBodySchema.optional(),
-        response: { 200: CountResultSchema, 413: ProblemSchema, ...problems },
+        response: { 200: CountResultSchema, ...BODY_PROBLEMS },
       },
     },
     async (request, reply) => {

@@ -73,6 +73,78 @@ export const ProblemSchema = z
   })
   .describe('RFC 9457 problem details');
 
+/**
+ * The problems every route can answer, declared so that a client generated from `/docs/json` knows them: 400 (a
+ * query-string parameter the route does not take, a malformed header), 401 (auth), 500 (INTERNAL) and 503
+ * (NODE_SHUTTING_DOWN while the server closes). Declaring them changes no reply's bytes: every route serializes
+ * with plain `JSON.stringify` (app.ts), so nothing is dropped from a problem whatever its schema lists.
+ *
+ * @example
+ * ```ts
+ * app.get('/v1/endpoints', { schema: { response: { 200: EndpointListSchema, ...ROUTE_PROBLEMS } } }, handler);
+ * ```
+ */
+export const ROUTE_PROBLEMS = {
+  400: ProblemSchema,
+  401: ProblemSchema,
+  500: ProblemSchema,
+  503: ProblemSchema,
+} as const;
+
+/**
+ * The problems of a route on one endpoint, over {@link ROUTE_PROBLEMS}: 403 (FORBIDDEN: the token may not read it,
+ * or its row filter does not fit), 404 (UNKNOWN_ENDPOINT, RECORD_NOT_FOUND); its 503 is also ENDPOINT_NOT_READY
+ * (the generation its alias names cannot be opened yet) and, with `sluice-min-position`, POSITION_NOT_REACHED.
+ *
+ * @example
+ * ```ts
+ * app.get('/v1/endpoints/:name', { schema: { response: { 200: EndpointInfoSchema, ...ENDPOINT_PROBLEMS } } }, handler);
+ * ```
+ */
+export const ENDPOINT_PROBLEMS = { ...ROUTE_PROBLEMS, 403: ProblemSchema, 404: ProblemSchema } as const;
+
+/**
+ * The problems of a route that reads a body, over {@link ENDPOINT_PROBLEMS}: 413 (PAYLOAD_TOO_LARGE) and 415
+ * (UNSUPPORTED_MEDIA_TYPE: a body that is not JSON).
+ *
+ * @example
+ * ```ts
+ * app.post('/v1/endpoints/:name/count', { schema: { response: { 200: CountResultSchema, ...BODY_PROBLEMS } } }, handler);
+ * ```
+ */
+export const BODY_PROBLEMS = { ...ENDPOINT_PROBLEMS, 413: ProblemSchema, 415: ProblemSchema } as const;
+
+/**
+ * The `sluice-min-position` request header of the routes that read an endpoint. Documentation only: the header is
+ * parsed where it is used (freshness.ts, with its own 400 naming `headers.sluice-min-position`), so the validator
+ * passes headers through (app.ts).
+ */
+export const MinPositionHeadersSchema = z.object({
+  'sluice-min-position': z
+    .string()
+    .optional()
+    .describe(
+      'Answer only once this position is committed: an RFC 8941 dictionary (source handle → LSN) as `sluice-position` sends, or a bare LSN for a one-source endpoint. Waits up to `api.freshnessWaitMs`, else 503 POSITION_NOT_REACHED with retry-after',
+    ),
+});
+
+/** The change feed's request header (documentation only, as {@link MinPositionHeadersSchema}). */
+export const FeedHeadersSchema = z.object({
+  'last-event-id': z
+    .string()
+    .optional()
+    .describe(
+      'Resume after this event (its `id`), as a browser EventSource sends on reconnect; the `after` parameter wins when both are given',
+    ),
+});
+
+/** The change feed's 200: an event stream, documented by content type (its frames are in the route's description). */
+export const ChangeStreamResponse = {
+  description:
+    'Server-Sent Events: `retry`, then snapshot / upsert / delete / commit / live / switch / reset events, each with an `id` to resume after',
+  content: { 'text/event-stream': { schema: z.string() } },
+} as const;
+
 export const HealthSchema = z.object({ status: z.string() });
 export const ReadySchema = z.object({
   status: z.enum(['ready', 'starting', 'stopping']),

@@ -10,7 +10,13 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Registry } from 'prom-client';
 import { z } from 'zod';
 import type { EndpointRegistry } from '../registry.js';
-import { EndpointParamsSchema, ProblemSchema } from '../schemas.js';
+import {
+  ChangeStreamResponse,
+  ENDPOINT_PROBLEMS,
+  EndpointParamsSchema,
+  FeedHeadersSchema,
+  ProblemSchema,
+} from '../schemas.js';
 import { FeedFilter } from './feed-filter.js';
 import { RETRY_FRAME } from './frames.js';
 import { ChangeFeedHub, type ChangeFeedSettings } from './hub.js';
@@ -76,7 +82,9 @@ export async function changeFeedPlugin(
           'Change feed (text/event-stream): upsert/delete/commit in commit order, snapshot, live, switch, reset; resume with after= or Last-Event-ID',
         params: EndpointParamsSchema,
         querystring: ChangesQuerySchema,
-        response: { 400: ProblemSchema, 401: ProblemSchema, 403: ProblemSchema, 404: ProblemSchema },
+        headers: FeedHeadersSchema,
+        // 429 QUEUE_FULL: as many subscribers as `api.changes.maxSubscribers` (retry-after).
+        response: { 200: ChangeStreamResponse, ...ENDPOINT_PROBLEMS, 429: ProblemSchema },
       },
     },
     async (request, reply) => {

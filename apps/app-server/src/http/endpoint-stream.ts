@@ -10,7 +10,9 @@ import {
 } from '@sluice/core';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { Gauge, type Registry } from 'prom-client';
 import { z } from 'zod';
+import { CONTROL_PROBLEMS, EndpointStreamResponse, ProblemSchema } from './control-responses.js';
 
 /** What the stream reads: the host's endpoints (the app-server's `EndpointManager`). */
 export interface EndpointSource {
@@ -30,6 +32,8 @@ export interface EndpointStreamOptions {
   heartbeatMs?: number;
   /** Streams open at once (default 256); more are refused with 429 QUEUE_FULL. */
   maxSubscribers?: number;
+  /** Where `sluice_endpoint_stream_watchers` (streams open now) is reported; none when absent. */
+  metrics?: Registry;
 }
 
 /** A watcher that stops reading is cut off once this much is waiting in its socket. */
@@ -230,6 +234,15 @@ export async function endpointStreamRoutes(
   const defaultHeartbeatMs = options.heartbeatMs ?? 15_000;
   // Streams never end on their own: end them before the server waits for its connections to close.
   app.addHook('preClose', async () => hub.close());
+  if (options.metrics)
+    new Gauge({
+      name: 'sluice_endpoint_stream_watchers',
+      help: 'Endpoint streams (GET /v1/endpoints/stream) open on this node',
+      registers: [options.metrics],
+      collect() {
+        this.set(hub.size);
+      },
+    });
 
   app.withTypeProvider<ZodTypeProvider>().get(
     '/v1/endpoints/stream',
@@ -240,6 +253,8 @@ export async function endpointStreamRoutes(
         description:
           '`event: endpoints` `{endpoints: [...]}`: every endpoint of this host as `GET /v1/endpoints` reports it, with `generations` and `history` as `GET /v1/endpoints/:name/generations`; sent on connect and whenever any of it changes. `event: switch` `{endpoint, from, to, cause, version, at}`: an alias switch of this host. `: heartbeat` comments every `heartbeatMs`.',
         querystring: StreamQuery,
+        // 429 QUEUE_FULL: as many streams open as it accepts (retry-after).
+        response: { 200: EndpointStreamResponse, ...CONTROL_PROBLEMS, 429: ProblemSchema },
       },
     },
     async (request, reply) => {
@@ -258,6 +273,12 @@ export async function endpointStreamRoutes(
         'cache-control': 'no-cache, no-transform',
         'x-accel-buffering': 'no',
       });
+      if (request.method === 'HEAD') {
+        // A GET's headers and no body (RFC 9110). Not a stream: a HEAD response never writes the bytes that would
+        // send its headers (node sends them at the end), so a watched one held a watcher and never answered.
+        res.end();
+        return reply;
+      }
       request.raw.socket.setNoDelay(true);
       await hub.watch(res, request.query.heartbeatMs ?? defaultHeartbeatMs);
       return reply;

@@ -17,12 +17,7 @@ import {
   refuseNullBody,
 } from '@sluice/http';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
-import {
-  jsonSchemaTransform,
-  serializerCompiler,
-  validatorCompiler,
-  type ZodTypeProvider,
-} from 'fastify-type-provider-zod';
+import { jsonSchemaTransform, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type pino from 'pino';
 import { z } from 'zod';
 import type { EndpointManager } from '../endpoints.js';
@@ -30,6 +25,17 @@ import type { NodeMetrics } from '../metrics.js';
 import { submissionReply, type TransferCoordinator } from '../transfers/coordinator.js';
 import { type AuthSettings, bearerCheck } from './auth.js';
 import { consoleAssetsDir, consoleRoutes, isConsolePath } from './console-routes.js';
+import {
+  CONTROL_PROBLEMS,
+  EndpointListReply,
+  NodeListReply,
+  POST_PROBLEMS,
+  ProblemSchema,
+  ReadinessReply,
+  RebuildReply,
+  TransferPageReply,
+  TransferReply,
+} from './control-responses.js';
 import { endpointStreamRoutes, type SwitchSubscription } from './endpoint-stream.js';
 import { NoBody } from './no-body.js';
 import { NoQuery } from './no-query.js';
@@ -106,7 +112,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     clientErrorHandler: problemClientErrors,
   });
   app.setValidatorCompiler(validatorCompiler);
-  app.setSerializerCompiler(serializerCompiler);
+  // Plain JSON: the routes' response schemas document them (control-responses.ts). A schema-driven serializer
+  // would drop what a schema does not list — a problem's details, a record's fields — or refuse the reply.
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 
   // JSON bodies only, RFC 9457 problem details for every error and for unknown routes.
   await app.register(problemDetailsPlugin, { bodyLimit: options.bodyLimit });
@@ -164,6 +172,18 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
         headers: z.object({ 'idempotency-key': TransferIdSchema.optional() }),
         querystring: NoQuery,
         body: TransferRequestSchema,
+        // 403 PATH_NOT_ALLOWED / PATH_NOT_ACCESSIBLE, 404 UNKNOWN_ENDPOINT, 422 IDEMPOTENCY_CONFLICT /
+        // UNSUPPORTED_ADDRESS_TYPE / UNKNOWN_CONNECTION, 429 QUEUE_FULL.
+        response: {
+          200: TransferReply,
+          201: TransferReply,
+          202: TransferReply,
+          ...POST_PROBLEMS,
+          403: ProblemSchema,
+          404: ProblemSchema,
+          422: ProblemSchema,
+          429: ProblemSchema,
+        },
       },
       validatorCompiler: transferValidator,
     },
@@ -192,7 +212,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   api.get(
     '/v1/transfers/:id',
-    { schema: { summary: 'Get a transfer record', params: IdParams, querystring: NoQuery } },
+    {
+      schema: {
+        summary: 'Get a transfer record',
+        params: IdParams,
+        querystring: NoQuery,
+        response: { 200: TransferReply, ...CONTROL_PROBLEMS, 404: ProblemSchema },
+      },
+    },
     async (request) => coordinator.get(request.params.id),
   );
 
@@ -207,6 +234,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
           cursor: z.string().min(1).max(1024).optional(),
           limit: z.coerce.number().int().min(1).max(options.pageSizeMax).optional(),
         }),
+        response: { 200: TransferPageReply, ...CONTROL_PROBLEMS },
       },
     },
     async (request) => coordinator.list(request.query),
@@ -219,6 +247,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
         summary: 'Terminate a transfer (routed to its owner)',
         params: IdParams,
         querystring: NoQuery,
+        // 409 ILLEGAL_TRANSITION: it already finished.
+        response: { 200: TransferReply, ...POST_PROBLEMS, 404: ProblemSchema, 409: ProblemSchema },
       },
     },
     async (request) => coordinator.terminate(request.params.id),
@@ -226,7 +256,13 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   api.get(
     '/v1/endpoints',
-    { schema: { summary: 'Endpoints of this host and their pipelines', querystring: NoQuery } },
+    {
+      schema: {
+        summary: 'Endpoints of this host and their pipelines',
+        querystring: NoQuery,
+        response: { 200: EndpointListReply, ...CONTROL_PROBLEMS },
+      },
+    },
     async () => ({
       endpoints: await options.endpoints.status(),
     }),
@@ -242,6 +278,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
         params: NameParams,
         querystring: NoQuery,
         body: NoBody,
+        // 404 UNKNOWN_ENDPOINT; 409 ENDPOINT_NOT_RUNNING; 503 also ENDPOINT_STOPPED.
+        response: { 202: RebuildReply, ...POST_PROBLEMS, 404: ProblemSchema, 409: ProblemSchema },
       },
     },
     async (request, reply) => {
@@ -251,14 +289,24 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   );
 
   await app.register(steeringRoutes, { endpoints: options.endpoints });
-  await app.register(endpointStreamRoutes, { endpoints: options.endpoints, switches: options.switches });
+  await app.register(endpointStreamRoutes, {
+    endpoints: options.endpoints,
+    switches: options.switches,
+    metrics: options.metrics.registry,
+  });
   await app.register(consoleRoutes, {
     dir: options.consoleDir === undefined ? consoleAssetsDir() : options.consoleDir,
   });
 
   api.get(
     '/v1/nodes',
-    { schema: { summary: 'Cluster members and when they were last seen', querystring: NoQuery } },
+    {
+      schema: {
+        summary: 'Cluster members and when they were last seen',
+        querystring: NoQuery,
+        response: { 200: NodeListReply, ...CONTROL_PROBLEMS },
+      },
+    },
     async () => ({ nodes: await options.nodes() }),
   );
 
@@ -269,7 +317,12 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
 
   api.get(
     '/readyz',
-    { schema: { summary: 'Readiness: store reachable, backplane connected' } },
+    {
+      schema: {
+        summary: 'Readiness: store reachable, backplane connected',
+        response: { 200: ReadinessReply, 503: ReadinessReply },
+      },
+    },
     async (_request, reply) => {
       const readiness = await options.readiness();
       return reply

@@ -3,6 +3,13 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { EndpointManager } from '../endpoints.js';
+import {
+  CONTROL_PROBLEMS,
+  GenerationsReply,
+  POST_PROBLEMS,
+  ProblemSchema,
+  SwitchReply,
+} from './control-responses.js';
 import { NoBody } from './no-body.js';
 import { NoQuery } from './no-query.js';
 
@@ -40,6 +47,7 @@ export async function steeringRoutes(
           '`generations`: name, state (serving | building | held | retired), createdAt, snapshotDoneAt, switchedAt, retiredAt, records, checkpoint, decision, reason, cause. `history`: each switch of the alias (from, to, at, cause, version), newest first.',
         params: NameParams,
         querystring: NoQuery,
+        response: { 200: GenerationsReply, ...CONTROL_PROBLEMS, 404: ProblemSchema },
       },
     },
     async (request) => endpoints.generations(request.params.name),
@@ -55,6 +63,8 @@ export async function steeringRoutes(
         params: NameParams,
         querystring: NoQuery,
         body: NoBody,
+        // 404 UNKNOWN_ENDPOINT; 409 NOTHING_TO_PROMOTE, ENDPOINT_NOT_RUNNING; 503 also ENDPOINT_STOPPED.
+        response: { 200: SwitchReply, ...POST_PROBLEMS, 404: ProblemSchema, 409: ProblemSchema },
       },
     },
     async (request) => endpoints.promote(request.params.name),
@@ -71,6 +81,9 @@ export async function steeringRoutes(
         params: NameParams,
         querystring: NoQuery,
         body: RollbackBody,
+        // 404 UNKNOWN_ENDPOINT; 409 NOTHING_TO_ROLL_BACK, CANNOT_RESUME, ENDPOINT_NOT_RUNNING; 503 also
+        // ENDPOINT_STOPPED.
+        response: { 200: SwitchReply, ...POST_PROBLEMS, 404: ProblemSchema, 409: ProblemSchema },
       },
     },
     async (request) => endpoints.rollback(request.params.name, request.body?.to),

@@ -1,0 +1,72 @@
+/**
+ * The OpenAPI document (`/docs/json`) of a real api-server process is what a user generates a typed client from:
+ * every status a route can answer must be declared there, and every request header it reads. The lists below
+ * come from the routes' code paths and docs/http-api.md:
+ * - every route: 400 (a query-string parameter it does not take), 401 (auth), 500 (INTERNAL), 503
+ *   (NODE_SHUTTING_DOWN while the server closes);
+ * - an endpoint's routes: 403 (token without access, or a row filter that does not fit), 404 (UNKNOWN_ENDPOINT,
+ *   RECORD_NOT_FOUND), 503 ENDPOINT_NOT_READY; those that take `sluice-min-position` also 503
+ *   POSITION_NOT_REACHED;
+ * - POST routes: 413 (body over `http.bodyBytes`), 415 (a body that is not JSON); `query` 410 CURSOR_EXPIRED;
+ * - the change feed: 200 as `text/event-stream`, 429 QUEUE_FULL (subscriber limit), `Last-Event-ID`.
+ */
+import { tempDir } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { spawnApiServer, writeConfig } from './helpers.js';
+
+const EVERY = ['400', '401', '500', '503'];
+const ENDPOINT = [...EVERY, '403', '404'];
+const POSTED = [...ENDPOINT, '413', '415'];
+
+const EXPECTED: Record<string, { statuses: string[]; headers: string[] }> = {
+  'get /v1/endpoints': { statuses: ['200', ...EVERY], headers: [] },
+  'get /v1/endpoints/{name}': { statuses: ['200', ...ENDPOINT], headers: ['sluice-min-position'] },
+  'get /v1/endpoints/{name}/records/{key}': {
+    statuses: ['200', ...ENDPOINT],
+    headers: ['sluice-min-position'],
+  },
+  'post /v1/endpoints/{name}/query': {
+    statuses: ['200', ...POSTED, '410'],
+    headers: ['sluice-min-position'],
+  },
+  'post /v1/endpoints/{name}/count': { statuses: ['200', ...POSTED], headers: ['sluice-min-position'] },
+  'get /v1/endpoints/{name}/changes': { statuses: ['200', ...ENDPOINT, '429'], headers: ['last-event-id'] },
+};
+
+interface Operation {
+  parameters?: Array<{ in: string; name: string }>;
+  responses?: Record<string, { content?: Record<string, unknown> }>;
+}
+
+describe('the api-server OpenAPI document', () => {
+  it('defect: a client generated from /docs/json knows no 503, 415, event-stream 200 or 429, nor the sluice-min-position and Last-Event-ID headers', async () => {
+    await using dir = await tempDir('sluice-api-openapi-');
+    const config = await writeConfig(dir.path, {
+      dataDir: dir.path,
+      logLevel: 'info',
+      api: { auth: { jwtSecret: 'openapi-statuses-secret-0123456789' } },
+    });
+    await using server = await spawnApiServer(config);
+    const response = await fetch(`${server.url}/docs/json`);
+    expect(response.status).toBe(200);
+    const doc = (await response.json()) as { paths: Record<string, Record<string, Operation>> };
+
+    const missing: Record<string, string[]> = {};
+    for (const [route, expected] of Object.entries(EXPECTED)) {
+      const [method, path] = route.split(' ') as [string, string];
+      const operation = doc.paths[path]?.[method];
+      expect(operation, route).toBeDefined();
+      const statuses = Object.keys(operation!.responses ?? {});
+      const headers = (operation!.parameters ?? []).filter((p) => p.in === 'header').map((p) => p.name);
+      const gaps = [
+        ...expected.statuses.filter((s) => !statuses.includes(s)),
+        ...expected.headers.filter((h) => !headers.includes(h)).map((h) => `header ${h}`),
+      ];
+      if (gaps.length > 0) missing[route] = gaps;
+    }
+    expect(missing).toEqual({});
+    // The feed's 200 is an event stream, not JSON.
+    const feed = doc.paths['/v1/endpoints/{name}/changes']!.get!;
+    expect(Object.keys(feed.responses!['200']!.content ?? {})).toEqual(['text/event-stream']);
+  }, 90_000);
+});

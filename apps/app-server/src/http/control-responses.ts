@@ -1,0 +1,131 @@
+import { z } from 'zod';
+
+/**
+ * The responses of the control API as its OpenAPI document (`/docs/json`) declares them, so that a client generated
+ * from it knows every status a route answers. Documentation only: the control API serializes every reply with plain
+ * `JSON.stringify` (server.ts), so a schema here never drops or reorders a member — a problem's extra members
+ * (`failure`, `allow`, `retryAfterSeconds`, …) and a record's fields go out as the handler built them.
+ */
+
+/**
+ * A reply's schema for the document only: its type stays `unknown`, as a route without one had it — the handlers
+ * return core's view interfaces, which a loose object's index signature would not accept.
+ */
+function documented(schema: z.ZodType): z.ZodType<unknown> {
+  return schema;
+}
+
+/** RFC 9457 problem details as core's `toProblem` builds them; an error's details follow as further members. */
+export const ProblemSchema = z
+  .looseObject({
+    type: z.string(),
+    title: z.string(),
+    status: z.number().int(),
+    detail: z.string(),
+    code: z.string(),
+    instance: z.string().optional(),
+    errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+  })
+  .describe('RFC 9457 problem details (application/problem+json) with a stable `code`');
+
+/**
+ * What every control route can answer besides its own: 400 (a query-string parameter it does not take, a body or
+ * path parameter that fails its schema), 401 (control auth), 500 (INTERNAL), 503 (NODE_SHUTTING_DOWN while the node
+ * closes, STORE_UNAVAILABLE, BACKPLANE_UNAVAILABLE).
+ *
+ * @example
+ * ```ts
+ * api.get('/v1/nodes', { schema: { response: { 200: NodeListReply, ...CONTROL_PROBLEMS } } }, handler);
+ * ```
+ */
+export const CONTROL_PROBLEMS = {
+  400: ProblemSchema,
+  401: ProblemSchema,
+  500: ProblemSchema,
+  503: ProblemSchema,
+} as const;
+
+/**
+ * A POST route's, over {@link CONTROL_PROBLEMS}: 413 (PAYLOAD_TOO_LARGE: over `http.bodyBytes`) and 415
+ * (UNSUPPORTED_MEDIA_TYPE: a body that is not JSON), refused before the route runs.
+ *
+ * @example
+ * ```ts
+ * api.post('/v1/endpoints/:name/promote', { schema: { response: { 200: SwitchReply, ...POST_PROBLEMS, 404: ProblemSchema } } }, handler);
+ * ```
+ */
+export const POST_PROBLEMS = { ...CONTROL_PROBLEMS, 413: ProblemSchema, 415: ProblemSchema } as const;
+
+/** A transfer as `GET /v1/transfers/:id` shows it (and the submit route answers with it). */
+export const TransferReply = documented(
+  z
+    .looseObject({ id: z.string() })
+    .describe(
+      'The transfer record: id, state, request, owner, epoch, result or error, progress while it runs; a fire-and-forget acceptance is `{id, mode: "fire-and-forget", accepted: true, owner}`',
+    ),
+);
+
+/** A page of `GET /v1/transfers`. */
+export const TransferPageReply = documented(
+  z.looseObject({
+    records: z.array(TransferReply),
+    next: z.string().nullable().describe('`cursor` of the next page; null on the last'),
+  }),
+);
+
+/** `GET /v1/endpoints`. */
+export const EndpointListReply = documented(
+  z.looseObject({
+    endpoints: z
+      .array(z.looseObject({ name: z.string() }))
+      .describe(
+        'Each endpoint of this host: phase, serving / building / held generation, records, lag, error',
+      ),
+  }),
+);
+
+/** `POST /v1/endpoints/:name/rebuild`. */
+export const RebuildReply = documented(
+  z.looseObject({
+    endpoint: z.string(),
+    rebuild: z.enum(['started', 'restarted']),
+  }),
+);
+
+/** `GET /v1/endpoints/:name/generations`. */
+export const GenerationsReply = documented(
+  z.looseObject({
+    generations: z.array(z.looseObject({ name: z.string() })),
+    history: z.array(z.looseObject({})),
+  }),
+);
+
+/** A promote's or rollback's move. */
+export const SwitchReply = documented(
+  z.looseObject({
+    endpoint: z.string(),
+    from: z.string().nullable(),
+    to: z.string(),
+    cause: z.enum(['promote', 'rollback']),
+    changed: z.boolean().describe('false when the same move was repeated'),
+  }),
+);
+
+/** `GET /v1/endpoints/stream`'s 200: an event stream, documented by content type. */
+export const EndpointStreamResponse = {
+  description:
+    'Server-Sent Events: `retry`, then `endpoints` on connect and on every change, `switch` on every alias switch, heartbeat comments',
+  content: { 'text/event-stream': { schema: z.string() } },
+} as const;
+
+/** `GET /v1/nodes`. */
+export const NodeListReply = documented(
+  z.looseObject({ nodes: z.array(z.looseObject({ nodeId: z.string() })) }),
+);
+
+/** `GET /readyz`, ready (200) or not (503). */
+export const ReadinessReply = documented(
+  z.looseObject({
+    status: z.enum(['ready', 'not-ready']),
+  }),
+);
