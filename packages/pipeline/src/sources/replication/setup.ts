@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { ReplicationNotEnabledError, ReplicationNotPermittedError, SourceError } from '@sluice/core';
 import pg from 'pg';
 import { quoteIdent } from '../../pg.js';
+import { replicationApplicationName, slotHolder } from './holder.js';
 import { keyCoveredByIdentity, relationOidOf, replicaIdentityOf } from './identity.js';
 import { normalizeLsn } from './lsn.js';
 
@@ -215,11 +216,34 @@ export async function slotState(client: pg.Client, slot: string): Promise<SlotSt
   };
 }
 
+/** What {@link dropSlot} does with a slot still streamed once it has waited for it. */
+export const BusySlot = {
+  /** Terminates the walsender (a transfer fences a presumed-dead owner this way). */
+  terminate: 'terminate',
+  /**
+   * Refuses (retryably) when another live Sluice process streams it — an app-server with the same node id, so the
+   * same slot names — and terminates any other walsender (a process that is gone, not yet reaped).
+   */
+  refuseLiveSluice: 'refuse-live-sluice',
+} as const;
+export type BusySlot = (typeof BusySlot)[keyof typeof BusySlot];
+
 /**
  * Drops `slot` if it exists. A slot still held by a walsender (a previous process that just died: PostgreSQL
- * notices the closed socket within moments) is waited for, up to `waitMs`, then its backend is terminated.
+ * notices the closed socket within moments) is waited for, up to `waitMs`, then its backend is terminated — or,
+ * with {@link BusySlot.refuseLiveSluice}, left alone when it is another live Sluice process's stream.
+ *
+ * @example
+ * ```ts
+ * await dropSlot(client, 'sluice_h1_items_source', 15_000, BusySlot.refuseLiveSluice);
+ * ```
  */
-export async function dropSlot(client: pg.Client, slot: string, waitMs = 10_000): Promise<boolean> {
+export async function dropSlot(
+  client: pg.Client,
+  slot: string,
+  waitMs = 10_000,
+  busy: BusySlot = BusySlot.terminate,
+): Promise<boolean> {
   const deadline = Date.now() + waitMs;
   for (;;) {
     const state = await slotState(client, slot);
@@ -235,6 +259,22 @@ export async function dropSlot(client: pg.Client, slot: string, waitMs = 10_000)
           throw new SourceError(`Cannot drop slot ${slot}: ${(err as Error).message}`, { cause: err });
       }
     } else if (Date.now() > deadline) {
+      if (busy === BusySlot.refuseLiveSluice) {
+        const holder = await slotHolder(client, state.activePid);
+        if (holder?.live)
+          // Retryable: the other one may stop; until then its stream is left alone.
+          throw new SourceError(
+            `Replication slot ${slot} is streamed by another app-server (process ${holder.pid} on host ${holder.host}); two app-servers configured with one node.id share their slot names: give each its own node.id (SLUICE_NODE_ID)`,
+            {
+              details: {
+                slot,
+                activePid: state.activePid,
+                holder: { pid: holder.pid, host: holder.host },
+                retryable: true,
+              },
+            },
+          );
+      }
       await client.query('SELECT pg_terminate_backend($1)', [state.activePid]);
     }
     await new Promise((resolve) => setTimeout(resolve, 100));
@@ -254,7 +294,11 @@ export interface CreatedSlot {
  * can import the snapshot (`SET TRANSACTION SNAPSHOT`); close it once imported.
  */
 export async function createSlotWithSnapshot(url: string, slot: string): Promise<CreatedSlot> {
-  const connection = new pg.Client({ connectionString: url, replication: 'database' } as pg.ClientConfig);
+  const connection = new pg.Client({
+    connectionString: url,
+    replication: 'database',
+    application_name: replicationApplicationName(),
+  } as pg.ClientConfig);
   connection.on('error', () => {});
   try {
     await connection.connect();

@@ -15,6 +15,7 @@ import { markPublication, parseOwnerComment, publicationComment, type SlotOwner 
 import { leafPartitionsOf, partitionsChange } from './partitions.js';
 import { type ReplicationPosition, ReplicationPositionSchema } from './position.js';
 import {
+  BusySlot,
   checkReplicationPrerequisites,
   columnsChange,
   columnsOf,
@@ -55,6 +56,11 @@ export interface ReplicationSourceOptions {
    * the run to commit (more transactions per commit below it). Default 20 ms.
    */
   flushWithinMs?: number;
+  /**
+   * At most how often a position-only advance (a keepalive past the last transaction read, e.g. while only other
+   * tables are written) is committed, so that a `sluice-min-position` wait for it ends. Default 100 ms.
+   */
+  positionFlushMs?: number;
   /** How often PostgreSQL's current WAL position is sampled for the lag (also while nothing streams). Default 1000 ms. */
   lagProbeMs?: number;
   /** Messages buffered before the replication socket is paused. Default 10 000. */
@@ -111,6 +117,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     highWater,
     lagProbeMs: options.lagProbeMs ?? 1_000,
     flushWithinMs: options.flushWithinMs ?? 20,
+    positionFlushMs: options.positionFlushMs ?? 100,
     slotWaitMs,
     heartbeat:
       options.heartbeat === undefined
@@ -197,7 +204,11 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     let snapshot: pg.Client | null = null;
     if (from === null) {
       // A fresh generation: a fresh slot, whose exported snapshot is exactly its consistent point.
-      await withClient((client) => dropSlot(client, slot, slotWaitMs));
+      // An endpoint's slot is named after its node id: another live app-server streaming it is one configured
+      // with the same node id, and terminating it would start a tug of war (each rebuilding the other). A
+      // transfer's taker-over does terminate a presumed-dead owner's stream (fencing).
+      const busy = options.owner?.role === 'transfer' ? BusySlot.terminate : BusySlot.refuseLiveSluice;
+      await withClient((client) => dropSlot(client, slot, slotWaitMs, busy));
       const created = await createSlotWithSnapshot(options.url, slot);
       try {
         snapshot = await connect();

@@ -16,7 +16,7 @@ import { compareLsn, normalizeLsn } from './lsn.js';
 import { leafPartitionsOf, partitionsChange, TruncateScope, truncateScope } from './partitions.js';
 import type { ReplicationPosition } from './position.js';
 import { type ColumnList, columnsChange, incompatibleColumns, slotState } from './setup.js';
-import { ReplicationStream } from './stream.js';
+import { IDLE, ReplicationStream } from './stream.js';
 import { TransactionAssembler } from './transaction-assembler.js';
 
 /** What the stream reads and how (the source's options, defaults applied). */
@@ -30,6 +30,11 @@ export interface StreamSource {
   highWater: number;
   lagProbeMs: number;
   flushWithinMs: number;
+  /**
+   * At most how often a position-only advance (a keepalive past the last transaction read) is committed: soon
+   * enough for a reader waiting on that position, not one commit for every transaction of other tables.
+   */
+  positionFlushMs: number;
   slotWaitMs: number;
   /** The heartbeat's table and interval, or null without one. */
   heartbeat: { table: string; intervalMs: number } | null;
@@ -66,6 +71,9 @@ export async function* readStream(
   let lastChange: string | null = null;
   /** When the oldest transaction read and not yet flagged for commit ended. */
   let unflushedSince: number | null = null;
+  /** When a position-only advance was last committed, and whether a later one still waits for its turn. */
+  let positionFlushedAt = 0;
+  let positionPending = false;
   const current = new ReplicationStream({
     url: source.url,
     slot,
@@ -136,11 +144,23 @@ export async function* readStream(
 
   try {
     for (;;) {
-      const item = await current.next(signal);
+      const item = await current.next(
+        signal,
+        positionPending ? positionFlushedAt + source.positionFlushMs - Date.now() : undefined,
+      );
       if (item === null) {
         if (replacedBecause !== null && !readOptions.signal.aborted)
           throw tableReplaced(table, replacedBecause);
         return;
+      }
+      if (item.kind === IDLE.kind) {
+        // The connection went quiet with a keepalive's position not yet committed: its turn has come.
+        if (positionPending && !txn.open && current.buffered() === 0) {
+          yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: true };
+          positionFlushedAt = Date.now();
+          positionPending = false;
+        }
+        continue;
       }
       if (item.kind === 'failed') throw item.error;
       if (item.kind === 'keepalive') {
@@ -159,14 +179,23 @@ export async function* readStream(
             yield { kind: 'snapshot-done', position };
             if (untilCaughtUp) return;
           } else {
-            yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: unflushedSince !== null };
+            // Committed within positionFlushMs, not at the run's next commitEveryMs: a reader waiting for this
+            // position (`sluice-min-position` of a write to another table, or of any WAL after the table's last
+            // change) has every change it asks for already, and would otherwise wait out its freshness window —
+            // and get 503 whenever commitEveryMs is the longer of the two. Not at once for every keepalive: the
+            // walsender sends one each time it catches up, i.e. about once per transaction of other tables.
+            const due = unflushedSince !== null || Date.now() - positionFlushedAt >= source.positionFlushMs;
+            yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: due };
             unflushedSince = null;
+            if (due) positionFlushedAt = Date.now();
+            positionPending = !due;
           }
         } else if (!txn.open && unflushedSince !== null && current.buffered() === 0) {
           // The last transaction was read with this keepalive still queued behind it: commit it now rather
           // than at the run's next commitEveryMs.
           yield { kind: 'records', ops: [], read: 0, bad: [], position, flush: true };
           unflushedSince = null;
+          positionPending = false;
         }
         continue;
       }
@@ -231,7 +260,10 @@ export async function* readStream(
           // never-empty buffer (a steady stream would otherwise wait for the run's commitEveryMs).
           unflushedSince ??= Date.now();
           const flush = current.buffered() === 0 || Date.now() - unflushedSince >= source.flushWithinMs;
-          if (flush) unflushedSince = null;
+          if (flush) {
+            unflushedSince = null;
+            positionPending = false;
+          }
           if (passedCatchUp()) {
             yield txn.take(position, { end: true });
             txn.end();

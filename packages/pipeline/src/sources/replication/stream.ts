@@ -1,7 +1,11 @@
 import { SourceError } from '@sluice/core';
 import { LogicalReplicationService, type Pgoutput, PgoutputPlugin } from 'pg-logical-replication';
 import { textParser } from '../../pg.js';
+import { replicationApplicationName } from './holder.js';
 import { previousLsn } from './lsn.js';
+
+/** What {@link ReplicationStream.next} answers when nothing arrived within the time it was given. */
+export const IDLE = { kind: 'idle' } as const;
 
 /** What the replication connection delivered, in arrival order. */
 export type StreamItem =
@@ -53,7 +57,12 @@ export class ReplicationStream {
   constructor(private readonly options: ReplicationStreamOptions) {
     this.confirmedLsn = options.startLsn;
     this.service = new LogicalReplicationService(
-      { connectionString: options.url, connectionTimeoutMillis: 10_000 },
+      // Named, so that another app-server finding the slot busy knows whose stream it is (holder.ts).
+      {
+        connectionString: options.url,
+        connectionTimeoutMillis: 10_000,
+        application_name: replicationApplicationName(),
+      },
       { acknowledge: { auto: false, timeoutSeconds: 0 }, flowControl: { enabled: false } },
     );
     this.service.on('data', (_lsn: string, message: Pgoutput.Message) => {
@@ -80,22 +89,26 @@ export class ReplicationStream {
     this.timer.unref();
   }
 
-  /** The next item, or null once `signal` aborted. */
-  async next(signal: AbortSignal): Promise<StreamItem | null> {
+  /**
+   * The next item, or null once `signal` aborted; with `idleMs`, `IDLE` when nothing arrived within that time
+   * (so a reader can act on what it holds while the connection is quiet).
+   */
+  async next(signal: AbortSignal, idleMs?: number): Promise<StreamItem | typeof IDLE | null> {
     while (this.head >= this.queue.length) {
       if (signal.aborted) return null;
-      await new Promise<void>((resolve) => {
-        const onAbort = () => {
-          this.waiter = null;
-          resolve();
-        };
-        signal.addEventListener('abort', onAbort, { once: true });
-        this.waiter = () => {
+      const idle = await new Promise<boolean>((resolve) => {
+        const timer = idleMs === undefined ? null : setTimeout(() => settle(true), Math.max(0, idleMs));
+        const settle = (timedOut: boolean) => {
+          if (timer !== null) clearTimeout(timer);
           signal.removeEventListener('abort', onAbort);
           this.waiter = null;
-          resolve();
+          resolve(timedOut);
         };
+        const onAbort = () => settle(false);
+        signal.addEventListener('abort', onAbort, { once: true });
+        this.waiter = () => settle(false);
       });
+      if (idle && this.head >= this.queue.length && !signal.aborted) return IDLE;
     }
     if (signal.aborted) return null;
     const item = this.queue[this.head]!;
