@@ -133,8 +133,13 @@ export function unreachablePosition(
         return noLsn("the endpoint's source");
       continue;
     }
+    // Only the handles a position can name are listed: the checkpoint also holds its sinks' positions.
     if (!positions.has(handle))
-      return `the endpoint has no source "${handle}" (its sources: ${[...positions.keys()].join(', ') || 'none'})`;
+      return `the endpoint has no source "${handle}" (${
+        lsns.size > 0
+          ? `the sources a sluice-min-position can name: ${[...lsns.keys()].join(', ')}`
+          : 'none of its sources has an LSN position'
+      })`;
     if (positions.get(handle) !== null && !lsns.has(handle)) return noLsn(`source "${handle}"`);
   }
   return null;
