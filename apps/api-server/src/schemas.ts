@@ -1,4 +1,4 @@
-import { PipelineCheckpointSchema, type QueryLimits, querySchema } from '@sluice/core';
+import { PipelineCheckpointSchema, ProblemDetailsSchema, type QueryLimits, querySchema } from '@sluice/core';
 import { z } from 'zod';
 
 /**
@@ -61,17 +61,8 @@ export const CountBodySchema = z.strictObject({
 
 export const CountResultSchema = z.object({ count: z.number().int() });
 
-export const ProblemSchema = z
-  .object({
-    type: z.string(),
-    title: z.string(),
-    status: z.number().int(),
-    detail: z.string(),
-    code: z.string(),
-    instance: z.string().optional(),
-    errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
-  })
-  .describe('RFC 9457 problem details');
+/** Problem details, as core defines them (one schema for both apps' documents). */
+export const ProblemSchema = ProblemDetailsSchema;
 
 /**
  * The problems every route can answer, declared so that a client generated from `/docs/json` knows them: 400 (a

@@ -258,7 +258,12 @@ export {
   type UnknownAnswer,
   type WhoRunsOptions,
 } from './ports.js';
-export { PROBLEM_CONTENT_TYPE, type ProblemDetails, toProblem } from './problem.js';
+export {
+  PROBLEM_CONTENT_TYPE,
+  type ProblemDetails,
+  ProblemDetailsSchema,
+  toProblem,
+} from './problem.js';
 export {
   andFilters,
   COMPARISON_OPERATORS,

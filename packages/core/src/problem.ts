@@ -1,3 +1,4 @@
+import { z } from 'zod';
 import {
   asSluiceError,
   type FieldIssue,
@@ -18,6 +19,27 @@ export interface ProblemDetails {
   errors?: FieldIssue[];
   [extension: string]: unknown;
 }
+
+/**
+ * {@link ProblemDetails} as a schema, for the apps' OpenAPI documents (both declare every problem status a route
+ * answers with it). Loose: an error's details follow as further members (`failure`, `retryAfterSeconds`, …).
+ *
+ * @example
+ * ```ts
+ * app.get('/v1/nodes', { schema: { response: { 200: NodesSchema, 503: ProblemDetailsSchema } } }, handler);
+ * ```
+ */
+export const ProblemDetailsSchema = z
+  .looseObject({
+    type: z.string(),
+    title: z.string(),
+    status: z.number().int(),
+    detail: z.string(),
+    code: z.string(),
+    instance: z.string().optional(),
+    errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+  })
+  .describe('RFC 9457 problem details (application/problem+json) with a stable `code`');
 
 /** The media type of problem-details bodies. */
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';

@@ -1,3 +1,4 @@
+import { ProblemDetailsSchema } from '@sluice/core';
 import { z } from 'zod';
 
 /**
@@ -15,18 +16,8 @@ function documented(schema: z.ZodType): z.ZodType<unknown> {
   return schema;
 }
 
-/** RFC 9457 problem details as core's `toProblem` builds them; an error's details follow as further members. */
-export const ProblemSchema = z
-  .looseObject({
-    type: z.string(),
-    title: z.string(),
-    status: z.number().int(),
-    detail: z.string(),
-    code: z.string(),
-    instance: z.string().optional(),
-    errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
-  })
-  .describe('RFC 9457 problem details (application/problem+json) with a stable `code`');
+/** Problem details, as core defines them (one schema for both apps' documents). */
+export const ProblemSchema = ProblemDetailsSchema;
 
 /**
  * What every control route can answer besides its own: 400 (a query-string parameter it does not take, a body or
