@@ -17,7 +17,7 @@ import {
   systemClock,
 } from '@sluice/core';
 import { createLogger } from '@sluice/http';
-import { discardTransferLeftovers, runTransfer } from '@sluice/pipeline';
+import { discardTransferLeftovers, holdTransferFence, runTransfer } from '@sluice/pipeline';
 import { openStore } from '@sluice/store';
 import type { FastifyInstance } from 'fastify';
 import type pino from 'pino';
@@ -178,6 +178,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
           connections: config.connections,
           ...(config.nats !== undefined ? { nats: config.nats } : {}),
         }),
+      fenceDestination: (request, epoch) =>
+        holdTransferFence(request, { connections: config.connections }, epoch),
       execute: async (request, context) => {
         const outcome = await runTransfer(request, {
           checkpoint: context.checkpoint,

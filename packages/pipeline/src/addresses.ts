@@ -35,7 +35,8 @@ export interface ConnectionContext {
   replication?: Pick<ReplicationSourceOptions, 'keepaliveMs' | 'highWater' | 'slotWaitMs'>;
 }
 
-function postgresUrl(ctx: ConnectionContext, name: string): string {
+/** The URL of the PostgreSQL connection `name` of the node's configuration (`UNKNOWN_CONNECTION` if none). */
+export function postgresUrl(ctx: ConnectionContext, name: string): string {
   const connection = ownField(ctx.connections, name);
   if (connection?.type !== 'postgres') throw new UnknownConnectionError(name);
   return connection.url;
@@ -174,6 +175,7 @@ export function sinkFor(
       return createJetStreamSink({
         handle,
         nats: natsConfig(ctx, address.connection),
+        stream: address.stream,
         subject: address.subject,
         writerId,
         ...keyOption(address.key, sourceKey.length > 0 ? sourceKey : undefined),

@@ -50,8 +50,10 @@ export { isReplicationSource, type ReplicationSource } from './sources/replicati
 export { type SwitchFacts, switchHoldReason } from './switch-gate.js';
 export {
   discardTransferLeftovers,
+  holdTransferFence,
   runTransfer,
   type TransferContext,
+  type TransferFenceHold,
   type TransferOutcome,
 } from './transfer.js';
 export type {

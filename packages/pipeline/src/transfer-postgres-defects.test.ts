@@ -400,6 +400,38 @@ describe('PostgreSQL sink and polled source', () => {
     ).toBe(0);
   });
 
+  it('defect: a PostgreSQL → PostgreSQL copy refused every row with a point or circle column (read as {x, y} objects) as a bad record', async () => {
+    await client.query(
+      'CREATE TABLE src_geo (id bigint PRIMARY KEY, p point, c circle, ps point[], cs circle[])',
+    );
+    await client.query(`INSERT INTO src_geo VALUES
+      (1, '(1.5,-2)', '<(0,0),3>', ARRAY['(1,2)','(3,4)']::point[], ARRAY['<(1,1),0.5>']::circle[]),
+      (2, NULL, NULL, NULL, NULL),
+      (3, '(0,0)', '<(-1,2.25),1e-3>', ARRAY[NULL, '(5,6)']::point[], '{}')`);
+    await client.query('CREATE TABLE dst_geo (LIKE src_geo INCLUDING ALL)');
+    const result = await run({
+      id: 'pg-geometry',
+      mode: 'idempotent',
+      source: { type: 'postgres', connection: 'wh', table: 'src_geo', key: 'id' },
+      destination: { type: 'postgres', connection: 'wh', table: 'dst_geo', key: 'id' },
+      properties: {},
+      options: { onBadRecord: 'skip' },
+    });
+    expect({
+      written: result.recordsWritten,
+      bad: result.badRecords,
+      reports: result.badRecordReports,
+    }).toEqual({
+      written: 3,
+      bad: 0,
+      reports: [],
+    });
+    // Equal as PostgreSQL sees them (point has no = operator: compared by their text).
+    const text = (table: string) =>
+      client.query(`SELECT id, p::text, c::text, ps::text, cs::text FROM ${table} ORDER BY id`);
+    expect((await text('dst_geo')).rows).toEqual((await text('src_geo')).rows);
+  });
+
   it('defect: a missing source table failed the transfer as INTERNAL', async () => {
     await using dir = await tempDir();
     const err = await failure(

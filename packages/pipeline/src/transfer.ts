@@ -19,12 +19,16 @@ import {
   TransferTerminatedError,
   type WritableCacheCatalog,
 } from '@sluice/core';
-import { type ConnectionContext, sinkFor, sourceFor } from './addresses.js';
+import { type ConnectionContext, postgresUrl, sinkFor, sourceFor } from './addresses.js';
 import { BadRecordCollector, type BadRecordReport } from './bad-records.js';
 import { dagHash, decideRestart, type RestartPlan } from './dag.js';
 import { runPipeline } from './run.js';
+import { fenceWriter, holdPostgresFence, type PostgresFenceHold } from './sinks/postgres-fence.js';
 import { isReplicationSource, replicationStatusOf } from './sources/replication/status.js';
 import type { PipelineSource, SourceBranch } from './types.js';
+
+/** A transfer's sink handle: stable, so its checkpoint and fence rows are found by every run and every node. */
+const sinkHandle = (id: string) => `${id}.sink`;
 
 export interface TransferContext {
   /** Loads and saves the transfer's checkpoint (fenced by the app-server). */
@@ -90,7 +94,7 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
   });
   const sink = sinkFor(
     parsed.destination,
-    `${parsed.id}.sink`,
+    sinkHandle(parsed.id),
     parsed.id,
     // The checkpoint port is the fencing token: sinks check its epoch where their effects land.
     { ...connections, ...(ctx.caches ? { caches: ctx.caches } : {}), fence: ctx.checkpoint },
@@ -204,10 +208,41 @@ async function discardSource(request: TransferRequest, connections: ConnectionCo
 async function discardSink(request: TransferRequest, connections: ConnectionContext): Promise<void> {
   if (request.destination.type !== 'file' && request.destination.type !== 'postgres') return;
   const sourceKey = 'key' in request.source ? keyFields(request.source.key) : [];
-  const sink = sinkFor(request.destination, `${request.id}.sink`, request.id, connections, sourceKey);
+  const sink = sinkFor(request.destination, sinkHandle(request.id), request.id, connections, sourceKey);
   try {
     await sink.discard?.();
   } finally {
     await sink.close();
   }
+}
+
+/** A transfer destination's fence taken at a new epoch and not yet committed ({@link holdTransferFence}). */
+export type TransferFenceHold = PostgresFenceHold;
+
+/**
+ * Takes the fence of the transfer's destination at `epoch`, held open, for a node that makes itself the owner
+ * without running the transfer (a terminate of a transfer whose owner is gone): it waits out a stale owner's sink
+ * transaction still open there, and once `commit`ted that owner cannot land anything more. `release` if the store
+ * refuses the change of owner: a live owner's fence stays as it was. Null for destinations fenced otherwise: a
+ * file is published only after the store's fenced `finishing` step, and nothing else holds a transaction open.
+ *
+ * @example
+ * ```ts
+ * const hold = await holdTransferFence(record.request, { connections }, record.epoch + 1);
+ * try { await store.terminateAbandoned(id, record.epoch, identity); } catch (err) { await hold?.release(); throw err; }
+ * await hold?.commit();
+ * ```
+ */
+export async function holdTransferFence(
+  request: TransferRequest,
+  ctx: Pick<TransferContext, 'connections'>,
+  epoch: number,
+): Promise<TransferFenceHold | null> {
+  const parsed = parseOrThrow(TransferRequestSchema, request, 'Invalid transfer request');
+  if (parsed.destination.type !== 'postgres') return null;
+  return holdPostgresFence({
+    url: postgresUrl({ connections: ctx.connections }, parsed.destination.connection),
+    writer: fenceWriter(parsed.id, sinkHandle(parsed.id)),
+    epoch,
+  });
 }

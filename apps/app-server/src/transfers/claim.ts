@@ -49,6 +49,10 @@ export async function claim(
     state.scheduler.cancel(ticket);
     return { status: 'busy' };
   }
+  if (target.via === 'takeover' && ownsNewerEpoch(state, id, target.record.epoch)) {
+    state.scheduler.cancel(ticket);
+    return { status: 'lost' };
+  }
   const attempt = claimWith(state, target, ticket, id);
   state.claiming.set(id, attempt);
   try {
@@ -151,6 +155,17 @@ async function claimWith(
     if (run.phase === RunPhase.claiming) await giveUp();
     throw err;
   }
+}
+
+/**
+ * Whether this node already owns the transfer at an epoch newer than `epoch`: a takeover from `epoch` is then
+ * based on a record read before this node's own claim (a resend whose owner lookup answered late). It can only
+ * lose the store's compare-and-set, and must not retire the live run on its way there — that stopped the run
+ * and made the next resend take the transfer over from this very node, one wasted attempt per late reply.
+ */
+function ownsNewerEpoch(state: CoordinatorState, id: string, epoch: number): boolean {
+  const local = state.runs.get(id);
+  return local !== undefined && local.epoch > epoch;
 }
 
 /** Stops and waits out an older local run of the same id (it was fenced), so its responder is gone. */

@@ -39,6 +39,12 @@ export interface CoordinatorLimits {
   shutdownGraceMs: number;
 }
 
+/** A destination's fence taken at a new epoch, not yet committed. */
+export interface DestinationFenceHold {
+  commit(): Promise<void>;
+  release(): Promise<void>;
+}
+
 export interface CoordinatorOptions {
   store: DataPlaneStore;
   backplane: Backplane;
@@ -48,6 +54,12 @@ export interface CoordinatorOptions {
   execute: TransferExecutor;
   /** Removes what a transfer's runs kept for resuming (temp files, sink checkpoints) once its terminal state is recorded. */
   discard?: (request: TransferRequest) => Promise<void>;
+  /**
+   * Takes the destination's fence at `epoch`, held open until `commit` or `release` (pipeline `holdTransferFence`);
+   * null when the destination is fenced otherwise. A terminate of a transfer whose owner is gone holds it across
+   * the store's change of owner, so the old owner cannot land a write after the record says TERMINATED.
+   */
+  fenceDestination?: (request: TransferRequest, epoch: number) => Promise<DestinationFenceHold | null>;
   metrics: NodeMetrics;
   logger: Logger;
   clock: Clock;

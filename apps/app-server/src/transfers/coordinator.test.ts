@@ -293,6 +293,87 @@ describe('TransferCoordinator', () => {
     expect(b.stats().running + b.stats().queued).toBe(0);
   });
 
+  it('defect: a resend that looked the owner up before this node took the transfer over stopped the new run and took it over again (epoch 3, from itself)', async () => {
+    await using t = await setup();
+    await using real = createSingleNodeBackplane({ nodeId: 'b' });
+    const request = await t.abandoned('stale-resend-1');
+    // The first resend's owner lookup answers "nobody" (the owner crashed), and that answer reaches it only after
+    // a second resend took the transfer over: it still holds the record as it was (owner gone, epoch 1).
+    const held = gate();
+    let lookups = 0;
+    const backplane = new Proxy(real, {
+      get(target, prop, receiver) {
+        const value = Reflect.get(target, prop, receiver);
+        if (typeof value !== 'function') return value;
+        if (prop !== 'whoRuns') return value.bind(target);
+        return async (...args: Parameters<Backplane['whoRuns']>) => {
+          const answer = await target.whoRuns(...args);
+          if (++lookups === 1) {
+            held.reached();
+            await held.opened;
+          }
+          return answer;
+        };
+      },
+    });
+    const { state, execute } = foreverExecutor();
+    const b = t.coordinator({ backplane, identity: identity('b'), execute });
+    b.start();
+    const late = b.submit(request);
+    await held.hit;
+    expect((await b.submit(request)).outcome).toBe('resumed');
+    await eventually(() => state.running === 1);
+    held.open();
+    expect((await late).outcome).toBe('running');
+    const record = await t.store.get('stale-resend-1');
+    expect({ epoch: record?.epoch, attempts: record?.attempts, owner: record?.ownerNodeId }).toEqual({
+      epoch: 2,
+      attempts: 2,
+      owner: 'b',
+    });
+    expect({ starts: state.starts, running: state.running }).toEqual({ starts: 1, running: 1 });
+  });
+
+  it('defect: a resend that read the record before this node took the transfer over answered the new owner with the old epoch (epoch 1, owner b)', async () => {
+    await using t = await setup();
+    await using real = createSingleNodeBackplane({ nodeId: 'b' });
+    const request = await t.abandoned('stale-view-1');
+    // The first resend read the record (owner gone, epoch 1); its owner lookup runs only once a second resend
+    // took the transfer over, so the backplane names the new owner at epoch 2.
+    const held = gate();
+    let lookups = 0;
+    const backplane = new Proxy(real, {
+      get(target, prop, receiver) {
+        const value = Reflect.get(target, prop, receiver);
+        if (typeof value !== 'function') return value;
+        if (prop !== 'whoRuns') return value.bind(target);
+        return async (...args: Parameters<Backplane['whoRuns']>) => {
+          if (++lookups === 1) {
+            held.reached();
+            await held.opened;
+          }
+          return target.whoRuns(...args);
+        };
+      },
+    });
+    const { state, execute } = foreverExecutor();
+    const b = t.coordinator({ backplane, identity: identity('b'), execute });
+    b.start();
+    const late = b.submit(request);
+    await held.hit;
+    expect((await b.submit(request)).outcome).toBe('resumed');
+    await eventually(() => state.running === 1);
+    held.open();
+    const answer = await late;
+    const record = await t.store.get('stale-view-1');
+    expect(record).toMatchObject({ epoch: 2, attempts: 2, ownerNodeId: 'b' });
+    // Every answer agrees with the stored record: the owner it names at the epoch it owns it.
+    expect(answer).toMatchObject({
+      outcome: 'running',
+      transfer: { epoch: 2, attempts: 2, owner: { nodeId: 'b' } },
+    });
+  });
+
   it('defect 3: terminating a silent owner with a fresh lease never records TERMINATED while it works', async () => {
     await using t = await setup();
     await using backplaneA = createSingleNodeBackplane({ nodeId: 'a' });

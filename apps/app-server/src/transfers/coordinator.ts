@@ -200,6 +200,9 @@ export class TransferCoordinator {
       return this.#running(record, true, 'owner', { nodeId: identity.nodeId, address: identity.address });
     const answer = await whoRuns(this.#state, record);
     const change = ownerChange(answer);
+    // An owner at a newer epoch than the record read: the record moved on meanwhile (a takeover here or
+    // elsewhere). Look again, so the answer names the owner with its own epoch, attempts and lease.
+    if (answer.status === 'owner' && answer.owner.epoch > record.epoch) return null;
     if (answer.status === 'owner')
       return this.#running(record, true, 'owner', {
         nodeId: answer.owner.nodeId,

@@ -6,7 +6,7 @@ import {
   type TransferRecord,
   type WhoRunsOptions,
 } from '@sluice/core';
-import { type CoordinatorState, sleep } from './context.js';
+import { type CoordinatorState, type DestinationFenceHold, sleep } from './context.js';
 import { discard, stopRun } from './execution.js';
 import { StopReason } from './local-run.js';
 import { type TransferView, transferView } from './view.js';
@@ -75,9 +75,19 @@ async function terminateAbandoned(
   requireExpiredLease: boolean,
 ): Promise<TransferRecord | null | undefined> {
   const { store, identity, metrics, logger } = state.o;
+  // The destination's fence first, held across the store's statement: the old owner may be frozen inside a sink
+  // transaction, and its COMMIT must land before the record turns TERMINATED or not at all.
+  const hold = await holdFence(state, record);
   try {
-    const terminated = await store.terminateAbandoned(record.id, record.epoch, identity, {
-      requireExpiredLease,
+    let terminated: TransferRecord;
+    try {
+      terminated = await store.terminateAbandoned(record.id, record.epoch, identity, { requireExpiredLease });
+    } catch (err) {
+      await hold?.release().catch(() => {});
+      throw err;
+    }
+    await hold?.commit().catch((err: unknown) => {
+      logger.warn({ transferId: record.id, err }, 'could not fence the destination of a terminated transfer');
     });
     metrics.finished.inc({ state: 'TERMINATED' });
     logger.info(
@@ -91,6 +101,25 @@ async function terminateAbandoned(
     if (SluiceError.hasCode(err, 'STALE_EPOCH') || SluiceError.hasCode(err, 'ILLEGAL_TRANSITION'))
       return null;
     throw err;
+  }
+}
+
+/**
+ * The destination's fence at the epoch a terminate gives the record, or null (a destination fenced otherwise).
+ * Best effort: a destination that cannot be reached does not block the terminate — an old owner cannot write there
+ * either until it is back, and its own watchdog stops it first.
+ */
+async function holdFence(
+  state: CoordinatorState,
+  record: TransferRecord,
+): Promise<DestinationFenceHold | null> {
+  const { fenceDestination, policy, logger } = state.o;
+  if (!fenceDestination) return null;
+  try {
+    return await fenceDestination(policy.confine(record.request, { access: false }), record.epoch + 1);
+  } catch (err) {
+    logger.warn({ transferId: record.id, err }, 'could not fence the destination before a terminate');
+    return null;
   }
 }
 

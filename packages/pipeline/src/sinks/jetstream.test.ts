@@ -108,4 +108,38 @@ describe('JetStream sink dedupe ids name the source position, not the key', () =
     // Not retryable: the coordinator records it FAILED instead of resuming it again and again.
     expect(err?.details?.retryable).not.toBe(true);
   });
+
+  it('defect: a destination naming one stream published into another stream that takes the subject, and COMPLETED', async () => {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.add({ name: 'AUDIT', subjects: ['audit.>'] });
+    await jsm.streams.add({ name: 'ORDERS_COPY', subjects: ['orders.copy.>'] });
+    await using dir = await tempDir();
+    const src = join(dir.path, 'two.jsonl');
+    await writeFile(src, '{"id":1}\n{"id":2}\n');
+    const request: TransferRequest = {
+      id: 'js-wrong-stream',
+      mode: 'idempotent',
+      properties: {},
+      source: { type: 'file', path: src, format: 'jsonl' },
+      // The subject belongs to AUDIT, not to the stream the request names.
+      destination: { type: 'jetstream', stream: 'ORDERS_COPY', subject: 'audit.items' },
+      options: { onBadRecord: 'fail' },
+    };
+    const err = await runTransfer(request, {
+      checkpoint: memoryCheckpointPort(),
+      connections: {},
+      nats: nats.url,
+      signal: new AbortController().signal,
+    }).then(
+      () => null,
+      (e: unknown) => e as SluiceError,
+    );
+    expect({
+      audit: (await jsm.streams.info('AUDIT')).state.messages,
+      ordersCopy: (await jsm.streams.info('ORDERS_COPY')).state.messages,
+    }).toEqual({ audit: 0, ordersCopy: 0 });
+    expect(err?.code, err?.message).toBe('SINK_FAILED');
+    expect(err?.message).toMatch(/audit\.items is stored by stream AUDIT, not by ORDERS_COPY/);
+    expect(err?.details?.retryable).not.toBe(true);
+  });
 });

@@ -17,6 +17,11 @@ export interface JetStreamSinkOptions {
   handle: string;
   nats: NatsConfig;
   subject: string;
+  /**
+   * The stream the request names: the subject must be one it takes (checked before anything is published), and
+   * every publish expects it (`expect.streamName`), so a subject another stream takes is refused, never stored there.
+   */
+  stream?: string;
   /** Key fields, carried in delete messages (the dedupe id is the op's source position, never the key). */
   key?: string[];
   /** The transfer id. */
@@ -31,10 +36,15 @@ export interface JetStreamSinkOptions {
  * message. A missing stream is the request's (or the operator's) to fix: not retryable. Anything else (NATS away)
  * stays retryable.
  */
-async function checkSubjectStored(nc: NatsConnection, subject: string): Promise<void> {
+async function checkSubjectStored(
+  nc: NatsConnection,
+  subject: string,
+  stream: string | undefined,
+): Promise<void> {
+  let found: string;
   try {
     const jsm = await jetstreamManager(nc);
-    await jsm.streams.find(subject);
+    found = await jsm.streams.find(subject);
   } catch (err) {
     const missing = err instanceof JetStreamApiError && err.code === JetStreamApiCodes.StreamNotFound;
     throw new SinkError(
@@ -44,6 +54,12 @@ async function checkSubjectStored(nc: NatsConnection, subject: string): Promise<
       { cause: err, ...(missing ? { details: { subject } } : { details: { retryable: true } }) },
     );
   }
+  // Another stream taking the subject is the request's to fix too: publishing would fill a stream nobody named.
+  if (stream !== undefined && found !== stream)
+    throw new SinkError(
+      `JetStream destination ${subject} is stored by stream ${found}, not by ${stream} as the request names; name a subject ${stream} takes`,
+      { details: { subject, stream, storedBy: found } },
+    );
 }
 
 /**
@@ -63,6 +79,8 @@ export function createJetStreamSink(options: JetStreamSinkOptions): PipelineSink
   let nc: NatsConnection | null = null;
   let js: JetStreamClient | null = null;
   let inFlight: Array<Promise<unknown>> = [];
+  // The server refuses a publish the named stream would not store (the subject moved to another stream mid-run).
+  const expectStream = options.stream !== undefined ? { streamName: options.stream } : {};
 
   const settle = async () => {
     const batch = inFlight;
@@ -105,7 +123,7 @@ export function createJetStreamSink(options: JetStreamSinkOptions): PipelineSink
           details: { retryable: true },
         });
       }
-      await checkSubjectStored(nc, options.subject);
+      await checkSubjectStored(nc, options.subject, options.stream);
     },
     async write(ops: RecordOp[]) {
       for (const op of ops) {
@@ -118,10 +136,19 @@ export function createJetStreamSink(options: JetStreamSinkOptions): PipelineSink
             setOwnField(record, k, op.key[i]);
           });
           inFlight.push(
-            js!.publish(options.subject, encoder.encode(JSON.stringify(record)), { msgID, headers: h }),
+            js!.publish(options.subject, encoder.encode(JSON.stringify(record)), {
+              msgID,
+              headers: h,
+              expect: expectStream,
+            }),
           );
         } else
-          inFlight.push(js!.publish(options.subject, encoder.encode(JSON.stringify(op.record)), { msgID }));
+          inFlight.push(
+            js!.publish(options.subject, encoder.encode(JSON.stringify(op.record)), {
+              msgID,
+              expect: expectStream,
+            }),
+          );
         if (inFlight.length >= maxInFlight) await settle();
       }
     },

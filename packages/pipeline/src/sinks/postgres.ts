@@ -4,12 +4,13 @@ import type { RecordOp, Row } from '../ops.js';
 import { ownField, setOwnField } from '../own.js';
 import { connectPostgres, isConnectionLoss, primaryKeyOf, quoteIdent } from '../pg.js';
 import { type PipelineSink, type SinkFence, type SinkWriteResult, UNFENCED } from '../types.js';
+import { advanceFence, fenceWriter, SINK_FENCE_TABLE } from './postgres-fence.js';
+import { type ColumnValueWriter, columnValueWriter } from './postgres-geometry.js';
 import { upsertKeyProblem } from './postgres-key.js';
 import { isRecordRefusal, refusalReason } from './postgres-refusals.js';
 
 export const SINK_CHECKPOINT_TABLE = 'sluice_sink_checkpoints';
-/** Writer → highest epoch that wrote, in the destination database: the fencing token checked where data lands. */
-export const SINK_FENCE_TABLE = 'sluice_sink_fences';
+export { SINK_FENCE_TABLE };
 
 export interface PostgresSinkOptions {
   handle: string;
@@ -122,9 +123,11 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
   let columns: string[] = [];
   /** The same columns, to check every record's fields against (read once per connection). */
   let columnSet: ReadonlySet<string> = new Set();
+  /** Columns whose values PostgreSQL takes only in another spelling than the pipeline's (point, circle). */
+  let writers: Array<[string, ColumnValueWriter]> = [];
   let inTransaction = false;
   const table = quoteIdent(options.table);
-  const writer = `${options.writerId}:${options.handle}`;
+  const writer = fenceWriter(options.writerId, options.handle);
   const fence = options.fence ?? UNFENCED;
   const lockTimeoutMs = options.lockTimeoutMs ?? 30_000;
   const idleTimeoutMs = options.idleInTransactionTimeoutMs ?? 10_000;
@@ -167,12 +170,16 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
       await client.query(
         `CREATE TABLE IF NOT EXISTS ${SINK_FENCE_TABLE} (writer text PRIMARY KEY, epoch bigint NOT NULL)`,
       );
-      const cols = await client.query<{ column_name: string }>(
-        `SELECT a.attname AS column_name FROM pg_attribute a
+      const cols = await client.query<{ column_name: string; type_oid: number }>(
+        `SELECT a.attname AS column_name, a.atttypid::int AS type_oid FROM pg_attribute a
           WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
         [table],
       );
       columns = cols.rows.map((r) => r.column_name);
+      writers = cols.rows.flatMap((r) => {
+        const writer = columnValueWriter(r.type_oid);
+        return writer === null ? [] : [[r.column_name, writer] as [string, ColumnValueWriter]];
+      });
       columnSet = new Set(columns);
       if (key.length === 0) key = await primaryKeyOf(client, options.table);
       problem =
@@ -204,13 +211,7 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
         await c.query('BEGIN');
         inTransaction = true;
         if (fence.epoch > 0) {
-          const r = await c.query(
-            `INSERT INTO ${SINK_FENCE_TABLE} AS fence (writer, epoch) VALUES ($1, $2)
-             ON CONFLICT (writer) DO UPDATE SET epoch = EXCLUDED.epoch WHERE fence.epoch <= EXCLUDED.epoch
-             RETURNING fence.epoch`,
-            [writer, fence.epoch],
-          );
-          if (r.rowCount === 0) {
+          if (!(await advanceFence(c, writer, fence.epoch))) {
             await c.query('ROLLBACK');
             inTransaction = false;
             const current = await c.query<{ epoch: string }>(
@@ -290,10 +291,18 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
       const updates = columns
         .filter((col) => !key.includes(col))
         .map((col) => `${quoteIdent(col)} = EXCLUDED.${quoteIdent(col)}`);
+      /** `row` with its point and circle values in PostgreSQL's text (a copy; the op keeps what was read). */
+      const spelled = (row: Row): Row => {
+        if (writers.length === 0) return row;
+        const out: Row = { ...row };
+        for (const [column, write] of writers)
+          if (Object.hasOwn(out, column)) setOwnField(out, column, write(ownField(out, column)));
+        return out;
+      };
       const upsert = async (rows: Row[]) => {
         // Later ops for the same key win: keep the last one only (ON CONFLICT cannot touch a row twice).
         const byKey = new Map<string, Row>();
-        for (const row of rows) byKey.set(JSON.stringify(key.map((k) => ownField(row, k))), row);
+        for (const row of rows) byKey.set(JSON.stringify(key.map((k) => ownField(row, k))), spelled(row));
         await c.query(
           `INSERT INTO ${table} (${cols}) SELECT ${cols} FROM json_populate_recordset(NULL::${table}, $1::json)
            ON CONFLICT (${keyList}) DO ${updates.length > 0 ? `UPDATE SET ${updates.join(', ')}` : 'NOTHING'}`,
