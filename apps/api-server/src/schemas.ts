@@ -1,4 +1,10 @@
-import { PipelineCheckpointSchema, ProblemDetailsSchema, type QueryLimits, querySchema } from '@sluice/core';
+import {
+  EVERY_ROUTE_PROBLEMS,
+  PipelineCheckpointSchema,
+  ProblemDetailsSchema,
+  type QueryLimits,
+  querySchema,
+} from '@sluice/core';
 import { z } from 'zod';
 
 /**
@@ -75,12 +81,7 @@ export const ProblemSchema = ProblemDetailsSchema;
  * app.get('/v1/endpoints', { schema: { response: { 200: EndpointListSchema, ...ROUTE_PROBLEMS } } }, handler);
  * ```
  */
-export const ROUTE_PROBLEMS = {
-  400: ProblemSchema,
-  401: ProblemSchema,
-  500: ProblemSchema,
-  503: ProblemSchema,
-} as const;
+export const ROUTE_PROBLEMS = EVERY_ROUTE_PROBLEMS;
 
 /**
  * The problems of a route on one endpoint, over {@link ROUTE_PROBLEMS}: 403 (FORBIDDEN: the token may not read it,

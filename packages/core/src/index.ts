@@ -259,6 +259,7 @@ export {
   type WhoRunsOptions,
 } from './ports.js';
 export {
+  EVERY_ROUTE_PROBLEMS,
   PROBLEM_CONTENT_TYPE,
   type ProblemDetails,
   ProblemDetailsSchema,

@@ -41,6 +41,22 @@ export const ProblemDetailsSchema = z
   })
   .describe('RFC 9457 problem details (application/problem+json) with a stable `code`');
 
+/**
+ * The problem statuses every route of either app can answer, for their OpenAPI documents: 400 (a parameter, header
+ * or body that fails its check), 401 (auth), 500 (INTERNAL), 503 (shutting down, a dependency unavailable).
+ *
+ * @example
+ * ```ts
+ * app.get('/v1/nodes', { schema: { response: { 200: NodesSchema, ...EVERY_ROUTE_PROBLEMS } } }, handler);
+ * ```
+ */
+export const EVERY_ROUTE_PROBLEMS = {
+  400: ProblemDetailsSchema,
+  401: ProblemDetailsSchema,
+  500: ProblemDetailsSchema,
+  503: ProblemDetailsSchema,
+} as const;
+
 /** The media type of problem-details bodies. */
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 

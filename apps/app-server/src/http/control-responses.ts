@@ -1,4 +1,4 @@
-import { ProblemDetailsSchema } from '@sluice/core';
+import { EVERY_ROUTE_PROBLEMS, ProblemDetailsSchema } from '@sluice/core';
 import { z } from 'zod';
 
 /**
@@ -29,12 +29,7 @@ export const ProblemSchema = ProblemDetailsSchema;
  * api.get('/v1/nodes', { schema: { response: { 200: NodeListReply, ...CONTROL_PROBLEMS } } }, handler);
  * ```
  */
-export const CONTROL_PROBLEMS = {
-  400: ProblemSchema,
-  401: ProblemSchema,
-  500: ProblemSchema,
-  503: ProblemSchema,
-} as const;
+export const CONTROL_PROBLEMS = EVERY_ROUTE_PROBLEMS;
 
 /**
  * A POST route's, over {@link CONTROL_PROBLEMS}: 413 (PAYLOAD_TOO_LARGE: over `http.bodyBytes`) and 415
