@@ -20,6 +20,34 @@ describe('JetStream sink dedupe ids name the source position, not the key', () =
     await nats?.[Symbol.asyncDispose]();
   });
 
+  /** Runs a JSONL → JetStream transfer of `lines` that must fail; its error. */
+  async function failedJetStreamTransfer(
+    dir: string,
+    id: string,
+    lines: string[],
+    destination: { stream: string; subject: string },
+  ): Promise<SluiceError | null> {
+    const src = join(dir, `${id}.jsonl`);
+    await writeFile(src, `${lines.join('\n')}\n`);
+    const request: TransferRequest = {
+      id,
+      mode: 'idempotent',
+      properties: {},
+      source: { type: 'file', path: src, format: 'jsonl' },
+      destination: { type: 'jetstream', ...destination },
+      options: { onBadRecord: 'fail' },
+    };
+    return runTransfer(request, {
+      checkpoint: memoryCheckpointPort(),
+      connections: {},
+      nats: nats.url,
+      signal: new AbortController().signal,
+    }).then(
+      () => null,
+      (e: unknown) => e as SluiceError,
+    );
+  }
+
   it('three updates to one key are three messages; a replay by a resumed run adds none', async () => {
     const jsm = await jetstreamManager(nc);
     await jsm.streams.add({ name: 'UPD', subjects: ['upd.>'], duplicate_window: 120_000_000_000 });
@@ -84,25 +112,10 @@ describe('JetStream sink dedupe ids name the source position, not the key', () =
 
   it('defect: a subject no stream takes failed after 20 retries as "jetstream is not enabled" — now at once, naming the subject', async () => {
     await using dir = await tempDir();
-    const src = join(dir.path, 'one.jsonl');
-    await writeFile(src, '{"id":1}\n');
-    const request: TransferRequest = {
-      id: 'js-no-stream',
-      mode: 'idempotent',
-      properties: {},
-      source: { type: 'file', path: src, format: 'jsonl' },
-      destination: { type: 'jetstream', stream: 'NOSUCH', subject: 'nosuch.items' },
-      options: { onBadRecord: 'fail' },
-    };
-    const err = await runTransfer(request, {
-      checkpoint: memoryCheckpointPort(),
-      connections: {},
-      nats: nats.url,
-      signal: new AbortController().signal,
-    }).then(
-      () => null,
-      (e: unknown) => e as SluiceError,
-    );
+    const err = await failedJetStreamTransfer(dir.path, 'js-no-stream', ['{"id":1}'], {
+      stream: 'NOSUCH',
+      subject: 'nosuch.items',
+    });
     expect(err?.code, err?.message).toBe('SINK_FAILED');
     expect(err?.message).toMatch(/JetStream destination nosuch\.items: no stream takes this subject/);
     // Not retryable: the coordinator records it FAILED instead of resuming it again and again.
@@ -114,26 +127,11 @@ describe('JetStream sink dedupe ids name the source position, not the key', () =
     await jsm.streams.add({ name: 'AUDIT', subjects: ['audit.>'] });
     await jsm.streams.add({ name: 'ORDERS_COPY', subjects: ['orders.copy.>'] });
     await using dir = await tempDir();
-    const src = join(dir.path, 'two.jsonl');
-    await writeFile(src, '{"id":1}\n{"id":2}\n');
-    const request: TransferRequest = {
-      id: 'js-wrong-stream',
-      mode: 'idempotent',
-      properties: {},
-      source: { type: 'file', path: src, format: 'jsonl' },
-      // The subject belongs to AUDIT, not to the stream the request names.
-      destination: { type: 'jetstream', stream: 'ORDERS_COPY', subject: 'audit.items' },
-      options: { onBadRecord: 'fail' },
-    };
-    const err = await runTransfer(request, {
-      checkpoint: memoryCheckpointPort(),
-      connections: {},
-      nats: nats.url,
-      signal: new AbortController().signal,
-    }).then(
-      () => null,
-      (e: unknown) => e as SluiceError,
-    );
+    // The subject belongs to AUDIT, not to the stream the request names.
+    const err = await failedJetStreamTransfer(dir.path, 'js-wrong-stream', ['{"id":1}', '{"id":2}'], {
+      stream: 'ORDERS_COPY',
+      subject: 'audit.items',
+    });
     expect({
       audit: (await jsm.streams.info('AUDIT')).state.messages,
       ordersCopy: (await jsm.streams.info('ORDERS_COPY')).state.messages,
