@@ -325,6 +325,67 @@ describe('endpoint pipelines: a transfer into an endpoint stopped half-way', () 
   });
 });
 
+describe('endpoint pipelines: a rebuild that switches the alias during a transfer into the endpoint', () => {
+  it('defect: the transfer COMPLETED into the retired generation — none of its records served by the new one', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'items.jsonl');
+    await writeFile(path, jsonl(items(10)));
+    await using caches = await openCacheManager(join(dir.path, 'data'));
+    await using pipeline = await startEndpointPipeline(endpoint(path), {
+      caches,
+      events: collector(),
+      connections: {},
+    });
+    const blue = await pipeline.whenServing();
+    const extra = join(dir.path, 'extra.jsonl');
+    await writeFile(extra, jsonl(items(2_000, 100, 'z')));
+    // The switch lands between two commits of the transfer, never after its end: the second checkpoint save
+    // waits for a real rebuild (steering API) to move the alias to a green generation built from the source.
+    const port = memoryCheckpointPort();
+    let switched: string | null = null;
+    const decisions: string[] = [];
+    const result = await runTransfer(
+      {
+        id: 'into-endpoint-rebuilt',
+        mode: 'idempotent',
+        source: { type: 'file', path: extra, format: 'jsonl' },
+        destination: { type: 'endpoint', endpoint: 'items' },
+        properties: {},
+        options: { onBadRecord: 'fail' },
+      },
+      {
+        checkpoint: {
+          ...port,
+          save: async (checkpoint) => {
+            await port.save(checkpoint);
+            if (switched !== null || (checkpoint as { epoch: number }).epoch !== 2) return;
+            await pipeline.rebuild();
+            switched = await pipeline.whenServing();
+          },
+        },
+        connections: {},
+        caches,
+        signal: new AbortController().signal,
+        commitEveryRecords: 100,
+        fileChunkBytes: 2_048,
+        onDecision: (plan) => decisions.push(plan.decision),
+      },
+    );
+    expect(switched).not.toBeNull();
+    expect(switched).not.toBe(blue);
+    expect(caches.resolveAlias('items')?.cache).toBe(switched);
+    expect(result.recordsWritten).toBe(2_000);
+    // The run noticed the switch and started over into the new generation (which holds none of its records).
+    expect(decisions).toEqual(['from-scratch', 'from-scratch']);
+    // Every record of the completed transfer is served (by the generation the alias points at), each once by key.
+    const served = await aliasRecords(caches, 'items');
+    const servedIds = new Set(served.map((r) => r.id));
+    const missing = items(2_000, 100, 'z').flatMap((r) => (servedIds.has(r.id) ? [] : [r.id]));
+    expect(missing.length, `first missing: ${missing.slice(0, 5).join(', ')}`).toBe(0);
+    expect(served).toEqual([...items(10), ...items(2_000, 100, 'z')]);
+  });
+});
+
 describe('endpoint pipelines: an interrupted rebuild', () => {
   it('a requested rebuild stopped half-way is continued by the next start, never dropped for the old generation', async () => {
     await using dir = await tempDir();

@@ -18,6 +18,7 @@ export {
   type CacheSinkOptions,
   createCacheSink,
   createEndpointTransferSink,
+  EndpointGenerationMovedError,
 } from './sinks/cache.js';
 export { createFileSink, type FileSinkOptions } from './sinks/file.js';
 export { createJetStreamSink, type JetStreamSinkOptions } from './sinks/jetstream.js';

@@ -23,6 +23,7 @@ import { type ConnectionContext, postgresUrl, sinkFor, sourceFor } from './addre
 import { BadRecordCollector, type BadRecordReport } from './bad-records.js';
 import { dagHash, decideRestart, type RestartPlan } from './dag.js';
 import { runPipeline } from './run.js';
+import { EndpointGenerationMovedError } from './sinks/cache.js';
 import { fenceWriter, holdPostgresFence, type PostgresFenceHold } from './sinks/postgres-fence.js';
 import { isReplicationSource, replicationStatusOf } from './sources/replication/status.js';
 import type { PipelineSource, SourceBranch } from './types.js';
@@ -45,7 +46,10 @@ export interface TransferContext {
   commitEveryMs?: number;
   /** NATS for JetStream addresses that name no connection. */
   nats?: NatsConfig;
-  /** Called once with the restart decision, before any record moves. */
+  /**
+   * Called with the restart decision, before any record moves: once, and again if the run starts over (the
+   * destination endpoint switched generations under it).
+   */
   onDecision?: (plan: { decision: 'resume' | 'from-scratch'; reason: string }) => void;
   /** Read size of file sources (smaller = smaller batches; tests use it to stop mid-file). */
   fileChunkBytes?: number;
@@ -66,6 +70,9 @@ export interface TransferOutcome extends TransferResult {
  * plus checkpoint, then the checkpoint port) every `commitEveryRecords` records or `commitEveryMs` ms.
  * Started again with the same checkpoint port it resumes where the last commit left off when the DAG and
  * source allow it, and starts from scratch otherwise; either way each record reaches the destination once.
+ * A run into an endpoint whose alias moves under it (a blue/green rebuild switched, a promote, a rollback) starts
+ * over and writes every record again into the generation the alias points at now, so a completed transfer's records
+ * are all served whatever switches happened while it ran.
  * With `options.follow` (a replication PostgreSQL source, a following file) it never completes: after the snapshot
  * it applies the source's changes until `signal` aborts, then throws `TransferTerminatedError`. What a source or
  * sink keeps for resuming (a replication slot, a sink checkpoint) stays until {@link discardTransferLeftovers}.
@@ -82,6 +89,36 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
   const parsed = parseOrThrow(TransferRequestSchema, request, 'Invalid transfer request');
   const logger = ctx.logger ?? silentLogger;
   const started = Date.now();
+  try {
+    for (;;) {
+      try {
+        return await runAttempt(parsed, ctx, started);
+      } catch (err) {
+        if (!(err instanceof EndpointGenerationMovedError)) throw err;
+        // The destination endpoint switched generations under the run: what it wrote is in one that no longer
+        // serves. A fresh attempt is planned like a takeover's: its checkpoint names that generation, so it writes
+        // every record again into the one the alias points at now.
+        logger.warn(
+          { transfer: parsed.id, ...err.details },
+          'the endpoint switched generations during the transfer: writing it again into the new one',
+        );
+      }
+    }
+  } catch (err) {
+    throw asSluiceError(err);
+  }
+}
+
+/**
+ * One run of a transfer from its saved checkpoint: opens the source and the sink, decides where to restart, runs
+ * the pipeline and closes both.
+ */
+async function runAttempt(
+  parsed: TransferRequest,
+  ctx: TransferContext,
+  started: number,
+): Promise<TransferOutcome> {
+  const logger = ctx.logger ?? silentLogger;
   const sourceKey = 'key' in parsed.source ? keyFields(parsed.source.key) : [];
   const connections: ConnectionContext = {
     connections: ctx.connections,
@@ -149,8 +186,6 @@ export async function runTransfer(request: TransferRequest, ctx: TransferContext
       badRecordReports: badRecords.reports,
       checkpoint: result.checkpoint,
     };
-  } catch (err) {
-    throw asSluiceError(err);
   } finally {
     await Promise.allSettled([source.close(), sink.close()]);
   }

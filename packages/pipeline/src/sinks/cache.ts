@@ -288,6 +288,26 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
   };
 }
 
+/**
+ * The alias of an endpoint moved off the generation a transfer writes into (a blue/green rebuild switched, a promote,
+ * a rollback), so what the run wrote is not served. Thrown by the endpoint transfer sink at a commit or at its end;
+ * `runTransfer` then starts the run again, and its restart decision — the checkpoint names a generation the alias no
+ * longer points at — writes every record again into the one it points at now.
+ *
+ * @example
+ * ```ts
+ * try { await sink.commit(checkpoint); } catch (err) { if (err instanceof EndpointGenerationMovedError) startOver(); }
+ * ```
+ */
+export class EndpointGenerationMovedError extends SinkError {
+  constructor(endpoint: string, from: string, to: string | null) {
+    super(
+      `Endpoint "${endpoint}" now serves generation ${to ?? '(none)'}, not ${from} that the transfer was writing into`,
+      { details: { endpoint, from, to } },
+    );
+  }
+}
+
 /** What an endpoint transfer's checkpoint holds for its sink: the cache (generation) its records went into. */
 const EndpointTransferPositionSchema = z.object({ cache: z.string().min(1).nullable() });
 type EndpointTransferPosition = z.output<typeof EndpointTransferPositionSchema>;
@@ -301,6 +321,11 @@ type EndpointTransferPosition = z.output<typeof EndpointTransferPositionSchema>;
  * only when the alias still points at that cache on this host: caches are per host, so a node that took the
  * transfer over on another host (or after a rebuild moved the alias) holds none of the records before the
  * checkpoint and writes them all again from scratch, instead of only the rest.
+ *
+ * The alias can also move while the run writes (a rebuild switches to a green generation built from the endpoint's
+ * source, which holds none of the transfer's records): after each commit and at the end the sink checks that the
+ * alias still points at its generation, and throws {@link EndpointGenerationMovedError} if not, so a run never ends
+ * with its records in a generation that no longer serves.
  */
 export function createEndpointTransferSink(options: {
   handle: string;
@@ -313,6 +338,11 @@ export function createEndpointTransferSink(options: {
   let cache: WritableCache | null = null;
   /** The generation this run writes into, named in every checkpoint ({@link EndpointTransferPosition}). */
   let target: string | null = null;
+  /** Throws when the alias no longer points at `target`: what this run wrote is not served there. */
+  const ensureStillServed = () => {
+    const serving = options.caches.resolveAlias(options.endpoint)?.cache ?? null;
+    if (serving !== target) throw new EndpointGenerationMovedError(options.endpoint, target!, serving);
+  };
   return {
     handle: options.handle,
     description: { type: 'endpoint', endpoint: options.endpoint },
@@ -357,8 +387,14 @@ export function createEndpointTransferSink(options: {
         keepCheckpoint: true,
         ...(epoch > 0 ? { fence: { writer: options.writerId, epoch } } : {}),
       });
+      // After the commit: a switch during it is seen too. The checkpoint of this commit is not saved then, so the
+      // run starts over from one that names the old generation.
+      ensureStillServed();
     },
-    async finish() {},
+    async finish() {
+      // The last commit's checkpoint is saved by now; a switch since then would leave the tail unserved.
+      ensureStillServed();
+    },
     async close() {
       await cache?.close();
       cache = null;
