@@ -252,6 +252,10 @@ export async function* readStream(
           break;
         case 'commit': {
           if (!txn.open) break;
+          // Rows that waited for their key to settle (moved onto a key another row still held) are handed on now,
+          // still inside the transaction: parts of at most batchSize, the last one below.
+          txn.settle();
+          while (txn.pending > batchSize) yield txn.take(position, { open: true, limit: batchSize });
           const end = normalizeLsn(message.commitEndLsn ?? message.commitLsn ?? position.lsn);
           if (compareLsn(end, position.lsn) > 0) position = { ...position, lsn: end };
           live.lag.observeReceived(position.lsn);
