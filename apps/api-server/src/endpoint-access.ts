@@ -162,25 +162,30 @@ export function endpointAccess(options: {
   return { scopeOf, authorize, authorizeFeed, rowFilterFor, rowFilterFits, open, openFresh };
 }
 
-/** Per row filter (a cached token's scope hands out the same object) and generation: why it does not fit, or null. */
+/**
+ * Per row filter (a cached token's scope hands out the same object) and generation schema: why it does not fit, or
+ * null. Keyed by the schema object, not the generation: a generation's schema gains fields (a column added to its
+ * source), and a filter naming one fits from then on.
+ */
 const rowFilterProblems = new WeakMap<Filter, WeakMap<object, string | null>>();
 
 function rowFilterProblem(cache: ReadableCache, rowFilter: Filter): string | null {
-  let byCache = rowFilterProblems.get(rowFilter);
-  if (byCache === undefined) {
-    byCache = new WeakMap();
-    rowFilterProblems.set(rowFilter, byCache);
+  let bySchema = rowFilterProblems.get(rowFilter);
+  if (bySchema === undefined) {
+    bySchema = new WeakMap();
+    rowFilterProblems.set(rowFilter, bySchema);
   }
-  const known = byCache.get(cache);
+  const schema = cache.schema;
+  const known = bySchema.get(schema);
   if (known !== undefined) return known;
   let problem: string | null = null;
   try {
-    checkFilter(rowFilter, cache.schema);
+    checkFilter(rowFilter, schema);
   } catch (err) {
     if (!SluiceError.isInstance(err)) throw err;
     problem = err.message;
   }
-  byCache.set(cache, problem);
+  bySchema.set(schema, problem);
   return problem;
 }
 

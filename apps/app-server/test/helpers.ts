@@ -37,6 +37,36 @@ export async function observeEvents(natsUrl: string): Promise<EventObserver> {
 /** The CLI entry the tests run as real processes. */
 export const BIN = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'bin.ts');
 
+/** The api-server's CLI entry: tests run it beside an app-server, as a host does. */
+export const API_BIN = join(
+  dirname(fileURLToPath(import.meta.url)),
+  '..',
+  '..',
+  'api-server',
+  'src',
+  'bin.ts',
+);
+
+/**
+ * Runs the api-server of `node`'s host — same configuration file, same LMDB files — as a real process, resolved
+ * once it listens; dispose it to stop it.
+ *
+ * @example
+ * ```ts
+ * await using api = await startHostApiServer(node);
+ * ```
+ */
+export async function startHostApiServer(node: { spec: NodeSpec }): Promise<ChildHandle> {
+  const child = spawnTs(API_BIN, ['--config', join(node.spec.dir, 'sluice.yaml')], { cwd: node.spec.dir });
+  try {
+    await child.waitForLine(/listening/i, 60_000);
+  } catch (err) {
+    await child[Symbol.asyncDispose]();
+    throw err;
+  }
+  return child;
+}
+
 export interface NodeSpec {
   nodeId: string;
   /** Where the node keeps its config file and LMDB caches. */

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { CacheSchema, CommitState } from '@sluice/core';
+import type { CacheSchema, CommitState, FieldType } from '@sluice/core';
 import type { Database, DatabaseOptions } from 'lmdb';
 import { encodeKey, stringBudget } from './key-codec.js';
 import type { SharedEnv } from './lmdb-env.js';
@@ -93,6 +93,13 @@ export interface StoredSchema {
    * stored as JSON text (MessagePack): those are refused and rebuilt.
    */
   recordFormat?: number;
+  /**
+   * Fields the writer added after the generation was created (`RwCache.addFields`: columns its source gained), in
+   * the order they came; rewritten in the transaction of the commit that first holds them. Part of the schema
+   * readers query with (declared after `schema`'s own fields), not of its identity: `schema` and `schemaHash` stay
+   * as created, so a restart comparing them continues the generation. Absent until a field is added.
+   */
+  addedFields?: Record<string, FieldType>;
 }
 
 export const EMPTY_COMMIT: CommitState = {

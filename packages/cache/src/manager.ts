@@ -131,7 +131,7 @@ export class CacheManager implements WritableCacheCatalog {
           dbs.meta.putSync('schema', stored);
           dbs.meta.putSync('commit', EMPTY_COMMIT);
         });
-        return this.handle((init) => new RwCache(init), name, endpoint, schema, dbs);
+        return this.handle((init) => new RwCache(init), name, endpoint, stored, dbs);
       } catch (err) {
         await releaseEnv(path);
         throw err;
@@ -151,7 +151,7 @@ export class CacheManager implements WritableCacheCatalog {
       if (expected !== meta.schemaHash) throw new SchemaMismatchError(name, expected, meta.schemaHash);
     }
     const { dbs, stored } = await openGenerationEnv(this.cachePath(meta.name), meta, false, 'write');
-    return this.handle((init) => new RwCache(init), name, stored.endpoint, stored.schema, dbs);
+    return this.handle((init) => new RwCache(init), name, stored.endpoint, stored, dbs);
   }
 
   /** Opens a cache (by name, or by alias: its current target) for reading. */
@@ -161,7 +161,7 @@ export class CacheManager implements WritableCacheCatalog {
     const meta = this.liveMeta(target);
     if (!meta) throw new CacheNotFoundError(String(nameOrAlias).slice(0, 256));
     const { dbs, stored } = await openGenerationEnv(this.cachePath(meta.name), meta, this.readOnly, 'read');
-    return this.handle((init) => new RoCache(init), target, stored.endpoint, stored.schema, dbs);
+    return this.handle((init) => new RoCache(init), target, stored.endpoint, stored, dbs);
   }
 
   /** The cache an alias points to and the alias's version, or null. */
@@ -355,19 +355,20 @@ export class CacheManager implements WritableCacheCatalog {
     return meta && !meta.deleting ? meta : null;
   }
 
-  /** Builds a handle this manager tracks (closed with the manager). */
+  /** Builds a handle this manager tracks (closed with the manager), with the schema its entry stores. */
   private handle<T extends RoCache>(
     make: (init: CacheHandleInit) => T,
     name: string,
     endpoint: string,
-    schema: CacheSchema,
+    stored: Pick<StoredSchema, 'schema' | 'addedFields'>,
     dbs: CacheDbs,
   ): T {
     const ref: { handle?: RoCache } = {};
     const handle = make({
       name,
       endpoint,
-      schema,
+      schema: stored.schema,
+      ...(stored.addedFields !== undefined ? { addedFields: stored.addedFields } : {}),
       dbs,
       settings: this.settings,
       onClose: () => {

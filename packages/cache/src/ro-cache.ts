@@ -2,6 +2,7 @@ import {
   CacheClosedError,
   type CacheSchema,
   type CommitState,
+  type FieldType,
   type Filter,
   InvalidQueryError,
   type JsonPage,
@@ -10,7 +11,7 @@ import {
   type QueryResult,
   type ReadableCache,
 } from '@sluice/core';
-import { type CacheDbs, dataKey, EMPTY_COMMIT } from './cache-dbs.js';
+import { type CacheDbs, dataKey, EMPTY_COMMIT, type StoredSchema } from './cache-dbs.js';
 import { ChangeLogReader, type ChangeRetention } from './change-log.js';
 import { truncatedComponentEnd, writeNumberComponent } from './key-codec.js';
 import { releaseEnv } from './lmdb-env.js';
@@ -20,7 +21,7 @@ import { runCount, runQuery } from './query-exec.js';
 import { fieldsOf, rowsJson } from './query-rows.js';
 import type { ReadContext } from './query-scan.js';
 import { decodeRecord } from './record-json.js';
-import { keyProblem, storedKey } from './schema.js';
+import { keyProblem, storedKey, withAddedFields } from './schema.js';
 import { slabCopy } from './slab.js';
 
 /** True when an encoded key has a truncated (prefix + hash) component. */
@@ -43,7 +44,10 @@ export interface ReadSettings {
 export interface CacheHandleInit {
   name: string;
   endpoint: string;
+  /** The schema the generation was created with (its identity). */
   schema: CacheSchema;
+  /** Fields its writer added since, as its stored schema entry lists them. */
+  addedFields?: Record<string, FieldType>;
   dbs: CacheDbs;
   settings: ReadSettings;
   /** Called once when the handle closes (the manager forgets it). */
@@ -64,8 +68,11 @@ export interface CacheHandleInit {
  */
 export class RoCache implements ReadableCache {
   readonly name: string;
-  readonly schema: CacheSchema;
   readonly endpoint: string;
+  /** The schema the generation was created with: keys are checked against it (added fields are never key fields). */
+  protected readonly identity: CacheSchema;
+  /** The schema as the stored entry last read said (`raw`: that entry's bytes; null before the first read). */
+  private stored: { raw: Buffer | null; schema: CacheSchema };
   protected readonly dbs: CacheDbs;
   protected readonly settings: ReadSettings;
   protected closed = false;
@@ -75,10 +82,42 @@ export class RoCache implements ReadableCache {
   constructor(init: CacheHandleInit) {
     this.name = init.name;
     this.endpoint = init.endpoint;
-    this.schema = init.schema;
+    this.identity = init.schema;
+    this.stored = { raw: null, schema: withAddedFields(init.schema, init.addedFields) };
     this.dbs = init.dbs;
     this.settings = init.settings;
     this.onClose = init.onClose;
+  }
+
+  /**
+   * The generation's schema as of the latest commit this process can see: the one it was created with plus the
+   * fields its writer added since (`RwCache.addFields`), so a reader that keeps the generation open sees them. A new
+   * object when it changed, the same one otherwise.
+   */
+  get schema(): CacheSchema {
+    return this.schemaIn();
+  }
+
+  /**
+   * The stored schema entry, read in `transaction` (else the current read snapshot) and decoded only when its bytes
+   * changed since the last read (a comparison of a few hundred bytes: cheap enough for every query).
+   */
+  protected schemaIn(transaction?: ReadContext['transaction']): CacheSchema {
+    if (this.closed) return this.stored.schema;
+    const options = transaction ? { transaction } : undefined;
+    const getFast = this.dbs.meta.getBinaryFast as (key: string, options?: unknown) => Buffer | undefined;
+    const fast = getFast.call(this.dbs.meta, 'schema', options);
+    // Generations written before the entry existed (format 2) have none: their schema is the catalogue's.
+    if (fast === undefined) return this.stored.schema;
+    // A view of exactly the value: the read buffer is larger than its (overridden) length says.
+    const raw = new Uint8Array(fast.buffer, fast.byteOffset, fast.length);
+    if (this.stored.raw?.equals(raw)) return this.stored.schema;
+    const copy = Buffer.from(raw);
+    const entry = this.dbs.meta.get('schema', options) as StoredSchema | undefined;
+    const schema = withAddedFields(this.identity, entry?.addedFields);
+    const same = sameFields(schema, this.stored.schema);
+    this.stored = { raw: copy, schema: same ? this.stored.schema : schema };
+    return this.stored.schema;
   }
 
   /** True once {@link close} was called. */
@@ -110,10 +149,10 @@ export class RoCache implements ReadableCache {
    */
   getJson(given: unknown[]): Buffer | undefined {
     this.assertOpen();
-    const problem = keyProblem(this.schema, given);
+    const problem = keyProblem(this.identity, given);
     if (problem) throw new InvalidQueryError(`Invalid key: ${problem}`, [{ path: 'key', message: problem }]);
     // A timestamp component is looked up in its stored (canonical) form.
-    const key = storedKey(this.schema, given);
+    const key = storedKey(this.identity, given);
     const single = key.length === 1 ? key[0] : undefined;
     if (typeof single === 'number') {
       // Hot path: a numeric key is encoded into a reused buffer (LMDB copies it) and is never truncated.
@@ -124,7 +163,7 @@ export class RoCache implements ReadableCache {
     if (bytes === undefined || !isTruncatedKey(encoded, key.length)) return bytes;
     // Long keys are stored as prefix + hash: make sure this is the record asked for.
     const record = decodeRecord(bytes);
-    const pk = this.schema.primaryKey;
+    const pk = this.identity.primaryKey;
     for (let i = 0; i < pk.length; i++) if (record[pk[i]!] !== key[i]) return undefined;
     return bytes;
   }
@@ -145,8 +184,8 @@ export class RoCache implements ReadableCache {
    */
   query(query: Query | Partial<Query>): QueryResult {
     this.assertOpen();
-    const checked = checkQuery(query, this.schema, this.settings);
-    const page = this.read((ctx) => runQuery(ctx, checked));
+    // Checked against the schema of the snapshot it reads: a field added by that commit is known.
+    const page = this.read((ctx, schema) => runQuery(ctx, checkQuery(query, schema, this.settings)));
     return { records: page.rows.map(fieldsOf), next: page.next, plan: page.plan };
   }
 
@@ -168,8 +207,8 @@ export class RoCache implements ReadableCache {
    */
   queryJson(query: Query | Partial<Query>, frame?: JsonPageFrame): JsonPage {
     this.assertOpen();
-    const checked = checkQuery(query, this.schema, this.settings);
-    return this.read((ctx) => {
+    return this.read((ctx, schema) => {
+      const checked = checkQuery(query, schema, this.settings);
       const state = this.servingState(ctx.transaction);
       const page = runQuery(ctx, checked);
       const json = rowsJson(
@@ -208,8 +247,8 @@ export class RoCache implements ReadableCache {
   /** How many records match `filter`. */
   count(filter: Filter = {}): number {
     this.assertOpen();
-    const checked = checkFilter(filter, this.schema);
-    return this.read((ctx) => {
+    return this.read((ctx, schema) => {
+      const checked = checkFilter(filter, schema);
       if (Object.keys(checked).length === 0) return this.readCommit(ctx.transaction).recordCount;
       return runCount(ctx, checked);
     });
@@ -228,24 +267,28 @@ export class RoCache implements ReadableCache {
     return state ? { ...state, snapshottingDone: [...state.snapshottingDone] } : { ...EMPTY_COMMIT };
   }
 
-  /** Runs `fn` in a fresh read snapshot. */
-  protected read<T>(fn: (ctx: ReadContext) => T): T {
+  /** Runs `fn` in a fresh read snapshot, with the schema of that snapshot. */
+  protected read<T>(fn: (ctx: ReadContext, schema: CacheSchema) => T): T {
     // Start from the latest commit, even one made by another process earlier in this event turn.
     this.dbs.env.root.resetReadTxn();
     const transaction = this.dbs.env.root.useReadTransaction();
     const arena = this.arena;
     arena.reset();
     try {
+      const schema = this.schemaIn(transaction);
       return withArena(arena, () =>
-        fn({
-          arena,
-          dbs: this.dbs,
-          cache: this.name,
-          primaryKey: this.schema.primaryKey,
-          transaction,
-          scanCap: this.settings.scanCap,
-          fields: this.schema.fields,
-        }),
+        fn(
+          {
+            arena,
+            dbs: this.dbs,
+            cache: this.name,
+            primaryKey: schema.primaryKey,
+            transaction,
+            scanCap: this.settings.scanCap,
+            fields: schema.fields,
+          },
+          schema,
+        ),
       );
     } finally {
       transaction.done();
@@ -282,4 +325,9 @@ export class RoCache implements ReadableCache {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
+}
+
+/** Whether two schemas of one generation have the same fields (theirs only grow: same count, same fields). */
+function sameFields(a: CacheSchema, b: CacheSchema): boolean {
+  return Object.keys(a.fields).length === Object.keys(b.fields).length;
 }

@@ -2,8 +2,10 @@ import {
   type ApplyOptions,
   BadRecordError,
   CacheConflictError,
+  type CacheSchema,
   type CommitOptions,
   type CommitState,
+  type FieldType,
   type PipelineCheckpoint,
   PipelineCheckpointSchema,
   parseOrThrow,
@@ -14,7 +16,7 @@ import {
 } from '@sluice/core';
 import { z } from 'zod';
 import { type ResolvePatches, type StagedChange, writeChanges } from './batch-write.js';
-import { dataKey, indexKey } from './cache-dbs.js';
+import { dataKey, indexKey, type StoredSchema } from './cache-dbs.js';
 import { appendChanges, clearChanges, ensureChangeLog, type OldestTransactionMemo } from './change-log.js';
 import { translateWriteError } from './errors.js';
 import {
@@ -30,7 +32,15 @@ import {
 import { mergePatch, patchOf, type RecordPatch } from './patch.js';
 import { decodeRecord, recordSerializer } from './record-json.js';
 import { type CacheHandleInit, RoCache } from './ro-cache.js';
-import { checkRecord, keyOf, keyProblem, storedKey, timestampFieldSet } from './schema.js';
+import {
+  checkRecord,
+  keyOf,
+  keyProblem,
+  newFields,
+  storedKey,
+  timestampFieldSet,
+  withAddedFields,
+} from './schema.js';
 
 /** A staged change of one primary key (see batch-write.ts). */
 type Staged = StagedChange;
@@ -68,11 +78,44 @@ export class RwCache extends RoCache implements WritableCache {
   private writing: Promise<unknown> = Promise.resolve();
   /** The change log's oldest transaction as this writer's last trim found it (so trims do not re-read it). */
   private readonly changeLogMemo: { oldest?: OldestTransactionMemo } = {};
+  /**
+   * The schema records are checked and written with: the stored one plus the fields added and not yet committed
+   * (`pendingFields`, written by the next commit that lands). The only writer knows it without reading it back.
+   */
+  private writerSchema: CacheSchema;
+  private pendingFields: Record<string, FieldType> = {};
 
   constructor(init: CacheHandleInit) {
     super(init);
+    this.writerSchema = withAddedFields(init.schema, init.addedFields);
     ensureChangeLog(this.dbs);
     ensureRunsDb(this.dbs);
+  }
+
+  /** The schema this writer checks records against: the stored one plus the fields added since the last commit. */
+  override get schema(): CacheSchema {
+    return this.writerSchema;
+  }
+
+  /**
+   * Adds fields to the generation's schema (see core's `WritableCache.addFields`): records applied from now on are
+   * checked against them, and the next commit that lands writes them into the stored schema entry in its own
+   * transaction, so readers see them with the records that carry them. The schema's identity (`schemaHash`, the
+   * alias table's copy) is not touched. A commit that fails keeps them for the next one.
+   *
+   * @example
+   * ```ts
+   * cache.addFields({ note: 'string' });
+   * cache.apply([{ op: 'upsert', record: { id: 3, note: 'x' } }]);
+   * await cache.commit(checkpoint);
+   * ```
+   */
+  addFields(fields: Record<string, FieldType>): void {
+    this.assertOpen();
+    const added = newFields(this.writerSchema, fields);
+    if (Object.keys(added).length === 0) return;
+    this.pendingFields = { ...this.pendingFields, ...added };
+    this.writerSchema = withAddedFields(this.writerSchema, added);
   }
 
   /** Number of primary keys with staged, uncommitted changes. */
@@ -286,6 +329,8 @@ export class RwCache extends RoCache implements WritableCache {
     const batch = this.staged;
     this.staged = new Map();
     const transactions = this.takeTransactions();
+    // Fields added so far land with this commit (records applied after them were checked against them).
+    const adding = this.pendingFields;
     this.committing.push(batch);
     try {
       await this.serialized(async () => {
@@ -369,6 +414,13 @@ export class RwCache extends RoCache implements WritableCache {
               Date.now(),
               this.changeLogMemo,
             );
+          if (Object.keys(adding).length > 0) {
+            const stored = this.dbs.meta.get('schema') as StoredSchema;
+            this.dbs.meta.putSync('schema', {
+              ...stored,
+              addedFields: { ...stored.addedFields, ...adding },
+            } satisfies StoredSchema);
+          }
           return {
             ...state,
             ...(fences !== undefined ? { fences } : {}),
@@ -378,6 +430,11 @@ export class RwCache extends RoCache implements WritableCache {
           };
         }, 'commit');
       });
+      // Landed: what was added since this commit began stays pending for the next one.
+      const landed = this.pendingFields;
+      this.pendingFields = {};
+      for (const [name, type] of Object.entries(landed))
+        if (!Object.hasOwn(adding, name)) this.pendingFields[name] = type;
     } catch (err) {
       // A fenced-off writer's batch is dropped: no later commit may publish a stale owner's changes.
       if (SluiceError.hasCode(err, 'STALE_EPOCH')) throw err;

@@ -3,12 +3,14 @@ import {
   type CacheSchema,
   canonicalTimestamp,
   checkKeyAndIndexes,
+  type FieldIssue,
   type FieldType,
   FieldTypeSchema,
   FORBIDDEN_KEYS,
   hashJson,
   isTimestamp,
   parseOrThrow,
+  ValidationError,
 } from '@sluice/core';
 import { z } from 'zod';
 
@@ -19,6 +21,9 @@ const FieldNameSchema = z
   .refine((f) => !f.startsWith('$') && !FORBIDDEN_KEYS.has(f), { message: 'not a valid field name' });
 
 const FieldListSchema = z.array(FieldNameSchema).min(1).max(8);
+
+/** Fields a writer adds to a generation's schema (`RwCache.addFields`). */
+const AddedFieldsSchema = z.record(FieldNameSchema, FieldTypeSchema);
 
 /**
  * The zod schema of a {@link CacheSchema}: every key and index field must be a declared field, of a key type in
@@ -45,6 +50,45 @@ export const CacheSchemaSchema = z
 export function parseCacheSchema(input: unknown): CacheSchema {
   const parsed = parseOrThrow(CacheSchemaSchema, input, 'Invalid cache schema');
   return { fields: { ...parsed.fields }, primaryKey: [...parsed.primaryKey], indexes: parsed.indexes };
+}
+
+/**
+ * A generation's queryable schema: `schema` (its identity, as created) with the fields its writer added since
+ * declared after its own, in the order they came; `schema` itself when none were.
+ *
+ * @example
+ * ```ts
+ * withAddedFields({ fields: { id: 'integer' }, primaryKey: ['id'], indexes: [] }, { note: 'string' });
+ * // { fields: { id: 'integer', note: 'string' }, primaryKey: ['id'], indexes: [] }
+ * ```
+ */
+export function withAddedFields(
+  schema: CacheSchema,
+  added: Readonly<Record<string, FieldType>> | undefined,
+): CacheSchema {
+  if (added === undefined || Object.keys(added).length === 0) return schema;
+  return { ...schema, fields: { ...schema.fields, ...added } };
+}
+
+/**
+ * The fields of `added` that `schema` lacks, checked as a schema's fields are (names, types, at most 512 fields in
+ * all); a name `schema` has with another type is refused too. Throws `VALIDATION_FAILED` with the failing paths.
+ */
+export function newFields(schema: CacheSchema, added: unknown): Record<string, FieldType> {
+  const fields = parseOrThrow(AddedFieldsSchema, added, 'Invalid fields to add');
+  const out: Record<string, FieldType> = {};
+  const issues: FieldIssue[] = [];
+  for (const [name, type] of Object.entries(fields)) {
+    const held = Object.hasOwn(schema.fields, name) ? schema.fields[name] : undefined;
+    if (held === undefined) out[name] = type;
+    else if (held !== type)
+      issues.push({ path: `fields.${name}`, message: `already a field of type ${held}, not ${type}` });
+  }
+  if (Object.keys(schema.fields).length + Object.keys(out).length > 512)
+    issues.push({ path: 'fields', message: 'at most 512 fields' });
+  if (issues.length > 0)
+    throw new ValidationError(`Invalid fields to add: ${issues[0]!.path}: ${issues[0]!.message}`, issues);
+  return out;
 }
 
 /** A stable identifier of an index: its fields joined by ",". */

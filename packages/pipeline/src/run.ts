@@ -31,6 +31,8 @@ export interface RunPipelineOptions {
   saveCheckpoint?: (checkpoint: PipelineCheckpoint) => Promise<void>;
   /** Checked on every record after the processors: values of the wrong type are bad records. */
   fields?: Record<string, FieldType>;
+  /** Told what a branch's source declares its records' field types to be (`ReadOptions.fieldTypes`). */
+  fieldTypes?: (branch: SourceBranch, fields: Record<string, FieldType>) => void;
   commitEveryRecords?: number;
   commitEveryMs?: number;
   /** Largest batch a source reads at once. Default: min(commitEveryRecords, 1000). */
@@ -250,7 +252,13 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
     ...(options.follow === true ? { follow: true } : {}),
     batchSize,
   };
-  const streams = branches.map((b) => b.source.read(positions[b.source.handle] ?? null, readOptions));
+  const { fieldTypes } = options;
+  const streams = branches.map((b) =>
+    b.source.read(
+      positions[b.source.handle] ?? null,
+      fieldTypes ? { ...readOptions, fieldTypes: (fields) => fieldTypes(b, fields) } : readOptions,
+    ),
+  );
   const iterator = mergeSources(streams)[Symbol.asyncIterator]();
   const done = new Set<string>();
   progress.phase = 'snapshotting';

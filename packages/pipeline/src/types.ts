@@ -55,6 +55,12 @@ export interface ReadOptions {
   follow?: boolean;
   /** Upper bound of operations in one batch. */
   batchSize: number;
+  /**
+   * Told the field types of the records the source delivers from now on, as its system declares them (a replicated
+   * table's columns), whenever they may have changed: once as it starts reading, and again when the table gains a
+   * column — before any record that carries it. Sources that cannot tell never call it.
+   */
+  fieldTypes?: (fields: Record<string, FieldType>) => void;
 }
 
 /**

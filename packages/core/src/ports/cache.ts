@@ -237,6 +237,11 @@ export interface ReadableCache extends AsyncDisposable {
   readonly name: string;
   /** The endpoint the generation materializes. */
   readonly endpoint: string;
+  /**
+   * The generation's schema as of its latest commit: the one it was created with, plus any fields its writer
+   * added since ({@link WritableCache.addFields}) — so a reader that has the generation open sees them without
+   * reopening it. A new object whenever it changes (results derived from it can be cached by its identity).
+   */
   readonly schema: CacheSchema;
   /** The record with these primary-key values (in key order), or undefined. */
   get(key: unknown[]): Record<string, unknown> | undefined;
@@ -281,6 +286,21 @@ export interface WritableCache extends ReadableCache {
    * apart — its changes in order, then a commit marker at its position — as if each had been committed alone.
    */
   markTransaction?(positions: Record<string, unknown>): void;
+  /**
+   * Adds fields to the generation's schema: fields its source's records gained while it was being written (a
+   * column added to a replicated table). Records applied from now on are checked against them; readers see them
+   * with the next commit, written in its transaction. They are not part of the schema's identity (its hash, what a
+   * restart compares): a generation that grew is continued like any other. A name already among the fields with
+   * the same type is a no-op; with another type, or an invalid name or type, `VALIDATION_FAILED`.
+   *
+   * @example
+   * ```ts
+   * cache.addFields({ note: 'string' });
+   * cache.apply([{ op: 'upsert', record: { id: 3, note: 'x' } }]);
+   * await cache.commit(checkpoint); // readers can now query `note` (older records read it as null)
+   * ```
+   */
+  addFields?(fields: Record<string, FieldType>): void;
   /** Records that `source` finished its snapshot into this generation. */
   markSnapshottingDone(source: string): Promise<void>;
   /** Deletes every record, the checkpoint and the change log (a rebuild into the same generation). */

@@ -22,6 +22,7 @@ import { ReplicationPositionSchema } from '../sources/replication/position.js';
 import type { StandingGeneration } from '../sources/replication/status.js';
 import { switchHoldReason } from '../switch-gate.js';
 import type { SourceBranch } from '../types.js';
+import { addedFieldsListener } from './added-fields.js';
 import {
   type EndpointRestartPlan,
   type GenerationAssessment,
@@ -286,6 +287,8 @@ export async function startRun(lc: LaunchContext, launch: Launch): Promise<Run> 
     })
     .catch((err) => logger.warn({ err, endpoint: name }, 'could not note the restart decision'));
   await launch.sink.prepare(launch.plan);
+  const checked = { ...launch.cache.schema.fields };
+  const fieldTypes = addedFieldsListener(shape, launch.cache, checked, logger);
   const controller = new AbortController();
   const badRecords = new BadRecordCollector('skip', (report) => {
     logger.warn({ endpoint: name, ...report }, 'bad record');
@@ -301,8 +304,10 @@ export async function startRun(lc: LaunchContext, launch: Launch): Promise<Run> 
     badRecords,
     signal: controller.signal,
     ...(checkpoint ? { saveCheckpoint: (c: PipelineCheckpoint) => checkpoint.save(c) } : {}),
-    // The cache refuses values of another type than its schema's; here they become bad records instead.
-    fields: launch.schema.fields,
+    // The cache refuses values of another type than its schema's; here they become bad records instead. The
+    // generation's own fields (it may have gained some since it was created), and any it gains during the run.
+    fields: checked,
+    ...(fieldTypes !== undefined ? { fieldTypes } : {}),
     ...(lc.commitEveryRecords !== undefined ? { commitEveryRecords: lc.commitEveryRecords } : {}),
     ...(lc.commitEveryMs !== undefined ? { commitEveryMs: lc.commitEveryMs } : {}),
     progress: lc.progress,

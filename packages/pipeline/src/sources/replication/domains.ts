@@ -1,4 +1,8 @@
+import type { FieldType } from '@sluice/core';
 import type pg from 'pg';
+import { setOwnField } from '../../own.js';
+import { fieldTypeOfPg } from '../../pg.js';
+import type { ColumnList } from './setup.js';
 
 /**
  * Every domain type of the database, by OID, mapped to the OID of the type it is finally built on (a domain over a
@@ -26,4 +30,23 @@ export async function domainBaseTypes(client: pg.Client): Promise<Map<number, nu
      SELECT chain.domain, chain.base FROM chain JOIN pg_type t ON t.oid = chain.base WHERE t.typtype <> 'd'`,
   );
   return new Map(result.rows.map((r) => [r.domain, r.base]));
+}
+
+/**
+ * The field types of the records read from `columns` (a position's columns, named by their type OIDs as the catalog
+ * and relation messages give them): a domain column is typed by its base type, as its values are parsed and as a
+ * query's result (what a fresh generation's schema is typed from) names it.
+ *
+ * @example
+ * ```ts
+ * columnFieldTypes([['id', 23, 1], ['n', 16391, 2]], new Map([[16391, 23]])); // { id: 'integer', n: 'integer' }
+ * ```
+ */
+export function columnFieldTypes(
+  columns: ColumnList,
+  baseTypes: ReadonlyMap<number, number>,
+): Record<string, FieldType> {
+  const fields: Record<string, FieldType> = {};
+  for (const [name, oid] of columns) setOwnField(fields, name, fieldTypeOfPg(baseTypes.get(oid) ?? oid));
+  return fields;
 }

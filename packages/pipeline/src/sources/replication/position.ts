@@ -21,7 +21,11 @@ export const ReplicationPositionSchema = z.object({
   lsn: Lsn,
   lastKey: z.array(z.string()).nullable(),
   catchUp: Lsn.nullable(),
-  columns: z.array(z.tuple([z.string(), z.number().int()])),
+  /**
+   * The table's columns the generation knows: name, type OID and `attnum` (absent in checkpoints written before it
+   * was recorded), so a column dropped and added again under the same name and type is told apart (setup.ts).
+   */
+  columns: z.array(z.tuple([z.string(), z.number().int(), z.number().int().optional()])),
   /**
    * The relation OID of the table the generation follows: a table dropped and recreated under the same name is
    * another table (a new generation). Absent in checkpoints written before it was recorded.

@@ -43,8 +43,13 @@ export function transferReplicationName(handle: string): string {
   return `${full.slice(0, 52)}_${hash}`;
 }
 
-/** A table's columns as the source reads them: name and type OID, in attribute order. */
-export type ColumnList = Array<[name: string, typeOid: number]>;
+/**
+ * A table's columns as the source reads them: name, type OID and, where known, `attnum` (the column's identity in
+ * the catalog), in attribute order. A column dropped and added again keeps its name and may keep its type, but is
+ * another column (every row holds its new value, NULL or a default): only the `attnum` tells. Positions written
+ * before it was recorded lack it, and a column is then compared by name and type alone.
+ */
+export type ColumnList = Array<[name: string, typeOid: number, attnum?: number]>;
 
 /** What start-up learnt about the replicated table. */
 export interface TableFacts {
@@ -85,57 +90,94 @@ export async function checkReplicationPrerequisites(
   return { key, columns: await columnsOf(client, table), relation: await relationOidOf(client, table) };
 }
 
-/** The table's live columns (name, type OID) in attribute order. */
+/** The table's live columns (name, type OID, attnum) in attribute order. */
 export async function columnsOf(client: pg.Client, table: string): Promise<ColumnList> {
-  const result = await client.query<{ name: string; oid: number }>(
-    `SELECT attname AS name, atttypid::int AS oid FROM pg_attribute
-      WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
-    [quoteIdent(table)],
-  );
-  return result.rows.map((r) => [r.name, r.oid]);
+  return (await catalogColumns(client, table)).columns;
 }
 
 /**
- * Why `next` cannot continue a cache filled with `previous`'s columns, or null: a column dropped or retyped
- * changes what records mean (new generation); an added column only adds a field (continue) — unless the rows
- * already there read a value for it, which {@link columnsChange} tells as well.
+ * The table's live columns as the catalog has them now (name, type OID, attnum, in attribute order), and the names
+ * of those the rows already there read a value for without a change to stream: added with a default (PostgreSQL
+ * keeps a constant one in the catalog, `atthasmissing`; a volatile one rewrites the table), or given one since.
+ */
+export interface CatalogColumns {
+  columns: ColumnList;
+  filled: ReadonlySet<string>;
+}
+
+/** {@link CatalogColumns} of `table` (one query). */
+export async function catalogColumns(client: pg.Client, table: string): Promise<CatalogColumns> {
+  const result = await client.query<{ name: string; oid: number; attnum: number; filled: boolean }>(
+    `SELECT attname AS name, atttypid::int AS oid, attnum::int AS attnum, (atthasmissing OR atthasdef) AS filled
+       FROM pg_attribute
+      WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+    [quoteIdent(table)],
+  );
+  return {
+    columns: result.rows.map((r) => [r.name, r.oid, r.attnum]),
+    filled: new Set(result.rows.filter((r) => r.filled).map((r) => r.name)),
+  };
+}
+
+/**
+ * Why `next` cannot continue a cache filled with `previous`'s columns, or null: a column dropped, retyped, or
+ * dropped and added again (another `attnum`, compared where both lists know it) changes what records mean (new
+ * generation); an added column only adds a field (continue) — unless the rows already there read a value for it,
+ * which {@link columnsProblem} tells as well.
  */
 export function incompatibleColumns(previous: ColumnList, next: ColumnList): string | null {
-  const now = new Map(next);
-  for (const [name, oid] of previous) {
-    const type = now.get(name);
-    if (type === undefined) return `column "${name}" was dropped`;
+  const now = new Map(next.map((column) => [column[0], column]));
+  for (const [name, oid, attnum] of previous) {
+    const column = now.get(name);
+    if (column === undefined) return `column "${name}" was dropped`;
+    const [, type, nowAttnum] = column;
     if (type !== oid) return `column "${name}" changed type (oid ${oid} → ${type})`;
+    if (attnum !== undefined && nowAttnum !== undefined && attnum !== nowAttnum)
+      return `column "${name}" was dropped and added again (attnum ${attnum} → ${nowAttnum}): every row holds the new column's value, and no change of theirs streams`;
   }
   return null;
 }
 
 /**
- * Why a generation filled with the `known` columns cannot go on with `table` as its catalog says now, or null (one
- * query): a column dropped or retyped ({@link incompatibleColumns}), or one added with a default — that gives every
- * row already there a value without a change to stream (PostgreSQL keeps a constant one in the catalog,
- * `atthasmissing`; a volatile one rewrites the table), so the generation would keep those rows without it. Any
- * default counts (one set after the column was added costs a rebuild that was not needed, never a row).
+ * Why a generation filled with the `known` columns cannot go on with the table as its catalog says now, or null: a
+ * column dropped, retyped or dropped and added again ({@link incompatibleColumns}), or one added with a default —
+ * that gives every row already there a value without a change to stream, so the generation would keep those rows
+ * without it. Any default counts (one set after the column was added costs a rebuild that was not needed, never a
+ * row).
  */
+export function columnsProblem(known: ColumnList, catalog: CatalogColumns): string | null {
+  const changed = incompatibleColumns(known, catalog.columns);
+  if (changed !== null) return changed;
+  const names = new Set(known.map(([name]) => name));
+  const filled = catalog.columns
+    .map(([name]) => name)
+    .filter((name) => catalog.filled.has(name) && !names.has(name));
+  if (filled.length === 0) return null;
+  return `${filled.map((name) => `column "${name}"`).join(', ')} added with a default: the rows already there hold it, and no change of theirs streams`;
+}
+
+/** {@link columnsProblem} of `table` as its catalog says now (one query). */
 export async function columnsChange(
   client: pg.Client,
   table: string,
   known: ColumnList,
 ): Promise<string | null> {
-  const result = await client.query<{ name: string; oid: number; filled: boolean }>(
-    `SELECT attname AS name, atttypid::int AS oid, (atthasmissing OR atthasdef) AS filled FROM pg_attribute
-      WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
-    [quoteIdent(table)],
-  );
-  const changed = incompatibleColumns(
-    known,
-    result.rows.map((r) => [r.name, r.oid]),
-  );
-  if (changed !== null) return changed;
-  const names = new Set(known.map(([name]) => name));
-  const filled = result.rows.filter((r) => r.filled && !names.has(r.name)).map((r) => r.name);
-  if (filled.length === 0) return null;
-  return `${filled.map((name) => `column "${name}"`).join(', ')} added with a default: the rows already there hold it, and no change of theirs streams`;
+  return columnsProblem(known, await catalogColumns(client, table));
+}
+
+/**
+ * `announced` (a relation message's columns: names and types, no `attnum`) with each column's identity: the one the
+ * generation already knows for a known name — so a column dropped and added again since stays noticeable — and
+ * the catalog's for a column it did not know (one just added) or knew without one.
+ */
+export function withAttnums(announced: ColumnList, known: ColumnList, catalog: ColumnList): ColumnList {
+  const knownAttnums = new Map(known.map(([name, , attnum]) => [name, attnum]));
+  const catalogAttnums = new Map(catalog.map(([name, , attnum]) => [name, attnum]));
+  return announced.map(([name, oid]) => {
+    // A position written before attnums were recorded learns them here (as the catalog has them now).
+    const attnum = knownAttnums.get(name) ?? catalogAttnums.get(name);
+    return attnum === undefined ? [name, oid] : [name, oid, attnum];
+  });
 }
 
 /** Creates the publication for `table` if absent, or adds the table to it. True when it created it. */

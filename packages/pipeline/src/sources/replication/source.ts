@@ -7,6 +7,7 @@ import type pg from 'pg';
 import { quoteIdent } from '../../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../../types.js';
 import { SourceConnections } from './connections.js';
+import { columnFieldTypes, domainBaseTypes } from './domains.js';
 import { createHeartbeatTable, DEFAULT_HEARTBEAT_TABLE } from './heartbeat.js';
 import { relationChange, relationOidOf, tableRelation } from './identity.js';
 import { LagTracker, type ReplicationLag } from './lag.js';
@@ -244,6 +245,13 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         const at = normalizeLsn(now.rows[0]!.lsn);
         position = { ...position, catchUp: position.catchUp ? maxLsn(position.catchUp, at) : at };
       }
+    }
+
+    // The records' field types as this read starts (a column may have been added since the schema was resolved, or
+    // while the endpoint was stopped); the stream tells of columns added later.
+    if (readOptions.fieldTypes !== undefined) {
+      const baseTypes = await withClient(domainBaseTypes);
+      readOptions.fieldTypes(columnFieldTypes(position.columns, baseTypes));
     }
 
     if (snapshot !== null) {

@@ -8,14 +8,22 @@ import type { Pgoutput } from 'pg-logical-replication';
 import { quoteIdent } from '../../pg.js';
 import type { ReadOptions, SourceItem } from '../../types.js';
 import type { SourceConnections } from './connections.js';
-import { domainBaseTypes } from './domains.js';
+import { columnFieldTypes, domainBaseTypes } from './domains.js';
 import { writeHeartbeat } from './heartbeat.js';
 import { relationChange, streamedIdentityGap, tableRelation } from './identity.js';
 import { LagTracker } from './lag.js';
 import { compareLsn, normalizeLsn } from './lsn.js';
 import { leafPartitionsOf, partitionsChange, TruncateScope, truncateScope } from './partitions.js';
 import type { ReplicationPosition } from './position.js';
-import { type ColumnList, columnsChange, incompatibleColumns, slotState } from './setup.js';
+import {
+  type ColumnList,
+  catalogColumns,
+  columnsChange,
+  columnsProblem,
+  incompatibleColumns,
+  slotState,
+  withAttnums,
+} from './setup.js';
 import { IDLE, ReplicationStream } from './stream.js';
 import { TransactionAssembler } from './transaction-assembler.js';
 
@@ -74,6 +82,7 @@ export async function* readStream(
   /** When a position-only advance was last committed, and whether a later one still waits for its turn. */
   let positionFlushedAt = 0;
   let positionPending = false;
+  const baseTypes = await connections.withClient(domainBaseTypes);
   const current = new ReplicationStream({
     url: source.url,
     slot,
@@ -81,7 +90,7 @@ export async function* readStream(
     startLsn: position.lsn,
     keepaliveMs: source.keepaliveMs,
     highWater: source.highWater,
-    baseTypes: await connections.withClient(domainBaseTypes),
+    baseTypes,
   });
   live.stream = current;
   current.start();
@@ -224,21 +233,24 @@ export async function* readStream(
             );
           const columns: ColumnList = message.columns.map((c) => [c.name, c.typeOid]);
           const known = new Set(position.columns.map(([name]) => name));
+          // The catalog too (relation messages are rare): a column dropped and added again under its name and type
+          // looks unchanged in the message, and a new column's identity (its attnum) is only there.
+          const catalog = await connections.withClient((client) => catalogColumns(client, table));
           const problem =
-            incompatibleColumns(position.columns, columns) ??
-            (columns.some(([name]) => !known.has(name))
-              ? await connections.withClient((client) => columnsChange(client, table, position.columns))
-              : null);
+            incompatibleColumns(position.columns, columns) ?? columnsProblem(position.columns, catalog);
           if (problem !== null)
             throw new SourceSchemaChangedError(
               `Table ${table}: ${problem}; the endpoint needs a new generation`,
               { details: { table, change: problem } },
             );
           // A leaf's columns are the table's in its own order: only the ones it adds are news.
-          position = {
-            ...position,
-            columns: leaf ? [...position.columns, ...columns.filter(([name]) => !known.has(name))] : columns,
-          };
+          const announced = leaf
+            ? [...position.columns, ...columns.filter(([name]) => !known.has(name))]
+            : columns;
+          position = { ...position, columns: withAttnums(announced, position.columns, catalog.columns) };
+          // A column added (no default: every row already there holds NULL): its records follow this message.
+          if (position.columns.some(([name]) => !known.has(name)))
+            readOptions.fieldTypes?.(columnFieldTypes(position.columns, baseTypes));
           break;
         }
         case 'insert':
