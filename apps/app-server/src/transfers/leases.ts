@@ -2,7 +2,10 @@ import type { CoordinatorState } from './context.js';
 import { stopRun } from './execution.js';
 import { type LocalRun, RunPhase, StopReason } from './local-run.js';
 
-/** Heartbeats a run about to start waits for when its lease ran low meanwhile, before it gives up the run. */
+/**
+ * Heartbeats in a row that may fail to extend a run about to start (the store unreachable) before it gives the run
+ * up. Heartbeats that do extend it never count: the store still lets this instance own it.
+ */
 const CONFIRM_ATTEMPTS = 3;
 
 /**
@@ -52,10 +55,18 @@ export class LeaseKeeper {
   }
 
   /**
-   * Whether a queued run whose lease ran out by this process's clock may start: true once a heartbeat that
-   * began after its claim extended it (the store still lets this instance own it, for a lease from that
-   * heartbeat's start); false when the run was stopped meanwhile (a heartbeat found it fenced) or no heartbeat
-   * could confirm it (the store unreachable).
+   * Whether a queued run whose lease ran low by this process's clock may start: true once a heartbeat that
+   * began after its claim extended it with at least half a lease left (the store still lets this instance own
+   * it, for a lease from that heartbeat's start); false when the run was stopped meanwhile (a heartbeat found it
+   * fenced, a shutdown) or {@link CONFIRM_ATTEMPTS} heartbeats in a row could not extend it (the store
+   * unreachable).
+   *
+   * A heartbeat that extends the run with less than half a lease left (a round trip over half a lease: an
+   * overloaded process or store) says the store still lets this instance own it, so the run keeps waiting for the
+   * next one instead of being given up. Giving it up after a few such heartbeats, with its lease fresh in the
+   * store, made it an orphan that this node (or a peer, told over the backplane that nobody runs it) claimed again
+   * at epoch + 1: a second attempt of a transfer whose owner was alive and held its lease — seen as `attempts` 2
+   * in the 100-concurrent-submits test under load (`test/slow-owner.test.ts`).
    *
    * Why not stop it as the watchdog does a running run: a queued run has written nothing and runs nothing, so
    * there is nothing to stop in time. Stopping it only made it an orphan that the next heartbeat extended and
@@ -63,12 +74,16 @@ export class LeaseKeeper {
    * than the lease, a churn through every queued transfer (BENCHMARKS.md § Issue 15, session 8).
    */
   async confirm(run: LocalRun): Promise<boolean> {
-    for (let attempt = 0; attempt < CONFIRM_ATTEMPTS; attempt++) {
+    let unextended = 0;
+    while (unextended < CONFIRM_ATTEMPTS) {
       if (!run.active || this.#state.closing) return false;
       if (this.hasLeaseToStart(run)) return true;
+      const deadline = run.leaseDeadline;
       await this.heartbeat();
+      // Extended (the deadline moved): the store still lets this instance own it, however slow the round trip.
+      unextended = run.leaseDeadline > deadline ? 0 : unextended + 1;
     }
-    return run.active && this.hasLeaseToStart(run);
+    return run.active && !this.#state.closing && this.hasLeaseToStart(run);
   }
 
   /**
