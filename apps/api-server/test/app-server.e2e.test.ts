@@ -3,32 +3,22 @@
  * and publishes AliasRedirected on NATS; two `sluice-api-server` processes serve it. A blue/green rebuild with
  * changed data (`POST /v1/endpoints/items/rebuild` on the app-server) happens under continuous load.
  */
-import { readFile, rename, writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { freePort, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import {
   fetchJson,
+  ITEMS_COUNT_BY_GEN,
   type SpawnedApiServer,
   spawnApiServer,
   spawnAppServer,
   startLoad,
   switchesOf,
   writeItemsConfig,
+  writeItemsSource,
 } from './helpers.js';
-
-const CATEGORIES = ['a', 'b', 'c'];
-const COUNT_BY_GEN: Record<number, number> = { 1: 400, 2: 450, 3: 420 };
-
-/** Writes generation `gen` of the source file atomically (write + rename), as an upstream export would. */
-async function writeSource(path: string, gen: number): Promise<void> {
-  const lines: string[] = [];
-  for (let id = 1; id <= COUNT_BY_GEN[gen]!; id += 1)
-    lines.push(JSON.stringify({ id, gen, value: id * gen, category: CATEGORIES[id % 3] }));
-  await writeFile(`${path}.tmp`, `${lines.join('\n')}\n`);
-  await rename(`${path}.tmp`, path);
-}
 
 /** The generation and cache an api-server answers a lookup from. */
 async function answer(url: string): Promise<{ cache: string | null; gen: number | null }> {
@@ -43,7 +33,7 @@ describe('api-servers behind a real app-server', () => {
     await using nats = await startNatsServer();
     await using dir = await tempDir('sluice-api-e2e-');
     const source = join(dir.path, 'items.jsonl');
-    await writeSource(source, 1);
+    await writeItemsSource(source, 1);
     const appPort = await freePort();
     const config = await writeItemsConfig(dir.path, { appPort, natsUrl: nats.url, source });
     await using _app = await spawnAppServer(config, dir.path);
@@ -72,10 +62,10 @@ describe('api-servers behind a real app-server', () => {
       concurrency: 32,
       endpoint: 'items',
       ids: 400,
-      countOf: (g) => COUNT_BY_GEN[g]!,
+      countOf: (g) => ITEMS_COUNT_BY_GEN[g]!,
     });
     await waitFor(() => load.stats.requests > 300, { timeoutMs: 20_000, what: 'load to warm up' });
-    await writeSource(source, 2);
+    await writeItemsSource(source, 2);
     const inFlightAtRebuild = load.stats.inFlight;
     const rebuild = await fetchJson(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' });
     expect(rebuild.status).toBe(202);
@@ -121,7 +111,7 @@ describe('api-servers behind a real app-server', () => {
       },
       { timeoutMs: 15_000, what: 'the api-servers to notice NATS is gone' },
     );
-    await writeSource(source, 3);
+    await writeItemsSource(source, 3);
     expect((await fetchJson(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
     await waitFor(
       async () => {
@@ -149,7 +139,7 @@ describe('api-servers behind a real app-server', () => {
     await using nats = await startNatsServer();
     await using dir = await tempDir('sluice-api-e2e-removed-');
     const source = join(dir.path, 'items.jsonl');
-    await writeSource(source, 1);
+    await writeItemsSource(source, 1);
     const appPort = await freePort();
     // A reconcile period far beyond the test's patience: the api-server must learn of the removal otherwise.
     const config = await writeItemsConfig(dir.path, {

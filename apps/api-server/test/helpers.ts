@@ -1,5 +1,5 @@
 import { strictEqual } from 'node:assert';
-import { writeFile } from 'node:fs/promises';
+import { rename, writeFile } from 'node:fs/promises';
 import { Agent, request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -71,6 +71,22 @@ export function writeItemsConfig(
       },
     ],
   });
+}
+
+/** Records per generation of the e2e tests' `items` source ({@link writeItemsSource}). */
+export const ITEMS_COUNT_BY_GEN: Readonly<Record<number, number>> = { 1: 400, 2: 450, 3: 420 };
+
+/**
+ * Writes generation `gen` of the `items` source file atomically (write + rename), as an upstream export would:
+ * ids 1..{@link ITEMS_COUNT_BY_GEN}[gen], each record carrying its `gen`.
+ */
+export async function writeItemsSource(path: string, gen: number): Promise<void> {
+  const categories = ['a', 'b', 'c'];
+  const lines: string[] = [];
+  for (let id = 1; id <= ITEMS_COUNT_BY_GEN[gen]!; id += 1)
+    lines.push(JSON.stringify({ id, gen, value: id * gen, category: categories[id % 3] }));
+  await writeFile(`${path}.tmp`, `${lines.join('\n')}\n`);
+  await rename(`${path}.tmp`, path);
 }
 
 /** Runs `sluice-app-server --config <path>` (working directory `cwd`) as a real child process until it is ready. */

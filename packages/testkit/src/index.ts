@@ -37,5 +37,6 @@ export {
   type SourceWriterOptions,
   startSourceWriter,
 } from './source-writer.js';
+export { startTcpProxy, type TcpProxy } from './tcp-proxy.js';
 export { type TempDir, tempDir } from './temp.js';
 export { sleep, waitFor } from './wait.js';

@@ -89,28 +89,49 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-/** Retries a store call that failed because the store was briefly unreachable. */
-export async function retrying<T>(call: () => Promise<T>): Promise<T> {
+/**
+ * How a store call outlasts an outage longer than its few quick retries: it keeps trying every `intervalMs` while
+ * `keepTrying()` says so, and calls `onLongOutage` once, when the quick retries have run out.
+ */
+export interface OutageWait {
+  intervalMs: number;
+  keepTrying: () => boolean;
+  onLongOutage: (err: unknown) => void;
+}
+
+/**
+ * Retries a store call that failed because the store was briefly unreachable; with `outage`, for as long as it
+ * says, however long the store stays away.
+ */
+export async function retrying<T>(call: () => Promise<T>, outage?: OutageWait): Promise<T> {
   for (let attempt = 0; ; attempt++) {
     try {
       return await call();
     } catch (err) {
-      if (!SluiceError.hasCode(err, 'STORE_UNAVAILABLE') || attempt >= STORE_RETRIES) throw err;
-      await sleep(100 * 2 ** attempt);
+      if (!SluiceError.hasCode(err, 'STORE_UNAVAILABLE')) throw err;
+      if (attempt < STORE_RETRIES) {
+        await sleep(100 * 2 ** attempt);
+        continue;
+      }
+      if (!outage?.keepTrying()) throw err;
+      if (attempt === STORE_RETRIES) outage.onLongOutage(err);
+      await sleep(outage.intervalMs);
     }
   }
 }
 
 /**
- * A fenced transition, retried while the store is unreachable. A retry after a lost reply finds the record
- * already moved (ILLEGAL_TRANSITION from the target state): when the record is in the target state at our
- * epoch, that was our own write and counts as success — never as a failure of the transfer.
+ * A fenced transition, retried while the store is unreachable (with `outage`, as long as it says). A retry after
+ * a lost reply finds the record already moved (ILLEGAL_TRANSITION from the target state): when the record is in
+ * the target state at our epoch, that was our own write and counts as success — never as a failure of the
+ * transfer.
  */
 export async function transitionOnce(
   store: DataPlaneStore,
   id: string,
   epoch: number,
   input: TransitionInput,
+  outage?: OutageWait,
 ): Promise<TransferRecord> {
   let retried = false;
   return retrying(async () => {
@@ -124,5 +145,5 @@ export async function transitionOnce(
       }
       throw err;
     }
-  });
+  }, outage);
 }

@@ -10,7 +10,7 @@ import {
   TransferTerminatedError,
 } from '@sluice/core';
 import { createCheckpointPort } from '@sluice/store';
-import { type CoordinatorState, transitionOnce } from './context.js';
+import { type CoordinatorState, type OutageWait, transitionOnce } from './context.js';
 import { type LocalRun, RunPhase, StopReason } from './local-run.js';
 import type { Ticket } from './scheduler.js';
 
@@ -72,15 +72,31 @@ export async function settleStopped(state: CoordinatorState, run: LocalRun, err:
   await settle(state, run);
 }
 
-/** Records the run's outcome, fenced by its epoch; false when the store refused it (logged). */
+/**
+ * Records the run's outcome, fenced by its epoch; false when the store refused it (logged). A store that stays
+ * unreachable is waited for (the run in `awaiting-store`, every heartbeat interval) until it takes the outcome or
+ * refuses it, or the node shuts down: a run that settled without its outcome left the record IN_PROGRESS and
+ * owned here, and the next heartbeat resumed it as an orphan — a terminated transfer ran again to completion.
+ */
 export async function finish(
   state: CoordinatorState,
   run: LocalRun,
   to: TransferState,
   input: { result?: TransferResult; error?: { code: string; message: string } },
 ): Promise<boolean> {
+  const outage: OutageWait = {
+    intervalMs: state.o.limits.heartbeatMs,
+    keepTrying: () => !state.closing,
+    onLongOutage: (err) => {
+      run.dispatch({ type: 'store-unreachable' });
+      state.o.logger.warn(
+        { transferId: run.id, epoch: run.epoch, err },
+        `store unreachable: ${to} is recorded once it answers again`,
+      );
+    },
+  };
   try {
-    await transitionOnce(state.o.store, run.id, run.epoch, { to, ...input });
+    await transitionOnce(state.o.store, run.id, run.epoch, { to, ...input }, outage);
     state.o.metrics.finished.inc({ state: to });
     return true;
   } catch (err) {

@@ -11,19 +11,26 @@ import {
  *
  * ```text
  * claiming ──claimed──▶ queued ──started──▶ running ──finishing──▶ finishing ──settled──▶ settled
- *    │                    │                                                               ▲
+ *    │                    │                                              │                ▲
+ *    │                    │                                   store-unreachable           │
+ *    │                    │                                              ▼                │
+ *    │                    │                                        awaiting-store ──settled┤
  *    └──claim-failed──────┴──────────────(stopped while nothing runs)───────────────────────┘
  * ```
  *
  * `claiming`: the responder answers for the id but the store has not confirmed the claim (epoch unknown).
  * `queued`: owned at `epoch`, waiting for a slot. `running`: the pipeline executes. `finishing`: the run is
- * recording its outcome (no more stops apply). `settled`: nothing of it remains on this node.
+ * recording its outcome (no more stops apply). `awaiting-store`: the outcome is decided and the work has stopped,
+ * but the store stayed unreachable longer than the quick retries; the run keeps it until the store takes it (or
+ * refuses it), still this node's — its responder answers, so it is neither an orphan to resume here nor a
+ * transfer another node may take over on a "nobody". `settled`: nothing of it remains on this node.
  */
 export const RunPhase = {
   claiming: 'claiming',
   queued: 'queued',
   running: 'running',
   finishing: 'finishing',
+  awaitingStore: 'awaiting-store',
   settled: 'settled',
 } as const;
 export type RunPhase = (typeof RunPhase)[keyof typeof RunPhase];
@@ -46,6 +53,7 @@ export type RunAction =
   | { type: 'claim-failed' }
   | { type: 'started'; request: TransferRequest }
   | { type: 'finishing' }
+  | { type: 'store-unreachable' }
   | { type: 'settled' };
 
 const NEXT: Record<RunAction['type'], { from: readonly RunPhase[]; to: RunPhase }> = {
@@ -53,8 +61,9 @@ const NEXT: Record<RunAction['type'], { from: readonly RunPhase[]; to: RunPhase 
   'claim-failed': { from: [RunPhase.claiming], to: RunPhase.settled },
   started: { from: [RunPhase.queued], to: RunPhase.running },
   finishing: { from: [RunPhase.queued, RunPhase.running], to: RunPhase.finishing },
+  'store-unreachable': { from: [RunPhase.finishing], to: RunPhase.awaitingStore },
   settled: {
-    from: [RunPhase.claiming, RunPhase.queued, RunPhase.running, RunPhase.finishing],
+    from: [RunPhase.claiming, RunPhase.queued, RunPhase.running, RunPhase.finishing, RunPhase.awaitingStore],
     to: RunPhase.settled,
   },
 };
@@ -85,6 +94,9 @@ export class LocalRun {
   readonly controller = new AbortController();
   readonly done: Promise<void>;
   #markDone!: () => void;
+  /** Resolves once the run settled, or once it waits for the store to record its outcome (`awaiting-store`). */
+  readonly stoppedWorking: Promise<void>;
+  #markStoppedWorking!: () => void;
 
   constructor(id: string, hash: string, runnable: TransferRequest | null = null) {
     this.id = id;
@@ -92,6 +104,9 @@ export class LocalRun {
     this.runnable = runnable;
     this.done = new Promise<void>((resolve) => {
       this.#markDone = resolve;
+    });
+    this.stoppedWorking = new Promise<void>((resolve) => {
+      this.#markStoppedWorking = resolve;
     });
   }
 
@@ -127,6 +142,7 @@ export class LocalRun {
         break;
     }
     this.#phase = rule.to;
+    if (rule.to === RunPhase.settled || rule.to === RunPhase.awaitingStore) this.#markStoppedWorking();
     if (rule.to === RunPhase.settled) this.#markDone();
   }
 
@@ -137,7 +153,12 @@ export class LocalRun {
    */
   requestStop(reason: StopReason): RunPhase | null {
     if (this.stopReason !== null) return null;
-    if (this.#phase === RunPhase.finishing || this.#phase === RunPhase.settled) return null;
+    if (
+      this.#phase !== RunPhase.claiming &&
+      this.#phase !== RunPhase.queued &&
+      this.#phase !== RunPhase.running
+    )
+      return null;
     this.stopReason = reason;
     this.controller.abort(new TransferTerminatedError(this.id, { details: { reason } }));
     return this.#phase;

@@ -2,13 +2,14 @@ import {
   BackplaneUnavailableError,
   IllegalTransitionError,
   SluiceError,
+  StoreUnavailableError,
   TransferNotFoundError,
   type TransferRecord,
   type WhoRunsOptions,
 } from '@sluice/core';
 import { type CoordinatorState, type DestinationFenceHold, sleep } from './context.js';
 import { discard, stopRun } from './execution.js';
-import { StopReason } from './local-run.js';
+import { RunPhase, StopReason } from './local-run.js';
 import { type TransferView, transferView } from './view.js';
 
 const ATTEMPTS = 8;
@@ -34,7 +35,13 @@ export async function terminate(state: CoordinatorState, id: string): Promise<Tr
     const local = state.runs.get(id);
     if (local && local.epoch === record.epoch) {
       stopRun(state, local, StopReason.terminate);
-      await local.done;
+      await local.stoppedWorking;
+      // Stopped, but the store is away: the run records its outcome once the store answers (and keeps the
+      // transfer meanwhile, so nothing resumes it); the caller is told so rather than kept waiting.
+      if (local.phase === RunPhase.awaitingStore)
+        throw new StoreUnavailableError(
+          `The transfer store is unavailable: "${id}" has stopped here and records its outcome once the store answers again`,
+        );
       continue;
     }
     const query: WhoRunsOptions = {

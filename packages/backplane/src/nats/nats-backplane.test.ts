@@ -3,10 +3,16 @@ import { fileURLToPath } from 'node:url';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import type { BackplaneStatus, SluiceEvent } from '@sluice/core';
 import { aliasRedirected, SluiceError, snapshottingDone } from '@sluice/core';
-import { capturingLogger, type NatsServerHandle, spawnTs, startNatsServer, waitFor } from '@sluice/testkit';
+import {
+  capturingLogger,
+  type NatsServerHandle,
+  spawnTs,
+  startNatsServer,
+  startTcpProxy,
+  waitFor,
+} from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { countingResponder } from '../../test/helpers.js';
-import { startTcpProxy } from '../../test/tcp-proxy.js';
 import type { NatsBackplaneOptions } from './backplane-options.js';
 import { createNatsBackplane } from './nats-backplane.js';
 

@@ -1,5 +1,5 @@
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import { freePort } from '@sluice/testkit';
+import { freePort } from './ports.js';
 
 /**
  * A TCP proxy in front of a server, to cut one client's network path while the server and other clients carry on
@@ -12,6 +12,19 @@ export interface TcpProxy extends AsyncDisposable {
   restore(): Promise<void>;
 }
 
+/**
+ * Listens on a free port and forwards every connection to `targetPort` on 127.0.0.1. `cut()` drops the connections
+ * and stops listening (the client's reconnects are refused); `restore()` listens again on the same port; dispose
+ * cuts.
+ *
+ * @example
+ * ```ts
+ * await using proxy = await startTcpProxy(nats.port);
+ * // point one process at proxy.url, the others at nats.url
+ * await proxy.cut(); // only that process is partitioned
+ * await proxy.restore();
+ * ```
+ */
 export async function startTcpProxy(targetPort: number, scheme = 'nats'): Promise<TcpProxy> {
   const port = await freePort();
   const sockets = new Set<Socket>();
