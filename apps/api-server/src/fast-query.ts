@@ -14,6 +14,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Filter, QueryLimits } from '@sluice/core';
+import { jsonBodyText } from '@sluice/http';
 import type { CheckpointStamps } from './checkpoint-headers.js';
 import type { EndpointAccess } from './endpoint-access.js';
 import { type FastRoute, leftToFastify, okHeaders } from './fast-route.js';
@@ -111,7 +112,8 @@ export function fastQueryRoute(options: FastQueryOptions): FastRoute {
     let raw: string[];
     let json: Buffer;
     try {
-      const parsed: unknown = JSON.parse(body.toString('utf8'));
+      // Bytes that are not UTF-8 throw here too: fastify's parser then answers them MALFORMED_JSON.
+      const parsed: unknown = JSON.parse(jsonBodyText(body));
       lease = registry.acquire(name);
       const page = queryPage(lease, parsed, rowFilter, limits);
       raw = okHeaders(lease.generation.name, headersOf(page.state), page.json.length);

@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { MalformedJsonError } from '@sluice/core';
 import type { FastifyInstance } from 'fastify';
 import { EMPTY_BODY_MESSAGE } from './normalize.js';
@@ -13,16 +14,40 @@ import { EMPTY_BODY_MESSAGE } from './normalize.js';
 export const JSON_MEDIA_TYPES = ['application/json', /^application\/[a-z0-9.-]+\+json$/] as const;
 
 /**
+ * The text of a JSON body: its bytes decoded as UTF-8, or `MALFORMED_JSON` when they are not UTF-8 — never U+FFFD
+ * read in their place (`Buffer#toString` alone does): JSON text is UTF-8 (RFC 8259 § 8.1), and a replaced byte
+ * changes what a filter means — `{"$ne": "<0xFF>"}` would match every record. A byte order mark is kept, so
+ * JSON.parse refuses it as before. (`isUtf8` is a vectorized check, so the query route's hot path pays ~nothing.)
+ *
+ * @example
+ * ```ts
+ * JSON.parse(jsonBodyText(Buffer.from('{"a":1}'))); // { a: 1 }
+ * jsonBodyText(Buffer.from([0x22, 0xff, 0x22])); // throws MALFORMED_JSON: the body is not valid UTF-8
+ * ```
+ */
+export function jsonBodyText(body: Uint8Array): string {
+  if (!isUtf8(body))
+    throw new MalformedJsonError('The body is not valid UTF-8: JSON text must be UTF-8 (RFC 8259)');
+  return Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8');
+}
+
+/**
  * Parses a JSON body with plain `JSON.parse`: a `"__proto__"` key becomes an ordinary own property, never a
  * prototype, so the route's own parser can refuse reserved keys naming their path instead of a vague
- * "not valid JSON". An empty or malformed body is `MALFORMED_JSON`.
+ * "not valid JSON". An empty or malformed body, or one that is not UTF-8, is `MALFORMED_JSON`.
  */
 function parseJsonBody(
   _request: unknown,
   body: string | Buffer,
   done: (err: Error | null, value?: unknown) => void,
 ): void {
-  const text = typeof body === 'string' ? body : body.toString('utf8');
+  let text: string;
+  try {
+    text = typeof body === 'string' ? body : jsonBodyText(body);
+  } catch (err) {
+    done(err as Error, undefined);
+    return;
+  }
   if (text.trim() === '') {
     done(new MalformedJsonError(EMPTY_BODY_MESSAGE), undefined);
     return;
@@ -40,6 +65,7 @@ function parseJsonBody(
  */
 export function useJsonBodies(app: FastifyInstance, bodyLimit: number): void {
   app.removeAllContentTypeParsers();
+  // As bytes: fastify's `string` decodes leniently (U+FFFD for what is not UTF-8); jsonBodyText refuses it.
   for (const mediaType of JSON_MEDIA_TYPES)
-    app.addContentTypeParser(mediaType, { parseAs: 'string', bodyLimit }, parseJsonBody);
+    app.addContentTypeParser(mediaType, { parseAs: 'buffer', bodyLimit }, parseJsonBody);
 }

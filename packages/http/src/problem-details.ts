@@ -16,6 +16,7 @@ import fp from 'fastify-plugin';
 import { allowedMethods } from './allowed-methods.js';
 import { useJsonBodies } from './json-body.js';
 import { normalizeHttpError } from './normalize.js';
+import { discardUnreadBody } from './unread-body.js';
 
 /** Options of {@link problemDetailsPlugin}. */
 export interface ProblemDetailsOptions {
@@ -72,12 +73,15 @@ function allowOf(error: SluiceError): string[] | undefined {
  * Sends `err` as an RFC 9457 problem: normalized to a Sluice error, status from core's mapping of its code,
  * `www-authenticate: Bearer` on 401, `allow` on 405, `retry-after` when the error carries one. 503s are expected conditions
  * (shutting down, a store or backplane outage) and log a warning without a stack; other 5xx log the error.
+ * A request refused before its body was read has the rest of it thrown away, so the client gets the answer
+ * (`unread-body.ts`).
  */
 function sendProblem(
   err: unknown,
   request: FastifyRequest,
   reply: FastifyReply,
   options: ProblemDetailsOptions,
+  closing = false,
 ): FastifyReply {
   const error = normalizeHttpError(err, {
     contentType: request.headers['content-type'],
@@ -94,6 +98,7 @@ function sendProblem(
   if (allow !== undefined) void reply.header('allow', allow.join(', '));
   const retryAfter = retryAfterOf(error);
   if (retryAfter !== undefined) void reply.header('retry-after', String(retryAfter));
+  discardUnreadBody(request, reply, { closing });
   return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
 }
 
@@ -171,7 +176,7 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
     if (closing) done(new ShuttingDownError());
     else done();
   });
-  app.setErrorHandler((err, request, reply) => sendProblem(err, request, reply, options));
+  app.setErrorHandler((err, request, reply) => sendProblem(err, request, reply, options, closing));
   // No route took the request: a path some route has with another method is that method's 405 (a 404 would send
   // the client looking for another path), anything else 404. Both apps' fast routes below fastify leave every
   // other method to fastify, so this answers for their paths too.
@@ -181,7 +186,7 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
       allow.length > 0
         ? new MethodNotAllowedError(request.method, allow)
         : new NotFoundError(`No route ${request.method} ${pathOf(request.url).slice(0, 256)}`);
-    return sendProblem(error, request, reply, options);
+    return sendProblem(error, request, reply, options, closing);
   });
 }
 
