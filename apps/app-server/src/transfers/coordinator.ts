@@ -2,6 +2,7 @@ import {
   IdempotencyConflictError,
   isTerminal,
   PathNotAccessibleError,
+  type PipelineProgress,
   QueueFullError,
   requestHash,
   ShuttingDownError,
@@ -31,8 +32,10 @@ export { type Submission, submissionReply } from './submission.js';
 
 const WATCHDOG_MS = 20;
 const SUBMIT_PASSES = 8;
-/** Longest a GET waits for another node's owner to report progress (the record is answered either way). */
+/** Longest a GET or a list waits for another node's owner to report progress (the record is answered either way). */
 const PROGRESS_WAIT_MS = 500;
+/** Owners asked for their progress while listing one page of transfers; the page's later running ones show none. */
+const LIST_PROGRESS_ASKS = 100;
 /** How many ids seen stored a node remembers to answer their resends with one read (about 1 MiB at 100-character ids). */
 const RECENT_IDS = 10_000;
 
@@ -305,11 +308,20 @@ export class TransferCoordinator {
   async get(id: string): Promise<TransferView> {
     const record = await this.#state.o.store.get(id);
     if (!record) throw new TransferNotFoundError(id);
+    return transferView(record, await this.#progress(record));
+  }
+
+  /**
+   * The progress of `record`'s run: this node's own, or the one its owner on another node reports (null when it
+   * does not answer in time, runs another epoch, or the transfer is not in progress).
+   */
+  async #progress(record: TransferRecord, remote = true): Promise<PipelineProgress | ProgressView | null> {
     const local = this.#localProgress(record);
-    if (local || record.state !== 'IN_PROGRESS' || record.ownerNodeId === null)
-      return transferView(record, local);
-    if (record.ownerNodeId === this.#state.o.identity.nodeId) return transferView(record, null);
-    return transferView(record, await this.#remoteProgress(record));
+    if (local) return local;
+    if (!remote) return null;
+    if (record.state !== 'IN_PROGRESS' || record.ownerNodeId === null) return null;
+    if (record.ownerNodeId === this.#state.o.identity.nodeId) return null;
+    return this.#remoteProgress(record);
   }
 
   /** The progress the owner of `record`'s epoch reports, or null (no answer in time, another epoch, none sent). */
@@ -335,8 +347,19 @@ export class TransferCoordinator {
       ...(input.cursor !== undefined ? { cursor: input.cursor } : {}),
       ...(input.limit !== undefined ? { limit: input.limit } : {}),
     });
+    // Every running transfer of the page shows its progress, wherever it runs (the console's table lists them all):
+    // the owners are asked at once, so a page waits at most one PROGRESS_WAIT_MS for the slowest.
+    // At most LIST_PROGRESS_ASKS owners' answers per page (a page may hold up to `http.pageSizeMax` records).
+    let asks = 0;
+    const progress = await Promise.all(
+      page.records.map((record) => {
+        const remote = record.state === 'IN_PROGRESS' && asks < LIST_PROGRESS_ASKS;
+        if (remote) asks++;
+        return this.#progress(record, remote);
+      }),
+    );
     return {
-      records: page.records.map((record) => transferView(record, this.#localProgress(record))),
+      records: page.records.map((record, i) => transferView(record, progress[i] ?? null)),
       next: page.next,
     };
   }
