@@ -1,6 +1,7 @@
 import type { Filter, WireQuery } from '@sluice/core';
 import { ClientErrorCode, SluiceClientError } from './errors.js';
 import { openEventStream } from './event-stream.js';
+import { parsePositionHeader, type ReadOptions, readFresh } from './freshness.js';
 import { type HttpTarget, requestJson } from './http.js';
 
 /** A query of the query language, on the wire (core's `WireQuery`: `$filter`, `$order_by`, `$limit`, `$skip` | `$after`). */
@@ -12,6 +13,11 @@ export interface Page<Row> {
   next: string | null;
   /** The cache generation that answered (`sluice-cache`). */
   cache: string | null;
+  /**
+   * What that generation had committed, per replication source (`sluice-position`: source handle → LSN); null for
+   * an endpoint without one. A later read with this as `minPosition` never sees an older state.
+   */
+  position: Record<string, string> | null;
 }
 
 /** What a change feed yields (each `token` is what `changes({ after })` resumes from). */
@@ -87,55 +93,75 @@ export class EndpointClient<Row extends Record<string, unknown> = Record<string,
     return `/v1/endpoints/${encodeURIComponent(this.name)}${suffix}`;
   }
 
-  /** The record with this primary key (values in primary-key order for a composite key), or undefined. */
-  async get(key: unknown | unknown[], options: { signal?: AbortSignal } = {}): Promise<Row | undefined> {
+  /**
+   * The record with this primary key (values in primary-key order for a composite key), or undefined. With
+   * `minPosition`, as of at least that position (read your writes).
+   *
+   * @example
+   * ```ts
+   * // after the application's INSERT … COMMIT, and SELECT pg_current_wal_lsn() → lsn:
+   * const row = await items.get(42, { minPosition: lsn }); // never older than that write
+   * ```
+   */
+  async get(key: unknown | unknown[], options: ReadOptions = {}): Promise<Row | undefined> {
     try {
-      const { body } = await requestJson<Row>(
-        this.target,
-        'GET',
-        this.path(`/records/${keySegment(key)}`),
-        undefined,
-        {},
-        options.signal,
-      );
-      return body;
+      return await readFresh(options, async (headers) => {
+        const { body } = await requestJson<Row>(
+          this.target,
+          'GET',
+          this.path(`/records/${keySegment(key)}`),
+          undefined,
+          headers,
+          options.signal,
+        );
+        return body;
+      });
     } catch (err) {
       if (err instanceof SluiceClientError && err.code === 'RECORD_NOT_FOUND') return undefined;
       throw err;
     }
   }
 
-  /** One page of a query. */
-  async query(query: WireQuery = {}, options: { signal?: AbortSignal } = {}): Promise<Page<Row>> {
-    const { body, headers } = await requestJson<{ records: Row[]; next: string | null }>(
-      this.target,
-      'POST',
-      this.path('/query'),
-      query,
-      {},
-      options.signal,
-    );
-    return { records: body.records, next: body.next, cache: headers.get('sluice-cache') };
+  /** One page of a query (with `minPosition`, as of at least that position). */
+  async query(query: WireQuery = {}, options: ReadOptions = {}): Promise<Page<Row>> {
+    return readFresh(options, async (extra) => {
+      const { body, headers } = await requestJson<{ records: Row[]; next: string | null }>(
+        this.target,
+        'POST',
+        this.path('/query'),
+        query,
+        extra,
+        options.signal,
+      );
+      return {
+        records: body.records,
+        next: body.next,
+        cache: headers.get('sluice-cache'),
+        position: parsePositionHeader(headers.get('sluice-position')),
+      };
+    });
   }
 
-  /** How many records match `filter`. */
-  async count(filter: Filter = {}, options: { signal?: AbortSignal } = {}): Promise<number> {
-    const { body } = await requestJson<{ count: number }>(
-      this.target,
-      'POST',
-      this.path('/count'),
-      { $filter: filter },
-      {},
-      options.signal,
-    );
-    return body.count;
+  /** How many records match `filter` (with `minPosition`, as of at least that position). */
+  async count(filter: Filter = {}, options: ReadOptions = {}): Promise<number> {
+    return readFresh(options, async (headers) => {
+      const { body } = await requestJson<{ count: number }>(
+        this.target,
+        'POST',
+        this.path('/count'),
+        { $filter: filter },
+        headers,
+        options.signal,
+      );
+      return body.count;
+    });
   }
 
   /**
    * Every record matching the query, page by page (`$after`). A walk that crosses a blue/green switch fails
    * with `CURSOR_EXPIRED` (it never skips or repeats silently): start it again.
    */
-  async *scan(query: Omit<WireQuery, '$after' | '$skip'> = {}, options: { signal?: AbortSignal } = {}) {
+  async *scan(query: Omit<WireQuery, '$after' | '$skip'> = {}, options: ReadOptions = {}) {
     let after: string | null = null;
     do {
       const page: Page<Row> = await this.query({ ...query, ...(after ? { $after: after } : {}) }, options);

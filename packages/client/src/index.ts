@@ -19,6 +19,13 @@ export {
   type WireQuery,
 } from './endpoint.js';
 export { ClientErrorCode, type ProblemBody, SluiceClientError } from './errors.js';
+export {
+  DEFAULT_FRESHNESS_TIMEOUT_MS,
+  type MinPosition,
+  minPositionHeader,
+  parsePositionHeader,
+  type ReadOptions,
+} from './freshness.js';
 export type { TokenSource } from './http.js';
 export { readEventStream, type SseMessage } from './sse.js';
 export {

@@ -18,6 +18,39 @@ function apply(into: Map<number, Item>, event: ChangeEvent<Item>): void {
 }
 
 describe('@sluice/client against real servers (Node)', () => {
+  it("read your writes: a read with minPosition waits for the commit that reaches it, across the server's own wait", {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir();
+    await using writer = await startWriter(join(dir.path, 'data'), [item(1)], { lsn: '0/100' });
+    // The server waits 150 ms for a position, then answers 503 POSITION_NOT_REACHED: the client asks again.
+    await using api = await startApi(dir.path, writer.root, { freshnessWaitMs: 150 });
+    const items = createClient({ queryUrl: api.url }).endpoint<Item>('items');
+
+    const first = await items.query({ $limit: 5 });
+    expect(first.position).toEqual({ 'items.source': '0/100' });
+    // Record 2 is written by the commit at 0/300, made ~1 s after the reads are sent (several server waits).
+    const reads = Promise.all([
+      items.get(2, { minPosition: '0/300' }),
+      items.query({ $order_by: { id: 'asc' } }, { minPosition: { 'items.source': '0/300' } }),
+      items.count({}, { minPosition: '0/300' }),
+    ]);
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    await writer.commit([{ op: 'upsert', record: item(2) }], '0/300');
+    const [row, page, count] = await reads;
+    expect(row).toEqual(item(2));
+    expect(page.records.map((r) => r.id)).toEqual([1, 2]);
+    expect(page.position).toEqual({ 'items.source': '0/300' });
+    expect(count).toBe(2);
+    // Without minPosition nothing waits; a position never committed fails once the client's deadline passed.
+    const never = await items
+      .get(1, { minPosition: '0/900', freshnessTimeoutMs: 600 })
+      .catch((e: unknown) => e);
+    expect(never).toMatchObject({ code: 'POSITION_NOT_REACHED', status: 503 });
+    const malformed = await items.get(1, { minPosition: 'not-an-lsn' }).catch((e: unknown) => e);
+    expect(malformed).toMatchObject({ code: 'VALIDATION_FAILED', status: 400 });
+  });
+
   it('endpoint: get, query, count, scan with $after paging, typed errors', async () => {
     await using dir = await tempDir();
     await using writer = await startWriter(

@@ -26,25 +26,39 @@ export interface Writer extends AsyncDisposable {
   readonly root: string;
   readonly manager: CacheManager;
   cache: RwCache;
+  /** Commits `ops`; with `lsn`, the checkpoint names it as a replication source's position (`items.source`). */
   commit(
     ops: Array<{ op: 'upsert'; record: Record<string, unknown> } | { op: 'delete'; key: unknown[] }>,
+    lsn?: string,
   ): Promise<void>;
   rebuild(records: Record<string, unknown>[]): Promise<string>;
 }
 
-export async function startWriter(root: string, records: Record<string, unknown>[]): Promise<Writer> {
+/**
+ * Writes the `items` endpoint in this process. With `options.lsn`, its first commit (and every commit given an
+ * `lsn`) carries a replication source's position, so the api-server answers `sluice-position` and waits for
+ * `sluice-min-position`.
+ */
+export async function startWriter(
+  root: string,
+  records: Record<string, unknown>[],
+  options: { lsn?: string } = {},
+): Promise<Writer> {
   const manager = await openCacheManager(root, { gcGraceMs: 3_600_000 });
   let epoch = 0;
-  const checkpoint = () => ({
+  const checkpoint = (lsn?: string) => ({
     dag: 'client-test',
     epoch: ++epoch,
-    positions: { src: epoch },
+    positions:
+      lsn === undefined
+        ? { src: epoch }
+        : { 'items.source': { capture: 'replication', phase: 'stream', lsn } },
     at: new Date().toISOString(),
   });
   const build = async (rows: Record<string, unknown>[]) => {
     const cache = await manager.create({ endpoint: 'items', schema: ITEMS });
     cache.apply(rows.map((record) => ({ op: 'upsert' as const, record })));
-    await cache.commit(checkpoint());
+    await cache.commit(checkpoint(options.lsn));
     await manager.redirect('items', cache.name);
     return cache;
   };
@@ -52,9 +66,9 @@ export async function startWriter(root: string, records: Record<string, unknown>
     root,
     manager,
     cache: await build(records),
-    async commit(ops) {
+    async commit(ops, lsn) {
       writer.cache.apply(ops, { onConflict: 'overwrite' });
-      await writer.cache.commit(checkpoint());
+      await writer.cache.commit(checkpoint(lsn));
     },
     async rebuild(rows) {
       const old = writer.cache;
