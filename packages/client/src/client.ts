@@ -1,6 +1,7 @@
+import type { CacheSchema, PipelineCheckpoint } from '@sluice/core';
 import { ControlClient } from './control.js';
 import { EndpointClient } from './endpoint.js';
-import type { HttpTarget, TokenSource } from './http.js';
+import { type HttpTarget, requestJson, type TokenSource } from './http.js';
 import { TransfersClient } from './transfers.js';
 
 export interface ClientOptions {
@@ -20,10 +21,40 @@ export interface ClientOptions {
   fetch?: typeof globalThis.fetch;
 }
 
-/** A client of both Sluice HTTP APIs. */
-export interface SluiceClient {
-  /** An endpoint of the query API, typed by its rows. */
+/**
+ * Endpoint name → the type of its records, e.g. the `Endpoints` interface `sluice-client types` writes from the
+ * serving schemas.
+ */
+export type EndpointTypes = object;
+
+/** No endpoint known by name: every `endpoint(name)` takes its row type as a type argument (or is a plain record). */
+export type NoEndpointTypes = Record<never, never>;
+
+/** The record type of endpoint `N` in `E`, when it is a record type. */
+type RowOf<E, N extends keyof E> = E[N] extends Record<string, unknown> ? E[N] : Record<string, unknown>;
+
+/** An endpoint as the query API describes it (`GET /v1/endpoints`): its serving generation and schema. */
+export interface EndpointDescription {
+  name: string;
+  /** The cache generation serving it. */
+  cache: string;
+  /** The alias-table version of its alias. */
+  version: number;
+  checkpoint: PipelineCheckpoint | null;
+  committedAt: string | null;
+  recordCount: number;
+  /** The fields queries may name (the serving generation's, as of its latest commit), its key and indexes. */
+  schema: CacheSchema;
+}
+
+/** A client of both Sluice HTTP APIs; `E` types the endpoints it knows by name (see {@link createClient}). */
+export interface SluiceClient<E extends EndpointTypes = NoEndpointTypes> {
+  /** An endpoint `E` names, typed by its record type there. */
+  endpoint<N extends keyof E & string>(name: N): EndpointClient<RowOf<E, N>>;
+  /** An endpoint of the query API, typed by its rows (`Row` given, or a plain record). */
   endpoint<Row extends Record<string, unknown> = Record<string, unknown>>(name: string): EndpointClient<Row>;
+  /** The endpoints the query API serves to this client's token, with their schemas. */
+  endpoints(options?: { signal?: AbortSignal }): Promise<EndpointDescription[]>;
   /** Transfers of the control API. */
   readonly transfers: TransfersClient;
   /** Endpoints (status, generations, rebuild, promote, rollback, the live stream) and nodes of the control API. */
@@ -46,22 +77,39 @@ function target(
 }
 
 /**
- * Creates a client. Runs in Node 20+ and browsers (fetch and web streams only).
+ * Creates a client. Runs in Node 20+ and browsers (fetch and web streams only). `E` (optional) maps endpoint names
+ * to their record types — generate it from the serving schemas with `sluice-client types` — so
+ * `client.endpoint('items')` is typed without naming the type at each call.
  *
  * @example
  * ```ts
  * import { createClient } from '@sluice/client';
- * const client = createClient({ controlUrl: 'http://localhost:7070', queryUrl: 'http://localhost:8080', token });
- * const items = client.endpoint<{ id: number; value: number }>('items');
+ * import type { Endpoints } from './sluice-types.js'; // npx sluice-client types --url http://localhost:8080 --out src/sluice-types.ts
+ * const client = createClient<Endpoints>({ controlUrl: 'http://localhost:7070', queryUrl: 'http://localhost:8080', token });
+ * const items = client.endpoint('items'); // EndpointClient<Items>
  * console.log(await items.count({ value: { $gte: 10 } }));
+ * const other = client.endpoint<{ id: number; value: number }>('other'); // or name the row type yourself
  * ```
  */
-export function createClient(options: ClientOptions): SluiceClient {
+export function createClient<E extends EndpointTypes = NoEndpointTypes>(
+  options: ClientOptions,
+): SluiceClient<E> {
   const f = options.fetch ?? globalThis.fetch.bind(globalThis);
   const query = target(options.queryUrl, 'queryUrl', options.queryToken ?? options.token, f);
   const control = target(options.controlUrl, 'controlUrl', options.controlToken ?? options.token, f);
   return {
-    endpoint: <Row extends Record<string, unknown>>(name: string) => new EndpointClient<Row>(name, query),
+    endpoint: (name: string) => new EndpointClient(name, query),
+    endpoints: async (opts = {}) => {
+      const { body } = await requestJson<{ endpoints: EndpointDescription[] }>(
+        query,
+        'GET',
+        '/v1/endpoints',
+        undefined,
+        {},
+        opts.signal,
+      );
+      return body.endpoints;
+    },
     transfers: new TransfersClient(control),
     control: new ControlClient(control),
   };

@@ -8,7 +8,14 @@ export type {
   SwitchOutcome,
   SwitchView,
 } from '@sluice/core';
-export { type ClientOptions, createClient, type SluiceClient } from './client.js';
+export {
+  type ClientOptions,
+  createClient,
+  type EndpointDescription,
+  type EndpointTypes,
+  type NoEndpointTypes,
+  type SluiceClient,
+} from './client.js';
 export { ControlClient, type WatchOptions } from './control.js';
 export {
   type ChangeEvent,
@@ -35,3 +42,4 @@ export {
   type TransferView,
   type Wire,
 } from './transfers.js';
+export { type DescribedEndpoint, endpointTypesSource } from './typegen.js';
