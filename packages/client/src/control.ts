@@ -7,7 +7,7 @@ import type {
   SwitchOutcome,
 } from '@sluice/core';
 import { ClientErrorCode, SluiceClientError } from './errors.js';
-import { DEFAULT_IDLE_TIMEOUT_MS, openEventStream } from './event-stream.js';
+import { type ConnectionLoss, DEFAULT_IDLE_TIMEOUT_MS, openEventStream } from './event-stream.js';
 import { type HttpTarget, requestJson } from './http.js';
 
 export interface WatchOptions {
@@ -24,6 +24,11 @@ export interface WatchOptions {
   idleTimeoutMs?: number;
   /** Called after each (re)connection is accepted, before its first event (e.g. to show "live"). */
   onOpen?: () => void;
+  /**
+   * Called when a connection attempt fails or the open connection is lost (`unreachable`, `refused`, `closed`);
+   * the stream reconnects by itself and `onOpen` says when it is up again — so a page can show "not live" between.
+   */
+  onConnectionLost?: (why: ConnectionLoss) => void;
 }
 
 const path = (name: string, suffix: string) => `/v1/endpoints/${encodeURIComponent(name)}${suffix}`;
@@ -140,6 +145,7 @@ export class ControlClient {
       ...(options.signal ? { signal: options.signal } : {}),
       ...(options.backoff ? { backoff: options.backoff } : {}),
       ...(options.onOpen ? { onOpen: options.onOpen } : {}),
+      ...(options.onConnectionLost ? { onConnectionLost: options.onConnectionLost } : {}),
       idleTimeoutMs:
         options.idleTimeoutMs ??
         (options.heartbeatMs === undefined ? DEFAULT_IDLE_TIMEOUT_MS : 3 * options.heartbeatMs),

@@ -1,6 +1,6 @@
 import type { Filter, WireQuery } from '@sluice/core';
 import { ClientErrorCode, SluiceClientError } from './errors.js';
-import { openEventStream } from './event-stream.js';
+import { type ConnectionLoss, openEventStream } from './event-stream.js';
 import { parsePositionHeader, type ReadOptions, readFresh } from './freshness.js';
 import { type HttpTarget, requestJson } from './http.js';
 
@@ -50,6 +50,13 @@ export interface ChangesOptions {
    * heartbeat; 0 = never). A stopped server or a lost network path otherwise leaves the feed waiting forever.
    */
   idleTimeoutMs?: number;
+  /** Called once a connection is accepted (the feed is live again after a loss). */
+  onOpen?: () => void;
+  /**
+   * Called when a connection attempt fails or the open connection is lost (`unreachable`, `refused`, `closed`); the
+   * feed reconnects by itself and resumes from its last token, and `onOpen` says when it is up again.
+   */
+  onConnectionLost?: (why: ConnectionLoss) => void;
 }
 
 /**
@@ -203,7 +210,9 @@ export class EndpointClient<Row extends Record<string, unknown> = Record<string,
       },
       onOpen: () => {
         snapshot = false;
+        options.onOpen?.();
       },
+      ...(options.onConnectionLost ? { onConnectionLost: options.onConnectionLost } : {}),
       decode: (message) => {
         const event = toEvent<Row>(message.event, message.data, message.id);
         if (event === null) return null;

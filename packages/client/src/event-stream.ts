@@ -9,6 +9,12 @@ import { ClientErrorCode, SluiceClientError } from './errors.js';
 import { backoffMs, delay, errorFrom, type HttpTarget, headersFor } from './http.js';
 import { readEventStream, type SseMessage } from './sse.js';
 
+/**
+ * Why a stream's connection is not up: the server could not be reached (or did not answer in time), it answered
+ * the connection with an error, or an open connection ended, broke or went silent.
+ */
+export type ConnectionLoss = 'unreachable' | 'refused' | 'closed';
+
 export interface EventStreamOptions<T> {
   /** Names the stream in errors ("The change feed has no body"). */
   what: string;
@@ -27,6 +33,11 @@ export interface EventStreamOptions<T> {
   beforeConnect?: () => T | null;
   /** Called once a connection is accepted, before its events are read. */
   onOpen?: () => void;
+  /**
+   * Called when a connection attempt fails or an open connection is lost (not when `signal` stops the stream); the
+   * stream then reconnects by itself (or ends, for a refusal retrying cannot fix), and `onOpen` says when it is up.
+   */
+  onConnectionLost?: (why: ConnectionLoss) => void;
   /** Turns one SSE message into what the stream yields; null skips it. Runs while the connection is read. */
   decode: (message: SseMessage) => T | null;
   /**
@@ -119,12 +130,14 @@ export async function* openEventStream<T>(
         });
       } catch {
         if (options.signal?.aborted) return;
+        options.onConnectionLost?.('unreachable');
         await delay(backoffMs(attempt++, initialMs, maxMs), options.signal).catch(() => undefined);
         continue;
       } finally {
         clearTimeout(headersTimer);
       }
       if (!res.ok) {
+        options.onConnectionLost?.('refused');
         const error = await errorFrom(res);
         // Refusals that will not change by retrying (bad token, filter, auth, unknown endpoint) end the stream.
         if (res.status < 500 && res.status !== 429) throw error;
@@ -151,6 +164,7 @@ export async function* openEventStream<T>(
         // the connection broke, or went silent (aborted by the idle watch): reconnect below
       }
       if (options.signal?.aborted) return;
+      options.onConnectionLost?.('closed');
       await delay(backoffMs(attempt++, initialMs, maxMs), options.signal).catch(() => undefined);
     } finally {
       options.signal?.removeEventListener('abort', stop);

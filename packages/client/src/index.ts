@@ -26,6 +26,7 @@ export {
   type WireQuery,
 } from './endpoint.js';
 export { ClientErrorCode, type ProblemBody, SluiceClientError } from './errors.js';
+export type { ConnectionLoss } from './event-stream.js';
 export {
   DEFAULT_FRESHNESS_TIMEOUT_MS,
   type MinPosition,

@@ -137,10 +137,14 @@ describe('@sluice/client against real servers (Node)', () => {
     const local = new Map<number, Item>();
     const events: ChangeEvent<Item>[] = [];
     const controller = new AbortController();
+    // The connection's state as the feed reports it: opened, lost (and why), opened again.
+    const link: string[] = [];
     const consumed = (async () => {
       for await (const event of items.changes({
         signal: controller.signal,
         backoff: { initialMs: 50, maxMs: 500 },
+        onOpen: () => link.push('open'),
+        onConnectionLost: (why) => link.push(why),
       })) {
         events.push(event);
         apply(local, event);
@@ -149,6 +153,7 @@ describe('@sluice/client against real servers (Node)', () => {
     const commits = () => events.filter((e) => e.type === 'commit').length;
     await waitUntil(() => events.some((e) => e.type === 'live'), 'live');
     expect(local.size).toBe(30);
+    expect(link).toEqual(['open']);
 
     await writer.commit([
       { op: 'upsert', record: item(1, 5) },
@@ -162,8 +167,13 @@ describe('@sluice/client against real servers (Node)', () => {
       { op: 'delete', key: [3] },
       { op: 'upsert', record: item(4, 9) },
     ]);
+    // The open connection is lost with the process, then attempts find nothing listening until it is back.
+    await waitUntil(() => link.includes('unreachable'), 'the feed to report the server unreachable');
+    expect(link.slice(0, 3)).toEqual(['open', 'closed', 'unreachable']);
     await api.restart();
     await waitUntil(() => commits() === 3, 'the commits made while the server was down', 60_000);
+    expect(link.at(-1)).toBe('open');
+    expect(link.filter((l) => l === 'open')).toHaveLength(2);
     const tokens = events.flatMap((e) => ('token' in e && e.token ? [e.token] : []));
     expect(new Set(tokens).size).toBe(tokens.length);
     expect(events.filter((e) => e.type === 'reset' || e.type === 'live')).toHaveLength(1);

@@ -12,16 +12,9 @@ export function storeToken(token: string | undefined): void {
   else sessionStorage.setItem(TOKEN_KEY, token);
 }
 
-/**
- * A client of the control API this page was served by (same origin), with the operator's token if any, over
- * `transport` (default: the browser's fetch; the endpoint stream passes one that reports a lost connection).
- */
-export function clientFor(token: string | undefined, transport?: typeof fetch): SluiceClient {
-  return createClient({
-    controlUrl: window.location.origin,
-    ...(token ? { token } : {}),
-    ...(transport ? { fetch: transport } : {}),
-  });
+/** A client of the control API this page was served by (same origin), with the operator's token if any. */
+export function clientFor(token: string | undefined): SluiceClient {
+  return createClient({ controlUrl: window.location.origin, ...(token ? { token } : {}) });
 }
 
 /** The outcome of asking the control API who we are: in, a token needed (or refused), or no answer. */

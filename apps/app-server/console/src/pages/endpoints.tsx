@@ -1,9 +1,14 @@
-import type { EndpointWatchView, GenerationView, SluiceClient, SwitchView } from '@sluice/client';
+import type {
+  ConnectionLoss,
+  EndpointWatchView,
+  GenerationView,
+  SluiceClient,
+  SwitchView,
+} from '@sluice/client';
 import { useEffect, useState } from 'preact/hooks';
 import { count, percent, shortGeneration, when } from '../format.js';
 import { type ActionOutcome, useAction } from '../hooks.js';
 import { clientFor, isUnauthorized, messageOf } from '../session.js';
-import { type StreamLinkLoss, watchStreamLink } from '../stream-link.js';
 
 type StreamState = {
   endpoints: EndpointWatchView[] | null;
@@ -12,7 +17,7 @@ type StreamState = {
 };
 
 /** What the status line says while the stream reconnects after losing its connection. */
-const LOST: Record<StreamLinkLoss, string> = {
+const LOST: Record<ConnectionLoss, string> = {
   unreachable: 'the app-server does not answer; reconnecting…',
   refused: 'the app-server refused the endpoint stream; reconnecting…',
   closed: 'the connection to the app-server was lost; reconnecting…',
@@ -27,16 +32,15 @@ function useEndpointStream(token: string | undefined, onUnauthorized: () => void
   const [state, setState] = useState<StreamState>({ endpoints: null, live: false, error: null });
   useEffect(() => {
     const controller = new AbortController();
-    const transport = watchStreamLink(globalThis.fetch.bind(globalThis), (why) => {
-      if (!controller.signal.aborted) setState((s) => ({ ...s, live: false, error: LOST[why] }));
-    });
-    const client = clientFor(token, transport);
+    const client = clientFor(token);
     void (async () => {
       try {
         for await (const event of client.control.watchEndpoints({
           signal: controller.signal,
           backoff: { initialMs: 250, maxMs: 5_000 },
           onOpen: () => setState((s) => ({ ...s, live: true, error: null })),
+          // Between a lost connection and the next one the picture on the page is stale: say so.
+          onConnectionLost: (why) => setState((s) => ({ ...s, live: false, error: LOST[why] })),
         })) {
           if (event.type === 'endpoints') setState({ endpoints: event.endpoints, live: true, error: null });
         }
