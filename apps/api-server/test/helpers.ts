@@ -4,7 +4,15 @@ import { Agent, request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { resolveConfig, type SwitchOutcome } from '@sluice/core';
-import { type ChildHandle, freePort, spawnTs, waitFor } from '@sluice/testkit';
+import {
+  type ChildHandle,
+  freePort,
+  type NatsServerHandle,
+  spawnTs,
+  startNatsServer,
+  tempDir,
+  waitFor,
+} from '@sluice/testkit';
 import { pino } from 'pino';
 import YAML from 'yaml';
 import { type ApiServer, startApiServer } from '../src/index.js';
@@ -43,8 +51,8 @@ export async function writeConfig(
 
 /**
  * Writes the sluice.yaml of the e2e tests' app-server into `dir`: node `h1` on `appPort`, a SQLite store, NATS at
- * `natsUrl`, and the one endpoint `items` materialized from the JSONL file `source`; `extra` sections are added
- * (e.g. `cache`). Returns its path.
+ * `natsUrl`, and the one endpoint `items` materialized from the JSONL file `source`; `extra` sections are added or
+ * replace the defaults (e.g. `cache`, `api`). Returns its path.
  */
 export function writeItemsConfig(
   dir: string,
@@ -57,10 +65,10 @@ export function writeItemsConfig(
     nats: natsUrl,
     dataDir: join(dir, 'data'),
     files: { roots: [dir] },
-    ...options.extra,
     pipeline: { commitEveryRecords: 100, commitEveryMs: 200 },
     api: { reconcileMs: 2_000 },
     logLevel: 'info',
+    ...options.extra,
     endpoints: [
       {
         name: 'items',
@@ -78,12 +86,16 @@ export const ITEMS_COUNT_BY_GEN: Readonly<Record<number, number>> = { 1: 400, 2:
 
 /**
  * Writes generation `gen` of the `items` source file atomically (write + rename), as an upstream export would:
- * ids 1..{@link ITEMS_COUNT_BY_GEN}[gen], each record carrying its `gen`.
+ * ids 1..`countByGen[gen]` (default {@link ITEMS_COUNT_BY_GEN}), each record carrying its `gen`.
  */
-export async function writeItemsSource(path: string, gen: number): Promise<void> {
+export async function writeItemsSource(
+  path: string,
+  gen: number,
+  countByGen: Readonly<Record<number, number>> = ITEMS_COUNT_BY_GEN,
+): Promise<void> {
   const categories = ['a', 'b', 'c'];
   const lines: string[] = [];
-  for (let id = 1; id <= ITEMS_COUNT_BY_GEN[gen]!; id += 1)
+  for (let id = 1; id <= countByGen[gen]!; id += 1)
     lines.push(JSON.stringify({ id, gen, value: id * gen, category: categories[id % 3] }));
   await writeFile(`${path}.tmp`, `${lines.join('\n')}\n`);
   await rename(`${path}.tmp`, path);
@@ -426,4 +438,94 @@ export function startQuietApiServer(dataDir: string): Promise<ApiServer> {
     logger: pino({ level: 'silent' }),
     watchMs: 50,
   });
+}
+
+/** The app-server's view of the `items` endpoint (an entry of its `GET /v1/endpoints`). */
+export interface ItemsStatus {
+  servingCache: string;
+  buildingCache: string | null;
+  records: number;
+  building?: { records: number } | null;
+  [key: string]: unknown;
+}
+
+/**
+ * One host of the e2e tests: a private nats-server, a temporary directory with the `items` source file (generation
+ * 1), and a real app-server materializing it; api-servers started through it are stopped with it.
+ */
+export interface ItemsHost extends AsyncDisposable {
+  readonly nats: NatsServerHandle;
+  readonly dir: string;
+  /** The JSONL file the endpoint reads. */
+  readonly source: string;
+  /** The host's sluice.yaml (app-server and api-servers). */
+  readonly config: string;
+  readonly appUrl: string;
+  /** Writes generation `gen` of the source file (the host's record counts per generation). */
+  writeSource(gen: number): Promise<void>;
+  /** The app-server's view of `items`. */
+  status(): Promise<ItemsStatus>;
+  /** Starts `count` api-servers on the host's configuration. */
+  startApiServers(count: number): Promise<SpawnedApiServer[]>;
+}
+
+/**
+ * Starts an {@link ItemsHost}: `countByGen` sizes the source per generation (default {@link ITEMS_COUNT_BY_GEN}),
+ * `extra` adds sections to the configuration (e.g. `cache`, or `api` to override the reconcile period).
+ *
+ * @example
+ * ```ts
+ * await using host = await startItemsHost('sluice-api-e2e-');
+ * const [a, b] = await host.startApiServers(2);
+ * ```
+ */
+export async function startItemsHost(
+  prefix: string,
+  options: { countByGen?: Readonly<Record<number, number>>; extra?: Record<string, unknown> } = {},
+): Promise<ItemsHost> {
+  const countByGen = options.countByGen ?? ITEMS_COUNT_BY_GEN;
+  const nats = await startNatsServer();
+  const dir = await tempDir(prefix);
+  const servers: SpawnedApiServer[] = [];
+  let app: ChildHandle | undefined;
+  const dispose = async () => {
+    await Promise.allSettled(servers.map((server) => server[Symbol.asyncDispose]()));
+    await app?.[Symbol.asyncDispose]();
+    await dir[Symbol.asyncDispose]();
+    await nats[Symbol.asyncDispose]();
+  };
+  try {
+    const source = join(dir.path, 'items.jsonl');
+    await writeItemsSource(source, 1, countByGen);
+    const appPort = await freePort();
+    const config = await writeItemsConfig(dir.path, {
+      appPort,
+      natsUrl: nats.url,
+      source,
+      ...(options.extra ? { extra: options.extra } : {}),
+    });
+    app = await spawnAppServer(config, dir.path);
+    const appUrl = `http://127.0.0.1:${appPort}`;
+    return {
+      nats,
+      dir: dir.path,
+      source,
+      config,
+      appUrl,
+      writeSource: (gen) => writeItemsSource(source, gen, countByGen),
+      status: async () =>
+        (await fetchJson(`${appUrl}/v1/endpoints`)).body.endpoints.find(
+          (e: { name: string }) => e.name === 'items',
+        ) as ItemsStatus,
+      startApiServers: async (count) => {
+        const started = await Promise.all(Array.from({ length: count }, () => spawnApiServer(config)));
+        servers.push(...started);
+        return started;
+      },
+      [Symbol.asyncDispose]: dispose,
+    };
+  } catch (err) {
+    await dispose();
+    throw err;
+  }
 }

@@ -4,19 +4,9 @@
  * converges on the alias with no failed request, a change feed resumed by `Last-Event-ID` loses nothing, and
  * readiness says what is down and recovers.
  */
-import { join } from 'node:path';
-import { freePort, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
+import { waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import {
-  fetchJson,
-  ITEMS_COUNT_BY_GEN,
-  type SpawnedApiServer,
-  spawnApiServer,
-  spawnAppServer,
-  startLoad,
-  writeItemsConfig,
-  writeItemsSource,
-} from './helpers.js';
+import { fetchJson, ITEMS_COUNT_BY_GEN, startItemsHost, startLoad } from './helpers.js';
 import { applyFeed, queryAll, SseConnection } from './sse.js';
 
 async function genOf(url: string): Promise<number | null> {
@@ -26,17 +16,9 @@ async function genOf(url: string): Promise<number | null> {
 
 describe('NATS restarted under a host', () => {
   it('nats-server killed and restarted across two rebuilds: api-servers converge with no failed request, a resumed feed loses nothing', async () => {
-    await using nats = await startNatsServer();
-    await using dir = await tempDir('sluice-api-nats-restart-');
-    const source = join(dir.path, 'items.jsonl');
-    await writeItemsSource(source, 1);
-    const appPort = await freePort();
-    const config = await writeItemsConfig(dir.path, { appPort, natsUrl: nats.url, source });
-    await using _app = await spawnAppServer(config, dir.path);
-    const appUrl = `http://127.0.0.1:${appPort}`;
-    const servers: SpawnedApiServer[] = await Promise.all([spawnApiServer(config), spawnApiServer(config)]);
-    await using _a = servers[0]!;
-    await using _b = servers[1]!;
+    await using host = await startItemsHost('sluice-api-nats-restart-');
+    const { nats, appUrl } = host;
+    const servers = await host.startApiServers(2);
     const urls = servers.map((s) => s.url);
     await waitFor(async () => (await Promise.all(urls.map(genOf))).every((g) => g === 1), {
       timeoutMs: 30_000,
@@ -68,20 +50,18 @@ describe('NATS restarted under a host', () => {
     // The subscriber drops off during the outage and comes back later with its last id.
     const lastId = feed.lastId!;
     feed.kill();
-    await writeItemsSource(source, 2);
+    await host.writeSource(2);
     expect((await fetchJson(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
     await waitFor(
       async () => {
-        const items = (await fetchJson(`${appUrl}/v1/endpoints`)).body.endpoints.find(
-          (e: { name: string }) => e.name === 'items',
-        );
+        const items = await host.status();
         return items.buildingCache === null && items.records === 450;
       },
       { timeoutMs: 60_000, what: 'the app-server to switch to generation 2' },
     );
     await nats.start();
     // At once, while the processes may still be reconnecting.
-    await writeItemsSource(source, 3);
+    await host.writeSource(3);
     const second = await fetchJson(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' });
     expect(second.status, JSON.stringify(second.body)).toBe(202);
     await waitFor(async () => (await Promise.all(urls.map(genOf))).every((g) => g === 3), {

@@ -5,52 +5,28 @@
  * generation that served at some point, both api-servers end on the same generation, a restarted api-server
  * serves the generation the alias table names, and the other one never fails a request meanwhile.
  */
-import { rename, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { freePort, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
+import { waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import {
   allAnswerFrom,
   answeringCache,
   fetchJson,
-  type SpawnedApiServer,
   spawnApiServer,
-  spawnAppServer,
+  startItemsHost,
   startLoad,
-  writeItemsConfig,
 } from './helpers.js';
 
 /** Records per version of the source file; version 2 is large enough to still be building when asked again. */
 const COUNT_BY_GEN: Record<number, number> = { 1: 400, 2: 6_000, 3: 420, 4: 430 };
 
-/** Writes version `gen` of the source file atomically (write + rename), as an upstream export would. */
-async function writeSource(path: string, gen: number): Promise<void> {
-  const lines: string[] = [];
-  for (let id = 1; id <= COUNT_BY_GEN[gen]!; id += 1)
-    lines.push(JSON.stringify({ id, gen, value: id * gen, category: ['a', 'b', 'c'][id % 3] }));
-  await writeFile(`${path}.tmp`, `${lines.join('\n')}\n`);
-  await rename(`${path}.tmp`, path);
-}
-
 describe('rebuilt twice in a row, and an api-server killed across a switch', () => {
   it('every response 2xx from a generation that served; both api-servers converge; a restarted one serves the alias target', async () => {
-    await using nats = await startNatsServer();
-    await using dir = await tempDir('sluice-api-rebuild-twice-');
-    const source = join(dir.path, 'items.jsonl');
-    await writeSource(source, 1);
-    const appPort = await freePort();
-    const config = await writeItemsConfig(dir.path, {
-      appPort,
-      natsUrl: nats.url,
-      source,
+    await using host = await startItemsHost('sluice-api-rebuild-twice-', {
+      countByGen: COUNT_BY_GEN,
       extra: { cache: { gcGraceMs: 3_600_000 } },
     });
-    await using _app = await spawnAppServer(config, dir.path);
-    const appUrl = `http://127.0.0.1:${appPort}`;
-    const items = async () =>
-      (await fetchJson(`${appUrl}/v1/endpoints`)).body.endpoints.find(
-        (e: { name: string }) => e.name === 'items',
-      );
+    const { appUrl, config } = host;
+    const items = () => host.status();
     const settledOn = (records: number) =>
       waitFor(
         async () => {
@@ -62,9 +38,7 @@ describe('rebuilt twice in a row, and an api-server killed across a switch', () 
         { timeoutMs: 90_000, what: `the app-server to serve ${records} records` },
       );
     await settledOn(COUNT_BY_GEN[1]!);
-    const servers: SpawnedApiServer[] = await Promise.all([spawnApiServer(config), spawnApiServer(config)]);
-    await using _a = servers[0]!;
-    await using _b = servers[1]!;
+    const servers = await host.startApiServers(2);
     const urls = servers.map((s) => s.url);
 
     const load = startLoad({
@@ -75,14 +49,14 @@ describe('rebuilt twice in a row, and an api-server killed across a switch', () 
       countOf: (g) => COUNT_BY_GEN[g]!,
     });
     await waitFor(() => load.stats.requests > 300, { timeoutMs: 20_000, what: 'load to warm up' });
-    await writeSource(source, 2);
+    await host.writeSource(2);
     expect((await fetchJson(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
     await waitFor(async () => ((await items()).building?.records ?? 0) > 500, {
       timeoutMs: 30_000,
       intervalMs: 5,
       what: 'the first green to be part-built',
     });
-    await writeSource(source, 3);
+    await host.writeSource(3);
     expect((await fetchJson(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
     const final = await settledOn(COUNT_BY_GEN[3]!);
     await waitFor(() => allAnswerFrom(urls, final), {
@@ -111,7 +85,7 @@ describe('rebuilt twice in a row, and an api-server killed across a switch', () 
     });
     await waitFor(() => loadB.stats.requests > 200, { timeoutMs: 20_000, what: 'load on B' });
     expect(await servers[0]!.child.stop('SIGKILL', 10_000)).toEqual({ code: null, signal: 'SIGKILL' });
-    await writeSource(source, 4);
+    await host.writeSource(4);
     expect((await fetchJson(`${appUrl}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
     const fourth = await settledOn(COUNT_BY_GEN[4]!);
     await using restarted = await spawnApiServer(config);

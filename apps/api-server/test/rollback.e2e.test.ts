@@ -4,46 +4,27 @@
  * `sluice-api-server` processes switch on that AliasRedirected exactly as on a rebuild: zero failed requests,
  * every response from one generation.
  */
-import { writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { freePort, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
+import { waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import {
   allAnswerFrom,
   fetchJson,
+  ITEMS_COUNT_BY_GEN,
   moved,
-  type SpawnedApiServer,
-  spawnApiServer,
-  spawnAppServer,
+  startItemsHost,
   startLoad,
   switchesOf,
-  writeItemsConfig,
 } from './helpers.js';
 
-const COUNT = 400;
+const COUNT = ITEMS_COUNT_BY_GEN[1]!;
 
 describe('rollback behind a real app-server', () => {
   it('switches both api-servers back to the previous generation under load with zero failed requests', async () => {
-    await using nats = await startNatsServer();
-    await using dir = await tempDir('sluice-api-rollback-');
-    const source = join(dir.path, 'items.jsonl');
-    const lines: string[] = [];
-    for (let id = 1; id <= COUNT; id += 1)
-      lines.push(JSON.stringify({ id, gen: 1, value: id, category: ['a', 'b', 'c'][id % 3] }));
-    await writeFile(source, `${lines.join('\n')}\n`);
-    const appPort = await freePort();
-    const config = await writeItemsConfig(dir.path, {
-      appPort,
-      natsUrl: nats.url,
-      source,
+    await using host = await startItemsHost('sluice-api-rollback-', {
       extra: { cache: { gcGraceMs: 3_600_000 } },
     });
-    await using _app = await spawnAppServer(config, dir.path);
-    const appUrl = `http://127.0.0.1:${appPort}`;
-    const servingOf = async () =>
-      (await fetchJson(`${appUrl}/v1/endpoints`)).body.endpoints.find(
-        (e: { name: string }) => e.name === 'items',
-      );
+    const { appUrl } = host;
+    const servingOf = () => host.status();
     const blue = (
       await waitFor(async () => ((await servingOf())?.records === COUNT ? servingOf() : null), {
         timeoutMs: 30_000,
@@ -63,10 +44,7 @@ describe('rollback behind a real app-server', () => {
       )
     ).servingCache as string;
 
-    const servers: SpawnedApiServer[] = await Promise.all([spawnApiServer(config), spawnApiServer(config)]);
-    await using _a = servers[0]!;
-    await using _b = servers[1]!;
-    const urls = servers.map((s) => s.url);
+    const urls = (await host.startApiServers(2)).map((s) => s.url);
     await waitFor(() => allAnswerFrom(urls, green), {
       timeoutMs: 30_000,
       what: 'both api-servers to serve green',
