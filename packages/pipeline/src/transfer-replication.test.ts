@@ -5,19 +5,18 @@ import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { type CheckpointPort, type PipelineProgress, SluiceError, type TransferRequest } from '@sluice/core';
 import {
-  type LogicalPostgresHandle,
   perKeyWriteMismatches,
   type SourceWriter,
   spawnTs,
   sql,
-  startLogicalPostgres,
   startNatsServer,
   startSourceWriter,
   tempDir,
   waitFor,
 } from '@sluice/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { memoryCheckpointPort } from '../test/helpers.js';
+import { useLogicalPostgres } from '../test/replication.js';
 import { OP_HEADER } from './sources/jetstream.js';
 import { compareLsn } from './sources/replication/lsn.js';
 import { transferReplicationName } from './sources/replication/setup.js';
@@ -25,13 +24,7 @@ import { discardTransferLeftovers, runTransfer, type TransferContext } from './t
 
 const CHILD = fileURLToPath(new URL('../test/fixtures/transfer-child.ts', import.meta.url));
 
-let server: LogicalPostgresHandle;
-beforeAll(async () => {
-  server = await startLogicalPostgres();
-});
-afterAll(async () => {
-  await server?.[Symbol.asyncDispose]();
-});
+const server = useLogicalPostgres();
 
 const REPLICATION = { keepaliveMs: 200, slotWaitMs: 10_000 };
 

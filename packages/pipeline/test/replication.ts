@@ -4,7 +4,8 @@
  * `sql`).
  */
 import type { WritableCacheCatalog } from '@sluice/core';
-import { sql } from '@sluice/testkit';
+import { type LogicalPostgresHandle, sql, startLogicalPostgres } from '@sluice/testkit';
+import { afterAll, beforeAll } from 'vitest';
 import type { EndpointContext } from '../src/endpoint.js';
 
 /**
@@ -70,4 +71,45 @@ export async function confirmedFlush(url: string, slot: string): Promise<string 
     [slot],
   );
   return rows[0]?.lsn ?? null;
+}
+
+/** The private logical PostgreSQL of one test file (see {@link useLogicalPostgres}). */
+export interface SharedLogicalPostgres {
+  /** The running server (throws before the file's `beforeAll` started it). */
+  readonly handle: LogicalPostgresHandle;
+  /** Creates a fresh database on it and returns its URL. */
+  createDatabase(prefix?: string): Promise<string>;
+  /** Restarts it (same port and data directory). */
+  restart(mode?: 'fast' | 'immediate'): Promise<void>;
+}
+
+/**
+ * Starts a private PostgreSQL with `wal_level=logical` (testkit's `startLogicalPostgres`) before the calling file's
+ * tests and stops it after them. Call at the top level of a test file.
+ *
+ * @example
+ * ```ts
+ * const server = useLogicalPostgres();
+ * it('…', async () => { const url = await server.createDatabase('items'); … });
+ * ```
+ */
+export function useLogicalPostgres(): SharedLogicalPostgres {
+  let server: LogicalPostgresHandle | undefined;
+  beforeAll(async () => {
+    server = await startLogicalPostgres();
+  });
+  afterAll(async () => {
+    await server?.[Symbol.asyncDispose]();
+  });
+  const running = (): LogicalPostgresHandle => {
+    if (server === undefined) throw new Error('the logical PostgreSQL of this test file is not started');
+    return server;
+  };
+  return {
+    get handle() {
+      return running();
+    },
+    createDatabase: (prefix) => running().createDatabase(prefix),
+    restart: (mode) => running().restart(mode),
+  };
 }

@@ -6,20 +6,14 @@
 import { join } from 'node:path';
 import { openCacheManager } from '@sluice/cache';
 import { type EndpointConfig, SluiceError } from '@sluice/core';
-import { type LogicalPostgresHandle, sql, startLogicalPostgres, tempDir, waitFor } from '@sluice/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql, tempDir, waitFor } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
 import { allRecords } from '../../test/helpers.js';
-import { replicationContext } from '../../test/replication.js';
+import { replicationContext, useLogicalPostgres } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 import { createReplicationSource } from './replication/source.js';
 
-let server: LogicalPostgresHandle;
-beforeAll(async () => {
-  server = await startLogicalPostgres();
-});
-afterAll(async () => {
-  await server?.[Symbol.asyncDispose]();
-});
+const server = useLogicalPostgres();
 
 async function start(root: string, url: string, config: EndpointConfig) {
   const caches = await openCacheManager(root);

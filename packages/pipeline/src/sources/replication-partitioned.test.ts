@@ -1,19 +1,13 @@
 import { join } from 'node:path';
 import { openCacheManager } from '@sluice/cache';
 import type { EndpointConfig } from '@sluice/core';
-import { type LogicalPostgresHandle, sql, startLogicalPostgres, tempDir, waitFor } from '@sluice/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sql, tempDir, waitFor } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
 import { allRecords } from '../../test/helpers.js';
-import { cacheRows, replicationContext, tableRows } from '../../test/replication.js';
+import { cacheRows, replicationContext, tableRows, useLogicalPostgres } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 
-let server: LogicalPostgresHandle;
-beforeAll(async () => {
-  server = await startLogicalPostgres();
-});
-afterAll(async () => {
-  await server?.[Symbol.asyncDispose]();
-});
+const server = useLogicalPostgres();
 
 const endpoint: EndpointConfig = {
   name: 'events',

@@ -7,18 +7,12 @@
 import { join } from 'node:path';
 import { type CacheManager, openCacheManager } from '@sluice/cache';
 import type { EndpointConfig } from '@sluice/core';
-import { type LogicalPostgresHandle, sql, startLogicalPostgres, tempDir, waitFor } from '@sluice/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { replicationContext } from '../../test/replication.js';
+import { sql, tempDir, waitFor } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { replicationContext, useLogicalPostgres } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 
-let server: LogicalPostgresHandle;
-beforeAll(async () => {
-  server = await startLogicalPostgres();
-});
-afterAll(async () => {
-  await server?.[Symbol.asyncDispose]();
-});
+const server = useLogicalPostgres();
 
 const ITEMS: EndpointConfig = {
   name: 'items',

@@ -2,32 +2,24 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type CacheManager, openCacheManager } from '@sluice/cache';
 import type { EndpointConfig } from '@sluice/core';
-import {
-  type ChildHandle,
-  type LogicalPostgresHandle,
-  spawnTs,
-  sql,
-  startLogicalPostgres,
-  tempDir,
-  waitFor,
-} from '@sluice/testkit';
+import { type ChildHandle, spawnTs, sql, tempDir, waitFor } from '@sluice/testkit';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { allRecords } from '../../test/helpers.js';
-import { cacheRows, committedLsn, confirmedFlush, tableRows } from '../../test/replication.js';
+import {
+  cacheRows,
+  committedLsn,
+  confirmedFlush,
+  tableRows,
+  useLogicalPostgres,
+} from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 import { compareLsn } from './replication/lsn.js';
 
 const CHILD = fileURLToPath(new URL('../../test/fixtures/replication-child.ts', import.meta.url));
 const SLOT = 'sluice_r1_items_source';
 
-let server: LogicalPostgresHandle;
-beforeAll(async () => {
-  server = await startLogicalPostgres();
-});
-afterAll(async () => {
-  await server?.[Symbol.asyncDispose]();
-});
+const server = useLogicalPostgres();
 
 const endpoint = (fields = true): EndpointConfig =>
   ({

@@ -6,19 +6,13 @@
 import { join } from 'node:path';
 import { openCacheManager } from '@sluice/cache';
 import type { EndpointConfig } from '@sluice/core';
-import { type LogicalPostgresHandle, sql, startLogicalPostgres, tempDir, waitFor } from '@sluice/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { committedLsn, replicationContext } from '../../test/replication.js';
+import { sql, tempDir, waitFor } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { committedLsn, replicationContext, useLogicalPostgres } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 import { compareLsn } from './replication/lsn.js';
 
-let server: LogicalPostgresHandle;
-beforeAll(async () => {
-  server = await startLogicalPostgres();
-});
-afterAll(async () => {
-  await server?.[Symbol.asyncDispose]();
-});
+const server = useLogicalPostgres();
 
 const ITEMS = {
   name: 'items',

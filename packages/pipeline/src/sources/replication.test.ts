@@ -1,15 +1,8 @@
 import { join } from 'node:path';
 import { openCacheManager } from '@sluice/cache';
 import { canonicalTimestamp, type EndpointConfig, parseQuery, SluiceError } from '@sluice/core';
-import {
-  createTestDatabase,
-  type LogicalPostgresHandle,
-  sql,
-  startLogicalPostgres,
-  tempDir,
-  waitFor,
-} from '@sluice/testkit';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, sql, tempDir, waitFor } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
 import { allRecords } from '../../test/helpers.js';
 import {
   createPgValueTypes,
@@ -24,19 +17,14 @@ import {
   confirmedFlush,
   replicationContext,
   tableRows,
+  useLogicalPostgres,
 } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 import { compareLsn } from './replication/lsn.js';
 
 const SLOT = 'sluice_t1_items_source';
 
-let server: LogicalPostgresHandle;
-beforeAll(async () => {
-  server = await startLogicalPostgres();
-});
-afterAll(async () => {
-  await server?.[Symbol.asyncDispose]();
-});
+const server = useLogicalPostgres();
 
 const endpoint = (extra: Partial<EndpointConfig['source']> = {}): EndpointConfig =>
   ({
