@@ -135,7 +135,11 @@ describe('app-server cluster (PostgreSQL + NATS)', { timeout: 90_000 }, () => {
     const started = Date.now();
     const resubmit = await call(`${node('n2').url}/v1/transfers`, { json: body });
     expect(resubmit.status).toBe(202);
-    expect(resubmit.body.resumed).toBe(true);
+    // On failure, say which answer n2 acted on (the reply and its last log lines name the backplane's answer).
+    expect(
+      resubmit.body.resumed,
+      `${JSON.stringify(resubmit.body)}\n${node('n2').child.lines.slice(-5).join('\n')}`,
+    ).toBe(true);
     expect(resubmit.body.owner.nodeId).toBe('n2');
     expect(resubmit.body.epoch).toBe(before.epoch + 1);
     // Taken over at once (NATS answered "nobody"), not after the lease.

@@ -16,6 +16,14 @@ describe('single-node backplane', () => {
     expect(await bp.whoRuns('t1', { timeoutMs: 10 })).toEqual({ status: 'nobody' });
   });
 
+  it('is reachable (nothing to lose) until closed', async () => {
+    const bp = createSingleNodeBackplane({ nodeId: 'solo' });
+    const since = performance.now();
+    expect(bp.reachableSince(since)).toBe(true);
+    await bp.close();
+    expect(bp.reachableSince(since)).toBe(false);
+  });
+
   it('terminates exactly once however many requests arrive', async () => {
     await using bp = createSingleNodeBackplane({ nodeId: 'solo' });
     const responder = countingResponder({ nodeId: 'solo', address: '', epoch: 1 }, { stopMs: 50 });

@@ -283,6 +283,22 @@ export interface Backplane extends EventPublisher, EventSubscriber, AsyncDisposa
   status(): BackplaneStatus;
   /** Called on every status change (for readiness and metrics; and to reconcile after a reconnect). */
   onStatus(listener: (status: BackplaneStatus) => void): () => void;
+  /**
+   * Whether this node's responders have been reachable by its peers without interruption from `since` (a
+   * `performance.now()` instant of this process) until now — so no peer can have been told "nobody" for a
+   * transfer this node served all that time. NATS: connected now, with no drop, reconnect or stale connection
+   * since (the server forgets a connection's subscriptions with it). Direct and single-node: until `close()`.
+   * Cheap (no I/O): an owner asks it before skipping a store round trip on the strength of its responder.
+   *
+   * @example
+   * ```ts
+   * const servedAt = performance.now();
+   * await using registration = await backplane.serve(id, responder);
+   * // … later: nobody can have heard "nobody" for `id` while this holds
+   * if (backplane.reachableSince(servedAt)) skipTheStoreCheck();
+   * ```
+   */
+  reachableSince(since: number): boolean;
   close(): Promise<void>;
 }
 

@@ -15,7 +15,9 @@ export interface CheckpointPortOptions {
   onLeaseRenewed?: (startedAt: number) => void;
   /**
    * Asked by `finishing` when the last step was a successful `save`: true lets it skip the store confirmation
-   * (that save just confirmed the epoch, and the lease it renewed is still fresh enough).
+   * (that save just confirmed the epoch, the lease it renewed is still fresh enough, and no other node can have
+   * taken the transfer since without this one's consent: the app-server also requires that its backplane
+   * responder stayed reachable, `Backplane.reachableSince`, since a peer told "nobody" takes over at once).
    */
   recentlyConfirmed?: () => boolean;
 }

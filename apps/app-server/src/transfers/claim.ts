@@ -77,6 +77,7 @@ async function claimWith(
   };
   try {
     await retireLocal(state, id);
+    run.answeringSince = performance.now();
     run.registration = await backplane.serve(id, {
       report: () => ({
         nodeId: identity.nodeId,

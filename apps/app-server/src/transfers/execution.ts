@@ -155,7 +155,7 @@ export function schedule(
 
 /** The checkpoint port of a run: every write fenced by its epoch, `finishing` refused once it must stop. */
 function checkpointPort(state: CoordinatorState, run: LocalRun, initial: unknown | null): CheckpointPort {
-  const { store, limits } = state.o;
+  const { store, limits, backplane } = state.o;
   return createCheckpointPort(store, run.id, run.epoch, {
     leaseMs: limits.leaseMs,
     initial,
@@ -169,11 +169,19 @@ function checkpointPort(state: CoordinatorState, run: LocalRun, initial: unknown
       run.leaseDeadline = Math.max(run.leaseDeadline, startedAt + limits.leaseMs);
     },
     // The final save just confirmed the epoch in the store, and the lease it renewed still has more than half
-    // its time: a takeover since then is no likelier than one between a fresh check and the publish (another
-    // node takes a live owner's transfer only once its lease expired — the lease watchdog stops this run first —
-    // or once the backplane says nobody runs it, which this run's responder contradicts). One store commit
-    // fewer per transfer; past half the lease — a pause since the save — the store is asked again.
-    recentlyConfirmed: () => performance.now() < run.leaseDeadline - limits.leaseMs / 2,
+    // its time: a takeover since then is no likelier than one between a fresh check and the publish. Another node
+    // takes a live owner's transfer only once its lease expired (the lease watchdog stops this run first), or once
+    // the backplane told it nobody runs it — which this run's responder contradicts only while peers could reach
+    // it: the backplane must have stayed up since the responder was registered (a peer reads this run's epoch
+    // only after that). An owner cut off from NATS still saves through the store, while a peer hears "no
+    // responders", takes the transfer over or terminates it at once; skipping the check there published a
+    // terminated transfer's file (test/finishing-shortcut-partition.test.ts). One store commit fewer per transfer
+    // otherwise; past half the lease — a pause since the save — or after a backplane interruption the store is
+    // asked again.
+    recentlyConfirmed: () =>
+      performance.now() < run.leaseDeadline - limits.leaseMs / 2 &&
+      run.answeringSince !== null &&
+      backplane.reachableSince(run.answeringSince),
   });
 }
 

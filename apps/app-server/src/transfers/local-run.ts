@@ -89,6 +89,12 @@ export class LocalRun {
   /** The request with its paths confined, when the submit that claimed it had confined it (else null). */
   readonly runnable: TransferRequest | null;
   registration: Registration | null = null;
+  /**
+   * Monotonic time (performance.now) from which this run's responder is registered on the backplane: a peer can
+   * ask about the epoch this run claims only later, so while the backplane stayed reachable since then
+   * (`Backplane.reachableSince`) no peer heard "nobody" for it. Null until then.
+   */
+  answeringSince: number | null = null;
   /** Takes the run out of the scheduler's queue while it waits there (its place freed at once); set once scheduled. */
   withdraw: (() => boolean) | null = null;
   readonly controller = new AbortController();

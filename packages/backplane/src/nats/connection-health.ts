@@ -38,6 +38,12 @@ export class ConnectionHealth {
   readonly #status: StatusTracker;
   /** Until when this node's own connection counts as unsettled (it dropped, reconnected or went stale). */
   #unsettledUntil = Number.NEGATIVE_INFINITY;
+  /**
+   * The last moment (`performance.now()`) the connection was interrupted: it dropped, reconnected, went stale or
+   * closed. The server forgets this node's subscriptions with the connection, so peers could be told "no
+   * responders" from then on ({@link reachableSince}).
+   */
+  #interruptedAt = Number.NEGATIVE_INFINITY;
   /** The shared ping on the wire, and the one that follows it for callers that arrived meanwhile ({@link flush}). */
   #inFlight: Promise<boolean> | null = null;
   #next: Promise<boolean> | null = null;
@@ -61,11 +67,13 @@ export class ConnectionHealth {
         switch (s.type) {
           case 'disconnect':
             this.unsettle();
+            this.#interrupted();
             this.#logger.warn({ server: s.server }, 'backplane lost its NATS connection; reconnecting');
             this.#status.set('reconnecting');
             break;
           case 'reconnecting':
             this.unsettle();
+            this.#interrupted();
             this.#backoff.failure();
             this.#status.set('reconnecting');
             break;
@@ -73,17 +81,20 @@ export class ConnectionHealth {
             this.#backoff.reset();
             // Owners that have not reconnected yet cannot answer: "no responders" means nothing for a while.
             this.unsettle();
+            this.#interrupted();
             this.#logger.info({ server: s.server }, 'backplane reconnected to NATS');
             this.#status.set('connected');
             hooks.reconnected();
             break;
           case 'staleConnection':
             this.unsettle();
+            this.#interrupted();
             break;
           case 'error':
             this.#logger.warn({ err: s.error }, 'NATS reported an error');
             break;
           case 'close':
+            this.#interrupted();
             this.#status.set('closed');
             break;
           default:
@@ -108,12 +119,27 @@ export class ConnectionHealth {
 
   /** Marks the status closed for good (the backplane shut down). */
   markClosed(): void {
+    this.#interrupted();
     this.#status.set('closed');
   }
 
   /** Starts (or extends) the settle window from now. */
   unsettle(): void {
     this.#unsettledUntil = Math.max(this.#unsettledUntil, Date.now() + this.#settleMs);
+  }
+
+  /**
+   * Whether the connection has been up without interruption from `since` (a `performance.now()` instant) until
+   * now: the server kept this node's subscriptions all along, so a peer's request for one of them was routed here,
+   * never answered "no responders". A drop, a reconnect, a stale connection or a close at or after `since` — or a
+   * connection not up now — says no.
+   */
+  reachableSince(since: number): boolean {
+    return this.connected() && this.#interruptedAt < since;
+  }
+
+  #interrupted(): void {
+    this.#interruptedAt = performance.now();
   }
 
   /** Connected, and not within the settle window of a drop, reconnect or stale connection. */

@@ -1,6 +1,7 @@
 import type { Msg, NatsConnection, Subscription } from '@nats-io/transport-node';
-import { connect, Empty } from '@nats-io/transport-node';
+import { connect, Empty, RequestError } from '@nats-io/transport-node';
 import type {
+  AliasRedirected,
   Backplane,
   BackplaneStatus,
   Logger,
@@ -29,6 +30,7 @@ import {
   OwnerReplySchema,
   TerminateReplySchema,
 } from '../shared/wire.js';
+import { AliasOutbox } from './alias-outbox.js';
 import { AliasStore } from './alias-store.js';
 import { checkNatsBackplaneOptions, type NatsBackplaneOptions } from './backplane-options.js';
 import { ConnectionHealth } from './connection-health.js';
@@ -40,7 +42,7 @@ import {
 } from './connection-options.js';
 import { NatsEventFanout } from './event-fanout.js';
 import { answerInstanceRequest, answerTransferRequest, type OwnerSide } from './owner-side.js';
-import { classifyFailure, unknownOf } from './request-failure.js';
+import { classifyFailure, type SecondAsk, unknownOf } from './request-failure.js';
 import { Subjects } from './subjects.js';
 
 /** A reply schema of the owner side: a positive reply, or `{ ok: false, error }`. */
@@ -53,6 +55,9 @@ type ReplySchema = z.ZodType<{ ok: true } | { ok: false; error: string }>;
 export type OwnerQueryOptions = WhoRunsOptions;
 
 const encoder = new TextEncoder();
+
+/** Retries of kept alias redirects while NATS is connected but refuses them (e.g. JetStream not ready yet). */
+const ALIAS_RETRY = { initialDelayMs: 100, maxDelayMs: 5_000 };
 
 /**
  * The cluster backplane over NATS. An owner answers on subjects specific to its transfer, so a query for a
@@ -78,6 +83,8 @@ export class NatsBackplane implements Backplane {
   readonly #health: ConnectionHealth;
   readonly #aliases: AliasStore;
   readonly #events: NatsEventFanout;
+  /** Alias redirects not published yet (NATS down, or the alias state not stored), latest per alias. */
+  readonly #outbox: AliasOutbox;
   readonly #ownerSide: OwnerSide;
   readonly #maxBytes: number;
   readonly #timeoutMs: number;
@@ -128,6 +135,12 @@ export class NatsBackplane implements Backplane {
       connected: () => this.#health.connected(),
       flush: () => this.#health.flush(),
     });
+    this.#outbox = new AliasOutbox({
+      send: (event) => this.#sendRedirect(event),
+      connected: () => this.#health.connected(),
+      logger: this.#logger,
+      retry: ALIAS_RETRY,
+    });
     this.#instanceId = options.instanceId;
     if (this.#instanceId !== undefined) {
       nc.subscribe(this.subjects.instanceWildcard(this.#instanceId), {
@@ -138,7 +151,15 @@ export class NatsBackplane implements Backplane {
       });
     }
     this.#statusLoop = this.#health.watch({
-      reconnected: () => void this.#events.replayAliasState(),
+      reconnected: () => {
+        if (this.#outbox.size > 0)
+          this.#logger.info(
+            { kept: this.#outbox.size },
+            'publishing the alias redirects kept while NATS was unreachable',
+          );
+        void this.#outbox.flush();
+        void this.#events.replayAliasState();
+      },
       closing: () => this.#closing !== null,
     });
   }
@@ -285,7 +306,15 @@ export class NatsBackplane implements Backplane {
     try {
       msg = await this.#nc.request(subject, body, { timeout: timeoutMs });
     } catch (err) {
-      const failure = await classifyFailure(this.#health, err, timeoutMs, settled);
+      const askAgain = async (ms: number): Promise<SecondAsk> => {
+        try {
+          await this.#nc.request(subject, body, { timeout: ms });
+          return 'answered';
+        } catch (again) {
+          return again instanceof RequestError && again.isNoResponders() ? 'no-responders' : 'no-answer';
+        }
+      };
+      const failure = await classifyFailure(this.#health, err, timeoutMs, settled, askAgain);
       return failure.nobody ? 'nobody' : unknownOf(failure);
     }
     const reply = decodeJson(msg.data, schema, this.#maxBytes);
@@ -298,11 +327,18 @@ export class NatsBackplane implements Backplane {
     return value as Extract<z.output<S>, { ok: true }>;
   }
 
+  /**
+   * Publishes `event`. An `AliasRedirected` that cannot reach NATS now (disconnected or reconnecting, or its alias
+   * state could not be stored) is kept — the latest per host and alias — and published once NATS is back, in
+   * order; the call then rejects at once with `BACKPLANE_UNAVAILABLE` and `details.deferred: true` (nothing waits
+   * for the reconnect). Other events describe moments and are not kept.
+   */
   async publish(event: SluiceEvent): Promise<void> {
     this.#assertOpen();
     const valid = checkEvent(event);
     const json = JSON.stringify(valid);
     if (Buffer.byteLength(json) > this.#maxBytes) throw new PayloadTooLargeError(this.#maxBytes);
+    if (valid.type === 'AliasRedirected') return this.#publishRedirect(valid);
     if (!this.#health.connected()) {
       throw new BackplaneUnavailableError(`Cannot publish ${valid.type}: NATS is ${this.#health.status()}`);
     }
@@ -311,17 +347,45 @@ export class NatsBackplane implements Backplane {
     } catch (err) {
       throw new BackplaneUnavailableError(`Cannot publish ${valid.type}`, { cause: err });
     }
-    if (valid.type === 'AliasRedirected') {
-      try {
-        await this.#aliases.put(valid);
-      } catch (err) {
-        throw new BackplaneUnavailableError(
-          `Published ${valid.type} for "${valid.alias}" but could not store it in KV bucket ${this.kvBucket}`,
-          { cause: err },
-        );
-      }
-    } else if (!(await this.#health.flush())) {
+    if (!(await this.#health.flush())) {
       throw new BackplaneUnavailableError(`Cannot confirm that ${valid.type} reached NATS`);
+    }
+  }
+
+  /**
+   * Through the outbox, behind any redirect kept before it (so one alias's redirects reach NATS in order);
+   * resolves once this one (or a newer one of its alias) is published and stored.
+   */
+  async #publishRedirect(event: AliasRedirected): Promise<void> {
+    this.#outbox.keep(event);
+    await this.#outbox.flush();
+    if (!this.#outbox.holds(event)) return;
+    const why = this.#health.connected()
+      ? `its alias state could not be stored in KV bucket ${this.kvBucket}`
+      : `NATS is ${this.#health.status()}`;
+    throw new BackplaneUnavailableError(
+      `Cannot publish AliasRedirected for "${event.alias}" now (${why}); kept, and published once NATS takes it`,
+      { details: { deferred: true, alias: event.alias, to: event.to }, cause: this.#outbox.lastError },
+    );
+  }
+
+  /** Publishes one redirect on its host's subject and stores it as its alias's latest state (what the outbox sends). */
+  async #sendRedirect(event: AliasRedirected): Promise<void> {
+    if (!this.#health.connected()) {
+      throw new BackplaneUnavailableError(`Cannot publish AliasRedirected: NATS is ${this.#health.status()}`);
+    }
+    try {
+      this.#nc.publish(this.subjects.eventOf(event), JSON.stringify(event));
+    } catch (err) {
+      throw new BackplaneUnavailableError('Cannot publish AliasRedirected', { cause: err });
+    }
+    try {
+      await this.#aliases.put(event);
+    } catch (err) {
+      throw new BackplaneUnavailableError(
+        `Published AliasRedirected for "${event.alias}" but could not store it in KV bucket ${this.kvBucket}`,
+        { cause: err },
+      );
     }
   }
 
@@ -353,6 +417,11 @@ export class NatsBackplane implements Backplane {
     return this.#health.onStatus(listener);
   }
 
+  /** No drop, reconnect or stale connection since `since`, and connected now (the server kept this node's subscriptions). */
+  reachableSince(since: number): boolean {
+    return this.#health.reachableSince(since);
+  }
+
   /** Drains: in-flight messages are handled and pending publishes flushed, then the connection closes. */
   close(): Promise<void> {
     this.#closing ??= this.#shutdown();
@@ -360,6 +429,7 @@ export class NatsBackplane implements Backplane {
   }
 
   async #shutdown(): Promise<void> {
+    await this.#flushKeptRedirects();
     // Responders stay registered while draining, so queries already routed here are still answered.
     if (!this.#nc.isClosed()) {
       try {
@@ -381,6 +451,28 @@ export class NatsBackplane implements Backplane {
     this.#events.clear();
     await this.#statusLoop;
     this.#health.markClosed();
+  }
+
+  /**
+   * On close: one last try (within the operation timeout) to publish the redirects still kept; what remains is
+   * lost with this process and said so (api-servers still reconcile from the alias table).
+   */
+  async #flushKeptRedirects(): Promise<void> {
+    if (this.#outbox.size > 0 && this.#health.connected()) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        this.#outbox.flush(),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, this.#timeoutMs);
+        }),
+      ]).finally(() => clearTimeout(timer));
+    }
+    const dropped = this.#outbox.close();
+    if (dropped.length > 0)
+      this.#logger.warn(
+        { redirects: dropped.map((e) => ({ host: e.host, alias: e.alias, to: e.to })) },
+        'closing with alias redirects never published to NATS; readers catch up from the alias table',
+      );
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -74,6 +74,16 @@ export abstract class LocalBackplane implements Backplane {
     return this.#status.on(listener);
   }
 
+  /**
+   * Until `close()`, whatever `since`: there is no connection to lose. The direct strategy's peers hear "nobody"
+   * only from a refused connection (nothing listens at this node's address: its process is gone) or from a 404 of
+   * its routes (the registry has no such transfer, which `close()` empties); the single-node strategy is asked by
+   * this process only.
+   */
+  reachableSince(_since: number): boolean {
+    return !this.closed;
+  }
+
   async close(): Promise<void> {
     if (this.#status.get() === 'closed') return;
     this.#status.set('closed');

@@ -58,7 +58,8 @@ export interface CacheSink extends PipelineSink {
 
 /**
  * Publishes `AliasRedirected` for a move the caller made; a publish failure is logged, never thrown (readers also
- * reconcile from the alias table, so a lost event delays them, never misleads them).
+ * reconcile from the alias table, so a lost event delays them, never misleads them). A backplane that kept the
+ * redirect to publish once it reconnects (`details.deferred`) has not lost it: that is said at `info`.
  */
 export async function announceRedirect(
   events: EventPublisher | undefined,
@@ -80,7 +81,12 @@ export async function announceRedirect(
   try {
     await events.publish(aliasRedirected(move));
   } catch (err) {
-    logger.warn({ err, endpoint: move.alias }, 'could not publish AliasRedirected');
+    if (SluiceError.isInstance(err) && err.details?.deferred === true)
+      logger.info(
+        { endpoint: move.alias, reason: err.message },
+        'AliasRedirected kept by the backplane; published once NATS takes it',
+      );
+    else logger.warn({ err, endpoint: move.alias }, 'could not publish AliasRedirected');
   }
 }
 
