@@ -134,6 +134,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
         // One subscription answers for every transfer this process claims: a claim costs no NATS round trip.
         instanceId,
         logger: log,
+        // Started together with NATS (a compose file, a rebooted host): wait for it rather than exit.
+        connectWaitMs: config.backplane.connectWaitMs,
       });
     } else if (kind === 'single') {
       backplane = createSingleNodeBackplane({ nodeId, logger: log });

@@ -43,6 +43,12 @@ export interface NatsBackplaneOptions {
   maxMessageBytes?: number;
   /** Upper bound of JetStream calls and of flushes (default 5000 ms). */
   operationTimeoutMs?: number;
+  /**
+   * How long the first connection is retried while NATS cannot be reached (refused, timed out, not resolvable),
+   * logging each wait — a node started together with its NATS server (a compose file, a rebooted host) waits for it
+   * instead of exiting. Errors retrying cannot fix (credentials, TLS) fail at once. Default 0: fail at once.
+   */
+  connectWaitMs?: number;
 }
 
 /** Refuses invalid names (`CONFIG_INVALID`, naming the option) and returns the KV bucket to use. */

@@ -481,8 +481,9 @@ export class NatsBackplane implements Backplane {
 }
 
 /**
- * Connects to NATS and returns the cluster backplane. The first connection must succeed (bad credentials or an
- * unreachable server fail here with `BACKPLANE_UNAVAILABLE`); after that it reconnects forever with backoff.
+ * Connects to NATS and returns the cluster backplane. The first connection must succeed — retried for up to
+ * `connectWaitMs` while the server cannot be reached; bad credentials, or an unreachable server past that, fail
+ * here with `BACKPLANE_UNAVAILABLE` —; after that it reconnects forever with backoff.
  *
  * @example
  * ```ts
@@ -496,13 +497,7 @@ export async function createNatsBackplane(options: NatsBackplaneOptions): Promis
   const policy: ReconnectPolicy = { ...DEFAULT_RECONNECT, ...options.reconnect };
   const backoff = new Backoff(policy);
   const connectionOptions = natsConnectionOptions(options.nats, `sluice:${options.nodeId}`, backoff);
-  let nc: NatsConnection;
-  try {
-    nc = await connect(connectionOptions);
-  } catch (err) {
-    if (SluiceError.isInstance(err)) throw err;
-    throw new BackplaneUnavailableError(`Cannot connect to NATS: ${(err as Error).message}`, { cause: err });
-  }
+  const nc = await firstConnection(connectionOptions, options);
   const settleMs = options.reconnectSettleMs ?? 2 * policy.maxDelayMs + 500;
   const backplane = new NatsBackplane(nc, { ...options, backoff, settleMs, bucket });
   // The instance's subscription must be known to the server before the first serve() resolves (a claim's record
@@ -512,4 +507,38 @@ export async function createNatsBackplane(options: NatsBackplaneOptions): Promis
     throw new BackplaneUnavailableError('NATS did not confirm the instance subscription');
   }
   return backplane;
+}
+
+/** Connect failures that waiting may cure: nothing listens (yet), no answer, a name not resolvable (yet). */
+const UNREACHABLE =
+  /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|refused|timeout/i;
+
+/**
+ * The first connection, retried (1 s apart, each wait logged) for up to `options.connectWaitMs` while NATS cannot be
+ * reached; anything else — credentials, TLS, a bad URL — fails at once with `BACKPLANE_UNAVAILABLE`.
+ */
+async function firstConnection(
+  connectionOptions: ReturnType<typeof natsConnectionOptions>,
+  options: NatsBackplaneOptions,
+): Promise<NatsConnection> {
+  const waitMs = options.connectWaitMs ?? 0;
+  const deadline = Date.now() + waitMs;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await connect(connectionOptions);
+    } catch (err) {
+      if (SluiceError.isInstance(err)) throw err;
+      const message = (err as Error).message ?? String(err);
+      const left = deadline - Date.now();
+      if (!UNREACHABLE.test(`${(err as NodeJS.ErrnoException).code ?? ''} ${message}`) || left <= 0) {
+        const waited = waitMs > 0 && attempt > 1 ? ` (tried for ${Math.round(waitMs / 1000)} s)` : '';
+        throw new BackplaneUnavailableError(`Cannot connect to NATS: ${message}${waited}`, { cause: err });
+      }
+      options.logger?.warn(
+        { attempt, err: message, waitingMs: left },
+        'NATS is not reachable yet; waiting for it (backplane.connectWaitMs)',
+      );
+      await new Promise((resolve) => setTimeout(resolve, Math.min(1_000, left)));
+    }
+  }
 }
