@@ -44,11 +44,11 @@ void runCli({
         },
       );
   },
-  start: async ({ config, warnings }) => {
+  start: async ({ config, warnings }, _flags, stopping) => {
     nodeId = config.node.id;
     // Loaded after the configuration is valid: a bad file fails fast, without loading the whole node.
     const { startNode } = await import('./node.js');
-    return startNode(config, { configWarnings: warnings });
+    return startNode(config, { configWarnings: warnings, stopping });
   },
   graceMs: ({ config }) => config.transfers.shutdownGraceMs,
   portHint: 'node.port (SLUICE_PORT)',

@@ -49,6 +49,8 @@ export interface StartNodeOptions {
   cwd?: string;
   /** What the configuration's parse warned about (keys that moved): logged once at start. */
   configWarnings?: ReadonlyArray<ConfigWarning>;
+  /** Aborted to give up a start that waits (for NATS, `backplane.connectWaitMs`): a signal arrived meanwhile. */
+  stopping?: AbortSignal;
 }
 
 /** An HS256 JWT this node presents to its peers' internal routes when auth is JWT-only. */
@@ -136,6 +138,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
         logger: log,
         // Started together with NATS (a compose file, a rebooted host): wait for it rather than exit.
         connectWaitMs: config.backplane.connectWaitMs,
+        ...(options.stopping ? { signal: options.stopping } : {}),
       });
     } else if (kind === 'single') {
       backplane = createSingleNodeBackplane({ nodeId, logger: log });

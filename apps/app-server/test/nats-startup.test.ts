@@ -3,9 +3,9 @@
  * waits for NATS (`backplane.connectWaitMs`) instead of exiting, and says so in its log.
  */
 import { join } from 'node:path';
-import { createTestDatabase, startNatsServer, tempDir } from '@sluice/testkit';
+import { createTestDatabase, spawnTs, startNatsServer, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, startNodeProcess } from './helpers.js';
+import { BIN, call, startNodeProcess } from './helpers.js';
 
 describe('NATS not up yet when the app-server starts', () => {
   it('defect: an app-server started a moment before its NATS server exited at once with BACKPLANE_UNAVAILABLE', {
@@ -41,6 +41,14 @@ describe('NATS not up yet when the app-server starts', () => {
     expect(node.child.output()).toMatch(/NATS is not reachable yet; waiting for it/);
     const ready = await call(`${node.url}/readyz`);
     expect(ready.status).toBe(200);
+    await node[Symbol.asyncDispose]();
+
+    // Stopped (SIGTERM) while it waits: it gives up the wait and exits 0 at once, nothing having started.
+    await nats.stop();
+    const waiting = spawnTs(BIN, ['--config', join(node.spec.dir, 'sluice.yaml')], { cwd: node.spec.dir });
+    await waiting.waitForLine(/NATS is not reachable yet; waiting for it/, 30_000);
+    expect(await waiting.stop('SIGTERM', 10_000)).toEqual({ code: 0, signal: null });
+    expect(waiting.output()).toMatch(/stopped by SIGTERM before it had started/);
 
     // connectWaitMs 0: the old behaviour, for an operator who wants a supervisor to retry instead.
     await nats.stop();

@@ -56,8 +56,11 @@ export interface RunCliOptions<Loaded extends { config: unknown }, Flags extends
     env: NodeJS.ProcessEnv;
     cwd: string;
   }) => Loaded | Promise<Loaded>;
-  /** Starts the program once its configuration is valid. */
-  start: (loaded: Loaded, flags: Flags) => Promise<Running>;
+  /**
+   * Starts the program once its configuration is valid. `stopping` aborts when a signal arrives before the start finished: a start that waits (for
+   * a server to come up) gives up then, and its rejection ends the process with 0 — it was asked to stop.
+   */
+  start: (loaded: Loaded, flags: Flags, stopping: AbortSignal) => Promise<Running>;
   /** The program's own shutdown grace (ms); it is forced out {@link FORCED_EXIT_MARGIN_MS} after that. */
   graceMs: number | ((loaded: Loaded) => number);
   /** What to change when the listen port is taken, e.g. `api.port (SLUICE_API_PORT, --port)`. */
@@ -190,6 +193,7 @@ async function serve<Loaded extends { config: unknown }, Flags extends CliFlags>
   const graceMs = typeof options.graceMs === 'function' ? options.graceMs(loaded) : options.graceMs;
   let running: Running | undefined;
   let stopSignal: NodeJS.Signals | undefined;
+  const starting = new AbortController();
   const close = (target: Running, signal: NodeJS.Signals) =>
     target.close(signal).then(
       () => process.exit(ExitCode.OK),
@@ -208,6 +212,7 @@ async function serve<Loaded extends { config: unknown }, Flags extends CliFlags>
       process.exit(ExitCode.FAILED);
     }, limitMs);
     if (running !== undefined) void close(running, signal);
+    else starting.abort(new Error(`${signal} during start`));
   };
   // Listening before the start: a program says it is ready from inside `start`, and a signal sent the moment it
   // does must stop it gracefully (a signal during the start stops it as soon as it has started).
@@ -222,8 +227,13 @@ async function serve<Loaded extends { config: unknown }, Flags extends CliFlags>
     process.exit(ExitCode.FAILED);
   });
   try {
-    running = await options.start(loaded, flags);
+    running = await options.start(loaded, flags, starting.signal);
   } catch (err) {
+    // Stopped while starting (a start that waits gave up on the signal): nothing runs, nothing to hand back.
+    if (stopSignal !== undefined) {
+      process.stderr.write(`${name}: stopped by ${stopSignal} before it had started\n`);
+      process.exit(ExitCode.OK);
+    }
     return fail(err);
   }
   if (stopSignal !== undefined) void close(running, stopSignal);

@@ -49,6 +49,8 @@ export interface NatsBackplaneOptions {
    * instead of exiting. Errors retrying cannot fix (credentials, TLS) fail at once. Default 0: fail at once.
    */
   connectWaitMs?: number;
+  /** Gives up the wait for the first connection (`connectWaitMs`) when it aborts. */
+  signal?: AbortSignal;
 }
 
 /** Refuses invalid names (`CONFIG_INVALID`, naming the option) and returns the KV bucket to use. */

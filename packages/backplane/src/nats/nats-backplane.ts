@@ -530,7 +530,8 @@ async function firstConnection(
       if (SluiceError.isInstance(err)) throw err;
       const message = (err as Error).message ?? String(err);
       const left = deadline - Date.now();
-      if (!UNREACHABLE.test(`${(err as NodeJS.ErrnoException).code ?? ''} ${message}`) || left <= 0) {
+      const waitable = UNREACHABLE.test(`${(err as NodeJS.ErrnoException).code ?? ''} ${message}`);
+      if (!waitable || left <= 0 || options.signal?.aborted) {
         const waited = waitMs > 0 && attempt > 1 ? ` (tried for ${Math.round(waitMs / 1000)} s)` : '';
         throw new BackplaneUnavailableError(`Cannot connect to NATS: ${message}${waited}`, { cause: err });
       }
@@ -538,7 +539,20 @@ async function firstConnection(
         { attempt, err: message, waitingMs: left },
         'NATS is not reachable yet; waiting for it (backplane.connectWaitMs)',
       );
-      await new Promise((resolve) => setTimeout(resolve, Math.min(1_000, left)));
+      await abortableDelay(Math.min(1_000, left), options.signal);
     }
   }
+}
+
+/** Waits `ms`, or less when `signal` aborts meanwhile. */
+function abortableDelay(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
 }
