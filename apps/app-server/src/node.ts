@@ -289,7 +289,10 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
       closing ??= (async () => {
         logger.info('shutting down: handing transfers back');
         shutdownDeadline = Date.now() + config.transfers.shutdownGraceMs + 8_000;
-        // Stop accepting first (in-flight requests finish), then hand work back, then close the rest.
+        // Stop accepting first (in-flight requests finish), then hand work back, then close the rest. The listener's
+        // close and the coordinator's shutdown start in this one synchronous step: no run sees the listener gone (a
+        // peer of the direct backplane then hears "nobody") before the coordinator counts as closing (no finishing
+        // shortcut from then on, execution.ts).
         cleanups.splice(cleanups.indexOf(closeServer), 1);
         const serverClosed = server.close();
         await within('transfers', activeCoordinator.shutdown(), config.transfers.shutdownGraceMs + 1_000);

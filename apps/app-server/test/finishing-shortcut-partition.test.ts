@@ -14,10 +14,11 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { openStore } from '@sluice/store';
-import { createTestDatabase, sql, startNatsServer, startTcpProxy, tempDir, waitFor } from '@sluice/testkit';
-import pg from 'pg';
+import { createTestDatabase, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, FAST_TRANSFERS, fileTransfer, startNodeProcess, writeRecords } from './helpers.js';
+import { call, fileTransfer, writeRecords } from './helpers.js';
+import { startPartitionedPair } from './partitioned-owner.js';
+import { openStoreGates } from './store-gates.js';
 
 /** Not a multiple of the commit interval (50): the final save is the run's last step before the sink publishes. */
 const RECORDS = 525;
@@ -26,149 +27,79 @@ const HOLD_FINAL_SAVE = 1;
 const HOLD_TERMINATE = 3;
 /** Every update statement of the store waits on this one at its start, before it locks any row. */
 const HOLD_UPDATES = 5;
-/** Heartbeats (one statement per node, every 300 ms) are not the statements the test waits for. */
-const NOT_A_HEARTBEAT = `query NOT LIKE '%where "owner_instance" =%'`;
 
 describe('the finishing shortcut of an owner partitioned from NATS', () => {
   it('defect: a file transfer TERMINATED through another node was published anyway by its partitioned owner', {
     timeout: 120_000,
   }, async () => {
     await using storeDb = await createTestDatabase('sluice_app_finish_partition');
-    await using nats = await startNatsServer();
-    await using proxy = await startTcpProxy(nats.port);
     await using dir = await tempDir('sluice-finish-partition-');
     await using store = await openStore(storeDb.url);
-    const files = join(dir.path, 'files');
-    const spec = (nodeId: string, natsUrl: string) => ({
-      nodeId,
-      dir: join(dir.path, nodeId),
-      store: storeDb.url,
-      nats: natsUrl,
-      roots: [files],
-      // No sweeper within the test: nothing but the terminate changes the record's owner.
-      transfers: { ...FAST_TRANSFERS, sweepIntervalMs: 600_000 },
-    });
-    await using owner = await startNodeProcess(spec('n1', proxy.url));
-    await using other = await startNodeProcess(spec('n2', nats.url));
+    await using pair = await startPartitionedPair(dir.path, storeDb.url);
+    const { owner, other, proxy, files } = pair;
 
     // The final save (its checkpoint has read every record) waits for HOLD_FINAL_SAVE holding the record's row;
     // the terminate waits for HOLD_TERMINATE, holding it too.
-    await sql(
-      storeDb.url,
-      `CREATE FUNCTION hold_statements() RETURNS trigger LANGUAGE plpgsql AS $$
-       BEGIN
-         IF NEW.checkpoint IS DISTINCT FROM OLD.checkpoint
+    await using gates = await openStoreGates(storeDb, {
+      rowHolds: `IF NEW.checkpoint IS DISTINCT FROM OLD.checkpoint
             AND jsonb_path_exists(NEW.checkpoint::jsonb, '$.** ? (@.read == ${RECORDS})') THEN
            PERFORM pg_advisory_xact_lock_shared(${HOLD_FINAL_SAVE});
          END IF;
          IF NEW.state = 'TERMINATED' AND OLD.state <> 'TERMINATED' THEN
            PERFORM pg_advisory_xact_lock_shared(${HOLD_TERMINATE});
-         END IF;
-         RETURN NEW;
-       END $$`,
+         END IF;`,
+      updateGate: HOLD_UPDATES,
+    });
+    await gates.hold(HOLD_FINAL_SAVE, HOLD_TERMINATE);
+    const source = await writeRecords(join(files, 'in.jsonl'), RECORDS);
+    const out = join(files, 'out.jsonl');
+    const body = fileTransfer('finish-cut', source, out, 200);
+    expect((await call(`${owner.url}/v1/transfers`, { json: body })).status).toBe(201);
+    await waitFor(
+      async () =>
+        ((await call(`${owner.url}/v1/transfers/finish-cut`)).body.progress?.recordsRead ?? 0) > 100,
+      { timeoutMs: 30_000, what: 'the transfer to be under way' },
     );
-    await sql(
-      storeDb.url,
-      'CREATE TRIGGER held BEFORE UPDATE ON transfers FOR EACH ROW EXECUTE FUNCTION hold_statements()',
-    );
-    await sql(
-      storeDb.url,
-      `CREATE FUNCTION hold_updates() RETURNS trigger LANGUAGE plpgsql AS $$
-       BEGIN
-         -- A gate, not a hold: passed at once unless the test holds the key (an xact lock would stay taken).
-         PERFORM pg_advisory_lock_shared(${HOLD_UPDATES});
-         PERFORM pg_advisory_unlock_shared(${HOLD_UPDATES});
-         RETURN NULL;
-       END $$`,
-    );
-    await sql(
-      storeDb.url,
-      'CREATE TRIGGER held_updates BEFORE UPDATE ON transfers FOR EACH STATEMENT EXECUTE FUNCTION hold_updates()',
-    );
-    const locker = new pg.Client({ connectionString: storeDb.url });
-    const watcher = new pg.Client({ connectionString: storeDb.url });
-    await locker.connect();
-    await watcher.connect();
-    const waitingOnAdvisory = async (key: number) =>
-      (
-        await watcher.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-            WHERE l.locktype = 'advisory' AND l.objid = $1 AND NOT l.granted AND ${NOT_A_HEARTBEAT}`,
-          [key],
-        )
-      ).rows[0]!.n > 0;
-    // A statement queued behind the record's row lock.
-    const waitingOnRow = async () =>
-      (
-        await watcher.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM pg_stat_activity
-            WHERE datname = $1 AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple')
-              AND ${NOT_A_HEARTBEAT}`,
-          [storeDb.name],
-        )
-      ).rows[0]!.n > 0;
-    try {
-      await locker.query('SELECT pg_advisory_lock($1), pg_advisory_lock($2)', [
-        HOLD_FINAL_SAVE,
-        HOLD_TERMINATE,
-      ]);
-      const source = await writeRecords(join(files, 'in.jsonl'), RECORDS);
-      const out = join(files, 'out.jsonl');
-      const body = fileTransfer('finish-cut', source, out, 200);
-      expect((await call(`${owner.url}/v1/transfers`, { json: body })).status).toBe(201);
-      await waitFor(
-        async () =>
-          ((await call(`${owner.url}/v1/transfers/finish-cut`)).body.progress?.recordsRead ?? 0) > 100,
-        { timeoutMs: 30_000, what: 'the transfer to be under way' },
-      );
 
-      // The partition: the owner keeps running and saving through PostgreSQL; NATS no longer reaches it.
-      await proxy.cut();
-      await waitFor(async () => (await call(`${owner.url}/readyz`)).status === 503, {
-        timeoutMs: 20_000,
-        what: 'the owner to see its backplane down',
-      });
-      await waitFor(() => waitingOnAdvisory(HOLD_FINAL_SAVE), {
-        timeoutMs: 30_000,
-        intervalMs: 10,
-        what: "the owner's final save to wait",
-      });
-      // The other node hears a definite "nobody" and terminates at once (no lease wait); its statement queues
-      // behind the final save.
-      const terminating = call(`${other.url}/v1/transfers/finish-cut/terminate`, { method: 'POST' });
-      terminating.catch(() => {}); // awaited below; a failure before that must not be an unhandled rejection
-      await waitFor(waitingOnRow, { timeoutMs: 20_000, intervalMs: 10, what: 'the terminate to queue' });
-      // From here every new update waits at its start: once the save commits, the terminate takes the row first.
-      await locker.query('SELECT pg_advisory_lock($1)', [HOLD_UPDATES]);
-      await locker.query('SELECT pg_advisory_unlock($1)', [HOLD_FINAL_SAVE]);
-      await waitFor(() => waitingOnAdvisory(HOLD_TERMINATE), {
-        timeoutMs: 20_000,
-        intervalMs: 10,
-        what: 'the terminate to hold the record',
-      });
-      // The save is committed; the owner runs on until its next store statement (a fenced finishing step, or
-      // recording COMPLETED), which finds the record held by the terminate.
-      await waitFor(() => waitingOnAdvisory(HOLD_UPDATES), {
-        timeoutMs: 20_000,
-        intervalMs: 10,
-        what: "the owner's next store write",
-      });
-      await locker.query('SELECT pg_advisory_unlock($1), pg_advisory_unlock($2)', [
-        HOLD_UPDATES,
-        HOLD_TERMINATE,
-      ]);
+    // The partition: the owner keeps running and saving through PostgreSQL; NATS no longer reaches it.
+    await proxy.cut();
+    await waitFor(async () => (await call(`${owner.url}/readyz`)).status === 503, {
+      timeoutMs: 20_000,
+      what: 'the owner to see its backplane down',
+    });
+    await waitFor(() => gates.waitingOnAdvisory(HOLD_FINAL_SAVE), {
+      timeoutMs: 30_000,
+      intervalMs: 10,
+      what: "the owner's final save to wait",
+    });
+    // The other node hears a definite "nobody" and terminates at once (no lease wait); its statement queues
+    // behind the final save.
+    const terminating = call(`${other.url}/v1/transfers/finish-cut/terminate`, { method: 'POST' });
+    terminating.catch(() => {}); // awaited below; a failure before that must not be an unhandled rejection
+    await waitFor(gates.waitingOnRow, { timeoutMs: 20_000, intervalMs: 10, what: 'the terminate to queue' });
+    // From here every new update waits at its start: once the save commits, the terminate takes the row first.
+    await gates.hold(HOLD_UPDATES);
+    await gates.release(HOLD_FINAL_SAVE);
+    await waitFor(() => gates.waitingOnAdvisory(HOLD_TERMINATE), {
+      timeoutMs: 20_000,
+      intervalMs: 10,
+      what: 'the terminate to hold the record',
+    });
+    // The save is committed; the owner runs on until its next store statement (a fenced finishing step, or
+    // recording COMPLETED), which finds the record held by the terminate.
+    await waitFor(() => gates.waitingOnAdvisory(HOLD_UPDATES), {
+      timeoutMs: 20_000,
+      intervalMs: 10,
+      what: "the owner's next store write",
+    });
+    await gates.release(HOLD_UPDATES, HOLD_TERMINATE);
 
-      const terminated = await terminating;
-      expect(terminated.status, JSON.stringify(terminated.body)).toBe(200);
-      expect(terminated.body).toMatchObject({ state: 'TERMINATED', epoch: 2, owner: { nodeId: 'n2' } });
-      // The owner's run ended: refused at its finishing step, or when it went on to record COMPLETED.
-      await owner.child.waitForLine(/no longer owns|could not record COMPLETED|already final/, 20_000);
-      expect({ publishedAfterTerminate: existsSync(out) }).toEqual({ publishedAfterTerminate: false });
-      expect(await store.get('finish-cut')).toMatchObject({ state: 'TERMINATED', epoch: 2 });
-    } finally {
-      await locker.end().catch(() => {});
-      await watcher.end().catch(() => {});
-      await Promise.allSettled([owner.child.stop('SIGKILL'), other.child.stop('SIGKILL')]);
-    }
+    const terminated = await terminating;
+    expect(terminated.status, JSON.stringify(terminated.body)).toBe(200);
+    expect(terminated.body).toMatchObject({ state: 'TERMINATED', epoch: 2, owner: { nodeId: 'n2' } });
+    // The owner's run ended: refused at its finishing step, or when it went on to record COMPLETED.
+    await owner.child.waitForLine(/no longer owns|could not record COMPLETED|already final/, 20_000);
+    expect({ publishedAfterTerminate: existsSync(out) }).toEqual({ publishedAfterTerminate: false });
+    expect(await store.get('finish-cut')).toMatchObject({ state: 'TERMINATED', epoch: 2 });
   });
 });

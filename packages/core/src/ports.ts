@@ -56,7 +56,9 @@ export interface OwnerChangeOptions {
   /**
    * Change the owner only if the current lease has expired *by the store's clock* (PostgreSQL `now()`, never a
    * node's wall clock); otherwise the store throws `LEASE_HELD` and nothing changes. Used when the backplane
-   * could not tell whether the owner is alive.
+   * could not tell whether the owner is alive. Without it (a definite "nobody"), a record whose owner passed its
+   * {@link DataPlaneStore.finishing} step at the current epoch still needs an expired lease (`LEASE_HELD`,
+   * `details.finishing: true`), unless the caller is that owner's own instance.
    */
   requireExpiredLease?: boolean;
 }
@@ -106,6 +108,8 @@ export interface DataPlaneStore extends AsyncDisposable {
   /**
    * Takes a non-terminal transfer over: compare-and-set on `expectedEpoch`; sets the owner, increments the
    * epoch and attempts, renews the lease. Exactly one of N concurrent callers wins; the others get `STALE_EPOCH`.
+   * `LEASE_HELD` when the lease is fresh and either `requireExpiredLease` or the owner is finishing
+   * ({@link OwnerChangeOptions}).
    */
   takeOver(
     id: string,
@@ -118,7 +122,8 @@ export interface DataPlaneStore extends AsyncDisposable {
    * Terminates a transfer whose owner is gone, in **one statement**: compare-and-set on `expectedEpoch`, the
    * caller becomes the owner (epoch + 1) and the state `TERMINATED` at once — so no crash or store error can
    * leave the caller owning a live transfer. `STALE_EPOCH` when the epoch moved, `ILLEGAL_TRANSITION` when the
-   * record is already terminal, `LEASE_HELD` when `requireExpiredLease` and the lease is still fresh.
+   * record is already terminal, `LEASE_HELD` when the lease is still fresh and either `requireExpiredLease` or
+   * the owner is finishing ({@link OwnerChangeOptions}).
    */
   terminateAbandoned(
     id: string,
@@ -133,6 +138,22 @@ export interface DataPlaneStore extends AsyncDisposable {
    * differs from the stored one is progress: it sets `retries` back to 0.
    */
   saveCheckpoint(id: string, epoch: number, checkpoint: unknown, leaseMs?: number): Promise<void>;
+  /**
+   * The fenced finishing step of the owner at `epoch`, right before a sink publishes what cannot be taken back:
+   * confirms the epoch (`STALE_EPOCH` once another owner took over, `ILLEGAL_TRANSITION` when final), renews the
+   * lease (when `leaseMs` is given) and marks the record as finishing at this epoch. From then until the record
+   * is final or its lease expired by the store's clock, no owner change lands on a "nobody" from the backplane
+   * (`LEASE_HELD`, {@link OwnerChangeOptions}): the owner either records its outcome or is stopped by its own
+   * lease watchdog before it publishes.
+   *
+   * @example
+   * ```ts
+   * await store.finishing('orders-1', 3, 30_000);
+   * await rename(temp, destination); // no terminate or takeover on a "nobody" lands before COMPLETED
+   * await store.transition('orders-1', 3, { to: 'COMPLETED', result });
+   * ```
+   */
+  finishing(id: string, epoch: number, leaseMs?: number): Promise<void>;
   /**
    * Counts a retryable failure of the run at `epoch` (`retries` + 1), fenced like every owner write; returns the
    * record as it now stands. `STALE_EPOCH` once another owner took over, `ILLEGAL_TRANSITION` when it is final.
@@ -187,7 +208,8 @@ export interface CheckpointPort {
   readonly epoch: number;
   /**
    * The fenced "finishing" step: confirms in the store that this epoch still owns the transfer, right before a
-   * sink publishes what cannot be taken back (the file sink's rename). Throws `STALE_EPOCH` when fenced off.
+   * sink publishes what cannot be taken back (the file sink's rename), and keeps owner changes on a "nobody" off
+   * the record until its lease expired ({@link DataPlaneStore.finishing}). Throws `STALE_EPOCH` when fenced off.
    */
   finishing(): Promise<void>;
 }

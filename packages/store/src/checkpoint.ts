@@ -8,7 +8,8 @@ export interface CheckpointPortOptions {
   initial?: unknown | null;
   /**
    * Called before every step; throws to refuse it (a run that was fenced, lost its lease or is being stopped).
-   * `finishing` calls it again after its store confirmation, so a stop that arrived meanwhile still refuses.
+   * `finishing` calls it again after its store confirmation, so a stop that arrived meanwhile — or a lease that ran
+   * out while the process was paused around that confirmation — still refuses.
    */
   refuse?: (step: 'save' | 'finishing') => void;
   /** Called after each fenced write with the instant (`performance.now()`) it started: the lease runs from there. */
@@ -25,7 +26,8 @@ export interface CheckpointPortOptions {
 /**
  * The {@link CheckpointPort} of one run of a transfer: loads the checkpoint from its record and saves it
  * fenced by `epoch` (renewing the lease when `leaseMs` is given), so a node that lost the transfer cannot
- * overwrite the new owner's progress (`STALE_EPOCH`). `finishing` is a fenced write of what is already there.
+ * overwrite the new owner's progress (`STALE_EPOCH`). `finishing` is the store's fenced finishing step
+ * (`DataPlaneStore.finishing`): it confirms the epoch and keeps takeovers on a "nobody" off the record.
  *
  * @example
  * ```ts
@@ -43,9 +45,10 @@ export function createCheckpointPort(
   let last: unknown | null | undefined = options.initial;
   // True from a successful save until the next step starts: the sink's last commit was followed by a fenced write.
   let confirmedAfterLastSave = false;
-  const fencedWrite = async (checkpoint: unknown) => {
+  /** A fenced write that renews the lease: the lease runs from the instant it started. */
+  const fencedWrite = async (write: () => Promise<void>) => {
     const startedAt = performance.now();
-    await store.saveCheckpoint(id, epoch, checkpoint, leaseMs);
+    await write();
     onLeaseRenewed?.(startedAt);
   };
   return {
@@ -58,7 +61,7 @@ export function createCheckpointPort(
     async save(checkpoint) {
       refuse?.('save');
       confirmedAfterLastSave = false;
-      await fencedWrite(checkpoint);
+      await fencedWrite(() => store.saveCheckpoint(id, epoch, checkpoint, leaseMs));
       last = checkpoint;
       confirmedAfterLastSave = true;
     },
@@ -67,8 +70,7 @@ export function createCheckpointPort(
       refuse?.('finishing');
       if (confirmedAfterLastSave && recentlyConfirmed?.()) return;
       // It fails with STALE_EPOCH once another owner took over.
-      if (last === undefined) last = (await store.get(id))?.checkpoint ?? null;
-      await fencedWrite(last);
+      await fencedWrite(() => store.finishing(id, epoch, leaseMs));
       refuse?.('finishing');
     },
   };

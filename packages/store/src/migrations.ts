@@ -85,6 +85,17 @@ export function storeMigrations(dialect: StoreDialect): Record<string, Migration
         await db.schema.alterTable('transfers').dropColumn('retries').execute();
       },
     },
+    // The epoch whose owner passed its fenced finishing step (about to publish what cannot be taken back): a
+    // takeover or terminate on a "nobody" must not land between that step and the publish, so it waits for the
+    // lease of such a record (docs/fencing.md § Finishing holds the record).
+    '0003_transfer_finishing': {
+      async up(db: Kysely<unknown>) {
+        await db.schema.alterTable('transfers').addColumn('finishing_epoch', 'integer').execute();
+      },
+      async down(db: Kysely<unknown>) {
+        await db.schema.alterTable('transfers').dropColumn('finishing_epoch').execute();
+      },
+    },
   };
 }
 

@@ -4,7 +4,7 @@
  * module owns only what each statement says.
  */
 import { ACTIVE_STATES, canTransition, isTerminal, TERMINAL_STATES, type TransferState } from '@sluice/core';
-import type { ExpressionBuilder, Kysely } from 'kysely';
+import { type ExpressionBuilder, type Kysely, sql } from 'kysely';
 import type { StoreDialect } from './dialect.js';
 import { type PreparedQuery, param, prepareQuery } from './prepared.js';
 import type { StoreDatabase, TransferRow } from './schema.js';
@@ -21,7 +21,7 @@ export type InsertNames =
   | 'instance'
   | 'leaseMs'
   | 'now';
-type StateEpoch = Pick<TransferRow, 'state' | 'epoch'>;
+type StateEpoch = Pick<TransferRow, 'state' | 'epoch' | 'finishing_epoch'>;
 
 const ACTIVE = ACTIVE_STATES as TransferState[];
 const TERMINAL = TERMINAL_STATES as TransferState[];
@@ -33,7 +33,10 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
     db.selectFrom('transfers').selectAll().where('id', '=', param<string>('id')),
   );
   const stateById = prepareQuery<'id', StateEpoch>(
-    db.selectFrom('transfers').select(['state', 'epoch']).where('id', '=', param<string>('id')),
+    db
+      .selectFrom('transfers')
+      .select(['state', 'epoch', 'finishing_epoch'])
+      .where('id', '=', param<string>('id')),
   );
   const insertValues = {
     id: param<string>('id'),
@@ -50,6 +53,7 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
     error: null,
     result: null,
     checkpoint: null,
+    finishing_epoch: null,
     created_at: clock.now,
     updated_at: clock.now,
   };
@@ -68,15 +72,30 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
     owner_instance: param<string>('instance'),
     updated_at: clock.now,
   };
-  /** An owner change from `epoch` of an active record; with `requireExpiredLease`, only once its lease expired. */
+  const leaseExpired = (eb: ExpressionBuilder<StoreDatabase, 'transfers'>) =>
+    eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<=', clock.now)]);
+  /**
+   * An owner change from `epoch` of an active record; with `requireExpiredLease`, only once its lease expired.
+   * Without it (the backplane said "nobody runs it"), a record whose owner confirmed its finishing step at this
+   * epoch changes owner only once its lease expired all the same: that owner may be publishing right now (a file
+   * sink's rename), and a "nobody" cannot tell a partitioned owner from a dead one. Its own instance (an orphan
+   * it runs nothing of) is exempt: it knows nothing of that run is left.
+   */
   const ownerChange = (requireExpiredLease: boolean) =>
     db
       .updateTable('transfers')
       .where('id', '=', param<string>('id'))
       .where('epoch', '=', param<number>('epoch'))
       .where('state', 'in', ACTIVE)
-      .$if(requireExpiredLease, (q) =>
-        q.where((eb) => eb.or([eb('lease_expires_at', 'is', null), eb('lease_expires_at', '<=', clock.now)])),
+      .where((eb) =>
+        requireExpiredLease
+          ? leaseExpired(eb)
+          : eb.or([
+              eb('finishing_epoch', 'is', null),
+              eb('finishing_epoch', '<>', eb.ref('epoch')),
+              leaseExpired(eb),
+              eb('owner_instance', '=', param<string>('instance')),
+            ]),
       );
   const takeOverQuery = (requireExpiredLease: boolean) =>
     prepareQuery<OwnerChangeNames, TransferRow>(
@@ -166,6 +185,20 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
       .where('epoch', '=', param<number>('epoch'))
       .where('state', 'in', ACTIVE),
   );
+  // The fenced finishing step: confirms the epoch, marks the record as finishing at it and renews the lease (a
+  // null `leaseMs` keeps it as it is).
+  const finishing = prepareQuery<'id' | 'epoch' | 'now' | 'leaseMs', never>(
+    db
+      .updateTable('transfers')
+      .set({
+        finishing_epoch: param<number>('epoch'),
+        updated_at: clock.now,
+        lease_expires_at: sql<number>`coalesce(${clock.leaseUntil}, ${sql.ref('lease_expires_at')})`,
+      })
+      .where('id', '=', param<string>('id'))
+      .where('epoch', '=', param<number>('epoch'))
+      .where('state', 'in', ACTIVE),
+  );
   const recordRetry = prepareQuery<'id' | 'epoch' | 'now', TransferRow>(
     db
       .updateTable('transfers')
@@ -249,6 +282,7 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
     transitions,
     saveCheckpoint,
     saveCheckpointAndLease,
+    finishing,
     recordRetry,
     heartbeat,
     release,

@@ -24,6 +24,11 @@ export interface TransfersTable {
   result: string | null;
   /** The pipeline checkpoint as JSON text. */
   checkpoint: string | null;
+  /**
+   * The epoch whose owner confirmed its fenced finishing step (migration 0003): while it is the record's epoch and
+   * the lease is fresh, no owner change on a "nobody" lands (queries.ts `ownerChange`). Null until then.
+   */
+  finishing_epoch: number | null;
   created_at: number;
   updated_at: number;
 }

@@ -200,6 +200,9 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     const confirmed = await store.get(record.id);
     expect(confirmed).toMatchObject({ epoch: 1, checkpoint: { offset: 10 } });
     await fx.expectLeaseLeft(confirmed, 60_000);
+    // A finishing owner is taken over only once its lease expired (finishing.test.ts).
+    await expectSluiceError(store.takeOver(record.id, 1, owner('node-b'), LEASE_MS), 'LEASE_HELD');
+    await fx.advance(60_001);
     const taken = await store.takeOver(record.id, 1, owner('node-b'), LEASE_MS);
     await store.saveCheckpoint(record.id, taken.epoch, { offset: 99 });
     await expectSluiceError(port.finishing(), 'STALE_EPOCH');

@@ -28,7 +28,7 @@ import { type NodeRegistration, NodeTable } from './nodes.js';
 import { OperationGuard } from './operation-guard.js';
 import { prepareQueries, type Queries } from './queries.js';
 import { rowToRecord } from './record.js';
-import { refusalOf } from './refusal.js';
+import { LeaseCondition, refusalOf } from './refusal.js';
 import type { StoreDatabase } from './schema.js';
 import { storeClock } from './store-clock.js';
 import { prepareSubmit, type SubmitValues } from './submit-input.js';
@@ -162,12 +162,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
       const query = options.requireExpiredLease === true ? this.#q.takeOverExpired : this.#q.takeOver;
       const row = await this.#one(query.bind(values));
       if (row) return rowToRecord(row);
-      throw await this.#whyRefused(
-        values.id,
-        values.epoch,
-        'a takeover',
-        options.requireExpiredLease === true,
-      );
+      throw await this.#whyRefused(values.id, values.epoch, 'a takeover', ownerChangeCondition(options));
     });
   }
 
@@ -187,7 +182,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
         values.id,
         values.epoch,
         'a termination',
-        options.requireExpiredLease === true,
+        ownerChangeCondition(options),
       );
       // A record that is already final cannot be terminated: the state machine's error, as transition() says.
       if (refusal instanceof TransferFinalError) {
@@ -253,6 +248,21 @@ export class SqlDataPlaneStore implements DataPlaneStore {
         if (numAffectedRows === 1n) return;
       }
       throw await this.#whyRefused(validated.id, validated.epoch, 'a checkpoint');
+    });
+  }
+
+  async finishing(id: string, epoch: number, leaseMs?: number): Promise<void> {
+    return this.#run('finishing', async () => {
+      const validated = {
+        id: validId(id),
+        epoch: validEpoch(epoch),
+        leaseMs: leaseMs === undefined ? null : validLeaseMs(leaseMs),
+        now: this.#now(),
+      };
+      // One statement, not coalesced: at most one per transfer, and none when the run skips it (the shortcut).
+      const { numAffectedRows } = await this.#exec(this.#q.finishing.bind(validated));
+      if (numAffectedRows === 1n) return;
+      throw await this.#whyRefused(validated.id, validated.epoch, 'a finishing step');
     });
   }
 
@@ -421,8 +431,18 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   }
 
   /** Explains why a fenced write on `id` changed nothing. */
-  async #whyRefused(id: string, epoch: number, operation: string, leaseCondition = false): Promise<Error> {
+  async #whyRefused(
+    id: string,
+    epoch: number,
+    operation: string,
+    leaseCondition: LeaseCondition = LeaseCondition.none,
+  ): Promise<Error> {
     const current = await this.#one(this.#q.stateById.bind({ id }));
     return refusalOf(id, epoch, operation, current, leaseCondition);
   }
+}
+
+/** What an owner change's statement required of the lease (queries.ts `ownerChange`). */
+function ownerChangeCondition(options: OwnerChangeOptions): LeaseCondition {
+  return options.requireExpiredLease === true ? LeaseCondition.expired : LeaseCondition.expiredIfFinishing;
 }

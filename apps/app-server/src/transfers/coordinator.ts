@@ -224,10 +224,11 @@ export class TransferCoordinator {
       await this.#reserve(),
     );
     if (result.status === 'lease-held') {
-      // The backplane could not tell and the lease is fresh by the store's clock: a busy owner looks the
+      // The backplane could not tell (or said "nobody" of an owner past its fenced finishing step, which may be
+      // publishing cut off from the backplane) and the lease is fresh by the store's clock: a busy owner looks the
       // same, and a resubmit must never cost a healthy run. Its lease (the sweeper) decides.
       this.#state.o.logger.warn(
-        { transferId: id, reason: answer.status === 'unknown' ? answer.reason : answer.status },
+        { transferId: id, reason: answer.status === 'unknown' ? answer.reason : 'finishing, not answering' },
         'backplane cannot tell who runs the transfer; the lease is fresh, so it is not taken over',
       );
       return this.#running(record, false, 'owner-unconfirmed');

@@ -163,6 +163,15 @@ function checkpointPort(state: CoordinatorState, run: LocalRun, initial: unknown
       if (run.stopReason === StopReason.fenced || run.stopReason === StopReason.leaseLost)
         throw new StaleEpochError(run.id, run.epoch);
       if (step === 'finishing' && run.stopReason !== null) throw new TransferTerminatedError(run.id);
+      // The lease ran out by this process's clock (a pause, possibly around the store's confirmation): a peer may
+      // have taken the transfer over or terminated it on the store's clock since. The watchdog would stop the run,
+      // but only on its next tick — after the sink's publish when the process wakes up with the confirmation's
+      // reply already in hand. Checked here, nothing is awaited between this check and the publish (docs/fencing.md
+      // § Finishing holds the record).
+      if (step === 'finishing' && performance.now() > run.leaseDeadline) {
+        run.requestStop(StopReason.leaseLost);
+        throw new StaleEpochError(run.id, run.epoch);
+      }
     },
     // Every fenced write renewed the lease too.
     onLeaseRenewed: (startedAt) => {
@@ -177,8 +186,11 @@ function checkpointPort(state: CoordinatorState, run: LocalRun, initial: unknown
     // responders", takes the transfer over or terminates it at once; skipping the check there published a
     // terminated transfer's file (test/finishing-shortcut-partition.test.ts). One store commit fewer per transfer
     // otherwise; past half the lease — a pause since the save — or after a backplane interruption the store is
-    // asked again.
+    // asked again. Not once the node shuts down either: the direct backplane's peers reach this run through the
+    // node's HTTP listener, which closes first (node.ts), and a refused connection is a "nobody" to them — the
+    // store's finishing step then keeps their terminate or takeover off the record (docs/fencing.md).
     recentlyConfirmed: () =>
+      !state.closing &&
       performance.now() < run.leaseDeadline - limits.leaseMs / 2 &&
       run.answeringSince !== null &&
       backplane.reachableSince(run.answeringSince),

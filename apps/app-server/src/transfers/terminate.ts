@@ -19,7 +19,11 @@ const ATTEMPTS = 8;
  * turns TERMINATED only by its owner, after the owner stopped — or, for an owner that is gone, in one store
  * statement that also makes this node the owner (`terminateAbandoned`), so no crash between two writes can
  * leave this node owning a live transfer. An owner the backplane cannot account for (silent, or the backplane
- * is down) is terminated only once its lease expired by the store's clock.
+ * is down) is terminated only once its lease expired by the store's clock — and so is one the backplane calls
+ * gone that had passed its fenced finishing step (the store refuses `LEASE_HELD`): it may be publishing, cut off
+ * from the backplane. A silent or finishing owner is waited for, for at most a lease and a heartbeat; then the
+ * answer is what the record says (COMPLETED → `ILLEGAL_TRANSITION`), or `BACKPLANE_UNAVAILABLE` while its lease
+ * stays fresh.
  */
 export async function terminate(state: CoordinatorState, id: string): Promise<TransferView> {
   const { store, backplane, limits } = state.o;
@@ -54,17 +58,22 @@ export async function terminate(state: CoordinatorState, id: string): Promise<Tr
     if (answer.status === 'not-running') {
       const done = await terminateAbandoned(state, record, false);
       if (done) return transferView(done);
-      continue;
+      if (done === null) continue; // the record moved on: look again
+      // LEASE_HELD: the owner passed its fenced finishing step and may be publishing right now, cut off from the
+      // backplane rather than gone; it records its outcome, or its lease runs out (its watchdog stops it before
+      // any publish). Waited for as a silent owner is.
     }
+    const reason = answer.status === 'not-running' ? 'finishing, not answering' : answer.reason;
     // Unknown: a silent owner (connected, not answering) may be frozen or just busy; wait for its lease.
-    const deadline = performance.now() + (answer.silent ? limits.leaseMs + limits.heartbeatMs : 0);
+    const waitsForLease = answer.status === 'not-running' || answer.silent === true;
+    const deadline = performance.now() + (waitsForLease ? limits.leaseMs + limits.heartbeatMs : 0);
     for (;;) {
       const done = await terminateAbandoned(state, record, true);
       if (done) return transferView(done);
-      if (done === null) break; // the record moved on: look again
+      if (done === null) break; // the record moved on (COMPLETED, say): look again, and answer what it says
       if (performance.now() >= deadline)
         throw new BackplaneUnavailableError(
-          `Cannot reach the owner of "${id}" (${answer.reason}); its lease is fresh, try again later`,
+          `Cannot reach the owner of "${id}" (${reason}); its lease is fresh, try again later`,
         );
       await sleep(Math.min(250, limits.heartbeatMs));
     }
