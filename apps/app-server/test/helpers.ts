@@ -3,7 +3,15 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createNatsBackplane } from '@sluice/backplane';
 import type { SluiceEvent, SwitchOutcome } from '@sluice/core';
-import { type ChildHandle, freePort, spawnProcess, spawnTs, tsxLoaderPath, waitFor } from '@sluice/testkit';
+import {
+  type ChildHandle,
+  freePort,
+  spawnProcess,
+  spawnTs,
+  sql,
+  tsxLoaderPath,
+  waitFor,
+} from '@sluice/testkit';
 
 /** Every event published on a cluster's NATS, in arrival order, as an observer node hears it. */
 export interface EventObserver extends AsyncDisposable {
@@ -314,4 +322,39 @@ export async function waitForState(url: string, id: string, state: string, timeo
 /** The answer of a promote or rollback that moved the alias of `items` from `from` to `to`. */
 export function moved(cause: SwitchOutcome['cause'], from: string, to: string): SwitchOutcome {
   return { endpoint: 'items', from, to, cause, changed: true };
+}
+
+/**
+ * Creates the `dst` table (id, value, category) of `url` with every committed physical write into it counted in
+ * `dst_writes` (a trigger), so a replayed or duplicated write shows; returns how to read the counts.
+ *
+ * @example
+ * ```ts
+ * const writes = await createCountedDestination(dst.url);
+ * expect(await writes.counts()).toEqual({ n: 4_000, d: 4_000 }); // each record written once
+ * ```
+ */
+export async function createCountedDestination(
+  url: string,
+): Promise<{ counts(): Promise<{ n: number; d: number }> }> {
+  await sql(url, 'CREATE TABLE dst (id integer PRIMARY KEY, value double precision, category text)');
+  await sql(url, 'CREATE TABLE dst_writes (id integer NOT NULL)');
+  await sql(
+    url,
+    `CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN INSERT INTO dst_writes VALUES (NEW.id); RETURN NEW; END $$`,
+  );
+  await sql(
+    url,
+    'CREATE TRIGGER dst_counted AFTER INSERT OR UPDATE ON dst FOR EACH ROW EXECUTE FUNCTION count_write()',
+  );
+  return {
+    counts: async () =>
+      (
+        await sql<{ n: number; d: number }>(
+          url,
+          'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes',
+        )
+      )[0]!,
+  };
 }

@@ -16,6 +16,7 @@ import {
 import { describe, expect, it } from 'vitest';
 import {
   call,
+  createCountedDestination,
   exactlyOnce,
   FAST_TRANSFERS,
   fileTransfer,
@@ -32,17 +33,8 @@ describe('an owner partitioned from NATS', () => {
   }, async () => {
     await using store = await createTestDatabase('sluice_app_partition');
     await using dst = await createTestDatabase('sluice_app_partition_dst');
-    await sql(dst.url, 'CREATE TABLE dst (id integer PRIMARY KEY, value double precision, category text)');
-    await sql(dst.url, 'CREATE TABLE dst_writes (id integer NOT NULL)');
-    await sql(
-      dst.url,
-      `CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS
-        $$ BEGIN INSERT INTO dst_writes VALUES (NEW.id); RETURN NEW; END $$`,
-    );
-    await sql(
-      dst.url,
-      'CREATE TRIGGER dst_counted AFTER INSERT OR UPDATE ON dst FOR EACH ROW EXECUTE FUNCTION count_write()',
-    );
+    // Every committed physical write into dst is counted: a replayed or duplicated write would show.
+    const writes = await createCountedDestination(dst.url);
     await using nats = await startNatsServer();
     await using proxy = await startTcpProxy(nats.port);
     await using dir = await tempDir('sluice-partition-');
@@ -104,10 +96,6 @@ describe('an owner partitioned from NATS', () => {
     expect(await exactlyOnce(join(files, 'out.jsonl'), RECORDS)).toBeNull();
     const [rows] = await sql(dst.url, 'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst');
     expect(rows).toEqual({ n: RECORDS, d: RECORDS });
-    const [writes] = await sql(
-      dst.url,
-      'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes',
-    );
-    expect(writes).toEqual({ n: RECORDS, d: RECORDS });
+    expect(await writes.counts()).toEqual({ n: RECORDS, d: RECORDS });
   });
 });

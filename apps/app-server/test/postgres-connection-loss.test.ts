@@ -5,7 +5,7 @@
 import { join } from 'node:path';
 import { createTestDatabase, sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, exactlyOnce, startNodeProcess, writeRecords } from './helpers.js';
+import { call, createCountedDestination, exactlyOnce, startNodeProcess, writeRecords } from './helpers.js';
 
 const ROWS = 60_000;
 
@@ -15,18 +15,8 @@ describe('PostgreSQL connections lost mid-transfer', () => {
   }, async () => {
     await using db = await createTestDatabase('sluice_app_pgloss');
     await using dir = await tempDir('sluice-app-pgloss-');
-    await sql(db.url, 'CREATE TABLE dst (id integer PRIMARY KEY, value double precision, category text)');
-    // Every committed physical write into dst leaves a row here: a replayed upsert would show.
-    await sql(db.url, 'CREATE TABLE dst_writes (id integer NOT NULL)');
-    await sql(
-      db.url,
-      `CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS
-        $$ BEGIN INSERT INTO dst_writes VALUES (NEW.id); RETURN NEW; END $$`,
-    );
-    await sql(
-      db.url,
-      'CREATE TRIGGER dst_counted AFTER INSERT OR UPDATE ON dst FOR EACH ROW EXECUTE FUNCTION count_write()',
-    );
+    // Every committed physical write into dst is counted: a replayed or duplicated write would show.
+    const writes = await createCountedDestination(db.url);
     await sql(db.url, 'CREATE TABLE src (id integer PRIMARY KEY, name text NOT NULL)');
     await sql(db.url, `INSERT INTO src SELECT g, 'n' || g FROM generate_series(1, ${ROWS}) g`);
     // The store is SQLite: only the transfers' own sessions are in the database whose backends are terminated.
@@ -93,11 +83,7 @@ describe('PostgreSQL connections lost mid-transfer', () => {
 
     const [rows] = await sql(db.url, 'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst');
     expect(rows).toEqual({ n: ROWS, d: ROWS });
-    const [writes] = await sql(
-      db.url,
-      'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes',
-    );
-    expect(writes).toEqual({ n: ROWS, d: ROWS });
+    expect(await writes.counts()).toEqual({ n: ROWS, d: ROWS });
     expect(await exactlyOnce(out, ROWS)).toBeNull();
   });
 });

@@ -8,7 +8,7 @@ import { openStore } from '@sluice/store';
 import { createTestDatabase, sql, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { call, startNodeProcess, writeRecords } from './helpers.js';
+import { call, createCountedDestination, startNodeProcess, writeRecords } from './helpers.js';
 
 const ROWS = 4_000;
 
@@ -21,18 +21,8 @@ describe('terminate while the owner is frozen inside a PostgreSQL sink commit', 
     await using nats = await startNatsServer();
     await using dir = await tempDir('sluice-app-termfence-');
     await using store = await openStore(storeDb.url);
-    await sql(dst.url, 'CREATE TABLE dst (id integer PRIMARY KEY, value double precision, category text)');
-    // Every committed physical write into dst leaves a row here.
-    await sql(dst.url, 'CREATE TABLE dst_writes (id integer NOT NULL)');
-    await sql(
-      dst.url,
-      `CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS
-        $$ BEGIN INSERT INTO dst_writes VALUES (NEW.id); RETURN NEW; END $$`,
-    );
-    await sql(
-      dst.url,
-      'CREATE TRIGGER dst_counted AFTER INSERT OR UPDATE ON dst FOR EACH ROW EXECUTE FUNCTION count_write()',
-    );
+    // Every committed physical write into dst is counted: a replayed or duplicated write would show.
+    const writes = await createCountedDestination(dst.url);
     // No sweeper within the test: the frozen owner's transfer is ended by the terminate alone.
     const transfers = { leaseMs: 2_000, heartbeatMs: 400, ownerWaitMs: 500, sweepIntervalMs: 600_000 };
     const spec = (nodeId: string) => ({
@@ -60,9 +50,8 @@ describe('terminate while the owner is frozen inside a PostgreSQL sink commit', 
         options: { maxRecordsPerSecond: 400 },
       };
       expect((await call(`${t1.url}/v1/transfers`, { json: body })).status).toBe(201);
-      const writes = async () =>
-        (await sql<{ n: number }>(dst.url, 'SELECT count(*)::int AS n FROM dst_writes'))[0]!.n;
-      await waitFor(async () => (await writes()) >= 200, { timeoutMs: 30_000, what: 'a few commits' });
+      const written = async () => (await writes.counts()).n;
+      await waitFor(async () => (await written()) >= 200, { timeoutMs: 30_000, what: 'a few commits' });
 
       // Hold the sink's checkpoint row: the owner's next commit writes its batch, then waits on this lock.
       await locker.query('BEGIN');
@@ -89,7 +78,7 @@ describe('terminate while the owner is frozen inside a PostgreSQL sink commit', 
           intervalMs: 50,
           what: 'the record to turn TERMINATED',
         });
-        const atTerminated = await writes();
+        const atTerminated = await written();
         // Woken well within the sink session's idle timeout (10 s), so its session is still open.
         t1.child.kill('SIGCONT');
         const terminated = await terminating;
@@ -108,7 +97,7 @@ describe('terminate while the owner is frozen inside a PostgreSQL sink commit', 
             ).length === 0,
           { timeoutMs: 20_000, what: 'no open sink transaction' },
         );
-        expect({ writesAfterTerminated: (await writes()) - atTerminated }).toEqual({
+        expect({ writesAfterTerminated: (await written()) - atTerminated }).toEqual({
           writesAfterTerminated: 0,
         });
         expect(await store.get('term-pg')).toMatchObject({ state: 'TERMINATED', epoch: 2 });
