@@ -40,7 +40,7 @@ describe('resolveConfig: defaults', () => {
     node: { id: 'local', host: '127.0.0.1', port: 7070, advertisedUrl: 'http://127.0.0.1:7070' },
     cluster: { name: 'sluice' },
     store: 'sqlite:./.sluice/store.db',
-    backplane: { strategy: 'auto' },
+    backplane: { strategy: 'auto', connectWaitMs: 30_000 },
     dataDir: './.sluice',
     files: { roots: [] },
     connections: {},
