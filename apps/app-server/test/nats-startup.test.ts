@@ -2,10 +2,24 @@
  * An app-server started while its NATS server is not up yet (a compose file starting both, a rebooted host): it
  * waits for NATS (`backplane.connectWaitMs`) instead of exiting, and says so in its log.
  */
+import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { createTestDatabase, spawnTs, startNatsServer, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { BIN, call, startNodeProcess } from './helpers.js';
+
+/**
+ * Holds NATS's port while NATS is down, accepting and closing every connection (as a proxy in front of a server not
+ * up yet would): a stopped server's port left free could be taken by another test's server meanwhile.
+ */
+async function holdPort(port: number): Promise<AsyncDisposable> {
+  const server: Server = createServer((socket) => socket.destroy());
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, '127.0.0.1', resolve);
+  });
+  return { [Symbol.asyncDispose]: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
 
 describe('NATS not up yet when the app-server starts', () => {
   it('defect: an app-server started a moment before its NATS server exited at once with BACKPLANE_UNAVAILABLE', {
@@ -14,7 +28,6 @@ describe('NATS not up yet when the app-server starts', () => {
     await using db = await createTestDatabase('sluice_nats_startup');
     await using nats = await startNatsServer();
     await using dir = await tempDir('sluice-nats-startup-');
-    await nats.stop();
     const spec = (nodeId: string, extraYaml = '') => ({
       nodeId,
       dir: join(dir.path, nodeId),
@@ -23,40 +36,40 @@ describe('NATS not up yet when the app-server starts', () => {
       roots: [dir.path],
       ...(extraYaml ? { extraYaml } : {}),
     });
-    // Started with NATS down; NATS comes up a few seconds later.
-    const starting = startNodeProcess(spec('w1'));
-    const started = starting.then(
-      () => 'ready',
-      (err: unknown) => `failed: ${(err as Error).message}`,
-    );
-    const first = await Promise.race([
-      started,
-      new Promise((resolve) => setTimeout(resolve, 3_000, 'waiting')),
-    ]);
-    // Before: "…exited (1) before printing /app-server ready/; … BACKPLANE_UNAVAILABLE: Cannot connect to NATS".
-    expect(first).toBe('waiting');
+    // A first start with NATS up writes the node's sluice.yaml; the node is then started again by hand from it.
+    const first = await startNodeProcess(spec('w1'));
+    await first[Symbol.asyncDispose]();
+    const config = join(first.spec.dir, 'sluice.yaml');
+
+    // Started with NATS down; NATS comes up once the node says it waits.
+    await nats.stop();
+    let hold = await holdPort(nats.port);
+    await using node = spawnTs(BIN, ['--config', config], { cwd: first.spec.dir });
+    // Before: "exited (1) before printing …; BACKPLANE_UNAVAILABLE: Cannot connect to NATS".
+    await node.waitForLine(/NATS is not reachable yet; waiting for it/, 60_000);
+    expect(node.child.exitCode).toBeNull();
+    await hold[Symbol.asyncDispose]();
     await nats.start();
-    expect(await started).toBe('ready');
-    await using node = await starting;
-    expect(node.child.output()).toMatch(/NATS is not reachable yet; waiting for it/);
-    const ready = await call(`${node.url}/readyz`);
-    expect(ready.status).toBe(200);
-    await node[Symbol.asyncDispose]();
+    await node.waitForLine(/app-server ready/, 60_000);
+    const ready = await call(`http://127.0.0.1:${first.port}/readyz`);
+    expect(ready.status, JSON.stringify(ready.body)).toBe(200);
+    expect(await node.stop('SIGTERM', 20_000)).toEqual({ code: 0, signal: null });
 
     // Stopped (SIGTERM) while it waits: it gives up the wait and exits 0 at once, nothing having started.
     await nats.stop();
-    const waiting = spawnTs(BIN, ['--config', join(node.spec.dir, 'sluice.yaml')], { cwd: node.spec.dir });
-    await waiting.waitForLine(/NATS is not reachable yet; waiting for it/, 30_000);
+    hold = await holdPort(nats.port);
+    const waiting = spawnTs(BIN, ['--config', config], { cwd: first.spec.dir });
+    await waiting.waitForLine(/NATS is not reachable yet; waiting for it/, 60_000);
     expect(await waiting.stop('SIGTERM', 10_000)).toEqual({ code: 0, signal: null });
     expect(waiting.output()).toMatch(/stopped by SIGTERM before it had started/);
 
     // connectWaitMs 0: the old behaviour, for an operator who wants a supervisor to retry instead.
-    await nats.stop();
     const refused = await startNodeProcess(spec('w2', 'backplane: { connectWaitMs: 0 }')).then(
       () => null,
       (err: unknown) => (err as Error).message,
     );
     expect(refused).toMatch(/exited \(1\)/);
-    expect(refused).toMatch(/BACKPLANE_UNAVAILABLE: Cannot connect to NATS: connection refused/);
+    expect(refused).toMatch(/BACKPLANE_UNAVAILABLE: Cannot connect to NATS: error connecting/);
+    await hold[Symbol.asyncDispose]();
   });
 });

@@ -509,9 +509,13 @@ export async function createNatsBackplane(options: NatsBackplaneOptions): Promis
   return backplane;
 }
 
-/** Connect failures that waiting may cure: nothing listens (yet), no answer, a name not resolvable (yet). */
+/**
+ * Connect failures that waiting may cure: nothing listens (yet), no answer, a name not resolvable (yet), a
+ * connection closed before NATS spoke (a proxy or port forward in front of a server not up yet: nats.js says "error
+ * connecting").
+ */
 const UNREACHABLE =
-  /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|refused|timeout/i;
+  /ECONNREFUSED|ECONNRESET|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH|ENOTFOUND|EAI_AGAIN|refused|timeout|error connecting/i;
 
 /**
  * The first connection, retried (1 s apart, each wait logged) for up to `options.connectWaitMs` while NATS cannot be
