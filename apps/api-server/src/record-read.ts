@@ -3,7 +3,13 @@
  * in, with the token's row filter applied. One definition for the fastify lookup route and the lookups answered
  * below fastify (fast-lookup.ts), so both answer the same.
  */
-import { type CommitState, compileFilter, type Filter } from '@sluice/core';
+import {
+  type CacheSchema,
+  type CommitState,
+  compileFilter,
+  type Filter,
+  type ReadableCache,
+} from '@sluice/core';
 import { parseKeySegment } from './keys.js';
 import type { Lease } from './serving-table.js';
 
@@ -37,8 +43,20 @@ export function recordReader(): RecordReader {
     }
     return predicate;
   };
+  // A generation's primary key and the types of its key fields never change (the fields it gains later — columns
+  // added to its source — are never key fields): read once per generation, not per lookup (`schema` looks at the
+  // stored schema entry each time it is read).
+  const keySchemas = new WeakMap<ReadableCache, CacheSchema>();
+  const keySchemaOf = (cache: ReadableCache) => {
+    let schema = keySchemas.get(cache);
+    if (schema === undefined) {
+      schema = cache.schema;
+      keySchemas.set(cache, schema);
+    }
+    return schema;
+  };
   return (lease, rawKey, rowFilter) => {
-    const key = parseKeySegment(rawKey, lease.cache.schema);
+    const key = parseKeySegment(rawKey, keySchemaOf(lease.cache));
     // The state and the record come from one read snapshot (servingState starts it, getJson reads in it).
     const state = lease.cache.servingState();
     const bytes = lease.cache.getJson(key);
