@@ -39,6 +39,38 @@ const FINISHING_WRITE_WAITS = `IF NEW.state = OLD.state AND NEW.epoch = OLD.epoc
   PERFORM pg_advisory_xact_lock_shared(${HOLD_FINISHING});
 END IF;`;
 
+/**
+ * Submits transfer `id` (file → `out`, 200 records/s) to the pair's owner, waits until it is under way, then cuts the
+ * owner off from NATS (so it takes no finishing shortcut and a peer asking about it hears "nobody") and waits until
+ * its finishing write is held by the gates.
+ */
+async function partitionedAtFinishing(
+  pair: Awaited<ReturnType<typeof startPartitionedPair>>,
+  gates: Awaited<ReturnType<typeof openStoreGates>>,
+  id: string,
+  out: string,
+): Promise<void> {
+  const { owner, proxy, files } = pair;
+  const source = await writeRecords(join(files, 'in.jsonl'), RECORDS);
+  expect((await call(`${owner.url}/v1/transfers`, { json: fileTransfer(id, source, out, 200) })).status).toBe(
+    201,
+  );
+  await waitFor(
+    async () => ((await call(`${owner.url}/v1/transfers/${id}`)).body.progress?.recordsRead ?? 0) > 100,
+    { timeoutMs: 30_000, what: 'the transfer to be under way' },
+  );
+  await proxy.cut();
+  await waitFor(async () => (await call(`${owner.url}/readyz`)).status === 503, {
+    timeoutMs: 20_000,
+    what: 'the owner to see its backplane down',
+  });
+  await waitFor(() => gates.waitingOnAdvisory(HOLD_FINISHING), {
+    timeoutMs: 30_000,
+    intervalMs: 10,
+    what: "the owner's finishing write to wait",
+  });
+}
+
 describe('a terminate that meets an owner past its fenced finishing step', () => {
   it('defect: a terminate through another node reported TERMINATED for a file the partitioned owner published', {
     timeout: 120_000,
@@ -47,34 +79,15 @@ describe('a terminate that meets an owner past its fenced finishing step', () =>
     await using dir = await tempDir('sluice-finish-terminate-');
     await using store = await openStore(storeDb.url);
     await using pair = await startPartitionedPair(dir.path, storeDb.url);
-    const { owner, other, proxy, files } = pair;
+    const { other, files } = pair;
     await using gates = await openStoreGates(storeDb, {
       rowHolds: FINISHING_WRITE_WAITS,
       updateGate: HOLD_UPDATES,
     });
     await gates.hold(HOLD_FINISHING);
-    const source = await writeRecords(join(files, 'in.jsonl'), RECORDS);
     const out = join(files, 'out.jsonl');
-    const body = fileTransfer('finish-race', source, out, 200);
-    expect((await call(`${owner.url}/v1/transfers`, { json: body })).status).toBe(201);
-    await waitFor(
-      async () =>
-        ((await call(`${owner.url}/v1/transfers/finish-race`)).body.progress?.recordsRead ?? 0) > 100,
-      { timeoutMs: 30_000, what: 'the transfer to be under way' },
-    );
-
-    // The partition: the owner keeps running and writing through PostgreSQL; NATS no longer reaches it, so it
-    // takes no finishing shortcut (its backplane was interrupted) and a peer asking about it hears "nobody".
-    await proxy.cut();
-    await waitFor(async () => (await call(`${owner.url}/readyz`)).status === 503, {
-      timeoutMs: 20_000,
-      what: 'the owner to see its backplane down',
-    });
-    await waitFor(() => gates.waitingOnAdvisory(HOLD_FINISHING), {
-      timeoutMs: 30_000,
-      intervalMs: 10,
-      what: "the owner's finishing write to wait",
-    });
+    // The partition: the owner keeps running and writing through PostgreSQL; NATS no longer reaches it.
+    await partitionedAtFinishing(pair, gates, 'finish-race', out);
     const terminating = call(`${other.url}/v1/transfers/finish-race/terminate`, { method: 'POST' });
     terminating.catch(() => {}); // awaited below; a failure before that must not be an unhandled rejection
     await waitFor(gates.waitingOnRow, { timeoutMs: 20_000, intervalMs: 10, what: 'the terminate to queue' });
@@ -110,34 +123,15 @@ describe('a terminate that meets an owner past its fenced finishing step', () =>
     await using dir = await tempDir('sluice-finish-paused-');
     await using store = await openStore(storeDb.url);
     await using pair = await startPartitionedPair(dir.path, storeDb.url);
-    const { owner, other, proxy, files } = pair;
+    const { owner, other, files } = pair;
     await using gates = await openStoreGates(storeDb, {
       rowHolds: FINISHING_WRITE_WAITS,
       updateGate: HOLD_UPDATES,
     });
     await gates.hold(HOLD_FINISHING);
-    const source = await writeRecords(join(files, 'in.jsonl'), RECORDS);
     const out = join(files, 'out.jsonl');
-    expect(
-      (await call(`${owner.url}/v1/transfers`, { json: fileTransfer('finish-paused', source, out, 200) }))
-        .status,
-    ).toBe(201);
-    await waitFor(
-      async () =>
-        ((await call(`${owner.url}/v1/transfers/finish-paused`)).body.progress?.recordsRead ?? 0) > 100,
-      { timeoutMs: 30_000, what: 'the transfer to be under way' },
-    );
     // Cut off from NATS, the owner takes no finishing shortcut: its finishing write reaches the store.
-    await proxy.cut();
-    await waitFor(async () => (await call(`${owner.url}/readyz`)).status === 503, {
-      timeoutMs: 20_000,
-      what: 'the owner to see its backplane down',
-    });
-    await waitFor(() => gates.waitingOnAdvisory(HOLD_FINISHING), {
-      timeoutMs: 30_000,
-      intervalMs: 10,
-      what: "the owner's finishing write to wait",
-    });
+    await partitionedAtFinishing(pair, gates, 'finish-paused', out);
     // Paused with its finishing write in the store's hands: the write commits, its reply waits unread.
     owner.child.kill('SIGSTOP');
     try {
