@@ -56,15 +56,17 @@ export function discardUnreadBody(
 ): UnreadBody {
   const raw = request.raw;
   if (raw.complete || raw.destroyed) return UnreadBody.read;
+  // No network connection under the request (fastify's `inject`: the body is handed over whole): nothing arrives.
+  const socket = raw.socket as { destroy?: unknown } | null;
+  if (typeof socket?.destroy !== 'function') return UnreadBody.read;
   const declared = declaredLength(raw);
   // A closing server hands no connection on, and a body this large is not worth reading to answer it.
   if (options.closing || (declared !== null && declared > UNREAD_BODY_MAX_BYTES)) return UnreadBody.closing;
   // The client asked to close (or speaks HTTP/1.0): Node will close after the answer whatever is said here.
   if (!reply.raw.shouldKeepAlive) return UnreadBody.closing;
   void reply.removeHeader('connection');
-  const socket = raw.socket;
   let discarded = 0;
-  const giveUp = () => socket.destroy();
+  const giveUp = () => raw.socket.destroy();
   const timer = setTimeout(giveUp, UNREAD_BODY_MAX_MS);
   timer.unref();
   const done = () => clearTimeout(timer);
