@@ -3,7 +3,7 @@
  * rows of an endpoint, its committed LSN, and the slot's confirmed position (SQL against a database is testkit's
  * `sql`).
  */
-import type { WritableCacheCatalog } from '@sluice/core';
+import type { EndpointConfig, WritableCacheCatalog } from '@sluice/core';
 import { type LogicalPostgresHandle, sql, startLogicalPostgres } from '@sluice/testkit';
 import { afterAll, beforeAll } from 'vitest';
 import type { EndpointContext } from '../src/endpoint.js';
@@ -112,4 +112,14 @@ export function useLogicalPostgres(): SharedLogicalPostgres {
     createDatabase: (prefix) => running().createDatabase(prefix),
     restart: (mode) => running().restart(mode),
   };
+}
+
+/** The endpoint `items` of these tests: the table `items` of connection `db`, keyed by `id`, no index. */
+export function itemsTableEndpoint(): EndpointConfig {
+  return {
+    name: 'items',
+    source: { type: 'postgres', connection: 'db', table: 'items' },
+    primaryKey: ['id'],
+    indexes: [],
+  } as EndpointConfig;
 }

@@ -6,20 +6,14 @@
  */
 import { join } from 'node:path';
 import { openCacheManager } from '@sluice/cache';
-import type { EndpointConfig } from '@sluice/core';
 import { sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { replicationContext, useLogicalPostgres } from '../../test/replication.js';
+import { itemsTableEndpoint, replicationContext, useLogicalPostgres } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 
 const server = useLogicalPostgres();
 
-const ITEMS: EndpointConfig = {
-  name: 'items',
-  source: { type: 'postgres', connection: 'db', table: 'items' },
-  primaryKey: ['id'],
-  indexes: [],
-} as EndpointConfig;
+const ITEMS = itemsTableEndpoint();
 
 describe('replication: table changes no row change streams', () => {
   it('defect: a dropped column, and a column retyped USING an expression, kept being served as before for as long as no row of the table changed', {

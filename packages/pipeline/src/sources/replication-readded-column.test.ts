@@ -6,20 +6,14 @@
  */
 import { join } from 'node:path';
 import { type CacheManager, openCacheManager } from '@sluice/cache';
-import type { EndpointConfig } from '@sluice/core';
 import { sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { replicationContext, useLogicalPostgres } from '../../test/replication.js';
+import { itemsTableEndpoint, replicationContext, useLogicalPostgres } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 
 const server = useLogicalPostgres();
 
-const ITEMS: EndpointConfig = {
-  name: 'items',
-  source: { type: 'postgres', connection: 'db', table: 'items' },
-  primaryKey: ['id'],
-  indexes: [],
-} as EndpointConfig;
+const ITEMS = itemsTableEndpoint();
 
 /** Record `id` as the alias serves it now, and the generation that serves it. */
 async function served(caches: CacheManager, id: number) {
