@@ -4,7 +4,7 @@
  * HTTP JSON server on this machine — and (b) fastify + pg answering the same lookups/queries from PostgreSQL
  * (the peer a user would pick instead). Every server runs as its own process; autocannon runs in this one.
  *
- *   pnpm --filter @sluice/api-server bench     (RECORDS=200000 DURATION=4 ROUNDS=3 CONNECTIONS=32 to change)
+ *   pnpm --filter @sluice/api-server bench     (RECORDS=200000 DURATION=4 ROUNDS=3 CONNECTIONS=32 WARMUP=3 to change)
  *   PROFILE=<dir> … bench                       also writes the api-server's CPU profile (node --cpu-prof) there
  *   ONLY=query|lookup … bench                   one kind of run only (e.g. while profiling)
  *   PIN=1 … bench                               load generator and servers on separate cores (bench/pin.ts)
@@ -32,6 +32,8 @@ const DURATION = Number(process.env.DURATION ?? 4);
 /** Rounds per target, interleaved; the best round counts (a shared machine's noise only ever slows a run down). */
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const CONNECTIONS = Number(process.env.CONNECTIONS ?? 32);
+/** Seconds of warm-up per target and kind, with the measured requests. */
+const WARMUP = Number(process.env.WARMUP ?? 3);
 const API_BIN = fileURLToPath(new URL('../src/bin.ts', import.meta.url));
 const PEERS = fileURLToPath(new URL('./peers.ts', import.meta.url));
 
@@ -45,14 +47,19 @@ interface Figures {
   cpuUs: number;
   /** Of it, system (kernel) time, in µs per request. */
   systemUs: number;
+  /** Minor page faults of the server process per 1 000 requests (a cold mapping shows up here as system time). */
+  faultsPerK: number;
 }
 
-/** User and system CPU time of process `pid` so far, in ms (Linux `/proc/<pid>/stat`, clock ticks of 10 ms). */
-function cpuMsOf(pid: number): { user: number; system: number } {
+/**
+ * User and system CPU time of process `pid` so far, in ms, and its minor page faults (Linux `/proc/<pid>/stat`,
+ * clock ticks of 10 ms).
+ */
+function cpuMsOf(pid: number): { user: number; system: number; faults: number } {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  // Fields after the command name (which may contain spaces) start after the last ')'.
+  // Fields after the command name (which may contain spaces) start after the last ')': field N is at N - 3.
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return { user: Number(fields[11]) * 10, system: Number(fields[12]) * 10 };
+  return { user: Number(fields[11]) * 10, system: Number(fields[12]) * 10, faults: Number(fields[7]) };
 }
 
 function randomId(): number {
@@ -60,20 +67,46 @@ function randomId(): number {
 }
 
 function perRequest(
-  before: { user: number; system: number },
-  after: { user: number; system: number },
+  before: ReturnType<typeof cpuMsOf>,
+  after: ReturnType<typeof cpuMsOf>,
   requests: number,
-): { cpuUs: number; systemUs: number } {
+): { cpuUs: number; systemUs: number; faultsPerK: number } {
   const n = Math.max(1, requests);
   const systemUs = ((after.system - before.system) * 1000) / n;
-  return { cpuUs: ((after.user - before.user) * 1000) / n + systemUs, systemUs };
+  return {
+    cpuUs: ((after.user - before.user) * 1000) / n + systemUs,
+    systemUs,
+    faultsPerK: ((after.faults - before.faults) * 1000) / n,
+  };
+}
+
+type Paths = { lookup: (id: number) => string; query: string; body: (from: number) => string };
+
+/** The requests of a run: random keys (lookups) or random range starts (queries) over the whole table. */
+function randomRequests(kind: 'lookup' | 'query', paths: Paths): autocannon.Request[] {
+  return [
+    kind === 'lookup'
+      ? {
+          method: 'GET',
+          setupRequest: (request) => ({ ...request, path: paths.lookup(randomId()) }),
+        }
+      : {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          setupRequest: (request) => ({
+            ...request,
+            path: paths.query,
+            body: paths.body(Math.floor(Math.random() * RECORDS * 0.9)),
+          }),
+        },
+  ];
 }
 
 async function measure(
   label: string,
   url: string,
   kind: 'lookup' | 'query',
-  paths: { lookup: (id: number) => string; query: string; body: (from: number) => string },
+  paths: Paths,
   pid: number,
 ): Promise<Figures> {
   const cpuBefore = cpuMsOf(pid);
@@ -82,22 +115,7 @@ async function measure(
     connections: CONNECTIONS,
     duration: DURATION,
     pipelining: 1,
-    requests: [
-      kind === 'lookup'
-        ? {
-            method: 'GET',
-            setupRequest: (request) => ({ ...request, path: paths.lookup(randomId()) }),
-          }
-        : {
-            method: 'POST',
-            headers: { 'content-type': 'application/json' },
-            setupRequest: (request) => ({
-              ...request,
-              path: paths.query,
-              body: paths.body(Math.floor(Math.random() * RECORDS * 0.9)),
-            }),
-          },
-    ],
+    requests: randomRequests(kind, paths),
   });
   const figures = {
     rps: result.requests.average,
@@ -108,7 +126,7 @@ async function measure(
     ...perRequest(cpuBefore, cpuMsOf(pid), result.requests.total),
   };
   console.log(
-    `  ${label.padEnd(26)} ${kind.padEnd(7)} ${Math.round(figures.rps).toString().padStart(7)} req/s  p50 ${figures.p50} ms  p99 ${figures.p99} ms  CPU ${figures.cpuUs.toFixed(0)} µs/req (system ${figures.systemUs.toFixed(0)})  non-2xx ${figures.non2xx}  errors ${figures.errors}`,
+    `  ${label.padEnd(26)} ${kind.padEnd(7)} ${Math.round(figures.rps).toString().padStart(7)} req/s  p50 ${figures.p50} ms  p99 ${figures.p99} ms  CPU ${figures.cpuUs.toFixed(0)} µs/req (system ${figures.systemUs.toFixed(0)}, ${figures.faultsPerK.toFixed(0)} faults/1k)  non-2xx ${figures.non2xx}  errors ${figures.errors}`,
   );
   return figures;
 }
@@ -182,21 +200,16 @@ async function main(): Promise<void> {
     { label: 'fastify + pg (peer)', url: `http://127.0.0.1:${pgPort}`, paths: peerPaths, pid: pgPeer.pid },
   ];
   console.log(`  ${describePlacement(pinProcesses(targets.map((target) => target.pid)))}`);
-  // Warm every server (JIT, page cache, pg plans) before measuring.
+  // Warm every server before measuring with the requests it will be measured with (random keys and ranges over
+  // the whole table): the JIT, the pages of the LMDB map and of PostgreSQL's buffers, pg's plans. A warm-up of
+  // one key left the first measured round of the api-server paying its mapping's first touches (page faults).
   for (const target of targets)
     for (const kind of KINDS)
       await autocannon({
         url: target.url,
-        connections: 8,
-        duration: 1,
-        requests: [
-          {
-            method: kind === 'lookup' ? 'GET' : 'POST',
-            path: kind === 'lookup' ? target.paths.lookup(1) : target.paths.query,
-            headers: { 'content-type': 'application/json' },
-            body: kind === 'query' ? target.paths.body(10) : undefined,
-          },
-        ],
+        connections: CONNECTIONS,
+        duration: WARMUP,
+        requests: randomRequests(kind, target.paths),
       });
 
   // Per kind and target, every round's figures (in round order).
