@@ -428,10 +428,16 @@ export function otherSwitchesOf(metrics: string, endpoint: string): number {
   return switchesOf(metrics, endpoint) - eventSwitchesOf(metrics, endpoint);
 }
 
-/** An api-server in this process on a free port, serving the caches under `dataDir`, silent, watching every 50 ms. */
-export function startQuietApiServer(dataDir: string): Promise<ApiServer> {
+/**
+ * An api-server in this process on a free port, serving the caches under `dataDir`, silent, watching every 50 ms;
+ * `config` adds sections to its configuration (e.g. `{ cache: { scanCap: 20 } }`).
+ */
+export function startQuietApiServer(
+  dataDir: string,
+  config: Record<string, unknown> = {},
+): Promise<ApiServer> {
   return startApiServer({
-    config: resolveConfig({ dataDir, logLevel: 'silent' }),
+    config: resolveConfig({ ...config, dataDir, logLevel: 'silent' }),
     dataDir,
     port: 0,
     host: '127.0.0.1',

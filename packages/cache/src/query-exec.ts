@@ -2,7 +2,13 @@
  * Runs a checked query or count in one read snapshot: plans it, scans the plan (query-scan.ts), filters what the
  * index does not answer exactly, sorts when the scan is not in the query's order, and writes the `next` cursor.
  */
-import { CursorExpiredError, compileFilter, type Filter, type QueryResult } from '@sluice/core';
+import {
+  CursorExpiredError,
+  compileFilter,
+  type Filter,
+  InvalidQueryError,
+  type QueryResult,
+} from '@sluice/core';
 import { dataKey } from './cache-dbs.js';
 import {
   type Abbreviated,
@@ -146,24 +152,39 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
 
   const found: Row[] = [];
   scanRows(ctx, plan, false, null, compare, (row) => {
+    // A record beyond the cap: the sort would not see every record it orders.
+    if (scanned === ctx.scanCap) {
+      capped = true;
+      return false;
+    }
     scanned += 1;
     if (
       (after === null || afterCursor(fieldsOf(row), after) > 0) &&
       (matches === null || matches(fieldsOf(row)))
     )
       found.push(row);
-    if (scanned >= ctx.scanCap) {
-      capped = true;
-      return false;
-    }
     return true;
   });
+  // Records it did not see may come first: any page of it would be wrong, not merely short.
+  if (capped) throw sortBeyondScanCap(query, ctx.scanCap);
   found.sort(compare);
   const page = found.slice(query.skip, query.skip + query.limit);
   const last = page[page.length - 1];
-  // A capped in-memory sort saw only part of the records: no position after it is trustworthy.
-  const next = !capped && found.length > query.skip + query.limit && last ? cursorOf(last) : null;
+  const next = found.length > query.skip + query.limit && last ? cursorOf(last) : null;
   return { rows: page, next, plan: { index: plan.name, scanned, capped } };
+}
+
+/**
+ * The refusal of a query sorted in memory whose scan stopped at the cap: it names the order, the cap and the two
+ * ways out (an index in that order, or a filter an index narrows), as an INVALID_QUERY at `$order_by`.
+ */
+function sortBeyondScanCap(query: CheckedQuery, scanCap: number): InvalidQueryError {
+  const fields = query.orderBy.map((term) => term.field);
+  const message =
+    `no index of this endpoint gives the order ${fields.join(', ')}, and the records to sort are more than ` +
+    `cache.scanCap (${scanCap}): add an index [${fields.join(', ')}], or a $filter an index narrows to at most ` +
+    `${scanCap} records`;
+  return new InvalidQueryError(`Invalid query: $order_by: ${message}`, [{ path: '$order_by', message }]);
 }
 
 /** Counts the records matching a checked filter, using the best index for its bounds. */

@@ -230,10 +230,20 @@ describe('planner', () => {
     const expected = Array.from({ length: 1000 }, (_, id) => id).filter((id) => id % 2 === 0 && id % 3 === 2);
     expect(found.map((r) => r.id)).toEqual(expected);
 
-    // An unindexable sort beyond the cap: capped, no cursor (the order of unseen records is unknown).
-    const sorted = cache.query(parseQuery({ $order_by: { active: 'asc' }, $limit: 5 }));
-    expect(sorted.plan).toMatchObject({ index: null, capped: true, scanned: 300 });
-    expect(sorted.next).toBeNull();
+    // An unindexable sort beyond the cap is refused: the records it did not see may come first.
+    expect(() => cache.query(parseQuery({ $order_by: { active: 'asc' }, $limit: 5 }))).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_QUERY',
+        errors: [expect.objectContaining({ path: '$order_by' })],
+      }),
+    );
+    // One within the cap is sorted whole: 300 records an index narrows to, in the asked order.
+    const sorted = cache.query(
+      parseQuery({ $filter: { id: { $lt: 300 } }, $order_by: { active: 'asc' }, $limit: 5 }),
+    );
+    expect(sorted.plan).toMatchObject({ index: 'primary', capped: false, scanned: 300 });
+    expect(sorted.records.map((r) => r.active)).toEqual([false, false, false, false, false]);
+    expect(sorted.next).not.toBeNull();
     // count is exact whatever the cap.
     expect(cache.count({ active: true })).toBe(500);
   });

@@ -179,8 +179,10 @@ export class RoCache implements ReadableCache {
 
   /**
    * Answers a query (core's `parseQuery` output): filter, order (ties broken by primary key), `limit`, and
-   * `skip` or an `after` cursor. Uses an index when one fits; otherwise scans at most `scanCap` records and
-   * says `plan.capped` rather than failing or silently truncating.
+   * `skip` or an `after` cursor. Uses an index when one fits; otherwise scans at most `scanCap` records: a scan in
+   * the query's order that stops there says `plan.capped` and its `next` continues it; a query sorted in memory
+   * whose records to sort are more than that is refused (`INVALID_QUERY` at `$order_by`), since the records it did
+   * not see may come first.
    */
   query(query: Query | Partial<Query>): QueryResult {
     this.assertOpen();

@@ -118,7 +118,10 @@ export interface QueryPlan {
   index: string | null;
   /** Records examined. */
   scanned: number;
-  /** True when the scan stopped at the configured cap: the page may be incomplete (see `next`). */
+  /**
+   * True when a scan in the query's order stopped at the configured cap: the page may be short, and `next`
+   * continues it. (A query sorted in memory beyond the cap is refused instead: `INVALID_QUERY`.)
+   */
   capped: boolean;
 }
 
