@@ -14,7 +14,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Filter, QueryLimits } from '@sluice/core';
-import { jsonBodyText } from '@sluice/http';
+import { jsonBodyText, refusedJsonCharset } from '@sluice/http';
 import type { CheckpointStamps } from './checkpoint-headers.js';
 import type { EndpointAccess } from './endpoint-access.js';
 import { type FastRoute, leftToFastify, okHeaders } from './fast-route.js';
@@ -62,10 +62,14 @@ export interface FastQueryOptions {
   }) => Promise<InjectedReply>;
 }
 
-/** True for `application/json`, with or without parameters (a charset). */
+/**
+ * True for `application/json` this route may read: no parameters, or parameters @sluice/http's body rule accepts
+ * (no charset but UTF-8). Anything else is fastify's to answer, so a refused charset gets the same 415.
+ */
 function isJson(contentType: string | undefined): boolean {
   if (contentType === undefined || !contentType.startsWith('application/json')) return false;
-  return contentType.length === 16 || contentType.charCodeAt(16) === 0x3b /* ; */;
+  if (contentType.length === 16) return true;
+  return contentType.charCodeAt(16) === 0x3b /* ; */ && refusedJsonCharset(contentType) === null;
 }
 
 /**

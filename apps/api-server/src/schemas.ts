@@ -1,7 +1,7 @@
 import {
   EVERY_ROUTE_PROBLEMS,
   PipelineCheckpointSchema,
-  ProblemDetailsSchema,
+  PROBLEM_RESPONSE,
   type QueryLimits,
   querySchema,
 } from '@sluice/core';
@@ -67,8 +67,8 @@ export const CountBodySchema = z.strictObject({
 
 export const CountResultSchema = z.object({ count: z.number().int() });
 
-/** Problem details, as core defines them (one schema for both apps' documents). */
-export const ProblemSchema = ProblemDetailsSchema;
+/** A problem response (`application/problem+json`), as core defines it (one declaration for both apps' documents). */
+export const ProblemSchema = PROBLEM_RESPONSE;
 
 /**
  * The problems every route can answer, declared so that a client generated from `/docs/json` knows them: 400 (a

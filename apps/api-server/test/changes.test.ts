@@ -217,6 +217,50 @@ describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
     fresh.kill();
   });
 
+  it('defect: a token whose generation is no generation name of the endpoint got reset and a snapshot — now 400 before the stream starts', async () => {
+    await using dir = await tempDir();
+    await using writer = await startFeedWriter(dir);
+    await using api = await startFeedApi(writer.root);
+    const token = (generation: string) =>
+      `c1.${Buffer.from(JSON.stringify(['items', generation, 1])).toString('base64url')}`;
+    /** The status and problem of a subscription, or the first event of a stream that opened (then closed). */
+    const answerTo = async (headers: Record<string, string>, params: Record<string, string> = {}) => {
+      try {
+        const opened = await SseConnection.open(feedUrl(api.url, params), headers);
+        await opened.waitForEvent(() => true);
+        opened.kill();
+        return { status: 200, first: opened.events[0] };
+      } catch (err) {
+        const { status, body } = err as { status: number; body: string };
+        return { status, problem: JSON.parse(body) };
+      }
+    };
+    for (const [generation, why] of [
+      ['x', 'no generation name'],
+      ['items', 'the alias, not a generation'],
+      ['orders-01jf3q0v9s6k2m8c4r1x7b5n2d', "another endpoint's generation"],
+      ['items-01JF3Q0V9S6K2M8C4R1X7B5N2D', 'an id out of the alphabet names are made of'],
+      ['../../items-01jf3q0v9s6k2m8c4r1x7b5n2d', 'a path'],
+    ] as const) {
+      for (const [where, request] of [
+        ['after', () => answerTo({}, { after: token(generation) })],
+        ['last-event-id', () => answerTo({ 'last-event-id': token(generation) })],
+      ] as const) {
+        const answer = await request();
+        expect(answer, `${why} (${where})`).toMatchObject({
+          status: 400,
+          problem: {
+            code: 'VALIDATION_FAILED',
+            errors: [{ path: where, message: expect.stringContaining('generation') }],
+          },
+        });
+      }
+    }
+    // A well-formed generation name this host does not have (collected, or never here) is a real token gone: reset.
+    const gone = await answerTo({}, { after: token('items-00000000000000000000000000') });
+    expect(gone).toEqual({ status: 200, first: { event: 'reset', data: { reason: 'generation-gone' } } });
+  });
+
   it('filter= applies: a record leaving the filter is a delete; the local copy equals the filtered query', async () => {
     await using dir = await tempDir();
     await using writer = await startFeedWriter(dir);

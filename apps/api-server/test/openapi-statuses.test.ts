@@ -69,4 +69,25 @@ describe('the api-server OpenAPI document', () => {
     const feed = doc.paths['/v1/endpoints/{name}/changes']!.get!;
     expect(Object.keys(feed.responses!['200']!.content ?? {})).toEqual(['text/event-stream']);
   }, 90_000);
+
+  it('defect: every error response was declared application/json while the server sends application/problem+json', async () => {
+    await using dir = await tempDir('sluice-api-openapi-');
+    await using server = await spawnApiServer(await writeConfig(dir.path, { dataDir: dir.path }));
+    const doc = (await (await fetch(`${server.url}/docs/json`)).json()) as {
+      paths: Record<string, Record<string, Operation>>;
+    };
+    const declared: Record<string, string[]> = {};
+    for (const [path, operations] of Object.entries(doc.paths))
+      for (const [method, operation] of Object.entries(operations))
+        for (const [status, answer] of Object.entries(operation.responses ?? {}))
+          if (Number(status) >= 400)
+            declared[`${method} ${path} ${status}`] = Object.keys(answer.content ?? {});
+    expect(Object.keys(declared).length).toBeGreaterThan(30);
+    const wrong = Object.entries(declared).filter(([, types]) => types.join() !== 'application/problem+json');
+    expect(Object.fromEntries(wrong)).toEqual({});
+    // What the document declares is what a refusal carries.
+    const refused = await fetch(`${server.url}/v1/endpoints/nope`);
+    expect(refused.status).toBe(404);
+    expect(refused.headers.get('content-type')).toBe('application/problem+json; charset=utf-8');
+  }, 90_000);
 });

@@ -66,4 +66,39 @@ describe('the app-server OpenAPI document', () => {
     const stream = doc.paths['/v1/endpoints/stream']!.get!;
     expect(Object.keys(stream.responses!['200']!.content ?? {})).toEqual(['text/event-stream']);
   }, 90_000);
+
+  it('defect: every error response was declared application/json while the server sends application/problem+json', async () => {
+    await using dir = await tempDir('sluice-app-openapi-');
+    await using node = await startNodeProcess({
+      ...localNode('h1', dir.path),
+      extraYaml: tokenAndKeptGenerationsYaml(TOKEN).join('\n'),
+    });
+    for (const document of ['/docs/json', '/openapi.json']) {
+      const response = await fetch(`${node.url}${document}`, {
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
+      expect(response.status).toBe(200);
+      const doc = (await response.json()) as { paths: Record<string, Record<string, Operation>> };
+      const declared: Record<string, string[]> = {};
+      for (const [path, operations] of Object.entries(doc.paths))
+        for (const [method, operation] of Object.entries(operations))
+          for (const [status, answer] of Object.entries(operation.responses ?? {}))
+            if (Number(status) >= 400)
+              declared[`${method} ${path} ${status}`] = Object.keys(answer.content ?? {});
+      expect(Object.keys(declared).length, document).toBeGreaterThan(50);
+      // /readyz's 503 is also its not-ready body (JSON); every other error is a problem only.
+      const expected = (route: string) =>
+        route === 'get /readyz 503'
+          ? 'application/json,application/problem+json'
+          : 'application/problem+json';
+      const wrong = Object.entries(declared).filter(([route, types]) => types.join() !== expected(route));
+      expect(Object.fromEntries(wrong), document).toEqual({});
+    }
+    // What the document declares is what a refusal carries.
+    const refused = await fetch(`${node.url}/v1/transfers/nope`, {
+      headers: { authorization: `Bearer ${TOKEN}` },
+    });
+    expect(refused.status).toBe(404);
+    expect(refused.headers.get('content-type')).toBe('application/problem+json; charset=utf-8');
+  }, 90_000);
 });

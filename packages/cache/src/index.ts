@@ -6,6 +6,7 @@ export {
 } from './change-log.js';
 export { RecordFormatError } from './errors.js';
 export { CacheManager, openCacheManager } from './manager.js';
+export { isCacheNameOf } from './names.js';
 export type { PatchUpsert } from './patch.js';
 export { checkFilter } from './query-check.js';
 export { decodeRecord, RECORD_FORMAT, recordSerializer } from './record-json.js';

@@ -47,6 +47,27 @@ export function newCacheName(endpoint: string, now: number = Date.now()): string
   return `${endpoint.replaceAll('.', '_')}-${encodeTime(time)}${random.map((d) => ALPHABET[d]).join('')}`;
 }
 
+/** The id {@link newCacheName} ends a name with: 26 characters of lower-case Crockford base32. */
+const CACHE_ID = /^[0-9a-hjkmnp-tv-z]{26}$/;
+
+/**
+ * Whether `name` is a name {@link newCacheName} could have given a generation of `endpoint`: `<endpoint>-<id>`
+ * (with the endpoint's `.` as `_`). Nothing else is ever a generation name, so a name that fails this was never
+ * handed out: whoever sent it (a change-feed token, a cursor) sent bad input, not a generation that is gone.
+ *
+ * @example
+ * ```ts
+ * isCacheNameOf('items', newCacheName('items')); // true
+ * isCacheNameOf('items', 'items'); // false: the alias, not a generation
+ * ```
+ */
+export function isCacheNameOf(endpoint: string, name: string): boolean {
+  const prefix = `${endpoint.replaceAll('.', '_')}-`;
+  return (
+    name.length === prefix.length + 26 && name.startsWith(prefix) && CACHE_ID.test(name.slice(prefix.length))
+  );
+}
+
 /** The creation-time-sortable suffix of a cache name. */
 export function nameSuffix(name: string): string {
   return name.slice(-26);

@@ -236,11 +236,27 @@ export class MalformedJsonError extends SluiceError {
   }
 }
 
+/**
+ * A body of a media type the route does not read (415), or JSON declared in a charset other than UTF-8: JSON text is
+ * UTF-8 (RFC 8259 § 8.1), so reading it as UTF-8 anyway would change what it says. The refused charset is named in
+ * the message and as the problem's `charset` member.
+ *
+ * @example
+ * ```ts
+ * new UnsupportedMediaTypeError('text/csv'); // Content type "text/csv" is not supported; send application/json
+ * new UnsupportedMediaTypeError('application/json; charset=latin1', { charset: 'latin1' });
+ * ```
+ */
 export class UnsupportedMediaTypeError extends SluiceError {
-  constructor(contentType: string | undefined) {
+  constructor(contentType: string | undefined, refused: { charset?: string } = {}) {
+    const { charset } = refused;
     super({
       code: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-      message: `Content type ${contentType ? q(contentType) : '(none)'} is not supported; send application/json`,
+      message:
+        charset === undefined
+          ? `Content type ${contentType ? q(contentType) : '(none)'} is not supported; send application/json`
+          : `Charset ${q(charset)} is not supported: JSON text is UTF-8 (RFC 8259 § 8.1); send the body as UTF-8 with charset=utf-8 or no charset`,
+      ...(charset === undefined ? {} : { details: { charset } }),
     });
   }
 }

@@ -53,6 +53,7 @@ const PUBLIC_RUNTIME_EXPORTS = [
   'NatsConfigSchema',
   'NotFoundError',
   'PROBLEM_CONTENT_TYPE',
+  'PROBLEM_RESPONSE',
   'PathNotAccessibleError',
   'PathNotAllowedError',
   'PayloadTooLargeError',

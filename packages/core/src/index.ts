@@ -261,6 +261,7 @@ export {
 export {
   EVERY_ROUTE_PROBLEMS,
   PROBLEM_CONTENT_TYPE,
+  PROBLEM_RESPONSE,
   type ProblemDetails,
   ProblemDetailsSchema,
   toProblem,

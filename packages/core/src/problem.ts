@@ -22,11 +22,11 @@ export interface ProblemDetails {
 
 /**
  * {@link ProblemDetails} as a schema, for the apps' OpenAPI documents (both declare every problem status a route
- * answers with it). Loose: an error's details follow as further members (`failure`, `retryAfterSeconds`, …).
+ * answers with it, as a {@link PROBLEM_RESPONSE}). Loose: an error's details follow as further members (`failure`, `retryAfterSeconds`, …).
  *
  * @example
  * ```ts
- * app.get('/v1/nodes', { schema: { response: { 200: NodesSchema, 503: ProblemDetailsSchema } } }, handler);
+ * const problem = ProblemDetailsSchema.parse(await response.json());
  * ```
  */
 export const ProblemDetailsSchema = z
@@ -41,9 +41,28 @@ export const ProblemDetailsSchema = z
   })
   .describe('RFC 9457 problem details (application/problem+json) with a stable `code`');
 
+/** The media type of problem-details bodies. */
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+/**
+ * A problem response as the apps' OpenAPI documents declare it: {@link ProblemDetailsSchema} under
+ * `application/problem+json`, the media type every error is sent with. A bare schema in a route's `response` is
+ * documented as `application/json`, so a client generated from the document expected another media type than it got.
+ *
+ * @example
+ * ```ts
+ * app.get('/v1/nodes', { schema: { response: { 200: NodesSchema, 404: PROBLEM_RESPONSE } } }, handler);
+ * ```
+ */
+export const PROBLEM_RESPONSE = {
+  description: 'RFC 9457 problem details with a stable `code`',
+  content: { [PROBLEM_CONTENT_TYPE]: { schema: ProblemDetailsSchema } },
+} as const;
+
 /**
  * The problem statuses every route of either app can answer, for their OpenAPI documents: 400 (a parameter, header
- * or body that fails its check), 401 (auth), 500 (INTERNAL), 503 (shutting down, a dependency unavailable).
+ * or body that fails its check), 401 (auth), 500 (INTERNAL), 503 (shutting down, a dependency unavailable), each a
+ * {@link PROBLEM_RESPONSE}.
  *
  * @example
  * ```ts
@@ -51,14 +70,11 @@ export const ProblemDetailsSchema = z
  * ```
  */
 export const EVERY_ROUTE_PROBLEMS = {
-  400: ProblemDetailsSchema,
-  401: ProblemDetailsSchema,
-  500: ProblemDetailsSchema,
-  503: ProblemDetailsSchema,
+  400: PROBLEM_RESPONSE,
+  401: PROBLEM_RESPONSE,
+  500: PROBLEM_RESPONSE,
+  503: PROBLEM_RESPONSE,
 } as const;
-
-/** The media type of problem-details bodies. */
-export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
 const TITLES: Record<number, string> = {
   400: 'Bad Request',

@@ -10,7 +10,7 @@ export {
   runCli,
 } from './cli.js';
 export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.js';
-export { JSON_MEDIA_TYPES, jsonBodyText } from './json-body.js';
+export { JSON_MEDIA_TYPES, jsonBodyText, refusedJsonCharset } from './json-body.js';
 export { type CreateLoggerOptions, createLogger, type LogLevel } from './logger.js';
 export { EMPTY_BODY_MESSAGE, type NormalizeContext, normalizeHttpError } from './normalize.js';
 export { refuseNullBody } from './null-body.js';

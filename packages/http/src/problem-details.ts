@@ -16,7 +16,7 @@ import fp from 'fastify-plugin';
 import { allowedMethods } from './allowed-methods.js';
 import { useJsonBodies } from './json-body.js';
 import { normalizeHttpError } from './normalize.js';
-import { discardUnreadBody } from './unread-body.js';
+import { discardUnreadBody, UnreadBody } from './unread-body.js';
 
 /** Options of {@link problemDetailsPlugin}. */
 export interface ProblemDetailsOptions {
@@ -74,7 +74,7 @@ function allowOf(error: SluiceError): string[] | undefined {
  * `www-authenticate: Bearer` on 401, `allow` on 405, `retry-after` when the error carries one. 503s are expected conditions
  * (shutting down, a store or backplane outage) and log a warning without a stack; other 5xx log the error.
  * A request refused before its body was read has the rest of it thrown away, so the client gets the answer
- * (`unread-body.ts`).
+ * (`unread-body.ts`); when the client asked to close, the answer waits for that (the promise settles once sent).
  */
 function sendProblem(
   err: unknown,
@@ -82,7 +82,7 @@ function sendProblem(
   reply: FastifyReply,
   options: ProblemDetailsOptions,
   closing = false,
-): FastifyReply {
+): FastifyReply | Promise<void> {
   const error = normalizeHttpError(err, {
     contentType: request.headers['content-type'],
     bodyLimit: options.bodyLimit,
@@ -98,8 +98,13 @@ function sendProblem(
   if (allow !== undefined) void reply.header('allow', allow.join(', '));
   const retryAfter = retryAfterOf(error);
   if (retryAfter !== undefined) void reply.header('retry-after', String(retryAfter));
-  discardUnreadBody(request, reply, { closing });
-  return reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
+  const send = () => reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
+  const unread = discardUnreadBody(request, reply, { closing });
+  if (unread.phase !== UnreadBody.draining) return send();
+  // The client asked to close: the answer goes once its body has arrived (a client that left gets none).
+  return unread.drained.then(() => {
+    if (!request.raw.socket.destroyed) send();
+  });
 }
 
 /**
@@ -121,7 +126,7 @@ export function problemFrameworkErrors(
   options: ProblemDetailsOptions,
 ): (error: Error, request: FastifyRequest, reply: FastifyReply) => void {
   return (error, request, reply) => {
-    sendProblem(error, request, reply, options);
+    void sendProblem(error, request, reply, options);
   };
 }
 

@@ -16,10 +16,20 @@ export const UnreadBody = {
   read: 'read',
   /** The rest is read and thrown away; the connection stays open for the answer (and the next request). */
   discarding: 'discarding',
-  /** Too much is coming (or the server is closing): the connection closes after the answer. */
+  /**
+   * The client asked to close: the connection closes after the answer whatever is said, so the rest is read and thrown
+   * away *before* the answer is sent — closing with the body still arriving would reset the answer away.
+   */
+  draining: 'draining',
+  /** Too much is coming (or the server is closing): the connection closes after the answer, as soon as it is sent. */
   closing: 'closing',
 } as const;
 export type UnreadBody = (typeof UnreadBody)[keyof typeof UnreadBody];
+
+/** What the sender of an answer does about the unread body: for `draining`, send once `drained` settles. */
+export type UnreadBodyPlan =
+  | { phase: typeof UnreadBody.read | typeof UnreadBody.discarding | typeof UnreadBody.closing }
+  | { phase: typeof UnreadBody.draining; drained: Promise<void> };
 
 /** The declared body length, or null when the body is chunked (or the header is unusable). */
 function declaredLength(request: IncomingMessage): number | null {
@@ -30,22 +40,56 @@ function declaredLength(request: IncomingMessage): number | null {
 }
 
 /**
+ * Reads the rest of `raw`'s body and throws it away (never kept), bounded by {@link UNREAD_BODY_MAX_BYTES} and
+ * {@link UNREAD_BODY_MAX_MS}; `onLimit` runs when a bound is hit first. Settles once the body has arrived, the
+ * request is gone, or a bound was hit.
+ */
+function discardRest(raw: IncomingMessage, onLimit: () => void): Promise<void> {
+  return new Promise((settled) => {
+    let discarded = 0;
+    const done = () => {
+      clearTimeout(timer);
+      settled();
+    };
+    const giveUp = () => {
+      done();
+      onLimit();
+    };
+    const timer = setTimeout(giveUp, UNREAD_BODY_MAX_MS);
+    timer.unref();
+    raw.on('data', (chunk: Buffer) => {
+      discarded += chunk.length;
+      if (discarded > UNREAD_BODY_MAX_BYTES) giveUp();
+    });
+    raw.once('end', done);
+    raw.once('close', done);
+    raw.resume();
+  });
+}
+
+/**
  * Prepares the answer to a request refused before its body was read (too large, not JSON, …), so that the client
  * gets it. fastify answers such a request with `connection: close` and Node then closes the socket with the body
  * still arriving: the peer's TCP stack answers the next bytes with a reset, which may erase the answer from the
  * client's buffers before it reads it (RFC 9112 § 9.6) — fetch then fails with `EPIPE`/`ECONNRESET` instead of
- * showing the 413. So the rest of the body is read and thrown away (never kept), the answer keeps the connection
- * open, and once the body has arrived the connection serves the next request. Bounded: a body declared over
- * {@link UNREAD_BODY_MAX_BYTES} is not waited for, and one that exceeds it or takes longer than
- * {@link UNREAD_BODY_MAX_MS} has its connection closed.
+ * showing the 413. So the rest of the body is read and thrown away (never kept):
+ * - a keep-alive client (`discarding`): the answer goes now and keeps the connection open, and once the body has
+ *   arrived the connection serves the next request;
+ * - a client that asked to close, or speaks HTTP/1.0 (`draining`): Node closes after the answer whatever is said
+ *   here, so the answer waits until the body has arrived (`drained`) — then nothing is left to be reset.
+ *
+ * Bounded: a body declared over {@link UNREAD_BODY_MAX_BYTES}, or a closing server, is not waited for (`closing`),
+ * and one that exceeds it or takes longer than {@link UNREAD_BODY_MAX_MS} has its connection closed (a keep-alive
+ * one at once; a draining one right after its answer, which then goes without waiting longer).
  *
  * Call it right before sending the answer.
  *
  * @example
  * ```ts
  * app.setErrorHandler((err, request, reply) => {
- *   discardUnreadBody(request, reply, { closing });
- *   return reply.code(413).send(problem);
+ *   const send = () => reply.code(413).send(problem);
+ *   const unread = discardUnreadBody(request, reply, { closing });
+ *   return unread.phase === UnreadBody.draining ? unread.drained.then(() => void send()) : send();
  * });
  * ```
  */
@@ -53,29 +97,19 @@ export function discardUnreadBody(
   request: FastifyRequest,
   reply: FastifyReply,
   options: { closing: boolean },
-): UnreadBody {
+): UnreadBodyPlan {
   const raw = request.raw;
-  if (raw.complete || raw.destroyed) return UnreadBody.read;
+  if (raw.complete || raw.destroyed) return { phase: UnreadBody.read };
   // No network connection under the request (fastify's `inject`: the body is handed over whole): nothing arrives.
   const socket = raw.socket as { destroy?: unknown } | null;
-  if (typeof socket?.destroy !== 'function') return UnreadBody.read;
+  if (typeof socket?.destroy !== 'function') return { phase: UnreadBody.read };
   const declared = declaredLength(raw);
   // A closing server hands no connection on, and a body this large is not worth reading to answer it.
-  if (options.closing || (declared !== null && declared > UNREAD_BODY_MAX_BYTES)) return UnreadBody.closing;
+  if (options.closing || (declared !== null && declared > UNREAD_BODY_MAX_BYTES))
+    return { phase: UnreadBody.closing };
   // The client asked to close (or speaks HTTP/1.0): Node will close after the answer whatever is said here.
-  if (!reply.raw.shouldKeepAlive) return UnreadBody.closing;
+  if (!reply.raw.shouldKeepAlive) return { phase: UnreadBody.draining, drained: discardRest(raw, () => {}) };
   void reply.removeHeader('connection');
-  let discarded = 0;
-  const giveUp = () => raw.socket.destroy();
-  const timer = setTimeout(giveUp, UNREAD_BODY_MAX_MS);
-  timer.unref();
-  const done = () => clearTimeout(timer);
-  raw.on('data', (chunk: Buffer) => {
-    discarded += chunk.length;
-    if (discarded > UNREAD_BODY_MAX_BYTES) giveUp();
-  });
-  raw.once('end', done);
-  raw.once('close', done);
-  raw.resume();
-  return UnreadBody.discarding;
+  void discardRest(raw, () => raw.socket.destroy());
+  return { phase: UnreadBody.discarding };
 }

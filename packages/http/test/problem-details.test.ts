@@ -273,6 +273,52 @@ describe('problemDetailsPlugin (real socket)', () => {
     expect(JSON.parse(reply.body)).toMatchObject({ code: 'PAYLOAD_TOO_LARGE', limitBytes: BODY_LIMIT });
     expect((await fetch(`${base}/nowhere`)).status).toBe(404);
   });
+
+  it('defect: a JSON body declared in another charset (latin1, utf-16) was read as UTF-8 — now 415 naming the charset', async () => {
+    const send = async (contentType: string, body: Uint8Array) => {
+      const response = await fetch(`${base}/echo`, {
+        method: 'POST',
+        headers: { 'content-type': contentType },
+        body,
+      });
+      const json = (await response.json()) as Record<string, unknown>;
+      return { status: response.status, type: response.headers.get('content-type'), json };
+    };
+    // Latin-1 "é" is the byte 0xE9; ASCII-only text in a declared UTF-16 would be silently reinterpreted.
+    const latin1 = Buffer.from('{"name":"caf\u00e9"}', 'latin1');
+    const ascii = Buffer.from('{"name":"cafe"}', 'utf8');
+    for (const [contentType, body, charset] of [
+      ['application/json; charset=latin1', latin1, 'latin1'],
+      ['application/json;charset=ISO-8859-1', latin1, 'ISO-8859-1'],
+      ['application/json; charset=utf-16', ascii, 'utf-16'],
+      ['application/json; charset="utf-16le"', ascii, 'utf-16le'],
+      ['application/merge-patch+json; charset=us-ascii', ascii, 'us-ascii'],
+    ] as const) {
+      const answer = await send(contentType, body);
+      expect(answer, contentType).toMatchObject({
+        status: 415,
+        type: PROBLEM_TYPE,
+        json: {
+          status: 415,
+          code: 'UNSUPPORTED_MEDIA_TYPE',
+          detail: expect.stringContaining(`"${charset}"`),
+        },
+      });
+      expect(answer.json.detail, contentType).toContain('UTF-8');
+    }
+    // UTF-8, however it is spelled, and no charset at all stay accepted.
+    for (const contentType of [
+      'application/json',
+      'application/json; charset=utf-8',
+      'application/json; charset=UTF-8',
+      'application/json;charset="utf-8"',
+      'application/json; CHARSET=Utf-8',
+      'application/vnd.api+json; charset=utf-8',
+    ]) {
+      const answer = await send(contentType, Buffer.from('{"name":"caf\u00e9"}', 'utf8'));
+      expect(answer, contentType).toMatchObject({ status: 200, json: { body: { name: 'caf\u00e9' } } });
+    }
+  });
 });
 
 /** Writes `raw` on a new connection to `port` and reads until the server closes it. */

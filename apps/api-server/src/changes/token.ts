@@ -1,3 +1,4 @@
+import { isCacheNameOf } from '@sluice/cache';
 import { ValidationError } from '@sluice/core';
 
 /** Where a change-feed subscriber is: the last change it received of one generation of one endpoint. */
@@ -27,7 +28,12 @@ export function encodeFeedToken(position: FeedPosition): string {
   return PREFIX + Buffer.from(body, 'utf8').toString('base64url');
 }
 
-/** Decodes a token sent as `after` or `Last-Event-ID`; a malformed one, or another endpoint's, is `VALIDATION_FAILED`. */
+/**
+ * Decodes a token sent as `after` or `Last-Event-ID`. A malformed one, another endpoint's, or one whose generation is
+ * no name a generation of this endpoint could have (the alias itself, another endpoint's generation, a path) is
+ * `VALIDATION_FAILED`: it was never issued, so it is bad input — not a `reset`, which is for a real token whose
+ * generation has vanished or whose position is past retention (the feed decides those once it looks).
+ */
 export function decodeFeedToken(token: string, endpoint: string, path = 'after'): FeedPosition {
   const invalid = (why: string) =>
     new ValidationError(`Invalid change-feed token: ${why}`, [{ path, message: why }]);
@@ -49,5 +55,6 @@ export function decodeFeedToken(token: string, endpoint: string, path = 'after')
   )
     throw invalid('not a change-feed token');
   if (parsed[0] !== endpoint) throw invalid(`the token belongs to another endpoint`);
+  if (!isCacheNameOf(endpoint, parsed[1])) throw invalid('the token names no generation of this endpoint');
   return { endpoint: parsed[0], generation: parsed[1], seq: parsed[2] as number };
 }

@@ -1,4 +1,4 @@
-import { EVERY_ROUTE_PROBLEMS, ProblemDetailsSchema } from '@sluice/core';
+import { EVERY_ROUTE_PROBLEMS, PROBLEM_RESPONSE } from '@sluice/core';
 import { z } from 'zod';
 
 /**
@@ -16,8 +16,8 @@ function documented(schema: z.ZodType): z.ZodType<unknown> {
   return schema;
 }
 
-/** Problem details, as core defines them (one schema for both apps' documents). */
-export const ProblemSchema = ProblemDetailsSchema;
+/** A problem response (`application/problem+json`), as core defines it (one declaration for both apps' documents). */
+export const ProblemSchema = PROBLEM_RESPONSE;
 
 /**
  * What every control route can answer besides its own: 400 (a query-string parameter it does not take, a body or
@@ -115,3 +115,15 @@ export const ReadinessReply = documented(
     status: z.enum(['ready', 'not-ready']),
   }),
 );
+
+/**
+ * `GET /readyz`'s 503: the readiness body when the store or the backplane is down, or a `NODE_SHUTTING_DOWN` problem
+ * once the node closes (every route's 503) — each under its own media type.
+ */
+export const NotReadyResponse = {
+  description: 'Not ready (application/json), or the node is shutting down (application/problem+json)',
+  content: {
+    'application/json': { schema: ReadinessReply },
+    ...PROBLEM_RESPONSE.content,
+  },
+} as const;

@@ -29,6 +29,7 @@ import {
   CONTROL_PROBLEMS,
   EndpointListReply,
   NodeListReply,
+  NotReadyResponse,
   POST_PROBLEMS,
   ProblemSchema,
   ReadinessReply,
@@ -320,7 +321,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     {
       schema: {
         summary: 'Readiness: store reachable, backplane connected',
-        response: { 200: ReadinessReply, 503: ReadinessReply },
+        response: { 200: ReadinessReply, 503: NotReadyResponse },
       },
     },
     async (_request, reply) => {
