@@ -21,6 +21,7 @@ import { discardTransferLeftovers, holdTransferFence, runTransfer } from '@sluic
 import { openStore } from '@sluice/store';
 import type { FastifyInstance } from 'fastify';
 import type pino from 'pino';
+import { AliasAnnouncer } from './alias-announcer.js';
 import { backplaneKind } from './config.js';
 import { lockDataDir } from './data-dir-lock.js';
 import { buildServer } from './http/server.js';
@@ -157,6 +158,18 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     const serving = await openServingPlane(config, { events: backplane, logger: log, cwd });
     cleanups.push(() => serving.close());
     const { caches, endpoints } = serving;
+    if (kind === 'nats') {
+      // NATS keeps the latest redirect per alias for readers that stay connected or connect late; a redirect it
+      // never got (a switch while it was out of reach, this process stopped before it came back) is announced from
+      // the alias table on start and on every reconnect (alias-announcer.ts).
+      const announcer = AliasAnnouncer.start({
+        backplane,
+        aliases: () => caches.listAliases(),
+        host: config.node.id,
+        logger: log,
+      });
+      cleanups.push(() => announcer[Symbol.asyncDispose]());
+    }
 
     const policy = new RequestPolicy({
       roots: config.files.roots,

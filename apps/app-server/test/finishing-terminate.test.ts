@@ -17,59 +17,16 @@ import { join } from 'node:path';
 import { openStore } from '@sluice/store';
 import { createTestDatabase, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, exactlyOnce, fileTransfer, writeRecords } from './helpers.js';
+import {
+  FINISHING_WRITE_WAITS,
+  HOLD_FINISHING,
+  HOLD_UPDATES,
+  partitionedAtFinishing,
+  RECORDS,
+} from './finishing-hold.js';
+import { call, exactlyOnce } from './helpers.js';
 import { startPartitionedPair } from './partitioned-owner.js';
-import { NOT_A_HEARTBEAT, openStoreGates } from './store-gates.js';
-
-/** Not a multiple of the commit interval (50): the final save is the run's last step before the sink publishes. */
-const RECORDS = 525;
-/** Advisory lock keys the test holds: the owner's finishing write waits on the first. */
-const HOLD_FINISHING = 11;
-/** Every update statement of the store waits on this one at its start, before it locks any row. */
-const HOLD_UPDATES = 15;
-/**
- * The owner's finishing write waits for HOLD_FINISHING, holding the record's row: an update of the record that read
- * everything which changes neither its state, epoch nor checkpoint and is not a heartbeat (which changes the lease
- * only, too).
- */
-const FINISHING_WRITE_WAITS = `IF NEW.state = OLD.state AND NEW.epoch = OLD.epoch
-    AND NEW.checkpoint IS NOT DISTINCT FROM OLD.checkpoint
-    AND jsonb_path_exists(NEW.checkpoint::jsonb, '$.** ? (@.read == ${RECORDS})')
-    AND (SELECT ${NOT_A_HEARTBEAT} FROM (SELECT current_query() AS query) AS statement) THEN
-  PERFORM pg_advisory_xact_lock_shared(${HOLD_FINISHING});
-END IF;`;
-
-/**
- * Submits transfer `id` (file → `out`, 200 records/s) to the pair's owner, waits until it is under way, then cuts the
- * owner off from NATS (so it takes no finishing shortcut and a peer asking about it hears "nobody") and waits until
- * its finishing write is held by the gates.
- */
-async function partitionedAtFinishing(
-  pair: Awaited<ReturnType<typeof startPartitionedPair>>,
-  gates: Awaited<ReturnType<typeof openStoreGates>>,
-  id: string,
-  out: string,
-): Promise<void> {
-  const { owner, proxy, files } = pair;
-  const source = await writeRecords(join(files, 'in.jsonl'), RECORDS);
-  expect((await call(`${owner.url}/v1/transfers`, { json: fileTransfer(id, source, out, 200) })).status).toBe(
-    201,
-  );
-  await waitFor(
-    async () => ((await call(`${owner.url}/v1/transfers/${id}`)).body.progress?.recordsRead ?? 0) > 100,
-    { timeoutMs: 30_000, what: 'the transfer to be under way' },
-  );
-  await proxy.cut();
-  await waitFor(async () => (await call(`${owner.url}/readyz`)).status === 503, {
-    timeoutMs: 20_000,
-    what: 'the owner to see its backplane down',
-  });
-  await waitFor(() => gates.waitingOnAdvisory(HOLD_FINISHING), {
-    timeoutMs: 30_000,
-    intervalMs: 10,
-    what: "the owner's finishing write to wait",
-  });
-}
+import { openStoreGates } from './store-gates.js';
 
 describe('a terminate that meets an owner past its fenced finishing step', () => {
   it('defect: a terminate through another node reported TERMINATED for a file the partitioned owner published', {

@@ -57,15 +57,22 @@ export const API_BIN = join(
 
 /**
  * Runs the api-server of `node`'s host — same configuration file, same LMDB files — as a real process, resolved
- * once it listens; dispose it to stop it.
+ * once it listens; dispose it to stop it. `env`: `SLUICE_*` overrides of that file for the api-server only (say,
+ * its own way to NATS).
  *
  * @example
  * ```ts
- * await using api = await startHostApiServer(node);
+ * await using api = await startHostApiServer(node, { SLUICE_NATS_URL: nats.url });
  * ```
  */
-export async function startHostApiServer(node: { spec: NodeSpec }): Promise<ChildHandle> {
-  const child = spawnTs(API_BIN, ['--config', join(node.spec.dir, 'sluice.yaml')], { cwd: node.spec.dir });
+export async function startHostApiServer(
+  node: { spec: NodeSpec },
+  env: Record<string, string> = {},
+): Promise<ChildHandle> {
+  const child = spawnTs(API_BIN, ['--config', join(node.spec.dir, 'sluice.yaml')], {
+    cwd: node.spec.dir,
+    env,
+  });
   try {
     await child.waitForLine(/listening/i, 60_000);
   } catch (err) {

@@ -177,6 +177,12 @@ export interface TransferView {
   /** Retryable failures since the transfer last saved progress (see `TransferRecord.retries`). */
   retries: number;
   leaseExpiresAt: string | null;
+  /**
+   * True while the current owner has passed its fenced finishing step (`TransferRecord.finishingEpoch` is this
+   * `epoch`) and the record is not final yet: it is publishing, and the record is held against a takeover or
+   * terminate on a "nobody" until its lease expired. False otherwise (also once a successor took over).
+   */
+  finishing: boolean;
   error: TransferFailure | null;
   result: TransferResult | null;
   /**

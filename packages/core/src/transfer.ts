@@ -183,6 +183,12 @@ export interface TransferRecord {
    * count. The app-server records the transfer FAILED once this passes its retry budget.
    */
   retries: number;
+  /**
+   * The epoch whose owner passed its fenced finishing step (`DataPlaneStore.finishing`): about to publish what
+   * cannot be taken back. While it equals `epoch` (and the record is not final) no owner change on a "nobody"
+   * lands until the lease expired. Null until an owner of the transfer reached that step.
+   */
+  finishingEpoch: number | null;
   error: TransferFailure | null;
   result: TransferResult | null;
   /** The pipeline's progress checkpoint, written fenced by the epoch. */

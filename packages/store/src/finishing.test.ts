@@ -14,6 +14,8 @@ describe.each(DIALECTS)('the fenced finishing step on %s', (dialect) => {
     await nodeA.saveCheckpoint(record.id, 1, { offset: 10 }, LEASE_MS);
     await nodeA.finishing(record.id, 1, LEASE_MS);
     const finishing = await nodeA.get(record.id);
+    // The mark is part of the record (the control API shows it as `finishing`).
+    expect(finishing).toMatchObject({ epoch: 1, finishingEpoch: 1 });
 
     // Node B heard "nobody" (node A cut off from the backplane, publishing right now).
     const takeover = await nodeB.takeOver(record.id, 1, b, LEASE_MS).catch((e: unknown) => e);
@@ -44,6 +46,8 @@ describe.each(DIALECTS)('the fenced finishing step on %s', (dialect) => {
 
     const taken = await nodeB.takeOver(record.id, 1, b, LEASE_MS);
     expect(taken).toMatchObject({ epoch: 2, ownerNodeId: 'node-b', checkpoint: { offset: 10 } });
+    // The mark names epoch 1 still: it no longer holds the record.
+    expect(taken.finishingEpoch).toBe(1);
     await expectSluiceError(nodeA.finishing(record.id, 1, LEASE_MS), 'STALE_EPOCH');
     await expectSluiceError(nodeA.transition(record.id, 1, { to: 'COMPLETED' }), 'STALE_EPOCH');
     // The marker was epoch 1's: the successor is not held by it (a "nobody" about node B takes over at once)…

@@ -19,6 +19,7 @@ export function rowToRecord(row: TransferRow): TransferRecord {
     leaseExpiresAt: row.lease_expires_at === null ? null : new Date(Number(row.lease_expires_at)),
     attempts: Number(row.attempts),
     retries: Number(row.retries),
+    finishingEpoch: row.finishing_epoch === null ? null : Number(row.finishing_epoch),
     error: parseJson(row.error),
     result: parseJson(row.result),
     checkpoint: parseJson(row.checkpoint),

@@ -62,6 +62,7 @@ export function prepareSubmit(input: SubmitInput, clock: () => number): Prepared
     leaseExpiresAt: new Date(now + leaseMs),
     attempts: 1,
     retries: 0,
+    finishingEpoch: null,
     error: null,
     result: null,
     checkpoint: null,

@@ -45,7 +45,15 @@ export const POST_PROBLEMS = { ...CONTROL_PROBLEMS, 413: ProblemSchema, 415: Pro
 /** A transfer as `GET /v1/transfers/:id` shows it (and the submit route answers with it). */
 export const TransferReply = documented(
   z
-    .looseObject({ id: z.string() })
+    .looseObject({
+      id: z.string(),
+      finishing: z
+        .boolean()
+        .optional()
+        .describe(
+          'true while the owner has passed its fenced finishing step at the current epoch (publishing what cannot be taken back) and the record is not final: a terminate or takeover then waits for its lease. Absent from a fire-and-forget acceptance',
+        ),
+    })
     .describe(
       'The transfer record: id, state, request, owner, epoch, result or error, progress while it runs; a fire-and-forget acceptance is `{id, mode: "fire-and-forget", accepted: true, owner}`',
     ),

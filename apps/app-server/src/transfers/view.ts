@@ -28,6 +28,7 @@ export function transferView(
     attempts: record.attempts,
     retries: record.retries,
     leaseExpiresAt: record.leaseExpiresAt ? record.leaseExpiresAt.toISOString() : null,
+    finishing: record.state === 'IN_PROGRESS' && record.finishingEpoch === record.epoch,
     error: record.error,
     result: record.result,
     progress: local && record.state === 'IN_PROGRESS' ? progressView(local) : null,
