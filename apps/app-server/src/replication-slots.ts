@@ -10,6 +10,7 @@ import {
 import {
   defaultReplicationName,
   dropReplicationSlot,
+  endpointSlotNames,
   listReplicationSlots,
   type OwnedSlotMark,
   type ReplicationSlotInfo,
@@ -52,16 +53,22 @@ function endpointOfHandle(handle: string): string | null {
   return handle.endsWith(SOURCE_SUFFIX) ? handle.slice(0, -SOURCE_SUFFIX.length) : null;
 }
 
-/** Slot name → endpoint, for every endpoint of `config` that reads logical replication. */
+/**
+ * Slot name → endpoint, for every endpoint of `config` that reads logical replication: its configured slot, else
+ * both names its generations' slots take (the serving one and a green are fed at once, each by its own slot).
+ */
 export function configuredSlots(config: SluiceConfig): Map<string, string> {
   const slots = new Map<string, string>();
   for (const endpoint of config.endpoints) {
     const source = endpoint.source;
     if (source.type !== 'postgres' || postgresCapture(source, 'endpoint') !== 'replication') continue;
-    slots.set(
-      source.slot ?? defaultReplicationName(config.node.id, `${endpoint.name}${SOURCE_SUFFIX}`),
-      endpoint.name,
-    );
+    if (source.slot !== undefined) {
+      slots.set(source.slot, endpoint.name);
+      continue;
+    }
+    const { primary, alternate } = endpointSlotNames(config.node.id, `${endpoint.name}${SOURCE_SUFFIX}`);
+    slots.set(primary, endpoint.name);
+    slots.set(alternate, endpoint.name);
   }
   return slots;
 }

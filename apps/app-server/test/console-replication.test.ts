@@ -67,9 +67,6 @@ describe('the console over a replication endpoint', () => {
       { timeoutMs: 30_000, what: 'the fractional update to be skipped' },
     );
     expect(skipped.badRecords.last?.reason).toBeTruthy();
-    // What the console would have offered: the API refuses it.
-    const refused = await call(`${node.url}/v1/endpoints/items/rollback`, { method: 'POST' });
-    expect(refused.body).toMatchObject({ status: 409, code: 'CANNOT_RESUME' });
 
     const profile = await tempDir('sluice-console-chromium-');
     const context = await chromium.launchPersistentContext(profile.path, {
@@ -87,10 +84,13 @@ describe('the console over a replication endpoint', () => {
         timeout: 10_000,
       });
       expect(await card.textContent()).toContain(skipped.badRecords.last!.reason);
-      // No Roll back button for a switch it could not undo; the reason instead.
+      // The replaced generation kept following until the switch and keeps its slot while retained
+      // (docs/generations.md): Roll back is offered, and the API does it.
       await card.locator('.timeline li[data-cause="rebuild"]').waitFor();
-      expect(await card.getByRole('button', { name: /Roll back/ }).count()).toBe(0);
-      expect(await card.locator('[data-rollback="unavailable"]').textContent()).toContain('replication');
+      await card.getByRole('button', { name: /Roll back/ }).waitFor({ timeout: 10_000 });
+      const rolledBack = await call(`${node.url}/v1/endpoints/items/rollback`, { method: 'POST' });
+      expect(rolledBack.body).toMatchObject({ from: green, to: blue, cause: 'rollback', changed: true });
+      await card.locator('.timeline li[data-cause="rollback"]').waitFor({ timeout: 10_000 });
     } finally {
       await context.close();
       await profile[Symbol.asyncDispose]();

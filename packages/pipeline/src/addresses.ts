@@ -80,6 +80,11 @@ export function sourceFor(
     role?: 'endpoint' | 'transfer';
     /** A plain read of the first records (schema inference): never a replication slot. */
     sampling?: boolean;
+    /**
+     * The replication slot (and publication) of the generation an endpoint's source feeds, when the address names
+     * none (src/endpoint/generation-slots.ts). Default: the endpoint's primary slot name.
+     */
+    slot?: string;
   } = {},
 ): PipelineSource {
   switch (address.type) {
@@ -101,7 +106,9 @@ export function sourceFor(
         const role = options.role ?? 'transfer';
         // An endpoint's slot is its node's; a transfer's belongs to the transfer, whichever node runs it.
         const name =
-          role === 'transfer' ? transferReplicationName(handle) : defaultReplicationName(node, handle);
+          role === 'transfer'
+            ? transferReplicationName(handle)
+            : (options.slot ?? defaultReplicationName(node, handle));
         return createReplicationSource({
           handle,
           url: postgresUrl(ctx, address.connection),

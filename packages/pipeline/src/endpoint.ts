@@ -17,12 +17,14 @@ import {
   type WritableCacheCatalog,
 } from '@sluice/core';
 import type { ConnectionContext } from './addresses.js';
+import { ServingFollower } from './endpoint/follower.js';
 import { type LaunchContext, prepareLaunch, startRun } from './endpoint/launch.js';
 import { endpointShape } from './endpoint/shape.js';
+import { startSlotSweeper } from './endpoint/slot-sweeper.js';
 import { endpointSteering } from './endpoint/steering.js';
 import { EndpointSupervisor, SupervisorPhase } from './endpoint/supervisor.js';
 import { ProgressTracker } from './progress.js';
-import { replicationStatusOf } from './sources/replication/status.js';
+import { followedReplicationStatus, replicationStatusOf } from './sources/replication/status.js';
 
 export interface EndpointContext {
   caches: WritableCacheCatalog;
@@ -52,6 +54,11 @@ export interface EndpointContext {
   nodeId?: string;
   /** Tuning of replication sources (tests shorten the keepalive). */
   replication?: ConnectionContext['replication'];
+  /**
+   * How often the replication slots of generations no longer retained (garbage-collected) are looked for and
+   * dropped (docs/generations.md). Default 60 s.
+   */
+  slotSweepMs?: number;
 }
 
 /**
@@ -98,28 +105,61 @@ export async function startEndpointPipeline(
     ...(ctx.commitEveryRecords !== undefined ? { commitEveryRecords: ctx.commitEveryRecords } : {}),
     ...(ctx.commitEveryMs !== undefined ? { commitEveryMs: ctx.commitEveryMs } : {}),
     ...(ctx.onProgress ? { onProgress: ctx.onProgress } : {}),
-    onRedirected: wakeWaiters,
+    onRedirected: () => {
+      wakeWaiters();
+      followServing();
+    },
     onCommit: (checkpoint) => supervisor.committed(checkpoint),
     onBadRecord: (report) => {
       lastBadRecord = { source: report.source, reason: report.reason, at: new Date().toISOString() };
     },
   };
+  const retryMs = ctx.retryMs ?? 1_000;
+  // While the run feeds a generation the alias does not point at, the serving one follows its source through a
+  // slot of its own (replication sources with a slot per generation; any other source feeds one generation).
+  const follower = lc.shape.slotNames === null ? null : new ServingFollower({ lc, logger, retryMs });
+  const sweeper = startSlotSweeper({ shape: lc.shape, caches, logger, everyMs: ctx.slotSweepMs ?? 60_000 });
+  /** What the follower follows now: the serving generation while the run feeds another one, else nothing. */
+  const followServing = (): void => {
+    if (follower === null) return;
+    const run = supervisor.run;
+    const serving = caches.resolveAlias(name)?.cache ?? null;
+    const wanted = run && !run.sink.redirected && serving !== run.cache.name ? serving : null;
+    void follower
+      .follow(wanted)
+      .then(() => (wanted === null ? sweeper.sweep() : undefined))
+      .catch((err: unknown) => logger.error({ endpoint: name, err }, 'cannot follow the serving generation'));
+  };
   const supervisor: EndpointSupervisor = new EndpointSupervisor({
     endpoint: name,
     logger,
     prepare: (force, sourceChange) => prepareLaunch(lc, force, sourceChange ?? null),
-    start: (launch) => startRun(lc, launch),
-    retryMs: ctx.retryMs ?? 1_000,
+    start: async (launch) => {
+      // A run of the generation the follower follows takes it over (one reader per slot).
+      if (follower?.generation === launch.cache.name) await follower.follow(null);
+      return startRun(lc, launch);
+    },
+    retryMs,
     onStopped: wakeWaiters,
+    onAdopted: followServing,
   });
-  const steering = endpointSteering(lc, supervisor, wakeWaiters);
+  const steering = endpointSteering(lc, supervisor, () => {
+    wakeWaiters();
+    followServing();
+  });
+  const stop = async () => {
+    await supervisor.stop();
+    await follower?.stop();
+    await sweeper.stop();
+  };
 
   try {
     await supervisor.launch(false);
   } catch (err) {
-    await supervisor.stop();
+    await stop();
     throw err;
   }
+  void sweeper.sweep();
 
   /** Operator actions (rebuild, promote, rollback) run one at a time. */
   let steeringQueue: Promise<unknown> = Promise.resolve();
@@ -133,9 +173,15 @@ export async function startEndpointPipeline(
   const replicationStatus = (): EndpointPipelineStatus['replication'] => {
     const source = supervisor.branch?.source;
     if (!source) return null;
-    // While the run feeds a generation the alias does not point at yet, the serving one stands still.
     const run = supervisor.run;
-    const standing = run && !run.sink.redirected ? run.standing : null;
+    if (!run || run.sink.redirected) return replicationStatusOf(source);
+    // The run feeds a generation the alias does not point at yet: what readers get is the serving one, which
+    // follows through its own slot, or else stands where it last committed.
+    const serving = servingCache();
+    const followed = serving === null ? null : (follower?.sourceFollowing(serving) ?? null);
+    if (followed !== null) return followedReplicationStatus(followed, source, run.cache.name);
+    const standing =
+      (serving === null ? null : follower?.standingOf(serving, run.cache.name)) ?? run.standing;
     return replicationStatusOf(source, standing);
   };
 
@@ -179,7 +225,7 @@ export async function startEndpointPipeline(
       }),
     promote: () => exclusive(steering.promote),
     rollback: (to?: string) => exclusive(() => steering.rollback(to)),
-    stop: () => supervisor.stop(),
+    stop,
     async whenServing(options = {}) {
       const timeoutMs = options.timeoutMs ?? 60_000;
       const deadline = Date.now() + timeoutMs;
@@ -200,7 +246,7 @@ export async function startEndpointPipeline(
         });
       }
     },
-    [Symbol.asyncDispose]: () => supervisor.stop(),
+    [Symbol.asyncDispose]: stop,
   };
 }
 

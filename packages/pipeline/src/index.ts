@@ -6,6 +6,7 @@ export {
   MAX_BAD_RECORD_REPORTS,
 } from './bad-records.js';
 export { dagHash, decideRestart, nodeHandles, type RestartPlan } from './dag.js';
+export { type EndpointSlotNames, endpointSlotNames } from './endpoint/generation-slots.js';
 export { type EndpointContext, startEndpointPipeline } from './endpoint.js';
 export { keyOf, keyString, type RecordLocation, type RecordOp, type Row } from './ops.js';
 export { filterProcessor, functionProcessor, type RecordFunction, selectProcessor } from './processors.js';

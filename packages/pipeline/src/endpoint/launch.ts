@@ -1,4 +1,5 @@
 import {
+  type CacheInfo,
   type CacheSchema,
   type CheckpointPort,
   type EndpointDecision,
@@ -23,6 +24,7 @@ import type { StandingGeneration } from '../sources/replication/status.js';
 import { switchHoldReason } from '../switch-gate.js';
 import type { SourceBranch } from '../types.js';
 import { addedFieldsListener } from './added-fields.js';
+import { slotOfGeneration } from './generation-slots.js';
 import {
   type EndpointRestartPlan,
   type GenerationAssessment,
@@ -190,20 +192,20 @@ export async function prepareLaunch(
     reuse: !force,
     sampleSize: lc.sampleSize,
   });
-  const branch = shape.branch(csvFields, false, schema.fields);
+  const aliasTarget = caches.resolveAlias(shape.name)?.cache ?? null;
+  const infos = (await caches.list()).filter((info) => info.endpoint === shape.name);
+  const generations = infos.map((info) => ({
+    name: info.name,
+    state: info.state,
+    createdAt: info.createdAt,
+    cause: info.notes.cause ?? null,
+  }));
+  const candidate = restartCandidate({ force, aliasTarget, generations });
+  const slotOf = generationSlot(lc, infos, aliasTarget);
+  let branch = shape.branch(csvFields, false, schema.fields, slotOf(candidate?.name ?? null));
   let opened: WritableCache | null = null;
   try {
     await branch.source.preflight?.();
-    const aliasTarget = caches.resolveAlias(shape.name)?.cache ?? null;
-    const generations = (await caches.list())
-      .filter((info) => info.endpoint === shape.name)
-      .map((info) => ({
-        name: info.name,
-        state: info.state,
-        createdAt: info.createdAt,
-        cause: info.notes.cause ?? null,
-      }));
-    const candidate = restartCandidate({ force, aliasTarget, generations });
     let assessment: GenerationAssessment | null = null;
     if (candidate)
       ({ cache: opened, assessment } = await assessGeneration(lc, candidate.name, schema, branch));
@@ -211,6 +213,12 @@ export async function prepareLaunch(
     const cache = await generationFor(lc, plan, opened, schema);
     if (cache !== opened) await opened?.close();
     opened = null;
+    const slot = slotOf(cache.name);
+    if (slot !== slotOf(candidate?.name ?? null)) {
+      // Another generation than the one assessed, reading another slot (the one the serving generation does not).
+      await branch.source.close();
+      branch = shape.branch(csvFields, false, schema.fields, slot);
+    }
     const standing =
       aliasTarget !== null && aliasTarget !== cache.name
         ? await standingOf(lc, aliasTarget, cache.name, branch.source.handle)
@@ -229,6 +237,30 @@ export async function prepareLaunch(
     await branch.source.close().catch(() => {});
     throw err;
   }
+}
+
+/**
+ * The replication slot of a generation of the endpoint (null: a generation about to be created), given what the
+ * catalog holds (`infos`) and the generation that serves; undefined for a source without a slot per generation.
+ */
+export function generationSlot(
+  lc: LaunchContext,
+  infos: readonly CacheInfo[],
+  serving: string | null,
+): (generation: string | null) => string | undefined {
+  const names = lc.shape.slotNames;
+  const handle = `${lc.shape.name}.source`;
+  const checkpointOf = (name: string) => infos.find((info) => info.name === name)?.checkpoint ?? null;
+  const servingGeneration = serving === null ? null : { name: serving, checkpoint: checkpointOf(serving) };
+  return (generation) =>
+    names === null
+      ? undefined
+      : slotOfGeneration(
+          names,
+          handle,
+          { name: generation ?? '', checkpoint: generation === null ? null : checkpointOf(generation) },
+          servingGeneration,
+        );
 }
 
 /**

@@ -6,7 +6,7 @@ import {
   type WritableCache,
 } from '@sluice/core';
 import { announceRedirect } from '../sinks/cache.js';
-import { assessGeneration, endpointSink, type LaunchContext } from './launch.js';
+import { assessGeneration, endpointSink, generationSlot, type LaunchContext } from './launch.js';
 import { generationSchema } from './schema-resolution.js';
 import type { EndpointSupervisor } from './supervisor.js';
 
@@ -67,7 +67,9 @@ export function endpointSteering(
     // Decide on a branch and sink of its own: the running generation is untouched until the decision is made.
     // The schema as a run of today's configuration would write it (configured fields, else the generation's own).
     const { schema, csvFields } = generationSchema(shape, info.schema);
-    const candidate = shape.branch(csvFields, false, schema.fields);
+    // Its own slot (the one its checkpoint names), which it may still hold when it kept following until retired.
+    const slot = generationSlot(lc, [info], serving)(targetName);
+    const candidate = shape.branch(csvFields, false, schema.fields, slot);
     let cache: WritableCache | null = null;
     let halted = false;
     let adopted = false;

@@ -53,6 +53,8 @@ export interface SupervisorOptions {
   retryMs: number;
   /** Called when the pipeline stops (wakes waiters). */
   onStopped: () => void;
+  /** Called when a run starts being supervised (a launch, a retry, a rollback's run). */
+  onAdopted?: (run: Run) => void;
 }
 
 const MAX_BACKOFF_MS = 30_000;
@@ -219,6 +221,7 @@ export class EndpointSupervisor {
     this.#checkpoint = run.checkpoint;
     this.#error = null;
     this.#to(SupervisorPhase.running);
+    this.options.onAdopted?.(run);
   }
 
   #retryAfter(err: unknown): void {

@@ -295,14 +295,15 @@ describe('replica identity and table identity of a replication source', () => {
     const pubname = (await sql<{ pubname: string }>(url, 'SELECT pubname FROM pg_publication'))[0]!.pubname;
 
     // Out of the publication, a change the stream never sees, and (a PostgreSQL event trigger) the start-up's
-    // ALTER PUBLICATION … ADD TABLE refused for a while: the forced rebuild fails and is retried.
+    // publication setup refused for a while — ALTER PUBLICATION … ADD TABLE, or CREATE PUBLICATION for the slot the
+    // green reads (docs/generations.md) — so the forced rebuild fails and is retried.
     await sql(
       url,
       `CREATE FUNCTION refuse_publication_change() RETURNS event_trigger LANGUAGE plpgsql AS $$
          BEGIN RAISE EXCEPTION 'publication changes refused for this test'; END $$;
        ALTER PUBLICATION ${pubname} DROP TABLE unpub;
        INSERT INTO unpub VALUES (3, 'unpublished');
-       CREATE EVENT TRIGGER refuse_publication ON ddl_command_start WHEN TAG IN ('ALTER PUBLICATION')
+       CREATE EVENT TRIGGER refuse_publication ON ddl_command_start WHEN TAG IN ('ALTER PUBLICATION', 'CREATE PUBLICATION')
          EXECUTE FUNCTION refuse_publication_change();`,
     );
     await waitFor(() => /refused for this test/.test(started.pipeline.status().error?.message ?? ''), {

@@ -1,7 +1,7 @@
 /**
- * What a replication endpoint reports and logs beyond its records: one slot feeds one generation, so while a
- * rebuild fills a green (or a green is held) the serving generation stands at its last commit, and its status must
- * say so; and one cache commit may hold several source transactions (group commit), which its change log — what a
+ * What a replication endpoint reports and logs beyond its records: a slot feeds one generation, so with one slot
+ * configured (`slot:`: no slot per generation, docs/generations.md) the serving generation stands at its last commit
+ * while a rebuild fills a green (or a green is held), and its status must say so; and one cache commit may hold several source transactions (group commit), which its change log — what a
  * change feed sends — must still show apart.
  */
 import { join } from 'node:path';
@@ -25,7 +25,8 @@ describe('replication status while the slot feeds a generation that does not ser
     const caches = await openCacheManager(join(dir.path, 'data'));
     const config = {
       name: 'orders',
-      source: { type: 'postgres', connection: 'db', table: 'orders' },
+      // One slot configured: one generation fed at a time (the serving one cannot follow beside the green).
+      source: { type: 'postgres', connection: 'db', table: 'orders', slot: 'orders_one_slot' },
       primaryKey: ['id'],
       fields: { id: 'integer', note: 'string' },
       indexes: [],

@@ -244,7 +244,6 @@ function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView
             endpoint={endpoint.name}
             history={endpoint.history}
             rollbackTarget={rollbackTarget}
-            rollbackUnavailable={rollbackUnavailableOf(endpoint)}
             disabled={!idle}
             onRollback={() =>
               action.run('Roll back', async () => {
@@ -267,31 +266,21 @@ function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView
 
 /**
  * Roll back is offered where the API would do it: the latest switch came from a generation that is still
- * retained (not garbage-collected) and was not itself a rollback (a repeated rollback changes nothing), and the
- * endpoint's source can resume an older generation — a logical-replication one (`replication` set) cannot: each
- * generation starts from a snapshot of its own slot, which cannot go back, so the API always answers 409
- * `CANNOT_RESUME`.
+ * retained (not garbage-collected) and was not itself a rollback (a repeated rollback changes nothing). A
+ * logical-replication generation keeps its slot until it is collected (docs/generations.md), so it can be
+ * continued too; where its source cannot resume it the API answers 409 `CANNOT_RESUME` and nothing changes.
  */
 function rollbackTargetOf(endpoint: EndpointWatchView): string | null {
-  if (rollbackUnavailableOf(endpoint) !== null) return null;
   const latest = endpoint.history[0];
   if (!latest || latest.from === null || latest.cause === 'rollback') return null;
   const previous = endpoint.generations.find((g) => g.name === latest.from);
   return previous && previous.state !== 'serving' ? previous.name : null;
 }
 
-/** Why Roll back cannot succeed for this endpoint whatever its history, or null. */
-function rollbackUnavailableOf(endpoint: EndpointWatchView): string | null {
-  return endpoint.replication !== null
-    ? 'Roll back is not possible: this endpoint reads logical replication, and each generation starts from its own slot snapshot, which cannot go back. Rebuild instead.'
-    : null;
-}
-
 function Timeline(props: {
   endpoint: string;
   history: SwitchView[];
   rollbackTarget: string | null;
-  rollbackUnavailable: string | null;
   disabled: boolean;
   onRollback: () => void;
 }) {
@@ -315,11 +304,6 @@ function Timeline(props: {
             >
               Roll back to {shortGeneration(props.rollbackTarget, props.endpoint)}
             </button>
-          )}
-          {i === 0 && entry.from !== null && props.rollbackUnavailable && (
-            <p class="muted" data-rollback="unavailable">
-              {props.rollbackUnavailable}
-            </p>
           )}
         </li>
       ))}

@@ -71,3 +71,30 @@ export function replicationStatusOf(
     following: { cache: standing.following, ...fed },
   };
 }
+
+/**
+ * What operators see while two generations follow the source at once, each through its own slot: the serving
+ * generation's figures (what readers get) and, in `following`, those of the generation being fed (building or
+ * held). Null unless both are replication sources.
+ *
+ * @example
+ * ```ts
+ * followedReplicationStatus(servingSource, greenSource, 'items-01…'); // { slot, committedLsn, …, following: { cache, … } }
+ * ```
+ */
+export function followedReplicationStatus(
+  serving: PipelineSource,
+  fed: PipelineSource,
+  fedCache: string,
+): ReplicationStatus | null {
+  if (!isReplicationSource(serving) || !isReplicationSource(fed)) return null;
+  const figures = (source: ReplicationSource) => {
+    const lag = source.replicationLag();
+    return {
+      committedLsn: source.committedLsn(),
+      lagBytes: lag?.bytes ?? null,
+      lagSeconds: lag?.seconds ?? null,
+    };
+  };
+  return { slot: serving.slot, ...figures(serving), following: { cache: fedCache, ...figures(fed) } };
+}

@@ -1,0 +1,297 @@
+import { ErrorCode, type Logger, type PipelineCheckpoint, SluiceError } from '@sluice/core';
+import { ProgressTracker } from '../progress.js';
+import { ReplicationPositionSchema } from '../sources/replication/position.js';
+import type { StandingGeneration } from '../sources/replication/status.js';
+import type { PipelineSource } from '../types.js';
+import {
+  assessGeneration,
+  endpointSink,
+  generationSlot,
+  type LaunchContext,
+  type Run,
+  startRun,
+} from './launch.js';
+import { generationSchema } from './schema-resolution.js';
+
+/**
+ * Where the follower of an endpoint's serving generation is (docs/generations.md):
+ * - `idle`: nothing to follow (the run feeds the serving generation itself);
+ * - `starting`: assessing the serving generation and starting its run;
+ * - `following`: its run continues it from its own checkpoint, through its own slot;
+ * - `retrying`: the run failed; waiting out the back-off before starting again;
+ * - `standing`: it cannot be continued (no checkpoint its slot can resume, its slot taken, the source changed
+ *   under it): it stands at its last commit until the alias moves;
+ * - `stopped`: for good.
+ */
+export const FollowerPhase = {
+  idle: 'idle',
+  starting: 'starting',
+  following: 'following',
+  retrying: 'retrying',
+  standing: 'standing',
+  stopped: 'stopped',
+} as const;
+export type FollowerPhase = (typeof FollowerPhase)[keyof typeof FollowerPhase];
+
+/** Every legal move; anything else is a bug (thrown as `INTERNAL`). */
+const TRANSITIONS: Record<FollowerPhase, readonly FollowerPhase[]> = {
+  idle: ['starting', 'stopped'],
+  starting: ['following', 'retrying', 'standing', 'idle', 'stopped'],
+  following: ['retrying', 'standing', 'idle', 'stopped'],
+  retrying: ['starting', 'idle', 'stopped'],
+  standing: ['idle', 'stopped'],
+  stopped: [],
+};
+
+const MAX_BACKOFF_MS = 30_000;
+
+/** What a follower needs: the endpoint's launch context (its own progress and checkpoint are kept apart). */
+export interface FollowerOptions {
+  lc: LaunchContext;
+  logger: Logger;
+  /** Wait before starting again after a failed run; doubles up to 30 s. */
+  retryMs: number;
+}
+
+/**
+ * Keeps the serving generation of an endpoint following its source while the endpoint's run feeds another one (a
+ * green building or held): a second run, from the serving generation's own checkpoint, through its own replication
+ * slot, written into it as any run of the serving generation (one commit per source transaction, its change log,
+ * its checkpoint). It never moves the alias and never writes the pipeline's checkpoint (that is the fed
+ * generation's). Told what to follow by {@link ServingFollower.follow}; one generation at a time.
+ *
+ * @example
+ * ```ts
+ * const follower = new ServingFollower({ lc, logger, retryMs: 1_000 });
+ * await follower.follow('items-01…'); // the serving generation, while a green builds
+ * await follower.follow(null);        // the switch: the old serving generation stops
+ * ```
+ */
+export class ServingFollower {
+  #phase: FollowerPhase = FollowerPhase.idle;
+  #generation: string | null = null;
+  #run: Run | null = null;
+  #reason: string | null = null;
+  #lastCommit: { lsn: string; at: number } | null = null;
+  #backoff: number;
+  #retryTimer: NodeJS.Timeout | null = null;
+  /** Every change of what is followed, one at a time. */
+  #queue: Promise<void> = Promise.resolve();
+
+  constructor(private readonly options: FollowerOptions) {
+    this.#backoff = options.retryMs;
+  }
+
+  get phase(): FollowerPhase {
+    return this.#phase;
+  }
+  /** The generation it follows (or tries to, or stands for), or null when idle. */
+  get generation(): string | null {
+    return this.#generation;
+  }
+  /** Why it stands (or why it last failed), or null. */
+  get reason(): string | null {
+    return this.#reason;
+  }
+  /** The source of the run following `generation`, or null when it does not follow that one now. */
+  sourceFollowing(generation: string): PipelineSource | null {
+    return this.#phase === FollowerPhase.following && this.#generation === generation
+      ? (this.#run?.branch.source ?? null)
+      : null;
+  }
+  /**
+   * Where `generation` stands when it is not followed now but this follower last committed into it (its LSN and
+   * when), as the fed generation `following` goes on; null when it has nothing to say about it.
+   */
+  standingOf(generation: string, following: string): StandingGeneration | null {
+    if (this.#generation !== generation || this.#lastCommit === null) return null;
+    return { following, lsn: this.#lastCommit.lsn, since: this.#lastCommit.at };
+  }
+
+  /** Follows `generation` from now on (null: nothing). Resolves once the change is made. */
+  follow(generation: string | null): Promise<void> {
+    return this.#enqueue(async () => {
+      if (this.#phase === FollowerPhase.stopped) return;
+      if (generation !== null && generation === this.#generation) return;
+      await this.#end(FollowerPhase.idle);
+      if (generation !== null) await this.#startOrRetry(generation);
+    });
+  }
+
+  /** Stops the run for good. */
+  stop(): Promise<void> {
+    return this.#enqueue(() => this.#end(FollowerPhase.stopped));
+  }
+
+  #enqueue(action: () => Promise<void>): Promise<void> {
+    const next = this.#queue.then(action);
+    this.#queue = next.catch((err: unknown) =>
+      this.options.logger.error({ err, endpoint: this.options.lc.shape.name }, 'serving follower failed'),
+    );
+    return next;
+  }
+
+  #to(next: FollowerPhase): void {
+    if (!TRANSITIONS[this.#phase].includes(next))
+      throw new SluiceError({
+        code: ErrorCode.INTERNAL,
+        message: `Serving follower of "${this.options.lc.shape.name}": illegal move ${this.#phase} → ${next}`,
+      });
+    this.#phase = next;
+  }
+
+  /** Ends the run (or the back-off) and moves to `next` (`idle` or `stopped`). */
+  async #end(next: typeof FollowerPhase.idle | typeof FollowerPhase.stopped): Promise<void> {
+    if (this.#retryTimer !== null) clearTimeout(this.#retryTimer);
+    this.#retryTimer = null;
+    const run = this.#run;
+    this.#run = null;
+    if (this.#phase !== next) this.#to(next);
+    this.#generation = null;
+    this.#reason = null;
+    this.#lastCommit = null;
+    this.#backoff = this.options.retryMs;
+    if (!run) return;
+    run.controller.abort();
+    await run.finished.catch(() => {});
+    await run.sink.close().catch(() => {});
+    await run.branch.source.close().catch(() => {});
+  }
+
+  #stand(reason: string): void {
+    this.#reason = reason;
+    this.#to(FollowerPhase.standing);
+    this.options.logger.warn(
+      { endpoint: this.options.lc.shape.name, cache: this.#generation, reason },
+      'the serving generation cannot follow its source while another one is fed: it stands at its last commit',
+    );
+  }
+
+  /** The launch context of this follower's runs: its own progress, no pipeline checkpoint, never the alias. */
+  #context(): LaunchContext {
+    const { lc } = this.options;
+    return {
+      shape: lc.shape,
+      caches: lc.caches,
+      events: lc.events,
+      logger: lc.logger,
+      progress: new ProgressTracker(),
+      sampleSize: lc.sampleSize,
+      ...(lc.commitEveryRecords !== undefined ? { commitEveryRecords: lc.commitEveryRecords } : {}),
+      ...(lc.commitEveryMs !== undefined ? { commitEveryMs: lc.commitEveryMs } : {}),
+      onRedirected: () => {},
+      onCommit: (checkpoint) => this.#committed(checkpoint),
+    };
+  }
+
+  #committed(checkpoint: PipelineCheckpoint): void {
+    const parsed = ReplicationPositionSchema.safeParse(
+      checkpoint.positions[`${this.options.lc.shape.name}.source`],
+    );
+    if (parsed.success) this.#lastCommit = { lsn: parsed.data.lsn, at: Date.now() };
+  }
+
+  /** Starts following `generation`; a failure to start (a connection refused…) is retried after the back-off. */
+  async #startOrRetry(generation: string): Promise<void> {
+    try {
+      await this.#start(generation);
+    } catch (err) {
+      if (this.#phase === FollowerPhase.starting && this.#generation === generation) this.#retryAfter(err);
+      else throw err;
+    }
+  }
+
+  async #start(generation: string): Promise<void> {
+    const { lc, logger } = this.options;
+    const { caches, shape } = lc;
+    this.#generation = generation;
+    this.#to(FollowerPhase.starting);
+    const flc = this.#context();
+    const info = await caches.info(generation);
+    if (info === null) return this.#stand(`${generation} is no longer in the alias table`);
+    const slot = generationSlot(flc, [info], generation)(generation);
+    if (slot === undefined) return this.#stand('its source has one slot for every generation');
+    // The run feeding the green reads another slot; never take one it reads.
+    if (shape.openSlots().has(slot))
+      return this.#stand(`its slot ${slot} is read by the generation being fed`);
+    const { schema, csvFields } = generationSchema(shape, info.schema);
+    const branch = shape.branch(csvFields, false, schema.fields, slot);
+    let adopted = false;
+    try {
+      const assessed = await assessGeneration(flc, generation, schema, branch, true);
+      const { cache, plan } = assessed;
+      if (assessed.assessment.verdict !== 'resumable' || cache === null || plan === null) {
+        await cache?.close();
+        const why =
+          assessed.assessment.verdict === 'schema-changed'
+            ? assessed.assessment.message
+            : assessed.assessment.reason;
+        return this.#stand(why);
+      }
+      // Checked and the sink made with no wait between: a sink of a generation the alias points at never moves it.
+      if (caches.resolveAlias(shape.name)?.cache !== generation || this.#phase !== FollowerPhase.starting) {
+        await cache.close();
+        return;
+      }
+      const sink = endpointSink(flc, cache, schema, branch);
+      const run = await startRun(flc, {
+        branch,
+        cache,
+        sink,
+        schema,
+        cause: null,
+        plan: { ...plan, reason: `following its source while another generation is fed: ${plan.reason}` },
+        standing: null,
+      });
+      adopted = true;
+      this.#run = run;
+      this.#to(FollowerPhase.following);
+      this.#watch(run);
+      logger.info(
+        { endpoint: shape.name, cache: generation, slot },
+        'the serving generation follows its source',
+      );
+    } finally {
+      if (!adopted) await branch.source.close().catch(() => {});
+    }
+  }
+
+  /** Answers the end of `run`: a failure is retried after the back-off; a changed source leaves it standing. */
+  #watch(run: Run): void {
+    // Failures of the answer itself are logged by the queue.
+    run.finished.then(
+      () => this.#enqueue(async () => this.#ended(run, null)).catch(() => {}),
+      (err: unknown) => this.#enqueue(async () => this.#ended(run, err)).catch(() => {}),
+    );
+  }
+
+  async #ended(run: Run, err: unknown): Promise<void> {
+    if (this.#run !== run || this.#phase !== FollowerPhase.following) return;
+    this.#run = null;
+    await run.sink.close().catch(() => {});
+    await run.branch.source.close().catch(() => {});
+    const { logger, lc } = this.options;
+    if (err === null) return this.#stand('its run ended');
+    if (SluiceError.hasCode(err, 'SOURCE_SCHEMA_CHANGED')) return this.#stand((err as Error).message);
+    logger.error(
+      { endpoint: lc.shape.name, cache: this.#generation, err },
+      'serving follower failed; retrying',
+    );
+    this.#retryAfter(err);
+  }
+
+  #retryAfter(err: unknown): void {
+    this.#reason = (err as Error).message;
+    this.#to(FollowerPhase.retrying);
+    const generation = this.#generation!;
+    const wait = this.#backoff;
+    this.#backoff = Math.min(this.#backoff * 2, MAX_BACKOFF_MS);
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = null;
+      void this.#enqueue(async () => {
+        if (this.#phase !== FollowerPhase.retrying || this.#generation !== generation) return;
+        await this.#startOrRetry(generation);
+      }).catch(() => {});
+    }, wait);
+  }
+}
