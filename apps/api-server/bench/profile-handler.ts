@@ -80,7 +80,7 @@ try {
     });
     const fast = fastLookupRoute({
       registry,
-      access: endpointAccess({ registry, authenticator: null, freshnessWaitMs: 100 }),
+      access: endpointAccess({ registry, authenticator: null, freshnessWaitMs: 100, limits }),
       readRecord: recordReader(),
       headersOf: checkpointStamps().headersOf,
       record: requestRecorder(registry, createMetrics({ defaultMetrics: false })),

@@ -4,7 +4,6 @@ import jwt from '@fastify/jwt';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import {
-  andFilters,
   type Filter,
   issuesOf,
   parseCountQuery,
@@ -100,7 +99,7 @@ function describe(generation: Generation, rowFilter: Filter | undefined): Endpoi
     version: generation.version,
     checkpoint: visibleCheckpoint(state.checkpoint, rowFilter !== undefined),
     committedAt: state.committedAt,
-    recordCount: rowFilter === undefined ? state.recordCount : generation.cache.count(rowFilter),
+    recordCount: rowFilter === undefined ? state.recordCount : generation.cache.count({}, { rowFilter }),
     schema: generation.cache.schema,
   };
 }
@@ -216,6 +215,7 @@ export async function buildApp(options: BuildAppOptions) {
     registry,
     authenticator,
     freshnessWaitMs: config.api.freshnessWaitMs,
+    limits,
   });
   const { scopeOf, authorizeFeed, openFresh } = access;
   const readRecord = recordReader();
@@ -396,7 +396,8 @@ export async function buildApp(options: BuildAppOptions) {
       try {
         stamp(reply, lease);
         const filter = parseCountQuery(queryBody(request.body), limits);
-        return { count: lease.cache.count(andFilters(filter, rowFilter)) };
+        // The row filter is checked apart from the caller's filter (core's ReadScope), then ANDed in.
+        return { count: lease.cache.count(filter, rowFilter === undefined ? {} : { rowFilter }) };
       } finally {
         lease.release();
       }

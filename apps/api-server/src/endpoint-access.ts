@@ -3,11 +3,12 @@
  * token's row filter, and — with `sluice-min-position` — waiting until the leased generation has committed that
  * position. Every endpoint route and the change feed go through here. Moved out of app.ts.
  */
-import { checkFilter } from '@sluice/cache';
+import { checkRowFilter } from '@sluice/cache';
 import {
   type Filter,
   ForbiddenError,
   PositionNotReachedError,
+  type QueryLimits,
   type ReadableCache,
   SluiceError,
   ValidationError,
@@ -69,7 +70,7 @@ export interface EndpointAccess {
  *
  * @example
  * ```ts
- * const access = endpointAccess({ registry, authenticator, freshnessWaitMs: config.api.freshnessWaitMs });
+ * const access = endpointAccess({ registry, authenticator, freshnessWaitMs: config.api.freshnessWaitMs, limits });
  * const { lease, rowFilter } = await access.openFresh(request, 'items');
  * try { ... } finally { lease.release(); }
  * ```
@@ -78,8 +79,10 @@ export function endpointAccess(options: {
   registry: EndpointRegistry;
   authenticator: TokenAuthenticator | null;
   freshnessWaitMs: number;
+  /** The query limits the authenticator read the token's claims with (a row filter is held to them). */
+  limits: QueryLimits;
 }): EndpointAccess {
-  const { registry, authenticator, freshnessWaitMs } = options;
+  const { registry, authenticator, freshnessWaitMs, limits } = options;
   const commits = new CommitSignal((alias) => registry.current(alias)?.cache ?? null);
   const scopeOf = (request: FastifyRequest): TokenScope => {
     if (!authenticator) return OPEN_SCOPE;
@@ -105,7 +108,7 @@ export function endpointAccess(options: {
     const rowFilter = authorize(request, name);
     const lease = registry.acquire(name);
     try {
-      assertRowFilterFits(lease, rowFilter, name);
+      assertRowFilterFits(lease, rowFilter, name, limits);
     } catch (err) {
       lease.release();
       throw err;
@@ -158,7 +161,7 @@ export function endpointAccess(options: {
     }
   };
   const rowFilterFits = (lease: Lease, rowFilter: Filter | undefined) =>
-    rowFilter === undefined || rowFilterProblem(lease.cache, rowFilter) === null;
+    rowFilter === undefined || rowFilterProblem(lease.cache, rowFilter, limits) === null;
   return { scopeOf, authorize, authorizeFeed, rowFilterFor, rowFilterFits, open, openFresh };
 }
 
@@ -169,7 +172,7 @@ export function endpointAccess(options: {
  */
 const rowFilterProblems = new WeakMap<Filter, WeakMap<object, string | null>>();
 
-function rowFilterProblem(cache: ReadableCache, rowFilter: Filter): string | null {
+function rowFilterProblem(cache: ReadableCache, rowFilter: Filter, limits: QueryLimits): string | null {
   let bySchema = rowFilterProblems.get(rowFilter);
   if (bySchema === undefined) {
     bySchema = new WeakMap();
@@ -180,7 +183,8 @@ function rowFilterProblem(cache: ReadableCache, rowFilter: Filter): string | nul
   if (known !== undefined) return known;
   let problem: string | null = null;
   try {
-    checkFilter(rowFilter, schema);
+    // As queries check it (the cache's `checkRowFilter`): a filter that fits here never fails a query.
+    checkRowFilter(rowFilter, schema, limits);
   } catch (err) {
     if (!SluiceError.isInstance(err)) throw err;
     problem = err.message;
@@ -196,11 +200,16 @@ function rowFilterProblem(cache: ReadableCache, rowFilter: Filter): string | nul
  * @example
  * ```ts
  * const lease = registry.acquire(name);
- * assertRowFilterFits(lease, rowFilter, name); // throws FORBIDDEN
+ * assertRowFilterFits(lease, rowFilter, name, limits); // throws FORBIDDEN
  * ```
  */
-export function assertRowFilterFits(lease: Lease, rowFilter: Filter | undefined, name: string): void {
-  assertRowFilterFitsIn(lease.cache, rowFilter, name);
+export function assertRowFilterFits(
+  lease: Lease,
+  rowFilter: Filter | undefined,
+  name: string,
+  limits: QueryLimits,
+): void {
+  assertRowFilterFitsIn(lease.cache, rowFilter, name, limits);
 }
 
 /** {@link assertRowFilterFits} for a generation held otherwise (a change feed following one the alias left). */
@@ -208,11 +217,12 @@ export function assertRowFilterFitsIn(
   cache: ReadableCache,
   rowFilter: Filter | undefined,
   name: string,
+  limits: QueryLimits,
 ): void {
   if (rowFilter === undefined) return;
-  const problem = rowFilterProblem(cache, rowFilter);
+  const problem = rowFilterProblem(cache, rowFilter, limits);
   if (problem !== null)
     throw new ForbiddenError(
-      `The bearer token's row filter does not fit endpoint "${name}" (${problem.replaceAll('$filter', 'filter')}); ask for a token whose filter names its fields`,
+      `The bearer token's row filter does not fit endpoint "${name}" (${problem}); ask for a token whose filter names its fields`,
     );
 }

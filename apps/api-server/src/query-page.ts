@@ -1,10 +1,11 @@
 /**
  * One page of a query, as both query routes answer it (the fastify route in app.ts and the fast route in
  * fast-query.ts): the parsed body checked by core's query parser with the configured limits, the cursor unwrapped
- * for the leased generation, the token's row filter added, and the records' stored bytes framed as the response
- * body with the cursor wrapped for that generation.
+ * for the leased generation, the token's row filter passed beside the caller's filter (the cache checks each on its
+ * own, then ANDs them), and the records' stored bytes framed as the response body with the cursor wrapped for that
+ * generation.
  */
-import { andFilters, type Filter, type JsonPage, parseQuery, type QueryLimits } from '@sluice/core';
+import { type Filter, type JsonPage, parseQuery, type QueryLimits } from '@sluice/core';
 import { unwrapCursor } from './cursor.js';
 import { pageFrame } from './page-body.js';
 import { queryBody } from './query-body.js';
@@ -28,6 +29,11 @@ export function queryPage(
   const generation = lease.generation.name;
   const query = parseQuery(queryBody(body), limits);
   if (query.after !== null) query.after = unwrapCursor(query.after, generation);
-  query.filter = andFilters(query.filter, rowFilter);
-  return lease.cache.queryJson(query, pageFrame(generation));
+  // The row filter goes apart from the caller's $filter (core's ReadScope): checked on its own and ANDed in by the
+  // cache, so the caller's query is held to the limits and named at the paths it was written with.
+  return lease.cache.queryJson(
+    query,
+    pageFrame(generation),
+    rowFilter === undefined ? undefined : { rowFilter },
+  );
 }

@@ -65,6 +65,10 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
       scanCap: config.cache.scanCap,
       defaultLimit: limits.defaultLimit,
       maxLimit: limits.maxLimit,
+      // The configured filter limits: the cache checks every query again, and must not refuse one the api-server's
+      // parser accepted under `query.maxIn` / `query.maxDepth`.
+      maxIn: limits.maxIn,
+      maxDepth: limits.maxDepth,
     })) satisfies CacheCatalog;
     disposers.unshift(() => caches.close());
 

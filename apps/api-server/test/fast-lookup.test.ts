@@ -40,7 +40,12 @@ describe('fast lookups', () => {
       const authenticator = auth ? new TokenAuthenticator(verifyTestToken, DEFAULT_QUERY_LIMITS) : null;
       return fastLookupRoute({
         registry,
-        access: endpointAccess({ registry, authenticator, freshnessWaitMs: 100 }),
+        access: endpointAccess({
+          registry,
+          authenticator,
+          freshnessWaitMs: 100,
+          limits: DEFAULT_QUERY_LIMITS,
+        }),
         readRecord: recordReader(),
         headersOf: checkpointStamps().headersOf,
         record: (route, name, status) => recorded.push([route, name, status]),

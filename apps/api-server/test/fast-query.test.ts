@@ -68,6 +68,7 @@ describe('fast queries', () => {
           registry,
           authenticator: auth ? new TokenAuthenticator(verifyTestToken, DEFAULT_QUERY_LIMITS) : null,
           freshnessWaitMs: 100,
+          limits: DEFAULT_QUERY_LIMITS,
         }),
         limits: DEFAULT_QUERY_LIMITS,
         headersOf: checkpointStamps().headersOf,

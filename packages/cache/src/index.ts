@@ -8,7 +8,7 @@ export { RecordFormatError } from './errors.js';
 export { CacheManager, openCacheManager } from './manager.js';
 export { isCacheNameOf } from './names.js';
 export type { PatchUpsert } from './patch.js';
-export { checkFilter } from './query-check.js';
+export { checkFilter, checkRowFilter } from './query-check.js';
 export { decodeRecord, RECORD_FORMAT, recordSerializer } from './record-json.js';
 export { RoCache } from './ro-cache.js';
 export { RwCache } from './rw-cache.js';

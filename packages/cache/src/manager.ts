@@ -39,6 +39,8 @@ const DEFAULTS = {
   scanCap: CACHE_DEFAULTS.scanCap,
   defaultLimit: DEFAULT_QUERY_LIMITS.defaultLimit,
   maxLimit: DEFAULT_QUERY_LIMITS.maxLimit,
+  maxIn: DEFAULT_QUERY_LIMITS.maxIn,
+  maxDepth: DEFAULT_QUERY_LIMITS.maxDepth,
   deferIndexesFrom: CACHE_DEFAULTS.deferIndexesFrom,
 } as const;
 
@@ -78,6 +80,8 @@ export class CacheManager implements WritableCacheCatalog {
       scanCap: options.scanCap ?? DEFAULTS.scanCap,
       maxLimit,
       defaultLimit: Math.min(options.defaultLimit ?? DEFAULTS.defaultLimit, maxLimit),
+      maxIn: options.maxIn ?? DEFAULTS.maxIn,
+      maxDepth: options.maxDepth ?? DEFAULTS.maxDepth,
       changes: { ...DEFAULT_RETENTION, ...options.changes },
       deferIndexesFrom: options.deferIndexesFrom ?? DEFAULTS.deferIndexesFrom,
     };

@@ -1,4 +1,5 @@
 import {
+  andFilters,
   type CacheSchema,
   canonicalTimestamp,
   canonicalTimestampOperands,
@@ -12,6 +13,7 @@ import {
   type JsonScalar,
   type Query,
   type QueryLimits,
+  type ReadScope,
   type SortDirection,
   shapedFilter,
 } from '@sluice/core';
@@ -161,16 +163,18 @@ function checkFields(filter: Filter, schema: CacheSchema, path: string, issues: 
 
 /**
  * Checks a parsed query against a schema and limits: the filter's shape and limits (again, since a `Query` may
- * be built by hand), every field known, every operand of the field's type, limit/skip in range.
+ * be built by hand), every field known, every operand of the field's type, limit/skip in range; then ANDs the
+ * scope's row filter, checked on its own ({@link scopedFilter}), into the filter it answers.
  * Throws `INVALID_QUERY` naming each failing path.
  */
 export function checkQuery(
   input: Partial<Query> | null | undefined,
   schema: CacheSchema,
-  limits: { defaultLimit: number; maxLimit: number },
+  limits: { defaultLimit: number; maxLimit: number } & Partial<Pick<QueryLimits, 'maxIn' | 'maxDepth'>>,
+  scope: ReadScope = {},
 ): CheckedQuery {
   if (typeof input !== 'object' || input === null) fail([{ path: '(root)', message: 'expected a query' }]);
-  const filter = checkFilter(input.filter ?? {}, schema, limits);
+  const filter = scopedFilter(input.filter ?? {}, schema, limits, scope);
   const issues: FieldIssue[] = [];
   let orderBy = shapedOrderBy(input.orderBy ?? []);
   if (orderBy === null) {
@@ -245,6 +249,50 @@ function filterSchemaFor(limits: QueryLimits): ReturnType<typeof filterSchema> {
  * ```
  */
 export function checkFilter(filter: unknown, schema: CacheSchema, limits: Partial<QueryLimits> = {}): Filter {
+  return checkFilterAt('$filter', filter, schema, limits);
+}
+
+/**
+ * Checks a row filter ({@link ReadScope}) against an endpoint's schema — fields and operand types, as a `$filter`
+ * is — naming its mistakes at `rowFilter.…`. Its shape is held to `limits` but one level deeper: a row filter is
+ * the AND of a token's claims, each checked against the limits where the token was read.
+ *
+ * @example
+ * ```ts
+ * checkRowFilter({ $and: [{ region: 'eu' }, { value: { $gte: 0 } }] }, cache.schema);
+ * checkRowFilter({ nope: 1 }, cache.schema); // throws INVALID_QUERY: rowFilter.nope: unknown field "nope"
+ * ```
+ */
+export function checkRowFilter(
+  rowFilter: unknown,
+  schema: CacheSchema,
+  limits: Partial<QueryLimits> = {},
+): Filter {
+  const maxDepth = (limits.maxDepth ?? DEFAULT_QUERY_LIMITS.maxDepth) + 1;
+  return checkFilterAt('rowFilter', rowFilter, schema, { maxIn: limits.maxIn, maxDepth });
+}
+
+/**
+ * The filter a query or count reads with: the caller's `$filter` and the scope's row filter, each checked on its
+ * own (the caller's limits and paths are the caller's whatever the row filter is), then ANDed.
+ */
+export function scopedFilter(
+  filter: unknown,
+  schema: CacheSchema,
+  limits: Partial<QueryLimits>,
+  scope: ReadScope,
+): Filter {
+  const checked = checkFilter(filter, schema, limits);
+  if (scope.rowFilter === undefined) return checked;
+  return andFilters(checked, checkRowFilter(scope.rowFilter, schema, limits));
+}
+
+function checkFilterAt(
+  at: string,
+  filter: unknown,
+  schema: CacheSchema,
+  limits: Partial<QueryLimits>,
+): Filter {
   // Only the filter limits matter here (a handle's settings carry more, which a spread would copy per query).
   const all: QueryLimits = {
     ...DEFAULT_QUERY_LIMITS,
@@ -255,11 +303,11 @@ export function checkFilter(filter: unknown, schema: CacheSchema, limits: Partia
   if (shaped === null) {
     // Not certainly valid: the schema names what is wrong (or accepts what the fast check does not know).
     const parsed = filterSchemaFor(all).safeParse(filter ?? {});
-    if (!parsed.success) fail(issuesOf(parsed.error, ['$filter']));
+    if (!parsed.success) fail(issuesOf(parsed.error, [at]));
     shaped = parsed.data;
   }
   const issues: FieldIssue[] = [];
-  checkFields(shaped, schema, '$filter', issues);
+  checkFields(shaped, schema, at, issues);
   if (issues.length > 0) fail(issues);
   // Checked above: every timestamp operand is one, so all of them canonicalize.
   return timestampFields(schema).length === 0

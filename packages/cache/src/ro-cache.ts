@@ -10,13 +10,14 @@ import {
   type Query,
   type QueryResult,
   type ReadableCache,
+  type ReadScope,
 } from '@sluice/core';
 import { type CacheDbs, dataKey, EMPTY_COMMIT, type StoredSchema } from './cache-dbs.js';
 import { ChangeLogReader, type ChangeRetention } from './change-log.js';
 import { truncatedComponentEnd, writeNumberComponent } from './key-codec.js';
 import { releaseEnv } from './lmdb-env.js';
 import { Arena, withArena } from './page-arena.js';
-import { checkFilter, checkQuery } from './query-check.js';
+import { checkQuery, scopedFilter } from './query-check.js';
 import { runCount, runQuery } from './query-exec.js';
 import { fieldsOf, rowsJson } from './query-rows.js';
 import type { ReadContext } from './query-scan.js';
@@ -34,6 +35,10 @@ export interface ReadSettings {
   scanCap: number;
   defaultLimit: number;
   maxLimit: number;
+  /** Largest `$in` list of a query's filter. */
+  maxIn: number;
+  /** Deepest `$and` / `$or` nesting of a query's filter. */
+  maxDepth: number;
   /** Change-log retention applied by commits of writable handles. */
   changes: ChangeRetention;
   /** Records a bulk load writes with their index entries before it defers the rest to an index build. */
@@ -184,10 +189,10 @@ export class RoCache implements ReadableCache {
    * whose records to sort are more than that is refused (`INVALID_QUERY` at `$order_by`), since the records it did
    * not see may come first.
    */
-  query(query: Query | Partial<Query>): QueryResult {
+  query(query: Query | Partial<Query>, scope?: ReadScope): QueryResult {
     this.assertOpen();
     // Checked against the schema of the snapshot it reads: a field added by that commit is known.
-    const page = this.read((ctx, schema) => runQuery(ctx, checkQuery(query, schema, this.settings)));
+    const page = this.read((ctx, schema) => runQuery(ctx, checkQuery(query, schema, this.settings, scope)));
     return { records: page.rows.map(fieldsOf), next: page.next, plan: page.plan };
   }
 
@@ -207,10 +212,10 @@ export class RoCache implements ReadableCache {
    * }); // page.json: the body, '{"records":[…],"next":…}'
    * ```
    */
-  queryJson(query: Query | Partial<Query>, frame?: JsonPageFrame): JsonPage {
+  queryJson(query: Query | Partial<Query>, frame?: JsonPageFrame, scope?: ReadScope): JsonPage {
     this.assertOpen();
     return this.read((ctx, schema) => {
-      const checked = checkQuery(query, schema, this.settings);
+      const checked = checkQuery(query, schema, this.settings, scope);
       const state = this.servingState(ctx.transaction);
       const page = runQuery(ctx, checked);
       const json = rowsJson(
@@ -246,11 +251,11 @@ export class RoCache implements ReadableCache {
   /** Where this handle's index scans copy records to (one read at a time). */
   private readonly arena = new Arena();
 
-  /** How many records match `filter`. */
-  count(filter: Filter = {}): number {
+  /** How many records match `filter` (and `scope`'s row filter, checked on its own: core's `ReadScope`). */
+  count(filter: Filter = {}, scope: ReadScope = {}): number {
     this.assertOpen();
     return this.read((ctx, schema) => {
-      const checked = checkFilter(filter, schema);
+      const checked = scopedFilter(filter, schema, this.settings, scope);
       if (Object.keys(checked).length === 0) return this.readCommit(ctx.transaction).recordCount;
       return runCount(ctx, checked);
     });

@@ -16,6 +16,13 @@ export interface CacheManagerOptions {
   defaultLimit?: number;
   /** Largest accepted `limit` (default 1000). */
   maxLimit?: number;
+  /**
+   * Largest `$in` list of a query's filter (default 1000): the api-server passes its `query.maxIn`, so a query it
+   * accepts is not refused again here with another limit.
+   */
+  maxIn?: number;
+  /** Deepest `$and` / `$or` nesting of a query's filter (default 8; the api-server passes its `query.maxDepth`). */
+  maxDepth?: number;
   /** Open for reading only (api-server): writes are refused and caches are opened read-only. */
   readOnly?: boolean;
   logger?: Logger;

@@ -227,6 +227,7 @@ export {
   type ReadableCache,
   type RecordOp,
   type WritableCache,
+  type ReadScope,
   type WritableCacheCatalog,
 } from './ports/cache.js';
 export type { EndpointDecision, EndpointPipeline, EndpointPipelineStatus } from './ports/endpoint.js';

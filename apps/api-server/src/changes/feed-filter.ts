@@ -5,7 +5,7 @@
  * nothing in the new one, so the feed deleted every record and went on as a feed of nothing while every query with
  * the same filter was refused. Checked per generation, it ends the feed instead (the reconnect gets the refusal).
  */
-import { checkFilter } from '@sluice/cache';
+import { checkFilter, checkRowFilter } from '@sluice/cache';
 import {
   andFilters,
   compileFilter,
@@ -65,12 +65,13 @@ export class FeedFilter {
   check(cache: ReadableCache): RecordMatch | null {
     const known = this.compiled.get(cache);
     if (known !== undefined) return known;
-    assertRowFilterFitsIn(cache, this.rowFilter, this.endpoint);
+    assertRowFilterFitsIn(cache, this.rowFilter, this.endpoint, this.limits);
     // Checked against the generation's fields as a query's $filter is (operands in their stored form, timestamps
     // as canonical UTC text), so the feed and queries select the same records.
     const filter =
       this.filter === undefined ? undefined : checkFilter(this.filter, cache.schema, this.limits);
-    const rows = this.rowFilter === undefined ? undefined : checkFilter(this.rowFilter, cache.schema);
+    const rows =
+      this.rowFilter === undefined ? undefined : checkRowFilter(this.rowFilter, cache.schema, this.limits);
     const combined = andFilters(filter, rows);
     const match = Object.keys(combined).length > 0 ? compileFilter(combined) : null;
     this.compiled.set(cache, match);

@@ -143,6 +143,25 @@ export interface JsonPageFrame {
   tail(next: string | null): string;
 }
 
+/**
+ * What a reader narrows a caller's query or count to on someone else's behalf — a token's row filter, its
+ * issuer's. It is ANDed into the caller's `$filter` after both are checked, each on its own: the caller's against
+ * the query limits, with its mistakes named at the caller's paths (`$filter.…`); the row filter against the fields,
+ * its mistakes named at `rowFilter.…`. So a caller's query means the same, and fails the same, with or without one.
+ *
+ * @example
+ * ```ts
+ * cache.count({ value: { $gte: 10 } }, { rowFilter: { region: 'eu' } }); // records of region eu with value ≥ 10
+ * ```
+ */
+export interface ReadScope {
+  /**
+   * Only records matching it are read. A row filter is a token's claims (`filter`, `filters.<endpoint>`), each held
+   * to the query limits where the token is read, ANDed: it may nest one level deeper than `maxDepth`.
+   */
+  rowFilter?: Filter;
+}
+
 /** A query answered with stored bytes (see {@link ReadableCache.queryJson}). */
 export interface JsonPage {
   /**
@@ -250,18 +269,20 @@ export interface ReadableCache extends AsyncDisposable {
   get(key: unknown[]): Record<string, unknown> | undefined;
   /** The record's stored JSON text, to send as it is. */
   getJson(key: unknown[]): Buffer | undefined;
-  query(query: Query | Partial<Query>): QueryResult;
+  /** A page of records matching `query` (and `scope`'s row filter). */
+  query(query: Query | Partial<Query>, scope?: ReadScope): QueryResult;
   /**
    * A page as the JSON array of its stored texts (framed by `frame` when given), and the commit state of the
-   * same snapshot.
+   * same snapshot; only records matching `scope`'s row filter.
    */
-  queryJson(query: Query | Partial<Query>, frame?: JsonPageFrame): JsonPage;
+  queryJson(query: Query | Partial<Query>, frame?: JsonPageFrame, scope?: ReadScope): JsonPage;
   /**
    * The latest commit state, one frozen object per commit; it starts a fresh read snapshot that the next
    * `getJson` in the same synchronous step reads too.
    */
   servingState(): Readonly<CommitState>;
-  count(filter?: Filter): number;
+  /** How many records match `filter` (and `scope`'s row filter). */
+  count(filter?: Filter, scope?: ReadScope): number;
   commitState(): CommitState;
   changeLog(): ChangeLog;
   close(): Promise<void>;
