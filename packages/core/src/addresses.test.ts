@@ -280,6 +280,26 @@ describe('JetStreamAddressSchema', () => {
       }),
     ).toEqual(['servers']);
   });
+
+  it('refuses subjects NATS cannot take: an empty token, or ">" before the last token', () => {
+    for (const subject of ['orders..eu', '.orders', 'orders.', '.', 'orders.>.eu', '>.x']) {
+      expect(pathsOf(JetStreamAddressSchema, { type: 'jetstream', stream: 'S', subject })).toEqual([
+        'subject',
+      ]);
+    }
+  });
+
+  it('takes wildcards in what a source reads, never in the one subject a destination publishes to', () => {
+    for (const subject of ['orders.*', 'orders.>', '>', '*.eu']) {
+      expect(SourceAddressSchema.parse({ type: 'jetstream', stream: 'S', subject }).type).toBe('jetstream');
+      expect(pathsOf(DestinationAddressSchema, { type: 'jetstream', stream: 'S', subject })).toEqual([
+        'subject',
+      ]);
+    }
+    expect(
+      DestinationAddressSchema.parse({ type: 'jetstream', stream: 'S', subject: 'orders.eu' }).type,
+    ).toBe('jetstream');
+  });
 });
 
 describe('EndpointAddressSchema', () => {

@@ -116,6 +116,39 @@ export function postgresCapture(address: PostgresAddress, role: 'endpoint' | 'tr
     : 'poll';
 }
 
+/** A subject's tokens: NATS separates them with ".". */
+const subjectTokens = (subject: string) => subject.split('.');
+
+/**
+ * A NATS subject as a source filters by: tokens separated by ".", none empty (the server refuses `orders..eu`,
+ * `.orders`, `orders.` — a publish to one failed as "jetstream is not enabled"); `*` stands for one token and `>` for
+ * all the rest, so `>` can only be the last token.
+ */
+const SubjectSchema = z
+  .string()
+  .min(1)
+  .max(255)
+  .regex(/^[^\s]+$/, 'must not contain spaces')
+  .refine((subject) => subjectTokens(subject).every((token) => token !== ''), {
+    message: 'must be tokens separated by "." with none empty (no leading, trailing or doubled ".")',
+  })
+  .refine(
+    (subject) => subjectTokens(subject).every((token, i, all) => token !== '>' || i === all.length - 1),
+    { message: '">" stands for the rest of a subject, so it can only be the last token' },
+  );
+
+/**
+ * The subject a destination publishes to: one concrete subject. `*` and `>` are wildcards, which only filter what is
+ * read; published, they became a literal subject (`orders.*`) that no consumer of a concrete subject receives.
+ */
+const PublishSubjectSchema = SubjectSchema.refine(
+  (subject) => subjectTokens(subject).every((token) => token !== '*' && token !== '>'),
+  {
+    message:
+      'a destination publishes to one subject: "*" and ">" are wildcards, which only a source can filter by (name a concrete subject, e.g. "orders.eu")',
+  },
+);
+
 /** A NATS JetStream stream and subject, optionally on a configured connection. */
 export const JetStreamAddressSchema = z.strictObject({
   type: z.literal('jetstream'),
@@ -124,16 +157,16 @@ export const JetStreamAddressSchema = z.strictObject({
     .min(1)
     .max(255)
     .regex(/^[^\s.*>]+$/, 'must not contain spaces, ".", "*" or ">"'),
-  subject: z
-    .string()
-    .min(1)
-    .max(255)
-    .regex(/^[^\s]+$/, 'must not contain spaces'),
+  /** As a source, the subjects read (wildcards allowed); as a destination, the one subject published to. */
+  subject: SubjectSchema,
   connection: NameSchema.optional(),
   /** The field of each record used as its key (for dedupe ids and cache keys). */
   key: KeySchema.optional(),
 });
 export type JetStreamAddress = z.output<typeof JetStreamAddressSchema>;
+
+/** A JetStream address as a destination: its subject is one concrete subject, no wildcard. */
+const JetStreamDestinationSchema = JetStreamAddressSchema.extend({ subject: PublishSubjectSchema });
 
 /** A local endpoint's cache (destination only). */
 export const EndpointAddressSchema = z.strictObject({
@@ -152,7 +185,7 @@ export type SourceAddress = z.output<typeof SourceAddressSchema>;
 export const DestinationAddressSchema = z.discriminatedUnion('type', [
   FileAddressSchema,
   PostgresAddressSchema,
-  JetStreamAddressSchema,
+  JetStreamDestinationSchema,
   EndpointAddressSchema,
 ]);
 export type DestinationAddress = z.output<typeof DestinationAddressSchema>;

@@ -246,8 +246,10 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     {
       schema: {
         summary: 'Terminate a transfer (routed to its owner)',
+        description: 'Takes no body (anything but none or `{}` is 400 VALIDATION_FAILED, and stops nothing).',
         params: IdParams,
         querystring: NoQuery,
+        body: NoBody,
         // 409 ILLEGAL_TRANSITION: it already finished.
         response: { 200: TransferReply, ...POST_PROBLEMS, 404: ProblemSchema, 409: ProblemSchema },
       },

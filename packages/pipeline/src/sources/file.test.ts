@@ -148,6 +148,29 @@ describe('file source', () => {
     }
   });
 
+  it('a file truncated while a one-time read reads it is SOURCE_FAILED, its cut line never read as a record', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'a.jsonl');
+    const lines = Array.from({ length: 400 }, (_, i) => JSON.stringify({ id: i + 1, pad: 'x'.repeat(40) }));
+    await writeFile(path, `${lines.join('\n')}\n`);
+    const source = createFileSource({ handle: 's', path, format: 'jsonl', chunkBytes: 1024 });
+    const seen: SourceItem[] = [];
+    const reading = collect(source, null, {
+      until: (items) => {
+        seen.push(items[items.length - 1]!);
+        if (seen.length === 1) execFileSync('truncate', ['-s', '5000', path]);
+        return false;
+      },
+    });
+    await expect(reading).rejects.toMatchObject({
+      code: 'SOURCE_FAILED',
+      message: expect.stringContaining(`File ${path} shrank while it was read`),
+    });
+    // What was read before the error are whole records of the original file, none of them bad.
+    expect(seen.flatMap((i) => (i.kind === 'records' ? i.bad : []))).toEqual([]);
+    expect(records(seen).length).toBeLessThan(400);
+  });
+
   it('reports over-long lines as bad records and keeps going', async () => {
     await using dir = await tempDir();
     const path = join(dir.path, 'a.jsonl');

@@ -211,7 +211,7 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
         throw new SourceError(`File ${options.path} was truncated below offset ${position.offset}`);
       lastSize = size;
       if (size > position.offset) {
-        for await (const item of readFrom(file, position, readOptions, !follow)) {
+        for await (const item of readFrom(file, position, size, readOptions, !follow)) {
           position = item.position as FilePosition;
           lastOffset = position.offset;
           yield item;
@@ -234,6 +234,8 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
   async function* readFrom(
     file: string | FileHandle,
     start: FilePosition,
+    /** The file's size when this read began. */
+    size: number,
     readOptions: ReadOptions,
     /**
      * The end of the file is the end of the input (a one-time read): an unterminated last line is a line, and
@@ -287,6 +289,9 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
       firstLineNumber: position.line + 1,
       maxLineBytes,
       includePartialLast: final,
+      // The end of a one-time read is the end of the input, so the file must still reach the size it had: one cut
+      // short under the read ends early, and its last records are missing, not done.
+      ...(final ? { expectedEnd: size } : {}),
       signal: readOptions.signal,
       ...(typeof file === 'string' ? {} : { file }),
       ...(options.chunkBytes ? { highWaterMark: options.chunkBytes } : {}),

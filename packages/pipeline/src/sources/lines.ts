@@ -1,5 +1,6 @@
 import { createReadStream, read } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
+import { SourceError } from '@sluice/core';
 
 /** One line of a file: its text (without the newline), 1-based number, and byte offsets. */
 export interface Line {
@@ -29,6 +30,12 @@ export async function* readLines(
     highWaterMark?: number;
     /** Read through this open handle (left open) instead of opening `path`. */
     file?: FileHandle;
+    /**
+     * The file's size when the read began, for a read that must reach it (a one-time read of the whole file). The
+     * file ending before it was cut short (truncated in place) while being read: the lines past the cut are lost,
+     * so the read fails rather than end as if the file were whole (and its cut line read as a last line).
+     */
+    expectedEnd?: number;
   },
 ): AsyncGenerator<Line[]> {
   const stream = createReadStream(path, {
@@ -84,6 +91,11 @@ export async function* readLines(
       position += chunk.length;
       if (lines.length > 0) yield lines;
     }
+    if (options.expectedEnd !== undefined && position < options.expectedEnd && !options.signal.aborted)
+      throw new SourceError(
+        `File ${path} shrank while it was read: it had ${options.expectedEnd} bytes when the read began and ended at byte ${position} (truncated or rewritten in place); the records past the cut are lost, so it was not copied — send the transfer again once the file is complete`,
+        { details: { path, expectedBytes: options.expectedEnd, endedAt: position } },
+      );
     if (options.includePartialLast && (pending !== null || skipping)) {
       let text = pending === null ? '' : decodeLine(pending, 0, pending.length);
       if (pendingStart === 0) text = withoutByteOrderMark(text);
