@@ -49,3 +49,61 @@ export function inexactNumber(text: string): string | null {
 function clip(token: string): string {
   return token.length > 40 ? `${token.slice(0, 40)}…` : token;
 }
+
+/**
+ * A JSON value read from a source (a PostgreSQL `json`/`jsonb` column) whose text holds a number `JSON.parse` would
+ * change ({@link inexactNumber}): it stands in for the value so that the run reports the record as bad, naming the
+ * field and the number, instead of copying other digits (run.ts, {@link inexactFieldProblem}). Never written: it
+ * throws when serialized.
+ */
+export class InexactJson {
+  constructor(readonly reason: string) {}
+  toJSON(): never {
+    throw new Error(`an inexact JSON value reached a sink: ${this.reason}`);
+  }
+}
+
+/**
+ * The JSON text `text` parsed, or an {@link InexactJson} when it holds a number parsing would change.
+ *
+ * @example
+ * ```ts
+ * parseExactJson('{"a":1}'); // { a: 1 }
+ * parseExactJson('{"a":12345678901234567890}'); // InexactJson { reason: 'number 12345678901234567890 cannot …' }
+ * ```
+ */
+export function parseExactJson(text: string): unknown {
+  const reason = inexactNumber(text);
+  return reason === null ? JSON.parse(text) : new InexactJson(reason);
+}
+
+/** Why a value (an array of them included) is an {@link InexactJson}, or null. */
+function inexactIn(value: unknown): string | null {
+  if (value instanceof InexactJson) return value.reason;
+  if (Array.isArray(value))
+    for (const item of value) {
+      const reason = inexactIn(item);
+      if (reason !== null) return reason;
+    }
+  return null;
+}
+
+/**
+ * Why a record read from a source holds a value it could not read exactly (an {@link InexactJson}, at the top level
+ * or in an array of them), naming the field; null for every other record.
+ *
+ * @example
+ * ```ts
+ * inexactFieldProblem({ id: 1, doc: parseExactJson('{"a":12345678901234567890}') });
+ * // 'field "doc": number 12345678901234567890 cannot be held exactly …'
+ * ```
+ */
+export function inexactFieldProblem(record: Record<string, unknown>): string | null {
+  for (const name in record) {
+    const value = record[name];
+    if (typeof value !== 'object' || value === null) continue;
+    const reason = inexactIn(value);
+    if (reason !== null) return `field "${name}": ${reason}`;
+  }
+  return null;
+}

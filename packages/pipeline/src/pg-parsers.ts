@@ -1,6 +1,7 @@
 import { type FieldType, SourceError } from '@sluice/core';
 import pg from 'pg';
 import { parse as parseArray } from 'postgres-array';
+import { parseExactJson } from './json-numbers.js';
 
 /** A PostgreSQL array as JSON: elements, NULLs, and the inner arrays of a multidimensional one. */
 export type PgArray<T> = Array<T | null | PgArray<T>>;
@@ -104,8 +105,9 @@ const SCALARS: Record<number, ScalarReading> = {
   1700: { parse: numeric, field: 'number' }, // numeric
   1114: { parse: isoTimestamp, field: 'timestamp' }, // timestamp
   1184: { parse: isoTimestamp, field: 'timestamp' }, // timestamptz
-  114: { parse: driver(114), field: 'json' }, // json
-  3802: { parse: driver(3802), field: 'json' }, // jsonb
+  // A document holding a number JSON.parse would change is read as an InexactJson: the run reports the row as bad.
+  114: { parse: parseExactJson, field: 'json' }, // json
+  3802: { parse: parseExactJson, field: 'json' }, // jsonb
   600: { parse: driver(600), field: 'json' }, // point: {x, y}
   718: { parse: driver(718), field: 'json' }, // circle: {x, y, radius}
 };

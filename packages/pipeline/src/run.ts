@@ -8,6 +8,7 @@ import {
 } from '@sluice/core';
 import type { BadRecordCollector, BadRecordReport } from './bad-records.js';
 import type { RestartPlan } from './dag.js';
+import { inexactFieldProblem } from './json-numbers.js';
 import { mergeSources } from './merge.js';
 import { isPatch, keyOf, type RecordOp } from './ops.js';
 import { ownField } from './own.js';
@@ -202,9 +203,9 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
           const problem =
             keyFields.length > 0 && keyOf(current.record, keyFields) === undefined
               ? `missing primary key field(s) ${keyFields.join(', ')}`
-              : fields
-                ? checkRecord(current.record, fields)
-                : null;
+              : ((fields ? checkRecord(current.record, fields) : null) ??
+                // A JSON document the source could not read exactly (json-numbers.ts), typed or not.
+                inexactFieldProblem(current.record));
           const partial = problem === null && isPatch(current) ? patchProblem(current, sink) : null;
           if (problem !== null || partial !== null) {
             addBad({ source: branch.source.handle, ...current.at, reason: (problem ?? partial)! });

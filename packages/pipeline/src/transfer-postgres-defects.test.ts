@@ -450,6 +450,42 @@ describe('PostgreSQL sink and polled source', () => {
     expect(err?.details?.retryable).not.toBe(true);
   });
 
+  it('defect: an integer past 2^53 inside a json/jsonb column was copied with other digits, without a word', async () => {
+    await using dir = await tempDir();
+    await client.query('CREATE TABLE src_docs (id int PRIMARY KEY, doc jsonb, raw json, docs jsonb[])');
+    await client.query(
+      `INSERT INTO src_docs VALUES
+        (1, '{"a": 12345678901234567890}', '{"a": 1}', NULL),
+        (2, '{"a": 1, "s": "12345678901234567890"}', '[9007199254740993]', NULL),
+        (3, '{"a": 2.5, "big": 9007199254740992}', '{"b": [1e300]}', ARRAY['{"n": 1}', '{"n": 90071992547409931}']::jsonb[]),
+        (4, '{"a": 4}', '{"b": 1e400}', NULL),
+        (5, '{"a": 5}', null, ARRAY['{"n": 5}']::jsonb[])`,
+    );
+    const out = join(dir.path, 'docs.jsonl');
+    const result = await run({
+      id: 'json-numbers',
+      mode: 'idempotent',
+      properties: {},
+      source: { type: 'postgres', connection: 'wh', table: 'src_docs', key: 'id' },
+      destination: { type: 'file', path: out, format: 'jsonl' },
+      options: { onBadRecord: 'skip' },
+    });
+    // Each copied value is the one PostgreSQL holds; a row with a number no JSON reader holds exactly is a bad
+    // record naming it (as the JSONL source does), never a copy with other digits.
+    const copied = (await readFile(out, 'utf8'))
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { id: number });
+    expect(copied.map((r) => r.id)).toEqual([5]);
+    expect(result).toMatchObject({ recordsRead: 5, recordsWritten: 1, badRecords: 4 });
+    expect(result.badRecordReports.map((r) => r.reason)).toEqual([
+      expect.stringMatching(/12345678901234567890 cannot be held exactly/),
+      expect.stringMatching(/9007199254740993 cannot be held exactly/),
+      expect.stringMatching(/90071992547409931 cannot be held exactly/),
+      expect.stringMatching(/1e400 is out of range/),
+    ]);
+  });
+
   it('a missing destination table fails the transfer as SINK_FAILED naming it (not retryable)', async () => {
     await using dir = await tempDir();
     const path = await jsonl(dir.path, 'one.jsonl', [{ id: 1 }]);
