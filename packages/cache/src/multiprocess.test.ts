@@ -1,3 +1,5 @@
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type CacheSchema, parseQuery } from '@sluice/core';
 import { sleep, spawnProcess, spawnTs, tempDir, tsxLoaderPath } from '@sluice/testkit';
@@ -60,7 +62,7 @@ describe('multi-process', () => {
   });
 
   it('processes opening and closing one cache at the same time never break its lock file', {
-    timeout: 90_000,
+    timeout: 180_000,
   }, async () => {
     // LMDB destroys the lock file's mutexes when its last user closes; an open racing that close used to find
     // them destroyed and fail every transaction with EINVAL (see env-open-lock.ts). Without the open lock this
@@ -74,20 +76,24 @@ describe('multi-process', () => {
     await cache.commit({ dag: 'churn', epoch: 0, positions: {}, at: new Date().toISOString() });
     await cache.close();
 
+    const CYCLES = 300;
     const children = [
-      spawnTs(fixture('churn.ts'), [dir.path, name, 'rw', '6000']),
-      spawnTs(fixture('churn.ts'), [dir.path, name, 'ro', '6000']),
-      spawnTs(fixture('churn.ts'), [dir.path, name, 'ro', '6000']),
+      spawnTs(fixture('churn.ts'), [dir.path, name, 'rw', String(CYCLES)]),
+      spawnTs(fixture('churn.ts'), [dir.path, name, 'ro', String(CYCLES)]),
+      spawnTs(fixture('churn.ts'), [dir.path, name, 'ro', String(CYCLES)]),
     ];
     try {
+      // Every child started (its module loading takes a while under load), then all go at once: they race.
+      await Promise.all(children.map((child) => child.waitForLine(/^READY/, 60_000)));
+      await writeFile(join(dir.path, 'go'), '');
       const results = await Promise.all(
         children.map(async (child) =>
-          JSON.parse((await child.waitForLine(/^DONE /, 60_000)).slice('DONE '.length)),
+          JSON.parse((await child.waitForLine(/^DONE /, 80_000)).slice('DONE '.length)),
         ),
       );
       for (const result of results) {
         expect(result.errors).toEqual([]);
-        expect(result.cycles).toBeGreaterThan(50);
+        expect(result.cycles).toBe(CYCLES);
       }
       const reopened = await caches.openRo(name);
       expect(reopened.commitState().checkpoint?.epoch).toBe(results[0].cycles);

@@ -370,9 +370,31 @@ describe('problemClientErrors (real socket)', () => {
 describe('problemDetailsPlugin while the server closes', () => {
   it('answers a request arriving on a busy keep-alive connection during close with 503 NODE_SHUTTING_DOWN as a problem', async () => {
     const { app: closing } = await buildTestApp();
+    // The first request is held until the second one has reached the server, so the connection is busy when the
+    // server starts closing and the second request arrives while it closes — whatever the machine's pace (a fixed
+    // wait here failed under load: the first request had not reached the server when it closed).
+    let release = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    closing.get('/hold', async () => {
+      await held;
+      return { held: true };
+    });
     await closing.listen({ port: 0, host: '127.0.0.1' });
     const address = closing.server.address();
     if (address === null || typeof address === 'string') throw new Error('no port');
+    const arrived = (url: string) =>
+      new Promise<void>((resolve) => {
+        const seen = (request: { url?: string }) => {
+          if (request.url !== url) return;
+          closing.server.off('request', seen);
+          resolve();
+        };
+        closing.server.on('request', seen);
+      });
+    const holdArrived = arrived('/hold');
+    const itemsArrived = arrived('/items');
     const socket = connect(address.port, '127.0.0.1');
     let received = '';
     socket.setEncoding('utf8');
@@ -380,14 +402,14 @@ describe('problemDetailsPlugin while the server closes', () => {
       received += chunk;
     });
     const ended = new Promise<void>((resolve) => socket.on('close', () => resolve()));
-    socket.write('GET /slow HTTP/1.1\r\nhost: x\r\nconnection: keep-alive\r\n\r\n');
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    // The connection is busy with /slow, so closing keeps it; the next request on it arrives while closing.
+    socket.write('GET /hold HTTP/1.1\r\nhost: x\r\nconnection: keep-alive\r\n\r\n');
+    await holdArrived;
+    // The connection is busy with /hold, so closing keeps it; the next request on it arrives while closing.
     const closed = closing.close();
-    await new Promise((resolve) => setTimeout(resolve, 20));
     socket.write('GET /items HTTP/1.1\r\nhost: x\r\n\r\n');
-    await Promise.race([ended, new Promise((resolve) => setTimeout(resolve, 3_000))]);
-    socket.destroy();
+    await itemsArrived;
+    release();
+    await ended;
     await closed;
     const responses = received.split(/(?=HTTP\/1\.1 )/);
     expect(responses).toHaveLength(2);
