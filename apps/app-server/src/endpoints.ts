@@ -120,6 +120,7 @@ export class EndpointManager {
           error: this.#failures.get(endpoint.name) ?? null,
           badRecords: { count: 0, last: null },
           replication: null,
+          follower: null,
         });
         continue;
       }
@@ -152,6 +153,7 @@ export class EndpointManager {
         error: status.error,
         badRecords: status.badRecords,
         replication: status.replication ?? null,
+        follower: status.follower ?? null,
       });
     }
     return out;

@@ -2,14 +2,16 @@
  * The operator console in real headless Chromium over an endpoint that reads PostgreSQL logical replication (a
  * real server with `wal_level=logical`): rows the schema refuses while streaming show as skipped records with the
  * last reason, and Roll back — which the API always refuses for such an endpoint with 409 `CANNOT_RESUME` — is not
- * offered; the page says why instead.
+ * offered; the page says why instead. While a green is held, the card says whether the serving generation follows its
+ * source (docs/generations.md), and why it stands once it cannot.
  */
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createClient } from '@sluice/client';
-import { chromiumLaunchOptions, sql, tempDir, waitFor } from '@sluice/testkit';
+import { chromiumLaunchOptions, freePort, sql, tempDir, waitFor } from '@sluice/testkit';
 import { chromium } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
+import { dropSlotFromUnderIt, heldEndpointYaml, itemsOf, itemsTable, startHeld } from './held-replication.js';
 import { call, localNode, startNodeProcess } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
 
@@ -94,6 +96,59 @@ describe('the console over a replication endpoint', () => {
     } finally {
       await context.close();
       await profile[Symbol.asyncDispose]();
+    }
+  });
+
+  it('shows whether the serving generation follows its source while a green is held, and why it stands', {
+    timeout: 150_000,
+  }, async () => {
+    expect(existsSync(BUILT), 'the console is built (pnpm build)').toBe(true);
+    await using dir = await tempDir('sluice-console-follower-');
+    const url = await itemsTable(postgres(), 'consolefollower');
+    const spec = { ...localNode('h3', dir.path), extraYaml: heldEndpointYaml(url, await freePort()) };
+    const { node, blue, green } = await startHeld(spec);
+    const profile = await tempDir('sluice-console-chromium-');
+    const context = await chromium.launchPersistentContext(profile.path, {
+      ...chromiumLaunchOptions(),
+      headless: true,
+    });
+    try {
+      await sql(url, "INSERT INTO items VALUES (101, 101, 'while held')");
+      await waitFor(
+        async () => {
+          const items = await itemsOf(node);
+          return items.follower?.phase === 'following' && items.follower.lastCommit ? items.follower : null;
+        },
+        { timeoutMs: 30_000, what: 'the serving generation to follow' },
+      );
+      const page = context.pages()[0] ?? (await context.newPage());
+      await page.goto(`${node.url}/console`);
+      const card = page.locator('article[data-endpoint="items"]');
+      await card.waitFor({ timeout: 30_000 });
+      const fact = card.locator('[data-fact="follower"]');
+      await card.locator('[data-fact="follower"][data-phase="following"]').waitFor({ timeout: 10_000 });
+      const shown = await fact.textContent();
+      expect(shown).toContain('follows its source through its own slot');
+      expect(shown).toMatch(/\d+ records written/);
+      expect(await card.locator('dt', { hasText: `while ${green} is fed` }).count()).toBe(1);
+
+      // Its slot dropped from under it: the card says it stands, and why.
+      await dropSlotFromUnderIt(url, 'sluice_h3_items_source');
+      await card.locator('[data-fact="follower"][data-phase="standing"]').waitFor({ timeout: 60_000 });
+      const standing = await itemsOf(node);
+      expect(standing.follower).toMatchObject({ cache: blue, phase: 'standing' });
+      const text = await fact.textContent();
+      expect(text).toContain('stands at its last commit');
+      expect(text).toContain(standing.follower!.reason!);
+      expect(await fact.locator('.warning').count()).toBe(1);
+
+      // Promoted, the green serves itself: nothing follows for it, and the fact goes.
+      expect((await call(`${node.url}/v1/endpoints/items/promote`, { method: 'POST' })).status).toBe(200);
+      await fact.waitFor({ state: 'detached', timeout: 20_000 });
+    } finally {
+      await context.close();
+      await profile[Symbol.asyncDispose]();
+      await node[Symbol.asyncDispose]();
     }
   });
 });

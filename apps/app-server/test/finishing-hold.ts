@@ -2,7 +2,8 @@
  * Holds the owner of a file transfer right at its fenced `finishing` step (docs/fencing.md § Finishing holds the
  * record): the pair's owner is cut off from NATS (so it takes no finishing shortcut and a peer asking about it hears
  * "nobody"), and its finishing write waits in the store, holding the record's row, until the test releases
- * {@link HOLD_FINISHING}. Used by finishing-terminate.test.ts and finishing-takeover.test.ts.
+ * {@link HOLD_FINISHING}. Used by finishing-terminate.test.ts, finishing-takeover.test.ts and
+ * console-transfer-finishing.test.ts.
  */
 import { join } from 'node:path';
 import { waitFor } from '@sluice/testkit';

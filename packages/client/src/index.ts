@@ -5,6 +5,8 @@ export type {
   GenerationsView,
   GenerationView,
   NodeView,
+  ServingFollowerPhase,
+  ServingFollowerStatus,
   SwitchOutcome,
   SwitchView,
 } from '@sluice/core';

@@ -36,6 +36,41 @@ export interface ReplicationStatus {
 }
 
 /**
+ * Where the follower of an endpoint's serving generation is (docs/generations.md) while the endpoint's run feeds
+ * another generation (a green building or held):
+ * - `starting`: assessing the serving generation and starting its run;
+ * - `following`: it continues the serving generation from its own checkpoint, through its own replication slot;
+ * - `retrying`: its run failed (`error`); it starts again after a back-off;
+ * - `standing`: it cannot continue the serving generation (`reason`): readers get it at its last commit until the
+ *   alias moves.
+ */
+export const ServingFollowerPhase = {
+  starting: 'starting',
+  following: 'following',
+  retrying: 'retrying',
+  standing: 'standing',
+} as const;
+export type ServingFollowerPhase = (typeof ServingFollowerPhase)[keyof typeof ServingFollowerPhase];
+
+/**
+ * The serving generation's follower as `GET /v1/endpoints` reports it (`follower`; null while the run feeds the
+ * serving generation itself, or for a source that cannot follow two generations at once).
+ */
+export interface ServingFollowerStatus {
+  /** The serving generation it follows (or tries to, or stands for). */
+  cache: string;
+  phase: ServingFollowerPhase;
+  /** Why it stands (`standing`) or why its last run failed (`retrying`); null otherwise. */
+  reason: string | null;
+  /** The failure it retries after (`retrying`), with its stable code; null otherwise. */
+  error: { code: string; message: string } | null;
+  /** Records written into the serving generation, as its runs count them (a resumed run counts on from its checkpoint). */
+  recordsWritten: number;
+  /** The LSN of its last commit into the serving generation and when (ISO 8601); null before its first. */
+  lastCommit: { lsn: string; at: string } | null;
+}
+
+/**
  * Records an endpoint's pipeline refused and skipped (a value of another type than the schema's, a missing key, an
  * unreadable record): how many in the current generation's run (kept across resumes by its checkpoint), and the
  * latest one this process saw — where it was read, why, and when — or null (none since the process started).
@@ -67,6 +102,11 @@ export interface EndpointStatus {
   badRecords: BadRecordsView;
   /** Set for endpoints fed by PostgreSQL logical replication. */
   replication: ReplicationStatus | null;
+  /**
+   * The serving generation's follower while the run feeds another generation (a green building or held), so an
+   * operator sees a serving generation that stands or retries; null when nothing follows it.
+   */
+  follower: ServingFollowerStatus | null;
 }
 
 /** The generation states an operator sees. */

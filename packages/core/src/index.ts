@@ -108,6 +108,8 @@ export {
   type GenerationView,
   type NodeView,
   type ReplicationStatus,
+  ServingFollowerPhase,
+  type ServingFollowerStatus,
   type SwitchOutcome,
   type SwitchView,
   type TransferProgressView,
@@ -225,9 +227,9 @@ export {
   type QueryPlan,
   type QueryResult,
   type ReadableCache,
+  type ReadScope,
   type RecordOp,
   type WritableCache,
-  type ReadScope,
   type WritableCacheCatalog,
 } from './ports/cache.js';
 export type { EndpointDecision, EndpointPipeline, EndpointPipelineStatus } from './ports/endpoint.js';

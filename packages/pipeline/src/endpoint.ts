@@ -216,6 +216,7 @@ export async function startEndpointPipeline(
               : null,
         },
         replication: replicationStatus(),
+        follower: follower?.status() ?? null,
       };
     },
     rebuild: () =>

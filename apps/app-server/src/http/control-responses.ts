@@ -1,4 +1,4 @@
-import { EVERY_ROUTE_PROBLEMS, PROBLEM_RESPONSE } from '@sluice/core';
+import { EVERY_ROUTE_PROBLEMS, PROBLEM_RESPONSE, ServingFollowerPhase } from '@sluice/core';
 import { z } from 'zod';
 
 /**
@@ -67,11 +67,35 @@ export const TransferPageReply = documented(
   }),
 );
 
+/** The serving generation's follower (core's `ServingFollowerStatus`), or null when nothing follows it. */
+const ServingFollowerReply = z
+  .object({
+    cache: z.string().describe('The serving generation it follows (or tries to, or stands for)'),
+    phase: z.enum(ServingFollowerPhase),
+    reason: z
+      .string()
+      .nullable()
+      .describe('Why it stands (`standing`) or why its last run failed (`retrying`); null otherwise'),
+    error: z
+      .object({ code: z.string(), message: z.string() })
+      .nullable()
+      .describe('The failure it retries after, with its stable code (`retrying`); null otherwise'),
+    recordsWritten: z.number().int(),
+    lastCommit: z
+      .object({ lsn: z.string(), at: z.string() })
+      .nullable()
+      .describe('Its last commit into the serving generation (LSN, ISO 8601 time); null before its first'),
+  })
+  .nullable()
+  .describe(
+    'While the run feeds a generation the alias does not point at (a green building or held), the follower that keeps the serving generation following its replication source through its own slot (docs/generations.md); null otherwise',
+  );
+
 /** `GET /v1/endpoints`. */
 export const EndpointListReply = documented(
   z.looseObject({
     endpoints: z
-      .array(z.looseObject({ name: z.string() }))
+      .array(z.looseObject({ name: z.string(), follower: ServingFollowerReply }))
       .describe(
         'Each endpoint of this host: phase, serving / building / held generation, records, lag, error',
       ),

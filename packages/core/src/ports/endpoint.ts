@@ -3,7 +3,12 @@
  * endpoint into its cache generations. `@sluice/pipeline`'s `startEndpointPipeline` returns one.
  */
 import type { PipelineCheckpoint, PipelineProgress, RestartDecision } from '../checkpoint.js';
-import type { BadRecordsView, ReplicationStatus, SwitchOutcome } from '../control-views.js';
+import type {
+  BadRecordsView,
+  ReplicationStatus,
+  ServingFollowerStatus,
+  SwitchOutcome,
+} from '../control-views.js';
 
 /** The restart decision of a pipeline's latest start (or rebuild), and why. */
 export interface EndpointDecision {
@@ -29,6 +34,8 @@ export interface EndpointPipelineStatus {
   badRecords: BadRecordsView;
   /** For a source read by logical replication: its slot and lag. Else null. */
   replication: ReplicationStatus | null;
+  /** The serving generation's follower while the run feeds another generation (docs/generations.md), else null. */
+  follower: ServingFollowerStatus | null;
 }
 
 /**

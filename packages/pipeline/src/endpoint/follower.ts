@@ -1,4 +1,11 @@
-import { ErrorCode, type Logger, type PipelineCheckpoint, SluiceError } from '@sluice/core';
+import {
+  asSluiceError,
+  ErrorCode,
+  type Logger,
+  type PipelineCheckpoint,
+  type ServingFollowerStatus,
+  SluiceError,
+} from '@sluice/core';
 import { ProgressTracker } from '../progress.js';
 import { ReplicationPositionSchema } from '../sources/replication/position.js';
 import type { StandingGeneration } from '../sources/replication/status.js';
@@ -72,7 +79,11 @@ export class ServingFollower {
   #generation: string | null = null;
   #run: Run | null = null;
   #reason: string | null = null;
+  /** The failure of its last run (or start) while it waits to retry. */
+  #error: { code: string; message: string } | null = null;
   #lastCommit: { lsn: string; at: number } | null = null;
+  /** The progress of its runs into the generation it follows (one tracker per generation followed). */
+  #progress = new ProgressTracker();
   #backoff: number;
   #retryTimer: NodeJS.Timeout | null = null;
   /** Every change of what is followed, one at a time. */
@@ -92,6 +103,24 @@ export class ServingFollower {
   /** Why it stands (or why it last failed), or null. */
   get reason(): string | null {
     return this.#reason;
+  }
+  /**
+   * What operators see of it (`GET /v1/endpoints` → `follower`): the generation, the phase, why it stands or what
+   * it retries after, and its progress; null while it follows nothing.
+   */
+  status(): ServingFollowerStatus | null {
+    const phase = this.#phase;
+    if (phase === FollowerPhase.idle || phase === FollowerPhase.stopped || this.#generation === null)
+      return null;
+    const commit = this.#lastCommit;
+    return {
+      cache: this.#generation,
+      phase,
+      reason: phase === FollowerPhase.standing || phase === FollowerPhase.retrying ? this.#reason : null,
+      error: phase === FollowerPhase.retrying ? this.#error : null,
+      recordsWritten: this.#progress.recordsWritten,
+      lastCommit: commit === null ? null : { lsn: commit.lsn, at: new Date(commit.at).toISOString() },
+    };
   }
   /** The source of the run following `generation`, or null when it does not follow that one now. */
   sourceFollowing(generation: string): PipelineSource | null {
@@ -149,7 +178,9 @@ export class ServingFollower {
     if (this.#phase !== next) this.#to(next);
     this.#generation = null;
     this.#reason = null;
+    this.#error = null;
     this.#lastCommit = null;
+    this.#progress = new ProgressTracker();
     this.#backoff = this.options.retryMs;
     if (!run) return;
     run.controller.abort();
@@ -160,6 +191,7 @@ export class ServingFollower {
 
   #stand(reason: string): void {
     this.#reason = reason;
+    this.#error = null;
     this.#to(FollowerPhase.standing);
     this.options.logger.warn(
       { endpoint: this.options.lc.shape.name, cache: this.#generation, reason },
@@ -175,7 +207,7 @@ export class ServingFollower {
       caches: lc.caches,
       events: lc.events,
       logger: lc.logger,
-      progress: new ProgressTracker(),
+      progress: this.#progress,
       sampleSize: lc.sampleSize,
       ...(lc.commitEveryRecords !== undefined ? { commitEveryRecords: lc.commitEveryRecords } : {}),
       ...(lc.commitEveryMs !== undefined ? { commitEveryMs: lc.commitEveryMs } : {}),
@@ -245,6 +277,8 @@ export class ServingFollower {
       });
       adopted = true;
       this.#run = run;
+      this.#reason = null;
+      this.#error = null;
       this.#to(FollowerPhase.following);
       this.#watch(run);
       logger.info(
@@ -281,7 +315,9 @@ export class ServingFollower {
   }
 
   #retryAfter(err: unknown): void {
-    this.#reason = (err as Error).message;
+    const failure = asSluiceError(err);
+    this.#reason = failure.message;
+    this.#error = { code: failure.code, message: failure.message };
     this.#to(FollowerPhase.retrying);
     const generation = this.#generation!;
     const wait = this.#backoff;

@@ -94,6 +94,14 @@ describe('the serving generation while a green builds or is held', () => {
       },
     );
     expect(status.replication).toMatchObject({ slot: blueSlot, following: { cache: held.cache } });
+    // And that it follows: its follower's phase and last commit (the serving generation's LSN).
+    expect(status.follower).toMatchObject({
+      cache: blue,
+      phase: 'following',
+      reason: null,
+      error: null,
+      lastCommit: { lsn: expect.any(String), at: expect.any(String) },
+    });
     const greenSlot = await waitFor(
       async () => {
         const slots = await sql<{ slot_name: string }>(
@@ -116,6 +124,7 @@ describe('the serving generation while a green builds or is held', () => {
       what: 'the promoted generation to follow',
     });
     expect(pipeline.status().replication).toMatchObject({ slot: greenSlot, following: null });
+    expect(pipeline.status().follower).toBeNull();
 
     // The old generation, retired, goes with garbage collection, and its slot with it.
     expect((await caches.info(blue))?.state).toBe('retired');

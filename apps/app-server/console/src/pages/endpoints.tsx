@@ -2,6 +2,8 @@ import type {
   ConnectionLoss,
   EndpointWatchView,
   GenerationView,
+  ServingFollowerPhase,
+  ServingFollowerStatus,
   SluiceClient,
   SwitchView,
 } from '@sluice/client';
@@ -176,6 +178,9 @@ function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView
             </dd>
           </div>
         )}
+        {endpoint.follower && (
+          <FollowerFact follower={endpoint.follower} fed={endpoint.held?.cache ?? endpoint.buildingCache} />
+        )}
         {endpoint.error && (
           <div class="wide">
             <dt>Error</dt>
@@ -261,6 +266,55 @@ function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView
         </section>
       </div>
     </article>
+  );
+}
+
+/** The badge colour of a follower's phase: the pipeline phases' (a standing serving generation is a warning). */
+const FOLLOWER_BADGE: Record<ServingFollowerPhase, string> = {
+  starting: 'phase-starting',
+  following: 'phase-streaming',
+  retrying: 'phase-failed',
+  standing: 'phase-held',
+};
+
+/**
+ * Whether the serving generation keeps following its source while another generation is fed (docs/generations.md):
+ * a serving generation that stands or retries serves ever older rows, which the lag alone does not explain.
+ */
+function FollowerFact(props: { follower: ServingFollowerStatus; fed: string | null }) {
+  const { follower } = props;
+  const commit = follower.lastCommit;
+  return (
+    <div class="wide">
+      <dt>Serving generation{props.fed ? ` while ${props.fed} is fed` : ''}</dt>
+      <dd data-fact="follower" data-phase={follower.phase}>
+        <span class={`phase ${FOLLOWER_BADGE[follower.phase]}`}>{follower.phase}</span>{' '}
+        {follower.phase === 'following' && (
+          <>
+            follows its source through its own slot: {count(follower.recordsWritten)} records written
+            {commit && (
+              <span class="muted">
+                {' '}
+                (last commit <code>{commit.lsn}</code>, {when(commit.at)})
+              </span>
+            )}
+          </>
+        )}
+        {follower.phase === 'starting' && 'about to follow its source from its own checkpoint…'}
+        {follower.phase === 'retrying' && (
+          <span class="error">
+            its run failed ({follower.error?.code ?? 'INTERNAL'}: {follower.error?.message ?? follower.reason}
+            ); it starts again after a back-off
+          </span>
+        )}
+        {follower.phase === 'standing' && (
+          <span class="warning">
+            stands at its last commit{commit ? ` (${commit.lsn})` : ''} until the alias moves:{' '}
+            {follower.reason}
+          </span>
+        )}
+      </dd>
+    </div>
   );
 }
 

@@ -22,6 +22,23 @@ function useUnauthorizedGuard(error: unknown, onUnauthorized: () => void) {
   }, [error, onUnauthorized]);
 }
 
+/**
+ * The finishing mark (`finishing: true`): the owner passed its fenced finishing step and publishes what cannot be
+ * taken back, so a terminate or takeover waits for its lease (docs/fencing.md). Shown beside the state, which is
+ * still IN_PROGRESS.
+ */
+function FinishingMark(props: { transfer: TransferView }) {
+  return props.transfer.finishing ? (
+    <span
+      class="state state-finishing"
+      data-fact="finishing"
+      title="The owner passed its fenced finishing step and is publishing: a terminate or takeover waits for its lease"
+    >
+      finishing
+    </span>
+  ) : null;
+}
+
 function progressOf(transfer: TransferView): string {
   if (transfer.progress)
     return `${count(transfer.progress.recordsWritten)} written, ${count(Math.round(transfer.progress.rate))}/s`;
@@ -124,7 +141,7 @@ export function TransfersPage(props: { client: SluiceClient; onUnauthorized: () 
                 <a href={`#/transfers/${encodeURIComponent(t.id)}`}>{t.id}</a>
               </td>
               <td>
-                <span class={`state state-${t.state}`}>{t.state}</span>
+                <span class={`state state-${t.state}`}>{t.state}</span> <FinishingMark transfer={t} />
               </td>
               <td>{t.owner?.nodeId ?? '—'}</td>
               <td class="num">{t.epoch}</td>
@@ -195,7 +212,14 @@ export function TransferDetail(props: { client: SluiceClient; id: string; onUnau
               <dd>
                 <span class={`state state-${t.state}`} data-fact="state">
                   {t.state}
-                </span>
+                </span>{' '}
+                <FinishingMark transfer={t} />
+                {t.finishing && (
+                  <p class="muted">
+                    Publishing: the owner passed its fenced finishing step. A terminate waits for its lease to
+                    expire; the record turns final once it has published.
+                  </p>
+                )}
               </dd>
             </div>
             <div>
