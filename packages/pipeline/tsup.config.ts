@@ -1,3 +1,5 @@
 import { library } from '../../tsup.base';
 
-export default library();
+// `shims`: the CJS build gets `import.meta.url`, which locates the replication connection's worker file
+// (src/sources/replication/stream.ts).
+export default library({ shims: true });

@@ -4,7 +4,12 @@
  * `sql`).
  */
 import type { EndpointConfig, WritableCacheCatalog } from '@sluice/core';
-import { type LogicalPostgresHandle, sql, startLogicalPostgres } from '@sluice/testkit';
+import {
+  type LogicalPostgresHandle,
+  type LogicalPostgresOptions,
+  sql,
+  startLogicalPostgres,
+} from '@sluice/testkit';
 import { afterAll, beforeAll } from 'vitest';
 import type { EndpointContext } from '../src/endpoint.js';
 
@@ -85,7 +90,7 @@ export interface SharedLogicalPostgres {
 
 /**
  * Starts a private PostgreSQL with `wal_level=logical` (testkit's `startLogicalPostgres`) before the calling file's
- * tests and stops it after them. Call at the top level of a test file.
+ * tests and stops it after them (with `options`: e.g. extra server `settings`). Call at the top level of a test file.
  *
  * @example
  * ```ts
@@ -93,10 +98,10 @@ export interface SharedLogicalPostgres {
  * it('…', async () => { const url = await server.createDatabase('items'); … });
  * ```
  */
-export function useLogicalPostgres(): SharedLogicalPostgres {
+export function useLogicalPostgres(options: LogicalPostgresOptions = {}): SharedLogicalPostgres {
   let server: LogicalPostgresHandle | undefined;
   beforeAll(async () => {
-    server = await startLogicalPostgres();
+    server = await startLogicalPostgres(options);
   });
   afterAll(async () => {
     await server?.[Symbol.asyncDispose]();

@@ -1,5 +1,8 @@
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
 import { SourceError } from '@sluice/core';
-import { LogicalReplicationService, type Pgoutput, PgoutputPlugin } from 'pg-logical-replication';
+import { type Pgoutput, PgoutputPlugin } from 'pg-logical-replication';
 import { textParser } from '../../pg.js';
 import { replicationApplicationName } from './holder.js';
 import { previousLsn } from './lsn.js';
@@ -31,62 +34,82 @@ export interface ReplicationStreamOptions {
   baseTypes?: ReadonlyMap<number, number>;
 }
 
+/** What the connection's thread (replication-worker.mjs) sends: see the protocol at the top of that file. */
+type WorkerMessage =
+  | {
+      kind: 'batch';
+      bytes: ArrayBuffer;
+      entries: Array<[kind: 'w' | 'k', lsn: string, start: number, end: number]>;
+    }
+  | { kind: 'failed'; message: string }
+  | { kind: 'closed' };
+
 /**
- * One `START_REPLICATION` session of `pgoutput` through `pg-logical-replication`, turned into a pulled queue.
+ * The worker's file: beside this module in the sources; from the published build (dist/), in the `src` the package
+ * ships too.
+ */
+function workerFile(): URL {
+  const beside = new URL('./replication-worker.mjs', import.meta.url);
+  if (existsSync(fileURLToPath(beside))) return beside;
+  return new URL('../src/sources/replication/replication-worker.mjs', import.meta.url);
+}
+
+/**
+ * One `START_REPLICATION` session of `pgoutput`, turned into a pulled queue.
+ *
+ * The connection lives on a thread of its own (replication-worker.mjs, through `pg-logical-replication`): it reads
+ * the socket, answers the server's keepalives and sends status updates whatever this thread is doing — a cache
+ * commit of a big source transaction blocks this one for seconds, and PostgreSQL drops a connection silent for
+ * `wal_sender_timeout` (each retry then read the transaction from its start again, and was dropped again). Messages
+ * cross as bytes, in batches, and are parsed here, where the pipeline's column parsers are.
  *
  * What this wrapper decides (after reading the library's code): acknowledgements are manual and never automatic
- * (`acknowledge.auto: false` and `timeoutSeconds: 0` — the library's timer would otherwise confirm the last
- * *received* LSN, beyond what the cache committed); the library reports `lsn + 1` as flushed, so `confirm(lsn)`
- * passes `lsn − 1` and PostgreSQL's `confirmed_flush_lsn` is exactly the committed transaction's end (a commit
- * record starting right there must not be skipped on restart); column values are parsed with the pipeline's own
- * parsers (set on each relation as it arrives, before any row of it is parsed; a domain column by its base type,
- * as a query's result names it), so streamed rows read exactly like snapshot rows; and messages are consumed
- * synchronously in arrival order (no `flowControl`, whose queue lets keepalives overtake data), with the socket
- * paused above `highWater` buffered messages.
+ * (the library's timer would otherwise confirm the last *received* LSN, beyond what the cache committed); the
+ * library reports `lsn + 1` as flushed, so `confirm(lsn)` passes `lsn − 1` and PostgreSQL's `confirmed_flush_lsn` is
+ * exactly the committed transaction's end (a commit record starting right there must not be skipped on restart);
+ * column values are parsed with the pipeline's own parsers (set on each relation as it arrives, before any row of it
+ * is parsed; a domain column by its base type, as a query's result names it), so streamed rows read exactly like
+ * snapshot rows; messages are taken in arrival order (keepalives never overtake data); and the connection's thread
+ * stops reading the socket while `highWater` messages are not yet taken here (backpressure).
  */
 export class ReplicationStream {
-  private readonly service: LogicalReplicationService;
+  private worker: Worker | null = null;
+  /** Parses pgoutput messages (it keeps the relations, whose columns carry our parsers). */
+  private readonly parser = new PgoutputPlugin({ protoVersion: 1, publicationNames: [] });
   private readonly queue: StreamItem[] = [];
   private head = 0;
   private waiter: (() => void) | null = null;
-  private paused = false;
-  private timer: NodeJS.Timeout | null = null;
-  private confirmedLsn: string;
+  /** Messages taken from the queue, and how many of them the connection's thread has been told of. */
+  private taken = 0;
+  private reported = 0;
   private closed = false;
+  private exited: Promise<void> = Promise.resolve();
 
-  constructor(private readonly options: ReplicationStreamOptions) {
-    this.confirmedLsn = options.startLsn;
-    this.service = new LogicalReplicationService(
-      // Named, so that another app-server finding the slot busy knows whose stream it is (holder.ts).
-      {
-        connectionString: options.url,
-        connectionTimeoutMillis: 10_000,
-        application_name: replicationApplicationName(),
-      },
-      { acknowledge: { auto: false, timeoutSeconds: 0 }, flowControl: { enabled: false } },
-    );
-    this.service.on('data', (_lsn: string, message: Pgoutput.Message) => {
-      if (message.tag === 'relation')
-        for (const column of message.columns)
-          column.parser = textParser(options.baseTypes?.get(column.typeOid) ?? column.typeOid);
-      this.push({ kind: 'message', message });
-    });
-    this.service.on('heartbeat', (lsn: string, _time: number, shouldRespond: boolean) => {
-      this.push({ kind: 'keepalive', lsn });
-      if (shouldRespond) this.sendStatus(false);
-    });
-    this.service.on('error', (err: Error) => this.fail(err));
-  }
+  constructor(private readonly options: ReplicationStreamOptions) {}
 
-  /** Starts streaming from `startLsn`; failures arrive as a `failed` item. */
+  /** Starts streaming from `startLsn` (the connection's thread connects); failures arrive as a `failed` item. */
   start(): void {
-    const plugin = new PgoutputPlugin({ protoVersion: 1, publicationNames: [this.options.publication] });
-    this.service.subscribe(plugin, this.options.slot, this.options.startLsn).then(
-      () => this.fail(new Error('the replication stream ended')),
-      (err: unknown) => this.fail(err instanceof Error ? err : new Error(String(err))),
-    );
-    this.timer = setInterval(() => this.sendStatus(true), this.options.keepaliveMs);
-    this.timer.unref();
+    if (this.worker !== null || this.closed) return;
+    const { options } = this;
+    const worker = new Worker(workerFile(), {
+      workerData: {
+        url: options.url,
+        slot: options.slot,
+        publication: options.publication,
+        startLsn: options.startLsn,
+        // The library adds one byte to what it is given (see the class comment).
+        ackLsn: previousLsn(options.startLsn),
+        keepaliveMs: options.keepaliveMs,
+        highWater: options.highWater,
+        // Named, so that another app-server finding the slot busy knows whose stream it is (holder.ts).
+        applicationName: replicationApplicationName(),
+      },
+    });
+    this.worker = worker;
+    this.exited = new Promise((resolve) => worker.once('exit', () => resolve()));
+    worker.on('message', (message: WorkerMessage) => this.receive(message));
+    worker.on('error', (err) => this.fail(err.message));
+    worker.on('exit', (code) => this.fail(`the replication connection's thread exited (code ${code})`));
   }
 
   /**
@@ -95,6 +118,7 @@ export class ReplicationStream {
    */
   async next(signal: AbortSignal, idleMs?: number): Promise<StreamItem | typeof IDLE | null> {
     while (this.head >= this.queue.length) {
+      this.report();
       if (signal.aborted) return null;
       const idle = await new Promise<boolean>((resolve) => {
         const timer = idleMs === undefined ? null : setTimeout(() => settle(true), Math.max(0, idleMs));
@@ -117,7 +141,8 @@ export class ReplicationStream {
       this.queue.splice(0, this.head);
       this.head = 0;
     }
-    if (this.paused && this.buffered() <= this.options.highWater / 2) this.setPaused(false);
+    if (item.kind !== 'failed') this.taken++;
+    if (this.taken - this.reported >= Math.max(1, this.options.highWater / 4)) this.report();
     return item;
   }
 
@@ -128,49 +153,67 @@ export class ReplicationStream {
 
   /** Reports `lsn` (the end of a transaction the cache committed, or a keepalive position) as flushed. */
   confirm(lsn: string): void {
-    this.confirmedLsn = lsn;
-    this.sendStatus(false);
+    // The library adds one byte to what it is given (see the class comment).
+    if (!this.closed) this.worker?.postMessage({ kind: 'ack', lsn: previousLsn(lsn) });
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.timer) clearInterval(this.timer);
-    await this.service.destroy().catch(() => {});
+    const worker = this.worker;
+    if (worker === null) return;
+    worker.postMessage({ kind: 'close' });
+    // The thread ends the connection and exits; one that does not within 5 s is terminated.
+    const timer = setTimeout(() => void worker.terminate(), 5_000);
+    await this.exited;
+    clearTimeout(timer);
   }
 
-  private sendStatus(ping: boolean): void {
+  /** Tells the connection's thread how many messages were taken (it reads the socket again below `highWater`). */
+  private report(): void {
+    if (this.closed || this.reported === this.taken) return;
+    this.reported = this.taken;
+    this.worker?.postMessage({ kind: 'consumed', count: this.taken });
+  }
+
+  private receive(message: WorkerMessage): void {
     if (this.closed) return;
-    // The library adds one byte to what it is given (see the class comment).
-    void this.service.acknowledge(previousLsn(this.confirmedLsn), ping).catch(() => {});
+    if (message.kind === 'failed') {
+      this.fail(message.message);
+      return;
+    }
+    if (message.kind !== 'batch') return;
+    const bytes = Buffer.from(message.bytes);
+    for (const [kind, lsn, start, end] of message.entries) {
+      if (kind === 'k') {
+        this.push({ kind: 'keepalive', lsn });
+        continue;
+      }
+      const parsed = this.parser.parse(bytes.subarray(start, end)) as Pgoutput.Message;
+      if (parsed.tag === 'relation')
+        for (const column of parsed.columns)
+          column.parser = textParser(this.options.baseTypes?.get(column.typeOid) ?? column.typeOid);
+      this.push({ kind: 'message', message: parsed });
+    }
   }
 
   private push(item: StreamItem): void {
     if (this.closed) return;
     this.queue.push(item);
-    if (!this.paused && this.buffered() >= this.options.highWater) this.setPaused(true);
     this.waiter?.();
   }
 
-  private fail(err: Error): void {
+  private fail(message: string): void {
     if (this.closed) return;
+    const err = new Error(message);
     this.push({
       kind: 'failed',
       // Retryable: a lost replication connection (PostgreSQL restarted, a network cut) is not the run's fault; a
       // transfer resumes from its checkpoint (an endpoint's supervisor retries every failure anyway).
-      error: new SourceError(`Logical replication from slot ${this.options.slot}: ${err.message}`, {
+      error: new SourceError(`Logical replication from slot ${this.options.slot}: ${message}`, {
         cause: err,
         details: { slot: this.options.slot, retryable: true },
       }),
     });
-  }
-
-  private setPaused(paused: boolean): void {
-    this.paused = paused;
-    // The socket of the library's pg connection (the same one its own flow control pauses).
-    const socket = (this.service as unknown as { _connection?: { stream?: NodeJS.ReadableStream } })
-      ._connection?.stream;
-    if (paused) socket?.pause();
-    else socket?.resume();
   }
 }
