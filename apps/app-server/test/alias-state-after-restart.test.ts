@@ -11,14 +11,15 @@
 import { join } from 'node:path';
 import { freePort, startNatsServer, startTcpProxy, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, localNode, startHostApiServer, startNodeProcess, writeRecords } from './helpers.js';
-
-/** The generation the app-server serves `items` from, once nothing is building. */
-async function servingItems(url: string): Promise<string | null> {
-  const reply = await call(`${url}/v1/endpoints`);
-  const items = reply.body.endpoints?.find((e: { name: string }) => e.name === 'items');
-  return items?.servingCache && items.buildingCache === null ? (items.servingCache as string) : null;
-}
+import {
+  call,
+  localNode,
+  rebuildWithoutBackplane,
+  servingItems,
+  startHostApiServer,
+  startNodeProcess,
+  writeRecords,
+} from './helpers.js';
 
 /** The generation that answers a read of `items` on the api-server (its `sluice-cache` header). */
 async function answeringGeneration(apiUrl: string): Promise<string | null> {
@@ -63,18 +64,7 @@ describe('an alias switch made during the app-server’s NATS outage, the app-se
       });
 
       await proxy.cut();
-      await waitFor(async () => (await call(`${node.url}/readyz`)).body.backplane !== 'up', {
-        timeoutMs: 15_000,
-        what: 'the app-server to notice NATS is gone',
-      });
-      expect((await call(`${node.url}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
-      const second = await waitFor(
-        async () => {
-          const serving = await servingItems(node.url);
-          return serving !== null && serving !== first ? serving : null;
-        },
-        { timeoutMs: 30_000, what: 'the switch to the rebuilt generation, with NATS unreachable' },
-      );
+      const second = await rebuildWithoutBackplane(node.url, first);
       // Stopped (gracefully) while NATS is still out of its reach: its kept redirect cannot be published.
       expect(await node.child.stop('SIGTERM')).toMatchObject({ code: 0 });
       expect(node.child.output()).toContain('closing with alias redirects never published to NATS');

@@ -268,6 +268,34 @@ export async function call(
   return { status: response.status, headers: response.headers, body: parsed };
 }
 
+/** The generation the app-server at `url` serves `items` from, once nothing is building (else null). */
+export async function servingItems(url: string): Promise<string | null> {
+  const reply = await call(`${url}/v1/endpoints`);
+  const items = reply.body.endpoints?.find((e: { name: string }) => e.name === 'items');
+  return items?.servingCache && items.buildingCache === null ? (items.servingCache as string) : null;
+}
+
+/**
+ * Rebuilds `items` on the app-server at `url` once it has noticed its NATS is gone (the caller cut or stopped it),
+ * and returns the generation it switched to from `from`: the switch of an outage.
+ */
+export async function rebuildWithoutBackplane(url: string, from: string): Promise<string> {
+  await waitFor(async () => (await call(`${url}/readyz`)).body.backplane !== 'up', {
+    timeoutMs: 15_000,
+    what: 'the app-server to notice NATS is gone',
+  });
+  const rebuild = await call(`${url}/v1/endpoints/items/rebuild`, { method: 'POST' });
+  if (rebuild.status !== 202)
+    throw new Error(`rebuild answered ${rebuild.status}: ${JSON.stringify(rebuild.body)}`);
+  return waitFor(
+    async () => {
+      const serving = await servingItems(url);
+      return serving !== null && serving !== from ? serving : null;
+    },
+    { timeoutMs: 30_000, what: 'the switch to the rebuilt generation, with NATS unreachable' },
+  );
+}
+
 /** Writes `count` JSONL records `{id, value, category}` and returns the path. */
 export async function writeRecords(path: string, count: number): Promise<string> {
   await mkdir(dirname(path), { recursive: true });

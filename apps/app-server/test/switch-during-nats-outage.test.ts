@@ -9,14 +9,14 @@ import { createNatsBackplane } from '@sluice/backplane';
 import type { SluiceEvent } from '@sluice/core';
 import { startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, localNode, observeEvents, startNodeProcess, writeRecords } from './helpers.js';
-
-/** The generation the app-server serves `items` from, once nothing is building. */
-async function servingItems(url: string): Promise<string | null> {
-  const reply = await call(`${url}/v1/endpoints`);
-  const items = reply.body.endpoints?.find((e: { name: string }) => e.name === 'items');
-  return items?.servingCache && items.buildingCache === null ? (items.servingCache as string) : null;
-}
+import {
+  localNode,
+  observeEvents,
+  rebuildWithoutBackplane,
+  servingItems,
+  startNodeProcess,
+  writeRecords,
+} from './helpers.js';
 
 const redirectedTo = (events: SluiceEvent[], cache: string) =>
   events.some((e) => e.type === 'AliasRedirected' && e.to === cache);
@@ -46,18 +46,7 @@ describe('an alias switch while NATS is down', () => {
     await waitFor(() => redirectedTo(observer.events, first), { what: 'the first redirect on NATS' });
 
     await nats.kill();
-    await waitFor(async () => (await call(`${node.url}/readyz`)).body.backplane !== 'up', {
-      timeoutMs: 15_000,
-      what: 'the app-server to notice NATS is gone',
-    });
-    expect((await call(`${node.url}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
-    const second = await waitFor(
-      async () => {
-        const serving = await servingItems(node.url);
-        return serving !== null && serving !== first ? serving : null;
-      },
-      { timeoutMs: 30_000, what: 'the switch to the rebuilt generation, with NATS down' },
-    );
+    const second = await rebuildWithoutBackplane(node.url, first);
 
     await nats.start();
     await waitFor(() => redirectedTo(observer.events, second), {
