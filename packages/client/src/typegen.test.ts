@@ -1,3 +1,4 @@
+import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 import { endpointTypesSource } from './typegen.js';
 
@@ -52,5 +53,14 @@ describe('endpointTypesSource', () => {
     expect(source).toContain('  a_b: AB2;');
     expect(source).toContain('  "1st": Endpoint1st;');
     expect(source).toContain('  endpoints: Endpoints2;');
+  });
+
+  it('defect: a primary-key field named with "*/" ended the doc comment early and the generated source did not parse', () => {
+    const source = endpointTypesSource([
+      { name: 'odd', schema: { fields: { 'a*/b': 'integer', v: 'string' }, primaryKey: ['a*/b'] } },
+    ]);
+    const parsed = ts.transpileModule(source, { reportDiagnostics: true, compilerOptions: { strict: true } });
+    expect(parsed.diagnostics?.map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'))).toEqual([]);
+    expect(source).toContain('  "a*/b": number;');
   });
 });

@@ -23,6 +23,11 @@ const TS_TYPE: Record<FieldType, string> = {
 
 const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
 
+/** Text inside a `/** … *\/` comment: a field name holding `*\/` would end the comment early. */
+function commentText(text: string): string {
+  return text.replaceAll('*/', '*\\/');
+}
+
 /** A property key as TypeScript source: bare when it is an identifier, else quoted. */
 function propertyKey(name: string): string {
   return IDENTIFIER.test(name) ? name : JSON.stringify(name);
@@ -69,7 +74,7 @@ export function endpointTypesSource(endpoints: readonly DescribedEndpoint[], hea
     names.push([endpoint.name, type]);
     const key = new Set(endpoint.schema.primaryKey);
     lines.push(
-      `/** A record of endpoint \`${endpoint.name}\` (primary key: ${endpoint.schema.primaryKey.join(', ')}). */`,
+      `/** A record of endpoint \`${endpoint.name}\` (primary key: ${commentText(endpoint.schema.primaryKey.join(', '))}). */`,
     );
     lines.push(`export type ${type} = {`);
     const fields = Object.entries(endpoint.schema.fields).sort(([a], [b]) => {
