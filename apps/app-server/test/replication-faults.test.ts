@@ -22,6 +22,7 @@ import {
 } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, localNode, type NodeProcess, startNodeProcess } from './helpers.js';
+import { currentLsn, servedRows, tableRows } from './items-rows.js';
 
 const API_BIN = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'api-server', 'src', 'bin.ts');
 
@@ -57,37 +58,6 @@ async function startApiServer(node: NodeProcess): Promise<ChildHandle> {
   await child.waitForLine(/listening/i, 60_000);
   return child;
 }
-
-interface Row {
-  id: number;
-  v: number;
-  s: string | null;
-}
-
-/** Every record of `items` through the api-server's query API, once it has committed `minPosition`. */
-async function servedRows(apiUrl: string, minPosition: string): Promise<Row[]> {
-  return waitFor(
-    async () => {
-      const rows: Row[] = [];
-      let after: string | null = null;
-      do {
-        const reply = await call(`${apiUrl}/v1/endpoints/items/query`, {
-          json: { $order_by: { id: 'asc' }, $limit: 1000, ...(after === null ? {} : { $after: after }) },
-          headers: { 'sluice-min-position': minPosition },
-        });
-        if (reply.status !== 200) return null;
-        rows.push(...(reply.body.records as Row[]));
-        after = reply.body.next;
-      } while (after !== null);
-      return rows;
-    },
-    { timeoutMs: 120_000, intervalMs: 500, what: `the api-server to serve position ${minPosition}` },
-  );
-}
-
-const tableRows = (url: string) => sql<Row>(url, 'SELECT id, v, s FROM items ORDER BY id');
-const currentLsn = async (url: string) =>
-  (await sql<{ lsn: string }>(url, 'SELECT pg_current_wal_lsn()::text AS lsn'))[0]!.lsn;
 
 async function waitStreaming(node: NodeProcess): Promise<void> {
   await waitFor(

@@ -18,40 +18,10 @@ import {
   startHeld,
 } from './held-replication.js';
 import { call, localNode, startHostApiServer, startNodeProcess } from './helpers.js';
+import { currentLsn, servedRows, tableRows } from './items-rows.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
 
 const postgres = logicalPostgresPerFile();
-
-interface Row {
-  id: number;
-  v: number;
-  s: string | null;
-}
-
-const tableRows = (url: string) => sql<Row>(url, 'SELECT id, v, s FROM items ORDER BY id');
-const currentLsn = async (url: string) =>
-  (await sql<{ lsn: string }>(url, 'SELECT pg_current_wal_lsn()::text AS lsn'))[0]!.lsn;
-
-/** Every record of `items` the api-server serves once it has committed `minPosition` (read-your-writes). */
-async function servedRows(apiUrl: string, minPosition: string): Promise<Row[]> {
-  return waitFor(
-    async () => {
-      const rows: Row[] = [];
-      let after: string | null = null;
-      do {
-        const reply = await call(`${apiUrl}/v1/endpoints/items/query`, {
-          json: { $order_by: { id: 'asc' }, $limit: 1000, ...(after === null ? {} : { $after: after }) },
-          headers: { 'sluice-min-position': minPosition },
-        });
-        if (reply.status !== 200) return null;
-        rows.push(...(reply.body.records as Row[]));
-        after = reply.body.next;
-      } while (after !== null);
-      return rows;
-    },
-    { timeoutMs: 60_000, intervalMs: 300, what: `the api-server to serve position ${minPosition}` },
-  );
-}
 
 describe('the serving generation follows its source across an app-server restart while a green is held', () => {
   it('SIGKILLed while held: after the restart both generations follow on from their own slots, nothing lost or doubled', {
