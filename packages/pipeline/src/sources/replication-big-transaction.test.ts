@@ -38,6 +38,26 @@ async function start(root: string, url: string) {
   };
 }
 
+/**
+ * A database `database` with the 100 rows of `items`, mirrored into `root` and streaming: its URL, the walsender
+ * streaming the slot, and where the server's log stood (what the test looks at for a replication timeout).
+ */
+async function startStreaming(root: string, database: string) {
+  const url = await server.createDatabase(database);
+  await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, name text)');
+  await sql(url, "INSERT INTO items SELECT i, i % 10, 'n' || i FROM generate_series(1, 100) i");
+  const started = await start(root, url);
+  try {
+    await started.pipeline.whenServing({ timeoutMs: 30_000 });
+    const walsender = await waitFor(() => walsenderOf(url), { what: 'the slot streamed' });
+    const logBefore = (await server.handle.log()).length;
+    return { ...started, url, walsender, logBefore };
+  } catch (err) {
+    await started[Symbol.asyncDispose]();
+    throw err;
+  }
+}
+
 /** The backend streaming the slot (null while nobody does). */
 async function walsenderOf(url: string): Promise<number | null> {
   const rows = await sql<{ pid: number | null }>(
@@ -79,14 +99,9 @@ describe('replication of big source transactions', () => {
     timeout: 180_000,
   }, async () => {
     await using dir = await tempDir();
-    const url = await server.createDatabase('bigtx');
-    await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, name text)');
-    await sql(url, "INSERT INTO items SELECT i, i % 10, 'n' || i FROM generate_series(1, 100) i");
     const root = join(dir.path, 'data');
-    await using started = await start(root, url);
-    await started.pipeline.whenServing({ timeoutMs: 30_000 });
-    const walsender = await waitFor(() => walsenderOf(url), { what: 'the slot streamed' });
-    const logBefore = (await server.handle.log()).length;
+    await using started = await startStreaming(root, 'bigtx');
+    const { url, walsender, logBefore } = started;
 
     const delay = monitorEventLoopDelay({ resolution: 10 });
     delay.enable();
@@ -121,14 +136,9 @@ describe('replication of big source transactions', () => {
     timeout: 600_000,
   }, async () => {
     await using dir = await tempDir();
-    const url = await server.createDatabase('million');
-    await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, name text)');
-    await sql(url, "INSERT INTO items SELECT i, i % 10, 'n' || i FROM generate_series(1, 100) i");
     const root = join(dir.path, 'data');
-    await using started = await start(root, url);
-    await started.pipeline.whenServing({ timeoutMs: 30_000 });
-    const walsender = await waitFor(() => walsenderOf(url), { what: 'the slot streamed' });
-    const logBefore = (await server.handle.log()).length;
+    await using started = await startStreaming(root, 'million');
+    const { url, walsender, logBefore } = started;
     const cache = await started.caches.openRo('items');
     const logged = cache.changeLog().head().last;
     const rssBefore = process.memoryUsage().rss;
