@@ -446,6 +446,90 @@ describe('TransferCoordinator', () => {
     expect((await t.store.get('adopt-1'))?.ownerNodeId).toBe('b');
   });
 
+  it('defect: a sweep pass claimed one page of expired transfers (16) — the rest of a dead owner’s transfers waited a sweep interval per page', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'b' });
+    // Forty transfers of an owner that is gone, every lease expired: more than a page of sweeper candidates.
+    const ids = Array.from({ length: 40 }, (_, i) => `dead-${String(i).padStart(2, '0')}`);
+    for (const id of ids) {
+      await t.abandoned(id);
+      await t.store.release(id, 1);
+    }
+    const { execute } = foreverExecutor();
+    const b = t.coordinator({
+      backplane,
+      identity: identity('b'),
+      execute,
+      limits: { maxConcurrentTransfers: 20, queueSize: 100 },
+    });
+    // One pass (no timers: start() is not called), with room for all of them (a pass fills twice its slots).
+    await b.sweep();
+    const records = await Promise.all(ids.map((id) => t.store.get(id)));
+    const claimed = records.filter((r) => r?.ownerNodeId === 'b' && r.epoch === 2).map((r) => r?.id);
+    expect(claimed).toEqual(ids);
+  });
+
+  it('defect: the first node to sweep after an owner died queued all of its work while its peers stood idle', async () => {
+    await using t = await setup();
+    await using backplaneB = createSingleNodeBackplane({ nodeId: 'b' });
+    await using backplaneC = createSingleNodeBackplane({ nodeId: 'c' });
+    const ids = Array.from({ length: 30 }, (_, i) => `dead-${String(i).padStart(2, '0')}`);
+    for (const id of ids) {
+      await t.abandoned(id);
+      await t.store.release(id, 1);
+    }
+    // Both nodes have queue places for all thirty; each runs 4 at a time.
+    const limits = { maxConcurrentTransfers: 4, queueSize: 100 };
+    const b = t.coordinator({
+      backplane: backplaneB,
+      identity: identity('b'),
+      execute: foreverExecutor().execute,
+      limits,
+    });
+    const c = t.coordinator({
+      backplane: backplaneC,
+      identity: identity('c'),
+      execute: foreverExecutor().execute,
+      limits,
+    });
+    await b.sweep();
+    await c.sweep();
+    const owners = (await Promise.all(ids.map((id) => t.store.get(id)))).map((r) => r?.ownerNodeId);
+    // Each pass took its share (twice its slots), the rest is left for later passes.
+    expect(owners.filter((o) => o === 'b')).toHaveLength(8);
+    expect(owners.filter((o) => o === 'c')).toHaveLength(8);
+    expect(owners.filter((o) => o === 'gone')).toHaveLength(14);
+  });
+
+  it('defect: expired candidates a sweep pass skips (transfers this node runs) hid the dead owner’s transfers behind them, pass after pass', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'b' });
+    const { state, execute } = foreverExecutor();
+    const b = t.coordinator({
+      backplane,
+      identity: identity('b'),
+      execute,
+      limits: { maxConcurrentTransfers: 16, queueSize: 100 },
+    });
+    // Sixteen transfers b runs whose leases the store holds as expired (b froze, or its heartbeat is late): the
+    // sweeper leaves them alone, they are b's.
+    const own = Array.from({ length: 16 }, (_, i) => `a-own-${String(i).padStart(2, '0')}`);
+    for (const id of own) {
+      await b.submit(t.request(id));
+      await t.store.release(id, 1);
+    }
+    await eventually(() => state.running === 16);
+    // A dead owner's transfer in the same state, listed after them.
+    await t.abandoned('z-dead');
+    await t.store.transition('z-dead', 1, { to: 'IN_PROGRESS' });
+    await t.store.release('z-dead', 1);
+    for (let pass = 0; pass < 3; pass++) await b.sweep();
+    expect(await t.store.get('z-dead')).toMatchObject({ ownerNodeId: 'b', epoch: 2 });
+    // b's own transfers were left as they were: nobody took them over.
+    const mine = await Promise.all(own.map((id) => t.store.get(id)));
+    expect(mine.map((r) => r?.epoch)).toEqual(own.map(() => 1));
+  });
+
   it('defect 8: an IN_PROGRESS transition whose reply was lost does not fail the transfer', async () => {
     await using t = await setup();
     await using backplane = createSingleNodeBackplane({ nodeId: 'b' });

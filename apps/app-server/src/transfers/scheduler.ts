@@ -33,6 +33,16 @@ export class Scheduler {
     return this.#running;
   }
 
+  /** Jobs that may run at once. */
+  get concurrency(): number {
+    return this.#concurrency;
+  }
+
+  /** The work this node has taken on: jobs running, waiting and reserved. */
+  get load(): number {
+    return this.#running + this.#queue.length + this.#reserved;
+  }
+
   /** Jobs waiting for a slot. */
   get queued(): number {
     return this.#queue.length;
