@@ -24,7 +24,7 @@ import { endpointAccess } from './endpoint-access.js';
 import { fastLookupRoute } from './fast-lookup.js';
 import { fastQueryRoute } from './fast-query.js';
 import type { FastRoute } from './fast-route.js';
-import { POSITION_HEADER } from './freshness.js';
+import { MIN_POSITION_HEADER, POSITION_HEADER } from './freshness.js';
 import { InFlight } from './in-flight.js';
 import { rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
@@ -191,8 +191,11 @@ export async function buildApp(options: BuildAppOptions) {
     await app.register(cors, {
       origin: config.api.cors.origins === true ? true : config.api.cors.origins,
       methods: ['GET', 'POST', 'OPTIONS'],
-      allowedHeaders: ['authorization', 'content-type'],
-      exposedHeaders: [CACHE_HEADER, CHECKPOINT_HEADER, POSITION_HEADER],
+      // Every request header the API reads: a browser sends none the preflight does not list (read-your-writes
+      // with `sluice-min-position`, a feed resumed by `last-event-id` would fail as a network error).
+      allowedHeaders: ['authorization', 'content-type', MIN_POSITION_HEADER, 'last-event-id'],
+      // Every response header a client reads; `retry-after` says when to ask again (503 POSITION_NOT_REACHED, 429).
+      exposedHeaders: [CACHE_HEADER, CHECKPOINT_HEADER, POSITION_HEADER, 'retry-after'],
       maxAge: 600,
     });
   }

@@ -2,7 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { createNatsBackplane } from '@sluice/backplane';
 import { openCacheManager } from '@sluice/cache';
-import { type CacheCatalog, type Logger, queryLimitsOf, type SluiceConfig } from '@sluice/core';
+import {
+  backplaneKind,
+  type CacheCatalog,
+  type Logger,
+  queryLimitsOf,
+  type SluiceConfig,
+} from '@sluice/core';
 import { createLogger } from '@sluice/http';
 import type { Logger as PinoLogger } from 'pino';
 import { type ApiApp, buildApp } from './app.js';
@@ -76,7 +82,9 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
     // start, serve from the table, watch its version, and keep trying to connect in the background.
     let events: AliasEventSource | undefined;
     let connectLater: (() => void) | null = null;
-    if (config.nats !== undefined) {
+    // The host's backplane, as its app-server chose it: with another strategy no alias event is published on
+    // NATS (even when `nats` is set for JetStream sources), so the alias table is watched instead.
+    if (config.nats !== undefined && backplaneKind(config) === 'nats') {
       const nats = config.nats;
       const connectBackplane = async () => {
         const backplane = await createNatsBackplane({
@@ -172,7 +180,7 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
     const port = typeof address === 'object' && address ? address.port : (options.port ?? config.api.port);
     const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
     logger.info(
-      { url, dataDir, nats: config.nats !== undefined, endpoints: registry.names() },
+      { url, dataDir, backplane: backplaneKind(config), endpoints: registry.names() },
       'api-server listening',
     );
 

@@ -1,7 +1,6 @@
-import { isSqliteStore, type SluiceConfig } from '@sluice/core';
-
 /** Parses YAML configuration text and validates it like `loadConfig` (core's `parseConfigText`). */
-export { parseConfigText } from '@sluice/core';
+/** Which backplane a configuration selects (core's one definition, which the api-servers follow too). */
+export { backplaneKind, parseConfigText } from '@sluice/core';
 /**
  * The node configuration is loaded with `@sluice/http`'s `loadConfig` (the same function as the api-server's):
  * the YAML file at `configPath`, else `./sluice.yaml` when present, else the embedded defaults; environment
@@ -15,11 +14,3 @@ export { parseConfigText } from '@sluice/core';
  * ```
  */
 export { loadConfig } from '@sluice/http';
-
-/** Which backplane a configuration selects: NATS when configured, else single-node on SQLite, else direct. */
-export function backplaneKind(config: SluiceConfig): 'nats' | 'single' | 'direct' {
-  const strategy = config.backplane.strategy;
-  if (strategy !== 'auto') return strategy;
-  if (config.nats !== undefined) return 'nats';
-  return isSqliteStore(config.store) ? 'single' : 'direct';
-}

@@ -70,4 +70,39 @@ describe('--check of configuration mistakes', () => {
     ])
       expect((await check(yaml)).code, yaml).toBe(0);
   }, 60_000);
+
+  it('defect: control.auth with no token and no jwtSecret passed --check and left the control API open to anyone', async () => {
+    for (const auth of ['{}', '{ tokens: [] }']) {
+      const { code, output } = await check(`control: { auth: ${auth} }\n`);
+      expect({ auth, code }).toEqual({ auth, code: 1 });
+      expect(output).toContain('CONFIG_INVALID');
+      expect(output).toContain(
+        'control.auth: needs tokens or a jwtSecret (leave control.auth out to run the control API without auth)',
+      );
+    }
+    // Either credential alone still passes.
+    for (const auth of [
+      '{ tokens: [a-control-token-of-24-chars] }',
+      '{ jwtSecret: a-secret-of-24-characters }',
+    ])
+      expect((await check(`control: { auth: ${auth} }\n`)).code, auth).toBe(0);
+  }, 60_000);
+
+  it('defect: node.host / api.host that are not a listen address passed --check; the app-server then died with a getaddrinfo stack', async () => {
+    const message =
+      'must be an IP address or a host name, without a scheme or port (e.g. 0.0.0.0, ::, 10.0.0.5, localhost)';
+    for (const [yaml, key] of [
+      ['node: { host: "http://0.0.0.0" }\n', 'node.host'],
+      ['node: { host: "localhost:7070" }\n', 'node.host'],
+      ['api: { host: "[::1]:8080" }\n', 'api.host'],
+      ['api: { host: "my host" }\n', 'api.host'],
+    ]) {
+      const { code, output } = await check(yaml as string);
+      expect({ yaml, code }).toEqual({ yaml, code: 1 });
+      expect(output).toContain('CONFIG_INVALID');
+      expect(output).toContain(`${key}: ${message}`);
+    }
+    for (const host of ['0.0.0.0', '"::"', '"[::1]"', '10.0.0.5', 'localhost', 'sluice-1.internal.example'])
+      expect((await check(`node: { host: ${host} }\napi: { host: ${host} }\n`)).code, host).toBe(0);
+  }, 90_000);
 });

@@ -61,6 +61,13 @@ const NOTES: Record<string, string> = {
   nats: 'a `nats://` or `tls://` URL, or `host:port`; or `{servers, user?, pass?, token?, nkeySeed?, credsFile?, tls?}`',
   connections:
     'a postgres `url` is a `postgres://` or `postgresql://` URL; `nats` as for the top-level `nats`',
+  'node.host': 'an IP address (IPv6 with or without brackets) or a host name; no scheme, no port',
+  'api.host': 'an IP address (IPv6 with or without brackets) or a host name; no scheme, no port',
+  'api.cors.origins':
+    '`true` (any origin) or origins as a browser sends them (`https://app.example`, `http://localhost:3000`: lower case, no default port, no path); the preflight allows `authorization`, `content-type`, `sluice-min-position` and `last-event-id`',
+  'control.auth': '`tokens` (at least one) or `jwtSecret`, or both',
+  'backplane.strategy':
+    '`auto`: `nats` when `nats` is set, else `single` on a SQLite store, else `direct`; the api-servers follow alias events on NATS only when the strategy is (or `auto` picks) `nats`, else they watch the alias table',
 };
 
 const rows: string[] = [];

@@ -1,7 +1,12 @@
 // The configuration of a Sluice host (`sluice.yaml`): one file per section under `config/`, the rules across
 // sections in `config/rules.ts`, keys that moved in `config/moved-keys.ts`. This module is the public surface.
 export { API_DEFAULTS, type ApiConfig, ApiConfigSchema } from './config/api.js';
-export { type BackplaneConfig, BackplaneConfigSchema } from './config/backplane.js';
+export {
+  type BackplaneConfig,
+  BackplaneConfigSchema,
+  type BackplaneKind,
+  backplaneKind,
+} from './config/backplane.js';
 export { CACHE_DEFAULTS, type CacheConfig, CacheConfigSchema } from './config/cache.js';
 export {
   type ConnectionConfig,

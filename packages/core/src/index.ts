@@ -35,6 +35,8 @@ export {
   ApiConfigSchema,
   type BackplaneConfig,
   BackplaneConfigSchema,
+  type BackplaneKind,
+  backplaneKind,
   CACHE_DEFAULTS,
   type CacheConfig,
   CacheConfigSchema,

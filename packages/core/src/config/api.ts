@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { PortSchema } from './primitives.js';
+import { ListenHost, PortSchema } from './primitives.js';
 
 const JwtAuthSchema = z.strictObject({
   /** HS256 shared secret. */
@@ -8,16 +8,32 @@ const JwtAuthSchema = z.strictObject({
   audience: z.string().optional(),
 });
 
+/**
+ * An allowed CORS origin, as a browser's `origin` header spells it (`scheme://host[:port]`, lower case, no default
+ * port, no path): the CORS plugin compares the text exactly, so any other spelling never matches and CORS silently
+ * stays off for that page. `*` (any origin) and `null` are taken as written.
+ */
+const CorsOrigin = z.string().superRefine((origin, ctx) => {
+  if (origin === '*' || origin === 'null') return;
+  const sent = URL.canParse(origin) ? new URL(origin).origin : 'null';
+  if (sent === 'null') ctx.addIssue({ code: 'custom', message: 'must be an origin: scheme://host[:port]' });
+  else if (sent !== origin)
+    ctx.addIssue({
+      code: 'custom',
+      message: `a browser sends "${sent}" (lower case, no default port, no path): write that`,
+    });
+});
+
 /** Defaults of the api-server's own settings, read by the api-server where an option is left out. */
 export const API_DEFAULTS = { reconcileMs: 5_000 } as const;
 
 /** `api`: the api-servers of this host (the query API over the LMDB caches). */
 export const ApiConfigSchema = z
   .strictObject({
-    host: z.string().min(1).default('127.0.0.1'),
+    host: ListenHost.default('127.0.0.1'),
     port: PortSchema.default(8080),
     auth: JwtAuthSchema.optional(),
-    cors: z.strictObject({ origins: z.union([z.literal(true), z.array(z.string())]) }).optional(),
+    cors: z.strictObject({ origins: z.union([z.literal(true), z.array(CorsOrigin)]) }).optional(),
     reconcileMs: z.number().int().min(100).max(600_000).default(API_DEFAULTS.reconcileMs),
     /**
      * Longest wait of a read sending `sluice-min-position` for the serving generation to commit that position;

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { isSqliteStore } from './store.js';
 
 /**
  * `backplane`: how nodes find a transfer's owner and fan out events. `auto` picks NATS when `nats` is set, else
@@ -16,3 +17,27 @@ export const BackplaneConfigSchema = z
   })
   .prefault({});
 export type BackplaneConfig = z.output<typeof BackplaneConfigSchema>;
+
+/** The backplane a host runs: what the app-server creates and what its api-servers listen to. */
+export type BackplaneKind = 'nats' | 'single' | 'direct';
+
+/**
+ * Which backplane a configuration selects — one definition for the app-server (which backplane it creates) and
+ * the api-servers (whether alias events come over NATS, or the alias table is watched): `backplane.strategy`, or
+ * with `auto` NATS when `nats` is set, else single-node on a SQLite store, else direct-address.
+ *
+ * @example
+ * ```ts
+ * if (backplaneKind(config) === 'nats') backplane = await createNatsBackplane({ nats: config.nats!, … });
+ * ```
+ */
+export function backplaneKind(config: {
+  backplane: BackplaneConfig;
+  nats?: unknown;
+  store: string;
+}): BackplaneKind {
+  const strategy = config.backplane.strategy;
+  if (strategy !== 'auto') return strategy;
+  if (config.nats !== undefined) return 'nats';
+  return isSqliteStore(config.store) ? 'single' : 'direct';
+}

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { NameSchema } from '../addresses.js';
-import { PortSchema, UrlString } from './primitives.js';
+import { ListenHost, PortSchema, UrlString } from './primitives.js';
 
 /** A URL peers can call: http(s), a host, nothing a path would be appended after (a query or a fragment). */
 function isPeerUrl(text: string): boolean {
@@ -18,7 +18,7 @@ function isPeerUrl(text: string): boolean {
 export const NodeConfigSchema = z
   .strictObject({
     id: NameSchema.default('local'),
-    host: z.string().min(1).default('127.0.0.1'),
+    host: ListenHost.default('127.0.0.1'),
     port: PortSchema.default(7070),
     /** The URL peers reach this node at; derived from `host` and `port` when absent. */
     advertisedUrl: UrlString.refine(isPeerUrl, {
