@@ -12,8 +12,13 @@ import {
   type SluiceConfig,
   ValidationError,
 } from '@sluice/core';
-import { problemClientErrors, problemDetailsPlugin, problemFrameworkErrors } from '@sluice/http';
-import Fastify, { LogController } from 'fastify';
+import {
+  PROBLEM_HTTP_OPTIONS,
+  problemClientErrors,
+  problemDetailsPlugin,
+  problemFrameworkErrors,
+} from '@sluice/http';
+import Fastify, { type FastifyReply, type FastifyRequest, LogController } from 'fastify';
 import { jsonSchemaTransform, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Logger as PinoLogger } from 'pino';
 import type { z } from 'zod';
@@ -26,7 +31,7 @@ import { fastQueryRoute } from './fast-query.js';
 import type { FastRoute } from './fast-route.js';
 import { MIN_POSITION_HEADER, POSITION_HEADER } from './freshness.js';
 import { InFlight } from './in-flight.js';
-import { rawKeySegment } from './keys.js';
+import { rawKeyParameter, rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
 import { queryBody } from './query-body.js';
 import { queryPage } from './query-page.js';
@@ -49,6 +54,7 @@ import {
   QueryResultSchema,
   queryBodySchema,
   ReadySchema,
+  RecordKeyQuerySchema,
   RecordParamsSchema,
   RecordSchema,
   ROUTE_PROBLEMS,
@@ -127,6 +133,8 @@ export async function buildApp(options: BuildAppOptions) {
     // query. Failures are logged by the error handler; rates and latencies are in /metrics.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit,
+    // A request without Host is refused as a problem by problemDetailsPlugin, not with Node's bare 400.
+    http: { ...PROBLEM_HTTP_OPTIONS },
     // 8 KiB keys plus the rest of the path; a longer one is refused by the router, as a problem.
     routerOptions: { maxParamLength: MAX_PATH_PARAM_LENGTH },
     frameworkErrors: problemFrameworkErrors({ bodyLimit, maxParamLength: MAX_PATH_PARAM_LENGTH }),
@@ -157,14 +165,15 @@ export async function buildApp(options: BuildAppOptions) {
   // Route params are checked with their zod schemas; bodies are parsed in the handlers by core's query
   // parser, which applies the configured limits and names the failing path.
   app.setValidatorCompiler(({ schema, httpPart }) => {
-    // Bodies and path parameters are checked by the handlers (core's query parser with the configured limits;
-    // the endpoint registry; the key codec), so the hot path does not validate twice. Their zod schemas still
-    // document the API.
+    // Bodies are checked by the handlers (core's query parser with the configured limits), so the hot path does not
+    // validate twice; their zod schemas still document the API.
     // `true` leaves the part as it is: fastify validates an absent body as `null` and would store a `{ value }`
     // back, so a body that was never sent would read as a body of `null` (which `queryBody` refuses).
     // Headers likewise: each is parsed where it is read (`sluice-min-position` by freshness.ts, `Last-Event-ID` by
     // the feed); their schemas only document them, and a zod parse would hand back only the headers it names.
-    if (httpPart === 'body' || httpPart === 'params' || httpPart === 'headers') return () => true;
+    // Path parameters are checked (an empty name or key segment is 400 at `params.<name>`, as on the control API,
+    // not an endpoint or a key named ""); the lookups answered below fastify never get here.
+    if (httpPart === 'body' || httpPart === 'headers') return () => true;
     const zod = schema as z.ZodType;
     return (data: unknown) => {
       const parsed = zod.safeParse(data);
@@ -327,6 +336,21 @@ export async function buildApp(options: BuildAppOptions) {
     },
   );
 
+  /** Answers the record named by `raw`, a key segment as it appears in the URL (still percent-encoded). */
+  const sendRecord = async (request: FastifyRequest, reply: FastifyReply, name: string, raw: string) => {
+    const { lease, rowFilter } = await openFresh(request, name);
+    try {
+      reply.header(CACHE_HEADER, lease.generation.name);
+      const { state, bytes } = readRecord(lease, raw, rowFilter);
+      stampState(reply, state);
+      if (bytes === undefined) throw new RecordNotFoundError(name, safeDecode(raw));
+      // Stored bytes go out as they are (fastify sends a Buffer without serializing it).
+      return reply.type(JSON_CONTENT_TYPE).send(bytes as never);
+    } finally {
+      lease.release();
+    }
+  };
+
   app.get(
     '/v1/endpoints/:name/records/:key',
     {
@@ -338,21 +362,23 @@ export async function buildApp(options: BuildAppOptions) {
         response: { 200: RecordSchema, ...ENDPOINT_PROBLEMS },
       },
     },
-    async (request, reply) => {
-      const name = request.params.name;
-      const { lease, rowFilter } = await openFresh(request, name);
-      try {
-        reply.header(CACHE_HEADER, lease.generation.name);
-        const raw = rawKeySegment(request.url);
-        const { state, bytes } = readRecord(lease, raw, rowFilter);
-        stampState(reply, state);
-        if (bytes === undefined) throw new RecordNotFoundError(name, safeDecode(raw));
-        // Stored bytes go out as they are (fastify sends a Buffer without serializing it).
-        return reply.type(JSON_CONTENT_TYPE).send(bytes as never);
-      } finally {
-        lease.release();
-      }
+    (request, reply) => sendRecord(request, reply, request.params.name, rawKeySegment(request.url)),
+  );
+
+  app.get(
+    '/v1/endpoints/:name/records',
+    {
+      schema: {
+        summary:
+          'One record by primary key sent as the `key` parameter (the form for a single-field key that is the empty string: `?key=`)',
+        params: EndpointParamsSchema,
+        querystring: RecordKeyQuerySchema,
+        headers: MinPositionHeadersSchema,
+        response: { 200: RecordSchema, ...ENDPOINT_PROBLEMS },
+      },
     },
+    // The schema required exactly one `key`: the raw text is there.
+    (request, reply) => sendRecord(request, reply, request.params.name, rawKeyParameter(request.url) ?? ''),
   );
 
   app.post(

@@ -14,7 +14,8 @@ const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
 /**
  * True when fastify must answer a request whatever it asks: `sluice-min-position` (the answer may wait for a
- * commit) and, while CORS is configured, an `origin` (the CORS plugin's headers).
+ * commit), no `Host` (refused as a problem in HTTP/1.1) and, while CORS is configured, an `origin` (the CORS
+ * plugin's headers).
  *
  * @example
  * ```ts
@@ -22,7 +23,11 @@ const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
  * ```
  */
 export function leftToFastify(headers: IncomingHttpHeaders, cors: boolean): boolean {
-  return headers[MIN_POSITION_HEADER] !== undefined || (cors && headers.origin !== undefined);
+  return (
+    headers[MIN_POSITION_HEADER] !== undefined ||
+    headers.host === undefined ||
+    (cors && headers.origin !== undefined)
+  );
 }
 
 /**

@@ -58,7 +58,8 @@ export function convertKeyComponent(text: string, type: string | undefined, path
  *
  * Encoding: a single-field key is the percent-encoded value (`/records/42`, `/records/a%2Fb`). A composite key
  * joins its percent-encoded components with a literal comma in primary-key order (`/records/eu,42`); a comma
- * inside a component is sent as `%2C` (`encodeURIComponent` does this), so splitting is never ambiguous.
+ * inside a component is sent as `%2C` (`encodeURIComponent` does this), so splitting is never ambiguous. The same
+ * segment may be sent as the `key` query parameter (`/records?key=…`), the one form of the empty string (`?key=`).
  *
  * @example
  * ```ts
@@ -67,7 +68,8 @@ export function convertKeyComponent(text: string, type: string | undefined, path
  * ```
  */
 export function parseKeySegment(raw: string, schema: CacheSchema): unknown[] {
-  if (raw.length === 0) throw bad('empty');
+  // An empty segment is the empty string as a single-field key (sent as `?key=`: a path cannot carry it), and a
+  // value of any other type or a composite key refuses it below, naming why.
   if (raw.length > MAX_KEY_SEGMENT) throw bad(`longer than ${MAX_KEY_SEGMENT} characters`);
   const fields = schema.primaryKey;
   if (fields.length === 1) return [convertKeyComponent(decode(raw, 'key'), schema.fields[fields[0]!], 'key')];
@@ -105,4 +107,36 @@ export function rawKeySegment(url: string): string {
   const path = end === -1 ? url : url.slice(0, end);
   const marker = path.lastIndexOf('/records/');
   return marker === -1 ? '' : path.slice(marker + '/records/'.length);
+}
+
+/**
+ * The raw (undecoded) value of the `key` query parameter of `GET /v1/endpoints/:name/records?key=…`, or undefined
+ * when the URL has none. The value is a key segment as in the path (components percent-encoded, joined by `,`), read
+ * raw for the same reason as {@link rawKeySegment}; a `+` is a space there, as in every query string
+ * (`URLSearchParams`), so it is read as `%20`. The route's schema has already refused a repeated `key`.
+ *
+ * @example
+ * ```ts
+ * rawKeyParameter('/v1/endpoints/codes/records?key='); // '' (the empty key, which a path segment cannot carry)
+ * rawKeyParameter('/v1/endpoints/orders/records?key=eu%2C%20west,42'); // 'eu%2C%20west,42'
+ * ```
+ */
+export function rawKeyParameter(url: string): string | undefined {
+  const start = url.indexOf('?');
+  if (start === -1) return undefined;
+  for (const pair of url.slice(start + 1).split('&')) {
+    const eq = pair.indexOf('=');
+    const name = eq === -1 ? pair : pair.slice(0, eq);
+    if (name !== 'key' && safeDecodeName(name) !== 'key') continue;
+    return eq === -1 ? '' : pair.slice(eq + 1).replaceAll('+', '%20');
+  }
+  return undefined;
+}
+
+function safeDecodeName(name: string): string | null {
+  try {
+    return decodeURIComponent(name.replaceAll('+', ' '));
+  } catch {
+    return null;
+  }
 }

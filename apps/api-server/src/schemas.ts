@@ -35,6 +35,19 @@ export const RecordParamsSchema = z.object({
     ),
 });
 
+/**
+ * The query string of `GET /v1/endpoints/:name/records?key=…`: the key segment as a parameter, the only form that
+ * carries a single-field key equal to the empty string (a path cannot end in an empty segment that means something).
+ */
+export const RecordKeyQuerySchema = z.strictObject({
+  key: z
+    .string()
+    .max(8192)
+    .describe(
+      'Primary key, encoded as the `/records/:key` path segment (components percent-encoded, joined by ","; a "+" is a space). `key=` is the empty string.',
+    ),
+});
+
 export const CacheSchemaDoc = z.object({
   fields: z.record(z.string(), z.string()),
   primaryKey: z.array(z.string()),

@@ -28,7 +28,7 @@ describe('change feed: the filter parameter', () => {
       expect({ filter, status }).toEqual({ filter, status: 400 });
       expect(body).toMatchObject({
         code: 'INVALID_QUERY',
-        errors: [{ path: 'filter', message: `expected an object, received ${received}` }],
+        errors: [{ path: 'querystring.filter', message: `expected an object, received ${received}` }],
       });
     }
     // An object is still a filter, the empty one included.

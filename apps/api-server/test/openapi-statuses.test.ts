@@ -25,6 +25,10 @@ const EXPECTED: Record<string, { statuses: string[]; headers: string[] }> = {
     statuses: ['200', ...ENDPOINT],
     headers: ['sluice-min-position'],
   },
+  'get /v1/endpoints/{name}/records': {
+    statuses: ['200', ...ENDPOINT],
+    headers: ['sluice-min-position'],
+  },
   'post /v1/endpoints/{name}/query': {
     statuses: ['200', ...POSTED, '410'],
     headers: ['sluice-min-position'],

@@ -74,6 +74,22 @@ export function keySegment(key: unknown | unknown[]): string {
   return values.map((v) => encodeURIComponent(keyText(v))).join(',');
 }
 
+/**
+ * The path of the record with this primary key under an endpoint: `/records/<segment>`, or `/records?key=` for a
+ * single-field key that is the empty string — its segment is empty, and a path's empty segment names nothing (the
+ * api-server refuses it), so the query API takes the segment as the `key` parameter there.
+ *
+ * @example
+ * ```ts
+ * recordPath(['eu', 42]); // '/records/eu,42'
+ * recordPath(''); // '/records?key='
+ * ```
+ */
+export function recordPath(key: unknown | unknown[]): string {
+  const segment = keySegment(key);
+  return segment === '' ? '/records?key=' : `/records/${segment}`;
+}
+
 function keyText(value: unknown): string {
   if (value instanceof Date) return value.toISOString();
   return typeof value === 'object' && value !== null ? JSON.stringify(value) : String(value);
@@ -116,7 +132,7 @@ export class EndpointClient<Row extends Record<string, unknown> = Record<string,
         const { body } = await requestJson<Row>(
           this.target,
           'GET',
-          this.path(`/records/${keySegment(key)}`),
+          this.path(recordPath(key)),
           undefined,
           headers,
           options.signal,

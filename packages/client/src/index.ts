@@ -25,6 +25,7 @@ export {
   EndpointClient,
   keySegment,
   type Page,
+  recordPath,
   type WireQuery,
 } from './endpoint.js';
 export { ClientErrorCode, type ProblemBody, SluiceClientError } from './errors.js';

@@ -126,6 +126,30 @@ describe('@sluice/client against real servers (Node)', () => {
     await events.close();
   });
 
+  it('defect: get("") on a single-field string key was refused 400 (the URL /records/ has no key segment)', async () => {
+    await using dir = await tempDir();
+    await using writer = await startWriter(join(dir.path, 'data'), [item(1)]);
+    // A second endpoint keyed by one string field, with a record whose key is the empty string.
+    const codes = await writer.manager.create({
+      endpoint: 'codes',
+      schema: { fields: { code: 'string', n: 'integer' }, primaryKey: ['code'], indexes: [] },
+    });
+    codes.apply([
+      { op: 'upsert', record: { code: '', n: 0 } },
+      { op: 'upsert', record: { code: 'a,b', n: 1 } },
+    ]);
+    await codes.commit(null);
+    await writer.manager.redirect('codes', codes.name);
+    await using api = await startApi(dir.path, writer.root);
+    const endpoint = createClient({ queryUrl: api.url }).endpoint<{ code: string; n: number }>('codes');
+    await waitUntil(async () => (await endpoint.count().catch(() => 0)) === 2, 'the codes endpoint');
+    expect(await endpoint.get('')).toEqual({ code: '', n: 0 });
+    expect(await endpoint.get([''])).toEqual({ code: '', n: 0 });
+    expect(await endpoint.get('a,b')).toEqual({ code: 'a,b', n: 1 });
+    expect(await endpoint.get('nope')).toBeUndefined();
+    await codes.close();
+  });
+
   it('changes(): snapshot, live, a killed api-server process, reconnect and resume by token, a blue/green switch', async () => {
     await using dir = await tempDir();
     await using writer = await startWriter(

@@ -230,9 +230,26 @@ export class ValidationError extends SluiceError {
   }
 }
 
+/**
+ * JSON text that does not parse: a body, or JSON carried elsewhere (a query-string parameter such as the change
+ * feed's `filter`). `errors` names where that text was when it was not the body, as a validation error names its
+ * path; a body's problem has none.
+ *
+ * @example
+ * ```ts
+ * new MalformedJsonError('filter is not valid JSON: …', {}, [{ path: 'querystring.filter', message: 'not valid JSON' }]);
+ * ```
+ */
 export class MalformedJsonError extends SluiceError {
-  constructor(message = 'The body is not valid JSON', options: SluiceErrorOptions = {}) {
+  /** Where the text was, when not in the body (a body's problem names no path). */
+  readonly errors: FieldIssue[] | undefined;
+  constructor(
+    message = 'The body is not valid JSON',
+    options: SluiceErrorOptions = {},
+    errors?: FieldIssue[],
+  ) {
     super({ code: ErrorCode.MALFORMED_JSON, message, ...options });
+    this.errors = errors;
   }
 }
 

@@ -17,6 +17,7 @@ export { refuseNullBody } from './null-body.js';
 export {
   MAX_INSTANCE_LENGTH,
   type ProblemDetailsOptions,
+  PROBLEM_HTTP_OPTIONS,
   problemClientErrors,
   problemDetailsPlugin,
   problemFrameworkErrors,

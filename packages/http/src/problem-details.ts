@@ -166,6 +166,35 @@ export function problemClientErrors(this: FastifyInstance, err: NodeJS.ErrnoExce
   socket.destroy(err);
 }
 
+/**
+ * An HTTP/1.1 request without `Host`, which a server must refuse with 400 (RFC 9112 § 3.2). Node's own check
+ * (`requireHostHeader`) answers it with an empty body before any handler runs, so the apps turn it off (see
+ * {@link PROBLEM_HTTP_OPTIONS}) and this plugin refuses it as a problem instead.
+ */
+function missesHost(request: FastifyRequest): boolean {
+  const raw = request.raw;
+  return raw.httpVersionMajor === 1 && raw.httpVersionMinor === 1 && request.headers.host === undefined;
+}
+
+function missingHostProblem(): ValidationError {
+  return new ValidationError('An HTTP/1.1 request must send a Host header (RFC 9112 § 3.2)', [
+    { path: 'headers.host', message: 'required in HTTP/1.1' },
+  ]);
+}
+
+/**
+ * The Node HTTP server options an app using {@link problemDetailsPlugin} passes as fastify's `http` option: Node's
+ * `requireHostHeader` answers a request without `Host` with a bare 400 before fastify sees it; off, the plugin
+ * refuses it as a problem (400 `VALIDATION_FAILED` at `headers.host`).
+ *
+ * @example
+ * ```ts
+ * const app = Fastify({ http: { ...PROBLEM_HTTP_OPTIONS }, return503OnClosing: false });
+ * await app.register(problemDetailsPlugin, { bodyLimit });
+ * ```
+ */
+export const PROBLEM_HTTP_OPTIONS = { requireHostHeader: false } as const;
+
 async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptions): Promise<void> {
   useJsonBodies(app, options.bodyLimit);
   // A request that reaches a closing server (pipelined, or on a busy keep-alive connection) is refused as a
@@ -177,8 +206,9 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
     done();
   });
   // A callback hook, not an async one: it runs on every request, and an async hook costs a promise each time.
-  app.addHook('onRequest', (_request, _reply, done) => {
+  app.addHook('onRequest', (request, _reply, done) => {
     if (closing) done(new ShuttingDownError());
+    else if (missesHost(request)) done(missingHostProblem());
     else done();
   });
   app.setErrorHandler((err, request, reply) => sendProblem(err, request, reply, options, closing));

@@ -7,4 +7,4 @@ export type { NodeRow, StoreDatabase, TransferRow } from './schema.js';
 export { lockSqliteStore, SQLITE_LOCK_SUFFIX, type SqliteStoreLock } from './sqlite-lock.js';
 export { SqlDataPlaneStore } from './store.js';
 export { parseStoreUrl, redactUrl, type StoreLocation } from './url.js';
-export { STORE_LIMITS } from './validate.js';
+export { isTransferCursor, STORE_LIMITS } from './validate.js';

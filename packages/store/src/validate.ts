@@ -198,7 +198,8 @@ export function encodeCursor(lastId: string): string {
   return Buffer.from(CURSOR_PREFIX + lastId, 'utf8').toString('base64url');
 }
 
-function decodeCursor(cursor: unknown): string {
+/** The last id a cursor names, or null when it is not a cursor {@link encodeCursor} made. */
+function cursorId(cursor: unknown): string | null {
   if (typeof cursor === 'string' && cursor.length <= 400 && /^[A-Za-z0-9_-]+$/.test(cursor)) {
     const text = Buffer.from(cursor, 'base64url').toString('utf8');
     if (text.startsWith(CURSOR_PREFIX)) {
@@ -206,6 +207,26 @@ function decodeCursor(cursor: unknown): string {
       if (TransferIdSchema.safeParse(id).success) return id;
     }
   }
+  return null;
+}
+
+/**
+ * Whether `cursor` is one `list()` returns as `next` (of either dialect), so a caller can refuse any other where it
+ * was given — the control API at `querystring.cursor` — before asking the store, which refuses it at `cursor`.
+ *
+ * @example
+ * ```ts
+ * isTransferCursor(page.next!); // true
+ * isTransferCursor('zzz'); // false
+ * ```
+ */
+export function isTransferCursor(cursor: unknown): boolean {
+  return cursorId(cursor) !== null;
+}
+
+function decodeCursor(cursor: unknown): string {
+  const id = cursorId(cursor);
+  if (id !== null) return id;
   fail('Invalid cursor', [{ path: 'cursor', message: 'not a cursor returned by list()' }]);
 }
 

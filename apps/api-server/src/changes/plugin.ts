@@ -43,6 +43,9 @@ export interface FeedGrant {
   expiresAt: number | null;
 }
 
+/** Where a refusal of the `filter` parameter points, as the route's schema names its parameters. */
+const FILTER_PATH = 'querystring.filter';
+
 /** The feed's parameters; any other is refused (400 at `querystring.<name>`) rather than ignored. */
 export const ChangesQuerySchema = z.strictObject({
   after: z.string().min(1).max(2048).optional().describe('Resume after this token (the `id` of an event)'),
@@ -101,14 +104,16 @@ export async function changeFeedPlugin(
         try {
           json = JSON.parse(query.filter);
         } catch (err) {
-          throw new MalformedJsonError(`filter is not valid JSON: ${(err as Error).message}`);
+          // Named where it is, as every other query-string refusal is (the code says what is wrong with it).
+          const reason = `not valid JSON: ${(err as Error).message}`;
+          throw new MalformedJsonError(`filter is ${reason}`, {}, [{ path: FILTER_PATH, message: reason }]);
         }
         // The filter checker reads a missing filter as {} and would read `null` so too: a feed of every record
         // for a filter that is not one. A query body that is not an object is refused the same way.
         if (typeof json !== 'object' || json === null || Array.isArray(json)) {
           const received = json === null ? 'null' : Array.isArray(json) ? 'array' : typeof json;
           throw new InvalidQueryError('Invalid query: filter must be a JSON object (a $filter)', [
-            { path: 'filter', message: `expected an object, received ${received}` },
+            { path: FILTER_PATH, message: `expected an object, received ${received}` },
           ]);
         }
       }

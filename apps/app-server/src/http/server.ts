@@ -11,11 +11,13 @@ import {
   ValidationError,
 } from '@sluice/core';
 import {
+  PROBLEM_HTTP_OPTIONS,
   problemClientErrors,
   problemDetailsPlugin,
   problemFrameworkErrors,
   refuseNullBody,
 } from '@sluice/http';
+import { isTransferCursor } from '@sluice/store';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from 'fastify';
 import { jsonSchemaTransform, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type pino from 'pino';
@@ -98,6 +100,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     loggerInstance: options.logger as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: options.bodyLimit,
+    // A request without Host is refused as a problem by problemDetailsPlugin, not with Node's bare 400.
+    http: { ...PROBLEM_HTTP_OPTIONS },
     // problemDetailsPlugin refuses requests reaching a closing server as problems (NODE_SHUTTING_DOWN).
     return503OnClosing: false,
     forceCloseConnections: 'idle',
@@ -232,7 +236,14 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
         querystring: z.strictObject({
           state: TransferStateSchema.optional(),
           owner: NameSchema.optional(),
-          cursor: z.string().min(1).max(1024).optional(),
+          // Checked here, so that a cursor the store never issued is named where it was sent, as every other
+          // parameter is (the store itself would refuse it at its own argument, `cursor`).
+          cursor: z
+            .string()
+            .min(1)
+            .max(1024)
+            .refine(isTransferCursor, 'not a cursor of GET /v1/transfers (its "next")')
+            .optional(),
           limit: z.coerce.number().int().min(1).max(options.pageSizeMax).optional(),
         }),
         response: { 200: TransferPageReply, ...CONTROL_PROBLEMS },
