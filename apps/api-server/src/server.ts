@@ -9,7 +9,7 @@ import {
   queryLimitsOf,
   type SluiceConfig,
 } from '@sluice/core';
-import { createLogger } from '@sluice/http';
+import { createLogger, listenError } from '@sluice/http';
 import type { Logger as PinoLogger } from 'pino';
 import { type ApiApp, buildApp } from './app.js';
 import { InFlight } from './in-flight.js';
@@ -175,7 +175,9 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
     });
     disposers.unshift(() => app.close());
     const host = options.host ?? config.api.host;
-    await app.listen({ host, port: options.port ?? config.api.port });
+    await app.listen({ host, port: options.port ?? config.api.port }).catch((err: unknown) => {
+      throw listenError(err, { key: options.host === undefined ? 'api.host' : '--host', host });
+    });
     const address = app.server.address();
     const port = typeof address === 'object' && address ? address.port : (options.port ?? config.api.port);
     const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;

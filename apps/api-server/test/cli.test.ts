@@ -64,6 +64,35 @@ describe('sluice-api-server command', () => {
     }
   });
 
+  it("defect: an api.host that does not resolve or is not this machine's crashed with a stack naming no key", async () => {
+    await using dir = await tempDir('sluice-api-cli-');
+    const cases = [
+      {
+        host: 'no-such-host.invalid',
+        line: 'sluice-api-server: CONFIG_INVALID: api.host: no-such-host.invalid does not resolve to an address (getaddrinfo ENOTFOUND)',
+      },
+      {
+        host: '10.255.255.1',
+        line: 'sluice-api-server: CONFIG_INVALID: api.host: 10.255.255.1 is not an address of this machine (listen EADDRNOTAVAIL); use one of its addresses, or 0.0.0.0 for all of them',
+      },
+    ];
+    for (const { host, line } of cases) {
+      await writeFile(join(dir.path, 'sluice.yaml'), `api: { host: ${host}, port: 0 }\n`);
+      const child = spawnTs(API_BIN, [], { cwd: dir.path, env: { SLUICE_LOG_LEVEL: 'silent' } });
+      expect({ host, code: (await child.exited).code }).toEqual({ host, code: 1 });
+      expect(child.output()).toBe(line);
+    }
+    // The --host flag overrides api.host: the flag is what the operator has to change.
+    const flagged = spawnTs(API_BIN, ['--host', '10.255.255.1', '--port', '0'], {
+      cwd: dir.path,
+      env: { SLUICE_LOG_LEVEL: 'silent' },
+    });
+    expect((await flagged.exited).code).toBe(1);
+    expect(flagged.output()).toContain(
+      'sluice-api-server: CONFIG_INVALID: --host: 10.255.255.1 is not an address',
+    );
+  });
+
   it('a port already in use is a one-line error and exit 1', async () => {
     await using dir = await tempDir('sluice-api-cli-');
     const port = await freePort();

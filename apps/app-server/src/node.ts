@@ -16,7 +16,7 @@ import {
   SluiceError,
   systemClock,
 } from '@sluice/core';
-import { createLogger } from '@sluice/http';
+import { createLogger, listenError } from '@sluice/http';
 import { discardTransferLeftovers, holdTransferFence, runTransfer } from '@sluice/pipeline';
 import { openStore } from '@sluice/store';
 import type { FastifyInstance } from 'fastify';
@@ -270,7 +270,11 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     const closeServer = () => server.close();
     cleanups.push(closeServer);
 
-    const address = await server.listen({ host: config.node.host, port: config.node.port });
+    const address = await server
+      .listen({ host: config.node.host, port: config.node.port })
+      .catch((err: unknown) => {
+        throw listenError(err, { key: 'node.host', host: config.node.host });
+      });
     const listening = new URL(address);
     if (config.node.port === 0 || identity.address === '') {
       identity.address = `http://${config.node.host === '0.0.0.0' ? '127.0.0.1' : config.node.host}:${listening.port}`;

@@ -58,7 +58,7 @@ const TYPE_OVERRIDES: Record<string, string> = {
 // What a value must look like where the JSON Schema export cannot say it (refinements).
 const NOTES: Record<string, string> = {
   store: '`sqlite:<path>` or a `postgres://` / `postgresql://` URL',
-  nats: 'a `nats://` or `tls://` URL, or `host:port`; or `{servers, user?, pass?, token?, nkeySeed?, credsFile?, tls?}`',
+  nats: 'a `nats://` or `tls://` URL, or `host:port`; or `{servers, user?, pass?, token?, nkeySeed?, credsFile?, tls?}` (`nkeySeed` or `credsFile`, not both: a creds file carries its own seed)',
   connections:
     'a postgres `url` is a `postgres://` or `postgresql://` URL; `nats` as for the top-level `nats`',
   'node.host': 'an IP address (IPv6 with or without brackets) or a host name; no scheme, no port',
@@ -148,7 +148,8 @@ const out = [
   '  number; int2, int4, int8 → integer; bool → boolean; timestamp(tz) → timestamp; json(b), arrays → json; text',
   '  types → string), others are inferred from a sample of the data; `indexes`: a list of field lists; `filter`: a',
   "  query filter on the source's fields (it runs before `select`; against a PostgreSQL source it is checked at",
-  "  start like a query's `$filter`, else the endpoint fails with `CONFIG_INVALID`); `select`: a list of fields to keep or a `{newName: sourceField}` map.",
+  "  start like a query's `$filter`, else the endpoint fails with `CONFIG_INVALID`; it is held to `query.maxIn` and",
+  '  `query.maxDepth` as every query is); `select`: a list of fields to keep or a `{newName: sourceField}` map.',
   '  A `timestamp` field holds ISO 8601 text (a date, or a date and time with any offset and up to microseconds; no',
   "  offset means UTC, as for PostgreSQL's `timestamp without time zone`) or epoch milliseconds, in the years",
   '  0001–9999 (UTC); the cache stores, compares and serves it as UTC text with microseconds',

@@ -345,6 +345,42 @@ describe('resolveConfig: bad fields name their exact path', () => {
     ]);
   });
 
+  it('defect: an endpoint filter was held to the default query limits, not to query.maxIn / query.maxDepth', () => {
+    const ids = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
+    const nested = (inner: Record<string, unknown>, levels: number) => {
+      let filter = inner;
+      for (let level = 0; level < levels; level += 1) filter = { $and: [filter] };
+      return filter;
+    };
+    // Raised limits: a filter past the defaults (1 000 values, 8 levels) but within them is taken.
+    const wide = { id: { $in: ids(2_000) } };
+    const deep = nested({ value: 1 }, 12);
+    const raised = resolveConfig({
+      query: { maxIn: 5_000, maxDepth: 12 },
+      endpoints: [
+        { ...ITEMS, filter: wide },
+        { ...ITEMS, name: 'deep', filter: deep },
+      ],
+    });
+    expect(raised.endpoints.map((e) => e.filter)).toEqual([wide, deep]);
+    // The pipeline parses its endpoint again with EndpointConfigSchema: it takes what the file was allowed.
+    for (const endpoint of raised.endpoints)
+      expect(EndpointConfigSchema.safeParse(endpoint).success, endpoint.name).toBe(true);
+    // Lowered limits: a filter past them is refused at its path, naming the configured limit.
+    expect(
+      configIssues({
+        query: { maxIn: 10, maxDepth: 2 },
+        endpoints: [
+          { ...ITEMS, filter: { id: { $in: ids(11) } } },
+          { ...ITEMS, name: 'deep', filter: nested({ value: 1 }, 3) },
+        ],
+      }),
+    ).toEqual([
+      { path: 'endpoints[0].filter.id.$in', message: 'at most 10 values' },
+      { path: 'endpoints[1].filter.$and[0].$and[0].$and', message: 'nesting deeper than 2' },
+    ]);
+  });
+
   it('fields, indexes, filter and projection', () => {
     expect(configIssues(withEndpoint({ fields: { x: 'string' } }))).toEqual([
       { path: 'endpoints[0].primaryKey[0]', message: '"id" is not in fields' },
@@ -442,6 +478,15 @@ describe('resolveConfig: bad fields name their exact path', () => {
     expect(configPaths({ nats: { servers: 'nats://x', password: 'p' } })).toEqual(['nats.password']);
     expect(configPaths({ nats: { servers: 'nats://x', tls: { rejectUnauthorized: 'no' } } })).toEqual([
       'nats.tls.rejectUnauthorized',
+    ]);
+  });
+
+  it('defect: nats with both credsFile and nkeySeed was accepted, and the NATS clients then dropped the nkey', () => {
+    const both = { servers: 'nats://x', nkeySeed: 'SUAEXAMPLE', credsFile: '/etc/sluice/user.creds' };
+    const message = 'set credsFile or nkeySeed, not both: a creds file carries its own nkey seed';
+    expect(configIssues({ nats: both })).toEqual([{ path: 'nats.nkeySeed', message }]);
+    expect(configIssues({ connections: { bus: { type: 'nats', nats: both } } })).toEqual([
+      { path: 'connections.bus.nats.nkeySeed', message },
     ]);
   });
 
@@ -570,11 +615,19 @@ describe('component schemas', () => {
 
   it('NatsConfigSchema takes a URL or a server list with credentials', () => {
     expect(NatsConfigSchema.parse('nats://a:4222')).toBe('nats://a:4222');
-    expect(NatsConfigSchema.parse({ servers: ['nats://a'], nkeySeed: 'SUxxx', credsFile: '/c' })).toEqual({
+    expect(NatsConfigSchema.parse({ servers: ['nats://a'], nkeySeed: 'SUxxx' })).toEqual({
       servers: ['nats://a'],
       nkeySeed: 'SUxxx',
-      credsFile: '/c',
     });
+    expect(NatsConfigSchema.parse({ servers: ['nats://a'], credsFile: '/c', token: 't' })).toEqual({
+      servers: ['nats://a'],
+      credsFile: '/c',
+      token: 't',
+    });
+    // Both would be two identities: refused (see the defect above).
+    expect(
+      NatsConfigSchema.safeParse({ servers: ['nats://a'], nkeySeed: 'SUxxx', credsFile: '/c' }).success,
+    ).toBe(false);
     expect(NatsConfigSchema.safeParse('').success).toBe(false);
   });
 

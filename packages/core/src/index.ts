@@ -206,6 +206,12 @@ export {
   refuseProtoKey,
   SafeKeySchema,
 } from './json.js';
+export {
+  type NatsAuthenticatorFactories,
+  type NatsClientOptions,
+  type NatsClientOptionsInput,
+  natsClientOptions,
+} from './nats-options.js';
 export { isProcessAlive, readPidFile } from './pid-file.js';
 export {
   type AliasEntry,

@@ -11,13 +11,14 @@ export {
 } from './cli.js';
 export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.js';
 export { JSON_MEDIA_TYPES, jsonBodyText, refusedJsonCharset } from './json-body.js';
+export { listenError } from './listen-error.js';
 export { type CreateLoggerOptions, createLogger, type LogLevel } from './logger.js';
 export { EMPTY_BODY_MESSAGE, type NormalizeContext, normalizeHttpError } from './normalize.js';
 export { refuseNullBody } from './null-body.js';
 export {
   MAX_INSTANCE_LENGTH,
-  type ProblemDetailsOptions,
   PROBLEM_HTTP_OPTIONS,
+  type ProblemDetailsOptions,
   problemClientErrors,
   problemDetailsPlugin,
   problemFrameworkErrors,

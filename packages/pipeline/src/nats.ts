@@ -1,31 +1,18 @@
-import { readFile } from 'node:fs/promises';
-import {
-  connect,
-  credsAuthenticator,
-  type NatsConnection,
-  type NodeConnectionOptions,
-  nkeyAuthenticator,
-} from '@nats-io/transport-node';
-import type { NatsConfig } from '@sluice/core';
+import { connect, credsAuthenticator, type NatsConnection, nkeyAuthenticator } from '@nats-io/transport-node';
+import { type NatsConfig, natsClientOptions } from '@sluice/core';
 
-/** Opens a NATS connection from a configuration entry (a URL, or servers with credentials and TLS). */
+/**
+ * Opens a NATS connection from a configuration entry (a URL, or servers with credentials and TLS), with the
+ * options core defines for every Sluice NATS connection (the backplane's too): the same credentials, TLS,
+ * reconnect and liveness settings; a bad entry or an unreadable creds or TLS file is `CONFIG_INVALID` at its key.
+ *
+ * @example
+ * ```ts
+ * const nc = await connectNats(connection.nats, `sluice-source-${handle}`);
+ * ```
+ */
 export async function connectNats(config: NatsConfig, name = 'sluice-pipeline'): Promise<NatsConnection> {
-  if (typeof config === 'string') return connect({ servers: config, name, maxReconnectAttempts: -1 });
-  const options: NodeConnectionOptions = { servers: config.servers, name, maxReconnectAttempts: -1 };
-  if (config.user !== undefined) options.user = config.user;
-  if (config.pass !== undefined) options.pass = config.pass;
-  if (config.token !== undefined) options.token = config.token;
-  if (config.nkeySeed !== undefined)
-    options.authenticator = nkeyAuthenticator(new TextEncoder().encode(config.nkeySeed));
-  if (config.credsFile !== undefined)
-    options.authenticator = credsAuthenticator(new Uint8Array(await readFile(config.credsFile)));
-  if (config.tls) {
-    options.tls = {
-      ...(config.tls.caFile ? { caFile: config.tls.caFile } : {}),
-      ...(config.tls.certFile ? { certFile: config.tls.certFile } : {}),
-      ...(config.tls.keyFile ? { keyFile: config.tls.keyFile } : {}),
-      rejectUnauthorized: config.tls.rejectUnauthorized,
-    } as never;
-  }
-  return connect(options);
+  return connect(
+    natsClientOptions(config, { name, authenticators: { nkeyAuthenticator, credsAuthenticator } }),
+  );
 }

@@ -530,6 +530,46 @@ describe('TransferCoordinator', () => {
     expect(mine.map((r) => r?.epoch)).toEqual(own.map(() => 1));
   });
 
+  it('defect: a restarted node adopted one page (100) of its previous life’s transfers; the rest waited for their lease and the sweeper', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'a' });
+    // 150 transfers the previous instance of node a owned, leases still fresh: more than a page of 100.
+    const ids = Array.from({ length: 150 }, (_, i) => `prev-${String(i).padStart(3, '0')}`);
+    for (const id of ids) await t.abandoned(id, identity('a', 'a-i1'));
+    const { execute } = foreverExecutor();
+    const a2 = t.coordinator({
+      backplane,
+      identity: identity('a', 'a-i2'),
+      execute,
+      limits: { maxConcurrentTransfers: 4, queueSize: 200 },
+    });
+    // One adoption (no timers: start() is not called), with room for all of them.
+    await a2.adoptPreviousLife();
+    const records = await Promise.all(ids.map((id) => t.store.get(id)));
+    const adopted = records.filter((r) => r?.ownerInstance === 'a-i2' && r.epoch === 2).map((r) => r?.id);
+    expect(adopted).toEqual(ids);
+  });
+
+  it('a restarted node adopts its previous life’s transfers only as far as its capacity allows; the rest stay for the sweeper', async () => {
+    await using t = await setup();
+    await using backplane = createSingleNodeBackplane({ nodeId: 'a' });
+    const ids = Array.from({ length: 30 }, (_, i) => `prev-${String(i).padStart(2, '0')}`);
+    for (const id of ids) await t.abandoned(id, identity('a', 'a-i1'));
+    const a2 = t.coordinator({
+      backplane,
+      identity: identity('a', 'a-i2'),
+      execute: foreverExecutor().execute,
+      limits: { maxConcurrentTransfers: 4, queueSize: 8 },
+    });
+    await a2.adoptPreviousLife();
+    const records = await Promise.all(ids.map((id) => t.store.get(id)));
+    // Four running and eight waiting: twelve taken back, in list order; eighteen left as they were.
+    expect(records.filter((r) => r?.ownerInstance === 'a-i2' && r.epoch === 2).map((r) => r?.id)).toEqual(
+      ids.slice(0, 12),
+    );
+    expect(records.filter((r) => r?.ownerInstance === 'a-i1' && r.epoch === 1)).toHaveLength(18);
+  });
+
   it('defect 8: an IN_PROGRESS transition whose reply was lost does not fail the transfer', async () => {
     await using t = await setup();
     await using backplane = createSingleNodeBackplane({ nodeId: 'b' });

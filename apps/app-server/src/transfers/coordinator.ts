@@ -99,7 +99,15 @@ export class TransferCoordinator {
       // Frequent and cheap, so that after a freeze it fires before the pipeline's own timers write anything.
       setInterval(() => this.#leases.watch(), WATCHDOG_MS),
     );
-    void this.#recovery.adoptPreviousLife();
+    void this.adoptPreviousLife();
+  }
+
+  /**
+   * Takes back the transfers a previous life of this node id owned (a restart), as far as this node has room;
+   * `start` runs it once. Transfers a still-live instance answers for are left to it.
+   */
+  adoptPreviousLife(): Promise<void> {
+    return this.#recovery.adoptPreviousLife();
   }
 
   /** Extends the leases of everything this node owns; stops local work the store no longer lets it own. */

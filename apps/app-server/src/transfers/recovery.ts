@@ -7,6 +7,8 @@ import { ownerChange, whoRuns } from './owner-lookup.js';
 const SWEEP_PAGE = 16;
 /** What a sweep pass may fill a node up to, in multiples of its concurrency (see `#sweepOnce`). */
 const SWEEP_SHARE = 2;
+/** A previous life's transfers read per store round trip; adoption reads page after page (`#adoptPreviousLife`). */
+const ADOPT_PAGE = 100;
 
 /**
  * Recovery of transfers nobody resent: the sweeper (leases that expired by the store's clock), the previous
@@ -95,22 +97,38 @@ export class Recovery {
     return this.#track(this.#adoptPreviousLife());
   }
 
+  /**
+   * Every transfer of the previous life, page after page (as a sweep pass reads), until none are left or this
+   * node has no room. It read one page of 100: a node whose previous life owned more left the rest to wait for
+   * their lease and the sweeper, and took them back (if at all) a sweep share at a time. Not held to the sweep
+   * share: these transfers were this node's own, running or queued here before the restart, and nobody else can
+   * take them before their lease expires anyway; what does not fit is left to the sweepers of every node.
+   */
   async #adoptPreviousLife(): Promise<void> {
     const state = this.#state;
     const { store, identity } = state.o;
     try {
       for (const lifecycle of ['IN_PROGRESS', 'RECEIVED'] as const) {
-        const page = await store.list({ state: lifecycle, ownerNodeId: identity.nodeId, limit: 100 });
-        for (const record of page.records) {
-          if (state.closing) return;
-          if (record.ownerInstance === identity.instanceId) continue;
-          await this.#adoptIfGone(record).catch((err) =>
-            state.o.logger.warn(
-              { transferId: record.id, err },
-              'could not adopt a transfer of a previous life',
-            ),
-          );
-        }
+        let cursor: string | undefined;
+        do {
+          const page = await store.list({
+            state: lifecycle,
+            ownerNodeId: identity.nodeId,
+            limit: ADOPT_PAGE,
+            ...(cursor !== undefined ? { cursor } : {}),
+          });
+          for (const record of page.records) {
+            if (state.closing || state.scheduler.free <= 0) return;
+            if (record.ownerInstance === identity.instanceId) continue;
+            await this.#adoptIfGone(record).catch((err) =>
+              state.o.logger.warn(
+                { transferId: record.id, err },
+                'could not adopt a transfer of a previous life',
+              ),
+            );
+          }
+          cursor = page.next ?? undefined;
+        } while (cursor !== undefined);
       }
     } catch (err) {
       state.o.logger.warn({ err }, 'could not list transfers of a previous life');

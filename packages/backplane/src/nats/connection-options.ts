@@ -1,8 +1,6 @@
-import { readFileSync } from 'node:fs';
-import type { Authenticator, NodeConnectionOptions } from '@nats-io/transport-node';
+import type { NodeConnectionOptions } from '@nats-io/transport-node';
 import { credsAuthenticator, nkeyAuthenticator } from '@nats-io/transport-node';
-import type { NatsConfig } from '@sluice/core';
-import { ConfigError, NatsConfigSchema, parseConfigOrThrow } from '@sluice/core';
+import { type NatsConfig, natsClientOptions } from '@sluice/core';
 
 export interface ReconnectPolicy {
   /** First wait after a lost connection (default 50 ms). */
@@ -44,24 +42,9 @@ export class Backoff {
   }
 }
 
-function readSecretFile(path: string, what: string): Uint8Array {
-  try {
-    return readFileSync(path);
-  } catch (err) {
-    throw new ConfigError(
-      `Cannot read the NATS ${what} file ${path}`,
-      [{ path: `nats.${what}`, message: (err as Error).message }],
-      {
-        cause: err,
-      },
-    );
-  }
-}
-
 /**
- * Turns core's `NatsConfig` (a URL, or servers plus credentials and TLS) into client options. Credentials pass
- * through unchanged: user/password, token, an nkey seed, or a creds file (re-read on every connect so rotated
- * credentials are picked up).
+ * The backplane's client options: core's one definition of what a `nats` configuration means (shared with the
+ * pipeline's JetStream connections), with the backplane's own reconnect backoff.
  *
  * @example
  * ```ts
@@ -73,56 +56,9 @@ export function natsConnectionOptions(
   name: string,
   backoff: Backoff,
 ): NodeConnectionOptions {
-  const parsed = parseConfigOrThrow(NatsConfigSchema, config);
-  const base: NodeConnectionOptions = {
+  return natsClientOptions(config, {
     name,
-    reconnect: true,
-    maxReconnectAttempts: -1,
-    // Without this, two auth failures in a row (e.g. while a restarted server loads its config) stop reconnecting.
-    ignoreAuthErrorAbort: true,
-    reconnectDelayHandler: () => backoff.delay(),
-    // Detects a silently dead connection within ~20 s instead of the 2-minute default.
-    pingInterval: 10_000,
-    maxPingOut: 2,
-    timeout: 5_000,
-  };
-  if (typeof parsed === 'string') return { ...base, servers: parsed };
-  const authenticators: Authenticator[] = [];
-  if (parsed.nkeySeed) {
-    const seed = new TextEncoder().encode(parsed.nkeySeed);
-    authenticators.push(nkeyAuthenticator(seed));
-  }
-  if (parsed.credsFile) {
-    const path = parsed.credsFile;
-    readSecretFile(path, 'credsFile');
-    authenticators.push(credsAuthenticator(() => readSecretFile(path, 'credsFile')));
-  }
-  if (parsed.tls) {
-    const { caFile, certFile, keyFile } = parsed.tls;
-    for (const [what, file] of [
-      ['tls.caFile', caFile],
-      ['tls.certFile', certFile],
-      ['tls.keyFile', keyFile],
-    ] as const) {
-      if (file) readSecretFile(file, what);
-    }
-  }
-  return {
-    ...base,
-    servers: parsed.servers,
-    ...(parsed.user !== undefined ? { user: parsed.user } : {}),
-    ...(parsed.pass !== undefined ? { pass: parsed.pass } : {}),
-    ...(parsed.token !== undefined ? { token: parsed.token } : {}),
-    ...(authenticators.length > 0 ? { authenticator: authenticators } : {}),
-    ...(parsed.tls
-      ? {
-          tls: {
-            rejectUnauthorized: parsed.tls.rejectUnauthorized,
-            ...(parsed.tls.caFile ? { caFile: parsed.tls.caFile } : {}),
-            ...(parsed.tls.certFile ? { certFile: parsed.tls.certFile } : {}),
-            ...(parsed.tls.keyFile ? { keyFile: parsed.tls.keyFile } : {}),
-          },
-        }
-      : {}),
-  };
+    authenticators: { nkeyAuthenticator, credsAuthenticator },
+    reconnectDelay: () => backoff.delay(),
+  });
 }

@@ -63,6 +63,28 @@ describe('NATS credentials and TLS pass through from config', () => {
     ).rejects.toMatchObject({ code: 'BACKPLANE_UNAVAILABLE' });
   });
 
+  it('both an nkey seed and a creds file: refused at the key before connecting, as the pipeline refuses them', async () => {
+    await using dir = await tempDir();
+    const creds = join(dir.path, 'user.creds');
+    await writeFile(creds, 'not read: the configuration is refused first\n');
+    const seed = new TextDecoder().decode(nkeys.createUser().getSeed());
+    await expect(
+      createNatsBackplane({
+        nats: { servers: 'nats://127.0.0.1:1', nkeySeed: seed, credsFile: creds },
+        clusterName: 'c',
+        nodeId: 'n',
+      }),
+    ).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      errors: [
+        {
+          path: 'nats.nkeySeed',
+          message: 'set credsFile or nkeySeed, not both: a creds file carries its own nkey seed',
+        },
+      ],
+    });
+  });
+
   it('mutual TLS with CA, client certificate and key files', async () => {
     await using dir = await tempDir();
     const file = (name: string) => join(dir.path, name);

@@ -3,6 +3,7 @@ import { NameSchema, SourceAddressSchema } from '../addresses.js';
 import { refuseProtoKey } from '../json.js';
 import { DEFAULT_QUERY_LIMITS, filterSchema } from '../query.js';
 import { FieldName } from './primitives.js';
+import { QUERY_LIMIT_CEILINGS } from './query.js';
 import { checkEndpoint, checkEndpointNames } from './rules.js';
 
 export const FieldType = {
@@ -34,6 +35,16 @@ export const SwitchConfigSchema = z.strictObject({
 });
 export type SwitchConfig = z.output<typeof SwitchConfigSchema>;
 
+/**
+ * An endpoint's `filter`: the query filter grammar, bounded here only by the widest limits `query` takes; the
+ * limits the file sets (`query.maxIn`, `query.maxDepth`) are applied across sections, by `checkEndpointFilters`.
+ */
+const EndpointFilterSchema = filterSchema({
+  ...DEFAULT_QUERY_LIMITS,
+  maxIn: QUERY_LIMIT_CEILINGS.maxIn,
+  maxDepth: QUERY_LIMIT_CEILINGS.maxDepth,
+});
+
 /** One endpoint: a source materialized into a cache behind an alias of the same name. */
 export const EndpointConfigSchema = z
   .strictObject({
@@ -43,7 +54,7 @@ export const EndpointConfigSchema = z
     /** Field types; inferred from the data when absent. */
     fields: refuseProtoKey(z.record(FieldName, FieldTypeSchema), 'not a valid field name').optional(),
     indexes: z.array(z.array(FieldName).min(1).max(8)).max(32).default([]),
-    filter: filterSchema(DEFAULT_QUERY_LIMITS).optional(),
+    filter: EndpointFilterSchema.optional(),
     /** Projection: a list of fields to keep, or `{ newName: "sourceField" }` to rename. */
     select: z
       .union([

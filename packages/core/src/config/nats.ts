@@ -19,15 +19,22 @@ const NatsUrl = UrlString.refine((s) => !s.includes('://') || /^(nats|tls):\/\//
 /** NATS connection options (`nats`, and `connections.<name>.nats`): a URL, or servers plus credentials and TLS. */
 export const NatsConfigSchema = z.union([
   NatsUrl,
-  z.strictObject({
-    servers: z.union([NatsUrl, z.array(NatsUrl).min(1)]),
-    user: z.string().optional(),
-    pass: z.string().optional(),
-    token: z.string().optional(),
-    /** An nkey seed (starts with `SU`). */
-    nkeySeed: z.string().optional(),
-    credsFile: z.string().optional(),
-    tls: TlsSchema.optional(),
-  }),
+  z
+    .strictObject({
+      servers: z.union([NatsUrl, z.array(NatsUrl).min(1)]),
+      user: z.string().optional(),
+      pass: z.string().optional(),
+      token: z.string().optional(),
+      /** An nkey seed (starts with `SU`). */
+      nkeySeed: z.string().optional(),
+      credsFile: z.string().optional(),
+      tls: TlsSchema.optional(),
+    })
+    // A creds file holds a user JWT and that user's nkey seed: with a seed of its own as well, the client would
+    // present one identity and silently ignore the other.
+    .refine((nats) => nats.nkeySeed === undefined || nats.credsFile === undefined, {
+      path: ['nkeySeed'],
+      message: 'set credsFile or nkeySeed, not both: a creds file carries its own nkey seed',
+    }),
 ]);
 export type NatsConfig = z.output<typeof NatsConfigSchema>;

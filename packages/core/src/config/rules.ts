@@ -2,7 +2,9 @@
 // values; these run after the sections parsed, report at the key to change, and are what `--check` and start-up
 // both apply, so a file the app-server accepts is a file the api-servers accept.
 import type { z } from 'zod';
+import { filterSchema } from '../query.js';
 import type { EndpointConfig, FieldType } from './endpoints.js';
+import { queryLimitsOf } from './query.js';
 import type { SluiceConfig } from './schema.js';
 import { isSqliteStore } from './store.js';
 
@@ -108,6 +110,28 @@ export function checkHost(config: SluiceConfig, ctx: Ctx): void {
   checkBackplane(config, ctx);
   checkTransferTimings(config, ctx);
   checkListenPorts(config, ctx);
+  checkEndpointFilters(config, ctx);
+}
+
+/**
+ * An endpoint's `filter` is held to the query limits the file sets (`query.maxIn`, `query.maxDepth`), as every
+ * query is — one definition of a filter's bounds, so raising them applies to both and lowering them refuses a
+ * configured filter past them at its path.
+ */
+function checkEndpointFilters(config: Pick<SluiceConfig, 'endpoints' | 'query'>, ctx: Ctx): void {
+  let schema: ReturnType<typeof filterSchema> | undefined;
+  config.endpoints.forEach((endpoint, i) => {
+    if (endpoint.filter === undefined) return;
+    schema ??= filterSchema(queryLimitsOf(config));
+    const parsed = schema.safeParse(endpoint.filter);
+    if (parsed.success) return;
+    for (const issue of parsed.error.issues)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['endpoints', i, 'filter', ...issue.path],
+        message: issue.message,
+      });
+  });
 }
 
 /** Addresses that listen on every interface, so they meet any other address of the host. */
