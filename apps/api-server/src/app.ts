@@ -105,7 +105,9 @@ function describe(generation: Generation, rowFilter: Filter | undefined): Endpoi
     version: generation.version,
     checkpoint: visibleCheckpoint(state.checkpoint, rowFilter !== undefined),
     committedAt: state.committedAt,
-    recordCount: rowFilter === undefined ? state.recordCount : generation.cache.count({}, { rowFilter }),
+    // A row filter no index narrows to `cache.scanCap` records is not counted here (the count route refuses it too).
+    recordCount:
+      rowFilter === undefined ? state.recordCount : generation.cache.countWithinCap({}, { rowFilter }),
     schema: generation.cache.schema,
   };
 }

@@ -60,7 +60,13 @@ export const EndpointInfoSchema = z.object({
   version: z.number().int().describe('Alias-table version of the alias'),
   checkpoint: PipelineCheckpointSchema.nullable(),
   committedAt: z.string().nullable(),
-  recordCount: z.number().int(),
+  recordCount: z
+    .number()
+    .int()
+    .nullable()
+    .describe(
+      'Records the caller may read; null for a token whose row filter no index narrows to cache.scanCap records (its count is refused too)',
+    ),
   schema: CacheSchemaDoc,
 });
 export type EndpointInfo = z.output<typeof EndpointInfoSchema>;

@@ -37,6 +37,15 @@ async function query(body: unknown) {
   return { status: response.status, json: (await response.json()) as Record<string, unknown> };
 }
 
+async function count(filter: unknown) {
+  const response = await fetch(`${server.url}/v1/endpoints/items/count`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ $filter: filter }),
+  });
+  return { status: response.status, json: (await response.json()) as Record<string, unknown> };
+}
+
 const idsOf = (json: Record<string, unknown>) => (json.records as Array<{ id: number }>).map((r) => r.id);
 
 /** Ids 1..`upTo` in `{category: asc, id: desc}` order. */
@@ -82,5 +91,34 @@ describe('queries beyond the scan cap', () => {
       if (after === null) break;
     }
     expect(found).toEqual(Array.from({ length: RECORDS }, (_, i) => i + 1).filter((id) => id % 5 === 1));
+  });
+
+  it('defect: a count whose filter no index answers scanned every record, past cache.scanCap (the api-server held for the whole scan)', async () => {
+    // `tags` has no index: all 50 records would be examined for a count, with a cap of 20.
+    const answer = await count({ tags: { $contains: 't1' } });
+    // Before: 200 {count: 10}, after examining all 50 records (5M records: seconds of a stopped event loop).
+    expect({ status: answer.status, code: answer.json.code }).toEqual({ status: 400, code: 'INVALID_QUERY' });
+    const errors = answer.json.errors as Array<{ path: string; message: string }>;
+    expect(errors.map((e) => e.path)).toEqual(['$filter']);
+    expect(errors[0]!.message).toMatch(/scanCap \(20\)/);
+    expect(errors[0]!.message).toMatch(/index/);
+  });
+
+  it('counts what an index answers whole beyond the cap, and a residual filter an index narrows within it', async () => {
+    // The [value] index answers `value >= 1` exactly: 50 records counted without examining them.
+    expect(await count({ value: { $gte: 1 } })).toEqual({ status: 200, json: { count: 50 } });
+    expect(await count({ value: { $gte: 11, $lt: 41 } })).toEqual({ status: 200, json: { count: 30 } });
+    expect(await count({ value: { $in: [3, 7, 99, 7] } })).toEqual({ status: 200, json: { count: 2 } });
+    // [category, value] narrows `category = c` to 16 or 17 records (within the cap); `tags` is checked on each.
+    const category = CATEGORIES[1]!;
+    const expected = Array.from({ length: RECORDS }, (_, i) => i + 1).filter(
+      (id) => id % 3 === 1 && id % 5 === 1,
+    ).length;
+    expect(await count({ category, tags: { $contains: 't1' } })).toEqual({
+      status: 200,
+      json: { count: expected },
+    });
+    // No filter: the commit's record count.
+    expect(await count({})).toEqual({ status: 200, json: { count: 50 } });
   });
 });

@@ -68,4 +68,42 @@ describe('row filters and endpoint descriptions', () => {
     expect(unfitList.status).toBe(200);
     expect(unfitList.json.endpoints).toEqual([]);
   }, 90_000);
+
+  it("defect: the description of an endpoint counted a row-filtered token's records one by one however many there were (past cache.scanCap) — now recordCount null there, and its count refused", async () => {
+    await using dir = await tempDir('sluice-api-rowcount-');
+    await writeGeneration(dir.path, 1, COUNT);
+    await using server = await startApiServer({
+      config: resolveConfig({
+        dataDir: dir.path,
+        logLevel: 'silent',
+        api: { auth: { jwtSecret: SECRET } },
+        cache: { scanCap: 50 },
+      }),
+      dataDir: dir.path,
+      port: 0,
+      host: '127.0.0.1',
+      logger: pino({ level: 'silent' }),
+      watchMs: 50,
+    });
+    // `tags` has no index: the row filter leaves all 300 records to check, past the cap of 50.
+    const unindexed = sign({ endpoints: ['items'], filters: { items: { tags: { $contains: 't1' } } } });
+    const one = await get(`${server.url}/v1/endpoints/items`, unindexed);
+    expect({ status: one.status, recordCount: one.json.recordCount }).toEqual({
+      status: 200,
+      recordCount: null,
+    });
+    const list = await get(`${server.url}/v1/endpoints`, unindexed);
+    expect((list.json.endpoints as Array<{ recordCount: unknown }>).map((e) => e.recordCount)).toEqual([
+      null,
+    ]);
+    const count = await fetch(`${server.url}/v1/endpoints/items/count`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${unindexed}`, 'content-type': 'application/json' },
+      body: '{}',
+    });
+    expect(count.status).toBe(400);
+    // A row filter an index answers whole ([value]) is counted by LMDB, past the cap.
+    const narrow = sign({ endpoints: ['items'], filters: { items: { value: { $lte: 40 } } } });
+    expect((await get(`${server.url}/v1/endpoints/items`, narrow)).json.recordCount).toBe(40);
+  }, 90_000);
 });

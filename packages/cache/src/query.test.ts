@@ -244,8 +244,18 @@ describe('planner', () => {
     expect(sorted.plan).toMatchObject({ index: 'primary', capped: false, scanned: 300 });
     expect(sorted.records.map((r) => r.active)).toEqual([false, false, false, false, false]);
     expect(sorted.next).not.toBeNull();
-    // count is exact whatever the cap.
-    expect(cache.count({ active: true })).toBe(500);
+    // A count checks at most the cap's records one by one too (it has no `next`): beyond, refused at $filter …
+    expect(() => cache.count({ active: true })).toThrow(
+      expect.objectContaining({
+        code: 'INVALID_QUERY',
+        errors: [expect.objectContaining({ path: '$filter' })],
+      }),
+    );
+    expect(cache.countWithinCap({ active: true })).toBeNull();
+    // … within it, exact; and what an index answers whole is counted by LMDB, whatever the cap.
+    expect(cache.count({ id: { $lt: 300 }, active: true })).toBe(150);
+    expect(cache.count({ id: { $gte: 100 } })).toBe(900);
+    expect(cache.count()).toBe(1000);
   });
 });
 

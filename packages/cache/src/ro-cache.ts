@@ -18,7 +18,7 @@ import { truncatedComponentEnd, writeNumberComponent } from './key-codec.js';
 import { releaseEnv } from './lmdb-env.js';
 import { Arena, withArena } from './page-arena.js';
 import { checkQuery, scopedFilter } from './query-check.js';
-import { runCount, runQuery } from './query-exec.js';
+import { countBeyondScanCap, runCount, runQuery } from './query-exec.js';
 import { fieldsOf, rowsJson } from './query-rows.js';
 import type { ReadContext } from './query-scan.js';
 import { decodeRecord } from './record-json.js';
@@ -251,8 +251,18 @@ export class RoCache implements ReadableCache {
   /** Where this handle's index scans copy records to (one read at a time). */
   private readonly arena = new Arena();
 
-  /** How many records match `filter` (and `scope`'s row filter, checked on its own: core's `ReadScope`). */
+  /**
+   * How many records match `filter` (and `scope`'s row filter, checked on its own: core's `ReadScope`). A filter
+   * that no index narrows to at most `scanCap` records to check is refused (`INVALID_QUERY` at `$filter`).
+   */
   count(filter: Filter = {}, scope: ReadScope = {}): number {
+    const count = this.countWithinCap(filter, scope);
+    if (count === null) throw countBeyondScanCap(this.settings.scanCap);
+    return count;
+  }
+
+  /** {@link count}, or null where it would be refused for checking more than `scanCap` records. */
+  countWithinCap(filter: Filter = {}, scope: ReadScope = {}): number | null {
     this.assertOpen();
     return this.read((ctx, schema) => {
       const checked = scopedFilter(filter, schema, this.settings, scope);

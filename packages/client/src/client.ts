@@ -42,7 +42,11 @@ export interface EndpointDescription {
   version: number;
   checkpoint: PipelineCheckpoint | null;
   committedAt: string | null;
-  recordCount: number;
+  /**
+   * The records this caller may read; null for a token whose row filter no index narrows to the server's
+   * `cache.scanCap` records (the server does not count those one by one; `count()` is refused for them too).
+   */
+  recordCount: number | null;
   /** The fields queries may name (the serving generation's, as of its latest commit), its key and indexes. */
   schema: CacheSchema;
 }

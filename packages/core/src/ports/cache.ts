@@ -281,8 +281,13 @@ export interface ReadableCache extends AsyncDisposable {
    * `getJson` in the same synchronous step reads too.
    */
   servingState(): Readonly<CommitState>;
-  /** How many records match `filter` (and `scope`'s row filter). */
+  /**
+   * How many records match `filter` (and `scope`'s row filter). Refused (`INVALID_QUERY` at `$filter`) when no index
+   * narrows the filter to at most the cache's scan cap of records to check one by one.
+   */
   count(filter?: Filter, scope?: ReadScope): number;
+  /** {@link count}, or null where it would be refused for the scan cap. */
+  countWithinCap(filter?: Filter, scope?: ReadScope): number | null;
   commitState(): CommitState;
   changeLog(): ChangeLog;
   close(): Promise<void>;
