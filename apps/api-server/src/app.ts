@@ -29,7 +29,7 @@ import { endpointAccess } from './endpoint-access.js';
 import { fastLookupRoute } from './fast-lookup.js';
 import { fastQueryRoute } from './fast-query.js';
 import type { FastRoute } from './fast-route.js';
-import { MIN_POSITION_HEADER, POSITION_HEADER } from './freshness.js';
+import { MIN_POSITION_HEADER, POSITION_HEADER, refuseMinPosition } from './freshness.js';
 import { InFlight } from './in-flight.js';
 import { rawKeyParameter, rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
@@ -48,6 +48,7 @@ import {
   EndpointListSchema,
   EndpointParamsSchema,
   HealthSchema,
+  ListHeadersSchema,
   MinPositionHeadersSchema,
   NoQuerySchema,
   ProblemSchema,
@@ -231,7 +232,7 @@ export async function buildApp(options: BuildAppOptions) {
     freshnessWaitMs: config.api.freshnessWaitMs,
     limits,
   });
-  const { scopeOf, authorizeFeed, openFresh } = access;
+  const { scopeOf, authorizeFeed, openFresh, awaitPosition } = access;
   const readRecord = recordReader();
   const { headersOf, stamp, stampState } = checkpointStamps();
 
@@ -284,11 +285,15 @@ export async function buildApp(options: BuildAppOptions) {
       schema: {
         summary: 'List endpoints with their serving cache, checkpoint, record count and schema',
         querystring: NoQuerySchema,
+        headers: ListHeadersSchema,
         response: { 200: EndpointListSchema, ...ROUTE_PROBLEMS },
       },
     },
     async (request) => {
       const scope = scopeOf(request);
+      // Refused, not ignored (after auth, as the endpoint routes read it): the list answers at once, and a 200
+      // would read as "every endpoint has committed it".
+      refuseMinPosition(request.headers[MIN_POSITION_HEADER], 'GET /v1/endpoints');
       const endpoints: EndpointInfo[] = [];
       for (const name of registry.names().sort()) {
         if (!scope.allows(name)) continue;
@@ -464,6 +469,7 @@ export async function buildApp(options: BuildAppOptions) {
     limits,
     metrics: metrics.registry,
     access: authorizeFeed,
+    awaitPosition,
   });
 
   return app;

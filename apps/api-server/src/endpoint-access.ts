@@ -63,6 +63,13 @@ export interface EndpointAccess {
    * `api.freshnessWaitMs`, then 503 POSITION_NOT_REACHED.
    */
   openFresh(request: FastifyRequest, name: string): Promise<OpenedEndpoint>;
+  /**
+   * The wait of `openFresh` on a lease the caller holds (the change feed's): resolves with a lease on a generation
+   * that has committed the request's `sluice-min-position` (`lease` itself without the header, or when it already
+   * has; else a lease taken after the wait, `lease` released), or throws — 400 for a malformed or unreachable
+   * position, 503 POSITION_NOT_REACHED after `api.freshnessWaitMs` — having released every lease it held.
+   */
+  awaitPosition(request: FastifyRequest, name: string, lease: Lease): Promise<Lease>;
 }
 
 /**
@@ -115,11 +122,10 @@ export function endpointAccess(options: {
     }
     return { lease, rowFilter };
   };
-  const openFresh = async (request: FastifyRequest, name: string): Promise<OpenedEndpoint> => {
-    const opened = open(request, name);
+  const awaitPosition = async (request: FastifyRequest, name: string, held: Lease): Promise<Lease> => {
     const header = request.headers[MIN_POSITION_HEADER];
-    if (header === undefined) return opened;
-    let lease = opened.lease;
+    if (header === undefined) return held;
+    let lease = held;
     try {
       const wanted = parseMinPosition(Array.isArray(header) ? header.join(', ') : header);
       const deadline = Date.now() + freshnessWaitMs;
@@ -127,7 +133,7 @@ export function endpointAccess(options: {
         // servingState: the memoized state of the latest commit (decoded once per commit, not per look).
         const state = lease.cache.servingState();
         const checkpoint = state.checkpoint;
-        if (positionReached(checkpoint, wanted)) return { ...opened, lease };
+        if (positionReached(checkpoint, wanted)) return lease;
         const unreachable = unreachablePosition(checkpoint, wanted);
         if (unreachable !== null)
           throw new ValidationError(`Endpoint "${name}": ${unreachable}`, [
@@ -160,9 +166,22 @@ export function endpointAccess(options: {
       throw err;
     }
   };
+  const openFresh = async (request: FastifyRequest, name: string): Promise<OpenedEndpoint> => {
+    const opened = open(request, name);
+    return { ...opened, lease: await awaitPosition(request, name, opened.lease) };
+  };
   const rowFilterFits = (lease: Lease, rowFilter: Filter | undefined) =>
     rowFilter === undefined || rowFilterProblem(lease.cache, rowFilter, limits) === null;
-  return { scopeOf, authorize, authorizeFeed, rowFilterFor, rowFilterFits, open, openFresh };
+  return {
+    scopeOf,
+    authorize,
+    authorizeFeed,
+    rowFilterFor,
+    rowFilterFits,
+    open,
+    openFresh,
+    awaitPosition,
+  };
 }
 
 /**

@@ -149,3 +149,21 @@ export function unreachablePosition(
 export function bareMismatch(checkpoint: PipelineCheckpoint | null, wanted: MinPosition): boolean {
   return wanted.has(null) && checkpoint !== null && positionsOf(checkpoint).size > 1;
 }
+
+/**
+ * Refuses `sluice-min-position` on a route that reads no single endpoint (`GET /v1/endpoints`): a position names
+ * one endpoint's sources, and the list answers at once for every endpoint, so answering 200 would claim a wait that
+ * never happened. The request is pointed at the endpoint's own route, which waits. No header: nothing to refuse.
+ *
+ * @example
+ * ```ts
+ * refuseMinPosition(request.headers[MIN_POSITION_HEADER], 'GET /v1/endpoints'); // throws VALIDATION_FAILED (400)
+ * ```
+ */
+export function refuseMinPosition(header: string | string[] | undefined, route: string): void {
+  if (header === undefined) return;
+  const message = `not taken by ${route} (a position names one endpoint's sources): send it to GET /v1/endpoints/{name}, which waits for it`;
+  throw new ValidationError(`Invalid ${MIN_POSITION_HEADER}: ${message}`, [
+    { path: `headers.${MIN_POSITION_HEADER}`, message },
+  ]);
+}

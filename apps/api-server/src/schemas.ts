@@ -139,8 +139,27 @@ export const MinPositionHeadersSchema = z.object({
     ),
 });
 
-/** The change feed's request header (documentation only, as {@link MinPositionHeadersSchema}). */
+/**
+ * The endpoint list's request headers (documentation only): `sluice-min-position` is declared so that a generated
+ * client knows the route refuses it (a position names one endpoint's sources; the list waits for none).
+ */
+export const ListHeadersSchema = z.object({
+  'sluice-min-position': z
+    .string()
+    .optional()
+    .describe(
+      "Not taken here: a request that sends it is refused (400 VALIDATION_FAILED at `headers.sluice-min-position`), since a position names one endpoint's sources and the list waits for none; send it to `GET /v1/endpoints/{name}`, which waits for it",
+    ),
+});
+
+/** The change feed's request headers (documentation only, as {@link MinPositionHeadersSchema}). */
 export const FeedHeadersSchema = z.object({
+  'sluice-min-position': z
+    .string()
+    .optional()
+    .describe(
+      'Open the feed only once this position is committed (as on the other endpoint routes): the snapshot, or the changes after the token, then start from a generation that has it. Waits up to `api.freshnessWaitMs`, else 503 POSITION_NOT_REACHED with retry-after before any stream bytes; a malformed or unreachable one is 400 at `headers.sluice-min-position`',
+    ),
   'last-event-id': z
     .string()
     .optional()

@@ -197,8 +197,8 @@ describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
     // defect: a filter naming an unknown field, or comparing a field with a value of another type, opened a feed
     // that never sent a record (a query answers both with 400).
     for (const [filter, path, reason] of [
-      [{ nope: 1 }, '$filter.nope', 'unknown field'],
-      [{ value: 'x' }, '$filter.value', 'number'],
+      [{ nope: 1 }, 'querystring.filter.nope', 'unknown field'],
+      [{ value: 'x' }, 'querystring.filter.value', 'number'],
     ] as const) {
       const refused = await SseConnection.open(feedUrl(api.url, { filter: JSON.stringify(filter) })).catch(
         (e) => e,

@@ -42,4 +42,31 @@ describe('change feed: the filter parameter', () => {
     expect(response.status).toBe(200);
     ok.abort();
   }, 60_000);
+
+  it('defect: a filter= the endpoint cannot run was refused at $filter.<field>, a body key the request has no such thing as — now at querystring.filter.<field>, where the parameter is', async () => {
+    await using dir = await tempDir('sluice-api-feed-filter-');
+    await writeGeneration(dir.path, 1, 20);
+    await using server = await startQuietApiServer(dir.path);
+    for (const [filter, path, reason] of [
+      [{ nope: 1 }, 'querystring.filter.nope', 'unknown field'],
+      [{ value: 'x' }, 'querystring.filter.value', 'number'],
+      [{ value: { $regex: 'x' } }, 'querystring.filter.value', 'unknown operator'],
+      [{ $and: [{ id: 1 }, { category: { $gt: 1 } }] }, 'querystring.filter.$and[1].category.$gt', 'string'],
+    ] as const) {
+      const controller = new AbortController();
+      const response = await fetch(
+        `${server.url}/v1/endpoints/items/changes?filter=${encodeURIComponent(JSON.stringify(filter))}`,
+        { signal: controller.signal },
+      );
+      const status = response.status;
+      const body = status === 200 ? null : ((await response.json()) as Record<string, unknown>);
+      controller.abort();
+      expect({ path, status }).toEqual({ path, status: 400 });
+      expect(body).toMatchObject({
+        code: 'INVALID_QUERY',
+        detail: expect.stringContaining(path),
+        errors: [{ path, message: expect.stringContaining(reason) }],
+      });
+    }
+  }, 60_000);
 });

@@ -19,7 +19,8 @@ const ENDPOINT = [...EVERY, '403', '404'];
 const POSTED = [...ENDPOINT, '413', '415'];
 
 const EXPECTED: Record<string, { statuses: string[]; headers: string[] }> = {
-  'get /v1/endpoints': { statuses: ['200', ...EVERY], headers: [] },
+  // Declared to say it is refused (a position names one endpoint's sources).
+  'get /v1/endpoints': { statuses: ['200', ...EVERY], headers: ['sluice-min-position'] },
   'get /v1/endpoints/{name}': { statuses: ['200', ...ENDPOINT], headers: ['sluice-min-position'] },
   'get /v1/endpoints/{name}/records/{key}': {
     statuses: ['200', ...ENDPOINT],
@@ -34,7 +35,10 @@ const EXPECTED: Record<string, { statuses: string[]; headers: string[] }> = {
     headers: ['sluice-min-position'],
   },
   'post /v1/endpoints/{name}/count': { statuses: ['200', ...POSTED], headers: ['sluice-min-position'] },
-  'get /v1/endpoints/{name}/changes': { statuses: ['200', ...ENDPOINT, '429'], headers: ['last-event-id'] },
+  'get /v1/endpoints/{name}/changes': {
+    statuses: ['200', ...ENDPOINT, '429'],
+    headers: ['last-event-id', 'sluice-min-position'],
+  },
 };
 
 interface Operation {

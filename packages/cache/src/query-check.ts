@@ -240,16 +240,23 @@ function filterSchemaFor(limits: QueryLimits): ReturnType<typeof filterSchema> {
 
 /**
  * Checks a `$filter` alone against an endpoint's schema — shape, limits, fields, operand types — as a query's
- * is checked; throws `INVALID_QUERY` with a path per problem.
+ * is checked; throws `INVALID_QUERY` with a path per problem, under `at`: where the filter sits in the request
+ * (`$filter` in a query body; a filter sent as a parameter names the parameter, e.g. `querystring.filter`).
  *
  * @example
  * ```ts
  * const filter = checkFilter({ category: 'a', value: { $gte: 10 } }, cache.schema);
  * checkFilter({ nope: 1 }, cache.schema); // throws INVALID_QUERY: $filter.nope: unknown field "nope"
+ * checkFilter({ nope: 1 }, cache.schema, {}, 'querystring.filter'); // … querystring.filter.nope: unknown field …
  * ```
  */
-export function checkFilter(filter: unknown, schema: CacheSchema, limits: Partial<QueryLimits> = {}): Filter {
-  return checkFilterAt('$filter', filter, schema, limits);
+export function checkFilter(
+  filter: unknown,
+  schema: CacheSchema,
+  limits: Partial<QueryLimits> = {},
+  at = '$filter',
+): Filter {
+  return checkFilterAt(at, filter, schema, limits);
 }
 
 /**

@@ -1,7 +1,14 @@
 import type { Filter, WireQuery } from '@sluice/core';
 import { ClientErrorCode, SluiceClientError } from './errors.js';
 import { type ConnectionLoss, openEventStream } from './event-stream.js';
-import { parsePositionHeader, type ReadOptions, readFresh } from './freshness.js';
+import {
+  DEFAULT_FRESHNESS_TIMEOUT_MS,
+  type MinPosition,
+  minPositionHeader,
+  parsePositionHeader,
+  type ReadOptions,
+  readFresh,
+} from './freshness.js';
 import { type HttpTarget, requestJson } from './http.js';
 
 /** A query of the query language, on the wire (core's `WireQuery`: `$filter`, `$order_by`, `$limit`, `$skip` | `$after`). */
@@ -40,6 +47,15 @@ export interface ChangesOptions {
   filter?: Filter;
   /** Start with a snapshot even with a token. */
   snapshot?: boolean;
+  /**
+   * Read your writes: the feed starts from a generation that has committed at least this position, so its snapshot
+   * (or the changes after `after`, up to `live`) holds the write. Sent as `sluice-min-position` on every connection
+   * until the first `live` event; a `503 POSITION_NOT_REACHED` is asked again after its `retry-after` until
+   * `freshnessTimeoutMs` has passed, then the feed ends with it. A malformed position ends it at once (`400`).
+   */
+  minPosition?: MinPosition;
+  /** How long a feed with `minPosition` keeps asking before its first `live` (default 10 000 ms). */
+  freshnessTimeoutMs?: number;
   /** Stops the iterator (it also stops when the loop breaks). */
   signal?: AbortSignal;
   /** Reconnect backoff (default 250 ms doubling to 10 s, jittered). */
@@ -201,6 +217,14 @@ export class EndpointClient<Row extends Record<string, unknown> = Record<string,
     let token = options.after;
     let snapshot = options.snapshot === true;
     let inSnapshot = false;
+    // Until the first `live` the feed has not shown a state at least as new as `minPosition`: every connection
+    // before it asks for that position (a reconnect mid-snapshot may reach a server further behind).
+    let fresh = options.minPosition === undefined;
+    const minPosition: Record<string, string> =
+      options.minPosition === undefined
+        ? {}
+        : { 'sluice-min-position': minPositionHeader(options.minPosition) };
+    const deadline = Date.now() + (options.freshnessTimeoutMs ?? DEFAULT_FRESHNESS_TIMEOUT_MS);
     yield* openEventStream<ChangeEvent<Row>>(this.target, {
       what: 'The change feed',
       ...(options.signal ? { signal: options.signal } : {}),
@@ -224,6 +248,8 @@ export class EndpointClient<Row extends Record<string, unknown> = Record<string,
         const query = params.size > 0 ? `?${params}` : '';
         return `${this.path('/changes')}${query}`;
       },
+      headers: () => (fresh ? {} : minPosition),
+      giveUp: (refusal) => !fresh && refusal.code === 'POSITION_NOT_REACHED' && Date.now() >= deadline,
       onOpen: () => {
         snapshot = false;
         options.onOpen?.();
@@ -234,7 +260,10 @@ export class EndpointClient<Row extends Record<string, unknown> = Record<string,
         if (event === null) return null;
         if (event.type === 'reset' || (event.type === 'upsert' && message.id === undefined))
           inSnapshot = true;
-        if (event.type === 'live') inSnapshot = false;
+        if (event.type === 'live') {
+          inSnapshot = false;
+          fresh = true;
+        }
         if (message.id !== undefined) token = message.id;
         return event;
       },

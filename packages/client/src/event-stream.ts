@@ -29,6 +29,13 @@ export interface EventStreamOptions<T> {
   idleTimeoutMs?: number;
   /** The path and query of the next connection, asked before each (it may resume from where the last stopped). */
   path: () => string;
+  /** Request headers of the next connection, asked before each (e.g. `sluice-min-position` until it is reached). */
+  headers?: () => Record<string, string>;
+  /**
+   * Asked when the server refuses a connection with a status retrying may fix (`429`, `5xx`): true ends the stream
+   * with that refusal instead of reconnecting (the change feed's `minPosition` deadline).
+   */
+  giveUp?: (refusal: SluiceClientError) => boolean;
   /** Before each connection attempt: an event to yield first, or null. */
   beforeConnect?: () => T | null;
   /** Called once a connection is accepted, before its events are read. */
@@ -119,7 +126,7 @@ export async function* openEventStream<T>(
       const idle = () => controller.abort(new IdleConnection('no bytes from the server'));
       // Asked for each connection: a token renewed since the last one (the server ends a feed at its token's
       // expiry) is the one this connection uses.
-      const headers = await headersFor(target, { accept: 'text/event-stream' });
+      const headers = await headersFor(target, { ...options.headers?.(), accept: 'text/event-stream' });
       let res: Response;
       // A server that accepted the connection but never answers (stopped) is as dead as a silent stream.
       const headersTimer = idleMs > 0 ? setTimeout(idle, idleMs) : undefined;
@@ -141,6 +148,7 @@ export async function* openEventStream<T>(
         const error = await errorFrom(res);
         // Refusals that will not change by retrying (bad token, filter, auth, unknown endpoint) end the stream.
         if (res.status < 500 && res.status !== 429) throw error;
+        if (options.giveUp?.(error)) throw error;
         await delay(error.retryAfterMs ?? backoffMs(attempt++, initialMs, maxMs), options.signal).catch(
           () => undefined,
         );

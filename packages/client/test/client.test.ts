@@ -51,6 +51,42 @@ describe('@sluice/client against real servers (Node)', () => {
     expect(malformed).toMatchObject({ code: 'VALIDATION_FAILED', status: 400 });
   });
 
+  it('defect: changes() took no minPosition — a feed opened right after a write left the write out of its snapshot (it came after live); now the feed opens from a generation that has it', {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir();
+    await using writer = await startWriter(join(dir.path, 'data'), [item(1)], { lsn: '0/100' });
+    // The server waits 150 ms for a position, then answers 503 POSITION_NOT_REACHED: the client asks again.
+    await using api = await startApi(dir.path, writer.root, { freshnessWaitMs: 150 });
+    const items = createClient({ queryUrl: api.url }).endpoint<Item>('items');
+    const events: ChangeEvent<Item>[] = [];
+    const controller = new AbortController();
+    const consumed = (async () => {
+      for await (const event of items.changes({ minPosition: '0/300', signal: controller.signal }))
+        events.push(event);
+    })();
+    // Ordering only: the feed is asked for (and refused by several server waits) before the write is committed.
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    await writer.commit([{ op: 'upsert', record: item(2) }], '0/300');
+    await waitUntil(() => events.some((e) => e.type === 'live'), 'live');
+    const live = events.findIndex((e) => e.type === 'live');
+    const snapshot = events.slice(0, live).flatMap((e) => (e.type === 'upsert' ? [e.key[0]] : []));
+    expect(snapshot).toEqual([1, 2]);
+    controller.abort();
+    await consumed;
+
+    // A position never committed ends the feed once the client's deadline passed; a malformed one at once.
+    const drain = async (options: Parameters<typeof items.changes>[0]) => {
+      for await (const _ of items.changes(options)) {
+        // only the error matters
+      }
+    };
+    const never = await drain({ minPosition: '0/900', freshnessTimeoutMs: 600 }).catch((e: unknown) => e);
+    expect(never).toMatchObject({ code: 'POSITION_NOT_REACHED', status: 503 });
+    const malformed = await drain({ minPosition: 'not-an-lsn' }).catch((e: unknown) => e);
+    expect(malformed).toMatchObject({ code: 'VALIDATION_FAILED', status: 400 });
+  });
+
   it('endpoint: get, query, count, scan with $after paging, typed errors', async () => {
     await using dir = await tempDir();
     await using writer = await startWriter(

@@ -16,6 +16,12 @@ import {
 } from '@sluice/core';
 import { assertRowFilterFitsIn } from '../endpoint-access.js';
 
+/**
+ * Where the `filter` parameter sits in the request, as the route's schema names its parameters: its refusals point
+ * there (`querystring.filter`, `querystring.filter.value.$gte`), as a query body's point into the body (`$filter.…`).
+ */
+export const FILTER_PATH = 'querystring.filter';
+
 /** Whether a record is in a subscriber's view. */
 export type RecordMatch = (record: Record<string, unknown>) => boolean;
 
@@ -69,7 +75,9 @@ export class FeedFilter {
     // Checked against the generation's fields as a query's $filter is (operands in their stored form, timestamps
     // as canonical UTC text), so the feed and queries select the same records.
     const filter =
-      this.filter === undefined ? undefined : checkFilter(this.filter, cache.schema, this.limits);
+      this.filter === undefined
+        ? undefined
+        : checkFilter(this.filter, cache.schema, this.limits, FILTER_PATH);
     const rows =
       this.rowFilter === undefined ? undefined : checkRowFilter(this.rowFilter, cache.schema, this.limits);
     const combined = andFilters(filter, rows);

@@ -17,7 +17,8 @@ import {
   FeedHeadersSchema,
   ProblemSchema,
 } from '../schemas.js';
-import { FeedFilter } from './feed-filter.js';
+import type { Lease } from '../serving-table.js';
+import { FeedFilter, FILTER_PATH } from './feed-filter.js';
 import { RETRY_FRAME } from './frames.js';
 import { ChangeFeedHub, type ChangeFeedSettings } from './hub.js';
 import type { FeedStart } from './subscriber.js';
@@ -33,6 +34,13 @@ export interface ChangeFeedPluginOptions {
    * expires (the feed ends then).
    */
   access(request: FastifyRequest, endpoint: string): FeedGrant;
+  /**
+   * Read-your-writes (`sluice-min-position`), as every endpoint route has it: a lease on a generation that has
+   * committed the request's position (the one given, or one taken after waiting for it), or the refusal (400,
+   * 503 POSITION_NOT_REACHED) with every lease released. The feed starts from that generation, so its snapshot (or
+   * the changes after a token, up to `live`) holds the write.
+   */
+  awaitPosition(request: FastifyRequest, endpoint: string, lease: Lease): Promise<Lease>;
   /** Receives the hub (tests and the server read its counts). */
   onHub?(hub: ChangeFeedHub): void;
 }
@@ -42,9 +50,6 @@ export interface FeedGrant {
   rowFilter: Filter | undefined;
   expiresAt: number | null;
 }
-
-/** Where a refusal of the `filter` parameter points, as the route's schema names its parameters. */
-const FILTER_PATH = 'querystring.filter';
 
 /** The feed's parameters; any other is refused (400 at `querystring.<name>`) rather than ignored. */
 export const ChangesQuerySchema = z.strictObject({
@@ -117,14 +122,20 @@ export async function changeFeedPlugin(
           ]);
         }
       }
-      if (hub.size >= settings.maxSubscribers || hub.isClosed)
-        throw new QueueFullError(
+      const full = () => hub.size >= settings.maxSubscribers || hub.isClosed;
+      const refuseFull = () =>
+        new QueueFullError(
           5,
           'This api-server has as many change-feed subscribers as it accepts; retry later or elsewhere',
         );
-      const lease = registry.acquire(name);
+      if (full()) throw refuseFull();
+      // With sluice-min-position, the generation the feed starts from has committed it (waiting, bounded, for that
+      // commit): refused before any stream bytes otherwise, as the endpoint's other routes refuse.
+      const lease = await options.awaitPosition(request, name, registry.acquire(name));
       const filters = new FeedFilter(name, json, rowFilter, limits);
       try {
+        // Others may have subscribed while this request waited.
+        if (full()) throw refuseFull();
         // Checked against the endpoint's fields as a query's $filter is: an unknown field or an operand of the
         // wrong type is a 400 (a row filter that does not fit a 403), not a feed that never sends a record. Each
         // generation the feed moves to later is checked the same way (feed-filter.ts).
@@ -132,6 +143,12 @@ export async function changeFeedPlugin(
       } catch (err) {
         lease.release();
         throw err;
+      }
+      if (request.raw.socket.destroyed) {
+        // The client left while the request waited: a subscriber on its socket would never see it close.
+        lease.release();
+        reply.hijack();
+        return reply;
       }
       const start: FeedStart =
         position === null || query.snapshot === 'true' ? { kind: 'snapshot' } : { kind: 'resume', position };
