@@ -243,8 +243,8 @@ describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
       ['../../items-01jf3q0v9s6k2m8c4r1x7b5n2d', 'a path'],
     ] as const) {
       for (const [where, request] of [
-        ['after', () => answerTo({}, { after: token(generation) })],
-        ['last-event-id', () => answerTo({ 'last-event-id': token(generation) })],
+        ['querystring.after', () => answerTo({}, { after: token(generation) })],
+        ['headers.last-event-id', () => answerTo({ 'last-event-id': token(generation) })],
       ] as const) {
         const answer = await request();
         expect(answer, `${why} (${where})`).toMatchObject({

@@ -103,6 +103,25 @@ describe('query API contract corners', () => {
     }
   }, 60_000);
 
+  it('defect: a malformed change-feed token was refused at path "after" / "last-event-id", every other parameter and header at querystring.<name> / headers.<name>', async () => {
+    await using dir = await tempDir('sluice-api-contract-');
+    await writeGeneration(dir.path, 1, 5);
+    await using server = await startQuietApiServer(dir.path);
+    const feed = `${server.url}/v1/endpoints/items/changes`;
+    const byParameter = await fetchJson(`${feed}?after=nope`);
+    const byHeader = await fetchJson(feed, { headers: { 'last-event-id': 'nope' } });
+    const paths = (answer: { body: unknown }) =>
+      ((answer.body as { errors?: Array<{ path: string }> }).errors ?? []).map((e) => e.path);
+    expect({ status: byParameter.status, paths: paths(byParameter) }).toEqual({
+      status: 400,
+      paths: ['querystring.after'],
+    });
+    expect({ status: byHeader.status, paths: paths(byHeader) }).toEqual({
+      status: 400,
+      paths: ['headers.last-event-id'],
+    });
+  }, 60_000);
+
   it('defect: an empty endpoint name (GET /v1/endpoints/) answered 404 UNKNOWN_ENDPOINT naming the endpoint "" — now 400 at params.name, as the control API answers', async () => {
     await using dir = await tempDir('sluice-api-contract-');
     await writeGeneration(dir.path, 1, 5);

@@ -103,7 +103,7 @@ export async function changeFeedPlugin(
       const fromHeader = query.after === undefined && typeof header === 'string' && header.length > 0;
       const raw = query.after ?? (fromHeader ? (header as string) : undefined);
       const position =
-        raw === undefined ? null : decodeFeedToken(raw, name, fromHeader ? 'last-event-id' : 'after');
+        raw === undefined ? null : decodeFeedToken(raw, name, fromHeader ? 'headers.last-event-id' : 'querystring.after');
       let json: unknown;
       if (query.filter !== undefined) {
         try {

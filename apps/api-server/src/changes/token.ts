@@ -34,7 +34,7 @@ export function encodeFeedToken(position: FeedPosition): string {
  * `VALIDATION_FAILED`: it was never issued, so it is bad input — not a `reset`, which is for a real token whose
  * generation has vanished or whose position is past retention (the feed decides those once it looks).
  */
-export function decodeFeedToken(token: string, endpoint: string, path = 'after'): FeedPosition {
+export function decodeFeedToken(token: string, endpoint: string, path = 'querystring.after'): FeedPosition {
   const invalid = (why: string) =>
     new ValidationError(`Invalid change-feed token: ${why}`, [{ path, message: why }]);
   if (token.length > MAX_TOKEN_LENGTH || !token.startsWith(PREFIX)) throw invalid('not a change-feed token');
