@@ -5,20 +5,19 @@
  * the switch in the timeline, Roll back, a gated rebuild held and promoted, Terminate of a running transfer, the
  * Nodes page; each outcome checked through the API too. A screenshot of each page goes to test-artifacts/.
  */
-import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createClient } from '@sluice/client';
 import { PIPELINE_DEFAULTS, parseConfigText } from '@sluice/core';
-import { CHROMIUM_PATH, chromiumLaunchOptions, tempDir, waitFor } from '@sluice/testkit';
-import { type BrowserContext, chromium, type Page } from 'playwright-core';
+import { tempDir, waitFor } from '@sluice/testkit';
+import type { Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { cityLines } from '../../../scripts/prepare-quickstart-data.mjs';
+import { openConsoleBrowser } from './console-browser.js';
 import { localNode, startNodeProcess, tokenAndKeptGenerationsYaml } from './helpers.js';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
-const BUILT = fileURLToPath(new URL('../dist/console/index.html', import.meta.url));
 const ARTIFACTS = fileURLToPath(new URL('../test-artifacts', import.meta.url));
 const TOKEN = 'console-test-token-0123456789';
 /** Cities in the endpoint the Rebuild test rebuilds. */
@@ -37,34 +36,6 @@ async function writeCities(path: string, count: number): Promise<void> {
   await writeFile(path, `${cityLines(count).join('\n')}\n`);
 }
 
-async function openBrowser(): Promise<{ context: BrowserContext; page: Page; close: () => Promise<void> }> {
-  const profile = await tempDir('sluice-console-chromium-');
-  const context = await chromium.launchPersistentContext(profile.path, {
-    ...chromiumLaunchOptions(),
-    headless: true,
-    viewport: { width: 1366, height: 900 },
-  });
-  const page = context.pages()[0] ?? (await context.newPage());
-  const errors: string[] = [];
-  page.on('pageerror', (err) => errors.push(err.message));
-  // Nothing but the app-server: a request elsewhere would mean the console fetches from the internet.
-  const foreign: string[] = [];
-  page.on('request', (request) => {
-    const url = new URL(request.url());
-    if (url.hostname !== '127.0.0.1' && url.protocol !== 'data:') foreign.push(request.url());
-  });
-  return {
-    context,
-    page,
-    close: async () => {
-      await context.close();
-      await profile[Symbol.asyncDispose]();
-      expect(errors).toEqual([]);
-      expect(foreign).toEqual([]);
-    },
-  };
-}
-
 async function screenshot(page: Page, name: string): Promise<void> {
   await mkdir(ARTIFACTS, { recursive: true });
   const path = join(ARTIFACTS, `${name}.png`);
@@ -74,10 +45,6 @@ async function screenshot(page: Page, name: string): Promise<void> {
 
 describe('the operator console in headless Chromium', () => {
   it('without control auth: lists the quick-start endpoint at once, live; the Nodes page', async () => {
-    expect(existsSync(CHROMIUM_PATH), 'chromium is installed (.ci/run: apt-get install -y chromium)').toBe(
-      true,
-    );
-    expect(existsSync(BUILT), 'the console is built (pnpm build)').toBe(true);
     await using dir = await tempDir('sluice-console-open-');
     const source = join(dir.path, 'cities.jsonl');
     await writeCities(source, 2_000);
@@ -85,7 +52,7 @@ describe('the operator console in headless Chromium', () => {
       ...localNode('quickstart', dir.path),
       extraYaml: `endpoints: ${JSON.stringify([await quickStartEndpoint(source)])}`,
     });
-    const browser = await openBrowser();
+    const browser = await openConsoleBrowser();
     try {
       const { page } = browser;
       const response = await page.goto(`${node.url}/console`);
@@ -145,7 +112,7 @@ describe('the operator console in headless Chromium', () => {
       { timeoutMs: 60_000, what: 'cities to serve its first generation' },
     );
 
-    const browser = await openBrowser();
+    const browser = await openConsoleBrowser();
     try {
       const { page } = browser;
       await page.goto(`${node.url}/console`);
@@ -195,7 +162,9 @@ describe('the operator console in headless Chromium', () => {
 
       // Roll back: the previous generation serves again.
       const short = (name: string) => name.slice('cities-'.length);
+      // It asks first (an action that cannot be taken back).
       await card.getByRole('button', { name: `Roll back to ${short(blue!)}` }).click();
+      await card.getByRole('button', { name: `Yes, roll back to ${short(blue!)}` }).click();
       await card.locator('.timeline li[data-cause="rollback"]').waitFor();
       listed = await control.generations('cities');
       expect(listed.history[0]).toMatchObject({ from: green, to: blue, cause: 'rollback' });
@@ -214,6 +183,7 @@ describe('the operator console in headless Chromium', () => {
       expect(await heldSection.textContent()).toContain(held.held!.reason);
       await screenshot(page, 'console-endpoints-held');
       await heldSection.getByRole('button', { name: `Promote ${short(gated)}` }).click();
+      await heldSection.getByRole('button', { name: `Yes, promote ${short(gated)}` }).click();
       await card.locator('.timeline li[data-cause="promote"]').waitFor();
       await heldSection.waitFor({ state: 'detached' });
       listed = await control.generations('cities');
@@ -241,6 +211,7 @@ describe('the operator console in headless Chromium', () => {
       await page.getByRole('heading', { name: 'Request' }).waitFor();
       expect(await page.locator('pre').first().textContent()).toContain('"maxRecordsPerSecond": 20');
       await page.getByRole('button', { name: 'Terminate' }).click();
+      await page.getByRole('button', { name: 'Yes, terminate console-slow-copy' }).click();
       await page.locator('[data-fact="state"]', { hasText: 'TERMINATED' }).waitFor({ timeout: 30_000 });
       expect((await client.transfers.get('console-slow-copy')).state).toBe('TERMINATED');
       await screenshot(page, 'console-transfer-detail');

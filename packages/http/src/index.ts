@@ -10,6 +10,7 @@ export {
   runCli,
 } from './cli.js';
 export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.js';
+export { atExpiry } from './expiry.js';
 export { JSON_MEDIA_TYPES, jsonBodyText, refusedJsonCharset } from './json-body.js';
 export { listenError } from './listen-error.js';
 export { type CreateLoggerOptions, createLogger, type LogLevel } from './logger.js';

@@ -6,9 +6,9 @@ import {
   type PinnedGeneration,
   type ReadableCache,
 } from '@sluice/core';
+import { atExpiry } from '@sluice/http';
 import type { EndpointRegistry } from '../registry.js';
 import { waitForDrain } from './drain.js';
-import { atExpiry } from './expiry.js';
 import { type FeedFilter, FeedFilterUnfit, type RecordMatch } from './feed-filter.js';
 import { FEED_NEXT, FeedPhase, positionProblem, ResetReason } from './feed-phase.js';
 import type { GenerationFollower, LiveSubscriber } from './follower.js';

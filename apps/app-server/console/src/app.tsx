@@ -4,7 +4,7 @@ import { useHashRoute } from './hooks.js';
 import { EndpointsPage } from './pages/endpoints.js';
 import { NodesPage } from './pages/nodes.js';
 import { TransferDetail, TransfersPage } from './pages/transfers.js';
-import { type Access, probe, storedToken, storeToken } from './session.js';
+import { type Access, PromptReason, probe, storedToken, storeToken } from './session.js';
 import { TokenPrompt } from './token-prompt.js';
 
 const PAGES = [
@@ -29,10 +29,10 @@ export function App() {
   useEffect(() => {
     void check(storedToken());
   }, [check]);
-  // A token that stops working mid-session (revoked, expired): back to the prompt.
+  // A token that stops working mid-session (expired, revoked): back to the prompt, saying so.
   const onUnauthorized = useCallback(() => {
     storeToken(undefined);
-    setAccess({ kind: 'token-needed', refused: true });
+    setAccess({ kind: 'token-needed', reason: PromptReason.expired });
   }, []);
 
   if (access.kind === 'checking')
@@ -42,7 +42,7 @@ export function App() {
       </main>
     );
   if (access.kind === 'token-needed')
-    return <TokenPrompt refused={access.refused} onSubmit={(token) => void check(token)} />;
+    return <TokenPrompt reason={access.reason} onSubmit={(token) => void check(token)} />;
   if (access.kind === 'unreachable')
     return (
       <main class="centered">
@@ -109,7 +109,13 @@ function Shell(props: {
         )}
         {page.path === 'transfers' &&
           (route[1] ? (
-            <TransferDetail client={props.client} id={route[1]} onUnauthorized={props.onUnauthorized} />
+            // Keyed by id: another transfer is another page, with nothing of the last one's record or actions.
+            <TransferDetail
+              key={route[1]}
+              client={props.client}
+              id={route[1]}
+              onUnauthorized={props.onUnauthorized}
+            />
           ) : (
             <TransfersPage client={props.client} onUnauthorized={props.onUnauthorized} />
           ))}

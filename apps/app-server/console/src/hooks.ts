@@ -1,5 +1,5 @@
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
-import { messageOf } from './session.js';
+import { isUnauthorized, messageOf } from './session.js';
 
 /** The page the location's hash names (`#/transfers/abc` → `['transfers', 'abc']`), following changes. */
 export function useHashRoute(): string[] {
@@ -22,24 +22,33 @@ export function useHashRoute(): string[] {
 export type ActionOutcome = { kind: 'ok' | 'error'; text: string } | null;
 
 /**
- * Runs one operator action at a time: `busy` while it runs (buttons disable), then its outcome — the server's code
- * and message when it was refused.
+ * Runs one operator action at a time: `busy` while it runs (buttons disable; a second call meanwhile — a double
+ * click — is ignored, not sent), then its outcome — the server's code and message when it was refused. A 401 (the
+ * token expired or was revoked since the page got it) goes to `onUnauthorized`: back to the token prompt.
  */
-export function useAction(): {
+export function useAction(onUnauthorized?: () => void): {
   busy: string | null;
   outcome: ActionOutcome;
   run: (label: string, action: () => Promise<string>) => Promise<void>;
 } {
   const [busy, setBusy] = useState<string | null>(null);
   const [outcome, setOutcome] = useState<ActionOutcome>(null);
+  // The state above re-renders later; this stops a second call in the same turn.
+  const running = useRef(false);
+  const unauthorized = useRef(onUnauthorized);
+  unauthorized.current = onUnauthorized;
   const run = useCallback(async (label: string, action: () => Promise<string>) => {
+    if (running.current) return;
+    running.current = true;
     setBusy(label);
     setOutcome(null);
     try {
       setOutcome({ kind: 'ok', text: await action() });
     } catch (err) {
-      setOutcome({ kind: 'error', text: `${label} failed — ${messageOf(err)}` });
+      if (isUnauthorized(err) && unauthorized.current) unauthorized.current();
+      else setOutcome({ kind: 'error', text: `${label} failed — ${messageOf(err)}` });
     } finally {
+      running.current = false;
       setBusy(null);
     }
   }, []);
@@ -48,15 +57,21 @@ export function useAction(): {
 
 /**
  * Calls `load` now and every `everyMs` while the page is visible (no overlap: the next call waits for the last),
- * again at once when `deps` change. For lists the control API has no stream for.
+ * again at once when `deps` change. For lists the control API has no stream for. What it returns always answers the
+ * current `deps`: when they change, the last answer (and error) is dropped, not shown under the new question.
  */
 export function usePolling<T>(
   load: (signal: AbortSignal) => Promise<T>,
   everyMs: number,
   deps: unknown[],
 ): { data: T | null; error: unknown; refresh: () => void } {
-  const [data, setData] = useState<T | null>(null);
-  const [error, setError] = useState<unknown>(null);
+  // Each answer is kept with the deps it answered, so one for other deps is never returned (not even for the one
+  // render before the next load starts).
+  const [answer, setAnswer] = useState<{ deps: unknown[]; data: T | null; error: unknown }>({
+    deps,
+    data: null,
+    error: null,
+  });
   const [tick, setTick] = useState(0);
   const loadRef = useRef(load);
   loadRef.current = load;
@@ -67,11 +82,11 @@ export function usePolling<T>(
       try {
         const value = await loadRef.current(controller.signal);
         if (controller.signal.aborted) return;
-        setData(value);
-        setError(null);
+        setAnswer({ deps, data: value, error: null });
       } catch (err) {
         if (controller.signal.aborted) return;
-        setError(err);
+        // The last data stays beside the error (a poll that failed once), as long as it answers these deps.
+        setAnswer((last) => ({ deps, data: sameDeps(last.deps, deps) ? last.data : null, error: err }));
       }
       if (!controller.signal.aborted) timer = setTimeout(once, document.hidden ? everyMs * 5 : everyMs);
     };
@@ -81,5 +96,14 @@ export function usePolling<T>(
       clearTimeout(timer);
     };
   }, [...deps, tick, everyMs]);
-  return { data, error, refresh: () => setTick((t) => t + 1) };
+  const current = sameDeps(answer.deps, deps);
+  return {
+    data: current ? answer.data : null,
+    error: current ? answer.error : null,
+    refresh: () => setTick((t) => t + 1),
+  };
+}
+
+function sameDeps(a: unknown[], b: unknown[]): boolean {
+  return a.length === b.length && a.every((dep, i) => Object.is(dep, b[i]));
 }

@@ -17,10 +17,17 @@ export function clientFor(token: string | undefined): SluiceClient {
   return createClient({ controlUrl: window.location.origin, ...(token ? { token } : {}) });
 }
 
+/**
+ * Why the token prompt shows: no token yet (or signed out), a token the control API refused at sign-in, or one it
+ * stopped accepting while the page was open (a JWT past its `exp`, a token taken off the list).
+ */
+export const PromptReason = { asked: 'asked', refused: 'refused', expired: 'expired' } as const;
+export type PromptReason = (typeof PromptReason)[keyof typeof PromptReason];
+
 /** The outcome of asking the control API who we are: in, a token needed (or refused), or no answer. */
 export type Access =
   | { kind: 'granted'; client: SluiceClient; token: string | undefined }
-  | { kind: 'token-needed'; refused: boolean }
+  | { kind: 'token-needed'; reason: PromptReason }
   | { kind: 'unreachable'; message: string };
 
 /** Probes the control API with `token`: `GET /v1/endpoints` answers, or says 401 when auth is on. */
@@ -30,7 +37,11 @@ export async function probe(token: string | undefined): Promise<Access> {
     await client.control.endpoints();
     return { kind: 'granted', client, token };
   } catch (err) {
-    if (isUnauthorized(err)) return { kind: 'token-needed', refused: token !== undefined };
+    if (isUnauthorized(err))
+      return {
+        kind: 'token-needed',
+        reason: token === undefined ? PromptReason.asked : PromptReason.refused,
+      };
     return { kind: 'unreachable', message: messageOf(err) };
   }
 }

@@ -1,8 +1,18 @@
 import { useState } from 'preact/hooks';
+import type { PromptReason } from './session.js';
+
+/** What the prompt says about the last token, by why it shows (nothing when none was tried). */
+const SAID: Record<PromptReason, string | null> = {
+  asked: null,
+  refused: 'The control API refused that token (401 UNAUTHORIZED).',
+  expired:
+    'The control API no longer accepts your token (401 UNAUTHORIZED): it expired or was revoked. Sign in with a current one.',
+};
 
 /** The only thing shown while control auth is on and no accepted token is known. */
-export function TokenPrompt(props: { refused: boolean; onSubmit: (token: string) => void }) {
+export function TokenPrompt(props: { reason: PromptReason; onSubmit: (token: string) => void }) {
   const [token, setToken] = useState('');
+  const said = SAID[props.reason];
   return (
     <main class="centered">
       <h1>Sluice console</h1>
@@ -23,11 +33,11 @@ export function TokenPrompt(props: { refused: boolean; onSubmit: (token: string)
           required
           value={token}
           onInput={(event) => setToken((event.target as HTMLInputElement).value)}
-          aria-describedby={props.refused ? 'token-refused' : undefined}
+          aria-describedby={said ? 'token-refused' : undefined}
         />
-        {props.refused && (
+        {said && (
           <p id="token-refused" role="alert" class="error">
-            The control API refused that token (401 UNAUTHORIZED).
+            {said}
           </p>
         )}
         <button type="submit" class="sign-in">

@@ -8,28 +8,53 @@ export interface AuthSettings {
   jwtSecret?: string;
 }
 
+/**
+ * What an accepted token grants: until when (epoch ms; `null` for a listed token or a JWT without `exp`). A request
+ * that lasts — the endpoint stream — ends then, as any request after it would be refused.
+ */
+export interface BearerGrant {
+  expiresAt: number | null;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The grant of the request's bearer token (`null` when control auth is off or the path is open). */
+    bearerGrant: BearerGrant | null;
+  }
+}
+
 const digest = (value: string) => createHash('sha256').update(value).digest();
 
+/** A listed token does not expire (the list changes with a restart, which ends every connection anyway). */
+const LISTED: BearerGrant = { expiresAt: null };
+
 /**
- * Builds the bearer-token check: `verifyJwt` is given the token when it is not in the list. Comparison of
- * listed tokens is constant-time.
+ * Builds the bearer-token check: `verifyJwt` is given the token when it is not in the list, and answers its grant
+ * or `null` when it is not valid. Comparison of listed tokens is constant-time.
  *
  * @example
  * ```ts
- * const check = bearerCheck({ tokens: ['a-long-random-token-1234'] }, async () => false);
- * await check('Bearer a-long-random-token-1234'); // resolves
+ * const check = bearerCheck({ tokens: ['a-long-random-token-1234'] }, async () => null);
+ * await check('Bearer a-long-random-token-1234'); // resolves { expiresAt: null }
  * ```
  */
 export function bearerCheck(
   settings: AuthSettings,
-  verifyJwt: ((token: string) => Promise<boolean>) | null,
-): (authorization: string | string[] | undefined) => Promise<void> {
+  verifyJwt: ((token: string) => Promise<BearerGrant | null>) | null,
+): (authorization: string | string[] | undefined) => Promise<BearerGrant> {
   const allowed = (settings.tokens ?? []).map(digest);
   return async (authorization) => {
     const token = parseBearer(authorization);
     const candidate = digest(token);
-    if (allowed.some((known) => timingSafeEqual(known, candidate))) return;
-    if (verifyJwt && (await verifyJwt(token))) return;
+    if (allowed.some((known) => timingSafeEqual(known, candidate))) return LISTED;
+    const grant = verifyJwt ? await verifyJwt(token) : null;
+    if (grant) return grant;
     throw new UnauthorizedError('The bearer token is not valid');
   };
+}
+
+/** The grant of a verified JWT's claims: `exp` (seconds) as epoch ms. */
+export function jwtGrant(claims: unknown): BearerGrant {
+  const exp = (claims as { exp?: unknown } | null)?.exp;
+  return { expiresAt: typeof exp === 'number' && Number.isFinite(exp) ? exp * 1000 : null };
 }

@@ -8,6 +8,7 @@ import {
   type GenerationsView,
   SluiceError,
 } from '@sluice/core';
+import { atExpiry } from '@sluice/http';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { Gauge, type Registry } from 'prom-client';
@@ -42,6 +43,8 @@ const MAX_BUFFERED_BYTES = 4 * 1024 * 1024;
 /** Sent first: how long a browser's EventSource waits before reconnecting. */
 const RETRY_FRAME = 'retry: 1000\n\n';
 const HEARTBEAT_FRAME = ': heartbeat\n\n';
+/** Sent last when the watcher's bearer token expires: its reconnection with the same token is a 401. */
+const TOKEN_EXPIRED_FRAME = ': the bearer token expired; reconnect with a renewed one\n\n';
 
 function frame(event: EndpointStreamEvent): string {
   const { type, ...data } = event;
@@ -51,6 +54,8 @@ function frame(event: EndpointStreamEvent): string {
 interface Watcher {
   res: ServerResponse;
   heartbeat: NodeJS.Timeout;
+  /** Cancels the end at the token's expiry (a no-op without one). */
+  cancelExpiry: () => void;
 }
 
 /**
@@ -93,11 +98,23 @@ export class EndpointWatchHub {
     return this.#closed;
   }
 
-  /** Starts a watcher on a response whose headers are written: the current picture first, then changes. */
-  async watch(res: ServerResponse, heartbeatMs: number): Promise<void> {
+  /**
+   * Starts a watcher on a response whose headers are written: the current picture first, then changes — until
+   * `expiresAt` (epoch ms) when its bearer token expires then: a JWT cannot be revoked, so a stream outliving its
+   * token would go on showing the host to whoever held it.
+   */
+  async watch(res: ServerResponse, heartbeatMs: number, expiresAt: number | null = null): Promise<void> {
     const watcher: Watcher = {
       res,
       heartbeat: setInterval(() => this.#send(watcher, HEARTBEAT_FRAME), heartbeatMs),
+      cancelExpiry:
+        expiresAt === null
+          ? () => {}
+          : atExpiry(expiresAt, () => {
+              this.#send(watcher, TOKEN_EXPIRED_FRAME);
+              res.end();
+              this.#drop(watcher);
+            }),
     };
     this.#watchers.add(watcher);
     res.on('close', () => this.#drop(watcher));
@@ -194,6 +211,7 @@ export class EndpointWatchHub {
 
   #drop(watcher: Watcher): void {
     clearInterval(watcher.heartbeat);
+    watcher.cancelExpiry();
     if (!this.#watchers.delete(watcher)) return;
     if (this.#watchers.size === 0 && this.#timer) {
       clearInterval(this.#timer);
@@ -217,7 +235,8 @@ const StreamQuery = z.strictObject({
 /**
  * `GET /v1/endpoints/stream`: the host's endpoints as Server-Sent Events — `endpoints` (status, generations and
  * alias history of every endpoint) on connect and on every change, `switch` on every alias switch, heartbeat
- * comments. Registered inside the control API, so it is authorized like the rest of it.
+ * comments. Registered inside the control API, so it is authorized like the rest of it; a stream opened with a JWT
+ * ends when the token expires (`exp`), and reconnecting with it is then a 401.
  *
  * @example
  * ```ts
@@ -251,7 +270,7 @@ export async function endpointStreamRoutes(
         summary:
           'Endpoint status as Server-Sent Events (endpoints on connect and on change, switch, heartbeats)',
         description:
-          '`event: endpoints` `{endpoints: [...]}`: every endpoint of this host as `GET /v1/endpoints` reports it, with `generations` and `history` as `GET /v1/endpoints/:name/generations`; sent on connect and whenever any of it changes. `event: switch` `{endpoint, from, to, cause, version, at}`: an alias switch of this host. `: heartbeat` comments every `heartbeatMs`.',
+          '`event: endpoints` `{endpoints: [...]}`: every endpoint of this host as `GET /v1/endpoints` reports it, with `generations` and `history` as `GET /v1/endpoints/:name/generations`; sent on connect and whenever any of it changes. `event: switch` `{endpoint, from, to, cause, version, at}`: an alias switch of this host. `: heartbeat` comments every `heartbeatMs`. A stream opened with a JWT ends at its `exp` (reconnecting with it is a 401).',
         querystring: StreamQuery,
         // 429 QUEUE_FULL: as many streams open as it accepts (retry-after).
         response: { 200: EndpointStreamResponse, ...CONTROL_PROBLEMS, 429: ProblemSchema },
@@ -280,7 +299,11 @@ export async function endpointStreamRoutes(
         return reply;
       }
       request.raw.socket.setNoDelay(true);
-      await hub.watch(res, request.query.heartbeatMs ?? defaultHeartbeatMs);
+      await hub.watch(
+        res,
+        request.query.heartbeatMs ?? defaultHeartbeatMs,
+        request.bearerGrant?.expiresAt ?? null,
+      );
       return reply;
     },
   );

@@ -25,7 +25,7 @@ import { z } from 'zod';
 import type { EndpointManager } from '../endpoints.js';
 import type { NodeMetrics } from '../metrics.js';
 import { submissionReply, type TransferCoordinator } from '../transfers/coordinator.js';
-import { type AuthSettings, bearerCheck } from './auth.js';
+import { type AuthSettings, bearerCheck, jwtGrant } from './auth.js';
 import { consoleAssetsDir, consoleRoutes, isConsolePath } from './console-routes.js';
 import {
   CONTROL_PROBLEMS,
@@ -126,6 +126,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
   // Every control route takes a JSON object or no body: `null` is neither (fastify would validate it as no body).
   app.addHook('preValidation', refuseNullBody);
 
+  app.decorateRequest('bearerGrant', null);
   if (options.auth && (options.auth.tokens?.length || options.auth.jwtSecret)) {
     const jwtSecret = options.auth.jwtSecret;
     if (jwtSecret) await app.register(fastifyJwt, { secret: jwtSecret, verify: { algorithms: ['HS256'] } });
@@ -134,10 +135,9 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       jwtSecret
         ? async (token) => {
             try {
-              app.jwt.verify(token);
-              return true;
+              return jwtGrant(app.jwt.verify(token));
             } catch {
-              return false;
+              return null;
             }
           }
         : null,
@@ -145,7 +145,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     app.addHook('onRequest', async (request) => {
       const path = request.url.split('?')[0] ?? '';
       if (OPEN_PATHS.has(path) || isConsolePath(path)) return;
-      await check(request.headers.authorization);
+      request.bearerGrant = await check(request.headers.authorization);
     });
   }
 

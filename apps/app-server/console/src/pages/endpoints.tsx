@@ -8,6 +8,7 @@ import type {
   SwitchView,
 } from '@sluice/client';
 import { useEffect, useState } from 'preact/hooks';
+import { ConfirmButton } from '../confirm.js';
 import { count, percent, shortGeneration, when } from '../format.js';
 import { type ActionOutcome, useAction } from '../hooks.js';
 import { clientFor, isUnauthorized, messageOf } from '../session.js';
@@ -77,17 +78,28 @@ export function EndpointsPage(props: {
         <p>This host has no endpoints (see endpoints: in sluice.yaml).</p>
       ) : (
         stream.endpoints.map((endpoint) => (
-          <EndpointCard key={endpoint.name} client={props.client} endpoint={endpoint} live={stream.live} />
+          <EndpointCard
+            key={endpoint.name}
+            client={props.client}
+            endpoint={endpoint}
+            live={stream.live}
+            onUnauthorized={props.onUnauthorized}
+          />
         ))
       )}
     </>
   );
 }
 
-function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView; live: boolean }) {
+function EndpointCard(props: {
+  client: SluiceClient;
+  endpoint: EndpointWatchView;
+  live: boolean;
+  onUnauthorized: () => void;
+}) {
   const { endpoint } = props;
   const control = props.client.control;
-  const action = useAction();
+  const action = useAction(props.onUnauthorized);
   // Actions are offered from the picture: a stale one may offer what no longer applies (or reaches no server).
   const idle = action.busy === null && props.live;
   const id = `endpoint-${endpoint.name}`;
@@ -221,21 +233,21 @@ function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView
             {held.map((generation) => (
               <li key={generation.name}>
                 <code>{generation.name}</code>: {count(generation.records)} records, held because{' '}
-                <em>{generation.reason ?? 'the switch is manual'}</em>
-                <button
-                  type="button"
+                <em>{generation.reason ?? 'the switch is manual'}</em>{' '}
+                <ConfirmButton
+                  label={`Promote ${short(generation.name)}`}
+                  question={`Serve ${short(generation.name)} instead of ${short(endpoint.servingCache)}?`}
+                  confirmLabel={`Yes, promote ${short(generation.name)}`}
                   disabled={!idle}
-                  onClick={() =>
-                    action.run('Promote', async () => {
+                  onConfirm={() =>
+                    void action.run('Promote', async () => {
                       const moved = await control.promote(endpoint.name);
                       return moved.changed
                         ? `Promoted: ${endpoint.name} now serves ${short(moved.to)} (was ${short(moved.from)}).`
                         : `${short(moved.to)} was already promoted.`;
                     })
                   }
-                >
-                  Promote {short(generation.name)}
-                </button>
+                />
               </li>
             ))}
           </ul>
@@ -251,7 +263,7 @@ function EndpointCard(props: { client: SluiceClient; endpoint: EndpointWatchView
             rollbackTarget={rollbackTarget}
             disabled={!idle}
             onRollback={() =>
-              action.run('Roll back', async () => {
+              void action.run('Roll back', async () => {
                 const moved = await control.rollback(endpoint.name);
                 return moved.changed
                   ? `Rolled back: ${endpoint.name} serves ${short(moved.to)} again (was ${short(moved.from)}).`
@@ -350,14 +362,14 @@ function Timeline(props: {
             <code>{shortGeneration(entry.to, props.endpoint)}</code>
           </span>
           {i === 0 && props.rollbackTarget && (
-            <button
-              type="button"
+            <ConfirmButton
               class="secondary rollback"
+              label={`Roll back to ${shortGeneration(props.rollbackTarget, props.endpoint)}`}
+              question={`Serve ${shortGeneration(props.rollbackTarget, props.endpoint)} again instead of ${shortGeneration(entry.to, props.endpoint)}?`}
+              confirmLabel={`Yes, roll back to ${shortGeneration(props.rollbackTarget, props.endpoint)}`}
               disabled={props.disabled}
-              onClick={props.onRollback}
-            >
-              Roll back to {shortGeneration(props.rollbackTarget, props.endpoint)}
-            </button>
+              onConfirm={props.onRollback}
+            />
           )}
         </li>
       ))}

@@ -1,5 +1,6 @@
 import type { SluiceClient, TransferView } from '@sluice/client';
 import { useEffect, useState } from 'preact/hooks';
+import { ConfirmButton } from '../confirm.js';
 import { ago, count, when } from '../format.js';
 import { useAction, usePolling } from '../hooks.js';
 import { isUnauthorized, messageOf } from '../session.js';
@@ -189,7 +190,7 @@ export function TransferDetail(props: { client: SluiceClient; id: string; onUnau
     props.id,
   ]);
   useUnauthorizedGuard(transfer.error, props.onUnauthorized);
-  const action = useAction();
+  const action = useAction(props.onUnauthorized);
   const t = transfer.data;
   return (
     <>
@@ -259,20 +260,20 @@ export function TransferDetail(props: { client: SluiceClient; id: string; onUnau
           </dl>
           {ACTIVE.has(t.state) && (
             <p>
-              <button
-                type="button"
+              <ConfirmButton
                 class="danger"
+                label="Terminate"
+                question={`Terminate ${t.id}? Its work stops for good.`}
+                confirmLabel={`Yes, terminate ${t.id}`}
                 disabled={action.busy !== null}
-                onClick={() =>
-                  action.run('Terminate', async () => {
+                onConfirm={() =>
+                  void action.run('Terminate', async () => {
                     const after = await props.client.transfers.terminate(t.id);
                     transfer.refresh();
                     return `Terminate sent: the transfer is ${after.state}.`;
                   })
                 }
-              >
-                Terminate
-              </button>
+              />
             </p>
           )}
           <Outcome outcome={action.outcome} busy={action.busy} />

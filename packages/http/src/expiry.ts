@@ -1,7 +1,8 @@
 /**
- * When a change feed's bearer token expires, its connection ends: a JWT cannot be revoked, so its `exp` is the
- * issuer's only way to take access back, and a feed is one request that may last for days. The client reconnects
- * with its last event id; with the expired token that is a 401, with a renewed one it resumes with no gap.
+ * When a stream's bearer token expires, its connection ends: a JWT cannot be revoked, so its `exp` is the issuer's
+ * only way to take access back, and a stream (the query API's change feed, the control API's endpoint stream) is one
+ * request that may last for days. The client reconnects; with the expired token that is a 401, with a renewed one
+ * it goes on.
  */
 
 /** The longest delay `setTimeout` honours (a longer one fires at once); later expiries are re-armed in steps. */
@@ -14,7 +15,7 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
  *
  * @example
  * ```ts
- * const cancel = atExpiry(scope.expiresAt, () => feed.end());
+ * const cancel = atExpiry(grant.expiresAt, () => res.end());
  * res.on('close', cancel);
  * ```
  */
