@@ -10,12 +10,8 @@ import { connect, Empty, type NatsConnection } from '@nats-io/transport-node';
 import { snapshottingDone } from '@sluice/core';
 import { startNatsServer } from '@sluice/testkit';
 import Fastify from 'fastify';
-import {
-  createDirectBackplane,
-  createNatsBackplane,
-  directRoutes,
-  type NatsBackplane,
-} from '../src/index.js';
+import { directRoutes } from '../src/fastify.js';
+import { createDirectBackplane, createNatsBackplane, type NatsBackplane } from '../src/index.js';
 
 const QUERIES = Number(process.env.BENCH_QUERIES ?? 3_000);
 const EVENTS = Number(process.env.BENCH_EVENTS ?? 600);

@@ -1,7 +1,8 @@
 import fastifyJwt from '@fastify/jwt';
 import fastifySwagger from '@fastify/swagger';
 import fastifySwaggerUi from '@fastify/swagger-ui';
-import { type DirectRoutesTarget, directRoutes } from '@sluice/backplane';
+import type { DirectRoutesTarget } from '@sluice/backplane';
+import { directRoutes } from '@sluice/backplane/fastify';
 import {
   NameSchema,
   parseTransferRequest,

@@ -2,15 +2,7 @@ import type { OwnerReport } from '@sluice/core';
 import { NotFoundError, PROBLEM_CONTENT_TYPE, SluiceError, toProblem } from '@sluice/core';
 import type { FastifyPluginAsync, FastifyReply, FastifySchema } from 'fastify';
 import { OWNER_ROUTE, TERMINATE_ROUTE } from './routes.js';
-
-/** What the internal routes call: a {@link DirectBackplane} (or anything answering for the transfers it runs). */
-export interface DirectRoutesTarget {
-  readonly nodeId: string;
-  /** This node's report for the transfer, or null when it does not run it (→ 404). Throws on a bad id. */
-  handleOwnerQuery(transferId: string): OwnerReport | null;
-  /** Stops the transfer here: true once stopped (→ 200), false when not running here (→ 404). */
-  handleTerminate(transferId: string): Promise<boolean>;
-}
+import type { DirectRoutesTarget } from './routes-target.js';
 
 export interface DirectRoutesOptions {
   backplane: DirectRoutesTarget;
