@@ -11,6 +11,16 @@ import { tailOf } from './evidence.js';
 
 const SOURCE_BIN = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'bin.ts');
 
+/** What a member of a cluster runs: a CLI's TypeScript entry and the line it prints once it is ready. */
+export interface NodeProgram {
+  /** The TypeScript entry (run through tsx when `ClusterSpec.bin` is `src`). */
+  source: string;
+  ready: RegExp;
+}
+
+/** The app-server, the default program of a cluster's nodes. */
+export const APP_SERVER: NodeProgram = { source: SOURCE_BIN, ready: /app-server ready/ };
+
 /** Timings short enough that leases expire and sweepers act many times within one run. */
 export const CHAOS_TRANSFERS = {
   leaseMs: 2_000,
@@ -31,14 +41,25 @@ export interface LogLine {
   line: string;
 }
 
-export interface ClusterSpec {
-  dir: string;
+/** What the transfer chaos run's nodes share: their store, NATS, destination database and file root. */
+export interface TransferNodesSpec {
   storeUrl: string;
   natsUrl: string;
   destUrl: string;
   fileRoot: string;
+}
+
+export interface ClusterSpec {
+  dir: string;
+  /** `src` (the program's TypeScript entry through tsx) or a path to a built `bin.js` of the program. */
   bin: string;
   nodes: number;
+  /** Node ids, `n1`… unless given. */
+  ids?: string[];
+  /** What the nodes run (default: the app-server). */
+  program?: NodeProgram;
+  /** The YAML configuration file of one node, written once at creation. */
+  config: (node: ChaosNode) => string;
   /** Date.now() at the start of the run: log times in evidence are relative to it. */
   started: number;
   /** Called when a node exits without having been told to (a crash of the product). */
@@ -77,10 +98,10 @@ export class Cluster implements AsyncDisposable {
   static async create(spec: ClusterSpec): Promise<Cluster> {
     const nodes: ChaosNode[] = [];
     for (let i = 1; i <= spec.nodes; i++) {
-      const id = `n${i}`;
+      const id = spec.ids?.[i - 1] ?? `n${i}`;
       const node = new ChaosNode(id, await freePort(), join(spec.dir, id));
       await mkdir(node.dir, { recursive: true });
-      await writeFile(join(node.dir, 'sluice.yaml'), configYaml(spec, node));
+      await writeFile(join(node.dir, 'sluice.yaml'), spec.config(node));
       nodes.push(node);
     }
     return new Cluster(spec, nodes);
@@ -104,9 +125,10 @@ export class Cluster implements AsyncDisposable {
     const life = node.life;
     const args = ['--config', join(node.dir, 'sluice.yaml')];
     const options = { cwd: node.dir, detached: true, maxLines: 500 };
+    const program = this.spec.program ?? APP_SERVER;
     const child =
       this.spec.bin === 'src'
-        ? spawnTs(SOURCE_BIN, args, options)
+        ? spawnTs(program.source, args, options)
         : spawnProcess(process.execPath, [resolve(this.spec.bin), ...args], options);
     node.child = child;
     // Lines are copied out as they come: the child's own buffer is bounded, the evidence must not be.
@@ -132,7 +154,7 @@ export class Cluster implements AsyncDisposable {
       }
     });
     try {
-      await child.waitForLine(/app-server ready/, 90_000);
+      await child.waitForLine(program.ready, 90_000);
       if (node.child === child) node.state = 'up';
     } catch (err) {
       if (node.child === child) {
@@ -212,7 +234,8 @@ export class Cluster implements AsyncDisposable {
   }
 }
 
-function configYaml(spec: ClusterSpec, node: ChaosNode): string {
+/** The configuration of a node of the transfer chaos run. */
+export function transferNodeYaml(spec: TransferNodesSpec, node: ChaosNode): string {
   const transfers = Object.entries(CHAOS_TRANSFERS).map(([key, value]) => `  ${key}: ${value}`);
   return [
     `node: { id: ${node.id}, port: ${node.port}, advertisedUrl: "http://127.0.0.1:${node.port}" }`,

@@ -10,7 +10,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createTestDatabase, sleep, startNatsServer } from '@sluice/testkit';
-import { CHAOS_TRANSFERS, Cluster } from './cluster.js';
+import { CHAOS_TRANSFERS, Cluster, transferNodeYaml } from './cluster.js';
 import { Destinations } from './destinations.js';
 import { codeVersion, logsAbout } from './evidence.js';
 import { FaultInjector } from './faults.js';
@@ -88,12 +88,10 @@ export async function runChaos(
   await using destinations = await Destinations.prepare(destDb.url, nats.port, specs);
   let running = true;
   let cluster: Cluster | null = null;
+  const shared = { storeUrl: storeDb.url, natsUrl: nats.url, destUrl: destDb.url, fileRoot };
   cluster = await Cluster.create({
     dir: join(dir, 'nodes'),
-    storeUrl: storeDb.url,
-    natsUrl: nats.url,
-    destUrl: destDb.url,
-    fileRoot,
+    config: (node) => transferNodeYaml(shared, node),
     bin: options.bin,
     nodes: 3,
     started,

@@ -1,0 +1,46 @@
+/** The CDC chaos run's knobs (`chaos:cdc`); its randomness is the transfer run's seeded {@link Rng}. */
+import { randomSeed } from './options.js';
+
+export interface CdcChaosOptions {
+  /** How long faults are injected (at least one fault of each kind is injected, however short). */
+  seconds: number;
+  seed: number;
+  /** Rows of `accounts` (the row count every response must show; big transactions touch all of them). */
+  rows: number;
+  /** Keep the run's directory (configuration, LMDB files, logs) even when nothing was violated. */
+  keep: boolean;
+  /** Progress lines on stderr. */
+  verbose: boolean;
+}
+
+export const CDC_DEFAULTS: CdcChaosOptions = {
+  seconds: 120,
+  seed: 0,
+  rows: 2_000,
+  keep: false,
+  verbose: true,
+};
+
+/** Parses `--seconds N --seed N --rows N --keep --quiet`; throws on anything else. */
+export function parseCdcArgs(argv: string[]): CdcChaosOptions {
+  const options = { ...CDC_DEFAULTS, seed: randomSeed() };
+  const number = (flag: string, value: string | undefined) => {
+    const n = Number(value);
+    if (value === undefined || !Number.isInteger(n) || n < 0)
+      throw new Error(`${flag} needs a non-negative integer`);
+    return n;
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i]!;
+    if (flag === '--') continue; // pnpm passes it through
+    if (flag === '--seconds') options.seconds = number(flag, argv[++i]);
+    else if (flag === '--seed') options.seed = number(flag, argv[++i]);
+    else if (flag === '--rows') options.rows = Math.max(2, number(flag, argv[++i]));
+    else if (flag === '--keep') options.keep = true;
+    else if (flag === '--quiet') options.verbose = false;
+    else throw new Error(`unknown argument ${flag} (known: --seconds, --seed, --rows, --keep, --quiet)`);
+  }
+  // Big transactions split the rows into two equal halves (one gains what the other loses).
+  if (options.rows % 2 === 1) options.rows += 1;
+  return options;
+}
