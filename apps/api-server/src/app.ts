@@ -470,6 +470,7 @@ export async function buildApp(options: BuildAppOptions) {
     metrics: metrics.registry,
     access: authorizeFeed,
     awaitPosition,
+    stamp,
   });
 
   return app;

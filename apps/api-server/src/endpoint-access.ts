@@ -67,9 +67,15 @@ export interface EndpointAccess {
    * The wait of `openFresh` on a lease the caller holds (the change feed's): resolves with a lease on a generation
    * that has committed the request's `sluice-min-position` (`lease` itself without the header, or when it already
    * has; else a lease taken after the wait, `lease` released), or throws — 400 for a malformed or unreachable
-   * position, 503 POSITION_NOT_REACHED after `api.freshnessWaitMs` — having released every lease it held.
+   * position, 503 POSITION_NOT_REACHED after `api.freshnessWaitMs`, 403 when `rowFilter` (the token's) does not
+   * fit a generation the wait moved to — having released every lease it held.
    */
-  awaitPosition(request: FastifyRequest, name: string, lease: Lease): Promise<Lease>;
+  awaitPosition(
+    request: FastifyRequest,
+    name: string,
+    lease: Lease,
+    rowFilter: Filter | undefined,
+  ): Promise<Lease>;
 }
 
 /**
@@ -122,7 +128,12 @@ export function endpointAccess(options: {
     }
     return { lease, rowFilter };
   };
-  const awaitPosition = async (request: FastifyRequest, name: string, held: Lease): Promise<Lease> => {
+  const awaitPosition = async (
+    request: FastifyRequest,
+    name: string,
+    held: Lease,
+    rowFilter: Filter | undefined,
+  ): Promise<Lease> => {
     const header = request.headers[MIN_POSITION_HEADER];
     if (header === undefined) return held;
     let lease = held;
@@ -130,6 +141,10 @@ export function endpointAccess(options: {
       const wanted = parseMinPosition(Array.isArray(header) ? header.join(', ') : header);
       const deadline = Date.now() + freshnessWaitMs;
       for (;;) {
+        // Each generation the wait looks at, not only the first: a switch meanwhile may have moved the alias to
+        // one whose fields the token's row filter does not fit, and that is the 403 a request without the wait
+        // gets, not a query error nor a lookup that finds nothing (memoized per filter and schema: cheap).
+        assertRowFilterFits(lease, rowFilter, name, limits);
         // servingState: the memoized state of the latest commit (decoded once per commit, not per look).
         const state = lease.cache.servingState();
         const checkpoint = state.checkpoint;
@@ -168,7 +183,7 @@ export function endpointAccess(options: {
   };
   const openFresh = async (request: FastifyRequest, name: string): Promise<OpenedEndpoint> => {
     const opened = open(request, name);
-    return { ...opened, lease: await awaitPosition(request, name, opened.lease) };
+    return { ...opened, lease: await awaitPosition(request, name, opened.lease, opened.rowFilter) };
   };
   const rowFilterFits = (lease: Lease, rowFilter: Filter | undefined) =>
     rowFilter === undefined || rowFilterProblem(lease.cache, rowFilter, limits) === null;

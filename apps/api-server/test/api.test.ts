@@ -1,7 +1,6 @@
-import { createHmac } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { resolveConfig, type SluiceConfigInput } from '@sluice/core';
-import { spawnTs, type TempDir, tempDir, waitFor } from '@sluice/testkit';
+import { signJwt, spawnTs, type TempDir, tempDir, waitFor } from '@sluice/testkit';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ApiServer, startApiServer } from '../src/index.js';
@@ -54,12 +53,6 @@ async function call(
   const response = await fetch(`${base}${path}`, init);
   const text = await response.text();
   return { status: response.status, headers: response.headers, json: text ? JSON.parse(text) : {} };
-}
-
-function sign(claims: Record<string, unknown>, secret = SECRET): string {
-  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ iat: Math.floor(Date.now() / 1000), ...claims })}`;
-  return `${head}.${createHmac('sha256', secret).update(head).digest('base64url')}`;
 }
 
 let dir: TempDir;
@@ -507,19 +500,23 @@ describe('auth', () => {
     expect((await call(secured.url, '/v1/endpoints')).status).toBe(401);
     expect((await call(secured.url, '/v1/endpoints/items/count', {})).status).toBe(401);
 
-    const forged = sign({ iss: 'sluice-tests', endpoints: '*' }, 'another-secret-of-32-characters!');
+    const forged = signJwt('another-secret-of-32-characters!', { iss: 'sluice-tests', endpoints: '*' });
     expect((await call(secured.url, '/v1/endpoints/items/records/1', undefined, bearer(forged))).status).toBe(
       401,
     );
-    const expired = sign({ iss: 'sluice-tests', endpoints: '*', exp: Math.floor(Date.now() / 1000) - 60 });
+    const expired = signJwt(SECRET, {
+      iss: 'sluice-tests',
+      endpoints: '*',
+      exp: Math.floor(Date.now() / 1000) - 60,
+    });
     expect(
       (await call(secured.url, '/v1/endpoints/items/records/1', undefined, bearer(expired))).status,
     ).toBe(401);
-    const wrongIssuer = sign({ iss: 'someone-else', endpoints: '*' });
+    const wrongIssuer = signJwt(SECRET, { iss: 'someone-else', endpoints: '*' });
     expect(
       (await call(secured.url, '/v1/endpoints/items/records/1', undefined, bearer(wrongIssuer))).status,
     ).toBe(401);
-    const noClaims = sign({ iss: 'sluice-tests' });
+    const noClaims = signJwt(SECRET, { iss: 'sluice-tests' });
     expect(
       (await call(secured.url, '/v1/endpoints/items/records/1', undefined, bearer(noClaims))).status,
     ).toBe(401);
@@ -528,7 +525,7 @@ describe('auth', () => {
       (await call(secured.url, '/v1/endpoints/items/records/1', undefined, bearer(none256))).status,
     ).toBe(401);
 
-    const ordersOnly = sign({ iss: 'sluice-tests', endpoints: ['orders'] });
+    const ordersOnly = signJwt(SECRET, { iss: 'sluice-tests', endpoints: ['orders'] });
     const denied = await call(secured.url, '/v1/endpoints/items/query', {}, bearer(ordersOnly));
     expect(denied.status).toBe(403);
     expect(denied.json.code).toBe('FORBIDDEN');
@@ -542,7 +539,11 @@ describe('auth', () => {
   });
 
   it('ANDs the token row filter into every query, count and lookup', async () => {
-    const token = sign({ iss: 'sluice-tests', endpoints: ['items'], filters: { items: { category: 'a' } } });
+    const token = signJwt(SECRET, {
+      iss: 'sluice-tests',
+      endpoints: ['items'],
+      filters: { items: { category: 'a' } },
+    });
     const all = await call(
       secured.url,
       '/v1/endpoints/items/query',
@@ -576,8 +577,12 @@ describe('auth', () => {
 
   it("defect: a token row filter that does not fit the endpoint's fields was the caller's 400 on queries (quoting the token's filter as the caller's $filter), a 404 on lookups — now 403 on every route", async () => {
     const unfit = [
-      sign({ iss: 'sluice-tests', endpoints: ['items'], filters: { items: { nofield: 1 } } }),
-      sign({ iss: 'sluice-tests', endpoints: ['items'], filters: { items: { value: 'not a number' } } }),
+      signJwt(SECRET, { iss: 'sluice-tests', endpoints: ['items'], filters: { items: { nofield: 1 } } }),
+      signJwt(SECRET, {
+        iss: 'sluice-tests',
+        endpoints: ['items'],
+        filters: { items: { value: 'not a number' } },
+      }),
     ];
     for (const token of unfit) {
       for (const [path, body] of [
@@ -593,7 +598,11 @@ describe('auth', () => {
       }
     }
     // A token whose filter fits still reads.
-    const fits = sign({ iss: 'sluice-tests', endpoints: ['items'], filters: { items: { category: 'a' } } });
+    const fits = signJwt(SECRET, {
+      iss: 'sluice-tests',
+      endpoints: ['items'],
+      filters: { items: { category: 'a' } },
+    });
     expect((await call(secured.url, '/v1/endpoints/items/records/3', undefined, bearer(fits))).status).toBe(
       200,
     );

@@ -1,5 +1,4 @@
-import { createHmac } from 'node:crypto';
-import { waitFor } from '@sluice/testkit';
+import { signJwt, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { del, range, startFeedApi, startFeedWriter, tempDir, upsert } from './feed-harness.js';
 import { item } from './fixtures/data.js';
@@ -9,12 +8,6 @@ const feedUrl = (base: string, params: Record<string, string> = {}) =>
   `${base}/v1/endpoints/items/changes${Object.keys(params).length ? `?${new URLSearchParams(params)}` : ''}`;
 
 const SECRET = 'change-feed-test-secret-0123456789';
-
-function sign(claims: Record<string, unknown>): string {
-  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ iat: Math.floor(Date.now() / 1000), ...claims })}`;
-  return `${head}.${createHmac('sha256', SECRET).update(head).digest('base64url')}`;
-}
 
 const dataEvents = (events: SseEvent[]) =>
   events.filter((e) => e.event === 'upsert' || e.event === 'delete' || e.event === 'commit');
@@ -307,7 +300,7 @@ describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
     await using dir = await tempDir();
     await using writer = await startFeedWriter(dir);
     await using api = await startFeedApi(writer.root, { api: { auth: { jwtSecret: SECRET } } });
-    const token = sign({ endpoints: ['items'], filters: { items: { category: 'b' } } });
+    const token = signJwt(SECRET, { endpoints: ['items'], filters: { items: { category: 'b' } } });
     const auth = { authorization: `Bearer ${token}` };
     const sub = await SseConnection.open(
       feedUrl(api.url, { filter: JSON.stringify({ value: { $lt: 30 } }) }),
@@ -333,13 +326,13 @@ describe('change feeds (GET /v1/endpoints/:name/changes)', () => {
 
     const none = await SseConnection.open(feedUrl(api.url)).catch((e) => e);
     expect(none.status).toBe(401);
-    const other = sign({ endpoints: ['orders'] });
+    const other = signJwt(SECRET, { endpoints: ['orders'] });
     const forbidden = await SseConnection.open(feedUrl(api.url), { authorization: `Bearer ${other}` }).catch(
       (e) => e,
     );
     expect(forbidden.status).toBe(403);
     // defect: a token whose row filter names a field the endpoint lacks opened a feed that never sent a record.
-    const unfit = sign({ endpoints: ['items'], filters: { items: { nofield: 1 } } });
+    const unfit = signJwt(SECRET, { endpoints: ['items'], filters: { items: { nofield: 1 } } });
     const refused = await SseConnection.open(feedUrl(api.url), { authorization: `Bearer ${unfit}` }).catch(
       (e) => e,
     );

@@ -7,7 +7,7 @@ import { createHmac } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { resolveConfig } from '@sluice/core';
-import { spawnTs } from '@sluice/testkit';
+import { signJwt, spawnTs } from '@sluice/testkit';
 import { pino } from 'pino';
 import { expect } from 'vitest';
 import type { FastRoute } from '../src/fast-route.js';
@@ -27,9 +27,7 @@ export async function writeItemsAndOrders(root: string): Promise<void> {
 
 /** An HS256 token with `claims`, signed with `secret`. */
 export function sign(claims: Record<string, unknown>, secret = SECRET): string {
-  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ iat: Math.floor(Date.now() / 1000), ...claims })}`;
-  return `${head}.${createHmac('sha256', secret).update(head).digest('base64url')}`;
+  return signJwt(secret, claims);
 }
 
 /** HS256 check of the tests' own tokens (the full server verifies with @fastify/jwt). */

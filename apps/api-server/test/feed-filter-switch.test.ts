@@ -3,19 +3,12 @@
  * connects: a filter that does not fit is refused (400 / 403), never a feed that quietly shows nothing. The same
  * holds when the endpoint switches to a generation of another schema while the feed is open.
  */
-import { createHmac } from 'node:crypto';
-import { waitFor } from '@sluice/testkit';
+import { signJwt, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { range, startFeedApi, startFeedWriter, tempDir } from './feed-harness.js';
 import { SseConnection, type SseEvent } from './sse.js';
 
 const SECRET = 'filter-switch-test-secret-0123456789';
-
-function sign(claims: Record<string, unknown>): string {
-  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ iat: Math.floor(Date.now() / 1000), ...claims })}`;
-  return `${head}.${createHmac('sha256', SECRET).update(head).digest('base64url')}`;
-}
 
 /** The events after `live`. */
 const afterLive = (events: SseEvent[]) => events.slice(events.findIndex((e) => e.event === 'live') + 1);
@@ -25,8 +18,8 @@ describe('change feeds across a schema change', () => {
     await using dir = await tempDir();
     await using writer = await startFeedWriter(dir);
     await using api = await startFeedApi(writer.root, { api: { auth: { jwtSecret: SECRET } } });
-    const rowFiltered = sign({ endpoints: ['items'], filters: { items: { category: 'b' } } });
-    const open = sign({ endpoints: ['items'] });
+    const rowFiltered = signJwt(SECRET, { endpoints: ['items'], filters: { items: { category: 'b' } } });
+    const open = signJwt(SECRET, { endpoints: ['items'] });
     const feedUrl = `${api.url}/v1/endpoints/items/changes`;
     const filterQuery = `?filter=${encodeURIComponent(JSON.stringify({ category: 'c' }))}`;
     const byRow = await SseConnection.open(feedUrl, { authorization: `Bearer ${rowFiltered}` });

@@ -131,4 +131,45 @@ describe('read-your-writes on the change feed and the endpoint list', () => {
     expect(header('/v1/endpoints')?.description).toContain('refused');
     expect(header('/v1/endpoints/{name}/changes')?.description).toContain('POSITION_NOT_REACHED');
   }, 90_000);
+
+  it('defect: a change feed answered 200 without sluice-cache, sluice-checkpoint and sluice-position, the headers of every other data response', async () => {
+    await using dir = await tempDir();
+    await using writer = await startFeedWriter(dir);
+    const blue = await writer.run({ op: 'rebuild', records: [item(1, 1)], positions: at('0/100') });
+    await using api = await startFeedApi(writer.root, { api: { freshnessWaitMs: 10_000 } });
+    const url = `${api.url}${FEED}`;
+    /** The freshness headers of a 200 feed (opened up to `live`, then closed). */
+    const feedHeaders = async (headers: Record<string, string> = {}) => {
+      const feed = await SseConnection.open(url, headers);
+      await feed.waitForEvent((e) => e.event === 'live');
+      feed.kill();
+      const {
+        'sluice-cache': cache,
+        'sluice-checkpoint': checkpoint,
+        'sluice-position': position,
+      } = feed.res.headers;
+      return { cache, checkpoint, position };
+    };
+    const query = await fetch(`${api.url}/v1/endpoints/items/query`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{}',
+    });
+    // The generation the feed starts from and its commit, as a query of that generation names them.
+    const opened = await feedHeaders();
+    expect(opened).toEqual({
+      cache: blue,
+      checkpoint: query.headers.get('sluice-checkpoint'),
+      position: 'items.source="0/100"',
+    });
+    expect(opened.checkpoint).toMatch(/^epoch=\d+, at="/);
+
+    // A feed that waited for a position across a switch names the generation it starts from after the wait.
+    const waiting = feedHeaders({ 'sluice-min-position': '0/300' });
+    // Ordering only: the request waits on the server before the switch.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const green = await writer.run({ op: 'rebuild', records: [item(1, 2)], positions: at('0/300') });
+    expect(green).not.toBe(blue);
+    expect(await waiting).toMatchObject({ cache: green, position: 'items.source="0/300"' });
+  }, 90_000);
 });

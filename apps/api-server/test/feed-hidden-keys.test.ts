@@ -3,7 +3,7 @@
  * keys, not when they change. A record that leaves the view is a delete (the subscriber had it); one that was
  * never in it is no event at all — the cache's change log keeps what each change replaced, so the feed can tell.
  */
-import { createHmac } from 'node:crypto';
+import { signJwt } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { del, startFeedApi, startFeedWriter, tempDir, upsert } from './feed-harness.js';
 import { item } from './fixtures/data.js';
@@ -11,19 +11,13 @@ import { SseConnection } from './sse.js';
 
 const SECRET = 'hidden-keys-test-secret-0123456789';
 
-function sign(claims: Record<string, unknown>): string {
-  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ iat: Math.floor(Date.now() / 1000), ...claims })}`;
-  return `${head}.${createHmac('sha256', SECRET).update(head).digest('base64url')}`;
-}
-
 describe('defect: a row-filtered change feed sent the keys of records hidden from it', () => {
   it('changes and deletes of hidden records are no events; leaving the view is a delete, entering it an upsert', async () => {
     await using dir = await tempDir();
     await using writer = await startFeedWriter(dir);
     await using api = await startFeedApi(writer.root, { api: { auth: { jwtSecret: SECRET } } });
     // The token sees category b only (ids with id % 3 = 1).
-    const token = sign({ endpoints: ['items'], filters: { items: { category: 'b' } } });
+    const token = signJwt(SECRET, { endpoints: ['items'], filters: { items: { category: 'b' } } });
     const sub = await SseConnection.open(`${api.url}/v1/endpoints/items/changes`, {
       authorization: `Bearer ${token}`,
     });

@@ -3,20 +3,13 @@
  * request made after that instant is refused. A JWT cannot be revoked; its expiry is the issuer's only way to take
  * access back, so a connection must not outlive it.
  */
-import { createHmac } from 'node:crypto';
-import { waitFor } from '@sluice/testkit';
+import { signJwt, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { startFeedApi, startFeedWriter, tempDir, upsert } from './feed-harness.js';
 import { item } from './fixtures/data.js';
 import { SseConnection } from './sse.js';
 
 const SECRET = 'token-expiry-test-secret-0123456789';
-
-function sign(claims: Record<string, unknown>): string {
-  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ iat: Math.floor(Date.now() / 1000), ...claims })}`;
-  return `${head}.${createHmac('sha256', SECRET).update(head).digest('base64url')}`;
-}
 
 describe('change feeds and token expiry', () => {
   it('defect: a change feed kept streaming records after its bearer token expired', async () => {
@@ -25,8 +18,8 @@ describe('change feeds and token expiry', () => {
     await using api = await startFeedApi(writer.root, { api: { auth: { jwtSecret: SECRET } } });
     // Expires within 2–3 s (JWT times are whole seconds); a token without `exp` never expires.
     const exp = Math.floor(Date.now() / 1000) + 3;
-    const expiring = sign({ endpoints: ['items'], exp });
-    const lasting = sign({ endpoints: ['items'] });
+    const expiring = signJwt(SECRET, { endpoints: ['items'], exp });
+    const lasting = signJwt(SECRET, { endpoints: ['items'] });
     const open = (token: string) =>
       SseConnection.open(`${api.url}/v1/endpoints/items/changes`, { authorization: `Bearer ${token}` });
     const sub = await open(expiring);

@@ -3,9 +3,8 @@
  * `GET /v1/endpoints/:name` report a `recordCount`, which for a row-filtered token is the count it may see (the
  * same as its `POST …/count`), never the generation's total.
  */
-import { createHmac } from 'node:crypto';
 import { resolveConfig } from '@sluice/core';
-import { tempDir } from '@sluice/testkit';
+import { signJwt, tempDir } from '@sluice/testkit';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { startApiServer } from '../src/index.js';
@@ -13,12 +12,6 @@ import { writeGeneration } from './helpers.js';
 
 const SECRET = 'a-test-secret-of-32-characters!!';
 const COUNT = 300;
-
-function sign(claims: Record<string, unknown>): string {
-  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode(claims)}`;
-  return `${head}.${createHmac('sha256', SECRET).update(head).digest('base64url')}`;
-}
 
 async function get(url: string, token: string): Promise<{ status: number; json: Record<string, unknown> }> {
   const response = await fetch(url, { headers: { authorization: `Bearer ${token}` } });
@@ -38,7 +31,7 @@ describe('row filters and endpoint descriptions', () => {
       watchMs: 50,
     });
     // Categories cycle a, b, c by id % 3 (fixtures/data.ts): a third of the records are category "a".
-    const scoped = sign({ endpoints: ['items'], filters: { items: { category: 'a' } } });
+    const scoped = signJwt(SECRET, { endpoints: ['items'], filters: { items: { category: 'a' } } });
     const visible = await fetch(`${server.url}/v1/endpoints/items/count`, {
       method: 'POST',
       headers: { authorization: `Bearer ${scoped}`, 'content-type': 'application/json' },
@@ -58,11 +51,11 @@ describe('row filters and endpoint descriptions', () => {
     ).toEqual([['items', visible.count]]);
 
     // Without a row filter the description still reports every record.
-    const all = sign({ endpoints: '*' });
+    const all = signJwt(SECRET, { endpoints: '*' });
     expect((await get(`${server.url}/v1/endpoints/items`, all)).json.recordCount).toBe(COUNT);
 
     // A row filter that does not fit the endpoint is 403 on its own route and leaves it out of the list.
-    const unfit = sign({ endpoints: '*', filters: { items: { nofield: 1 } } });
+    const unfit = signJwt(SECRET, { endpoints: '*', filters: { items: { nofield: 1 } } });
     expect((await get(`${server.url}/v1/endpoints/items`, unfit)).status).toBe(403);
     const unfitList = await get(`${server.url}/v1/endpoints`, unfit);
     expect(unfitList.status).toBe(200);
@@ -86,7 +79,10 @@ describe('row filters and endpoint descriptions', () => {
       watchMs: 50,
     });
     // `tags` has no index: the row filter leaves all 300 records to check, past the cap of 50.
-    const unindexed = sign({ endpoints: ['items'], filters: { items: { tags: { $contains: 't1' } } } });
+    const unindexed = signJwt(SECRET, {
+      endpoints: ['items'],
+      filters: { items: { tags: { $contains: 't1' } } },
+    });
     const one = await get(`${server.url}/v1/endpoints/items`, unindexed);
     expect({ status: one.status, recordCount: one.json.recordCount }).toEqual({
       status: 200,
@@ -103,7 +99,7 @@ describe('row filters and endpoint descriptions', () => {
     });
     expect(count.status).toBe(400);
     // A row filter an index answers whole ([value]) is counted by LMDB, past the cap.
-    const narrow = sign({ endpoints: ['items'], filters: { items: { value: { $lte: 40 } } } });
+    const narrow = signJwt(SECRET, { endpoints: ['items'], filters: { items: { value: { $lte: 40 } } } });
     expect((await get(`${server.url}/v1/endpoints/items`, narrow)).json.recordCount).toBe(40);
   }, 90_000);
 });

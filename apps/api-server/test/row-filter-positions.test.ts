@@ -4,19 +4,13 @@
  * records must not learn from them how many records exist, so `GET /v1/endpoints`, `GET /v1/endpoints/:name` and the
  * change feed's `commit` events give it only what read-your-writes needs: each replication source's LSN.
  */
-import { createHmac } from 'node:crypto';
+import { signJwt } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { range, startFeedApi, startFeedWriter, tempDir, upsert } from './feed-harness.js';
 import { item } from './fixtures/data.js';
 import { SseConnection, type SseEvent } from './sse.js';
 
 const SECRET = 'row-filter-positions-secret-0123456789';
-
-function sign(claims: Record<string, unknown>): string {
-  const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ iat: Math.floor(Date.now() / 1000), ...claims })}`;
-  return `${head}.${createHmac('sha256', SECRET).update(head).digest('base64url')}`;
-}
 
 /** The positions of an endpoint fed by a JSONL file and a replication source, as the pipeline checkpoints them. */
 function positionsAt(lsn: string, written: number): Record<string, unknown> {
@@ -57,8 +51,8 @@ describe('row filters and checkpoint positions', () => {
       initial: range(1, 30).map((id) => item(id, 1)),
     });
     await using api = await startFeedApi(writer.root, { api: { auth: { jwtSecret: SECRET } } });
-    const scoped = sign({ endpoints: ['items'], filters: { items: { category: 'b' } } });
-    const open = sign({ endpoints: '*' });
+    const scoped = signJwt(SECRET, { endpoints: ['items'], filters: { items: { category: 'b' } } });
+    const open = signJwt(SECRET, { endpoints: '*' });
     const headers = (token: string) => ({ authorization: `Bearer ${token}` });
     const filteredFeed = await SseConnection.open(`${api.url}/v1/endpoints/items/changes`, headers(scoped));
     const fullFeed = await SseConnection.open(`${api.url}/v1/endpoints/items/changes`, headers(open));

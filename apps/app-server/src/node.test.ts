@@ -1,16 +1,9 @@
-import { createHmac } from 'node:crypto';
 import { join } from 'node:path';
 import { resolveConfig } from '@sluice/core';
-import { tempDir } from '@sluice/testkit';
+import { signJwt, tempDir } from '@sluice/testkit';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import { startNode } from './node.js';
-
-function hs256(payload: object, secret: string): string {
-  const encode = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const body = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode(payload)}`;
-  return `${body}.${createHmac('sha256', secret).update(body).digest('base64url')}`;
-}
 
 const TOKEN = 'a-static-control-token-0123456789';
 const SECRET = 'a-jwt-secret-of-sufficient-length';
@@ -40,11 +33,11 @@ describe('startNode (in process)', () => {
     expect((await get('/v1/transfers', `Bearer ${TOKEN}`)).status).toBe(200);
     expect((await get('/v1/transfers', `Bearer ${TOKEN}x`)).status).toBe(401);
     expect((await get('/v1/transfers', TOKEN)).status).toBe(401);
-    const jwt = hs256({ sub: 'ops', exp: Math.floor(Date.now() / 1000) + 60 }, SECRET);
+    const jwt = signJwt(SECRET, { sub: 'ops', exp: Math.floor(Date.now() / 1000) + 60 });
     expect((await get('/v1/nodes', `Bearer ${jwt}`)).status).toBe(200);
-    const forged = hs256({ sub: 'ops' }, 'another-secret-of-some-length');
+    const forged = signJwt('another-secret-of-some-length', { sub: 'ops' });
     expect((await get('/v1/nodes', `Bearer ${forged}`)).status).toBe(401);
-    const expired = hs256({ sub: 'ops', exp: Math.floor(Date.now() / 1000) - 60 }, SECRET);
+    const expired = signJwt(SECRET, { sub: 'ops', exp: Math.floor(Date.now() / 1000) - 60 });
     expect((await get('/v1/nodes', `Bearer ${expired}`)).status).toBe(401);
     const none = `${Buffer.from('{"alg":"none","typ":"JWT"}').toString('base64url')}.${Buffer.from('{"sub":"x"}').toString('base64url')}.`;
     expect((await get('/v1/nodes', `Bearer ${none}`)).status).toBe(401);

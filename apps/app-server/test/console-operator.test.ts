@@ -2,22 +2,14 @@
  * The operator console in real headless Chromium, used as an operator would against real app-server processes: a
  * token that expires while the page is open, moving between transfers, and actions that cannot be taken back.
  */
-import { createHmac } from 'node:crypto';
 import { join } from 'node:path';
 import { createClient } from '@sluice/client';
-import { tempDir } from '@sluice/testkit';
+import { signJwt, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { citiesEndpoint, openConsoleBrowser } from './console-browser.js';
 import { call, fileTransfer, localNode, startNodeProcess, waitForState, writeRecords } from './helpers.js';
 
 const SECRET = 'console-operator-jwt-secret-0123456789';
-
-/** An HS256 JWT signed with {@link SECRET}, as an operator's identity provider issues one. */
-function operatorJwt(claims: Record<string, unknown>): string {
-  const part = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const head = `${part({ alg: 'HS256', typ: 'JWT' })}.${part(claims)}`;
-  return `${head}.${createHmac('sha256', SECRET).update(head).digest('base64url')}`;
-}
 
 describe('the operator console, used as an operator would', () => {
   it('defect: a JWT that expired while the Endpoints page was open kept it live, and did not ask for a token again', {
@@ -39,7 +31,7 @@ describe('the operator console, used as an operator would', () => {
     const expiresAt = Date.now() + 15_000;
     await page
       .getByRole('textbox', { name: 'Bearer token' })
-      .fill(operatorJwt({ sub: 'op', exp: Math.floor(expiresAt / 1000) }));
+      .fill(signJwt(SECRET, { sub: 'op', exp: Math.floor(expiresAt / 1000) }));
     await page.getByRole('button', { name: 'Sign in' }).click();
     const card = page.locator('article[data-endpoint="cities"]');
     await card.locator('dd[data-fact="records"]', { hasText: '300' }).waitFor({ timeout: 30_000 });
@@ -58,7 +50,7 @@ describe('the operator console, used as an operator would', () => {
     // A renewed token: back where the operator was.
     await page
       .getByRole('textbox', { name: 'Bearer token' })
-      .fill(operatorJwt({ sub: 'op', exp: Math.floor(Date.now() / 1000) + 600 }));
+      .fill(signJwt(SECRET, { sub: 'op', exp: Math.floor(Date.now() / 1000) + 600 }));
     await page.getByRole('button', { name: 'Sign in' }).click();
     await card.locator('dd[data-fact="records"]', { hasText: '300' }).waitFor();
     await page.getByRole('button', { name: 'Sign out' }).click();
@@ -179,5 +171,95 @@ describe('the operator console, used as an operator would', () => {
       'POST /v1/endpoints/cities/promote',
       'POST /v1/endpoints/cities/rollback',
     ]);
+  });
+
+  it('defect: the Nodes page and a transfer page kept saying "1 of 1 alive" and offering Terminate over data no longer refreshed, while their app-server was down', {
+    timeout: 120_000,
+  }, async () => {
+    await using dir = await tempDir('sluice-console-stale-');
+    await using node = await startNodeProcess(localNode('h1', dir.path));
+    const input = await writeRecords(join(dir.path, 'in.jsonl'), 2_000);
+    // Slow enough to stay IN_PROGRESS until the node stops.
+    await call(`${node.url}/v1/transfers`, {
+      json: fileTransfer('slow-copy', input, join(dir.path, 'slow.jsonl'), 5),
+    });
+    await waitForState(node.url, 'slow-copy', 'IN_PROGRESS');
+
+    await using browser = await openConsoleBrowser();
+    const nodes = browser.page;
+    await nodes.goto(`${node.url}/console#/nodes`);
+    // The page's status line, beside its heading.
+    const nodesStatus = nodes.locator('.page-head > p');
+    await nodesStatus.filter({ hasText: '1 of 1 alive' }).waitFor({ timeout: 30_000 });
+    const members = nodes.getByRole('table', { name: 'Cluster members' });
+    expect(await members.getAttribute('aria-busy')).toBeNull();
+    const detail = await browser.context.newPage();
+    await detail.goto(`${node.url}/console#/transfers/slow-copy`);
+    await detail.locator('[data-fact="state"]', { hasText: 'IN_PROGRESS' }).waitFor({ timeout: 30_000 });
+    expect(await detail.getByRole('button', { name: 'Terminate' }).isDisabled()).toBe(false);
+
+    // The app-server stops: what both pages show is what they last read, and they say so.
+    expect((await node.child.stop('SIGTERM', 30_000)).code).toBe(0);
+    await nodes.getByRole('alert').waitFor({ timeout: 30_000 });
+    expect(await nodesStatus.textContent()).toMatch(
+      /^Not live: the last refresh failed; showing what was read at /,
+    );
+    expect(await members.getAttribute('aria-busy')).toBe('true');
+    expect(await members.getAttribute('class')).toContain('stale');
+    await detail.getByRole('alert').waitFor({ timeout: 30_000 });
+    await detail
+      .locator('p')
+      .filter({ hasText: /^Not live: the last refresh failed/ })
+      .waitFor();
+    expect(await detail.locator('dl.facts').getAttribute('aria-busy')).toBe('true');
+    // Nothing the operator could click would reach a server, nor act on what may have changed since.
+    expect(await detail.getByRole('button', { name: 'Terminate' }).isDisabled()).toBe(true);
+    expect(browser.actions).toEqual([]);
+  });
+
+  it('defect: /console/index.html answered 404 while /console served the page', {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir('sluice-console-index-');
+    await using node = await startNodeProcess(localNode('h1', dir.path));
+    const page = await fetch(`${node.url}/console`);
+    const index = await fetch(`${node.url}/console/index.html`);
+    expect(index.status).toBe(200);
+    expect(index.headers.get('content-type')).toBe(page.headers.get('content-type'));
+    expect(index.headers.get('content-security-policy')).toBe(page.headers.get('content-security-policy'));
+    expect(await index.text()).toBe(await page.text());
+  });
+
+  it('defect: reloading the console with a stored token that had since expired said the token was refused, not that it expired', {
+    timeout: 90_000,
+  }, async () => {
+    await using dir = await tempDir('sluice-console-reload-');
+    await using node = await startNodeProcess({
+      ...localNode('h1', dir.path),
+      extraYaml: `control: { auth: { jwtSecret: "${SECRET}" } }`,
+    });
+    await using browser = await openConsoleBrowser();
+    const { page } = browser;
+    await page.goto(`${node.url}/console#/nodes`);
+    await page
+      .getByRole('textbox', { name: 'Bearer token' })
+      .fill(signJwt(SECRET, { sub: 'op', exp: Math.floor(Date.now() / 1000) + 600 }));
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('table', { name: 'Cluster members' }).waitFor({ timeout: 30_000 });
+
+    // The tab keeps a token that expired since (a laptop woken the next morning), and the operator reloads.
+    const stored = async (token: string) => {
+      await page.evaluate(`sessionStorage.setItem('sluice.console.token', ${JSON.stringify(token)})`);
+      await page.reload();
+      await page.getByRole('textbox', { name: 'Bearer token' }).waitFor({ timeout: 30_000 });
+      return page.getByRole('alert').textContent();
+    };
+    const expired = await stored(signJwt(SECRET, { sub: 'op', exp: Math.floor(Date.now() / 1000) - 60 }));
+    expect(expired).toContain('expired');
+    expect(expired).not.toContain('refused');
+    // A token the control API never accepted (another secret) is still refused, not "expired".
+    const forged = await stored(signJwt('another-secret-of-sufficient-length', { sub: 'op' }));
+    expect(forged).toContain('refused');
+    expect(forged).not.toContain('expired');
   });
 });

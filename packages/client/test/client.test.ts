@@ -1,7 +1,6 @@
-import { createHmac } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { freePort, tempDir } from '@sluice/testkit';
+import { freePort, signJwt, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { type ChangeEvent, createClient, keySegment, SluiceClientError } from '../src/index.js';
 import { item, startApi, startApp, startWriter, waitUntil } from './servers.js';
@@ -318,11 +317,7 @@ describe('@sluice/client against real servers (Node)', () => {
 
   it("changes() with a token function: a feed ended at its token's expiry goes on with the renewed token, no gap; a fixed token ends it UNAUTHORIZED", async () => {
     const secret = 'client-token-source-secret-0123456789';
-    const sign = (claims: Record<string, unknown>) => {
-      const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-      const head = `${encode({ alg: 'HS256', typ: 'JWT' })}.${encode({ endpoints: ['items'], ...claims })}`;
-      return `${head}.${createHmac('sha256', secret).update(head).digest('base64url')}`;
-    };
+    const sign = (claims: Record<string, unknown>) => signJwt(secret, { endpoints: ['items'], ...claims });
     await using dir = await tempDir();
     await using writer = await startWriter(
       join(dir.path, 'data'),

@@ -1,7 +1,8 @@
 import { mkdirSync, realpathSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import { ConfigError, StoreUnavailableError } from '@sluice/core';
-import Database from 'better-sqlite3';
+import { ConfigError, SluiceError, StoreUnavailableError } from '@sluice/core';
+import type Database from 'better-sqlite3';
+import { openSqliteDatabase } from './sqlite-driver.js';
 
 /** The companion file that claims a SQLite store: `<store file>.lock`, next to it. */
 export const SQLITE_LOCK_SUFFIX = '.lock';
@@ -56,8 +57,10 @@ export function lockSqliteStore(path: string): SqliteStoreLock {
     mkdirSync(dirname(path), { recursive: true });
     real = realStorePath(path);
     // timeout 0: a held lock is an answer, not something to wait for.
-    db = new Database(`${real}${SQLITE_LOCK_SUFFIX}`, { timeout: 0 });
+    db = openSqliteDatabase(`${real}${SQLITE_LOCK_SUFFIX}`, { timeout: 0 });
   } catch (err) {
+    // A missing native addon (CONFIG_INVALID) is an install to fix, not an outage.
+    if (SluiceError.isInstance(err)) throw err;
     throw new StoreUnavailableError(
       `Cannot open the lock file of the SQLite store at ${path}: ${(err as Error).message}`,
       {

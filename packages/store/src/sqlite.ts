@@ -1,9 +1,10 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { StoreUnavailableError } from '@sluice/core';
-import Database from 'better-sqlite3';
+import { SluiceError, StoreUnavailableError } from '@sluice/core';
+import type Database from 'better-sqlite3';
 import { Kysely, type SqliteDatabase, SqliteDialect, type SqliteStatement } from 'kysely';
 import type { StoreDatabase } from './schema.js';
+import { openSqliteDatabase } from './sqlite-driver.js';
 
 export interface SqliteOptions {
   /** How long a statement waits for another connection's write lock before `STORE_UNAVAILABLE`. */
@@ -55,8 +56,10 @@ export function openSqlite(path: string, options: SqliteOptions): Kysely<StoreDa
   let raw: Database.Database;
   try {
     if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
-    raw = new Database(path, { timeout: options.busyTimeoutMs });
+    raw = openSqliteDatabase(path, { timeout: options.busyTimeoutMs });
   } catch (err) {
+    // A missing native addon (CONFIG_INVALID) is an install to fix, not an outage.
+    if (SluiceError.isInstance(err)) throw err;
     throw new StoreUnavailableError(`Cannot open the SQLite store at ${path}: ${(err as Error).message}`, {
       cause: err,
     });

@@ -5,7 +5,7 @@ import {
   type QueryLimits,
   QueueFullError,
 } from '@sluice/core';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Registry } from 'prom-client';
 import { z } from 'zod';
@@ -38,9 +38,21 @@ export interface ChangeFeedPluginOptions {
    * Read-your-writes (`sluice-min-position`), as every endpoint route has it: a lease on a generation that has
    * committed the request's position (the one given, or one taken after waiting for it), or the refusal (400,
    * 503 POSITION_NOT_REACHED) with every lease released. The feed starts from that generation, so its snapshot (or
-   * the changes after a token, up to `live`) holds the write.
+   * the changes after a token, up to `live`) holds the write. A generation the wait moves to is held to the
+   * token's `rowFilter` (403 when it does not fit), as the one it started from is.
    */
-  awaitPosition(request: FastifyRequest, endpoint: string, lease: Lease): Promise<Lease>;
+  awaitPosition(
+    request: FastifyRequest,
+    endpoint: string,
+    lease: Lease,
+    rowFilter: Filter | undefined,
+  ): Promise<Lease>;
+  /**
+   * Sets the freshness headers of every data response (`sluice-cache`, `sluice-checkpoint`, `sluice-position`) for
+   * the generation the feed starts from, read before its first event: the snapshot (or the changes up to `live`)
+   * is at least that fresh.
+   */
+  stamp(reply: FastifyReply, lease: Lease): void;
   /** Receives the hub (tests and the server read its counts). */
   onHub?(hub: ChangeFeedHub): void;
 }
@@ -103,7 +115,9 @@ export async function changeFeedPlugin(
       const fromHeader = query.after === undefined && typeof header === 'string' && header.length > 0;
       const raw = query.after ?? (fromHeader ? (header as string) : undefined);
       const position =
-        raw === undefined ? null : decodeFeedToken(raw, name, fromHeader ? 'headers.last-event-id' : 'querystring.after');
+        raw === undefined
+          ? null
+          : decodeFeedToken(raw, name, fromHeader ? 'headers.last-event-id' : 'querystring.after');
       let json: unknown;
       if (query.filter !== undefined) {
         try {
@@ -131,7 +145,7 @@ export async function changeFeedPlugin(
       if (full()) throw refuseFull();
       // With sluice-min-position, the generation the feed starts from has committed it (waiting, bounded, for that
       // commit): refused before any stream bytes otherwise, as the endpoint's other routes refuse.
-      const lease = await options.awaitPosition(request, name, registry.acquire(name));
+      const lease = await options.awaitPosition(request, name, registry.acquire(name), rowFilter);
       const filters = new FeedFilter(name, json, rowFilter, limits);
       try {
         // Others may have subscribed while this request waited.
@@ -150,6 +164,8 @@ export async function changeFeedPlugin(
         reply.hijack();
         return reply;
       }
+      // On the reply before it is hijacked: its headers are copied into the stream's head below (HEAD's too).
+      options.stamp(reply, lease);
       const start: FeedStart =
         position === null || query.snapshot === 'true' ? { kind: 'snapshot' } : { kind: 'resume', position };
       reply.hijack();

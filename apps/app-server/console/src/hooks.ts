@@ -55,6 +55,22 @@ export function useAction(onUnauthorized?: () => void): {
   return { busy, outcome, run };
 }
 
+/** What a polled page shows: the last answer, the last poll's error, and whether that answer is stale. */
+export interface Polled<T> {
+  /** The last answer to the current `deps` (kept beside a failed poll), or null before the first. */
+  data: T | null;
+  /** Why the last poll failed, or null when it answered. */
+  error: unknown;
+  /**
+   * `data` is what an earlier poll read and the last one failed (the app-server is down or restarting): the page
+   * shows it marked stale and offers no action from it, as the Endpoints page does while its stream is lost.
+   */
+  stale: boolean;
+  /** When `data` was read (epoch ms), or null. */
+  readAt: number | null;
+  refresh: () => void;
+}
+
 /**
  * Calls `load` now and every `everyMs` while the page is visible (no overlap: the next call waits for the last),
  * again at once when `deps` change. For lists the control API has no stream for. What it returns always answers the
@@ -64,12 +80,18 @@ export function usePolling<T>(
   load: (signal: AbortSignal) => Promise<T>,
   everyMs: number,
   deps: unknown[],
-): { data: T | null; error: unknown; refresh: () => void } {
+): Polled<T> {
   // Each answer is kept with the deps it answered, so one for other deps is never returned (not even for the one
   // render before the next load starts).
-  const [answer, setAnswer] = useState<{ deps: unknown[]; data: T | null; error: unknown }>({
+  const [answer, setAnswer] = useState<{
+    deps: unknown[];
+    data: T | null;
+    readAt: number | null;
+    error: unknown;
+  }>({
     deps,
     data: null,
+    readAt: null,
     error: null,
   });
   const [tick, setTick] = useState(0);
@@ -82,11 +104,15 @@ export function usePolling<T>(
       try {
         const value = await loadRef.current(controller.signal);
         if (controller.signal.aborted) return;
-        setAnswer({ deps, data: value, error: null });
+        setAnswer({ deps, data: value, readAt: Date.now(), error: null });
       } catch (err) {
         if (controller.signal.aborted) return;
         // The last data stays beside the error (a poll that failed once), as long as it answers these deps.
-        setAnswer((last) => ({ deps, data: sameDeps(last.deps, deps) ? last.data : null, error: err }));
+        setAnswer((last) =>
+          sameDeps(last.deps, deps)
+            ? { ...last, error: err }
+            : { deps, data: null, readAt: null, error: err },
+        );
       }
       if (!controller.signal.aborted) timer = setTimeout(once, document.hidden ? everyMs * 5 : everyMs);
     };
@@ -97,9 +123,13 @@ export function usePolling<T>(
     };
   }, [...deps, tick, everyMs]);
   const current = sameDeps(answer.deps, deps);
+  const data = current ? answer.data : null;
+  const error = current ? answer.error : null;
   return {
-    data: current ? answer.data : null,
-    error: current ? answer.error : null,
+    data,
+    error,
+    stale: data !== null && error !== null,
+    readAt: current ? answer.readAt : null,
     refresh: () => setTick((t) => t + 1),
   };
 }

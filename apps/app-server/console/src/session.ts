@@ -40,7 +40,12 @@ export async function probe(token: string | undefined): Promise<Access> {
     if (isUnauthorized(err))
       return {
         kind: 'token-needed',
-        reason: token === undefined ? PromptReason.asked : PromptReason.refused,
+        reason:
+          token === undefined
+            ? PromptReason.asked
+            : isExpired(err)
+              ? PromptReason.expired
+              : PromptReason.refused,
       };
     return { kind: 'unreachable', message: messageOf(err) };
   }
@@ -48,6 +53,11 @@ export async function probe(token: string | undefined): Promise<Access> {
 
 export function isUnauthorized(err: unknown): boolean {
   return err instanceof SluiceClientError && err.status === 401;
+}
+
+/** A 401 the control API gave for a JWT past its `exp` (`reason: "expired"`), not for a token it never accepted. */
+function isExpired(err: unknown): boolean {
+  return isUnauthorized(err) && (err as SluiceClientError).problem?.reason === 'expired';
 }
 
 /** What to tell the operator about a failure: the server's code and message. */

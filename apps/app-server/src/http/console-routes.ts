@@ -97,6 +97,8 @@ export async function consoleRoutes(app: FastifyInstance, options: { dir: string
   const page = { schema: { hide: true } };
   app.get(CONSOLE_PREFIX, page, async (_request, reply) => send(reply, 'index.html'));
   app.get(`${CONSOLE_PREFIX}/`, page, async (_request, reply) => send(reply, 'index.html'));
+  // The page by its file name too, as a static server answers it (bookmarks, links, proxies that add it).
+  app.get(`${CONSOLE_PREFIX}/index.html`, page, async (_request, reply) => send(reply, 'index.html'));
   app.get<{ Params: { '*': string } }>(`${CONSOLE_PREFIX}/assets/*`, page, async (request, reply) =>
     send(reply, `assets/${request.params['*']}`),
   );

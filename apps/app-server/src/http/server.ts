@@ -26,7 +26,7 @@ import { z } from 'zod';
 import type { EndpointManager } from '../endpoints.js';
 import type { NodeMetrics } from '../metrics.js';
 import { submissionReply, type TransferCoordinator } from '../transfers/coordinator.js';
-import { type AuthSettings, bearerCheck, jwtGrant } from './auth.js';
+import { type AuthSettings, bearerCheck, expiredTokenError, isExpiredJwt, jwtGrant } from './auth.js';
 import { consoleAssetsDir, consoleRoutes, isConsolePath } from './console-routes.js';
 import {
   CONTROL_PROBLEMS,
@@ -137,7 +137,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
         ? async (token) => {
             try {
               return jwtGrant(app.jwt.verify(token));
-            } catch {
+            } catch (err) {
+              if (isExpiredJwt(err)) throw expiredTokenError();
               return null;
             }
           }

@@ -2,6 +2,7 @@ import type { SluiceClient } from '@sluice/client';
 import { useEffect } from 'preact/hooks';
 import { ago, when } from '../format.js';
 import { usePolling } from '../hooks.js';
+import { PollStatus, staleMarks } from '../poll-status.js';
 import { isUnauthorized, messageOf } from '../session.js';
 
 /** Members come from the shared store (every node heartbeats there): polled, as for transfers. */
@@ -18,16 +19,18 @@ export function NodesPage(props: { client: SluiceClient; onUnauthorized: () => v
     <>
       <div class="page-head">
         <h1>Nodes</h1>
-        <p class="stale">
-          {nodes.data ? `${alive} of ${list.length} alive` : 'Loading…'} · refreshed every {POLL_MS / 1000} s
-        </p>
+        <PollStatus
+          polled={nodes}
+          everyMs={POLL_MS}
+          summary={nodes.data && `${alive} of ${list.length} alive`}
+        />
       </div>
       {nodes.error !== null && !isUnauthorized(nodes.error) && (
         <p role="alert" class="error">
           {messageOf(nodes.error)}
         </p>
       )}
-      <table aria-label="Cluster members">
+      <table aria-label="Cluster members" {...staleMarks(nodes)}>
         <thead>
           <tr>
             <th scope="col">Node</th>

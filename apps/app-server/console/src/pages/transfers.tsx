@@ -3,6 +3,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { ConfirmButton } from '../confirm.js';
 import { ago, count, when } from '../format.js';
 import { useAction, usePolling } from '../hooks.js';
+import { PollStatus, staleMarks } from '../poll-status.js';
 import { isUnauthorized, messageOf } from '../session.js';
 import { Outcome } from './endpoints.js';
 
@@ -78,7 +79,7 @@ export function TransfersPage(props: { client: SluiceClient; onUnauthorized: () 
     <>
       <div class="page-head">
         <h1>Transfers</h1>
-        <p class="stale">Refreshed every {POLL_MS / 1000} s</p>
+        <PollStatus polled={page} everyMs={POLL_MS} />
       </div>
       <form class="filters" onSubmit={(event) => event.preventDefault()}>
         <label>
@@ -118,7 +119,7 @@ export function TransfersPage(props: { client: SluiceClient; onUnauthorized: () 
           {messageOf(page.error)}
         </p>
       )}
-      <table aria-label="Transfers">
+      <table aria-label="Transfers" {...staleMarks(page)}>
         <thead>
           <tr>
             <th scope="col">Id</th>
@@ -200,6 +201,7 @@ export function TransferDetail(props: { client: SluiceClient; id: string; onUnau
       <h1>
         Transfer <code>{props.id}</code>
       </h1>
+      <PollStatus polled={transfer} everyMs={POLL_MS} />
       {transfer.error !== null && !isUnauthorized(transfer.error) && (
         <p role="alert" class="error">
           {messageOf(transfer.error)}
@@ -207,7 +209,7 @@ export function TransferDetail(props: { client: SluiceClient; id: string; onUnau
       )}
       {t && (
         <>
-          <dl class="facts">
+          <dl {...staleMarks(transfer, 'facts')}>
             <div>
               <dt>State</dt>
               <dd>
@@ -265,7 +267,8 @@ export function TransferDetail(props: { client: SluiceClient; id: string; onUnau
                 label="Terminate"
                 question={`Terminate ${t.id}? Its work stops for good.`}
                 confirmLabel={`Yes, terminate ${t.id}`}
-                disabled={action.busy !== null}
+                // Offered from a record read now: a stale one may be past what can be terminated, or reach no server.
+                disabled={action.busy !== null || transfer.stale}
                 onConfirm={() =>
                   void action.run('Terminate', async () => {
                     const after = await props.client.transfers.terminate(t.id);

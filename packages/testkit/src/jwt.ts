@@ -1,0 +1,18 @@
+import { createHmac } from 'node:crypto';
+
+/**
+ * An HS256 JWT with exactly `claims` as its payload, signed with `secret`: what an operator's identity provider
+ * issues, for tests of the servers' bearer-token auth (which verify it with the same shared secret). Nothing is
+ * added: a test that wants `iat` or `exp` puts it in `claims`.
+ *
+ * @example
+ * ```ts
+ * const token = signJwt('a-test-secret-of-32-characters!!', { endpoints: ['items'], exp: Math.floor(Date.now() / 1000) + 60 });
+ * await fetch(url, { headers: { authorization: `Bearer ${token}` } });
+ * ```
+ */
+export function signJwt(secret: string, claims: Record<string, unknown>): string {
+  const part = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
+  const head = `${part({ alg: 'HS256', typ: 'JWT' })}.${part(claims)}`;
+  return `${head}.${createHmac('sha256', secret).update(head).digest('base64url')}`;
+}
