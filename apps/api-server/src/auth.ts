@@ -7,7 +7,7 @@ import {
   SluiceError,
   UnauthorizedError,
 } from '@sluice/core';
-import { parseBearer } from '@sluice/http';
+import { expiredTokenError, isExpiredJwt, parseBearer } from '@sluice/http';
 import { z } from 'zod';
 
 /**
@@ -95,6 +95,8 @@ export class TokenAuthenticator {
     try {
       payload = this.verify(token);
     } catch (err) {
+      // Expired says so where a client reads it (`reason`), as the control API does; the rest only in the text.
+      if (isExpiredJwt(err)) throw expiredTokenError();
       throw new UnauthorizedError(`The bearer token is not valid: ${tokenProblem(err)}`);
     }
     const claims = TokenClaimsSchema.safeParse(payload);

@@ -5,7 +5,7 @@
  */
 import { connect } from 'node:net';
 import { openCacheManager } from '@sluice/cache';
-import { tempDir } from '@sluice/testkit';
+import { signJwt, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { checkpointFor } from './fixtures/data.js';
 import { fetchJson, startQuietApiServer, writeGeneration } from './helpers.js';
@@ -120,6 +120,29 @@ describe('query API contract corners', () => {
       status: 400,
       paths: ['headers.last-event-id'],
     });
+  }, 60_000);
+
+  it('defect: an expired JWT was refused with the reason in the detail text only — the control API says reason: "expired" in the problem', async () => {
+    await using dir = await tempDir('sluice-api-contract-');
+    await writeGeneration(dir.path, 1, 5);
+    const secret = 'a-test-secret-of-32-characters!!';
+    await using server = await startQuietApiServer(dir.path, { api: { auth: { jwtSecret: secret } } });
+    const now = Math.floor(Date.now() / 1000);
+    const expired = signJwt(secret, { endpoints: '*', exp: now - 60 });
+    const forged = signJwt('another-secret-of-32-characters!', { endpoints: '*', exp: now + 600 });
+    for (const path of ['/v1/endpoints/items/records/1', '/v1/endpoints/items']) {
+      const old = await fetchJson(`${server.url}${path}`, {
+        headers: { authorization: `Bearer ${expired}` },
+      });
+      expect({ status: old.status, body: old.body }, path).toMatchObject({
+        status: 401,
+        body: { code: 'UNAUTHORIZED', reason: 'expired' },
+      });
+      // Any other refusal names no reason a caller could act on.
+      const bad = await fetchJson(`${server.url}${path}`, { headers: { authorization: `Bearer ${forged}` } });
+      expect(bad.status, path).toBe(401);
+      expect((bad.body as Record<string, unknown>).reason, path).toBeUndefined();
+    }
   }, 60_000);
 
   it('defect: an empty endpoint name (GET /v1/endpoints/) answered 404 UNKNOWN_ENDPOINT naming the endpoint "" — now 400 at params.name, as the control API answers', async () => {

@@ -1,5 +1,5 @@
 export { allowedMethods } from './allowed-methods.js';
-export { MAX_BEARER_LENGTH, parseBearer } from './bearer.js';
+export { expiredTokenError, isExpiredJwt, MAX_BEARER_LENGTH, parseBearer } from './bearer.js';
 export {
   type CliFlags,
   ExitCode,

@@ -1,5 +1,5 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { ErrorCode, SluiceError, UnauthorizedError } from '@sluice/core';
+import { UnauthorizedError } from '@sluice/core';
 import { parseBearer } from '@sluice/http';
 
 /** How a control-API caller proves who it is: a fixed token list and/or HS256 JWTs. */
@@ -29,31 +29,8 @@ const digest = (value: string) => createHash('sha256').update(value).digest();
 const LISTED: BearerGrant = { expiresAt: null };
 
 /**
- * The 401 of a JWT past its `exp`: said to be expired (`reason: "expired"` in the problem body), so a caller — the
- * console reloaded with yesterday's token — can ask for a renewed token rather than report a refused one. Whether
- * a token expired says nothing a caller could not read from the token itself.
- *
- * @example
- * ```ts
- * try { app.jwt.verify(token) } catch (err) { if (isExpiredJwt(err)) throw expiredTokenError(); }
- * ```
- */
-export function expiredTokenError(): SluiceError {
-  return new SluiceError({
-    code: ErrorCode.UNAUTHORIZED,
-    message: 'The bearer token is not valid: expired',
-    details: { reason: 'expired' },
-  });
-}
-
-/** True for the error `@fastify/jwt` (fast-jwt) throws for a token past its `exp`. */
-export function isExpiredJwt(err: unknown): boolean {
-  return (err as { code?: unknown } | null)?.code === 'FAST_JWT_EXPIRED';
-}
-
-/**
  * Builds the bearer-token check: `verifyJwt` is given the token when it is not in the list, and answers its grant,
- * `null` when it is not valid, or throws the 401 that says why ({@link expiredTokenError}). Comparison of listed
+ * `null` when it is not valid, or throws the 401 that says why (`@sluice/http`'s `expiredTokenError`). Comparison of listed
  * tokens is constant-time.
  *
  * @example

@@ -12,6 +12,8 @@ import {
   ValidationError,
 } from '@sluice/core';
 import {
+  expiredTokenError,
+  isExpiredJwt,
   PROBLEM_HTTP_OPTIONS,
   problemClientErrors,
   problemDetailsPlugin,
@@ -26,7 +28,7 @@ import { z } from 'zod';
 import type { EndpointManager } from '../endpoints.js';
 import type { NodeMetrics } from '../metrics.js';
 import { submissionReply, type TransferCoordinator } from '../transfers/coordinator.js';
-import { type AuthSettings, bearerCheck, expiredTokenError, isExpiredJwt, jwtGrant } from './auth.js';
+import { type AuthSettings, bearerCheck, jwtGrant } from './auth.js';
 import { consoleAssetsDir, consoleRoutes, isConsolePath } from './console-routes.js';
 import {
   CONTROL_PROBLEMS,
