@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { sleep, sql, startLogicalPostgres, startNatsServer } from '@sluice/testkit';
 import { type CdcFault, CdcFaultInjector, generationsOf, WAL_SENDER_TIMEOUT_MS } from './cdc-faults.js';
 import type { CdcChaosOptions } from './cdc-options.js';
+import { CdcOverlapSchedule, type OverlapCounts } from './cdc-overlap.js';
 import {
   type AccountRow,
   ENDPOINT,
@@ -45,9 +46,18 @@ export interface CdcSummary {
   connectionLosses: number;
   uncertainCommits: number;
   faults: Record<CdcFault, number>;
+  /** `--overlap`: how much the faults overlapped (null: one at a time). */
+  overlap: OverlapCounts | null;
+  /** Restarts timed against a held COMMIT: inside it, after it (before the reply was read), or not reached. */
+  commitRestarts: { inCommit: number; afterCommit: number; missed: number };
   /** Processes that exited on their own. */
   crashes: number;
   reads: ReadCounts;
+  /**
+   * The alias's switches by cause (`rebuild`, `restart`…), read from the generations at the end: a `restart`
+   * switch is a restart that could not resume in place (case 4); its reason is noted.
+   */
+  switches: Record<string, number>;
   /** Rows compared at the end (the table's). */
   finalRows: number;
   violations: CdcViolation[];
@@ -184,14 +194,16 @@ export async function runCdcChaos(
 
   const writer = new AccountsWriter(dbUrl, options.rows, rng.fork(1), event);
   const readers = new Readers(apiUrl, writer, expected, rng.fork(2), violate, recent);
-  const faults = new CdcFaultInjector({ app, appNode, api, apiNode, postgres }, rng.fork(3), {
+  const faults = new CdcFaultInjector({ app, appNode, api, apiNode, postgres, writer }, rng.fork(3), {
     event,
     problem: (kind, detail, evidence = []) => violate({ kind, detail, evidence: [...evidence, ...recent()] }),
     failedStart,
   });
+  const overlap = options.overlap ? new CdcOverlapSchedule(faults, rng.fork(4)) : null;
   writer.start();
   readers.start();
-  await faults.run(Date.now() + options.seconds * 1_000);
+  const until = Date.now() + options.seconds * 1_000;
+  await (overlap ? overlap.run(until) : faults.run(until));
 
   // Quiesce: everything up, the writer stopped, then the readers; the final read asks for the last position.
   event('faults over: healing');
@@ -237,6 +249,8 @@ export async function runCdcChaos(
       });
   }
 
+  const switches = await switchesByCause(appNode.url, notes);
+
   const summary: CdcSummary = {
     seed: options.seed,
     startedAt: new Date(started).toISOString(),
@@ -248,8 +262,11 @@ export async function runCdcChaos(
     connectionLosses: writer.connectionLosses,
     uncertainCommits: writer.uncertainCommits,
     faults: faults.counts,
+    overlap: overlap?.overlap ?? null,
+    commitRestarts: faults.commitRestarts,
     crashes,
     reads: readers.counts,
+    switches,
     finalRows: table.length,
     violations,
     notes,
@@ -265,6 +282,31 @@ export async function runCdcChaos(
     await writeFile(join(dir, 'postgres.log'), await postgres.log());
   } else await rm(dir, { recursive: true, force: true });
   return summary;
+}
+
+/** Counts the alias's switches by cause; notes why each generation a restart built was built. */
+async function switchesByCause(appUrl: string, notes: string[]): Promise<Record<string, number>> {
+  const reply = await fetchJson(`${appUrl}/v1/endpoints/${ENDPOINT}/generations`, undefined, {});
+  if (!reply.ok || reply.status !== 200) {
+    notes.push('the generations could not be read at the end: switches not counted');
+    return {};
+  }
+  const out: Record<string, number> = {};
+  const generations = reply.body.generations as Array<{ name: string; reason: string | null }>;
+  for (const entry of reply.body.history as Array<{
+    from: string | null;
+    to: string;
+    cause: string;
+    at: string;
+  }>) {
+    out[entry.cause] = (out[entry.cause] ?? 0) + 1;
+    // The first snapshot's switch (from nothing) is a restart too: not worth a note.
+    if (entry.cause === 'restart' && entry.from !== null)
+      notes.push(
+        `switch caused by a restart at ${entry.at} to ${entry.to}: ${generations.find((g) => g.name === entry.to)?.reason ?? '(generation gone)'}`,
+      );
+  }
+  return out;
 }
 
 /** Row-for-row, field-for-field differences between the table and what the api-server serves. */

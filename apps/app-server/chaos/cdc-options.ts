@@ -11,6 +11,11 @@ export interface CdcChaosOptions {
   keep: boolean;
   /** Progress lines on stderr. */
   verbose: boolean;
+  /**
+   * Faults on independent seeded lanes that may overlap, with the combined kinds (cdc-overlap.ts); off: one at a
+   * time, each healed before the next.
+   */
+  overlap: boolean;
 }
 
 export const CDC_DEFAULTS: CdcChaosOptions = {
@@ -19,9 +24,10 @@ export const CDC_DEFAULTS: CdcChaosOptions = {
   rows: 2_000,
   keep: false,
   verbose: true,
+  overlap: true,
 };
 
-/** Parses `--seconds N --seed N --rows N --keep --quiet`; throws on anything else. */
+/** Parses `--seconds N --seed N --rows N --keep --quiet --overlap --no-overlap`; throws on anything else. */
 export function parseCdcArgs(argv: string[]): CdcChaosOptions {
   const options = { ...CDC_DEFAULTS, seed: randomSeed() };
   const number = (flag: string, value: string | undefined) => {
@@ -38,7 +44,12 @@ export function parseCdcArgs(argv: string[]): CdcChaosOptions {
     else if (flag === '--rows') options.rows = Math.max(2, number(flag, argv[++i]));
     else if (flag === '--keep') options.keep = true;
     else if (flag === '--quiet') options.verbose = false;
-    else throw new Error(`unknown argument ${flag} (known: --seconds, --seed, --rows, --keep, --quiet)`);
+    else if (flag === '--overlap') options.overlap = true;
+    else if (flag === '--no-overlap') options.overlap = false;
+    else
+      throw new Error(
+        `unknown argument ${flag} (known: --seconds, --seed, --rows, --keep, --quiet, --overlap, --no-overlap)`,
+      );
   }
   // Big transactions split the rows into two equal halves (one gains what the other loses).
   if (options.rows % 2 === 1) options.rows += 1;

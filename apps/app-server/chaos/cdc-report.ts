@@ -13,7 +13,12 @@ export function formatCdcSummary(summary: CdcSummary, evidenceLines = 40): strin
     `  code: ${summary.code}`,
     `  transactions: ${summary.transactions} (${list(summary.writes)}); connection lost ${summary.connectionLosses} times, ${summary.uncertainCommits} of those had committed`,
     `  faults: ${list(summary.faults)}; process crashes ${summary.crashes}`,
+    summary.overlap
+      ? `  overlaps: ${summary.overlap.overlapping} faults started while another ran, ${summary.overlap.withinASecond} within a second of the previous; pairs {${list(summary.overlap.pairs)}}`
+      : '  overlaps: none (one fault at a time)',
+    `  restarts at a held COMMIT: inside ${summary.commitRestarts.inCommit}, after it ${summary.commitRestarts.afterCommit}, not reached ${summary.commitRestarts.missed}`,
     `  reads checked: queries ${r.queries} (with sluice-min-position ${r.freshQueries}), counts ${r.counts}, read-your-writes lookups ${r.lookups}; 503 POSITION_NOT_REACHED ${r.positionNotReached}, other 503 {${list(r.unavailable)}}, no answer ${r.noAnswer}; sluice-position went back ${r.positionWentBack} times`,
+    `  alias switches by cause: {${list(summary.switches)}}`,
     `  final comparison: ${summary.finalRows} rows`,
     `  violations: ${summary.violations.length}`,
   ];

@@ -3,6 +3,8 @@
  * invariants a reader can check in any single response — the sum of `balance` and the number of rows — so a
  * half-applied source transaction shows. Each commit also inserts its sequence number into `ledger` (a table the
  * endpoint does not mirror): when PostgreSQL goes away mid-COMMIT, the ledger says afterwards whether it happened.
+ * A fault can ask for the next commit to be held ({@link AccountsWriter.holdNextCommit}): a deferred constraint
+ * trigger on `ledger` sleeps inside COMMIT, so a restart can be made to land there, or just after it.
  */
 import { sleep } from '@sluice/testkit';
 import pg from 'pg';
@@ -48,6 +50,16 @@ export async function createAccounts(url: string, rows: number): Promise<{ sum: 
       'CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL, note text, txn int NOT NULL)',
     );
     await client.query('CREATE TABLE ledger (seq int PRIMARY KEY, kind text NOT NULL)');
+    // Runs at COMMIT (deferred), before the commit record: a transaction that set chaos.hold_ms sits in COMMIT
+    // that long, holding its locks, as a commit slowed by a busy disk or a synchronous standby would.
+    await client.query(`CREATE FUNCTION ledger_hold() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        PERFORM pg_sleep(coalesce(nullif(current_setting('chaos.hold_ms', true), ''), '0')::int / 1000.0);
+        RETURN NULL;
+      END $$`);
+    await client.query(
+      'CREATE CONSTRAINT TRIGGER ledger_hold AFTER INSERT ON ledger DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ledger_hold()',
+    );
     await client.query("INSERT INTO accounts SELECT g, 100, 'n' || g, 0 FROM generate_series(1, $1::int) g", [
       rows,
     ]);
@@ -55,6 +67,19 @@ export async function createAccounts(url: string, rows: number): Promise<{ sum: 
     await client.end();
   }
   return { sum: rows * 100, rows };
+}
+
+/** A commit a fault asked to hold: COMMIT sits `commitMs` in the trigger, then `afterMs` pass before the LSN is read. */
+export interface CommitHold {
+  commitMs: number;
+  afterMs: number;
+  /** The held transaction is a big one (thousands of rows in one source transaction). */
+  big: boolean;
+}
+
+interface PendingHold extends CommitHold {
+  /** Resolved as COMMIT is sent, with the transaction's sequence number. */
+  committing: (seq: number) => void;
 }
 
 export class AccountsWriter {
@@ -78,6 +103,7 @@ export class AccountsWriter {
   #client: pg.Client | null = null;
   #stopped = false;
   #loop: Promise<void> | null = null;
+  #hold: PendingHold | null = null;
 
   constructor(
     private readonly url: string,
@@ -98,6 +124,23 @@ export class AccountsWriter {
     this.#loop = this.#run();
   }
 
+  /**
+   * Holds the next transaction's COMMIT (see {@link CommitHold}); resolves with its sequence number once COMMIT is
+   * sent, so a fault can be timed against it.
+   *
+   * @example
+   * ```ts
+   * const seq = await writer.holdNextCommit({ commitMs: 800, afterMs: 400, big: true });
+   * await sleep(600); // inside COMMIT
+   * await postgres.stop('fast');
+   * ```
+   */
+  holdNextCommit(hold: CommitHold): Promise<number> {
+    return new Promise((committing) => {
+      this.#hold = { ...hold, committing };
+    });
+  }
+
   /** Stops after the transaction in flight; rejects with the writer's own error (not a connection loss). */
   async stop(): Promise<void> {
     this.#stopped = true;
@@ -109,10 +152,12 @@ export class AccountsWriter {
   async #run(): Promise<void> {
     while (!this.#stopped) {
       const seq = ++this.#seq;
-      const plan = this.#plan(seq);
+      const hold = this.#hold;
+      this.#hold = null;
+      const plan = hold?.big ? this.#big(seq) : this.#plan(seq);
       let write: Write | null = null;
       try {
-        write = await this.#commit(seq, plan);
+        write = await this.#commit(seq, plan, hold);
       } catch (err) {
         this.connectionLosses += 1;
         this.#client?.end().catch(() => {});
@@ -147,12 +192,19 @@ export class AccountsWriter {
     return client;
   }
 
-  async #commit(seq: number, plan: Plan): Promise<Write> {
+  async #commit(seq: number, plan: Plan, hold: PendingHold | null): Promise<Write> {
     const client = await this.#connect();
     await client.query('BEGIN');
     for (const s of plan.statements) await client.query(s.text, s.values);
     await client.query('INSERT INTO ledger (seq, kind) VALUES ($1, $2)', [seq, plan.kind]);
-    await client.query('COMMIT');
+    if (hold) {
+      await client.query(`SET LOCAL chaos.hold_ms = ${hold.commitMs}`);
+      const commit = client.query('COMMIT');
+      hold.committing(seq);
+      await commit;
+      // A reply that comes late: a connection lost now is lost after the commit, which only the ledger can tell.
+      await sleep(hold.afterMs);
+    } else await client.query('COMMIT');
     const lsn = (await client.query<{ lsn: string }>('SELECT pg_current_wal_lsn()::text AS lsn')).rows[0]!
       .lsn;
     return { seq, kind: plan.kind, lsn, keys: plan.keys, removed: plan.removed, uncertain: false };

@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import {
   type BuildProgress,
   type CacheCatalog,
@@ -24,12 +25,21 @@ export type StartPipeline = (endpoint: EndpointConfig) => Promise<EndpointPipeli
 interface StartFailure {
   code: string;
   message: string;
+  /** The error says a retry may succeed (a lost connection): the manager retries by itself. */
+  retryable: boolean;
 }
+
+/** The first wait before a start that failed for a retryable reason is tried again; doubled up to the maximum. */
+export const START_RETRY_MS = 1_000;
+export const START_RETRY_MAX_MS = 30_000;
 
 /**
  * The serving plane of this host: one pipeline per configured endpoint, started with the node (alias exists →
  * open its cache; else create cache + alias, as the pipeline package decides), stopped with it. An endpoint whose
- * pipeline failed to start stays listed (`phase: failed` with its error); `rebuild` starts it again.
+ * pipeline failed to start stays listed (`phase: failed` with its error); `rebuild` starts it again. A failure that
+ * says a retry may succeed (`details.retryable`: the source unreachable, PostgreSQL restarting) is retried by the
+ * manager itself, with back-off, until the pipeline starts, fails for another reason or the node stops — a source
+ * that is down at start-up is an outage to wait out, not a configuration for an operator to fix.
  *
  * @example
  * ```ts
@@ -42,6 +52,10 @@ export class EndpointManager {
   readonly #failures = new Map<string, StartFailure>();
   /** Starts in progress (at a retry), so two Rebuilds of a failed endpoint start one pipeline. */
   readonly #starting = new Map<string, Promise<void>>();
+  /** Endpoints whose start a background loop retries (one loop each). */
+  readonly #retrying = new Set<string>();
+  /** Wakes the background start retries when the node stops. */
+  readonly #stopping = new AbortController();
   readonly #caches: CacheCatalog;
   readonly #configs: EndpointConfig[];
   readonly #startPipeline: StartPipeline;
@@ -66,7 +80,44 @@ export class EndpointManager {
   ): Promise<EndpointManager> {
     const manager = new EndpointManager(context.caches, endpoints, context.startPipeline, context.logger);
     for (const endpoint of endpoints) await manager.#launch(endpoint);
+    for (const endpoint of endpoints) manager.#retryLater(endpoint);
     return manager;
+  }
+
+  /**
+   * While the endpoint's start failed for a retryable reason, starts it again after a back-off (in the background;
+   * a Rebuild meanwhile joins or replaces a retry, never doubles it).
+   */
+  #retryLater(endpoint: EndpointConfig): void {
+    if (!this.#failures.get(endpoint.name)?.retryable || this.#retrying.has(endpoint.name)) return;
+    this.#retrying.add(endpoint.name);
+    void (async () => {
+      let waitMs = START_RETRY_MS;
+      while (!this.#stopped && this.#failures.get(endpoint.name)?.retryable) {
+        this.#logger.warn(
+          { endpoint: endpoint.name, error: this.#failures.get(endpoint.name), retryInMs: waitMs },
+          'endpoint pipeline could not start for now; retrying',
+        );
+        try {
+          await delay(waitMs, undefined, { signal: this.#stopping.signal });
+        } catch {
+          return; // the node stops
+        }
+        waitMs = Math.min(waitMs * 2, START_RETRY_MAX_MS);
+        if (this.#stopped || this.#pipelines.has(endpoint.name)) return;
+        await this.#startOnce(endpoint);
+      }
+    })().finally(() => this.#retrying.delete(endpoint.name));
+  }
+
+  /** One start of a stopped endpoint, shared by whoever asks while it runs (a Rebuild, a retry). */
+  #startOnce(endpoint: EndpointConfig): Promise<void> {
+    let starting = this.#starting.get(endpoint.name);
+    if (!starting) {
+      starting = this.#launch(endpoint).finally(() => this.#starting.delete(endpoint.name));
+      this.#starting.set(endpoint.name, starting);
+    }
+    return starting;
   }
 
   /** Starts one endpoint's pipeline; a failure is remembered (and shown) rather than thrown. */
@@ -85,10 +136,11 @@ export class EndpointManager {
         'endpoint pipeline started',
       );
     } catch (err) {
-      const error = err as { code?: string; message?: string };
+      const error = err as { code?: string; message?: string; details?: { retryable?: unknown } };
       this.#failures.set(endpoint.name, {
         code: error.code ?? 'INTERNAL',
         message: error.message ?? String(err),
+        retryable: error.details?.retryable === true,
       });
       this.#logger.error({ endpoint: endpoint.name, err }, 'endpoint pipeline failed to start');
     }
@@ -117,7 +169,7 @@ export class EndpointManager {
           decision: null,
           held: null,
           building: null,
-          error: this.#failures.get(endpoint.name) ?? null,
+          error: this.#failureOf(endpoint.name),
           badRecords: { count: 0, last: null },
           replication: null,
           follower: null,
@@ -191,12 +243,9 @@ export class EndpointManager {
       return 'started';
     }
     if (this.#stopped) throw new EndpointStoppedError(name);
-    let starting = this.#starting.get(name);
-    if (!starting) {
-      starting = this.#launch(config).finally(() => this.#starting.delete(name));
-      this.#starting.set(name, starting);
-    }
-    await starting;
+    await this.#startOnce(config);
+    // A cause the operator fixed may leave the source only unreachable for now: retried from here on.
+    this.#retryLater(config);
     this.#pipeline(name);
     return 'restarted';
   }
@@ -240,12 +289,19 @@ export class EndpointManager {
     if (this.#stopped) throw new EndpointStoppedError(name);
     throw new EndpointNotRunningError(
       name,
-      this.#failures.get(name) ?? { code: 'INTERNAL', message: 'its pipeline did not start' },
+      this.#failureOf(name) ?? { code: 'INTERNAL', message: 'its pipeline did not start' },
     );
+  }
+
+  /** The failed start as it is shown: its code and message. */
+  #failureOf(name: string): { code: string; message: string } | null {
+    const failure = this.#failures.get(name);
+    return failure ? { code: failure.code, message: failure.message } : null;
   }
 
   async stop(): Promise<void> {
     this.#stopped = true;
+    this.#stopping.abort();
     await Promise.allSettled(this.#starting.values());
     const pipelines = [...this.#pipelines.values()];
     this.#pipelines.clear();

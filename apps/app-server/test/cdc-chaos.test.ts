@@ -1,12 +1,14 @@
 /**
- * The chaos run of the PostgreSQL mirror in CI's size (about 45 s of faults: app-server SIGKILL and SIGSTOP past
- * wal_sender_timeout, PostgreSQL fast restarts, api-server SIGKILL, blue/green rebuilds) with a fixed seed, asserting
- * zero violations, that every kind of fault happened and that reads were checked; and the checker's own tests, which
- * show it can fail. The long run is a command: `pnpm --filter @sluice/app-server chaos:cdc --seconds 180`.
+ * The chaos run of the PostgreSQL mirror in CI's size (about 45 s of overlapping faults: app-server SIGKILL and
+ * SIGSTOP past wal_sender_timeout, PostgreSQL fast restarts — also while the app-server is frozen and inside or just
+ * after a held COMMIT — api-server SIGKILL, also as the alias switches, blue/green rebuilds with an app-server kill
+ * while the green builds) with a fixed seed, asserting zero violations, that every kind of fault happened, that
+ * faults overlapped and that reads were checked; and the checker's own tests, which show it can fail. The long run is
+ * a command: `pnpm --filter @sluice/app-server chaos:cdc --seconds 180`.
  */
 import { describe, expect, it } from 'vitest';
 import { mirrorDiff, runCdcChaos } from '../chaos/cdc-driver.js';
-import { CDC_FAULTS } from '../chaos/cdc-faults.js';
+import { CDC_FAULTS, CDC_OVERLAP_FAULTS } from '../chaos/cdc-faults.js';
 import { CDC_DEFAULTS } from '../chaos/cdc-options.js';
 import { type AccountRow, lsnValue, positionOf, wholeProblems } from '../chaos/cdc-readers.js';
 import { formatCdcSummary } from '../chaos/cdc-report.js';
@@ -54,12 +56,16 @@ describe('CDC chaos checker', () => {
 describe('CDC chaos run (CI size)', () => {
   it('every answer shows whole transactions, read-your-writes holds, and the mirror ends equal to the table', async () => {
     const seed = Number(process.env.SLUICE_CDC_CHAOS_SEED ?? 20261206);
-    const summary = await runCdcChaos({ ...CDC_DEFAULTS, seconds: 45, seed, verbose: false });
+    const summary = await runCdcChaos({ ...CDC_DEFAULTS, seconds: 45, seed, overlap: true, verbose: false });
     const report = formatCdcSummary(summary);
     console.log(report);
     expect(summary.violations, report).toEqual([]);
     // The run really injected every kind of fault and checked reads (a quiet run would pass for the wrong reason).
-    for (const kind of CDC_FAULTS) expect(summary.faults[kind], `${kind}\n${report}`).toBeGreaterThan(0);
+    for (const kind of [...CDC_FAULTS, ...CDC_OVERLAP_FAULTS])
+      expect(summary.faults[kind], `${kind}\n${report}`).toBeGreaterThan(0);
+    // Faults overlapped, and a restart landed on a held COMMIT (the writer's ledger decided its fate).
+    expect(summary.overlap?.overlapping ?? 0, report).toBeGreaterThan(0);
+    expect(summary.commitRestarts.inCommit + summary.commitRestarts.afterCommit, report).toBeGreaterThan(0);
     expect(summary.transactions).toBeGreaterThan(100);
     expect(summary.reads.queries + summary.reads.counts).toBeGreaterThan(0);
     expect(summary.reads.lookups).toBeGreaterThan(0);
