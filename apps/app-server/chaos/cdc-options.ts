@@ -1,4 +1,5 @@
 /** The CDC chaos run's knobs (`chaos:cdc`); its randomness is the transfer run's seeded {@link Rng}. */
+import { nonNegativeInteger, parseFlags } from './flags.js';
 import { randomSeed } from './options.js';
 
 export interface CdcChaosOptions {
@@ -30,27 +31,29 @@ export const CDC_DEFAULTS: CdcChaosOptions = {
 /** Parses `--seconds N --seed N --rows N --keep --quiet --overlap --no-overlap`; throws on anything else. */
 export function parseCdcArgs(argv: string[]): CdcChaosOptions {
   const options = { ...CDC_DEFAULTS, seed: randomSeed() };
-  const number = (flag: string, value: string | undefined) => {
-    const n = Number(value);
-    if (value === undefined || !Number.isInteger(n) || n < 0)
-      throw new Error(`${flag} needs a non-negative integer`);
-    return n;
-  };
-  for (let i = 0; i < argv.length; i++) {
-    const flag = argv[i]!;
-    if (flag === '--') continue; // pnpm passes it through
-    if (flag === '--seconds') options.seconds = number(flag, argv[++i]);
-    else if (flag === '--seed') options.seed = number(flag, argv[++i]);
-    else if (flag === '--rows') options.rows = Math.max(2, number(flag, argv[++i]));
-    else if (flag === '--keep') options.keep = true;
-    else if (flag === '--quiet') options.verbose = false;
-    else if (flag === '--overlap') options.overlap = true;
-    else if (flag === '--no-overlap') options.overlap = false;
-    else
-      throw new Error(
-        `unknown argument ${flag} (known: --seconds, --seed, --rows, --keep, --quiet, --overlap, --no-overlap)`,
-      );
-  }
+  parseFlags(argv, {
+    '--seconds': (value) => {
+      options.seconds = nonNegativeInteger('--seconds', value());
+    },
+    '--seed': (value) => {
+      options.seed = nonNegativeInteger('--seed', value());
+    },
+    '--rows': (value) => {
+      options.rows = Math.max(2, nonNegativeInteger('--rows', value()));
+    },
+    '--keep': () => {
+      options.keep = true;
+    },
+    '--quiet': () => {
+      options.verbose = false;
+    },
+    '--overlap': () => {
+      options.overlap = true;
+    },
+    '--no-overlap': () => {
+      options.overlap = false;
+    },
+  });
   // Big transactions split the rows into two equal halves (one gains what the other loses).
   if (options.rows % 2 === 1) options.rows += 1;
   return options;

@@ -1,5 +1,7 @@
 /** The chaos run's knobs and its seeded randomness (one seed reproduces the schedule of faults and requests). */
 
+import { nonNegativeInteger, parseFlags } from './flags.js';
+
 export interface ChaosOptions {
   transfers: number;
   /** How long faults are injected; submissions are spread over the first two thirds of it. */
@@ -31,28 +33,32 @@ export const DEFAULTS: ChaosOptions = {
 /** Parses `--transfers N --seconds N --seed S --settle N --bin PATH --keep --quiet --calm`; throws on anything else. */
 export function parseArgs(argv: string[]): ChaosOptions {
   const options = { ...DEFAULTS, seed: randomSeed() };
-  const number = (flag: string, value: string | undefined) => {
-    const n = Number(value);
-    if (value === undefined || !Number.isInteger(n) || n < 0)
-      throw new Error(`${flag} needs a non-negative integer`);
-    return n;
-  };
-  for (let i = 0; i < argv.length; i++) {
-    const flag = argv[i]!;
-    if (flag === '--') continue; // pnpm passes it through
-    if (flag === '--transfers') options.transfers = number(flag, argv[++i]);
-    else if (flag === '--seconds') options.seconds = number(flag, argv[++i]);
-    else if (flag === '--seed') options.seed = number(flag, argv[++i]);
-    else if (flag === '--settle') options.settleSeconds = number(flag, argv[++i]);
-    else if (flag === '--bin') options.bin = argv[++i] ?? 'src';
-    else if (flag === '--keep') options.keep = true;
-    else if (flag === '--quiet') options.verbose = false;
-    else if (flag === '--calm') options.calm = true;
-    else
-      throw new Error(
-        `unknown argument ${flag} (known: --transfers, --seconds, --seed, --settle, --bin, --keep, --quiet, --calm)`,
-      );
-  }
+  parseFlags(argv, {
+    '--transfers': (value) => {
+      options.transfers = nonNegativeInteger('--transfers', value());
+    },
+    '--seconds': (value) => {
+      options.seconds = nonNegativeInteger('--seconds', value());
+    },
+    '--seed': (value) => {
+      options.seed = nonNegativeInteger('--seed', value());
+    },
+    '--settle': (value) => {
+      options.settleSeconds = nonNegativeInteger('--settle', value());
+    },
+    '--bin': (value) => {
+      options.bin = value() ?? 'src';
+    },
+    '--keep': () => {
+      options.keep = true;
+    },
+    '--quiet': () => {
+      options.verbose = false;
+    },
+    '--calm': () => {
+      options.calm = true;
+    },
+  });
   return options;
 }
 
