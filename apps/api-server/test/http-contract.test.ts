@@ -3,9 +3,8 @@
  * each refusal names its place the way the rest of the API does (`params.<name>`, `querystring.<name>`, `headers.<name>`)
  * as an `application/problem+json` with a stable code.
  */
-import { connect } from 'node:net';
 import { openCacheManager } from '@sluice/cache';
-import { signJwt, tempDir } from '@sluice/testkit';
+import { rawHttpExchange, signJwt, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { checkpointFor } from './fixtures/data.js';
 import { fetchJson, startQuietApiServer, writeGeneration } from './helpers.js';
@@ -30,16 +29,6 @@ async function writeItemsAndCodes(root: string): Promise<void> {
 }
 
 /** Sends `request` as raw bytes and returns the whole answer as text (the server closes after it). */
-function rawExchange(url: string, request: string): Promise<string> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const socket = connect(Number(port), hostname, () => socket.end(request));
-    const chunks: Buffer[] = [];
-    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
-    socket.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    socket.on('error', reject);
-  });
-}
 
 describe('query API contract corners', () => {
   it('defect: a single-field key that is the empty string could not be read by URL (/records/ has no key segment) — now GET …/records?key=', async () => {
@@ -183,7 +172,10 @@ describe('query API contract corners', () => {
     await writeGeneration(dir.path, 1, 5);
     await using server = await startQuietApiServer(dir.path);
     for (const path of ['/v1/endpoints/items/records/1', '/v1/endpoints', '/nowhere']) {
-      const answer = await rawExchange(server.url, `GET ${path} HTTP/1.1\r\nconnection: close\r\n\r\n`);
+      const answer = await rawHttpExchange(
+        Number(new URL(server.url).port),
+        `GET ${path} HTTP/1.1\r\nconnection: close\r\n\r\n`,
+      );
       const [head, body] = answer.split('\r\n\r\n') as [string, string];
       expect(head.split('\r\n')[0], path).toBe('HTTP/1.1 400 Bad Request');
       expect(head.toLowerCase(), path).toContain('content-type: application/problem+json; charset=utf-8');
@@ -194,7 +186,10 @@ describe('query API contract corners', () => {
       });
     }
     // HTTP/1.0 has no Host requirement.
-    const old = await rawExchange(server.url, 'GET /v1/endpoints/items/records/1 HTTP/1.0\r\n\r\n');
+    const old = await rawHttpExchange(
+      Number(new URL(server.url).port),
+      'GET /v1/endpoints/items/records/1 HTTP/1.0\r\n\r\n',
+    );
     expect(old.split('\r\n')[0]).toBe('HTTP/1.1 200 OK');
   }, 60_000);
 });

@@ -2,22 +2,12 @@
  * The corners of the control API's HTTP contract (docs/http-api.md): every refusal names its place the way the rest of
  * the API does (`querystring.<name>`, `headers.<name>`), as an `application/problem+json` with a stable code.
  */
-import { connect } from 'node:net';
 import { join } from 'node:path';
-import { tempDir } from '@sluice/testkit';
+import { rawHttpExchange, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { call, fileTransfer, localNode, startNodeProcess, waitForState, writeRecords } from './helpers.js';
 
 /** Sends `request` as raw bytes and returns the whole answer as text (the server closes after it). */
-function rawExchange(port: number, request: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1', () => socket.end(request));
-    const chunks: Buffer[] = [];
-    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
-    socket.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    socket.on('error', reject);
-  });
-}
 
 describe('control API contract corners', { timeout: 90_000 }, () => {
   it('defect: an invalid transfer-list cursor was refused at path "cursor", every other query-string refusal at querystring.<name>', async () => {
@@ -56,7 +46,7 @@ describe('control API contract corners', { timeout: 90_000 }, () => {
     await using dir = await tempDir('sluice-control-contract-');
     await using node = await startNodeProcess(localNode('solo', dir.path));
     for (const path of ['/v1/transfers', '/healthz', '/nowhere']) {
-      const answer = await rawExchange(node.port, `GET ${path} HTTP/1.1\r\nconnection: close\r\n\r\n`);
+      const answer = await rawHttpExchange(node.port, `GET ${path} HTTP/1.1\r\nconnection: close\r\n\r\n`);
       const [head, body] = answer.split('\r\n\r\n') as [string, string];
       expect(head.split('\r\n')[0], path).toBe('HTTP/1.1 400 Bad Request');
       expect(head.toLowerCase(), path).toContain('content-type: application/problem+json; charset=utf-8');
@@ -66,7 +56,7 @@ describe('control API contract corners', { timeout: 90_000 }, () => {
         errors: [{ path: 'headers.host', message: 'required in HTTP/1.1' }],
       });
     }
-    const old = await rawExchange(node.port, 'GET /healthz HTTP/1.0\r\n\r\n');
+    const old = await rawHttpExchange(node.port, 'GET /healthz HTTP/1.0\r\n\r\n');
     expect(old.split('\r\n')[0]).toBe('HTTP/1.1 200 OK');
   });
 });

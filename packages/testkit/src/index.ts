@@ -32,6 +32,7 @@ export {
   spawnTs,
   tsxLoaderPath,
 } from './process.js';
+export { rawHttpExchange } from './raw-http.js';
 export {
   type SourceTransaction,
   type SourceWriter,
