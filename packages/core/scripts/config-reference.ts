@@ -46,6 +46,10 @@ function constraints(schema: JsonSchema): string {
   if (schema.maximum !== undefined) parts.push(`≤ ${schema.maximum}`);
   if (schema.minLength !== undefined && schema.minLength > 1) parts.push(`length ≥ ${schema.minLength}`);
   if (schema.maxLength !== undefined) parts.push(`length ≤ ${schema.maxLength}`);
+  // An array's bounds are on its items (`control.auth.tokens`: each at least 16 characters); say so, or a value
+  // the server refuses at start would look valid here.
+  const each = schema.type === 'array' && schema.items ? constraints(schema.items) : '';
+  if (each !== '') parts.push(`each ${each}`);
   return parts.join(', ');
 }
 
@@ -66,6 +70,7 @@ const NOTES: Record<string, string> = {
   'api.cors.origins':
     '`true` (any origin) or origins as a browser sends them (`https://app.example`, `http://localhost:3000`: lower case, no default port, no path); the preflight allows `authorization`, `content-type`, `sluice-min-position` and `last-event-id`',
   'control.auth': '`tokens` (at least one) or `jwtSecret`, or both',
+  'files.roots': 'empty: the working directory; relative roots resolve against it',
   'backplane.strategy':
     '`auto`: `nats` when `nats` is set, else `single` on a SQLite store, else `direct`; the api-servers follow alias events on NATS only when the strategy is (or `auto` picks) `nats`, else they watch the alias table',
 };
