@@ -82,6 +82,7 @@ export class CdcOverlapSchedule {
   async run(until: number): Promise<void> {
     // Forked before any lane draws: a lane's draws do not depend on how the others interleave.
     const rngs = LANES.map((_, i) => this.rng.fork(11 + i));
+    this.faults.faultsUntil = until;
     await Promise.all(LANES.map((lane, i) => this.#lane(lane, rngs[i]!, until)));
   }
 
