@@ -4,7 +4,7 @@
  * row filter that does not fit it is 403 FORBIDDEN, as it is for a read that did not wait. A writer process (the
  * app-server's role) commits replication positions and rebuilds; the api-server is real (HTTP, LMDB read-only).
  */
-import { signJwt } from '@sluice/testkit';
+import { signJwt, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { range, startFeedApi, startFeedWriter, tempDir } from './feed-harness.js';
 import { item } from './fixtures/data.js';
@@ -69,6 +69,7 @@ describe('read-your-writes across a switch, with a row-filtered token', () => {
     // The filter fits the serving generation: every read route answers.
     for (const answer of await readAll(api.url, bearer))
       expect(answer, answer.path).toMatchObject({ status: 200 });
+    const first = api.registry.current('items')?.name;
 
     // Asked for a position only the next generation commits; that generation has no `category` (renamed `zone`).
     const waiting = readAll(api.url, { ...bearer, 'sluice-min-position': '0/300' });
@@ -86,6 +87,11 @@ describe('read-your-writes across a switch, with a row-filtered token', () => {
       positions: at('0/300'),
     });
 
+    // The writer has moved the alias; the api-server serves the new generation once it has seen that.
+    await waitFor(() => api.registry.current('items')?.name !== first, {
+      timeoutMs: 30_000,
+      what: 'the api-server to serve the new generation',
+    });
     // Without the wait, the new generation refuses the token on every route.
     const forbidden = (path: string) => ({ path, status: 403, code: 'FORBIDDEN' });
     expect(await readAll(api.url, bearer)).toEqual(READS.map(([, path]) => forbidden(path)));
