@@ -11,6 +11,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { sleep, sql, startLogicalPostgres, startNatsServer } from '@sluice/testkit';
 import { type CdcFault, CdcFaultInjector, generationsOf, WAL_SENDER_TIMEOUT_MS } from './cdc-faults.js';
+import { ChangeFeedReplica, type FeedCounts } from './cdc-feed.js';
 import type { CdcChaosOptions } from './cdc-options.js';
 import { CdcOverlapSchedule, type OverlapCounts } from './cdc-overlap.js';
 import {
@@ -53,6 +54,8 @@ export interface CdcSummary {
   /** Processes that exited on their own. */
   crashes: number;
   reads: ReadCounts;
+  /** The change-feed subscriber's events, commits checked, reconnects, switches and resets. */
+  feed: FeedCounts;
   /**
    * The alias's switches by cause (`rebuild`, `restart`…), read from the generations at the end: a `restart`
    * switch is a restart that could not resume in place (case 4); its reason is noted.
@@ -200,6 +203,8 @@ export async function runCdcChaos(
     failedStart,
   });
   const overlap = options.overlap ? new CdcOverlapSchedule(faults, rng.fork(4)) : null;
+  await using feed = new ChangeFeedReplica(apiUrl, expected, rng.fork(5), violate, recent);
+  feed.start();
   writer.start();
   readers.start();
   const until = Date.now() + options.seconds * 1_000;
@@ -249,6 +254,25 @@ export async function runCdcChaos(
       });
   }
 
+  // The feed's replica must reach the same rows (at a commit) once the api-server serves them.
+  const caughtUp = await waitUntil(async () => feed.matches(table), 60_000, 'the change feed').catch(
+    () => false,
+  );
+  await feed.stop();
+  if (!caughtUp) {
+    const diff = feed.diff(table);
+    violate({
+      kind: 'feed replica differs from the table',
+      detail:
+        diff.length === 0
+          ? `the replica holds the table's rows but not at a commit (${feed.where}) 60 s after the end`
+          : `${diff.length} differences 60 s after the end (${feed.where})`,
+      evidence: diff.slice(0, 30),
+    });
+  }
+  feed.settleTransactions(writer);
+  for (const line of feed.notes) notes.push(`change feed: ${line}`);
+
   const switches = await switchesByCause(appNode.url, notes);
 
   const summary: CdcSummary = {
@@ -266,6 +290,7 @@ export async function runCdcChaos(
     commitRestarts: faults.commitRestarts,
     crashes,
     reads: readers.counts,
+    feed: feed.counts,
     switches,
     finalRows: table.length,
     violations,

@@ -8,6 +8,7 @@ const list = (counts: Record<string, number>) =>
 
 export function formatCdcSummary(summary: CdcSummary, evidenceLines = 40): string {
   const r = summary.reads;
+  const f = summary.feed;
   const out = [
     `cdc chaos seed ${summary.seed}: ${summary.rows} accounts, ${summary.seconds} s of faults, ${(summary.durationMs / 1000).toFixed(0)} s in all, started ${summary.startedAt}`,
     `  code: ${summary.code}`,
@@ -18,6 +19,7 @@ export function formatCdcSummary(summary: CdcSummary, evidenceLines = 40): strin
       : '  overlaps: none (one fault at a time)',
     `  restarts at a held COMMIT: inside ${summary.commitRestarts.inCommit}, after it ${summary.commitRestarts.afterCommit}, not reached ${summary.commitRestarts.missed}`,
     `  reads checked: queries ${r.queries} (with sluice-min-position ${r.freshQueries}), counts ${r.counts}, read-your-writes lookups ${r.lookups}; 503 POSITION_NOT_REACHED ${r.positionNotReached}, other 503 {${list(r.unavailable)}}, no answer ${r.noAnswer}; sluice-position went back ${r.positionWentBack} times`,
+    `  change feed: ${f.events} events (${f.upserts} upserts, ${f.deletes} deletes), ${f.commits} commits checked whole, ${f.transactions} source transactions in order (${f.multiTransactionCommits} commits held more than one), ${f.snapshots} snapshots; switches seen ${f.switches}; resets {${list(f.resets)}}; connections lost ${f.connectionsLost}, reconnected ${f.reconnects}; own drops resumed by id ${f.resumes} (${f.resumesInSwitch} in a switch)`,
     `  alias switches by cause: {${list(summary.switches)}}`,
     `  final comparison: ${summary.finalRows} rows`,
     `  violations: ${summary.violations.length}`,

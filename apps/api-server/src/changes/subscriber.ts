@@ -13,8 +13,8 @@ import { type FeedFilter, FeedFilterUnfit, type RecordMatch } from './feed-filte
 import { FEED_NEXT, FeedPhase, positionProblem, ResetReason } from './feed-phase.js';
 import type { GenerationFollower, LiveSubscriber } from './follower.js';
 import { commentFrame, commitFrame, entryFrame, FeedEvent, sseFrame, TOKEN_EXPIRED_FRAME } from './frames.js';
-import { mergeFrames, type SwitchSide } from './switch-merge.js';
-import { encodeFeedToken, type FeedPosition } from './token.js';
+import { type MergeCut, mergeFrames, resumedMergeFrames, type SwitchSide, sameKeys } from './switch-merge.js';
+import { encodeFeedToken, type FeedPosition, type MergePosition } from './token.js';
 
 /** A generation a feed reads, and how to let go of it (a registry lease, or a cache opened by name). */
 export interface HeldGeneration {
@@ -131,6 +131,7 @@ export class FeedSubscriber implements LiveSubscriber {
   }
 
   private async resume(position: FeedPosition): Promise<void> {
+    if (position.merge) return this.resumeMerge(position, position.merge);
     const current = this.held();
     if (position.generation === current.name) {
       const reset = positionProblem(position.seq, current.cache.changeLog().head());
@@ -184,6 +185,105 @@ export class FeedSubscriber implements LiveSubscriber {
     } catch (err) {
       if (err instanceof FeedFilterUnfit) return false;
       throw err;
+    }
+  }
+
+  /**
+   * A token of a switch's merge: the subscriber was cut off in the middle of it and holds some records of each
+   * side. Both generations are opened again and sent what turns that mixture into the new one's records now
+   * (switch-merge.ts, `resumedMergeFrames`), then its `commit`; it goes on from there (and switches again if the
+   * alias has moved on since). A side gone, a log trimmed past the cut, or another primary key: `reset`, snapshot.
+   */
+  private async resumeMerge(position: FeedPosition, cut: MergePosition): Promise<void> {
+    // Another api-server may have issued the token from a switch this process has not seen yet.
+    await this.ctx.registry.reconcile();
+    this.checkOpen();
+    const from = await this.openByName(position.generation);
+    const to = from === null ? null : await this.openByName(cut.generation);
+    if (this.#phase === FeedPhase.closed) {
+      from?.release();
+      to?.release();
+      throw new Closed();
+    }
+    if (from === null || to === null) {
+      from?.release();
+      return this.snapshot(ResetReason.generationGone);
+    }
+    const reset =
+      from.cache.endpoint !== this.ctx.alias ||
+      to.cache.endpoint !== this.ctx.alias ||
+      !this.fitsIn(from.cache) ||
+      !this.fitsIn(to.cache) ||
+      !sameKeys(from.cache, to.cache)
+        ? ResetReason.unknownPosition
+        : (positionProblem(position.seq, from.cache.changeLog().head()) ??
+          positionProblem(cut.seq, to.cache.changeLog().head()));
+    if (reset) {
+      from.release();
+      to.release();
+      return this.snapshot(reset);
+    }
+    this.held().release();
+    this.on = from;
+    return this.finishMerge(to, { fromSeq: position.seq, toSeq: cut.seq });
+  }
+
+  /**
+   * Sends the rest of a merge cut off at `cut` into `to` (held by the caller until it is `this.on`), its `commit`,
+   * then follows `to`.
+   */
+  private async finishMerge(to: HeldGeneration, cut: MergeCut): Promise<void> {
+    this.enter(FeedPhase.switching);
+    const from = this.held();
+    const pinFrom = this.pin(from.cache);
+    try {
+      const keepNew = this.matchesIn(to);
+      const keepOld = this.matchesIn(from);
+      const pinTo = this.pin(to.cache);
+      const mergeId = encodeFeedToken({
+        endpoint: this.ctx.alias,
+        generation: from.name,
+        seq: cut.fromSeq,
+        // The first cut's sequence, not this pin's: cut off again, the subscriber may still hold records of `to`
+        // as they were at the first cut (the part of this merge it had not reached).
+        merge: { generation: to.name, seq: cut.toSeq },
+      });
+      let written = 0;
+      await resumedMergeFrames({ pin: pinFrom, cache: from.cache }, { pin: pinTo, cache: to.cache }, cut, {
+        id: mergeId,
+        keepOld: keepOld ?? (() => true),
+        keepNew: keepNew ?? (() => true),
+        emit: async (text) => {
+          this.send(text);
+          if (++written % CHUNK === 0) await this.flush();
+        },
+      });
+      this.sendSwitchCommit(to, pinTo);
+      this.unpin(pinTo);
+    } catch (err) {
+      to.release();
+      throw err;
+    } finally {
+      this.unpin(pinFrom);
+    }
+    from.release();
+    this.on = to;
+    await this.flush();
+    return this.attach();
+  }
+
+  /** A generation by name: a lease when it serves the alias now, else opened read-only; null when it is gone. */
+  private async openByName(name: string): Promise<HeldGeneration | null> {
+    if (this.ctx.registry.current(this.ctx.alias)?.name === name) {
+      const lease = this.ctx.current();
+      if (lease.name === name) return lease;
+      lease.release();
+    }
+    try {
+      const cache = await this.ctx.registry.openGeneration(name);
+      return { name, cache, release: () => void cache.close() };
+    } catch {
+      return null;
     }
   }
 
@@ -242,8 +342,10 @@ export class FeedSubscriber implements LiveSubscriber {
   /**
    * The alias moved: the rest of the old generation's log, `switch {from, to}`, the upserts/deletes turning the
    * old generation's records into the new one's (merged by primary key, both pinned), a `commit` at the new
-   * generation's position, then its changes. Events up to the merge carry the old generation's token: a client
-   * cut off mid-merge resumes from the old generation and gets the (idempotent) merge again.
+   * generation's position, then its changes. `switch` carries the old generation's token (a client cut off right
+   * after it holds the old records: the merge is sent again); the merge's events carry a token naming both sides
+   * and the new one's pinned sequence, so a client cut off among them gets what turns its mixture of both into the
+   * new generation (resumeMerge) — the same merge again would miss what the new one deleted meanwhile.
    */
   private async switchGeneration(): Promise<void> {
     this.enter(FeedPhase.switching);
@@ -272,18 +374,18 @@ export class FeedSubscriber implements LiveSubscriber {
         seq: pinFrom.head.last,
       });
       this.send(sseFrame(FeedEvent.switch, { from: from.name, to: to.name }, fromId));
-      await this.merge({ pin: pinFrom, cache: from.cache }, { pin: pinTo, cache: to.cache }, fromId, {
+      // The merge's events name both sides: a subscriber cut off among them resumes with resumeMerge.
+      const mergeId = encodeFeedToken({
+        endpoint: this.ctx.alias,
+        generation: from.name,
+        seq: pinFrom.head.last,
+        merge: { generation: to.name, seq: pinTo.head.last },
+      });
+      await this.merge({ pin: pinFrom, cache: from.cache }, { pin: pinTo, cache: to.cache }, mergeId, {
         keepOld,
         keepNew,
       });
-      const last = pinTo.head.last >= pinTo.head.first ? pinTo.read(pinTo.head.last - 1, 1)[0] : undefined;
-      const toId = encodeFeedToken({ endpoint: this.ctx.alias, generation: to.name, seq: pinTo.head.last });
-      this.send(
-        last?.op === 'commit'
-          ? commitFrame(last.position, last.epoch, toId, this.rowFiltered)
-          : commitFrame(null, null, toId, this.rowFiltered),
-      );
-      this.nextSeq = pinTo.head.last + 1;
+      this.sendSwitchCommit(to, pinTo);
       this.unpin(pinTo);
     } catch (err) {
       to?.release();
@@ -295,6 +397,18 @@ export class FeedSubscriber implements LiveSubscriber {
     this.on = to;
     await this.flush();
     return this.attach();
+  }
+
+  /** The `commit` that ends a switch's merge: at `to`'s last commit, with its token; the feed goes on after it. */
+  private sendSwitchCommit(to: HeldGeneration, pinTo: PinnedGeneration): void {
+    const last = pinTo.head.last >= pinTo.head.first ? pinTo.read(pinTo.head.last - 1, 1)[0] : undefined;
+    const toId = encodeFeedToken({ endpoint: this.ctx.alias, generation: to.name, seq: pinTo.head.last });
+    this.send(
+      last?.op === 'commit'
+        ? commitFrame(last.position, last.epoch, toId, this.rowFiltered)
+        : commitFrame(null, null, toId, this.rowFiltered),
+    );
+    this.nextSeq = pinTo.head.last + 1;
   }
 
   /** Upserts/deletes that turn `from`'s records into `to`'s, for this subscriber's filter. */

@@ -8,6 +8,18 @@ export interface FeedPosition {
   generation: string;
   /** The last change sequence received (0 = nothing yet). */
   seq: number;
+  /**
+   * Set on the events of a switch's merge (the upserts/deletes turning `generation` into another): the generation
+   * the merge led to and the sequence it was pinned at. A subscriber cut off in the middle of the merge holds some
+   * records of each side; resuming, it is sent what turns that mixture into the new generation (switch-merge.ts).
+   */
+  merge?: MergePosition;
+}
+
+/** Where a switch's merge was going: the new generation and the sequence of its state the merge showed. */
+export interface MergePosition {
+  generation: string;
+  seq: number;
 }
 
 const PREFIX = 'c1.';
@@ -24,7 +36,9 @@ const MAX_TOKEN_LENGTH = 2048;
  * ```
  */
 export function encodeFeedToken(position: FeedPosition): string {
-  const body = JSON.stringify([position.endpoint, position.generation, position.seq]);
+  const fields: unknown[] = [position.endpoint, position.generation, position.seq];
+  if (position.merge) fields.push(position.merge.generation, position.merge.seq);
+  const body = JSON.stringify(fields);
   return PREFIX + Buffer.from(body, 'utf8').toString('base64url');
 }
 
@@ -44,17 +58,24 @@ export function decodeFeedToken(token: string, endpoint: string, path = 'queryst
   } catch {
     throw invalid('not a change-feed token');
   }
+  const isSeq = (value: unknown) => Number.isSafeInteger(value) && (value as number) >= 0;
   if (
     !Array.isArray(parsed) ||
-    parsed.length !== 3 ||
+    (parsed.length !== 3 && parsed.length !== 5) ||
     typeof parsed[0] !== 'string' ||
     typeof parsed[1] !== 'string' ||
     parsed[1].length === 0 ||
-    !Number.isSafeInteger(parsed[2]) ||
-    (parsed[2] as number) < 0
+    !isSeq(parsed[2]) ||
+    (parsed.length === 5 && (typeof parsed[3] !== 'string' || !isSeq(parsed[4])))
   )
     throw invalid('not a change-feed token');
   if (parsed[0] !== endpoint) throw invalid(`the token belongs to another endpoint`);
   if (!isCacheNameOf(endpoint, parsed[1])) throw invalid('the token names no generation of this endpoint');
-  return { endpoint: parsed[0], generation: parsed[1], seq: parsed[2] as number };
+  const position: FeedPosition = { endpoint: parsed[0], generation: parsed[1], seq: parsed[2] as number };
+  if (parsed.length === 5) {
+    if (!isCacheNameOf(endpoint, parsed[3] as string))
+      throw invalid('the token names no generation of this endpoint');
+    position.merge = { generation: parsed[3] as string, seq: parsed[4] as number };
+  }
+  return position;
 }

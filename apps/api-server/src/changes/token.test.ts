@@ -1,0 +1,27 @@
+import { describe, expect, it } from 'vitest';
+import { decodeFeedToken, encodeFeedToken } from './token.js';
+
+const BLUE = 'items-01m9691xxt7v4nhvv5srkrdbn6';
+const GREEN = 'items-01m9692kkata6d1tf7rxsfjevh';
+
+describe('change-feed tokens', () => {
+  it('round-trip a position, and one of a merge naming both generations', () => {
+    const plain = { endpoint: 'items', generation: BLUE, seq: 42 };
+    expect(decodeFeedToken(encodeFeedToken(plain), 'items')).toEqual(plain);
+    const merging = { ...plain, merge: { generation: GREEN, seq: 7 } };
+    expect(decodeFeedToken(encodeFeedToken(merging), 'items')).toEqual(merging);
+  });
+
+  it('refuse a merge token whose target is no generation of the endpoint, or whose sequence is no sequence', () => {
+    const forge = (fields: unknown[]) => `c1.${Buffer.from(JSON.stringify(fields)).toString('base64url')}`;
+    expect(() => decodeFeedToken(forge(['items', BLUE, 1, 'items', 3]), 'items')).toThrow(
+      /names no generation of this endpoint/,
+    );
+    expect(() => decodeFeedToken(forge(['items', BLUE, 1, GREEN, -1]), 'items')).toThrow(
+      /not a change-feed token/,
+    );
+    expect(() => decodeFeedToken(forge(['items', BLUE, 1, GREEN]), 'items')).toThrow(
+      /not a change-feed token/,
+    );
+  });
+});
