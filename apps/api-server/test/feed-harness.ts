@@ -2,7 +2,7 @@ import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { resolveConfig, type SluiceConfigInput } from '@sluice/core';
-import { type ChildHandle, spawnTs, type TempDir, tempDir } from '@sluice/testkit';
+import { type ChildHandle, spawnTs, type TempDir, tempDir, waitFor } from '@sluice/testkit';
 import { type ApiServer, startApiServer } from '../src/index.js';
 import { item } from './fixtures/data.js';
 
@@ -46,6 +46,20 @@ export async function startFeedWriter(
       await child[Symbol.asyncDispose]();
     },
   };
+}
+
+/**
+ * Runs the writer's `gc` until `generation` is collected (the alias must have left it). Collection skips a generation
+ * a reader still has open, so this waits out the api-server closing it once it has switched.
+ */
+export async function collect(writer: FeedWriter, generation: string): Promise<void> {
+  await waitFor(
+    async () => {
+      await writer.run({ op: 'gc' });
+      return writer.child.lines.some((l) => l.startsWith('COLLECTED ') && l.includes(generation));
+    },
+    { timeoutMs: 20_000, intervalMs: 100, what: `${generation} to be garbage-collected` },
+  );
 }
 
 /** An api-server in this process (real HTTP, real LMDB read-only, embedded alias-table watch). */

@@ -5,7 +5,7 @@
  */
 import { waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { del, range, startFeedApi, startFeedWriter, tempDir, upsert } from './feed-harness.js';
+import { collect, del, range, startFeedApi, startFeedWriter, tempDir, upsert } from './feed-harness.js';
 import { item } from './fixtures/data.js';
 import { spawnApiServer, writeConfig } from './helpers.js';
 import { applyFeed, queryAll, SseConnection } from './sse.js';
@@ -89,13 +89,7 @@ describe('change feeds resumed', () => {
     await writer.run({ op: 'rebuild', records: range(5, 60).map((id) => item(id, 3)) });
     await writer.run({ op: 'commit', ops: [del(10)] });
     // Collection skips a generation a reader still has open: the api-server closes blue once it has switched.
-    await waitFor(
-      async () => {
-        await writer.run({ op: 'gc' });
-        return writer.child.lines.some((l) => l.startsWith('COLLECTED ') && l.includes(blue));
-      },
-      { timeoutMs: 20_000, intervalMs: 100, what: 'blue to be garbage-collected' },
-    );
+    await collect(writer, blue);
 
     const again = await SseConnection.open(feedUrl(api.url), { 'last-event-id': token });
     await again.waitForEvent((e) => e.event === 'live');

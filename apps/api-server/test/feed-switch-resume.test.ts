@@ -6,18 +6,15 @@
  */
 import { describe, expect, it } from 'vitest';
 import { del, range, startFeedWriter, tempDir, upsert } from './feed-harness.js';
+import { feedUrl, keyOf, spawnFeedApi, waitForSwitch } from './feed-switch-cut.js';
 import { item } from './fixtures/data.js';
-import { spawnApiServer, writeConfig } from './helpers.js';
 import { applyFeed, queryAll, SseConnection } from './sse.js';
-
-const feedUrl = (base: string) => `${base}/v1/endpoints/items/changes`;
 
 describe('a change feed resumed in the middle of a switch', () => {
   it('defect: a record the new generation had when the merge was cut off, deleted before the resume, stayed in the copy', async () => {
     await using dir = await tempDir();
     await using writer = await startFeedWriter(dir, { initial: range(1, 20).map((id) => item(id, 1)) });
-    const configPath = await writeConfig(dir.path, { dataDir: writer.root });
-    await using api = await spawnApiServer(configPath);
+    await using api = await spawnFeedApi(dir, writer);
     const first = await SseConnection.open(feedUrl(api.url));
     await first.waitForEvent((e) => e.event === 'live');
 
@@ -26,14 +23,11 @@ describe('a change feed resumed in the middle of a switch', () => {
       op: 'rebuild',
       records: [...range(1, 19).map((id) => item(id, 1)), item(101, 2), item(102, 2)],
     });
-    const switched = await first.waitForEvent((e) => e.event === 'switch');
-    await first.waitForEvent((e) => e.event === 'commit', { from: first.events.indexOf(switched) });
+    const { switchAt } = await waitForSwitch(first);
     // The consumer went away after the merge's upsert of 101: the copy has 101, and 20 still (its delete came first
     // or not, either is a point in the merge the consumer may have reached).
-    const cut = first.events.findIndex(
-      (e) => e.event === 'upsert' && (e.data as { key: number[] }).key[0] === 101,
-    );
-    expect(cut).toBeGreaterThan(first.events.indexOf(switched));
+    const cut = first.events.findIndex((e) => e.event === 'upsert' && keyOf(e) === 101);
+    expect(cut).toBeGreaterThan(switchAt);
     const received = first.events.slice(0, cut + 1);
     const token = received.at(-1)!.id!;
     first.kill();
@@ -51,17 +45,14 @@ describe('a change feed resumed in the middle of a switch', () => {
   it('cut off again in the resumed merge, it resumes from the first cut: what the new generation deleted in between goes', async () => {
     await using dir = await tempDir();
     await using writer = await startFeedWriter(dir, { initial: range(1, 20).map((id) => item(id, 1)) });
-    const configPath = await writeConfig(dir.path, { dataDir: writer.root });
-    await using api = await spawnApiServer(configPath);
+    await using api = await spawnFeedApi(dir, writer);
     const first = await SseConnection.open(feedUrl(api.url));
     await first.waitForEvent((e) => e.event === 'live');
     await writer.run({
       op: 'rebuild',
       records: [...range(1, 19).map((id) => item(id, 1)), item(101, 2), item(102, 2), item(103, 2)],
     });
-    const switched = await first.waitForEvent((e) => e.event === 'switch');
-    await first.waitForEvent((e) => e.event === 'commit', { from: first.events.indexOf(switched) });
-    const keyOf = (e: { data: unknown }) => (e.data as { key: number[] }).key[0];
+    await waitForSwitch(first);
     const cut = first.events.findIndex((e) => e.event === 'upsert' && keyOf(e) === 101);
     const received = first.events.slice(0, cut + 1);
     first.kill();

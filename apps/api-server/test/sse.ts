@@ -132,6 +132,8 @@ export async function queryAll(
   endpoint: string,
   filter: Record<string, unknown> = {},
   primaryKey: readonly string[] = ['id'],
+  /** Sent with every page (an `authorization` whose token has a row filter: the records it may see). */
+  headers: Record<string, string> = {},
 ): Promise<{ records: Map<string, unknown>; cache: string | null }> {
   const records = new Map<string, unknown>();
   let after: string | null = null;
@@ -144,7 +146,7 @@ export async function queryAll(
     };
     const res = await fetch(`${base}/v1/endpoints/${endpoint}/query`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', ...headers },
       body: JSON.stringify(body),
     });
     if (res.status !== 200) throw new Error(`query: HTTP ${res.status} ${await res.text()}`);

@@ -209,19 +209,16 @@ export class FeedSubscriber implements LiveSubscriber {
       from?.release();
       return this.snapshot(ResetReason.generationGone);
     }
-    const reset =
+    if (
       from.cache.endpoint !== this.ctx.alias ||
       to.cache.endpoint !== this.ctx.alias ||
       !this.fitsIn(from.cache) ||
       !this.fitsIn(to.cache) ||
       !sameKeys(from.cache, to.cache)
-        ? ResetReason.unknownPosition
-        : (positionProblem(position.seq, from.cache.changeLog().head()) ??
-          positionProblem(cut.seq, to.cache.changeLog().head()));
-    if (reset) {
+    ) {
       from.release();
       to.release();
-      return this.snapshot(reset);
+      return this.snapshot(ResetReason.unknownPosition);
     }
     this.held().release();
     this.on = from;
@@ -230,41 +227,54 @@ export class FeedSubscriber implements LiveSubscriber {
 
   /**
    * Sends the rest of a merge cut off at `cut` into `to` (held by the caller until it is `this.on`), its `commit`,
-   * then follows `to`.
+   * then follows `to`. A log that no longer holds the entries after its side's cut (trimmed), or never held that
+   * position: `reset`, snapshot.
    */
   private async finishMerge(to: HeldGeneration, cut: MergeCut): Promise<void> {
     this.enter(FeedPhase.switching);
     const from = this.held();
     const pinFrom = this.pin(from.cache);
+    let reset: ResetReason | null = null;
     try {
       const keepNew = this.matchesIn(to);
       const keepOld = this.matchesIn(from);
       const pinTo = this.pin(to.cache);
-      const mergeId = encodeFeedToken({
-        endpoint: this.ctx.alias,
-        generation: from.name,
-        seq: cut.fromSeq,
-        // The first cut's sequence, not this pin's: cut off again, the subscriber may still hold records of `to`
-        // as they were at the first cut (the part of this merge it had not reached).
-        merge: { generation: to.name, seq: cut.toSeq },
-      });
-      let written = 0;
-      await resumedMergeFrames({ pin: pinFrom, cache: from.cache }, { pin: pinTo, cache: to.cache }, cut, {
-        id: mergeId,
-        keepOld: keepOld ?? (() => true),
-        keepNew: keepNew ?? (() => true),
-        emit: async (text) => {
-          this.send(text);
-          if (++written % CHUNK === 0) await this.flush();
-        },
-      });
-      this.sendSwitchCommit(to, pinTo);
+      // Checked on the pins the merge reads, not on a look at the logs before pinning: the writer may trim a log
+      // past the cut in between, and a pinned log read from a trimmed sequence starts at its oldest entry — the
+      // changes before it (a delete among them) would be missed without a word.
+      reset = positionProblem(cut.fromSeq, pinFrom.head) ?? positionProblem(cut.toSeq, pinTo.head);
+      if (reset === null) {
+        const mergeId = encodeFeedToken({
+          endpoint: this.ctx.alias,
+          generation: from.name,
+          seq: cut.fromSeq,
+          // The first cut's sequence, not this pin's: cut off again, the subscriber may still hold records of `to`
+          // as they were at the first cut (the part of this merge it had not reached).
+          merge: { generation: to.name, seq: cut.toSeq },
+        });
+        let written = 0;
+        await resumedMergeFrames({ pin: pinFrom, cache: from.cache }, { pin: pinTo, cache: to.cache }, cut, {
+          id: mergeId,
+          keepOld: keepOld ?? (() => true),
+          keepNew: keepNew ?? (() => true),
+          emit: async (text) => {
+            this.send(text);
+            if (++written % CHUNK === 0) await this.flush();
+          },
+        });
+        this.sendSwitchCommit(to, pinTo);
+      }
       this.unpin(pinTo);
     } catch (err) {
       to.release();
       throw err;
     } finally {
       this.unpin(pinFrom);
+    }
+    if (reset !== null) {
+      // The snapshot lets go of `from` (this.on).
+      to.release();
+      return this.snapshot(reset);
     }
     from.release();
     this.on = to;

@@ -12,7 +12,7 @@ describe('change-feed tokens', () => {
     expect(decodeFeedToken(encodeFeedToken(merging), 'items')).toEqual(merging);
   });
 
-  it('refuse a merge token whose target is no generation of the endpoint, or whose sequence is no sequence', () => {
+  it('refuse a merge token whose target is no generation of the endpoint or its own generation, or whose sequence is no sequence', () => {
     const forge = (fields: unknown[]) => `c1.${Buffer.from(JSON.stringify(fields)).toString('base64url')}`;
     expect(() => decodeFeedToken(forge(['items', BLUE, 1, 'items', 3]), 'items')).toThrow(
       /names no generation of this endpoint/,
@@ -22,6 +22,9 @@ describe('change-feed tokens', () => {
     );
     expect(() => decodeFeedToken(forge(['items', BLUE, 1, GREEN]), 'items')).toThrow(
       /not a change-feed token/,
+    );
+    expect(() => decodeFeedToken(forge(['items', BLUE, 1, BLUE, 1]), 'items')).toThrow(
+      /a merge of a generation into itself/,
     );
   });
 });

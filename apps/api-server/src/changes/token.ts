@@ -43,10 +43,11 @@ export function encodeFeedToken(position: FeedPosition): string {
 }
 
 /**
- * Decodes a token sent as `after` or `Last-Event-ID`. A malformed one, another endpoint's, or one whose generation is
- * no name a generation of this endpoint could have (the alias itself, another endpoint's generation, a path) is
- * `VALIDATION_FAILED`: it was never issued, so it is bad input — not a `reset`, which is for a real token whose
- * generation has vanished or whose position is past retention (the feed decides those once it looks).
+ * Decodes a token sent as `after` or `Last-Event-ID`. A malformed one, another endpoint's, one whose generation is
+ * no name a generation of this endpoint could have (the alias itself, another endpoint's generation, a path), or one
+ * of a merge from a generation into itself is `VALIDATION_FAILED`: it was never issued, so it is bad input — not a
+ * `reset`, which is for a real token whose generation has vanished or whose position is not in its log (the feed
+ * decides those once it looks).
  */
 export function decodeFeedToken(token: string, endpoint: string, path = 'querystring.after'): FeedPosition {
   const invalid = (why: string) =>
@@ -75,6 +76,8 @@ export function decodeFeedToken(token: string, endpoint: string, path = 'queryst
   if (parsed.length === 5) {
     if (!isCacheNameOf(endpoint, parsed[3] as string))
       throw invalid('the token names no generation of this endpoint');
+    // A switch moves the alias to another generation: a merge into the generation it starts from was never issued.
+    if (parsed[3] === parsed[1]) throw invalid('the token names a merge of a generation into itself');
     position.merge = { generation: parsed[3] as string, seq: parsed[4] as number };
   }
   return position;
