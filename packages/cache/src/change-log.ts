@@ -118,6 +118,40 @@ export function appendChanges(
   dbs.meta.putSync(HEAD_KEY, { first, next: seq } satisfies StoredHead);
 }
 
+/** A step of {@link appendSteps}: a change, or the end of a source transaction at `positions`. */
+export type LoggedStep = LoggedChange | { positions: Record<string, unknown> };
+
+/**
+ * Appends one commit's steps — changes in order, each source transaction ended by its positions — then the commit
+ * marker at the checkpoint (which ends the last transaction: a mark that is the last step is that one's own), then
+ * trims. `steps` is read once, lazily: a commit replaying its staged changes (staged-replay.ts) writes each logged
+ * change as it applies it. Call inside the commit's write transaction.
+ */
+export function appendSteps(
+  dbs: CacheDbs,
+  steps: Iterable<LoggedStep>,
+  checkpoint: PipelineCheckpoint | null,
+  retention: ChangeRetention,
+  now = Date.now(),
+  memo: { oldest?: OldestTransactionMemo } = {},
+): void {
+  const db = logDb(dbs);
+  const head = (dbs.meta.get(HEAD_KEY) as StoredHead | undefined) ?? { ...EMPTY_HEAD };
+  const start = head.next;
+  let seq = start;
+  // A mark is written once a step follows it: the last one's transaction ends with the checkpoint's marker.
+  let mark: Record<string, unknown> | null = null;
+  for (const step of steps) {
+    if (mark !== null) db.putSync(seq++, { o: 'c', p: mark, e: checkpoint?.epoch ?? null, at: now });
+    mark = null;
+    if ('positions' in step) mark = step.positions;
+    else db.putSync(seq++, storedChange(step));
+  }
+  db.putSync(seq++, { o: 'c', p: checkpoint?.positions ?? null, e: checkpoint?.epoch ?? null, at: now });
+  const first = trim(db, head.first, start, retention, now, seq - start, memo);
+  dbs.meta.putSync(HEAD_KEY, { first, next: seq } satisfies StoredHead);
+}
+
 /**
  * Drops whole transactions from the oldest while the log holds more than `retainRecords` entries or the
  * oldest transaction is older than `retainMs`; never the transaction starting at `newest`.

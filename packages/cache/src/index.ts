@@ -13,4 +13,4 @@ export { decodeRecord, RECORD_FORMAT, recordSerializer } from './record-json.js'
 export { RoCache } from './ro-cache.js';
 export { RwCache } from './rw-cache.js';
 export { CacheSchemaSchema, parseCacheSchema, schemaHash } from './schema.js';
-export type { CacheManagerOptions } from './types.js';
+export { type CacheManagerOptions, STAGED_IN_MEMORY } from './types.js';

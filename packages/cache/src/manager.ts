@@ -31,7 +31,7 @@ import { RECORD_FORMAT } from './record-json.js';
 import { type CacheHandleInit, type ReadSettings, RoCache } from './ro-cache.js';
 import { RwCache } from './rw-cache.js';
 import { parseCacheSchema, schemaHash } from './schema.js';
-import type { CacheManagerOptions } from './types.js';
+import { type CacheManagerOptions, STAGED_IN_MEMORY } from './types.js';
 
 // The configuration's defaults (defined once, in core), for a caller that leaves an option out.
 const DEFAULTS = {
@@ -42,6 +42,7 @@ const DEFAULTS = {
   maxIn: DEFAULT_QUERY_LIMITS.maxIn,
   maxDepth: DEFAULT_QUERY_LIMITS.maxDepth,
   deferIndexesFrom: CACHE_DEFAULTS.deferIndexesFrom,
+  stagedInMemory: STAGED_IN_MEMORY,
 } as const;
 
 /**
@@ -84,6 +85,7 @@ export class CacheManager implements WritableCacheCatalog {
       maxDepth: options.maxDepth ?? DEFAULTS.maxDepth,
       changes: { ...DEFAULT_RETENTION, ...options.changes },
       deferIndexesFrom: options.deferIndexesFrom ?? DEFAULTS.deferIndexesFrom,
+      stagedInMemory: Math.max(1, options.stagedInMemory ?? DEFAULTS.stagedInMemory),
     };
   }
 

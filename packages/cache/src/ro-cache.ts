@@ -43,6 +43,8 @@ export interface ReadSettings {
   changes: ChangeRetention;
   /** Records a bulk load writes with their index entries before it defers the rest to an index build. */
   deferIndexesFrom: number;
+  /** Staged changes a writer holds in memory before it moves them to the generation's staging area (staging.ts). */
+  stagedInMemory: number;
 }
 
 /** Everything a handle needs; built by the manager. */

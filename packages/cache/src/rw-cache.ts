@@ -17,7 +17,13 @@ import {
 import { z } from 'zod';
 import { type ResolvePatches, type StagedChange, writeChanges } from './batch-write.js';
 import { dataKey, indexKey, type StoredSchema } from './cache-dbs.js';
-import { appendChanges, clearChanges, ensureChangeLog, type OldestTransactionMemo } from './change-log.js';
+import {
+  appendChanges,
+  appendSteps,
+  clearChanges,
+  ensureChangeLog,
+  type OldestTransactionMemo,
+} from './change-log.js';
 import { translateWriteError } from './errors.js';
 import {
   appendRuns,
@@ -41,9 +47,20 @@ import {
   timestampFieldSet,
   withAddedFields,
 } from './schema.js';
+import { replaySteps } from './staged-replay.js';
+import { StagingArea, type StagingStep } from './staging.js';
 
 /** A staged change of one primary key (see batch-write.ts). */
 type Staged = StagedChange;
+
+/**
+ * What a commit under way took: the changes staged in memory, or the staging area's sets (every change staged
+ * since the last commit, once some of them outgrew memory). Later applies judge conflicts against both.
+ */
+interface Committing {
+  batch: Map<string, Staged>;
+  sets: number[];
+}
 
 const CheckpointInput = PipelineCheckpointSchema.nullable();
 const SourceHandle = z.string().min(1).max(512);
@@ -64,8 +81,19 @@ const MAX_OPS_PER_APPLY = 1_000_000;
  */
 export class RwCache extends RoCache implements WritableCache {
   private staged = new Map<string, Staged>();
-  /** Batches taken by `commit` calls that have not landed yet, oldest first (visible to conflict checks). */
-  private committing: Array<Map<string, Staged>> = [];
+  /** What `commit` calls that have not landed yet took, oldest first (visible to conflict checks). */
+  private committing: Committing[] = [];
+  /**
+   * Where staged changes go once more than `stagedInMemory` of them are held (staging.ts): the sets spilled since
+   * the last commit took them, oldest first; the newest, `openSet`, takes further spills from sequence `openSeq`.
+   * While any exists, a commit spills what memory holds too and applies the sets (staged-replay.ts).
+   */
+  private readonly staging: StagingArea;
+  private pendingSets: number[] = [];
+  private openSet: number | null = null;
+  private openSeq = 0;
+  /** Changes held in memory since the last spill or commit (each source transaction's, in order). */
+  private memorySteps = 0;
   /**
    * The source transactions staged for the next commit (see {@link markTransaction}): each one's changes in the
    * order they were applied, and its positions; `openTransaction` holds what was applied since the last mark.
@@ -90,6 +118,8 @@ export class RwCache extends RoCache implements WritableCache {
     this.writerSchema = withAddedFields(init.schema, init.addedFields);
     ensureChangeLog(this.dbs);
     ensureRunsDb(this.dbs);
+    this.staging = new StagingArea(this.dbs);
+    this.staging.discardLeftovers();
   }
 
   /** The schema this writer checks records against: the stored one plus the fields added since the last commit. */
@@ -118,7 +148,10 @@ export class RwCache extends RoCache implements WritableCache {
     this.writerSchema = withAddedFields(this.writerSchema, added);
   }
 
-  /** Number of primary keys with staged, uncommitted changes. */
+  /**
+   * Number of primary keys with staged, uncommitted changes held in memory (changes spilled to the staging area
+   * once more than `stagedInMemory` were held are not counted).
+   */
   get pendingCount(): number {
     return this.staged.size;
   }
@@ -140,7 +173,7 @@ export class RwCache extends RoCache implements WritableCache {
     const serialize = recordSerializer(this.schema);
     const pkFields = this.schema.primaryKey;
     const exists = (id: string, key: Buffer): boolean => {
-      const own = this.pendingChange(id, batch);
+      const own = this.pendingChange(id, key, batch);
       if (own) return own.bytes !== null || own.patches != null;
       return this.dbs.data.doesExist(key);
     };
@@ -214,7 +247,8 @@ export class RwCache extends RoCache implements WritableCache {
             });
           return;
         }
-        batch.set(id, this.layered(batch.get(id) ?? this.staged.get(id), { key, pk, patch }, whole));
+        const own = batch.get(id) ?? this.staged.get(id) ?? this.spilled(this.pendingSets, key);
+        batch.set(id, this.layered(own, { key, pk, patch }, whole));
         return;
       }
       if (op.op !== 'upsert' && policy !== 'overwrite') {
@@ -235,16 +269,107 @@ export class RwCache extends RoCache implements WritableCache {
       this.staged.set(id, change);
       this.openTransaction.push(change);
     }
+    this.memorySteps += batch.size;
+    if (this.memorySteps >= Math.max(this.settings.stagedInMemory, options.holdInMemory ?? 0)) this.spill();
   }
 
   /**
-   * The latest change of the key `id` not yet in the stored data: in this apply's `batch`, staged by earlier
-   * applies, or in a commit under way (newest first). Undefined when there is none.
+   * Moves what memory holds of the next commit — each change in order, the source transactions' marks, each key's
+   * latest change — into the staging area's open set (a write transaction of its own; readers never see it).
    */
-  private pendingChange(id: string, batch: ReadonlyMap<string, Staged>): Staged | undefined {
-    let own = batch.get(id) ?? this.staged.get(id);
-    for (let i = this.committing.length - 1; own === undefined && i >= 0; i--)
-      own = this.committing[i]!.get(id);
+  private spill(): void {
+    if (this.staged.size === 0 && this.transactions.length === 0 && this.openTransaction.length === 0) return;
+    if (this.openSet === null) {
+      this.openSet = this.staging.newSet();
+      this.openSeq = 0;
+      this.pendingSets.push(this.openSet);
+    }
+    const steps: StagingStep[] = [];
+    if (this.transactionsLost)
+      // A failed commit put its changes back outside any transaction list: they and what followed go as one.
+      for (const change of this.staged.values()) steps.push({ change });
+    else {
+      for (const t of this.transactions) {
+        for (const change of t.changes) steps.push({ change });
+        steps.push({ positions: t.positions });
+      }
+      for (const change of this.openTransaction) steps.push({ change });
+    }
+    this.openSeq = this.staging.spill(this.openSet, this.openSeq, steps);
+    this.staged = new Map();
+    this.transactions = [];
+    this.openTransaction = [];
+    this.transactionsLost = false;
+    this.memorySteps = 0;
+  }
+
+  /**
+   * Stages the deletion of every record (a truncate of the source, inside its transaction): each committed one and
+   * each one staged since the last commit, so it becomes visible with the rest of that transaction, never alone.
+   * Memory stays bounded whatever the size: the deletes are applied a page at a time (and spill like any change).
+   *
+   * @example
+   * ```ts
+   * cache.apply(opsBeforeTheTruncate);
+   * cache.truncate();
+   * cache.apply(opsAfterIt);
+   * await cache.commit(checkpoint); // the endpoint holds opsAfterIt's records only
+   * ```
+   */
+  truncate(): void {
+    this.assertOpen();
+    const page = 10_000;
+    const deleteAll = (pks: unknown[][]) => {
+      if (pks.length > 0)
+        this.apply(
+          pks.map((key) => ({ op: 'delete', key })),
+          { onConflict: 'overwrite' },
+        );
+    };
+    // Staged since the last commit, in memory, spilled, or in a commit under way (listed before any is deleted).
+    const memory = [...this.staged.values(), ...this.committing.flatMap((c) => [...c.batch.values()])];
+    for (let i = 0; i < memory.length; i += page) deleteAll(memory.slice(i, i + page).map((c) => c.pk));
+    for (const set of [...this.pendingSets, ...this.committing.flatMap((c) => c.sets)]) {
+      let after: Buffer | null = null;
+      for (;;) {
+        const keys = this.staging.latestPage(set, after, page);
+        if (keys.length === 0) break;
+        after = keys[keys.length - 1]!.key;
+        deleteAll(keys.map((k) => k.pk));
+      }
+    }
+    // Committed, a page at a time in key order (each page read before its deletes are staged).
+    let after: Buffer | null = null;
+    for (;;) {
+      const start: Buffer | undefined = after === null ? undefined : Buffer.concat([after, Buffer.from([0])]);
+      const records: Array<{ key: Buffer; value: Buffer }> = [
+        ...this.dbs.data.getRange({ ...(start ? { start } : {}), limit: page }),
+      ];
+      if (records.length === 0) break;
+      after = Buffer.from(records[records.length - 1]!.key);
+      deleteAll(records.map(({ value }) => keyOf(this.schema, decodeRecord(value))));
+    }
+  }
+
+  /** The latest change of data key `key` in the staging area's `sets` (newest first), or undefined. */
+  private spilled(sets: readonly number[], key: Buffer): Staged | undefined {
+    for (let i = sets.length - 1; i >= 0; i--) {
+      const change = this.staging.latest(sets[i]!, key);
+      if (change !== undefined) return change;
+    }
+    return undefined;
+  }
+
+  /**
+   * The latest change of the key `id` (data key `key`) not yet in the stored data: in this apply's `batch`, staged by
+   * earlier applies (in memory, then spilled), or in a commit under way (newest first). Undefined when there is none.
+   */
+  private pendingChange(id: string, key: Buffer, batch: ReadonlyMap<string, Staged>): Staged | undefined {
+    let own = batch.get(id) ?? this.staged.get(id) ?? this.spilled(this.pendingSets, key);
+    for (let i = this.committing.length - 1; own === undefined && i >= 0; i--) {
+      const taken = this.committing[i]!;
+      own = taken.batch.get(id) ?? this.spilled(taken.sets, key);
+    }
     return own;
   }
 
@@ -261,7 +386,7 @@ export class RwCache extends RoCache implements WritableCache {
     const problem = keyProblem(this.schema, from);
     if (problem) throw new BadRecordError(`Operation ${index}: "from": ${problem}`, { offset: index });
     const key = dataKey(this.dbs, storedKey(this.schema, from as unknown[]));
-    const own = this.pendingChange(key.toString('latin1'), batch);
+    const own = this.pendingChange(key.toString('latin1'), key, batch);
     if (own !== undefined) return own.bytes === null || own.patches ? undefined : decodeRecord(own.bytes);
     const stored = this.dbs.data.getBinary(key);
     return stored === undefined ? undefined : decodeRecord(stored);
@@ -325,18 +450,29 @@ export class RwCache extends RoCache implements WritableCache {
       checkpoint,
       'Invalid checkpoint',
     ) as PipelineCheckpoint | null;
-    // What is staged now belongs to this commit, even if the caller applies more before it runs.
+    // What is staged now belongs to this commit, even if the caller applies more before it runs. Once some of it
+    // went to the staging area, all of it does: the commit then applies the sets, each change in order.
+    let sets: number[] | null = null;
+    if (this.pendingSets.length > 0) {
+      this.spill();
+      sets = this.pendingSets;
+      this.pendingSets = [];
+      this.openSet = null;
+    }
     const batch = this.staged;
     this.staged = new Map();
     const transactions = this.takeTransactions();
+    this.memorySteps = 0;
     // Fields added so far land with this commit (records applied after them were checked against them).
     const adding = this.pendingFields;
-    this.committing.push(batch);
+    const taken: Committing = { batch, sets: sets ?? [] };
+    this.committing.push(taken);
     try {
       await this.serialized(async () => {
         this.assertOpen();
-        // Only bulk commits add to a pending index build; any other commit needs complete indexes first.
-        if (options.bulk !== true) await this.finishIndexBuild();
+        // Only bulk commits add to a pending index build; any other commit needs complete indexes first (a
+        // commit of spilled sets writes its index entries as it applies each change).
+        if (options.bulk !== true || sets !== null) await this.finishIndexBuild();
         this.write((state) => {
           const fence = options.fence;
           let fences = state.fences;
@@ -349,6 +485,37 @@ export class RwCache extends RoCache implements WritableCache {
           }
           // A bulk load writes its first records' index entries as they come, and defers the rest to an index
           // build (index-build.ts) once it outgrows `deferIndexesFrom` (docs/cache-index-build.md).
+          const checkpointOut = options.keepCheckpoint === true ? state.checkpoint : parsed;
+          if (sets !== null) {
+            const outcome = { delta: 0 };
+            const steps = replaySteps(
+              this.dbs,
+              this.schema.primaryKey,
+              (function* chain(staging: StagingArea) {
+                for (const set of sets) yield* staging.steps(set);
+              })(this.staging),
+              this.resolvePatches,
+              outcome,
+            );
+            if (options.changeLog === 'commits') for (const _ of steps);
+            appendSteps(
+              this.dbs,
+              options.changeLog === 'commits' ? [] : steps,
+              checkpointOut,
+              this.settings.changes,
+              Date.now(),
+              this.changeLogMemo,
+            );
+            this.staging.dropSets(sets);
+            this.writeAddedFields(adding);
+            return {
+              ...state,
+              ...(fences !== undefined ? { fences } : {}),
+              checkpoint: checkpointOut,
+              committedAt: new Date().toISOString(),
+              recordCount: state.recordCount + outcome.delta,
+            };
+          }
           let build: IndexBuildState | null = null;
           if (options.bulk === true && this.dbs.covering && this.dbs.indexes.length > 0)
             build = pendingBuild(this.dbs) ?? this.indexBuildFor(state, batch.size);
@@ -366,7 +533,6 @@ export class RwCache extends RoCache implements WritableCache {
               appendRuns(this.dbs, build, outcome.deferred, outcome.replaced),
             );
           const count = state.recordCount + outcome.delta;
-          const checkpointOut = options.keepCheckpoint === true ? state.checkpoint : parsed;
           const unchanged = outcome.unchanged;
           if (options.changeLog !== 'commits' && transactions !== null) {
             // Several source transactions in one commit: each logged apart (see markTransaction).
@@ -414,13 +580,7 @@ export class RwCache extends RoCache implements WritableCache {
               Date.now(),
               this.changeLogMemo,
             );
-          if (Object.keys(adding).length > 0) {
-            const stored = this.dbs.meta.get('schema') as StoredSchema;
-            this.dbs.meta.putSync('schema', {
-              ...stored,
-              addedFields: { ...stored.addedFields, ...adding },
-            } satisfies StoredSchema);
-          }
+          this.writeAddedFields(adding);
           return {
             ...state,
             ...(fences !== undefined ? { fences } : {}),
@@ -430,6 +590,7 @@ export class RwCache extends RoCache implements WritableCache {
           };
         }, 'commit');
       });
+      if (sets !== null) this.staging.forget(sets);
       // Landed: what was added since this commit began stays pending for the next one.
       const landed = this.pendingFields;
       this.pendingFields = {};
@@ -437,11 +598,30 @@ export class RwCache extends RoCache implements WritableCache {
         if (!Object.hasOwn(adding, name)) this.pendingFields[name] = type;
     } catch (err) {
       // A fenced-off writer's batch is dropped: no later commit may publish a stale owner's changes.
-      if (SluiceError.hasCode(err, 'STALE_EPOCH')) throw err;
+      if (SluiceError.hasCode(err, 'STALE_EPOCH')) {
+        if (sets !== null) this.staging.discardSets(sets);
+        throw err;
+      }
+      if (sets !== null) {
+        // The sets stay in the staging area, older than anything staged since: a retry applies them first.
+        this.pendingSets = [...sets, ...this.pendingSets];
+        throw err;
+      }
+      if (this.pendingSets.length > 0) {
+        // Spilled since this commit began: the batch goes back as a set of its own, before those.
+        const set = this.staging.newSet();
+        this.staging.spill(
+          set,
+          0,
+          [...batch.values()].map((change) => ({ change })),
+        );
+        this.pendingSets.unshift(set);
+        throw err;
+      }
       // Keep the batch staged (older than anything staged or committed since), so a retry commits it.
-      const newer = this.committing.slice(this.committing.indexOf(batch) + 1);
+      const newer = this.committing.slice(this.committing.indexOf(taken) + 1);
       const restored = new Map<string, Staged>();
-      for (const [id, change] of batch) if (!newer.some((b) => b.has(id))) restored.set(id, change);
+      for (const [id, change] of batch) if (!newer.some((b) => b.batch.has(id))) restored.set(id, change);
       // A patch staged since applies on top of the failed batch's change of its key, not the stored record.
       for (const [id, change] of this.staged)
         restored.set(id, change.patches ? this.stack(restored.get(id), change) : change);
@@ -450,8 +630,18 @@ export class RwCache extends RoCache implements WritableCache {
       this.transactionsLost = true;
       throw err;
     } finally {
-      this.committing = this.committing.filter((b) => b !== batch);
+      this.committing = this.committing.filter((b) => b !== taken);
     }
+  }
+
+  /** Writes the fields added since the last commit into the stored schema (inside the commit's transaction). */
+  private writeAddedFields(adding: Record<string, FieldType>): void {
+    if (Object.keys(adding).length === 0) return;
+    const stored = this.dbs.meta.get('schema') as StoredSchema;
+    this.dbs.meta.putSync('schema', {
+      ...stored,
+      addedFields: { ...stored.addedFields, ...adding },
+    } satisfies StoredSchema);
   }
 
   /**
@@ -555,8 +745,13 @@ export class RwCache extends RoCache implements WritableCache {
     this.staged = new Map();
     this.transactions = [];
     this.openTransaction = [];
+    this.memorySteps = 0;
+    const sets = this.pendingSets;
+    this.pendingSets = [];
+    this.openSet = null;
     await this.serialized(() => {
       this.write(() => {
+        this.staging.dropSets(sets);
         this.dbs.data.clearSync();
         for (const index of this.dbs.indexes) index.db.clearSync();
         dropIndexBuild(this.dbs);
@@ -568,6 +763,7 @@ export class RwCache extends RoCache implements WritableCache {
           snapshottingDone: [],
         };
       }, 'clear');
+      this.staging.forget(sets);
     });
   }
 
@@ -576,6 +772,13 @@ export class RwCache extends RoCache implements WritableCache {
     if (this.closed) return;
     await this.writing.catch(() => undefined);
     this.staged = new Map();
+    // What was spilled for a commit that will not come: nobody else reads it, and it only takes disk.
+    try {
+      this.staging.discardSets(this.pendingSets);
+    } finally {
+      this.pendingSets = [];
+      this.openSet = null;
+    }
     await super.close();
   }
 

@@ -36,4 +36,14 @@ export interface CacheManagerOptions {
    * and memory held until the commit).
    */
   deferIndexesFrom?: number;
+  /**
+   * Staged changes a writer holds in memory, as JavaScript objects, before it moves them to the generation's staging
+   * area on disk (a `staging` database of its LMDB environment, read by nobody else; the commit applies them in its
+   * write transaction). Default {@link STAGED_IN_MEMORY}: a source transaction of any size then costs the writer
+   * about that many changes' worth of memory, not its own size.
+   */
+  stagedInMemory?: number;
 }
+
+/** Default of {@link CacheManagerOptions.stagedInMemory}. */
+export const STAGED_IN_MEMORY = 10_000;

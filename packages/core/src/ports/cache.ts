@@ -66,6 +66,13 @@ export type ConflictPolicy = 'fail' | 'skip' | 'overwrite';
 
 export interface ApplyOptions {
   onConflict?: ConflictPolicy;
+  /**
+   * The most changes the caller applies between two commits outside a source transaction (its commit cadence plus
+   * one batch). A writer keeps staged changes in memory up to that many, even above its own `stagedInMemory`, so
+   * only a source transaction larger than a commit moves to the staging area — a snapshot load committed every
+   * `commitEveryRecords` never pays for the spill (it cost a 200 000-record load a third of its rate).
+   */
+  holdInMemory?: number;
 }
 
 /** The state written by the last commit, read in the same snapshot as the data it describes. */
@@ -330,6 +337,19 @@ export interface WritableCache extends ReadableCache {
    * ```
    */
   addFields?(fields: Record<string, FieldType>): void;
+  /**
+   * Stages the deletion of every record — each committed one and each one staged since the last commit — for the
+   * next commit (a source's truncate inside its transaction: visible with the rest of it, never alone).
+   *
+   * @example
+   * ```ts
+   * cache.apply(opsBeforeTheTruncate);
+   * cache.truncate();
+   * cache.apply(opsAfterIt);
+   * await cache.commit(checkpoint); // the endpoint holds opsAfterIt's records only
+   * ```
+   */
+  truncate(): void;
   /** Records that `source` finished its snapshot into this generation. */
   markSnapshottingDone(source: string): Promise<void>;
   /** Deletes every record, the checkpoint and the change log (a rebuild into the same generation). */
