@@ -13,6 +13,15 @@ import {
   type SwitchOutcome,
   UnknownEndpointError,
 } from '@sluice/core';
+import {
+  afterFailedAttempt,
+  type EndpointStart,
+  endpointPhase,
+  moveStart,
+  type StartFailure,
+  StartPhase,
+  shown,
+} from './endpoint-start.js';
 import { generationsView } from './generations.js';
 import type { PipelineSample } from './metrics.js';
 
@@ -21,25 +30,18 @@ export type { BuildProgress, EndpointStatus, ReplicationStatus, SwitchOutcome };
 /** Starts the pipeline of one configured endpoint (throws why it cannot run: a misconfigured source, say). */
 export type StartPipeline = (endpoint: EndpointConfig) => Promise<EndpointPipeline>;
 
-/** What an endpoint's failed start is remembered as: its error code and message. */
-interface StartFailure {
-  code: string;
-  message: string;
-  /** The error says a retry may succeed (a lost connection): the manager retries by itself. */
-  retryable: boolean;
-}
-
 /** The first wait before a start that failed for a retryable reason is tried again; doubled up to the maximum. */
 export const START_RETRY_MS = 1_000;
 export const START_RETRY_MAX_MS = 30_000;
 
 /**
  * The serving plane of this host: one pipeline per configured endpoint, started with the node (alias exists →
- * open its cache; else create cache + alias, as the pipeline package decides), stopped with it. An endpoint whose
- * pipeline failed to start stays listed (`phase: failed` with its error); `rebuild` starts it again. A failure that
- * says a retry may succeed (`details.retryable`: the source unreachable, PostgreSQL restarting) is retried by the
- * manager itself, with back-off, until the pipeline starts, fails for another reason or the node stops — a source
- * that is down at start-up is an outage to wait out, not a configuration for an operator to fix.
+ * open its cache; else create cache + alias, as the pipeline package decides), stopped with it. Each endpoint's start
+ * is a small state machine (endpoint-start.ts): a failure that says a retry may succeed (`details.retryable`: the
+ * source unreachable, PostgreSQL restarting) is retried by the manager itself, with back-off, until the pipeline
+ * starts, fails for another reason or the node stops — listed meanwhile as `phase: retrying`, since a source that is
+ * down at start-up is an outage to wait out, not a configuration for an operator to fix. Any other failure leaves the
+ * endpoint listed as `phase: failed` with its error until `rebuild` starts it again.
  *
  * @example
  * ```ts
@@ -48,8 +50,8 @@ export const START_RETRY_MAX_MS = 30_000;
  * ```
  */
 export class EndpointManager {
-  readonly #pipelines = new Map<string, EndpointPipeline>();
-  readonly #failures = new Map<string, StartFailure>();
+  /** Where each configured endpoint's start is (every move through `moveStart`). */
+  readonly #starts = new Map<string, EndpointStart>();
   /** Starts in progress (at a retry), so two Rebuilds of a failed endpoint start one pipeline. */
   readonly #starting = new Map<string, Promise<void>>();
   /** Endpoints whose start a background loop retries (one loop each). */
@@ -72,6 +74,7 @@ export class EndpointManager {
     this.#configs = configs;
     this.#startPipeline = startPipeline;
     this.#logger = logger;
+    for (const endpoint of configs) this.#starts.set(endpoint.name, { phase: StartPhase.starting });
   }
 
   static async start(
@@ -79,23 +82,43 @@ export class EndpointManager {
     context: { caches: CacheCatalog; startPipeline: StartPipeline; logger: Logger },
   ): Promise<EndpointManager> {
     const manager = new EndpointManager(context.caches, endpoints, context.startPipeline, context.logger);
-    for (const endpoint of endpoints) await manager.#launch(endpoint);
-    for (const endpoint of endpoints) manager.#retryLater(endpoint);
+    for (const endpoint of endpoints) {
+      await manager.#launch(endpoint);
+      manager.#retryLater(endpoint);
+    }
     return manager;
   }
 
+  /** The endpoint's start now. */
+  #start(name: string): EndpointStart {
+    return this.#starts.get(name) ?? { phase: StartPhase.stopped };
+  }
+
+  #move(name: string, to: EndpointStart): void {
+    this.#starts.set(name, moveStart(name, this.#start(name), to));
+  }
+
+  /** The running pipeline of the endpoint, or null. */
+  #running(name: string): EndpointPipeline | null {
+    const start = this.#start(name);
+    return start.phase === StartPhase.running ? start.pipeline : null;
+  }
+
   /**
-   * While the endpoint's start failed for a retryable reason, starts it again after a back-off (in the background;
-   * a Rebuild meanwhile joins or replaces a retry, never doubles it).
+   * While the endpoint's start is `retrying`, starts it again after a back-off (in the background; a Rebuild
+   * meanwhile joins or adds an attempt, never a second loop).
    */
   #retryLater(endpoint: EndpointConfig): void {
-    if (!this.#failures.get(endpoint.name)?.retryable || this.#retrying.has(endpoint.name)) return;
-    this.#retrying.add(endpoint.name);
+    const name = endpoint.name;
+    if (this.#start(name).phase !== StartPhase.retrying || this.#retrying.has(name)) return;
+    this.#retrying.add(name);
     void (async () => {
       let waitMs = START_RETRY_MS;
-      while (!this.#stopped && this.#failures.get(endpoint.name)?.retryable) {
+      for (let start = this.#start(name); start.phase === StartPhase.retrying; start = this.#start(name)) {
+        if (this.#stopped) return;
+        this.#move(name, { ...start, nextAttemptAt: Date.now() + waitMs });
         this.#logger.warn(
-          { endpoint: endpoint.name, error: this.#failures.get(endpoint.name), retryInMs: waitMs },
+          { endpoint: name, error: shown(start.failure), attempts: start.attempts, retryInMs: waitMs },
           'endpoint pipeline could not start for now; retrying',
         );
         try {
@@ -104,24 +127,30 @@ export class EndpointManager {
           return; // the node stops
         }
         waitMs = Math.min(waitMs * 2, START_RETRY_MAX_MS);
-        if (this.#stopped || this.#pipelines.has(endpoint.name)) return;
+        const due = this.#start(name);
+        if (this.#stopped || due.phase !== StartPhase.retrying) return;
+        this.#move(name, { ...due, nextAttemptAt: null });
         await this.#startOnce(endpoint);
       }
-    })().finally(() => this.#retrying.delete(endpoint.name));
+    })().finally(() => this.#retrying.delete(name));
   }
 
   /** One start of a stopped endpoint, shared by whoever asks while it runs (a Rebuild, a retry). */
   #startOnce(endpoint: EndpointConfig): Promise<void> {
     let starting = this.#starting.get(endpoint.name);
     if (!starting) {
+      // A failed endpoint's Rebuild is a new start; a retrying one stays retrying until an attempt succeeds.
+      if (this.#start(endpoint.name).phase === StartPhase.failed)
+        this.#move(endpoint.name, { phase: StartPhase.starting });
       starting = this.#launch(endpoint).finally(() => this.#starting.delete(endpoint.name));
       this.#starting.set(endpoint.name, starting);
     }
     return starting;
   }
 
-  /** Starts one endpoint's pipeline; a failure is remembered (and shown) rather than thrown. */
+  /** One attempt to start the endpoint's pipeline; its failure is remembered (and shown) rather than thrown. */
   async #launch(endpoint: EndpointConfig): Promise<void> {
+    const name = endpoint.name;
     try {
       const pipeline = await this.#startPipeline(endpoint);
       if (this.#stopped) {
@@ -129,20 +158,18 @@ export class EndpointManager {
         await pipeline.stop().catch(() => undefined);
         return;
       }
-      this.#pipelines.set(endpoint.name, pipeline);
-      this.#failures.delete(endpoint.name);
-      this.#logger.info(
-        { endpoint: endpoint.name, decision: pipeline.decision },
-        'endpoint pipeline started',
-      );
+      this.#move(name, { phase: StartPhase.running, pipeline });
+      this.#logger.info({ endpoint: name, decision: pipeline.decision }, 'endpoint pipeline started');
     } catch (err) {
+      if (this.#stopped) return;
       const error = err as { code?: string; message?: string; details?: { retryable?: unknown } };
-      this.#failures.set(endpoint.name, {
+      const failure: StartFailure = {
         code: error.code ?? 'INTERNAL',
         message: error.message ?? String(err),
         retryable: error.details?.retryable === true,
-      });
-      this.#logger.error({ endpoint: endpoint.name, err }, 'endpoint pipeline failed to start');
+      };
+      this.#move(name, afterFailedAttempt(this.#start(name), failure));
+      this.#logger.error({ endpoint: name, err }, 'endpoint pipeline failed to start');
     }
   }
 
@@ -154,29 +181,28 @@ export class EndpointManager {
   async status(): Promise<EndpointStatus[]> {
     const out: EndpointStatus[] = [];
     for (const endpoint of this.#configs) {
-      const pipeline = this.#pipelines.get(endpoint.name);
-      if (!pipeline) {
+      const start = this.#start(endpoint.name);
+      if (start.phase !== StartPhase.running) {
         out.push({
           name: endpoint.name,
           alias: endpoint.name,
           servingCache: this.#caches.resolveAlias(endpoint.name)?.cache ?? null,
           buildingCache: null,
           checkpoint: null,
-          phase: 'failed',
+          ...endpointPhase(start, null),
           records: null,
           lag: null,
           rate: 0,
           decision: null,
           held: null,
           building: null,
-          error: this.#failureOf(endpoint.name),
           badRecords: { count: 0, last: null },
           replication: null,
           follower: null,
         });
         continue;
       }
-      const status = pipeline.status();
+      const status = start.pipeline.status();
       const info = status.servingCache ? await this.#caches.info(status.servingCache) : null;
       const records = info?.recordCount ?? null;
       let building: BuildProgress | null = null;
@@ -195,14 +221,13 @@ export class EndpointManager {
         servingCache: status.servingCache,
         buildingCache: status.buildingCache,
         checkpoint: status.checkpoint,
-        phase: status.held ? 'held' : status.progress.phase,
+        ...endpointPhase(start, status),
         records,
         lag: status.progress.lag,
         rate: status.progress.rate,
-        decision: pipeline.decision,
+        decision: start.pipeline.decision,
         held: status.held,
         building,
-        error: status.error,
         badRecords: status.badRecords,
         replication: status.replication ?? null,
         follower: status.follower ?? null,
@@ -211,13 +236,18 @@ export class EndpointManager {
     return out;
   }
 
-  /** Samples for the metrics endpoint (synchronous: read from the pipelines' progress). */
+  /**
+   * Samples for the metrics endpoint (synchronous: read from the pipelines' progress): every configured endpoint's
+   * phase, and the counters of those that run.
+   */
   samples(): PipelineSample[] {
-    return [...this.#pipelines.entries()].map(([endpoint, pipeline]) => {
-      const status = pipeline.status();
+    return [...this.#starts.entries()].map(([endpoint, start]) => {
+      if (start.phase !== StartPhase.running) return { endpoint, phase: endpointPhase(start, null).phase };
+      const status = start.pipeline.status();
       const progress = status.progress;
       return {
         endpoint,
+        phase: endpointPhase(start, status).phase,
         recordsRead: progress.recordsRead,
         recordsWritten: progress.recordsWritten,
         rate: progress.rate,
@@ -237,7 +267,7 @@ export class EndpointManager {
    */
   async rebuild(name: string): Promise<'started' | 'restarted'> {
     const config = this.#config(name);
-    const running = this.#pipelines.get(name);
+    const running = this.#running(name);
     if (running) {
       await running.rebuild();
       return 'started';
@@ -264,7 +294,7 @@ export class EndpointManager {
   async generations(name: string): Promise<GenerationsView> {
     if (!this.#configs.some((endpoint) => endpoint.name === name)) throw new UnknownEndpointError(name);
     const all = (await this.#caches.list()).filter((info) => info.endpoint === name);
-    const building = this.#pipelines.get(name)?.status().buildingCache ?? null;
+    const building = this.#running(name)?.status().buildingCache ?? null;
     return {
       endpoint: name,
       generations: generationsView(all, {
@@ -284,27 +314,27 @@ export class EndpointManager {
   /** The endpoint's running pipeline; a configured one that is not running is a 409 saying why, never a 404. */
   #pipeline(name: string): EndpointPipeline {
     this.#config(name);
-    const pipeline = this.#pipelines.get(name);
+    const pipeline = this.#running(name);
     if (pipeline) return pipeline;
     if (this.#stopped) throw new EndpointStoppedError(name);
+    const start = this.#start(name);
     throw new EndpointNotRunningError(
       name,
-      this.#failureOf(name) ?? { code: 'INTERNAL', message: 'its pipeline did not start' },
+      start.phase === StartPhase.retrying || start.phase === StartPhase.failed
+        ? shown(start.failure)
+        : { code: 'INTERNAL', message: 'its pipeline did not start' },
     );
-  }
-
-  /** The failed start as it is shown: its code and message. */
-  #failureOf(name: string): { code: string; message: string } | null {
-    const failure = this.#failures.get(name);
-    return failure ? { code: failure.code, message: failure.message } : null;
   }
 
   async stop(): Promise<void> {
     this.#stopped = true;
     this.#stopping.abort();
     await Promise.allSettled(this.#starting.values());
-    const pipelines = [...this.#pipelines.values()];
-    this.#pipelines.clear();
+    const pipelines: EndpointPipeline[] = [];
+    for (const [name, start] of this.#starts) {
+      if (start.phase === StartPhase.running) pipelines.push(start.pipeline);
+      if (start.phase !== StartPhase.stopped) this.#move(name, { phase: StartPhase.stopped });
+    }
     await Promise.allSettled(pipelines.map((pipeline) => pipeline.stop()));
   }
 }

@@ -1,12 +1,18 @@
+import { EndpointPhase } from '@sluice/core';
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 
-/** What a node reports about its endpoint pipelines when metrics are scraped. */
+/**
+ * What a node reports about its endpoints when metrics are scraped: every configured endpoint's phase, and the
+ * counters of its pipeline (absent while it does not run: retrying its start, failed).
+ */
 export interface PipelineSample {
   endpoint: string;
-  recordsRead: number;
-  recordsWritten: number;
-  rate: number;
-  lag: number | null;
+  /** Where the endpoint is, as `GET /v1/endpoints` says (`retrying` recovers by itself, `failed` waits for Rebuild). */
+  phase: EndpointPhase;
+  recordsRead?: number;
+  recordsWritten?: number;
+  rate?: number;
+  lag?: number | null;
   /** Logical replication sources: WAL bytes and seconds the cache is behind what the server sent. */
   replicationLagBytes?: number | null;
   replicationLagSeconds?: number | null;
@@ -63,6 +69,18 @@ export function createMetrics(sources: {
       this.set({ state: 'fire_and_forget' }, now.fireAndForget);
     },
   });
+  new Gauge({
+    name: 'sluice_endpoint_phase',
+    help: 'Where each endpoint is: 1 for its current phase, 0 for the others (retrying recovers by itself; failed waits for an operator)',
+    labelNames: ['endpoint', 'phase'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const sample of sources.pipelines())
+        for (const phase of Object.values(EndpointPhase))
+          this.set({ endpoint: sample.endpoint, phase }, sample.phase === phase ? 1 : 0);
+    },
+  });
   const pipelineGauge = (name: string, help: string, pick: (s: PipelineSample) => number | null) =>
     new Gauge({
       name,
@@ -80,15 +98,15 @@ export function createMetrics(sources: {
   pipelineGauge(
     'sluice_pipeline_records_read',
     'Records read by the endpoint pipeline',
-    (s) => s.recordsRead,
+    (s) => s.recordsRead ?? null,
   );
   pipelineGauge(
     'sluice_pipeline_records_written',
     'Records written by the endpoint pipeline',
-    (s) => s.recordsWritten,
+    (s) => s.recordsWritten ?? null,
   );
-  pipelineGauge('sluice_pipeline_rate', 'Endpoint pipeline records per second', (s) => s.rate);
-  pipelineGauge('sluice_pipeline_lag', 'Endpoint pipeline lag behind its source', (s) => s.lag);
+  pipelineGauge('sluice_pipeline_rate', 'Endpoint pipeline records per second', (s) => s.rate ?? null);
+  pipelineGauge('sluice_pipeline_lag', 'Endpoint pipeline lag behind its source', (s) => s.lag ?? null);
   pipelineGauge(
     'sluice_replication_lag_bytes',
     "WAL bytes between PostgreSQL's current position and what the endpoint cache committed (logical replication)",

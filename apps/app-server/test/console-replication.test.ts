@@ -99,6 +99,52 @@ describe('the console over a replication endpoint', () => {
     }
   });
 
+  it('defect: an endpoint retrying its start while PostgreSQL is down showed an error badge as if it had failed for good', {
+    timeout: 150_000,
+  }, async () => {
+    expect(existsSync(BUILT), 'the console is built (pnpm build)').toBe(true);
+    await using dir = await tempDir('sluice-console-retrying-');
+    const url = await itemsTable(postgres(), 'consoleretrying');
+    const profile = await tempDir('sluice-console-chromium-');
+    await postgres().stop('fast');
+    try {
+      await using node = await startNodeProcess({
+        ...localNode('h4', dir.path),
+        extraYaml: heldEndpointYaml(url, await freePort()),
+      });
+      const context = await chromium.launchPersistentContext(profile.path, {
+        ...chromiumLaunchOptions(),
+        headless: true,
+      });
+      try {
+        const page = context.pages()[0] ?? (await context.newPage());
+        await page.goto(`${node.url}/console`);
+        const card = page.locator('article[data-endpoint="items"]');
+        await card.waitFor({ timeout: 30_000 });
+        // Retrying by itself: when and why, counted down — no error banner, no "failed" badge.
+        const retry = card.locator('[data-fact="retry"]');
+        await retry.waitFor({ timeout: 30_000 });
+        expect(await retry.textContent()).toMatch(
+          /^retrying (in \d+ s|now): SOURCE_FAILED: .*failed attempts? so far/,
+        );
+        expect(await card.locator('.card-head .phase').textContent()).toBe('retrying');
+        expect(await card.locator('.phase-failed').count()).toBe(0);
+        expect(await card.locator('.error').count()).toBe(0);
+
+        // PostgreSQL back: it starts by itself, and the card says it streams.
+        await postgres().start();
+        await card.locator('.card-head .phase', { hasText: 'streaming' }).waitFor({ timeout: 60_000 });
+        await retry.waitFor({ state: 'detached', timeout: 10_000 });
+        expect((await itemsOf(node)).records).toBe(100);
+      } finally {
+        await context.close();
+      }
+    } finally {
+      await postgres().start();
+      await profile[Symbol.asyncDispose]();
+    }
+  });
+
   it('shows whether the serving generation follows its source while a green is held, and why it stands', {
     timeout: 150_000,
   }, async () => {

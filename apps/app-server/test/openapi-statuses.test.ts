@@ -9,7 +9,8 @@
  *   UNKNOWN_ENDPOINT), terminate 409 ILLEGAL_TRANSITION, 422 (IDEMPOTENCY_CONFLICT, UNSUPPORTED_ADDRESS_TYPE,
  *   UNKNOWN_CONNECTION), 429 (QUEUE_FULL);
  * - an endpoint's routes: 404 UNKNOWN_ENDPOINT; rebuild, promote, rollback 409 (ENDPOINT_NOT_RUNNING,
- *   NOTHING_TO_PROMOTE, NOTHING_TO_ROLL_BACK, CANNOT_RESUME);
+ *   NOTHING_TO_PROMOTE, NOTHING_TO_ROLL_BACK, CANNOT_RESUME); promote 504 ENDPOINT_TIMEOUT (the hand-over of the
+ *   switch did not happen in time);
  * - the endpoint stream: 200 as `text/event-stream`, 429 QUEUE_FULL (stream limit);
  * - readiness: 503 when the store or the backplane is down.
  */
@@ -30,7 +31,7 @@ const EXPECTED: Record<string, string[]> = {
   'get /v1/endpoints': ['200', ...EVERY],
   'post /v1/endpoints/{name}/rebuild': ['202', ...POSTED, '404', '409'],
   'get /v1/endpoints/{name}/generations': ['200', ...EVERY, '404'],
-  'post /v1/endpoints/{name}/promote': ['200', ...POSTED, '404', '409'],
+  'post /v1/endpoints/{name}/promote': ['200', ...POSTED, '404', '409', '504'],
   'post /v1/endpoints/{name}/rollback': ['200', ...POSTED, '404', '409'],
   'get /v1/endpoints/stream': ['200', ...EVERY, '429'],
   'get /v1/nodes': ['200', ...EVERY],

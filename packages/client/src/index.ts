@@ -1,10 +1,12 @@
 export type {
+  EndpointPhase,
   EndpointStatus,
   EndpointStreamEvent,
   EndpointWatchView,
   GenerationsView,
   GenerationView,
   NodeView,
+  RetryView,
   ServingFollowerPhase,
   ServingFollowerStatus,
   SwitchOutcome,

@@ -14,6 +14,7 @@ import {
   RetentionConfigSchema,
   resolveConfig,
   SluiceConfigSchema,
+  SWITCH_DEFAULTS,
   TransfersConfigSchema,
 } from './config.js';
 import { ConfigError, SluiceError } from './errors.js';
@@ -645,10 +646,28 @@ describe('component schemas', () => {
         switch: { mode: 'manual', minRecordRatio: 0.9, maxBadRecords: 0 },
       }).switch,
     ).toEqual({ mode: 'manual', minRecordRatio: 0.9, maxBadRecords: 0 });
+    // The hand-over wait: absent means SWITCH_DEFAULTS (10 s), applied where it is used.
+    expect(EndpointConfigSchema.parse({ ...ITEMS, switch: { handoverWaitMs: 30_000 } }).switch).toEqual({
+      mode: 'auto',
+      handoverWaitMs: 30_000,
+    });
+    expect(SWITCH_DEFAULTS.handoverWaitMs).toBe(10_000);
+    // Refused at start with the exact key and its bound.
+    const refused = thrown(() =>
+      resolveConfig(withEndpoint({ switch: { handoverWaitMs: 50 } })),
+    ) as ConfigError;
+    expect(refused.code).toBe('CONFIG_INVALID');
+    expect(refused.message).toBe(
+      'Invalid configuration: endpoints[0].switch.handoverWaitMs: Too small: expected number to be >=100',
+    );
     for (const [bad, path] of [
       [{ mode: 'sometimes' }, 'switch.mode'],
       [{ minRecordRatio: -0.1 }, 'switch.minRecordRatio'],
       [{ maxBadRecords: 1.5 }, 'switch.maxBadRecords'],
+      [{ handoverWaitMs: 99 }, 'switch.handoverWaitMs'],
+      [{ handoverWaitMs: 300_001 }, 'switch.handoverWaitMs'],
+      [{ handoverWaitMs: 1_500.5 }, 'switch.handoverWaitMs'],
+      [{ handoverWaitMs: '10s' }, 'switch.handoverWaitMs'],
       [{ gate: true }, 'switch'],
     ] as const) {
       const parsed = EndpointConfigSchema.safeParse({ ...ITEMS, switch: bad });

@@ -20,6 +20,7 @@ export {
   EndpointsConfigSchema,
   FieldType,
   FieldTypeSchema,
+  SWITCH_DEFAULTS,
   type SwitchConfig,
   SwitchConfigSchema,
   SwitchMode,

@@ -42,13 +42,17 @@ export interface ReplicationStatus {
  * - `following`: it continues the serving generation from its own checkpoint, through its own replication slot;
  * - `retrying`: its run failed (`error`); it starts again after a back-off;
  * - `standing`: it cannot continue the serving generation (`reason`): readers get it at its last commit until the
- *   alias moves.
+ *   alias moves;
+ * - `paused`: a switch hands the alias over (`reason`): the serving generation commits nothing more while the
+ *   generation switched to catches up with its last position (docs/generations.md § The switch hands over at a
+ *   position); it follows again if the switch does not happen within the hand-over wait.
  */
 export const ServingFollowerPhase = {
   starting: 'starting',
   following: 'following',
   retrying: 'retrying',
   standing: 'standing',
+  paused: 'paused',
 } as const;
 export type ServingFollowerPhase = (typeof ServingFollowerPhase)[keyof typeof ServingFollowerPhase];
 
@@ -60,7 +64,7 @@ export interface ServingFollowerStatus {
   /** The serving generation it follows (or tries to, or stands for). */
   cache: string;
   phase: ServingFollowerPhase;
-  /** Why it stands (`standing`) or why its last run failed (`retrying`); null otherwise. */
+  /** Why it stands (`standing`), why its last run failed (`retrying`) or which switch it waits for (`paused`). */
   reason: string | null;
   /** The failure it retries after (`retrying`), with its stable code; null otherwise. */
   error: { code: string; message: string } | null;
@@ -68,6 +72,11 @@ export interface ServingFollowerStatus {
   recordsWritten: number;
   /** The LSN of its last commit into the serving generation and when (ISO 8601); null before its first. */
   lastCommit: { lsn: string; at: string } | null;
+  /**
+   * From a failed run (or start) until it follows again: the failed attempts in a row and when it tries again (null
+   * while that attempt is under way); null otherwise. The same shape as the endpoint's `retry`.
+   */
+  retry: RetryView | null;
 }
 
 /**
@@ -80,6 +89,47 @@ export interface BadRecordsView {
   last: { source: string; reason: string; at: string } | null;
 }
 
+/**
+ * Where an endpoint is, as `GET /v1/endpoints` reports it — one phase, which says whether an operator has anything to do:
+ * - `starting`: its pipeline is starting;
+ * - `snapshotting`: it reads its source's snapshot (into the serving generation, or a green being built);
+ * - `streaming`: it follows its source;
+ * - `completed`: its source ended (a file that is not followed): it serves what was built;
+ * - `held`: a finished green waits for promote (a switch gate, or `switch.mode: manual`);
+ * - `retrying`: a start or a run failed (`error`) for a reason that may pass — the source unreachable, PostgreSQL
+ *   restarting — and Sluice tries again by itself (`retry`): an outage it waits out, nothing for an operator to fix;
+ * - `failed`: its pipeline could not start for a reason that will not pass by itself (`error`: a misconfigured
+ *   source, `REPLICA_IDENTITY_MISSING`, …): fix the cause, then Rebuild;
+ * - `stopped`: the node is stopping.
+ */
+export const EndpointPhase = {
+  starting: 'starting',
+  snapshotting: 'snapshotting',
+  streaming: 'streaming',
+  completed: 'completed',
+  held: 'held',
+  retrying: 'retrying',
+  failed: 'failed',
+  stopped: 'stopped',
+} as const;
+export type EndpointPhase = (typeof EndpointPhase)[keyof typeof EndpointPhase];
+
+/**
+ * Something Sluice retries by itself — an endpoint (`phase: retrying`: its start or its run) or the serving
+ * generation's follower (`phase: retrying`, and `starting` while the attempt it waited for is under way): how many
+ * attempts failed in a row, and when the next one is due (ISO 8601; null while an attempt is under way). The failure
+ * itself is the `error` beside it.
+ *
+ * @example
+ * ```ts
+ * const retry: RetryView = { attempts: 3, nextAttemptAt: '2026-12-06T18:45:06.871Z' };
+ * ```
+ */
+export interface RetryView {
+  attempts: number;
+  nextAttemptAt: string | null;
+}
+
 /** One endpoint as `GET /v1/endpoints` reports it. */
 export interface EndpointStatus {
   name: string;
@@ -87,8 +137,8 @@ export interface EndpointStatus {
   servingCache: string | null;
   buildingCache: string | null;
   checkpoint: PipelineCheckpoint | null;
-  /** The pipeline's phase, or `held` while a finished green generation waits for promote. */
-  phase: string;
+  /** Where the endpoint is ({@link EndpointPhase}): `retrying` recovers by itself, `failed` waits for an operator. */
+  phase: EndpointPhase;
   records: number | null;
   lag: number | null;
   rate: number;
@@ -97,7 +147,10 @@ export interface EndpointStatus {
   held: { cache: string; reason: string } | null;
   /** The generation being built (not yet finished or held), with its progress. */
   building: BuildProgress | null;
+  /** Why it is `retrying` or `failed` (the last failure, with its stable code); null otherwise. */
   error: { code: string; message: string } | null;
+  /** While `retrying`: the failed attempts in a row and when the next one is due; null otherwise. */
+  retry: RetryView | null;
   /** Records refused and skipped while the endpoint keeps streaming: updates an operator should know are dropped. */
   badRecords: BadRecordsView;
   /** Set for endpoints fed by PostgreSQL logical replication. */

@@ -305,6 +305,12 @@ export const ERROR_CASES: ReadonlyArray<{
     status: 504,
   },
   {
+    error: new errors.SwitchNotCaughtUpError('items', 'items-01h', '0/16B3748', 10_000),
+    cls: errors.SwitchNotCaughtUpError,
+    code: 'ENDPOINT_TIMEOUT',
+    status: 504,
+  },
+  {
     error: new errors.UnknownSlotError('sluice_h1_gone_source'),
     cls: errors.UnknownSlotError,
     code: 'UNKNOWN_SLOT',

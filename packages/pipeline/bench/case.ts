@@ -35,9 +35,11 @@ const sampler = setInterval(() => {
 sampler.unref();
 
 if (kind === 'pipeline') {
-  // DEFER_INDEXES_FROM=<records> overrides the cache's deferIndexesFrom (to compare index-build strategies).
+  // DEFER_INDEXES_FROM=<records> overrides the cache's deferIndexesFrom (to compare index-build strategies);
+  // STAGED_IN_MEMORY=<changes> its stagedInMemory (to compare staging in memory with spilling to the staging area).
   await using caches = await openCacheManager(join(workDir, 'pipeline'), {
     ...(process.env.DEFER_INDEXES_FROM ? { deferIndexesFrom: Number(process.env.DEFER_INDEXES_FROM) } : {}),
+    ...(process.env.STAGED_IN_MEMORY ? { stagedInMemory: Number(process.env.STAGED_IN_MEMORY) } : {}),
   });
   const events: SluiceEvent[] = [];
   const pipeline = await startEndpointPipeline(

@@ -151,7 +151,7 @@ export function sinkFor(
   address: DestinationAddress,
   handle: string,
   writerId: string,
-  ctx: ConnectionContext & { caches?: WritableCacheCatalog; fence?: SinkFence },
+  ctx: ConnectionContext & { caches?: WritableCacheCatalog; fence?: SinkFence; commitSize?: number },
   sourceKey: string[],
 ): PipelineSink {
   const fence = ctx.fence ? { fence: ctx.fence } : {};
@@ -198,6 +198,7 @@ export function sinkFor(
         caches: ctx.caches,
         writerId,
         ...fence,
+        ...(ctx.commitSize !== undefined ? { commitSize: ctx.commitSize } : {}),
       });
   }
 }

@@ -13,11 +13,13 @@ import {
   type PipelineCheckpoint,
   type PipelineProgress,
   parseConfigOrThrow,
+  SWITCH_DEFAULTS,
   silentLogger,
   type WritableCacheCatalog,
 } from '@sluice/core';
 import type { ConnectionContext } from './addresses.js';
 import { ServingFollower } from './endpoint/follower.js';
+import { switchHandover } from './endpoint/handover.js';
 import { type LaunchContext, prepareLaunch, startRun } from './endpoint/launch.js';
 import { endpointShape } from './endpoint/shape.js';
 import { startSlotSweeper } from './endpoint/slot-sweeper.js';
@@ -118,6 +120,16 @@ export async function startEndpointPipeline(
   // While the run feeds a generation the alias does not point at, the serving one follows its source through a
   // slot of its own (replication sources with a slot per generation; any other source feeds one generation).
   const follower = lc.shape.slotNames === null ? null : new ServingFollower({ lc, logger, retryMs });
+  // The endpoint's own `switch.handoverWaitMs` (docs/generations.md § The switch hands over at a position).
+  const handoverWaitMs = endpoint.switch?.handoverWaitMs ?? SWITCH_DEFAULTS.handoverWaitMs;
+  lc.handover = switchHandover({
+    endpoint: name,
+    sourceHandle: `${name}.source`,
+    caches,
+    follower,
+    logger,
+    pauseMs: handoverWaitMs,
+  });
   const sweeper = startSlotSweeper({ shape: lc.shape, caches, logger, everyMs: ctx.slotSweepMs ?? 60_000 });
   /** What the follower follows now: the serving generation while the run feeds another one, else nothing. */
   const followServing = (): void => {
@@ -190,13 +202,16 @@ export async function startEndpointPipeline(
       return supervisor.decision;
     },
     status() {
-      const run = supervisor.run;
-      const building = run && !run.sink.redirected ? run : null;
+      const serving = servingCache();
+      // The generation fed besides the serving one (a green building or held) — also while the run that fed it
+      // failed and is retried: the generation, and its hold, outlive the run (supervisor.fed).
+      const fed = supervisor.fed;
+      const building = fed && !fed.sink.redirected && fed.cache.name !== serving ? fed : null;
       const progress = lc.progress.snapshot();
       return {
         endpoint: name,
         alias: name,
-        servingCache: servingCache(),
+        servingCache: serving,
         buildingCache: building?.cache.name ?? null,
         checkpoint: supervisor.checkpoint,
         progress,
@@ -205,6 +220,7 @@ export async function startEndpointPipeline(
             ? { cache: building.cache.name, reason: building.sink.held }
             : null,
         error: supervisor.error,
+        retry: retryStatus(supervisor.retry),
         // A run from scratch counts from 0 again: a reason from before it no longer applies.
         // Before this process saw one, the last reason is the one the checkpoint kept (run.ts), so the evidence
         // survives a restart.
@@ -249,6 +265,15 @@ export async function startEndpointPipeline(
     },
     [Symbol.asyncDispose]: stop,
   };
+}
+
+/** The supervisor's retry as the status shows it (the next attempt's time in ISO 8601). */
+function retryStatus(
+  retry: { attempts: number; nextAttemptAt: number | null } | null,
+): EndpointPipelineStatus['retry'] {
+  if (retry === null) return null;
+  const { attempts, nextAttemptAt } = retry;
+  return { attempts, nextAttemptAt: nextAttemptAt === null ? null : new Date(nextAttemptAt).toISOString() };
 }
 
 /** The last bad record a checkpoint keeps in the cache sink's position (run.ts), or null. */

@@ -98,12 +98,31 @@ class SinkCallAborted extends Error {}
  *   badRecords: new BadRecordCollector('skip'), signal, saveCheckpoint: (c) => port.save(c) });
  * ```
  */
+/** The batch a run reads at once when its options name none: min(commitEveryRecords, 1000). */
+function defaultBatchSize(commitEveryRecords: number): number {
+  return Math.max(1, Math.min(commitEveryRecords, 1_000));
+}
+
+/**
+ * The most records a run with this `commitEveryRecords` (and the default batch) writes between two commits outside
+ * a source transaction: the commit cadence plus one batch. A cache sink lets its cache hold that many staged changes
+ * in memory (core's `ApplyOptions.holdInMemory`), so only a source transaction larger than a commit spills.
+ *
+ * @example
+ * ```ts
+ * commitSizeOf(10_000); // 11 000
+ * ```
+ */
+export function commitSizeOf(commitEveryRecords: number = PIPELINE_DEFAULTS.commitEveryRecords): number {
+  return commitEveryRecords + defaultBatchSize(commitEveryRecords);
+}
+
 export async function runPipeline(options: RunPipelineOptions): Promise<RunPipelineResult> {
   const logger = options.logger ?? silentLogger;
   const { sink, branches, signal } = options;
   const commitEveryRecords = options.commitEveryRecords ?? PIPELINE_DEFAULTS.commitEveryRecords;
   const commitEveryMs = options.commitEveryMs ?? PIPELINE_DEFAULTS.commitEveryMs;
-  const batchSize = options.batchSize ?? Math.max(1, Math.min(commitEveryRecords, 1_000));
+  const batchSize = options.batchSize ?? defaultBatchSize(commitEveryRecords);
   const progress = options.progress ?? new ProgressTracker();
   const start = options.plan.checkpoint;
 

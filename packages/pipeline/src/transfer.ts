@@ -22,7 +22,7 @@ import {
 import { type ConnectionContext, postgresUrl, sinkFor, sourceFor } from './addresses.js';
 import { BadRecordCollector, type BadRecordReport } from './bad-records.js';
 import { dagHash, decideRestart, type RestartPlan } from './dag.js';
-import { runPipeline } from './run.js';
+import { commitSizeOf, runPipeline } from './run.js';
 import { EndpointGenerationMovedError } from './sinks/cache.js';
 import { fenceWriter, holdPostgresFence, type PostgresFenceHold } from './sinks/postgres-fence.js';
 import { isReplicationSource, replicationStatusOf } from './sources/replication/status.js';
@@ -129,18 +129,23 @@ async function runAttempt(
     role: 'transfer',
     ...(ctx.fileChunkBytes ? { chunkBytes: ctx.fileChunkBytes } : {}),
   });
+  const commitEveryRecords =
+    parsed.options.batchSize ?? ctx.commitEveryRecords ?? PIPELINE_DEFAULTS.commitEveryRecords;
   const sink = sinkFor(
     parsed.destination,
     sinkHandle(parsed.id),
     parsed.id,
     // The checkpoint port is the fencing token: sinks check its epoch where their effects land.
-    { ...connections, ...(ctx.caches ? { caches: ctx.caches } : {}), fence: ctx.checkpoint },
+    {
+      ...connections,
+      ...(ctx.caches ? { caches: ctx.caches } : {}),
+      fence: ctx.checkpoint,
+      commitSize: commitSizeOf(commitEveryRecords),
+    },
     sourceKey,
   );
   const branches: SourceBranch[] = [{ source, processors: [] }];
   const dag = dagHash(branches, sink);
-  const commitEveryRecords =
-    parsed.options.batchSize ?? ctx.commitEveryRecords ?? PIPELINE_DEFAULTS.commitEveryRecords;
   const badRecords = new BadRecordCollector(parsed.options.onBadRecord, (report) =>
     logger.warn({ transfer: parsed.id, ...report }, 'bad record'),
   );

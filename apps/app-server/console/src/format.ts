@@ -27,6 +27,15 @@ export function ago(iso: string | null | undefined, now = Date.now()): string {
   return `${Math.round(s / 86_400)} d ago`;
 }
 
+/** How long until, in whole seconds ("in 7 s"; "now" once due or while it is under way). */
+export function until(iso: string | null | undefined, now = Date.now()): string {
+  if (!iso) return 'now';
+  const ms = new Date(iso).getTime() - now;
+  if (!Number.isFinite(ms)) return iso;
+  const s = Math.ceil(ms / 1000);
+  return s <= 0 ? 'now' : `in ${s} s`;
+}
+
 /** A generation's name is `<endpoint>-<id>`: the id is what tells two generations apart. */
 export function shortGeneration(name: string | null | undefined, endpoint: string): string {
   if (!name) return '—';

@@ -18,6 +18,18 @@ export function useHashRoute(): string[] {
   return route;
 }
 
+/** The time now, refreshed every `everyMs` while `active` (a countdown on the page); else the time of the last render. */
+export function useNow(active: boolean, everyMs = 1_000): number {
+  const [now, setNow] = useState(Date.now);
+  useEffect(() => {
+    if (!active) return;
+    setNow(Date.now());
+    const timer = setInterval(() => setNow(Date.now()), everyMs);
+    return () => clearInterval(timer);
+  }, [active, everyMs]);
+  return active ? now : Date.now();
+}
+
 /** What an operator's action did, for the status line next to its button. */
 export type ActionOutcome = { kind: 'ok' | 'error'; text: string } | null;
 

@@ -1,4 +1,4 @@
-import { EVERY_ROUTE_PROBLEMS, PROBLEM_RESPONSE, ServingFollowerPhase } from '@sluice/core';
+import { EndpointPhase, EVERY_ROUTE_PROBLEMS, PROBLEM_RESPONSE, ServingFollowerPhase } from '@sluice/core';
 import { z } from 'zod';
 
 /**
@@ -67,6 +67,15 @@ export const TransferPageReply = documented(
   }),
 );
 
+/** A retry (core's `RetryView`): failed attempts in a row and when the next is due. Described where it is used. */
+const RetryReply = z.object({
+  attempts: z.number().int().describe('Failed attempts in a row'),
+  nextAttemptAt: z
+    .string()
+    .nullable()
+    .describe('When the next attempt is due (ISO 8601); null while one is under way'),
+});
+
 /** The serving generation's follower (core's `ServingFollowerStatus`), or null when nothing follows it. */
 const ServingFollowerReply = z
   .object({
@@ -75,7 +84,9 @@ const ServingFollowerReply = z
     reason: z
       .string()
       .nullable()
-      .describe('Why it stands (`standing`) or why its last run failed (`retrying`); null otherwise'),
+      .describe(
+        'Why it stands (`standing`), why its last run failed (`retrying`) or which switch it waits for (`paused`); null otherwise',
+      ),
     error: z
       .object({ code: z.string(), message: z.string() })
       .nullable()
@@ -85,6 +96,9 @@ const ServingFollowerReply = z
       .object({ lsn: z.string(), at: z.string() })
       .nullable()
       .describe('Its last commit into the serving generation (LSN, ISO 8601 time); null before its first'),
+    retry: RetryReply.nullable().describe(
+      'From a failed run (or start) until it follows again: the failed attempts in a row and when it tries again, as the endpoint’s `retry`; null otherwise',
+    ),
   })
   .nullable()
   .describe(
@@ -95,7 +109,24 @@ const ServingFollowerReply = z
 export const EndpointListReply = documented(
   z.looseObject({
     endpoints: z
-      .array(z.looseObject({ name: z.string(), follower: ServingFollowerReply }))
+      .array(
+        z.looseObject({
+          name: z.string(),
+          phase: z
+            .enum(EndpointPhase)
+            .describe(
+              '`retrying`: an outage Sluice waits out by itself (see `retry`); `failed`: its pipeline could not start for a reason that will not pass by itself — fix it, then rebuild',
+            ),
+          error: z
+            .object({ code: z.string(), message: z.string() })
+            .nullable()
+            .describe('Why it is `retrying` or `failed`; null otherwise'),
+          retry: RetryReply.nullable().describe(
+            'While `phase` is `retrying` (a start or run failed for a reason that may pass; `error` says which): Sluice tries again by itself; null otherwise',
+          ),
+          follower: ServingFollowerReply,
+        }),
+      )
       .describe(
         'Each endpoint of this host: phase, serving / building / held generation, records, lag, error',
       ),

@@ -292,7 +292,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       schema: {
         summary: 'Force a blue/green rebuild of an endpoint (or start a failed one again)',
         description:
-          '202 `{endpoint, rebuild: "started"}`: a new generation is built while the current one serves. An endpoint whose pipeline failed to start (`phase: failed`) is started again instead: 202 `rebuild: "restarted"`, or 409 ENDPOINT_NOT_RUNNING with the new `failure` when its cause remains. Takes no body.',
+          '202 `{endpoint, rebuild: "started"}`: a new generation is built while the current one serves. An endpoint whose pipeline failed to start (`phase: failed`, or `retrying` its start by itself) is started again instead: 202 `rebuild: "restarted"`, or 409 ENDPOINT_NOT_RUNNING with the new `failure` when its cause remains. Takes no body.',
         params: NameParams,
         querystring: NoQuery,
         body: NoBody,

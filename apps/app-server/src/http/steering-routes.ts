@@ -59,12 +59,19 @@ export async function steeringRoutes(
       schema: {
         summary: 'Switch the alias to the held generation',
         description:
-          '200 with the move (`changed: false` when the last promote is repeated); 409 NOTHING_TO_PROMOTE when no generation is held. Takes no body: the held generation is the one promoted.',
+          '200 with the move (`changed: false` when the last promote is repeated); 409 NOTHING_TO_PROMOTE when no generation is held; 504 ENDPOINT_TIMEOUT (nothing moves) when the held generation did not catch up with the position the serving one last committed within the hand-over wait (`switch.handoverWaitMs` of the endpoint, default 10 s). Takes no body: the held generation is the one promoted.',
         params: NameParams,
         querystring: NoQuery,
         body: NoBody,
-        // 404 UNKNOWN_ENDPOINT; 409 NOTHING_TO_PROMOTE, ENDPOINT_NOT_RUNNING; 503 also ENDPOINT_STOPPED.
-        response: { 200: SwitchReply, ...POST_PROBLEMS, 404: ProblemSchema, 409: ProblemSchema },
+        // 404 UNKNOWN_ENDPOINT; 409 NOTHING_TO_PROMOTE, ENDPOINT_NOT_RUNNING; 503 also ENDPOINT_STOPPED; 504
+        // ENDPOINT_TIMEOUT (the hand-over did not happen in time).
+        response: {
+          200: SwitchReply,
+          ...POST_PROBLEMS,
+          404: ProblemSchema,
+          409: ProblemSchema,
+          504: ProblemSchema,
+        },
       },
     },
     async (request) => endpoints.promote(request.params.name),

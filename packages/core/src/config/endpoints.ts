@@ -21,10 +21,23 @@ export const FieldTypeSchema = z.enum(FieldType);
 export const SwitchMode = { auto: 'auto', manual: 'manual' } as const;
 export type SwitchMode = (typeof SwitchMode)[keyof typeof SwitchMode];
 
+/** What an endpoint's `switch` means when it leaves a setting out. */
+export const SWITCH_DEFAULTS = { handoverWaitMs: 10_000 } as const;
+
 /**
  * The gates a green generation passes at `SnapshottingDone` before the alias moves to it. A green that breaks one,
  * or any green in `manual` mode, is held (it keeps following its source, the alias stays) until promoted. An
  * endpoint's first generation has nothing to protect and always switches. Absent gates are not checked.
+ *
+ * `handoverWaitMs` bounds the hand-over of a logical-replication endpoint's switch (docs/generations.md § The switch
+ * hands over at a position): how long the serving generation stays paused for the green to reach its last position
+ * before it follows again and the switch is put off, and how long a promote waits before `504 ENDPOINT_TIMEOUT`
+ * (so also how long a promote request may take). Default {@link SWITCH_DEFAULTS}.
+ *
+ * @example
+ * ```ts
+ * SwitchConfigSchema.parse({ mode: 'manual', handoverWaitMs: 30_000 });
+ * ```
  */
 export const SwitchConfigSchema = z.strictObject({
   mode: z.enum(SwitchMode).default('auto'),
@@ -32,6 +45,11 @@ export const SwitchConfigSchema = z.strictObject({
   minRecordRatio: z.number().min(0).max(1000).optional(),
   /** Hold a green whose build skipped more bad records than this (e.g. 0). */
   maxBadRecords: z.number().int().min(0).optional(),
+  /**
+   * The longest a switch's hand-over waits, ms (default 10 000): at least 100 (a commit or two of the green), at most
+   * 300 000 (a promote request waits this long before it answers 504).
+   */
+  handoverWaitMs: z.number().int().min(100).max(300_000).optional(),
 });
 export type SwitchConfig = z.output<typeof SwitchConfigSchema>;
 

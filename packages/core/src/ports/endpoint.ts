@@ -6,6 +6,7 @@ import type { PipelineCheckpoint, PipelineProgress, RestartDecision } from '../c
 import type {
   BadRecordsView,
   ReplicationStatus,
+  RetryView,
   ServingFollowerStatus,
   SwitchOutcome,
 } from '../control-views.js';
@@ -30,6 +31,11 @@ export interface EndpointPipelineStatus {
   held: { cache: string; reason: string } | null;
   /** The last failure of the pipeline, when it is waiting to retry. */
   error: { code: string; message: string } | null;
+  /**
+   * While a failed run is being retried (from the failure until a run starts again): the failed attempts in a row
+   * and when the next is due (null while it is under way). Null while a run goes on.
+   */
+  retry: RetryView | null;
   /** Records refused (skipped) by the current run: their count (`progress.badRecords`) and the latest one. */
   badRecords: BadRecordsView;
   /** For a source read by logical replication: its slot and lag. Else null. */

@@ -3,6 +3,7 @@ import {
   ErrorCode,
   type Logger,
   type PipelineCheckpoint,
+  type RetryView,
   type ServingFollowerStatus,
   SluiceError,
 } from '@sluice/core';
@@ -28,6 +29,8 @@ import { generationSchema } from './schema-resolution.js';
  * - `retrying`: the run failed; waiting out the back-off before starting again;
  * - `standing`: it cannot be continued (no checkpoint its slot can resume, its slot taken, the source changed
  *   under it): it stands at its last commit until the alias moves;
+ * - `paused`: a switch hands the alias over (handover.ts): its run ended at a commit boundary so that the serving
+ *   generation commits nothing past the position the generation switched to must reach; `resume` follows again;
  * - `stopped`: for good.
  */
 export const FollowerPhase = {
@@ -36,6 +39,7 @@ export const FollowerPhase = {
   following: 'following',
   retrying: 'retrying',
   standing: 'standing',
+  paused: 'paused',
   stopped: 'stopped',
 } as const;
 export type FollowerPhase = (typeof FollowerPhase)[keyof typeof FollowerPhase];
@@ -44,9 +48,10 @@ export type FollowerPhase = (typeof FollowerPhase)[keyof typeof FollowerPhase];
 const TRANSITIONS: Record<FollowerPhase, readonly FollowerPhase[]> = {
   idle: ['starting', 'stopped'],
   starting: ['following', 'retrying', 'standing', 'idle', 'stopped'],
-  following: ['retrying', 'standing', 'idle', 'stopped'],
-  retrying: ['starting', 'idle', 'stopped'],
+  following: ['retrying', 'standing', 'paused', 'idle', 'stopped'],
+  retrying: ['starting', 'paused', 'idle', 'stopped'],
   standing: ['idle', 'stopped'],
+  paused: ['starting', 'idle', 'stopped'],
   stopped: [],
 };
 
@@ -82,6 +87,11 @@ export class ServingFollower {
   /** The failure of its last run (or start) while it waits to retry. */
   #error: { code: string; message: string } | null = null;
   #lastCommit: { lsn: string; at: number } | null = null;
+  /**
+   * From a failed run (or start) until it follows again: the failed attempts in a row, and when the next one is due
+   * (epoch ms; null while it is under way) — what the status shows, as the endpoint's retry.
+   */
+  #retry: { attempts: number; nextAttemptAt: number | null } | null = null;
   /** The progress of its runs into the generation it follows (one tracker per generation followed). */
   #progress = new ProgressTracker();
   #backoff: number;
@@ -116,11 +126,23 @@ export class ServingFollower {
     return {
       cache: this.#generation,
       phase,
-      reason: phase === FollowerPhase.standing || phase === FollowerPhase.retrying ? this.#reason : null,
+      reason:
+        phase === FollowerPhase.standing || phase === FollowerPhase.retrying || phase === FollowerPhase.paused
+          ? this.#reason
+          : null,
       error: phase === FollowerPhase.retrying ? this.#error : null,
       recordsWritten: this.#progress.recordsWritten,
       lastCommit: commit === null ? null : { lsn: commit.lsn, at: new Date(commit.at).toISOString() },
+      retry: phase === FollowerPhase.retrying || phase === FollowerPhase.starting ? this.#retryView() : null,
     };
+  }
+
+  /** The retry as the status shows it (the next attempt's time in ISO 8601), or null before a failure. */
+  #retryView(): RetryView | null {
+    const retry = this.#retry;
+    if (retry === null) return null;
+    const { attempts, nextAttemptAt } = retry;
+    return { attempts, nextAttemptAt: nextAttemptAt === null ? null : new Date(nextAttemptAt).toISOString() };
   }
   /** The source of the run following `generation`, or null when it does not follow that one now. */
   sourceFollowing(generation: string): PipelineSource | null {
@@ -135,6 +157,51 @@ export class ServingFollower {
   standingOf(generation: string, following: string): StandingGeneration | null {
     if (this.#generation !== generation || this.#lastCommit === null) return null;
     return { following, lsn: this.#lastCommit.lsn, since: this.#lastCommit.at };
+  }
+
+  /** The LSN of this follower's last commit into `generation`, or null when it has not committed into it. */
+  lastCommitLsn(generation: string): string | null {
+    return this.#generation === generation ? (this.#lastCommit?.lsn ?? null) : null;
+  }
+
+  /**
+   * Stops committing into `generation` for a switch's hand-over (`why` is what the status says): a run following it
+   * ends at a commit boundary (the cache holds whole source transactions only), a retry waiting to start is put off.
+   * Resolves once nothing more will be committed into it by this follower; it then stays `paused` — also when told
+   * to follow that same generation — until {@link resume} or a change of what is followed. A follower that does not
+   * follow `generation` (idle, standing, following another) is left as it is: it commits nothing into it anyway.
+   */
+  pause(generation: string, why: string): Promise<void> {
+    return this.#enqueue(async () => {
+      if (this.#generation !== generation) return;
+      if (this.#phase !== FollowerPhase.following && this.#phase !== FollowerPhase.retrying) return;
+      if (this.#retryTimer !== null) clearTimeout(this.#retryTimer);
+      this.#retryTimer = null;
+      const run = this.#run;
+      this.#run = null;
+      this.#to(FollowerPhase.paused);
+      this.#reason = why;
+      this.#error = null;
+      this.#retry = null;
+      if (run) await this.#close(run);
+      this.options.logger.info(
+        { endpoint: this.options.lc.shape.name, cache: generation, reason: why },
+        'the serving generation stops following its source for a switch',
+      );
+    });
+  }
+
+  /** Follows the paused `generation` again (the switch it was paused for did not happen). */
+  resume(generation: string): Promise<void> {
+    return this.#enqueue(async () => {
+      if (this.#phase !== FollowerPhase.paused || this.#generation !== generation) return;
+      this.#reason = null;
+      this.options.logger.info(
+        { endpoint: this.options.lc.shape.name, cache: generation },
+        'the switch did not happen: the serving generation follows its source again',
+      );
+      await this.#startOrRetry(generation);
+    });
   }
 
   /** Follows `generation` from now on (null: nothing). Resolves once the change is made. */
@@ -180,9 +247,14 @@ export class ServingFollower {
     this.#reason = null;
     this.#error = null;
     this.#lastCommit = null;
+    this.#retry = null;
     this.#progress = new ProgressTracker();
     this.#backoff = this.options.retryMs;
-    if (!run) return;
+    if (run) await this.#close(run);
+  }
+
+  /** Ends `run` (between two commits: an aborted run commits nothing more) and closes its sink and source. */
+  async #close(run: Run): Promise<void> {
     run.controller.abort();
     await run.finished.catch(() => {});
     await run.sink.close().catch(() => {});
@@ -192,6 +264,7 @@ export class ServingFollower {
   #stand(reason: string): void {
     this.#reason = reason;
     this.#error = null;
+    this.#retry = null;
     this.#to(FollowerPhase.standing);
     this.options.logger.warn(
       { endpoint: this.options.lc.shape.name, cache: this.#generation, reason },
@@ -279,6 +352,7 @@ export class ServingFollower {
       this.#run = run;
       this.#reason = null;
       this.#error = null;
+      this.#retry = null;
       this.#to(FollowerPhase.following);
       this.#watch(run);
       logger.info(
@@ -322,8 +396,10 @@ export class ServingFollower {
     const generation = this.#generation!;
     const wait = this.#backoff;
     this.#backoff = Math.min(this.#backoff * 2, MAX_BACKOFF_MS);
+    this.#retry = { attempts: (this.#retry?.attempts ?? 0) + 1, nextAttemptAt: Date.now() + wait };
     this.#retryTimer = setTimeout(() => {
       this.#retryTimer = null;
+      if (this.#retry !== null) this.#retry = { ...this.#retry, nextAttemptAt: null };
       void this.#enqueue(async () => {
         if (this.#phase !== FollowerPhase.retrying || this.#generation !== generation) return;
         await this.#startOrRetry(generation);

@@ -17,8 +17,8 @@ import {
 import { BadRecordCollector, type BadRecordReport } from '../bad-records.js';
 import { dagHash, decideRestart, type RestartPlan } from '../dag.js';
 import type { ProgressTracker } from '../progress.js';
-import { runPipeline } from '../run.js';
-import { type CacheSink, createCacheSink } from '../sinks/cache.js';
+import { commitSizeOf, runPipeline } from '../run.js';
+import { type CacheSink, createCacheSink, type SwitchHandover } from '../sinks/cache.js';
 import { ReplicationPositionSchema } from '../sources/replication/position.js';
 import type { StandingGeneration } from '../sources/replication/status.js';
 import { switchHoldReason } from '../switch-gate.js';
@@ -55,6 +55,11 @@ export interface LaunchContext {
   onCommit: (checkpoint: PipelineCheckpoint) => void;
   /** A run refused a record (counted in `progress.badRecords`, skipped). */
   onBadRecord?: (report: BadRecordReport) => void;
+  /**
+   * The hand-over a switch to `generation` waits for (handover.ts): the alias moves only once it caught up with the
+   * serving generation. Absent for runs that never move the alias (the serving generation's follower).
+   */
+  handover?: (generation: string) => SwitchHandover;
 }
 
 /** A run about to start: its branch, the generation and sink it writes, and the restart decision. */
@@ -105,6 +110,8 @@ export function endpointSink(
     events: lc.events,
     logger,
     onRedirected: lc.onRedirected,
+    ...(lc.handover ? { handover: lc.handover(cache.name) } : {}),
+    commitSize: commitSizeOf(lc.commitEveryRecords),
   });
 }
 

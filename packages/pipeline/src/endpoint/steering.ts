@@ -42,10 +42,31 @@ export function endpointSteering(
       const { from, to } = await run.sink.promote();
       return { endpoint: name, from, to, cause: 'promote', changed: true };
     }
+    const fed = supervisor.fed;
+    if (run === null && fed && !fed.sink.redirected && fed.sink.held !== null) return promoteWhileRetrying();
     const last = caches.history(name)[0];
     if (last?.cause === 'promote' && last.to === servingCache())
       return { endpoint: name, from: last.from, to: last.to, cause: 'promote', changed: false };
     throw new NothingToPromoteError(name);
+  };
+
+  /**
+   * Promotes the held green while the run that fed it is being retried (its source down): the retries are
+   * stopped while the alias moves — under the same hand-over as any switch (it moves only if the green has committed
+   * at least what the serving generation has, which no run changes meanwhile) — then go on, planning from the alias
+   * table: the next run continues the promoted generation in place. The switch needs no source, only the alias table.
+   */
+  const promoteWhileRetrying = async (): Promise<SwitchOutcome> => {
+    await supervisor.halt();
+    try {
+      // Asked again once halted: a retry may have started a run meanwhile (ended by the halt, its sink the one now).
+      const held = supervisor.fed?.sink;
+      if (!held || held.redirected || held.held === null) throw new NothingToPromoteError(name);
+      const { from, to } = await held.promote();
+      return { endpoint: name, from, to, cause: 'promote', changed: true };
+    } finally {
+      supervisor.retryAgain();
+    }
   };
 
   const rollback = async (to?: string): Promise<SwitchOutcome> => {

@@ -77,10 +77,18 @@ export class EndpointSupervisor {
   /** Halted until the first launch. */
   #phase: SupervisorPhase = SupervisorPhase.halted;
   #run: Run | null = null;
+  /**
+   * The last run adopted: the current one, or — after it failed, while the next is planned or retried — the one that
+   * fed the endpoint's generation last. A failed run ends, its generation does not: until another run is adopted it
+   * is still the generation the endpoint feeds (a green building or held), which the status must keep showing.
+   */
+  #fed: Run | null = null;
   #branch: SourceBranch | null = null;
   #decision: EndpointDecision = { decision: 'from-scratch', reason: 'not started' };
   #checkpoint: PipelineCheckpoint | null = null;
   #error: { code: string; message: string } | null = null;
+  /** From a failure until a run is adopted again: failed attempts in a row, and when the next is due (epoch ms). */
+  #retry: { attempts: number; nextAttemptAt: number | null } | null = null;
   #loop: Promise<void> | null = null;
   /** Ends the back-off wait early (halt, stop). */
   #wake = new AbortController();
@@ -93,6 +101,14 @@ export class EndpointSupervisor {
   /** The current (or last, when idle) run. */
   get run(): Run | null {
     return this.#run;
+  }
+  /**
+   * The run that feeds the endpoint's generation: the current one, else (a failed run being retried, an operator's
+   * action under way) the last one adopted, whose generation the next run is planned for unless something changed.
+   * Its sink is closed once the run ended; what it knew (its generation, `held`, `redirected`) stays readable.
+   */
+  get fed(): Run | null {
+    return this.#run ?? this.#fed;
   }
   /** The source branch of the current run (also while retrying: the last one planned). */
   get branch(): SourceBranch | null {
@@ -108,6 +124,13 @@ export class EndpointSupervisor {
   /** The last failure, while waiting to retry. */
   get error(): { code: string; message: string } | null {
     return this.#error;
+  }
+  /**
+   * From a failed run (or launch) until a run starts again: the failed attempts in a row, and when the next one is
+   * due (epoch ms; null while it is under way). Null while a run goes on.
+   */
+  get retry(): { attempts: number; nextAttemptAt: number | null } | null {
+    return this.#retry;
   }
 
   /** Records a commit of the current run. */
@@ -140,6 +163,16 @@ export class EndpointSupervisor {
   resumeAfterFailure(err: unknown): void {
     if (!this.#in(SupervisorPhase.halted)) return;
     this.#retryAfter(err);
+    this.#supervise();
+  }
+
+  /**
+   * The halted supervisor goes back to retrying as it was before an operator's action that needed no run (a promote
+   * while the source is down): the failed attempts so far are kept, and the next one is due after the back-off.
+   */
+  retryAgain(): void {
+    if (!this.#in(SupervisorPhase.halted)) return;
+    this.#to(SupervisorPhase.retrying);
     this.#supervise();
   }
 
@@ -217,16 +250,24 @@ export class EndpointSupervisor {
 
   #adopt(run: Run): void {
     this.#run = run;
+    this.#fed = run;
     this.#decision = run.decision;
     this.#checkpoint = run.checkpoint;
     this.#error = null;
+    this.#retry = null;
     this.#to(SupervisorPhase.running);
     this.options.onAdopted?.(run);
   }
 
   #retryAfter(err: unknown): void {
-    this.#error = failureOf(err);
+    this.#failed(err);
     this.#to(SupervisorPhase.retrying);
+  }
+
+  /** Counts a failed run or launch: its error is kept, the next attempt is not planned yet. */
+  #failed(err: unknown): void {
+    this.#error = failureOf(err);
+    this.#retry = { attempts: (this.#retry?.attempts ?? 0) + 1, nextAttemptAt: null };
   }
 
   /** Starts the supervision loop unless it runs (or there is nothing to supervise). */
@@ -251,7 +292,7 @@ export class EndpointSupervisor {
           return;
         } catch (err) {
           if (!this.#in(SupervisorPhase.running) || this.#run !== run) return;
-          this.#error = failureOf(err);
+          this.#failed(err);
           await this.#endRun();
           if (SluiceError.hasCode(err, 'SOURCE_SCHEMA_CHANGED')) {
             // The table changed in a way this generation cannot take: a new one, the old serving meanwhile.
@@ -271,12 +312,14 @@ export class EndpointSupervisor {
         }
       }
       if (!this.#in(SupervisorPhase.retrying)) return;
+      if (this.#retry !== null) this.#retry = { ...this.#retry, nextAttemptAt: Date.now() + backoff };
       try {
         await delay(backoff, undefined, { signal: this.#wake.signal });
       } catch {
         return;
       }
       if (!this.#in(SupervisorPhase.retrying)) return;
+      if (this.#retry !== null) this.#retry = { ...this.#retry, nextAttemptAt: null };
       backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
       try {
         await this.#launch(false);

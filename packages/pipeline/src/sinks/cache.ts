@@ -6,17 +6,17 @@ import {
   type EventPublisher,
   type Logger,
   type PipelineCheckpoint,
-  parseQuery,
   SinkError,
   SluiceError,
   type SwitchCause,
+  SwitchNotCaughtUpError,
   silentLogger,
   snapshottingDone,
   type WritableCache,
   type WritableCacheCatalog,
 } from '@sluice/core';
 import { z } from 'zod';
-import { isPatch, keyOf, type RecordOp } from '../ops.js';
+import { isPatch, type RecordOp } from '../ops.js';
 import type { PipelineSink, SinkFence, SinkWriteResult } from '../types.js';
 
 /** A partial upsert (core's upsert leaving fields `unchanged`, with a `where` decided on the merged record). */
@@ -44,6 +44,35 @@ export interface CacheSinkOptions {
    * {@link CacheSink.promote} moves the alias to it then.
    */
   holdReason?: () => Promise<string | null>;
+  /**
+   * Asked before the alias moves to this generation, and again at each of its commits until it says yes: whether it
+   * has caught up with what readers get now (docs/generations.md § The switch hands over at a position). Without it
+   * the alias moves as soon as the gates allow.
+   */
+  handover?: SwitchHandover;
+  /**
+   * The most changes the run writes between two commits outside a source transaction (its commit cadence plus one
+   * batch): the cache keeps that many staged in memory before it spills to its staging area (core's
+   * `ApplyOptions.holdInMemory`), so only a source transaction larger than a commit spills.
+   */
+  commitSize?: number;
+}
+
+/**
+ * What a cache sink asks before it moves the alias to its generation: the serving generation hands readers over only
+ * at a position the new one has committed, so the positions readers see never go back.
+ */
+export interface SwitchHandover {
+  /**
+   * True when the alias may move now to the generation that last committed `committed`; false to be asked again at
+   * its next commit. Saying yes may stop the serving generation committing (its follower paused), so a yes is
+   * followed by the move or by {@link SwitchHandover.settle}`(false)`.
+   */
+  ready(committed: PipelineCheckpoint | null): Promise<boolean>;
+  /** The switch was made (`moved`) or given up (the run stopped, a promote timed out): the serving one goes on. */
+  settle(moved: boolean): Promise<void>;
+  /** How long a promote waits for the hand-over before it gives up (nothing changes), ms. */
+  readonly waitMs: number;
 }
 
 /** The blue/green cache sink, with what the endpoint pipeline steers it by. */
@@ -112,12 +141,22 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
   let held: string | null = null;
   let lastCheckpoint: PipelineCheckpoint | null = null;
   let gating: Promise<void> | null = null;
+  /** What the cache may keep staged in memory before it spills (see {@link CacheSinkOptions.commitSize}). */
+  const inMemory = options.commitSize !== undefined ? { holdInMemory: options.commitSize } : {};
+  /** A switch decided (gates passed, or promoted) and not made yet: it waits for the hand-over. */
+  let pending: SwitchCause | null = null;
+  let checking: Promise<void> | null = null;
+  /** Woken when the alias moved (a promote waits for it). */
+  const movedWaiters = new Set<() => void>();
 
   const moveAlias = (cause: SwitchCause) => {
     redirecting ??= (async () => {
       const { from, version } = await caches.redirect(options.endpoint, cache.name, { cause });
       redirected = true;
       held = null;
+      pending = null;
+      for (const wake of movedWaiters) wake();
+      await options.handover?.settle(true);
       options.onRedirected?.({ from, to: cache.name, version });
       await announceRedirect(options.events, logger, {
         alias: options.endpoint,
@@ -131,8 +170,32 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
     })();
     return redirecting;
   };
-  /** Keys upserted since the last commit (a truncate deletes them too: the cache cannot list staged keys). */
-  const stagedKeys = new Map<string, unknown[]>();
+  /**
+   * Makes the pending switch if the hand-over allows it now (else it is asked again at the next commit). One check at
+   * a time: a commit and a promote may ask together.
+   */
+  const trySwitch = async (): Promise<void> => {
+    if (pending === null || redirecting !== null) return;
+    checking ??= (async () => {
+      const handover = options.handover;
+      const ready = handover === undefined || (await handover.ready(lastCheckpoint));
+      if (!ready) return;
+      const cause = pending;
+      // Given up while the hand-over was asked (a promote timed out): the serving one goes on.
+      if (cause === null) return void (await handover?.settle(false));
+      await moveAlias(cause);
+    })().finally(() => {
+      checking = null;
+    });
+    await checking;
+  };
+  /** Gives up the pending switch (the run stopped, a promote timed out): the serving generation goes on as before. */
+  const abandonSwitch = async () => {
+    if (pending === null || redirected) return;
+    pending = null;
+    await checking?.catch(() => {});
+    if (!redirected) await options.handover?.settle(false);
+  };
 
   const redirectWhenReady = async (checkpoint: PipelineCheckpoint | null) => {
     lastCheckpoint = checkpoint ?? lastCheckpoint;
@@ -154,7 +217,8 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
         );
         return;
       }
-      await moveAlias(options.cause ?? 'rebuild');
+      pending = options.cause ?? 'rebuild';
+      await trySwitch();
     })().finally(() => {
       gating = null;
     });
@@ -174,7 +238,28 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
     },
     async promote() {
       if (redirected && !redirecting) throw new SinkError(`Cache ${cache.name} already serves`);
-      return moveAlias('promote');
+      if (redirecting) return redirecting;
+      // The alias moves once this generation caught up with what readers get (the hand-over), within the wait.
+      const waitMs = options.handover?.waitMs ?? 0;
+      let wake = () => {};
+      const moved = new Promise<void>((resolve) => {
+        wake = resolve;
+      });
+      movedWaiters.add(wake);
+      const timer = setTimeout(wake, waitMs);
+      try {
+        pending = 'promote';
+        await trySwitch();
+        if (!redirecting) await moved;
+        if (!redirecting) await checking?.catch(() => {});
+        if (redirecting) return await redirecting;
+      } finally {
+        clearTimeout(timer);
+        movedWaiters.delete(wake);
+      }
+      await abandonSwitch();
+      if (redirecting) return await redirecting;
+      throw new SwitchNotCaughtUpError(options.endpoint, cache.name, sourcePositions(lastCheckpoint), waitMs);
     },
     async committed() {
       return cache.commitState().checkpoint;
@@ -195,16 +280,12 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
       let refused: SinkWriteResult['refused'] | null = null;
       const apply = (batch: CacheRecordOp[], onConflict: ConflictPolicy) => {
         try {
-          cache.apply(batch, { onConflict });
+          cache.apply(batch, { onConflict, ...inMemory });
         } catch (err) {
           throw new SinkError(`Cache ${cache.name}: ${(err as Error).message}`, { cause: err });
         }
       };
       for (const op of ops) {
-        if (op.op !== 'delete') {
-          const key = keyOf(op.record, options.schema.primaryKey);
-          if (key !== undefined) stagedKeys.set(JSON.stringify(key), key);
-        }
         if (op.op === 'delete' || !isPatch(op)) {
           out.push(op.op === 'delete' ? { op: 'delete', key: op.key } : { op: 'upsert', record: op.record });
           continue;
@@ -223,7 +304,7 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
           ...(patch.from !== undefined ? { from: patch.from } : {}),
         };
         try {
-          cache.apply([upsert], { onConflict: 'fail' });
+          cache.apply([upsert], { onConflict: 'fail', ...inMemory });
         } catch (err) {
           if (!SluiceError.hasCode(err, 'CACHE_CONFLICT'))
             throw new SinkError(`Cache ${cache.name}: ${(err as Error).message}`, { cause: err });
@@ -240,22 +321,8 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
     async truncate() {
       // Deletes of every committed key and of every key staged since the last commit, in this epoch: the
       // truncate becomes visible with the rest of its source transaction, never on its own.
-      const deletes: CacheRecordOp[] = [...stagedKeys.values()].map((key) => ({ op: 'delete', key }));
-      stagedKeys.clear();
-      let after: string | null = null;
-      do {
-        const page: { records: Record<string, unknown>[]; next: string | null } = cache.query(
-          parseQuery({ $limit: 1000, ...(after !== null ? { $after: after } : {}) }),
-        );
-        for (const record of page.records) {
-          const key = keyOf(record, options.schema.primaryKey);
-          if (key !== undefined) deletes.push({ op: 'delete', key });
-        }
-        after = page.next;
-      } while (after !== null);
       try {
-        for (let i = 0; i < deletes.length; i += 100_000)
-          cache.apply(deletes.slice(i, i + 100_000), { onConflict: 'overwrite' });
+        cache.truncate();
       } catch (err) {
         throw new SinkError(`Cache ${cache.name}: truncate: ${(err as Error).message}`, { cause: err });
       }
@@ -268,7 +335,8 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
       const bulk = !redirected && !options.sources.every((s) => done.has(s));
       await cache.commit(checkpoint, bulk ? { bulk, changeLog: 'commits' } : { bulk });
       lastCheckpoint = checkpoint;
-      stagedKeys.clear();
+      // A switch waiting for this generation to catch up: made at the first commit that reaches the position.
+      if (pending !== null) await trySwitch();
     },
     markTransaction(positions: Record<string, unknown>) {
       cache.markTransaction?.(positions);
@@ -289,9 +357,21 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
     },
     async finish() {},
     async close() {
+      await abandonSwitch().catch((err: unknown) =>
+        logger.warn({ err, endpoint: options.endpoint }, 'could not give the pending switch up'),
+      );
       await cache.close();
     },
   };
+}
+
+/** The LSNs a checkpoint's sources committed (`items.source=0/16B3748`), for a message; `none` without any. */
+function sourcePositions(checkpoint: PipelineCheckpoint | null): string {
+  const lsns = Object.entries(checkpoint?.positions ?? {}).flatMap(([handle, position]) => {
+    const lsn = (position as { lsn?: unknown } | null)?.lsn;
+    return typeof lsn === 'string' ? [`${handle}=${lsn}`] : [];
+  });
+  return lsns.length > 0 ? lsns.join(', ') : 'none';
 }
 
 /**
@@ -340,6 +420,8 @@ export function createEndpointTransferSink(options: {
   /** The transfer id: whose fencing token the cache keeps. */
   writerId: string;
   fence?: SinkFence;
+  /** As {@link CacheSinkOptions.commitSize}: the run's commit cadence plus one batch. */
+  commitSize?: number;
 }): PipelineSink {
   let cache: WritableCache | null = null;
   /** The generation this run writes into, named in every checkpoint ({@link EndpointTransferPosition}). */
@@ -382,7 +464,10 @@ export function createEndpointTransferSink(options: {
         ops.map((op) =>
           op.op === 'delete' ? { op: 'delete', key: op.key } : { op: 'upsert', record: op.record },
         ),
-        { onConflict: 'overwrite' },
+        {
+          onConflict: 'overwrite',
+          ...(options.commitSize !== undefined ? { holdInMemory: options.commitSize } : {}),
+        },
       );
     },
     async commit() {

@@ -2,6 +2,7 @@ import type {
   ConnectionLoss,
   EndpointWatchView,
   GenerationView,
+  RetryView,
   ServingFollowerPhase,
   ServingFollowerStatus,
   SluiceClient,
@@ -9,8 +10,8 @@ import type {
 } from '@sluice/client';
 import { useEffect, useState } from 'preact/hooks';
 import { ConfirmButton } from '../confirm.js';
-import { count, percent, shortGeneration, when } from '../format.js';
-import { type ActionOutcome, useAction } from '../hooks.js';
+import { count, percent, shortGeneration, until, when } from '../format.js';
+import { type ActionOutcome, useAction, useNow } from '../hooks.js';
 import { clientFor, isUnauthorized, messageOf } from '../session.js';
 
 type StreamState = {
@@ -193,13 +194,18 @@ function EndpointCard(props: {
         {endpoint.follower && (
           <FollowerFact follower={endpoint.follower} fed={endpoint.held?.cache ?? endpoint.buildingCache} />
         )}
-        {endpoint.error && (
-          <div class="wide">
-            <dt>Error</dt>
-            <dd class="error">
-              {endpoint.error.code}: {endpoint.error.message}
-            </dd>
-          </div>
+        {endpoint.phase === 'retrying' && endpoint.error ? (
+          <RetryFact error={endpoint.error} retry={endpoint.retry} />
+        ) : (
+          endpoint.error && (
+            <div class="wide">
+              <dt>Error</dt>
+              <dd class="error" data-fact="error">
+                {endpoint.error.code}: {endpoint.error.message}
+                {endpoint.phase === 'failed' && ' — fix the cause, then Rebuild'}
+              </dd>
+            </div>
+          )
         )}
       </dl>
 
@@ -281,12 +287,46 @@ function EndpointCard(props: {
   );
 }
 
+/**
+ * An endpoint that retries by itself (`phase: retrying`: its source unreachable, PostgreSQL restarting): when it tries
+ * again and why, counted down — an outage Sluice waits out, not an error asking the operator to act.
+ */
+function RetryFact(props: { error: { code: string; message: string }; retry: RetryView | null }) {
+  return (
+    <div class="wide">
+      <dt>Recovering by itself</dt>
+      <dd data-fact="retry" class="retrying">
+        <RetryLine error={props.error} retry={props.retry} />
+      </dd>
+    </div>
+  );
+}
+
+/**
+ * "retrying in N s: CODE: message (n failed attempts so far; …)": one retry Sluice makes by itself — the endpoint's
+ * start or run, or the serving generation's follower — counted down to its next attempt.
+ */
+function RetryLine(props: { error: { code: string; message: string }; retry: RetryView | null }) {
+  const { error, retry } = props;
+  const now = useNow(retry?.nextAttemptAt != null);
+  const attempts = retry?.attempts ?? 0;
+  return (
+    <>
+      retrying {until(retry?.nextAttemptAt, now)}: {error.code}: {error.message}{' '}
+      <span class="muted">
+        ({attempts} failed {attempts === 1 ? 'attempt' : 'attempts'} so far; it starts again by itself)
+      </span>
+    </>
+  );
+}
+
 /** The badge colour of a follower's phase: the pipeline phases' (a standing serving generation is a warning). */
 const FOLLOWER_BADGE: Record<ServingFollowerPhase, string> = {
   starting: 'phase-starting',
   following: 'phase-streaming',
-  retrying: 'phase-failed',
+  retrying: 'phase-retrying',
   standing: 'phase-held',
+  paused: 'phase-starting',
 };
 
 /**
@@ -314,10 +354,19 @@ function FollowerFact(props: { follower: ServingFollowerStatus; fed: string | nu
         )}
         {follower.phase === 'starting' && 'about to follow its source from its own checkpoint…'}
         {follower.phase === 'retrying' && (
-          <span class="error">
-            its run failed ({follower.error?.code ?? 'INTERNAL'}: {follower.error?.message ?? follower.reason}
-            ); it starts again after a back-off
+          // Said as the endpoint's own retry: when it tries again, and why.
+          <span class="retrying">
+            <RetryLine
+              error={follower.error ?? { code: 'INTERNAL', message: follower.reason ?? 'its run failed' }}
+              retry={follower.retry}
+            />
           </span>
+        )}
+        {follower.phase === 'paused' && (
+          <>
+            paused at its last commit{commit ? ` (${commit.lsn})` : ''} while the alias is handed over:{' '}
+            {follower.reason}
+          </>
         )}
         {follower.phase === 'standing' && (
           <span class="warning">
