@@ -8,12 +8,19 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createClient } from '@sluice/client';
-import { chromiumLaunchOptions, freePort, sql, tempDir, waitFor } from '@sluice/testkit';
-import { chromium } from 'playwright-core';
+import { freePort, sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { dropSlotFromUnderIt, heldEndpointYaml, itemsOf, itemsTable, startHeld } from './held-replication.js';
+import { openConsoleBrowser } from './console-browser.js';
+import { dropSlotFromUnderIt, heldEndpointYaml, startHeldItems } from './held-replication.js';
 import { call, localNode, startNodeProcess } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
+import {
+  databaseWith,
+  itemsOf,
+  itemsStreaming,
+  itemsTable,
+  replicatedEndpointYaml,
+} from './replication-node.js';
 
 const postgres = logicalPostgresPerFile();
 const BUILT = fileURLToPath(new URL('../dist/console/index.html', import.meta.url));
@@ -24,31 +31,22 @@ describe('the console over a replication endpoint', () => {
   }, async () => {
     expect(existsSync(BUILT), 'the console is built (pnpm build)').toBe(true);
     await using dir = await tempDir('sluice-console-repl-');
-    const url = await postgres().createDatabase('consolerepl');
-    await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v numeric)');
-    await sql(url, 'INSERT INTO items SELECT g, g FROM generate_series(1, 50) g');
+    const url = await databaseWith(
+      postgres(),
+      'consolerepl',
+      'CREATE TABLE items (id int PRIMARY KEY, v numeric)',
+      'INSERT INTO items SELECT g, g FROM generate_series(1, 50) g',
+    );
     await using node = await startNodeProcess({
       ...localNode('h1', dir.path),
-      extraYaml: [
-        'cache: { gcGraceMs: 3600000 }',
-        'connections:',
-        `  db: { type: postgres, url: "${url}" }`,
-        'endpoints:',
-        '  - name: items',
-        '    source: { type: postgres, connection: db, table: items }',
-        '    primaryKey: [id]',
-        // Whole numbers only: a fractional value is refused and skipped while the endpoint streams on.
-        '    fields: { id: integer, v: integer }',
-      ].join('\n'),
+      // Whole numbers only: a fractional value is refused and skipped while the endpoint streams on.
+      extraYaml: replicatedEndpointYaml(url, {
+        keepGenerations: true,
+        fields: '{ id: integer, v: integer }',
+      }),
     });
     const control = createClient({ controlUrl: node.url }).control;
-    const blue = await waitFor(
-      async () => {
-        const [items] = await control.endpoints();
-        return items?.records === 50 && items.replication?.committedLsn ? items.servingCache : null;
-      },
-      { timeoutMs: 60_000, what: 'items to stream' },
-    );
+    const blue = (await itemsStreaming(node, { records: 50 })).servingCache;
     // A rebuild, so the timeline has a switch from a retained generation (what Roll back would go back to).
     expect((await call(`${node.url}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
     const green = await waitFor(
@@ -70,33 +68,24 @@ describe('the console over a replication endpoint', () => {
     );
     expect(skipped.badRecords.last?.reason).toBeTruthy();
 
-    const profile = await tempDir('sluice-console-chromium-');
-    const context = await chromium.launchPersistentContext(profile.path, {
-      ...chromiumLaunchOptions(),
-      headless: true,
+    await using browser = await openConsoleBrowser();
+    const page = browser.page;
+    await page.goto(`${node.url}/console`);
+    const card = page.locator('article[data-endpoint="items"]');
+    await card.waitFor({ timeout: 30_000 });
+    await card.locator('code', { hasText: green! }).first().waitFor();
+    // The skipped record is on the card: its count and the last reason.
+    await card.locator('[data-fact="bad-records"]', { hasText: String(skipped.badRecords.count) }).waitFor({
+      timeout: 10_000,
     });
-    try {
-      const page = context.pages()[0] ?? (await context.newPage());
-      await page.goto(`${node.url}/console`);
-      const card = page.locator('article[data-endpoint="items"]');
-      await card.waitFor({ timeout: 30_000 });
-      await card.locator('code', { hasText: green! }).first().waitFor();
-      // The skipped record is on the card: its count and the last reason.
-      await card.locator('[data-fact="bad-records"]', { hasText: String(skipped.badRecords.count) }).waitFor({
-        timeout: 10_000,
-      });
-      expect(await card.textContent()).toContain(skipped.badRecords.last!.reason);
-      // The replaced generation kept following until the switch and keeps its slot while retained
-      // (docs/generations.md): Roll back is offered, and the API does it.
-      await card.locator('.timeline li[data-cause="rebuild"]').waitFor();
-      await card.getByRole('button', { name: /Roll back/ }).waitFor({ timeout: 10_000 });
-      const rolledBack = await call(`${node.url}/v1/endpoints/items/rollback`, { method: 'POST' });
-      expect(rolledBack.body).toMatchObject({ from: green, to: blue, cause: 'rollback', changed: true });
-      await card.locator('.timeline li[data-cause="rollback"]').waitFor({ timeout: 10_000 });
-    } finally {
-      await context.close();
-      await profile[Symbol.asyncDispose]();
-    }
+    expect(await card.textContent()).toContain(skipped.badRecords.last!.reason);
+    // The replaced generation kept following until the switch and keeps its slot while retained
+    // (docs/generations.md): Roll back is offered, and the API does it.
+    await card.locator('.timeline li[data-cause="rebuild"]').waitFor();
+    await card.getByRole('button', { name: /Roll back/ }).waitFor({ timeout: 10_000 });
+    const rolledBack = await call(`${node.url}/v1/endpoints/items/rollback`, { method: 'POST' });
+    expect(rolledBack.body).toMatchObject({ from: green, to: blue, cause: 'rollback', changed: true });
+    await card.locator('.timeline li[data-cause="rollback"]').waitFor({ timeout: 10_000 });
   });
 
   it('defect: an endpoint retrying its start while PostgreSQL is down showed an error badge as if it had failed for good', {
@@ -105,43 +94,34 @@ describe('the console over a replication endpoint', () => {
     expect(existsSync(BUILT), 'the console is built (pnpm build)').toBe(true);
     await using dir = await tempDir('sluice-console-retrying-');
     const url = await itemsTable(postgres(), 'consoleretrying');
-    const profile = await tempDir('sluice-console-chromium-');
     await postgres().stop('fast');
     try {
       await using node = await startNodeProcess({
         ...localNode('h4', dir.path),
         extraYaml: heldEndpointYaml(url, await freePort()),
       });
-      const context = await chromium.launchPersistentContext(profile.path, {
-        ...chromiumLaunchOptions(),
-        headless: true,
-      });
-      try {
-        const page = context.pages()[0] ?? (await context.newPage());
-        await page.goto(`${node.url}/console`);
-        const card = page.locator('article[data-endpoint="items"]');
-        await card.waitFor({ timeout: 30_000 });
-        // Retrying by itself: when and why, counted down — no error banner, no "failed" badge.
-        const retry = card.locator('[data-fact="retry"]');
-        await retry.waitFor({ timeout: 30_000 });
-        expect(await retry.textContent()).toMatch(
-          /^retrying (in \d+ s|now): SOURCE_FAILED: .*failed attempts? so far/,
-        );
-        expect(await card.locator('.card-head .phase').textContent()).toBe('retrying');
-        expect(await card.locator('.phase-failed').count()).toBe(0);
-        expect(await card.locator('.error').count()).toBe(0);
+      await using browser = await openConsoleBrowser();
+      const page = browser.page;
+      await page.goto(`${node.url}/console`);
+      const card = page.locator('article[data-endpoint="items"]');
+      await card.waitFor({ timeout: 30_000 });
+      // Retrying by itself: when and why, counted down — no error banner, no "failed" badge.
+      const retry = card.locator('[data-fact="retry"]');
+      await retry.waitFor({ timeout: 30_000 });
+      expect(await retry.textContent()).toMatch(
+        /^retrying (in \d+ s|now): SOURCE_FAILED: .*failed attempts? so far/,
+      );
+      expect(await card.locator('.card-head .phase').textContent()).toBe('retrying');
+      expect(await card.locator('.phase-failed').count()).toBe(0);
+      expect(await card.locator('.error').count()).toBe(0);
 
-        // PostgreSQL back: it starts by itself, and the card says it streams.
-        await postgres().start();
-        await card.locator('.card-head .phase', { hasText: 'streaming' }).waitFor({ timeout: 60_000 });
-        await retry.waitFor({ state: 'detached', timeout: 10_000 });
-        expect((await itemsOf(node)).records).toBe(100);
-      } finally {
-        await context.close();
-      }
+      // PostgreSQL back: it starts by itself, and the card says it streams.
+      await postgres().start();
+      await card.locator('.card-head .phase', { hasText: 'streaming' }).waitFor({ timeout: 60_000 });
+      await retry.waitFor({ state: 'detached', timeout: 10_000 });
+      expect((await itemsOf(node)).records).toBe(100);
     } finally {
       await postgres().start();
-      await profile[Symbol.asyncDispose]();
     }
   });
 
@@ -150,51 +130,40 @@ describe('the console over a replication endpoint', () => {
   }, async () => {
     expect(existsSync(BUILT), 'the console is built (pnpm build)').toBe(true);
     await using dir = await tempDir('sluice-console-follower-');
-    const url = await itemsTable(postgres(), 'consolefollower');
-    const spec = { ...localNode('h3', dir.path), extraYaml: heldEndpointYaml(url, await freePort()) };
-    const { node, blue, green } = await startHeld(spec);
-    const profile = await tempDir('sluice-console-chromium-');
-    const context = await chromium.launchPersistentContext(profile.path, {
-      ...chromiumLaunchOptions(),
-      headless: true,
-    });
-    try {
-      await sql(url, "INSERT INTO items VALUES (101, 101, 'while held')");
-      await waitFor(
-        async () => {
-          const items = await itemsOf(node);
-          return items.follower?.phase === 'following' && items.follower.lastCommit ? items.follower : null;
-        },
-        { timeoutMs: 30_000, what: 'the serving generation to follow' },
-      );
-      const page = context.pages()[0] ?? (await context.newPage());
-      await page.goto(`${node.url}/console`);
-      const card = page.locator('article[data-endpoint="items"]');
-      await card.waitFor({ timeout: 30_000 });
-      const fact = card.locator('[data-fact="follower"]');
-      await card.locator('[data-fact="follower"][data-phase="following"]').waitFor({ timeout: 10_000 });
-      const shown = await fact.textContent();
-      expect(shown).toContain('follows its source through its own slot');
-      expect(shown).toMatch(/\d+ records written/);
-      expect(await card.locator('dt', { hasText: `while ${green} is fed` }).count()).toBe(1);
+    await using started = await startHeldItems(postgres(), 'consolefollower', 'h3', dir.path);
+    const { url, node, blue, green } = started;
+    await using browser = await openConsoleBrowser();
+    await sql(url, "INSERT INTO items VALUES (101, 101, 'while held')");
+    await waitFor(
+      async () => {
+        const items = await itemsOf(node);
+        return items.follower?.phase === 'following' && items.follower.lastCommit ? items.follower : null;
+      },
+      { timeoutMs: 30_000, what: 'the serving generation to follow' },
+    );
+    const page = browser.page;
+    await page.goto(`${node.url}/console`);
+    const card = page.locator('article[data-endpoint="items"]');
+    await card.waitFor({ timeout: 30_000 });
+    const fact = card.locator('[data-fact="follower"]');
+    await card.locator('[data-fact="follower"][data-phase="following"]').waitFor({ timeout: 10_000 });
+    const shown = await fact.textContent();
+    expect(shown).toContain('follows its source through its own slot');
+    expect(shown).toMatch(/\d+ records written/);
+    expect(await card.locator('dt', { hasText: `while ${green} is fed` }).count()).toBe(1);
 
-      // Its slot dropped from under it: the card says it stands, and why.
-      await dropSlotFromUnderIt(url, 'sluice_h3_items_source');
-      await card.locator('[data-fact="follower"][data-phase="standing"]').waitFor({ timeout: 60_000 });
-      const standing = await itemsOf(node);
-      expect(standing.follower).toMatchObject({ cache: blue, phase: 'standing' });
-      const text = await fact.textContent();
-      expect(text).toContain('stands at its last commit');
-      expect(text).toContain(standing.follower!.reason!);
-      expect(await fact.locator('.warning').count()).toBe(1);
+    // Its slot dropped from under it: the card says it stands, and why.
+    await dropSlotFromUnderIt(url, 'sluice_h3_items_source');
+    await card.locator('[data-fact="follower"][data-phase="standing"]').waitFor({ timeout: 60_000 });
+    const standing = await itemsOf(node);
+    expect(standing.follower).toMatchObject({ cache: blue, phase: 'standing' });
+    const text = await fact.textContent();
+    expect(text).toContain('stands at its last commit');
+    expect(text).toContain(standing.follower!.reason!);
+    expect(await fact.locator('.warning').count()).toBe(1);
 
-      // Promoted, the green serves itself: nothing follows for it, and the fact goes.
-      expect((await call(`${node.url}/v1/endpoints/items/promote`, { method: 'POST' })).status).toBe(200);
-      await fact.waitFor({ state: 'detached', timeout: 20_000 });
-    } finally {
-      await context.close();
-      await profile[Symbol.asyncDispose]();
-      await node[Symbol.asyncDispose]();
-    }
+    // Promoted, the green serves itself: nothing follows for it, and the fact goes.
+    expect((await call(`${node.url}/v1/endpoints/items/promote`, { method: 'POST' })).status).toBe(200);
+    await fact.waitFor({ state: 'detached', timeout: 20_000 });
   });
 });

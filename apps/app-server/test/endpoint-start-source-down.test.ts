@@ -6,21 +6,28 @@
  */
 import { sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, localNode, startNodeProcess } from './helpers.js';
+import { localNode, startNodeProcess } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
+import { databaseWith, itemsOf, replicatedEndpointYaml } from './replication-node.js';
 
 const postgres = logicalPostgresPerFile();
 
-const ENDPOINT_YAML = (url: string) =>
-  [
-    'connections:',
-    `  db: { type: postgres, url: "${url}" }`,
-    'endpoints:',
-    '  - name: items',
-    '    source: { type: postgres, connection: db, table: items }',
-    '    primaryKey: [id]',
-    '    fields: { id: integer, v: integer }',
-  ].join('\n');
+/** A node under `dir` with endpoint `items` over a new database `database` whose `items (id, v)` has 30 rows. */
+async function itemsNodeSpec(database: string, dir: string) {
+  const url = await databaseWith(
+    postgres(),
+    database,
+    'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)',
+    'INSERT INTO items SELECT g, g FROM generate_series(1, 30) g',
+  );
+  return {
+    url,
+    spec: {
+      ...localNode('h1', dir),
+      extraYaml: replicatedEndpointYaml(url, { fields: '{ id: integer, v: integer }' }),
+    },
+  };
+}
 
 /** `sluice_endpoint_phase` of endpoint `items` for the phases these tests look at, as `/metrics` shows it. */
 async function phaseMetrics(nodeUrl: string): Promise<Record<string, number>> {
@@ -39,36 +46,31 @@ describe('an endpoint whose source is down at start-up', () => {
     timeout: 180_000,
   }, async () => {
     await using dir = await tempDir('sluice-app-source-retrying-');
-    const url = await postgres().createDatabase('retrying');
-    await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)');
-    await sql(url, 'INSERT INTO items SELECT g, g FROM generate_series(1, 30) g');
-    const spec = { ...localNode('h1', dir.path), extraYaml: ENDPOINT_YAML(url) };
-    const statusOf = async (nodeUrl: string) =>
-      (await call(`${nodeUrl}/v1/endpoints`)).body.endpoints.find(
-        (e: { name: string }) => e.name === 'items',
-      );
+    const { spec } = await itemsNodeSpec('retrying', dir.path);
 
     // The first start of the endpoint happens while PostgreSQL is down: an outage Sluice waits out by itself.
     await postgres().stop('fast');
     try {
       await using node = await startNodeProcess(spec);
-      const first = await statusOf(node.url);
+      const first = await itemsOf(node);
       expect(first).toMatchObject({
         phase: 'retrying',
         error: { code: 'SOURCE_FAILED' },
         retry: { attempts: expect.any(Number) },
       });
-      expect(first.retry.attempts).toBeGreaterThanOrEqual(1);
+      expect(first.retry!.attempts).toBeGreaterThanOrEqual(1);
       // Still down: the attempts go on, each failure counted, the next one announced.
       const later = await waitFor(
         async () => {
-          const status = await statusOf(node.url);
-          return status.retry?.attempts > first.retry.attempts && status.retry.nextAttemptAt ? status : null;
+          const status = await itemsOf(node);
+          return (status.retry?.attempts ?? 0) > first.retry!.attempts && status.retry?.nextAttemptAt
+            ? status
+            : null;
         },
         { timeoutMs: 30_000, what: 'another attempt to start the endpoint' },
       );
       expect(later).toMatchObject({ phase: 'retrying', error: { code: 'SOURCE_FAILED' } });
-      expect(Number.isNaN(Date.parse(later.retry.nextAttemptAt))).toBe(false);
+      expect(Number.isNaN(Date.parse(later.retry!.nextAttemptAt!))).toBe(false);
       // The metrics say the same, for an alert on `failed` that does not fire on an outage.
       expect(await phaseMetrics(node.url)).toEqual({ retrying: 1, failed: 0, streaming: 0 });
 
@@ -76,7 +78,7 @@ describe('an endpoint whose source is down at start-up', () => {
       await postgres().start();
       const serving = await waitFor(
         async () => {
-          const status = await statusOf(node.url);
+          const status = await itemsOf(node);
           return status.records === 30 && status.phase === 'streaming' ? status : null;
         },
         { timeoutMs: 60_000, what: 'the endpoint to start by itself once PostgreSQL is back' },
@@ -92,19 +94,12 @@ describe('an endpoint whose source is down at start-up', () => {
     timeout: 180_000,
   }, async () => {
     await using dir = await tempDir('sluice-app-source-down-');
-    const url = await postgres().createDatabase('down');
-    await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL)');
-    await sql(url, 'INSERT INTO items SELECT g, g FROM generate_series(1, 30) g');
-    const spec = { ...localNode('h1', dir.path), extraYaml: ENDPOINT_YAML(url) };
-    const statusOf = async (nodeUrl: string) =>
-      (await call(`${nodeUrl}/v1/endpoints`)).body.endpoints.find(
-        (e: { name: string }) => e.name === 'items',
-      );
+    const { url, spec } = await itemsNodeSpec('down', dir.path);
 
     // First life: the endpoint serves its snapshot (a cache, a slot, a checkpoint to resume from).
     {
       await using first = await startNodeProcess(spec);
-      await waitFor(async () => (await statusOf(first.url))?.records === 30, {
+      await waitFor(async () => (await itemsOf(first))?.records === 30, {
         timeoutMs: 60_000,
         what: 'the first snapshot',
       });
@@ -114,7 +109,7 @@ describe('an endpoint whose source is down at start-up', () => {
     await postgres().stop('fast');
     await using node = await startNodeProcess(spec);
     // Listed as retrying by itself (docs/operations.md), never as failed: nothing for an operator to do.
-    expect(await statusOf(node.url)).toMatchObject({
+    expect(await itemsOf(node)).toMatchObject({
       phase: 'retrying',
       error: { code: 'SOURCE_FAILED' },
       retry: { attempts: expect.any(Number) },
@@ -123,11 +118,11 @@ describe('an endpoint whose source is down at start-up', () => {
     // PostgreSQL is back and the table changes: the endpoint resumes and follows, with no Rebuild from anyone.
     await postgres().start();
     await sql(url, 'INSERT INTO items VALUES (31, 31)');
-    await waitFor(async () => (await statusOf(node.url))?.records === 31, {
+    await waitFor(async () => (await itemsOf(node))?.records === 31, {
       timeoutMs: 60_000,
       what: 'the endpoint to start by itself and stream the change made after PostgreSQL came back',
     });
-    expect(await statusOf(node.url)).toMatchObject({
+    expect(await itemsOf(node)).toMatchObject({
       phase: expect.not.stringMatching(/^(failed|retrying)$/),
       error: null,
       retry: null,

@@ -8,6 +8,7 @@ import { sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { call, localNode, startNodeProcess } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
+import { databaseWith, endpointOf, replicatedEndpointYaml } from './replication-node.js';
 
 const postgres = logicalPostgresPerFile();
 
@@ -16,25 +17,21 @@ describe('a failed endpoint', () => {
     timeout: 120_000,
   }, async () => {
     await using dir = await tempDir('sluice-app-failed-');
-    const url = await postgres().createDatabase('failed');
-    await sql(url, 'CREATE TABLE idxid (a int NOT NULL, b int)');
-    await sql(url, 'INSERT INTO idxid SELECT g, g FROM generate_series(1, 30) g');
+    const url = await databaseWith(
+      postgres(),
+      'failed',
+      'CREATE TABLE idxid (a int NOT NULL, b int)',
+      'INSERT INTO idxid SELECT g, g FROM generate_series(1, 30) g',
+    );
     await using node = await startNodeProcess({
       ...localNode('h1', dir.path),
-      extraYaml: [
-        'connections:',
-        `  db: { type: postgres, url: "${url}" }`,
-        'endpoints:',
-        '  - name: idxid',
-        '    source: { type: postgres, connection: db, table: idxid }',
-        '    primaryKey: [a]',
-        '    fields: { a: integer, b: integer }',
-      ].join('\n'),
+      extraYaml: replicatedEndpointYaml(url, {
+        name: 'idxid',
+        primaryKey: 'a',
+        fields: '{ a: integer, b: integer }',
+      }),
     });
-    const statusOf = async () =>
-      (await call(`${node.url}/v1/endpoints`)).body.endpoints.find(
-        (e: { name: string }) => e.name === 'idxid',
-      );
+    const statusOf = () => endpointOf(node, 'idxid');
     expect(await statusOf()).toMatchObject({
       name: 'idxid',
       phase: 'failed',

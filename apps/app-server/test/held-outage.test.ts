@@ -8,38 +8,23 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createClient, type EndpointWatchView } from '@sluice/client';
-import { chromiumLaunchOptions, freePort, tempDir, waitFor } from '@sluice/testkit';
-import { chromium } from 'playwright-core';
+import { tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { heldEndpointYaml, type ItemsView, itemsOf, itemsTable, startHeld } from './held-replication.js';
-import { call, localNode, type NodeProcess } from './helpers.js';
+import { openConsoleBrowser } from './console-browser.js';
+import { startHeldItems } from './held-replication.js';
+import { call, type NodeProcess } from './helpers.js';
 import { tableRows } from './items-rows.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
+import { type EndpointView, itemsOf } from './replication-node.js';
 
 const postgres = logicalPostgresPerFile();
 const BUILT = fileURLToPath(new URL('../dist/console/index.html', import.meta.url));
-
-/** A retry as `GET /v1/endpoints` shows one: failed attempts in a row, and when the next is due. */
-interface RetryShown {
-  attempts: number;
-  nextAttemptAt: string | null;
-}
-
-/** `items` as `GET /v1/endpoints` reports it, with the members these tests read besides {@link ItemsView}'s. */
-type HeldOutageView = Omit<ItemsView, 'follower'> & {
-  phase: string;
-  buildingCache: string | null;
-  error: { code: string; message: string } | null;
-  retry: RetryShown | null;
-  follower: (NonNullable<ItemsView['follower']> & { retry: RetryShown | null }) | null;
-};
-const heldOf = (node: NodeProcess) => itemsOf(node) as Promise<HeldOutageView>;
 
 /** Waits until both generations followed the source to its end (nothing more to read, both committed it). */
 const caughtUp = (node: NodeProcess) =>
   waitFor(
     async () => {
-      const items = await heldOf(node);
+      const items = await itemsOf(node);
       const r = items.replication;
       return items.phase === 'held' &&
         items.follower?.phase === 'following' &&
@@ -52,12 +37,12 @@ const caughtUp = (node: NodeProcess) =>
   );
 
 /** While PostgreSQL is down: waits until the run and the follower both retry; a timeout shows what was reported. */
-async function bothRetrying(node: NodeProcess): Promise<HeldOutageView> {
-  let last: HeldOutageView | null = null;
+async function bothRetrying(node: NodeProcess): Promise<EndpointView> {
+  let last: EndpointView | null = null;
   try {
     return await waitFor(
       async () => {
-        last = await heldOf(node);
+        last = await itemsOf(node);
         return last.phase === 'retrying' &&
           last.follower?.phase === 'retrying' &&
           last.follower.retry?.nextAttemptAt != null
@@ -90,56 +75,51 @@ describe('a held green while PostgreSQL is down', () => {
     timeout: 240_000,
   }, async () => {
     await using dir = await tempDir('sluice-held-outage-');
-    const url = await itemsTable(postgres(), 'heldoutage');
-    const spec = { ...localNode('h1', dir.path), extraYaml: heldEndpointYaml(url, await freePort()) };
-    const { node, blue, green } = await startHeld(spec);
-    try {
-      const before = await caughtUp(node);
-      const reason = before.held!.reason;
-      expect(before.held).toEqual({ cache: green, reason: expect.any(String) });
+    await using started = await startHeldItems(postgres(), 'heldoutage', 'h1', dir.path);
+    const { node, blue, green } = started;
+    const before = await caughtUp(node);
+    const reason = before.held!.reason;
+    expect(before.held).toEqual({ cache: green, reason: expect.any(String) });
 
-      await postgres().stop('fast');
-      try {
-        const down = await bothRetrying(node);
-        // The run that fed the green is gone, the green is not: still held, for the same reason, and still the
-        // generation the endpoint feeds.
-        expect(down).toMatchObject({
-          servingCache: blue,
+    await postgres().stop('fast');
+    try {
+      const down = await bothRetrying(node);
+      // The run that fed the green is gone, the green is not: still held, for the same reason, and still the
+      // generation the endpoint feeds.
+      expect(down).toMatchObject({
+        servingCache: blue,
+        phase: 'retrying',
+        error: { code: expect.any(String) },
+        retry: { attempts: expect.any(Number) },
+        held: { cache: green, reason },
+        buildingCache: green,
+        follower: {
+          cache: blue,
           phase: 'retrying',
           error: { code: expect.any(String) },
-          retry: { attempts: expect.any(Number) },
-          held: { cache: green, reason },
-          buildingCache: green,
-          follower: {
-            cache: blue,
-            phase: 'retrying',
-            error: { code: expect.any(String) },
-            retry: { attempts: expect.any(Number), nextAttemptAt: expect.any(String) },
-          },
-        });
-        expect(down.follower!.retry!.attempts).toBeGreaterThanOrEqual(1);
-        expect(Number.isNaN(Date.parse(down.follower!.retry!.nextAttemptAt!))).toBe(false);
-        // The stream (what the console reads) says the same.
-        const streamed = await streamedItems(node);
-        expect(streamed).toMatchObject({
-          phase: 'retrying',
-          held: { cache: green, reason },
-          buildingCache: green,
-        });
-        expect(streamed.generations.find((g) => g.name === green)?.state).toBe('held');
-        expect(streamed.follower?.retry?.attempts).toBeGreaterThanOrEqual(1);
-      } finally {
-        await postgres().start();
-      }
-
-      // Back: held again, nothing retries; Promote switches to it.
-      const back = await caughtUp(node);
-      expect(back).toMatchObject({ held: { cache: green, reason }, retry: null, follower: { retry: null } });
-      const promoted = await call(`${node.url}/v1/endpoints/items/promote`, { method: 'POST' });
-      expect(promoted.body).toMatchObject({ from: blue, to: green, changed: true });
+          retry: { attempts: expect.any(Number), nextAttemptAt: expect.any(String) },
+        },
+      });
+      expect(down.follower!.retry!.attempts).toBeGreaterThanOrEqual(1);
+      expect(Number.isNaN(Date.parse(down.follower!.retry!.nextAttemptAt!))).toBe(false);
+      // The stream (what the console reads) says the same.
+      const streamed = await streamedItems(node);
+      expect(streamed).toMatchObject({
+        phase: 'retrying',
+        held: { cache: green, reason },
+        buildingCache: green,
+      });
+      expect(streamed.generations.find((g) => g.name === green)?.state).toBe('held');
+      expect(streamed.follower?.retry?.attempts).toBeGreaterThanOrEqual(1);
     } finally {
-      await node[Symbol.asyncDispose]();
+      await postgres().start();
     }
+
+    // Back: held again, nothing retries; Promote switches to it.
+    const back = await caughtUp(node);
+    expect(back).toMatchObject({ held: { cache: green, reason }, retry: null, follower: { retry: null } });
+    const promoted = await call(`${node.url}/v1/endpoints/items/promote`, { method: 'POST' });
+    expect(promoted.body).toMatchObject({ from: blue, to: green, changed: true });
   });
 
   it('defect: the console offers Promote for a green held while PostgreSQL is down, and the promote is refused', {
@@ -147,68 +127,53 @@ describe('a held green while PostgreSQL is down', () => {
   }, async () => {
     expect(existsSync(BUILT), 'the console is built (pnpm build)').toBe(true);
     await using dir = await tempDir('sluice-held-outage-console-');
-    const url = await itemsTable(postgres(), 'heldoutageconsole');
-    const spec = { ...localNode('h2', dir.path), extraYaml: heldEndpointYaml(url, await freePort()) };
-    const { node, blue, green } = await startHeld(spec);
-    const profile = await tempDir('sluice-console-chromium-');
-    const context = await chromium.launchPersistentContext(profile.path, {
-      ...chromiumLaunchOptions(),
-      headless: true,
-    });
+    await using started = await startHeldItems(postgres(), 'heldoutageconsole', 'h2', dir.path);
+    const { url, node, blue, green } = started;
+    await using browser = await openConsoleBrowser();
+    const reason = (await caughtUp(node)).held!.reason;
+    const page = browser.page;
+    await page.goto(`${node.url}/console`);
+    const card = page.locator('article[data-endpoint="items"]');
+    await card.waitFor({ timeout: 30_000 });
+    const short = (name: string) => name.slice('items-'.length);
+
+    await postgres().stop('fast');
     try {
-      const reason = (await caughtUp(node)).held!.reason;
-      const page = context.pages()[0] ?? (await context.newPage());
-      await page.goto(`${node.url}/console`);
-      const card = page.locator('article[data-endpoint="items"]');
-      await card.waitFor({ timeout: 30_000 });
-      const short = (name: string) => name.slice('items-'.length);
-
-      await postgres().stop('fast');
-      try {
-        await bothRetrying(node);
-        await card.locator('.card-head .phase', { hasText: 'retrying' }).waitFor({ timeout: 30_000 });
-        // The endpoint's retry and the follower's, each with when it tries again.
-        const retry = card.locator('[data-fact="retry"]');
-        await retry.waitFor({ timeout: 10_000 });
-        expect(await retry.textContent()).toMatch(/^retrying (in \d+ s|now): /);
-        const follower = card.locator('[data-fact="follower"][data-phase="retrying"]');
-        await follower.waitFor({ timeout: 10_000 });
-        expect(await follower.textContent()).toMatch(
-          /retrying (in \d+ s|now): .*\d+ failed attempts? so far/,
-        );
-        expect(await card.locator('dt', { hasText: `while ${green} is fed` }).count()).toBe(1);
-        // The held green, why it is held, and its Promote — which works while PostgreSQL is down.
-        const held = card.getByRole('region', { name: 'Held generations' });
-        await held.waitFor({ timeout: 10_000 });
-        expect(await held.textContent()).toContain(reason);
-        await held.getByRole('button', { name: `Promote ${short(green)}` }).click();
-        await held.getByRole('button', { name: `Yes, promote ${short(green)}` }).click();
-        await card
-          .locator('.outcome', { hasText: `now serves ${short(green)}` })
-          .waitFor({ timeout: 30_000 });
-        await card.locator('.timeline li[data-cause="promote"]').waitFor({ timeout: 10_000 });
-        await held.waitFor({ state: 'detached', timeout: 10_000 });
-        expect((await heldOf(node)).servingCache).toBe(green);
-      } finally {
-        await postgres().start();
-      }
-
-      // Back: the promoted green streams on from its own checkpoint, every row of the table in it.
-      const rows = (await tableRows(url)).length;
-      await card.locator('.card-head .phase', { hasText: 'streaming' }).waitFor({ timeout: 60_000 });
-      const after = await waitFor(
-        async () => {
-          const items = await heldOf(node);
-          return items.phase === 'streaming' && items.records === rows ? items : null;
-        },
-        { timeoutMs: 60_000, what: 'the promoted green to stream' },
-      );
-      expect(after).toMatchObject({ servingCache: green, held: null, buildingCache: null, follower: null });
-      expect(blue).not.toBe(green);
+      await bothRetrying(node);
+      await card.locator('.card-head .phase', { hasText: 'retrying' }).waitFor({ timeout: 30_000 });
+      // The endpoint's retry and the follower's, each with when it tries again.
+      const retry = card.locator('[data-fact="retry"]');
+      await retry.waitFor({ timeout: 10_000 });
+      expect(await retry.textContent()).toMatch(/^retrying (in \d+ s|now): /);
+      const follower = card.locator('[data-fact="follower"][data-phase="retrying"]');
+      await follower.waitFor({ timeout: 10_000 });
+      expect(await follower.textContent()).toMatch(/retrying (in \d+ s|now): .*\d+ failed attempts? so far/);
+      expect(await card.locator('dt', { hasText: `while ${green} is fed` }).count()).toBe(1);
+      // The held green, why it is held, and its Promote — which works while PostgreSQL is down.
+      const held = card.getByRole('region', { name: 'Held generations' });
+      await held.waitFor({ timeout: 10_000 });
+      expect(await held.textContent()).toContain(reason);
+      await held.getByRole('button', { name: `Promote ${short(green)}` }).click();
+      await held.getByRole('button', { name: `Yes, promote ${short(green)}` }).click();
+      await card.locator('.outcome', { hasText: `now serves ${short(green)}` }).waitFor({ timeout: 30_000 });
+      await card.locator('.timeline li[data-cause="promote"]').waitFor({ timeout: 10_000 });
+      await held.waitFor({ state: 'detached', timeout: 10_000 });
+      expect((await itemsOf(node)).servingCache).toBe(green);
     } finally {
-      await context.close();
-      await profile[Symbol.asyncDispose]();
-      await node[Symbol.asyncDispose]();
+      await postgres().start();
     }
+
+    // Back: the promoted green streams on from its own checkpoint, every row of the table in it.
+    const rows = (await tableRows(url)).length;
+    await card.locator('.card-head .phase', { hasText: 'streaming' }).waitFor({ timeout: 60_000 });
+    const after = await waitFor(
+      async () => {
+        const items = await itemsOf(node);
+        return items.phase === 'streaming' && items.records === rows ? items : null;
+      },
+      { timeoutMs: 60_000, what: 'the promoted green to stream' },
+    );
+    expect(after).toMatchObject({ servingCache: green, held: null, buildingCache: null, follower: null });
+    expect(blue).not.toBe(green);
   });
 });

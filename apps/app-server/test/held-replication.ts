@@ -1,75 +1,27 @@
 /**
  * A logical-replication endpoint with a green held (`switch: { mode: manual }`) on a real app-server process, and
  * what tests of its serving generation's follower (docs/generations.md) ask of it. Used by
- * replication-follower.test.ts and console-replication.test.ts.
+ * replication-follower.test.ts, replication-outage.test.ts, held-outage.test.ts and console-replication.test.ts;
+ * the table, the endpoint's YAML and its status come from replication-node.ts.
  */
-import { type LogicalPostgresHandle, sql, waitFor } from '@sluice/testkit';
+import { freePort, type LogicalPostgresHandle, sql, waitFor } from '@sluice/testkit';
 import { expect } from 'vitest';
-import { call, type NodeProcess, type NodeSpec, startNodeProcess } from './helpers.js';
-
-/** `items` as `GET /v1/endpoints` reports it (the members these tests read). */
-export interface ItemsView {
-  servingCache: string | null;
-  follower: {
-    cache: string;
-    phase: string;
-    reason: string | null;
-    error: { code: string; message: string } | null;
-    recordsWritten: number;
-    lastCommit: { lsn: string; at: string } | null;
-  } | null;
-  records: number | null;
-  held: { cache: string; reason: string } | null;
-  replication: {
-    slot: string;
-    committedLsn: string | null;
-    lagBytes: number | null;
-    following: { cache: string; committedLsn: string | null; lagBytes: number | null } | null;
-  } | null;
-}
-
-/** `items` as `GET /v1/endpoints` on `node` reports it now. */
-export const itemsOf = async (node: NodeProcess): Promise<ItemsView> =>
-  (await call(`${node.url}/v1/endpoints`)).body.endpoints.find((e: { name: string }) => e.name === 'items');
-
-/** True when `lsn` is at or past `target` (PostgreSQL compares them). */
-export const lsnReached = async (url: string, lsn: string, target: string) =>
-  (await sql<{ ok: boolean }>(url, 'SELECT $1::pg_lsn >= $2::pg_lsn AS ok', [lsn, target]))[0]!.ok;
+import { call, localNode, type NodeProcess, type NodeSpec, startNodeProcess } from './helpers.js';
+import { itemsOf, itemsStreaming, itemsTable, replicatedEndpointYaml } from './replication-node.js';
 
 /**
  * The YAML of endpoint `items` over `url`'s table `items`, read by logical replication, switched by hand (a rebuilt
  * generation is held until promoted), old generations kept an hour; `apiPort`: the api-server's port.
  */
 export function heldEndpointYaml(url: string, apiPort: number): string {
-  return [
-    'connections:',
-    `  db: { type: postgres, url: "${url}" }`,
-    `api: { port: ${apiPort}, freshnessWaitMs: 5000 }`,
-    'cache: { gcGraceMs: 3600000 }',
-    'endpoints:',
-    '  - name: items',
-    '    source: { type: postgres, connection: db, table: items }',
-    '    primaryKey: [id]',
-    '    fields: { id: integer, v: integer, s: string }',
-    '    switch: { mode: manual }',
-  ].join('\n');
+  return replicatedEndpointYaml(url, { apiPort, keepGenerations: true, switch: '{ mode: manual }' });
 }
 
 /** Starts the node, waits for `items` to stream, rebuilds it and waits for the green to be held. */
 export async function startHeld(spec: NodeSpec): Promise<{ node: NodeProcess; blue: string; green: string }> {
   const node = await startNodeProcess(spec);
   try {
-    const blue = (
-      await waitFor(
-        async () => {
-          const items = await itemsOf(node);
-          return items?.servingCache && items.records === 100 && items.replication?.committedLsn
-            ? items
-            : null;
-        },
-        { timeoutMs: 60_000, what: 'items to stream' },
-      )
-    ).servingCache!;
+    const blue = (await itemsStreaming(node, { records: 100 })).servingCache!;
     expect((await call(`${node.url}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
     const green = (
       await waitFor(async () => (await itemsOf(node)).held, {
@@ -85,12 +37,49 @@ export async function startHeld(spec: NodeSpec): Promise<{ node: NodeProcess; bl
   }
 }
 
-/** A table `items` (id, v, s) of 100 rows in a new database `database` of `postgres`. */
-export async function itemsTable(postgres: LogicalPostgresHandle, database: string): Promise<string> {
-  const url = await postgres.createDatabase(database);
-  await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, s text)');
-  await sql(url, "INSERT INTO items SELECT g, g, 'x' || g FROM generate_series(1, 100) g");
-  return url;
+/** A node holding a rebuilt green of `items` (see {@link startHeldItems}); dispose stops the node. */
+export interface HeldItems extends AsyncDisposable {
+  /** The database holding the table `items`. */
+  readonly url: string;
+  readonly spec: NodeSpec;
+  readonly node: NodeProcess;
+  /** The generation serving `items`. */
+  readonly blue: string;
+  /** The rebuilt generation held until promoted. */
+  readonly green: string;
+  /** The base URL of the host's api-server, should the test start one (`startHostApiServer(node)`). */
+  readonly api: string;
+}
+
+/**
+ * The setup of the held-green tests: a table `items` of 100 rows in a new database `database`, and an app-server
+ * `nodeId` keeping its files under `dir` with {@link heldEndpointYaml} over it, its green held ({@link startHeld}).
+ *
+ * @example
+ * ```ts
+ * await using held = await startHeldItems(postgres(), 'heldoutage', 'h1', dir.path);
+ * await call(`${held.node.url}/v1/endpoints/items/promote`, { method: 'POST' }); // held.blue → held.green
+ * ```
+ */
+export async function startHeldItems(
+  postgres: LogicalPostgresHandle,
+  database: string,
+  nodeId: string,
+  dir: string,
+): Promise<HeldItems> {
+  const url = await itemsTable(postgres, database);
+  const apiPort = await freePort();
+  const spec = { ...localNode(nodeId, dir), extraYaml: heldEndpointYaml(url, apiPort) };
+  const { node, blue, green } = await startHeld(spec);
+  return {
+    url,
+    spec,
+    node,
+    blue,
+    green,
+    api: `http://127.0.0.1:${apiPort}`,
+    [Symbol.asyncDispose]: () => node[Symbol.asyncDispose](),
+  };
 }
 
 /**

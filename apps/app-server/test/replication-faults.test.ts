@@ -5,15 +5,11 @@
  * `sluice-min-position` of a write that is not the endpoint's table. Every run ends with the api-server's records
  * equal to the table, row for row.
  */
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import {
-  type ChildHandle,
   freePort,
   type LogicalPostgresHandle,
   type SourceTransaction,
   sleep,
-  spawnTs,
   sql,
   startLogicalPostgres,
   startSourceWriter,
@@ -21,10 +17,9 @@ import {
   waitFor,
 } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { call, localNode, type NodeProcess, startNodeProcess } from './helpers.js';
+import { call, localNode, type NodeProcess, startHostApiServer, startNodeProcess } from './helpers.js';
 import { currentLsn, servedRows, tableRows } from './items-rows.js';
-
-const API_BIN = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'api-server', 'src', 'bin.ts');
+import { endpointOf, itemsStreaming, itemsTable, replicatedEndpointYaml } from './replication-node.js';
 
 // Own server rather than logicalPostgresPerFile(): PostgreSQL drops a silent walsender after 2 s here.
 let server: LogicalPostgresHandle | undefined;
@@ -39,38 +34,8 @@ const postgres = () => {
   return server;
 };
 
-function endpointYaml(url: string, apiPort: number, freshnessWaitMs = 5_000): string {
-  return [
-    'connections:',
-    `  db: { type: postgres, url: "${url}" }`,
-    `api: { port: ${apiPort}, freshnessWaitMs: ${freshnessWaitMs} }`,
-    'endpoints:',
-    '  - name: items',
-    '    source: { type: postgres, connection: db, table: items }',
-    '    primaryKey: [id]',
-    '    fields: { id: integer, v: integer, s: string }',
-  ].join('\n');
-}
-
-/** The api-server of the node's host: same configuration file, same LMDB files. */
-async function startApiServer(node: NodeProcess): Promise<ChildHandle> {
-  const child = spawnTs(API_BIN, ['--config', join(node.spec.dir, 'sluice.yaml')], { cwd: node.spec.dir });
-  await child.waitForLine(/listening/i, 60_000);
-  return child;
-}
-
-async function waitStreaming(node: NodeProcess): Promise<void> {
-  await waitFor(
-    async () => {
-      const endpoints = (await call(`${node.url}/v1/endpoints`)).body.endpoints as Array<{
-        servingCache: string | null;
-        replication: { committedLsn: string | null } | null;
-      }>;
-      return endpoints.some((e) => e.servingCache !== null && e.replication?.committedLsn != null);
-    },
-    { timeoutMs: 90_000, intervalMs: 200, what: 'items to stream' },
-  );
-}
+/** Waits until `items` streams: a serving generation with a committed position (the writer changes how many rows). */
+const waitStreaming = (node: NodeProcess) => itemsStreaming(node, { timeoutMs: 90_000 });
 
 /** Updates (one row twice), a key moved away and back, a delete and re-insert, an insert and a delete: one transaction. */
 const mixedTransaction = ({ updates, added, removed }: SourceTransaction) => `DO $$ BEGIN
@@ -84,13 +49,10 @@ const mixedTransaction = ({ updates, added, removed }: SourceTransaction) => `DO
     DELETE FROM items WHERE id = ${removed};
   END $$`;
 
-async function itemsTable(name: string): Promise<string> {
-  const url = await postgres().createDatabase(name);
-  await sql(
-    url,
-    'CREATE TABLE items (id int PRIMARY KEY, v int, s text); CREATE TABLE other (id serial PRIMARY KEY, v int)',
-  );
-  await sql(url, "INSERT INTO items SELECT g, g, 'x' FROM generate_series(1, 300) g");
+/** The usual `items` of 300 rows, all with `s` = 'x', beside a table `other` the endpoint does not read. */
+async function faultsTable(name: string): Promise<string> {
+  const url = await itemsTable(postgres(), name, { rows: 300, text: "'x'" });
+  await sql(url, 'CREATE TABLE other (id serial PRIMARY KEY, v int)');
   return url;
 }
 
@@ -99,15 +61,15 @@ describe('the PostgreSQL mirror under faults', () => {
     timeout: 400_000,
   }, async () => {
     await using dir = await tempDir('sluice-faults-');
-    const url = await itemsTable('killed');
+    const url = await faultsTable('killed');
     const apiPort = await freePort();
     let node = await startNodeProcess({
       ...localNode('h1', dir.path),
-      extraYaml: endpointYaml(url, apiPort),
+      extraYaml: replicatedEndpointYaml(url, { apiPort }),
     });
     try {
       await waitStreaming(node);
-      await using api = await startApiServer(node);
+      await using api = await startHostApiServer(node);
       await using writer = startSourceWriter(url, { transaction: mixedTransaction, pauseMs: 2 });
       for (let round = 0; round < 3; round++) {
         await sleep(1_000 + Math.random() * 2_000);
@@ -134,14 +96,14 @@ describe('the PostgreSQL mirror under faults', () => {
     timeout: 300_000,
   }, async () => {
     await using dir = await tempDir('sluice-faults-');
-    const url = await itemsTable('stopped');
+    const url = await faultsTable('stopped');
     const apiPort = await freePort();
     await using node = await startNodeProcess({
       ...localNode('h2', dir.path),
-      extraYaml: endpointYaml(url, apiPort),
+      extraYaml: replicatedEndpointYaml(url, { apiPort }),
     });
     await waitStreaming(node);
-    await using api = await startApiServer(node);
+    await using api = await startHostApiServer(node);
     await using writer = startSourceWriter(url, { transaction: mixedTransaction, pauseMs: 2 });
     await sleep(1_000);
     const slot = 'sluice_h2_items_source';
@@ -178,17 +140,17 @@ describe('the PostgreSQL mirror under faults', () => {
     timeout: 180_000,
   }, async () => {
     await using dir = await tempDir('sluice-faults-');
-    const url = await itemsTable('freshness');
+    const url = await faultsTable('freshness');
     const apiPort = await freePort();
     // Records are committed at least once a minute: a position with nothing of the table behind it must not wait
     // for that.
     await using node = await startNodeProcess({
       ...localNode('h3', dir.path),
       pipeline: { commitEveryRecords: 10_000, commitEveryMs: 60_000 },
-      extraYaml: endpointYaml(url, apiPort),
+      extraYaml: replicatedEndpointYaml(url, { apiPort }),
     });
     await waitStreaming(node);
-    await using api = await startApiServer(node);
+    await using api = await startHostApiServer(node);
     const answers: Array<[number, unknown]> = [];
     for (let i = 0; i < 3; i++) {
       // The application wrote elsewhere in the database and reads the mirror "as of now".
@@ -211,23 +173,18 @@ describe('the PostgreSQL mirror under faults', () => {
   }, async () => {
     await using first = await tempDir('sluice-faults-a-');
     await using second = await tempDir('sluice-faults-b-');
-    const url = await itemsTable('twins');
+    const url = await faultsTable('twins');
     const apiPort = await freePort();
-    const extraYaml = endpointYaml(url, apiPort);
+    const extraYaml = replicatedEndpointYaml(url, { apiPort });
     await using a = await startNodeProcess({ ...localNode('h4', first.path), extraYaml });
     await waitStreaming(a);
-    await using api = await startApiServer(a);
+    await using api = await startHostApiServer(a);
     await using writer = startSourceWriter(url, {
       transaction: ({ updates }) => `UPDATE items SET v = v + 1 WHERE id IN (${updates.join(', ')})`,
       pauseMs: 20,
     });
     // Another host's app-server, configured from a copy of the first one's file: same node id, same slot name.
     await using b = await startNodeProcess({ ...localNode('h4', second.path), extraYaml });
-    const endpointOf = async (node: NodeProcess) =>
-      (await call(`${node.url}/v1/endpoints`)).body.endpoints[0] as {
-        servingCache: string | null;
-        error: { code: string; message: string } | null;
-      };
     const generationsOf = async (node: NodeProcess) =>
       (await call(`${node.url}/v1/endpoints/items/generations`)).body.generations as Array<{ state: string }>;
     // Until the second one has either taken the slot over or said why it cannot.

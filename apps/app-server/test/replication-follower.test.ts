@@ -7,19 +7,13 @@
  *   read-your-writes (`sluice-min-position`) is answered by the serving generation;
  * - `GET /v1/endpoints` → `follower` tells an operator whether the serving generation follows, and why it stands.
  */
-import { freePort, sql, tempDir, waitFor } from '@sluice/testkit';
+import { sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import {
-  dropSlotFromUnderIt,
-  heldEndpointYaml,
-  itemsOf,
-  itemsTable,
-  lsnReached,
-  startHeld,
-} from './held-replication.js';
-import { call, localNode, startHostApiServer, startNodeProcess } from './helpers.js';
+import { dropSlotFromUnderIt, startHeldItems } from './held-replication.js';
+import { call, startHostApiServer, startNodeProcess } from './helpers.js';
 import { currentLsn, servedRows, tableRows } from './items-rows.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
+import { generationStates, itemsOf, lsnReached } from './replication-node.js';
 
 const postgres = logicalPostgresPerFile();
 
@@ -28,15 +22,12 @@ describe('the serving generation follows its source across an app-server restart
     timeout: 240_000,
   }, async () => {
     await using dir = await tempDir('sluice-follow-restart-');
-    const url = await itemsTable(postgres(), 'followrestart');
-    const apiPort = await freePort();
-    const api = `http://127.0.0.1:${apiPort}`;
-    const spec = { ...localNode('h1', dir.path), extraYaml: heldEndpointYaml(url, apiPort) };
+    await using started = await startHeldItems(postgres(), 'followrestart', 'h1', dir.path);
+    const { url, spec, api, blue, green } = started;
     const primarySlot = 'sluice_h1_items_source';
     const alternateSlot = 'sluice_h1_items_source_b';
 
-    const started = await startHeld(spec);
-    const { blue, green } = started;
+    // The node is replaced after its SIGKILL: the one running at the end is stopped here (the first one by `started`).
     let node = started.node;
     try {
       await using apiServer = await startHostApiServer(node);
@@ -99,12 +90,7 @@ describe('the serving generation follows its source across an app-server restart
           lastCommit: { lsn: expect.any(String), at: expect.any(String) },
         },
       });
-      const generations = (await call(`${node.url}/v1/endpoints/items/generations`)).body
-        .generations as Array<{
-        name: string;
-        state: string;
-      }>;
-      expect(generations.map((g) => [g.name, g.state]).sort()).toEqual(
+      expect(await generationStates(node)).toEqual(
         [
           [blue, 'serving'],
           [green, 'held'],
@@ -131,77 +117,73 @@ describe('the serving generation follows its source across an app-server restart
     timeout: 180_000,
   }, async () => {
     await using dir = await tempDir('sluice-follower-status-');
-    const url = await itemsTable(postgres(), 'followerstatus');
-    const spec = { ...localNode('h2', dir.path), extraYaml: heldEndpointYaml(url, await freePort()) };
+    await using started = await startHeldItems(postgres(), 'followerstatus', 'h2', dir.path);
+    const { url, node, blue, green } = started;
     const primarySlot = 'sluice_h2_items_source';
-    const { node, blue, green } = await startHeld(spec);
-    try {
-      // Following: its phase, and its progress as it commits what is written while the green is held.
-      await sql(url, "INSERT INTO items VALUES (101, 101, 'while held')");
-      const position = await currentLsn(url);
-      const following = await waitFor(
-        async () => {
-          const items = await itemsOf(node);
-          const commit = items.follower?.lastCommit;
-          return commit && (await lsnReached(url, commit.lsn, position)) ? items : null;
-        },
-        {
-          timeoutMs: 30_000,
-          what: `the follower to commit ${position} (${JSON.stringify((await itemsOf(node)).follower)})`,
-        },
-      );
-      expect(following.follower).toMatchObject({
+
+    // Following: its phase, and its progress as it commits what is written while the green is held.
+    await sql(url, "INSERT INTO items VALUES (101, 101, 'while held')");
+    const position = await currentLsn(url);
+    const following = await waitFor(
+      async () => {
+        const items = await itemsOf(node);
+        const commit = items.follower?.lastCommit;
+        return commit && (await lsnReached(url, commit.lsn, position)) ? items : null;
+      },
+      {
+        timeoutMs: 30_000,
+        what: `the follower to commit ${position} (${JSON.stringify((await itemsOf(node)).follower)})`,
+      },
+    );
+    expect(following.follower).toMatchObject({
+      cache: blue,
+      phase: 'following',
+      reason: null,
+      error: null,
+      recordsWritten: expect.any(Number),
+    });
+    expect(following.follower!.recordsWritten).toBeGreaterThan(0);
+
+    // Its slot dropped from under it (its walsender ended first): it cannot continue, and says why.
+    await dropSlotFromUnderIt(url, primarySlot);
+    await sql(url, "INSERT INTO items VALUES (102, 102, 'after the slot is gone')");
+    const standing = await waitFor(
+      async () => {
+        const items = await itemsOf(node);
+        return items.follower?.phase === 'standing' ? items : null;
+      },
+      {
+        timeoutMs: 60_000,
+        what: `the follower to stand (${JSON.stringify((await itemsOf(node)).follower)})`,
+      },
+    );
+    expect(standing).toMatchObject({
+      servingCache: blue,
+      held: { cache: green },
+      error: null,
+      follower: {
         cache: blue,
-        phase: 'following',
-        reason: null,
+        phase: 'standing',
+        reason: expect.stringContaining(primarySlot),
         error: null,
-        recordsWritten: expect.any(Number),
-      });
-      expect(following.follower!.recordsWritten).toBeGreaterThan(0);
+        lastCommit: { lsn: expect.any(String), at: expect.any(String) },
+      },
+      // The held green goes on following.
+      replication: { following: { cache: green } },
+    });
+    // What readers get stands at the follower's last commit, at or past what it had when it still followed.
+    const stoodAt = standing.follower!.lastCommit!.lsn;
+    expect(standing.replication!.committedLsn).toBe(stoodAt);
+    expect(await lsnReached(url, stoodAt, following.follower!.lastCommit!.lsn)).toBe(true);
+    // It stays so: nothing recreated the slot behind the operator's back.
+    expect(await sql(url, 'SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [primarySlot])).toEqual(
+      [],
+    );
 
-      // Its slot dropped from under it (its walsender ended first): it cannot continue, and says why.
-      await dropSlotFromUnderIt(url, primarySlot);
-      await sql(url, "INSERT INTO items VALUES (102, 102, 'after the slot is gone')");
-      const standing = await waitFor(
-        async () => {
-          const items = await itemsOf(node);
-          return items.follower?.phase === 'standing' ? items : null;
-        },
-        {
-          timeoutMs: 60_000,
-          what: `the follower to stand (${JSON.stringify((await itemsOf(node)).follower)})`,
-        },
-      );
-      expect(standing).toMatchObject({
-        servingCache: blue,
-        held: { cache: green },
-        error: null,
-        follower: {
-          cache: blue,
-          phase: 'standing',
-          reason: expect.stringContaining(primarySlot),
-          error: null,
-          lastCommit: { lsn: expect.any(String), at: expect.any(String) },
-        },
-        // The held green goes on following.
-        replication: { following: { cache: green } },
-      });
-      // What readers get stands at the follower's last commit, at or past what it had when it still followed.
-      const stoodAt = standing.follower!.lastCommit!.lsn;
-      expect(standing.replication!.committedLsn).toBe(stoodAt);
-      expect(await lsnReached(url, stoodAt, following.follower!.lastCommit!.lsn)).toBe(true);
-      // It stays so: nothing recreated the slot behind the operator's back.
-      expect(
-        await sql(url, 'SELECT 1 FROM pg_replication_slots WHERE slot_name = $1', [primarySlot]),
-      ).toEqual([]);
-
-      // Promoted, the green serves and follows: nothing is followed for it any more.
-      expect((await call(`${node.url}/v1/endpoints/items/promote`, { method: 'POST' })).status).toBe(200);
-      await waitFor(async () => ((await itemsOf(node)).follower === null ? true : null), {
-        what: 'the follower to report nothing once the green serves',
-      });
-    } finally {
-      await node[Symbol.asyncDispose]();
-    }
+    // Promoted, the green serves and follows: nothing is followed for it any more.
+    expect((await call(`${node.url}/v1/endpoints/items/promote`, { method: 'POST' })).status).toBe(200);
+    await waitFor(async () => ((await itemsOf(node)).follower === null ? true : null), {
+      what: 'the follower to report nothing once the green serves',
+    });
   });
 });

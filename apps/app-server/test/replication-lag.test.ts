@@ -8,26 +8,15 @@ import { sleep, sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { call, localNode, type NodeProcess, startNodeProcess } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
+import {
+  databaseWith,
+  type EndpointView,
+  itemsOf,
+  itemsStreaming,
+  replicatedEndpointYaml,
+} from './replication-node.js';
 
 const postgres = logicalPostgresPerFile();
-
-interface Replication {
-  slot: string;
-  committedLsn: string | null;
-  lagBytes: number | null;
-  lagSeconds: number | null;
-}
-
-async function status(
-  node: NodeProcess,
-): Promise<{ records: number | null; replication: Replication | null }> {
-  const endpoints = (await call(`${node.url}/v1/endpoints`)).body.endpoints as Array<{
-    name: string;
-    records: number | null;
-    replication: Replication | null;
-  }>;
-  return endpoints.find((e) => e.name === 'items')!;
-}
 
 async function metric(node: NodeProcess, name: string): Promise<number | null> {
   const text = (await call(`${node.url}/metrics`)).body as string;
@@ -40,33 +29,24 @@ describe('replication lag reporting', () => {
     timeout: 120_000,
   }, async () => {
     await using dir = await tempDir('sluice-app-lag-');
-    const url = await postgres().createDatabase('lag');
-    await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int, pad text)');
-    await sql(url, 'INSERT INTO items SELECT g, g, NULL FROM generate_series(1, 100) g');
+    const url = await databaseWith(
+      postgres(),
+      'lag',
+      'CREATE TABLE items (id int PRIMARY KEY, v int, pad text)',
+      'INSERT INTO items SELECT g, g, NULL FROM generate_series(1, 100) g',
+    );
     await using node = await startNodeProcess({
       ...localNode('h3', dir.path),
-      extraYaml: [
-        'connections:',
-        `  db: { type: postgres, url: "${url}" }`,
-        'endpoints:',
-        '  - name: items',
-        '    source: { type: postgres, connection: db, table: items }',
-        '    primaryKey: [id]',
-        '    fields: { id: integer, v: integer, pad: string }',
-        '    indexes: [[v]]',
-      ].join('\n'),
+      extraYaml: replicatedEndpointYaml(url, {
+        fields: '{ id: integer, v: integer, pad: string }',
+        indexes: '[[v]]',
+      }),
     });
-    await waitFor(
-      async () => {
-        const s = await status(node);
-        return s.records === 100 && s.replication?.committedLsn != null;
-      },
-      { timeoutMs: 60_000, what: 'the endpoint to stream' },
-    );
+    await itemsStreaming(node, { records: 100 });
     // Settled: nothing behind.
     const settled = await waitFor(
       async () => {
-        const r = (await status(node)).replication!;
+        const r = (await itemsOf(node)).replication!;
         return r.lagBytes !== null && r.lagBytes < 1024 && r.lagSeconds! < 1 ? r : null;
       },
       { timeoutMs: 30_000, what: 'the idle lag to be about zero' },
@@ -86,7 +66,7 @@ describe('replication lag reporting', () => {
     );
     expect(pid).toBeGreaterThan(0);
     process.kill(pid, 'SIGSTOP');
-    let held: Replication;
+    let held: NonNullable<EndpointView['replication']>;
     try {
       // Writes keep coming while nothing reaches the endpoint.
       for (let batch = 0; batch < 5; batch++) {
@@ -98,28 +78,28 @@ describe('replication lag reporting', () => {
       }
       held = await waitFor(
         async () => {
-          const r = (await status(node)).replication!;
+          const r = (await itemsOf(node)).replication!;
           return r.lagBytes! > 500_000 && r.lagSeconds! >= 1.5 ? r : null;
         },
         { timeoutMs: 10_000, what: 'the lag to show the stalled stream' },
       );
-      expect((await status(node)).records).toBe(100);
+      expect((await itemsOf(node)).records).toBe(100);
       expect(await metric(node, 'sluice_replication_lag_bytes')).toBeGreaterThan(500_000);
       expect(await metric(node, 'sluice_replication_lag_seconds')).toBeGreaterThanOrEqual(1.5);
       // Still held back: the seconds keep growing.
       await sleep(1_000);
-      expect((await status(node)).replication!.lagSeconds!).toBeGreaterThan(held.lagSeconds! + 0.5);
+      expect((await itemsOf(node)).replication!.lagSeconds!).toBeGreaterThan(held.lagSeconds! + 0.5);
     } finally {
       process.kill(pid, 'SIGCONT');
     }
 
-    await waitFor(async () => (await status(node)).records === 5_100, {
+    await waitFor(async () => (await itemsOf(node)).records === 5_100, {
       timeoutMs: 30_000,
       what: 'the endpoint to catch up',
     });
     const after = await waitFor(
       async () => {
-        const r = (await status(node)).replication!;
+        const r = (await itemsOf(node)).replication!;
         return r.lagBytes! < 1024 && r.lagSeconds! < 1 ? r : null;
       },
       { timeoutMs: 30_000, what: 'the lag to fall back to about zero' },

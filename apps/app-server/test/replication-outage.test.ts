@@ -9,27 +9,25 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { freePort, sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { heldEndpointYaml, type ItemsView, itemsOf, itemsTable, startHeld } from './held-replication.js';
-import { call, localNode, type NodeProcess, startHostApiServer, startNodeProcess } from './helpers.js';
+import { heldEndpointYaml, startHeldItems } from './held-replication.js';
+import { call, localNode, type NodeProcess, startHostApiServer } from './helpers.js';
 import { currentLsn, servedRows, tableRows } from './items-rows.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
+import {
+  type EndpointView,
+  generationStates,
+  itemsOf,
+  itemsTable,
+  startItemsHost,
+} from './replication-node.js';
 
 const postgres = logicalPostgresPerFile();
 
-/** `items` as `GET /v1/endpoints` reports it, with the members these tests read besides {@link ItemsView}'s. */
-type OutageView = ItemsView & {
-  phase: string;
-  error: { code: string; message: string } | null;
-  retry: { attempts: number; nextAttemptAt: string | null } | null;
-  decision: { decision: string } | null;
-};
-const outageOf = (node: NodeProcess) => itemsOf(node) as Promise<OutageView>;
-
 /**
- * Writes to `items` until stopped: one transaction a row (an insert from id 1000 up, then an update of an older row),
- * its failures (PostgreSQL down, restarting) ignored — what was committed is what the table holds.
+ * Writes to `items` until stopped or disposed: one transaction a row (an insert from id 1000 up, then an update of an
+ * older row), its failures (PostgreSQL down, restarting) ignored — what was committed is what the table holds.
  */
-function startWriter(url: string): { stop: () => Promise<number> } {
+function startWriter(url: string): AsyncDisposable & { stop: () => Promise<number> } {
   let running = true;
   let committed = 0;
   const loop = (async () => {
@@ -44,11 +42,15 @@ function startWriter(url: string): { stop: () => Promise<number> } {
       await delay(20);
     }
   })();
+  const stop = async () => {
+    running = false;
+    await loop;
+    return committed;
+  };
   return {
-    async stop() {
-      running = false;
-      await loop;
-      return committed;
+    stop,
+    async [Symbol.asyncDispose]() {
+      await stop();
     },
   };
 }
@@ -80,23 +82,54 @@ const slotReadAgain = (url: string, slot: string) =>
 async function whileDown(
   node: NodeProcess,
   what: string,
-  ready: (items: OutageView) => boolean,
-): Promise<OutageView> {
-  let last: OutageView | null = null;
+  ready: (items: EndpointView) => boolean,
+): Promise<EndpointView> {
+  let last: EndpointView | null = null;
   try {
     return await waitFor(
       async () => {
-        last = await outageOf(node);
+        last = await itemsOf(node);
         return ready(last) ? last : null;
       },
       { timeoutMs: 60_000, what },
     );
   } catch (err) {
-    const { phase, error, retry, follower } = last ?? ({} as Partial<OutageView>);
+    const { phase, error, retry, follower } = last ?? ({} as Partial<EndpointView>);
     throw new Error(
       `${(err as Error).message}; it reported ${JSON.stringify({ phase, error, retry, follower })}`,
     );
   }
+}
+
+/**
+ * Ends the walsender reading `slot` while rows are written, and waits until the slot is read again (by a new
+ * walsender); resolves with how many writes were committed meanwhile.
+ */
+async function walsenderEndedUnderWrites(url: string, slot: string): Promise<number> {
+  await using writer = startWriter(url);
+  await waitFor(async () => (await terminateWalsender(url, slot)) === 1, {
+    timeoutMs: 30_000,
+    what: `the walsender of ${slot} to be ended`,
+  });
+  await slotReadAgain(url, slot);
+  return writer.stop();
+}
+
+/**
+ * Restarts PostgreSQL — a fast shutdown, then a start — with rows written before, while it is down (refused) and
+ * after; `meanwhile` runs while it is down. Resolves with how many writes were committed.
+ */
+async function restartedUnderWrites(url: string, meanwhile: () => Promise<void>): Promise<number> {
+  await using writer = startWriter(url);
+  await delay(200);
+  await postgres().stop('fast');
+  try {
+    await meanwhile();
+  } finally {
+    await postgres().start();
+  }
+  await delay(500);
+  return writer.stop();
 }
 
 describe('a replication endpoint whose source goes away while it streams', () => {
@@ -106,39 +139,20 @@ describe('a replication endpoint whose source goes away while it streams', () =>
     await using dir = await tempDir('sluice-repl-outage-');
     const url = await itemsTable(postgres(), 'outage');
     const apiPort = await freePort();
-    const api = `http://127.0.0.1:${apiPort}`;
     // The held-replication YAML: manual switch, which only matters to a rebuild, and none is asked for here.
     const spec = { ...localNode('h1', dir.path), extraYaml: heldEndpointYaml(url, apiPort) };
     const slot = 'sluice_h1_items_source';
-    await using node = await startNodeProcess(spec);
-    await using apiServer = await startHostApiServer(node);
-    void apiServer;
-    const serving = (
-      await waitFor(
-        async () => {
-          const items = await outageOf(node);
-          return items.records === 100 && items.phase === 'streaming' ? items : null;
-        },
-        { timeoutMs: 60_000, what: 'items to stream' },
-      )
-    ).servingCache;
+    await using host = await startItemsHost(spec, { apiPort, records: 100 });
+    const { node, api } = host;
+    const serving = host.streaming.servingCache;
 
     // Its walsender ended under it while rows are written: it reads its slot again and misses nothing.
-    let writer = startWriter(url);
-    await waitFor(async () => (await terminateWalsender(url, slot)) === 1, {
-      timeoutMs: 30_000,
-      what: `the walsender of ${slot} to be ended`,
-    });
-    await slotReadAgain(url, slot);
-    expect(await writer.stop()).toBeGreaterThan(0);
+    expect(await walsenderEndedUnderWrites(url, slot)).toBeGreaterThan(0);
     expect(await servedRows(api, await currentLsn(url))).toEqual(await tableRows(url));
 
     // PostgreSQL restarted with rows written before, while it is down (refused) and after: the endpoint says it
     // retries — an outage it waits out — and never that it failed.
-    writer = startWriter(url);
-    await delay(200);
-    await postgres().stop('fast');
-    try {
+    const committed = await restartedUnderWrites(url, async () => {
       const down = await whileDown(
         node,
         'the endpoint to say it retries',
@@ -150,18 +164,15 @@ describe('a replication endpoint whose source goes away while it streams', () =>
         retry: { attempts: expect.any(Number) },
       });
       expect(down.retry!.attempts).toBeGreaterThanOrEqual(1);
-    } finally {
-      await postgres().start();
-    }
-    await delay(500);
-    expect(await writer.stop()).toBeGreaterThan(0);
+    });
+    expect(committed).toBeGreaterThan(0);
     await sql(url, "INSERT INTO items VALUES (5000, 5000, 'after the restart')");
 
     const expected = await tableRows(url);
     expect(await servedRows(api, await currentLsn(url))).toEqual(expected);
     const after = await waitFor(
       async () => {
-        const items = await outageOf(node);
+        const items = await itemsOf(node);
         return items.phase === 'streaming' && items.records === expected.length ? items : null;
       },
       { timeoutMs: 60_000, what: 'the endpoint to stream again with every row' },
@@ -183,93 +194,72 @@ describe('a replication endpoint whose source goes away while it streams', () =>
     timeout: 240_000,
   }, async () => {
     await using dir = await tempDir('sluice-follower-outage-');
-    const url = await itemsTable(postgres(), 'followeroutage');
-    const apiPort = await freePort();
-    const api = `http://127.0.0.1:${apiPort}`;
-    const spec = { ...localNode('h2', dir.path), extraYaml: heldEndpointYaml(url, apiPort) };
+    await using started = await startHeldItems(postgres(), 'followeroutage', 'h2', dir.path);
+    const { url, node, blue, green, api } = started;
     const servingSlot = 'sluice_h2_items_source';
-    const { node, blue, green } = await startHeld(spec);
-    try {
-      await using apiServer = await startHostApiServer(node);
-      void apiServer;
-      await waitFor(async () => ((await outageOf(node)).follower?.phase === 'following' ? true : null), {
-        timeoutMs: 30_000,
-        what: 'the serving generation to follow',
-      });
+    await using apiServer = await startHostApiServer(node);
+    void apiServer;
+    await waitFor(async () => ((await itemsOf(node)).follower?.phase === 'following' ? true : null), {
+      timeoutMs: 30_000,
+      what: 'the serving generation to follow',
+    });
 
-      // The follower's walsender ended while rows are written: it starts again from its own checkpoint.
-      let writer = startWriter(url);
-      await waitFor(async () => (await terminateWalsender(url, servingSlot)) === 1, {
-        timeoutMs: 30_000,
-        what: `the walsender of ${servingSlot} to be ended`,
-      });
-      await slotReadAgain(url, servingSlot);
-      expect(await writer.stop()).toBeGreaterThan(0);
-      expect(await servedRows(api, await currentLsn(url))).toEqual(await tableRows(url));
+    // The follower's walsender ended while rows are written: it starts again from its own checkpoint.
+    expect(await walsenderEndedUnderWrites(url, servingSlot)).toBeGreaterThan(0);
+    expect(await servedRows(api, await currentLsn(url))).toEqual(await tableRows(url));
 
-      // PostgreSQL restarted: while it is down the follower says it retries, and why; so does the endpoint (the
-      // run feeding the held green lost its source too).
-      writer = startWriter(url);
-      await delay(200);
-      await postgres().stop('fast');
-      try {
-        const down = await whileDown(
-          node,
-          'the follower and the endpoint to say they retry',
-          (items) => items.follower?.phase === 'retrying' && items.phase === 'retrying',
-        );
-        expect(down).toMatchObject({
-          servingCache: blue,
-          phase: 'retrying',
-          follower: { cache: blue, phase: 'retrying', error: { code: expect.any(String) } },
-        });
-      } finally {
-        await postgres().start();
-      }
-      await delay(500);
-      expect(await writer.stop()).toBeGreaterThan(0);
-      await sql(url, "INSERT INTO items VALUES (5000, 5000, 'after the restart')");
-
-      // Readers get the serving generation, equal to the table; both generations follow again, none was added.
-      const position = await currentLsn(url);
-      const expected = await tableRows(url);
-      expect(await servedRows(api, position)).toEqual(expected);
-      const after = await waitFor(
-        async () => {
-          const items = await outageOf(node);
-          const r = items.replication;
-          return items.follower?.phase === 'following' &&
-            r?.lagBytes === 0 &&
-            r.following?.lagBytes === 0 &&
-            items.records === expected.length
-            ? items
-            : null;
-        },
-        { timeoutMs: 60_000, what: 'both generations to catch up' },
+    // PostgreSQL restarted: while it is down the follower says it retries, and why; so does the endpoint (the
+    // run feeding the held green lost its source too).
+    const committed = await restartedUnderWrites(url, async () => {
+      const down = await whileDown(
+        node,
+        'the follower and the endpoint to say they retry',
+        (items) => items.follower?.phase === 'retrying' && items.phase === 'retrying',
       );
-      expect(after).toMatchObject({
+      expect(down).toMatchObject({
         servingCache: blue,
-        held: { cache: green },
-        phase: 'held',
-        error: null,
-        retry: null,
-        follower: { cache: blue, phase: 'following', error: null },
+        phase: 'retrying',
+        follower: { cache: blue, phase: 'retrying', error: { code: expect.any(String) } },
       });
-      const generations = (await call(`${node.url}/v1/endpoints/items/generations`)).body
-        .generations as Array<{ name: string; state: string }>;
-      expect(generations.map((g) => [g.name, g.state]).sort()).toEqual(
-        [
-          [blue, 'serving'],
-          [green, 'held'],
-        ].sort(),
-      );
+    });
+    expect(committed).toBeGreaterThan(0);
+    await sql(url, "INSERT INTO items VALUES (5000, 5000, 'after the restart')");
 
-      // The held green followed too: promoted, it serves the same rows.
-      const promoted = await call(`${node.url}/v1/endpoints/items/promote`, { method: 'POST' });
-      expect(promoted.body).toMatchObject({ from: blue, to: green, changed: true });
-      expect(await servedRows(api, position)).toEqual(expected);
-    } finally {
-      await node[Symbol.asyncDispose]();
-    }
+    // Readers get the serving generation, equal to the table; both generations follow again, none was added.
+    const position = await currentLsn(url);
+    const expected = await tableRows(url);
+    expect(await servedRows(api, position)).toEqual(expected);
+    const after = await waitFor(
+      async () => {
+        const items = await itemsOf(node);
+        const r = items.replication;
+        return items.follower?.phase === 'following' &&
+          r?.lagBytes === 0 &&
+          r.following?.lagBytes === 0 &&
+          items.records === expected.length
+          ? items
+          : null;
+      },
+      { timeoutMs: 60_000, what: 'both generations to catch up' },
+    );
+    expect(after).toMatchObject({
+      servingCache: blue,
+      held: { cache: green },
+      phase: 'held',
+      error: null,
+      retry: null,
+      follower: { cache: blue, phase: 'following', error: null },
+    });
+    expect(await generationStates(node)).toEqual(
+      [
+        [blue, 'serving'],
+        [green, 'held'],
+      ].sort(),
+    );
+
+    // The held green followed too: promoted, it serves the same rows.
+    const promoted = await call(`${node.url}/v1/endpoints/items/promote`, { method: 'POST' });
+    expect(promoted.body).toMatchObject({ from: blue, to: green, changed: true });
+    expect(await servedRows(api, position)).toEqual(expected);
   });
 });

@@ -16,11 +16,19 @@
  * packages/pipeline/src/endpoint/handover.test.ts.
  */
 import { compareLsn } from '@sluice/pipeline';
-import { freePort, sleep, sql, startSourceWriter, tempDir, waitFor } from '@sluice/testkit';
+import { freePort, sleep, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { type ItemsView, itemsOf } from './held-replication.js';
-import { call, localNode, type NodeProcess, startHostApiServer, startNodeProcess } from './helpers.js';
+import { call, localNode, type NodeProcess } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
+import {
+  type EndpointView,
+  itemsOf,
+  itemsTable,
+  replicatedEndpointYaml,
+  startItemsHost,
+  startItemsWriter,
+} from './replication-node.js';
+import { lastGenerationOtherThan, readContinuously, stepsBack } from './served-positions.js';
 import { startSlotHoldProxy } from './slot-hold-proxy.js';
 
 const postgres = logicalPostgresPerFile();
@@ -33,58 +41,12 @@ const HANDOVER_WAIT_MS = 1_500;
 /** The two slot names of endpoint `items` on node `h1` (generation-slots.ts): the green takes the one blue does not. */
 const SLOTS = ['sluice_h1_items_source', 'sluice_h1_items_source_b'] as const;
 
-/** One answer of the api-server: the generation that gave it and the `sluice-position` LSN it carried. */
-interface Answer {
-  cache: string;
-  lsn: string;
-}
-
-/** The LSN of `items.source` in a `sluice-position` header, or null. */
-function lsnIn(header: string | null): string | null {
-  return header === null ? null : (/items\.source="([0-9A-F]+\/[0-9A-F]+)"/i.exec(header)?.[1] ?? null);
-}
-
-/** Every step where the position went back: the answer before and the one after. */
-function stepsBack(answers: readonly Answer[]): Array<[Answer, Answer]> {
-  const out: Array<[Answer, Answer]> = [];
-  for (let i = 1; i < answers.length; i++)
-    if (compareLsn(answers[i]!.lsn, answers[i - 1]!.lsn) < 0) out.push([answers[i - 1]!, answers[i]!]);
-  return out;
-}
-
-/**
- * A client reading `items` from the api-server over and over until stopped, noting the generation and position of
- * every answer.
- */
-function readContinuously(api: string) {
-  const answers: Answer[] = [];
-  let reading = true;
-  const loop = (async () => {
-    while (reading) {
-      const reply = await call(`${api}/v1/endpoints/items/query`, { json: { $limit: 1 } });
-      const lsn = lsnIn(reply.headers.get('sluice-position'));
-      const cache = reply.headers.get('sluice-cache');
-      if (reply.status === 200 && lsn !== null && cache !== null) answers.push({ cache, lsn });
-    }
-  })();
-  return {
-    answers,
-    async stop(): Promise<Answer[]> {
-      reading = false;
-      await loop;
-      return answers;
-    },
-  };
-}
-
 /**
  * A database with table `items` of {@link ROWS} rows, a proxy in front of its server, and an app-server (`switch`:
  * the endpoint's switch settings) plus an api-server reading it through that proxy; resolves once `items` streams.
  */
 async function startItems(dir: string, database: string, switchYaml: string) {
-  const url = await postgres().createDatabase(database);
-  await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, s text)');
-  await sql(url, `INSERT INTO items SELECT g, g, repeat('x', 300) FROM generate_series(1, ${ROWS}) g`);
+  const url = await itemsTable(postgres(), database, { rows: ROWS, text: "repeat('x', 300)" });
   // What is started so far, stopped newest first — also when starting the rest fails.
   const started: AsyncDisposable[] = [];
   const stopAll = async () => {
@@ -94,59 +56,28 @@ async function startItems(dir: string, database: string, switchYaml: string) {
     const proxy = await startSlotHoldProxy(postgres().port);
     started.push(proxy);
     const apiPort = await freePort();
-    const extraYaml = [
-      'connections:',
-      `  db: { type: postgres, url: "${proxy.route(url)}" }`,
-      `api: { port: ${apiPort}, freshnessWaitMs: 5000 }`,
-      'cache: { gcGraceMs: 3600000 }',
-      'endpoints:',
-      '  - name: items',
-      '    source: { type: postgres, connection: db, table: items }',
-      '    primaryKey: [id]',
-      '    fields: { id: integer, v: integer, s: string }',
-      `    switch: ${switchYaml}`,
-    ].join('\n');
-    const node = await startNodeProcess({
-      ...localNode('h1', dir),
-      extraYaml,
-      pipeline: { commitEveryRecords: 1000, commitEveryMs: 50 },
-    });
-    started.push(node);
-    const blue = (
-      await waitFor(
-        async () => {
-          const items = await itemsOf(node);
-          return items?.servingCache && items.records === ROWS && items.replication?.committedLsn
-            ? items
-            : null;
-        },
-        { timeoutMs: 120_000, what: 'items to stream' },
-      )
-    ).replication!;
-    const api = `http://127.0.0.1:${apiPort}`;
-    started.push(await startHostApiServer(node));
-    await waitFor(async () => (await call(`${api}/v1/endpoints/items`)).status === 200, {
-      timeoutMs: 60_000,
-      what: 'the api-server to serve items',
-    });
-    const writer = startSourceWriter(url, {
-      initialRows: ROWS,
-      firstNewId: 100_000,
-      pauseMs: 2,
-      transaction: ({ updates, added, removed }) => `DO $$ BEGIN
-        UPDATE items SET v = v + 1 WHERE id IN (${updates.join(', ')});
-        INSERT INTO items VALUES (${added}, 0, 'new');
-        DELETE FROM items WHERE id = ${removed};
-      END $$`,
-    });
+    const host = await startItemsHost(
+      {
+        ...localNode('h1', dir),
+        extraYaml: replicatedEndpointYaml(proxy.route(url), {
+          apiPort,
+          keepGenerations: true,
+          switch: switchYaml,
+        }),
+        pipeline: { commitEveryRecords: 1000, commitEveryMs: 50 },
+      },
+      { apiPort, records: ROWS, timeoutMs: 120_000 },
+    );
+    started.push(host);
+    const writer = startItemsWriter(url, ROWS);
     started.push(writer);
     return {
       url,
-      api,
-      node,
+      api: host.api,
+      node: host.node,
       proxy,
       writer,
-      greenSlot: SLOTS.find((slot) => slot !== blue.slot)!,
+      greenSlot: SLOTS.find((slot) => slot !== host.streaming.replication!.slot)!,
       [Symbol.asyncDispose]: stopAll,
     };
   } catch (err) {
@@ -156,7 +87,7 @@ async function startItems(dir: string, database: string, switchYaml: string) {
 }
 
 /** Waits until the serving generation (as `GET /v1/endpoints` reports it) has committed past `lsn`. */
-async function servedPast(node: NodeProcess, lsn: string, what: string): Promise<ItemsView> {
+async function servedPast(node: NodeProcess, lsn: string, what: string): Promise<EndpointView> {
   return waitFor(
     async () => {
       const items = await itemsOf(node);
@@ -214,13 +145,10 @@ describe('the switch hand-over when the generation switched to cannot catch up',
       );
 
       proxy.release(greenSlot);
-      green = await waitFor(
-        () => {
-          const last = reader.answers.at(-1)?.cache;
-          return last !== undefined && last !== blue ? last : null;
-        },
-        { timeoutMs: 120_000, what: 'the green to catch up and take the alias' },
-      );
+      green = await waitFor(lastGenerationOtherThan(reader.answers, blue), {
+        timeoutMs: 120_000,
+        what: 'the green to catch up and take the alias',
+      });
       const at = reader.answers.length;
       await waitFor(() => reader.answers.length >= at + 20, { what: 'answers from the green' });
     } finally {
