@@ -254,6 +254,7 @@ export class EndpointManager {
         lag: progress.lag,
         replicationLagBytes: status.replication?.lagBytes ?? null,
         replicationLagSeconds: status.replication?.lagSeconds ?? null,
+        replicationLagAgeSeconds: lagAgeSeconds(status.replication),
       };
     });
   }
@@ -337,4 +338,14 @@ export class EndpointManager {
     }
     await Promise.allSettled(pipelines.map((pipeline) => pipeline.stop()));
   }
+}
+
+/**
+ * How old an endpoint's replication figures are (seconds): 0 while live (a run streams), the time since `observedAt`
+ * while it retries, null without figures.
+ */
+function lagAgeSeconds(replication: ReplicationStatus | null, now = Date.now()): number | null {
+  if (replication === null || replication.lagBytes === null) return null;
+  if (replication.observedAt == null) return 0;
+  return Math.max(0, now - Date.parse(replication.observedAt)) / 1000;
 }

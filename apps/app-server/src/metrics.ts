@@ -16,6 +16,11 @@ export interface PipelineSample {
   /** Logical replication sources: WAL bytes and seconds the cache is behind what the server sent. */
   replicationLagBytes?: number | null;
   replicationLagSeconds?: number | null;
+  /**
+   * How old those figures are: 0 while a run streams (live); while the endpoint retries, the seconds since
+   * PostgreSQL's WAL position was last read (growing while PostgreSQL is down: the figures are the last known).
+   */
+  replicationLagAgeSeconds?: number | null;
 }
 
 /**
@@ -116,6 +121,11 @@ export function createMetrics(sources: {
     'sluice_replication_lag_seconds',
     'Seconds since the oldest WAL position the endpoint cache has not caught up with was written (logical replication)',
     (s) => s.replicationLagSeconds ?? null,
+  );
+  pipelineGauge(
+    'sluice_replication_lag_age_seconds',
+    'Seconds since the replication lag figures were measured: 0 while the endpoint streams; while it retries, since PostgreSQL last answered (logical replication)',
+    (s) => s.replicationLagAgeSeconds ?? null,
   );
   return { registry, submits, finished, takeovers, fenced };
 }

@@ -26,6 +26,13 @@ export interface ReplicationStatus {
   committedLsn: string | null;
   lagBytes: number | null;
   lagSeconds: number | null;
+  /**
+   * Null while a run streams the slot (the figures are live). While the endpoint retries (its run failed, or waits for
+   * a slot another process reads): when PostgreSQL's WAL position behind `lagBytes` was last read (ISO 8601) — moments
+   * ago while PostgreSQL answers (the lag keeps growing as WAL is written), the last time it answered while it is down
+   * (the figures are the last known; `lagSeconds` still counts on). Null in a transfer's progress too.
+   */
+  observedAt?: string | null;
   /** The generation the slot feeds when it is not the serving one (building or held), or null. */
   following?: {
     cache: string;

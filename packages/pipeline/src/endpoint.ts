@@ -20,13 +20,18 @@ import {
 import type { ConnectionContext } from './addresses.js';
 import { ServingFollower } from './endpoint/follower.js';
 import { switchHandover } from './endpoint/handover.js';
-import { type LaunchContext, prepareLaunch, startRun } from './endpoint/launch.js';
+import { type LaunchContext, prepareLaunch, type Run, startRun } from './endpoint/launch.js';
 import { endpointShape } from './endpoint/shape.js';
 import { startSlotSweeper } from './endpoint/slot-sweeper.js';
 import { endpointSteering } from './endpoint/steering.js';
 import { EndpointSupervisor, SupervisorPhase } from './endpoint/supervisor.js';
 import { ProgressTracker } from './progress.js';
-import { followedReplicationStatus, replicationStatusOf } from './sources/replication/status.js';
+import type { CarriedLag } from './sources/replication/carried-lag.js';
+import {
+  followedReplicationStatus,
+  isReplicationSource,
+  replicationStatusOf,
+} from './sources/replication/status.js';
 
 export interface EndpointContext {
   caches: WritableCacheCatalog;
@@ -111,12 +116,16 @@ export async function startEndpointPipeline(
       wakeWaiters();
       followServing();
     },
-    onCommit: (checkpoint) => supervisor.committed(checkpoint),
+    onCommit: (checkpoint) => {
+      supervisor.committed(checkpoint);
+      carriedWhileDown();
+    },
     onBadRecord: (report) => {
       lastBadRecord = { source: report.source, reason: report.reason, at: new Date().toISOString() };
     },
   };
   const retryMs = ctx.retryMs ?? 1_000;
+  const servingCache = () => caches.resolveAlias(name)?.cache ?? null;
   // While the run feeds a generation the alias does not point at, the serving one follows its source through a
   // slot of its own (replication sources with a slot per generation; any other source feeds one generation).
   const follower = lc.shape.slotNames === null ? null : new ServingFollower({ lc, logger, retryMs });
@@ -142,6 +151,34 @@ export async function startEndpointPipeline(
       .then(() => (wanted === null ? sweeper.sweep() : undefined))
       .catch((err: unknown) => logger.error({ endpoint: name, err }, 'cannot follow the serving generation'));
   };
+  /**
+   * The lag of the serving generation while the run feeding it does not stream (it failed and is retried, or waits for
+   * its slot): what its last read measured, carried on (carried-lag.ts), so an outage shows the lag growing — or,
+   * PostgreSQL down, the last figures and their age — rather than nothing. Dropped once a run streams it again.
+   */
+  let carried: { generation: string; lag: CarriedLag } | null = null;
+  const carryFrom = (run: Run): void => {
+    const source = run.branch.source;
+    if (!isReplicationSource(source)) return;
+    if (!run.sink.redirected && run.cache.name !== servingCache()) return;
+    // A read that never streamed (it waited for its slot in vain) leaves what an earlier one measured in place.
+    const lag = source.carryLag();
+    if (lag === null) return;
+    carried?.lag.stop();
+    carried = { generation: run.cache.name, lag };
+  };
+  /** The carried lag while it still stands for the serving generation's (no run streams it); dropped otherwise. */
+  const carriedWhileDown = (): CarriedLag | null => {
+    if (carried === null) return null;
+    const source = supervisor.run?.branch.source;
+    const streams = source !== undefined && isReplicationSource(source) && source.streaming();
+    const stillServing =
+      supervisor.fed?.cache.name === carried.generation && servingCache() === carried.generation;
+    if (!streams && stillServing && supervisor.phase !== SupervisorPhase.stopped) return carried.lag;
+    carried.lag.stop();
+    carried = null;
+    return null;
+  };
   const supervisor: EndpointSupervisor = new EndpointSupervisor({
     endpoint: name,
     logger,
@@ -154,6 +191,7 @@ export async function startEndpointPipeline(
     retryMs,
     onStopped: wakeWaiters,
     onAdopted: followServing,
+    onFailed: carryFrom,
   });
   const steering = endpointSteering(lc, supervisor, () => {
     wakeWaiters();
@@ -161,6 +199,7 @@ export async function startEndpointPipeline(
   });
   const stop = async () => {
     await supervisor.stop();
+    carriedWhileDown();
     await follower?.stop();
     await sweeper.stop();
   };
@@ -181,8 +220,9 @@ export async function startEndpointPipeline(
     return next;
   };
 
-  const servingCache = () => caches.resolveAlias(name)?.cache ?? null;
   const replicationStatus = (): EndpointPipelineStatus['replication'] => {
+    const down = carriedWhileDown();
+    if (down !== null) return down.status();
     const source = supervisor.branch?.source;
     if (!source) return null;
     const run = supervisor.run;

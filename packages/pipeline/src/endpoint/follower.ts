@@ -19,6 +19,7 @@ import {
   type Run,
   startRun,
 } from './launch.js';
+import { RetryBackoff } from './retry-backoff.js';
 import { generationSchema } from './schema-resolution.js';
 
 /**
@@ -55,13 +56,14 @@ const TRANSITIONS: Record<FollowerPhase, readonly FollowerPhase[]> = {
   stopped: [],
 };
 
-const MAX_BACKOFF_MS = 30_000;
-
 /** What a follower needs: the endpoint's launch context (its own progress and checkpoint are kept apart). */
 export interface FollowerOptions {
   lc: LaunchContext;
   logger: Logger;
-  /** Wait before starting again after a failed run; doubles up to 30 s. */
+  /**
+   * Wait before starting again after a failed run; doubles per failed attempt up to 30 s, and starts over once a
+   * run recovered (retry-backoff.ts).
+   */
   retryMs: number;
 }
 
@@ -94,13 +96,16 @@ export class ServingFollower {
   #retry: { attempts: number; nextAttemptAt: number | null } | null = null;
   /** The progress of its runs into the generation it follows (one tracker per generation followed). */
   #progress = new ProgressTracker();
-  #backoff: number;
+  /** The failed attempts in a row (also through a run that failed before it recovered) and the next wait. */
+  #backoff: RetryBackoff;
+  /** Where the run now following started (its plan's checkpoint): a commit past it is a recovery. */
+  #startedFrom: PipelineCheckpoint | null = null;
   #retryTimer: NodeJS.Timeout | null = null;
   /** Every change of what is followed, one at a time. */
   #queue: Promise<void> = Promise.resolve();
 
   constructor(private readonly options: FollowerOptions) {
-    this.#backoff = options.retryMs;
+    this.#backoff = new RetryBackoff(options.retryMs);
   }
 
   get phase(): FollowerPhase {
@@ -249,7 +254,8 @@ export class ServingFollower {
     this.#lastCommit = null;
     this.#retry = null;
     this.#progress = new ProgressTracker();
-    this.#backoff = this.options.retryMs;
+    // Another generation (or none) from here on: whatever failed before was another follow's.
+    this.#backoff.recovered();
     if (run) await this.#close(run);
   }
 
@@ -290,6 +296,7 @@ export class ServingFollower {
   }
 
   #committed(checkpoint: PipelineCheckpoint): void {
+    this.#backoff.committed(this.#startedFrom, checkpoint, `${this.options.lc.shape.name}.source`);
     const parsed = ReplicationPositionSchema.safeParse(
       checkpoint.positions[`${this.options.lc.shape.name}.source`],
     );
@@ -339,6 +346,8 @@ export class ServingFollower {
         return;
       }
       const sink = endpointSink(flc, cache, schema, branch);
+      this.#startedFrom = plan.checkpoint;
+      this.#backoff.started();
       const run = await startRun(flc, {
         branch,
         cache,
@@ -394,9 +403,9 @@ export class ServingFollower {
     this.#error = { code: failure.code, message: failure.message };
     this.#to(FollowerPhase.retrying);
     const generation = this.#generation!;
-    const wait = this.#backoff;
-    this.#backoff = Math.min(this.#backoff * 2, MAX_BACKOFF_MS);
-    this.#retry = { attempts: (this.#retry?.attempts ?? 0) + 1, nextAttemptAt: Date.now() + wait };
+    const attempts = this.#backoff.failed();
+    const wait = this.#backoff.waitMs();
+    this.#retry = { attempts, nextAttemptAt: Date.now() + wait };
     this.#retryTimer = setTimeout(() => {
       this.#retryTimer = null;
       if (this.#retry !== null) this.#retry = { ...this.#retry, nextAttemptAt: null };

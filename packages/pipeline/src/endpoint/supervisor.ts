@@ -9,6 +9,7 @@ import {
 } from '@sluice/core';
 import type { SourceBranch } from '../types.js';
 import type { Launch, Run } from './launch.js';
+import { RetryBackoff } from './retry-backoff.js';
 
 /**
  * Where an endpoint pipeline's supervisor is:
@@ -49,15 +50,18 @@ export interface SupervisorOptions {
   /** Plans and opens a run; `sourceChange`: the message of a source change that forces the rebuild. */
   prepare: (force: boolean, sourceChange?: string) => Promise<Launch>;
   start: (launch: Launch) => Promise<Run>;
-  /** Wait before re-planning after a failure; doubles up to 30 s. */
+  /**
+   * Wait before re-planning after a failure; doubles per failed attempt up to 30 s, and starts over once a run
+   * recovered (retry-backoff.ts).
+   */
   retryMs: number;
   /** Called when the pipeline stops (wakes waiters). */
   onStopped: () => void;
   /** Called when a run starts being supervised (a launch, a retry, a rollback's run). */
   onAdopted?: (run: Run) => void;
+  /** Called when the supervised run failed, before it is ended (its source still open) and retried. */
+  onFailed?: (run: Run) => void;
 }
-
-const MAX_BACKOFF_MS = 30_000;
 
 /**
  * Keeps an endpoint's pipeline running: one run at a time, a failed run (or a failed re-plan) retried after a
@@ -89,11 +93,18 @@ export class EndpointSupervisor {
   #error: { code: string; message: string } | null = null;
   /** From a failure until a run is adopted again: failed attempts in a row, and when the next is due (epoch ms). */
   #retry: { attempts: number; nextAttemptAt: number | null } | null = null;
+  /**
+   * The failed attempts in a row and the wait before the next: unlike {@link retry}, shown only while retrying, they
+   * outlive a run that is adopted and fails before it recovered (retry-backoff.ts).
+   */
+  #backoff: RetryBackoff;
   #loop: Promise<void> | null = null;
   /** Ends the back-off wait early (halt, stop). */
   #wake = new AbortController();
 
-  constructor(private readonly options: SupervisorOptions) {}
+  constructor(private readonly options: SupervisorOptions) {
+    this.#backoff = new RetryBackoff(options.retryMs);
+  }
 
   get phase(): SupervisorPhase {
     return this.#phase;
@@ -133,9 +144,11 @@ export class EndpointSupervisor {
     return this.#retry;
   }
 
-  /** Records a commit of the current run. */
+  /** Records a commit of the current run: one past where it started ends the outage it recovered from. */
   committed(checkpoint: PipelineCheckpoint): void {
     this.#checkpoint = checkpoint;
+    const run = this.#run;
+    if (run !== null) this.#backoff.committed(run.checkpoint, checkpoint, run.branch.source.handle);
   }
 
   /** Plans and starts a run, and keeps supervising it. Rejects (phase `retrying`, supervised) when it fails. */
@@ -255,6 +268,7 @@ export class EndpointSupervisor {
     this.#checkpoint = run.checkpoint;
     this.#error = null;
     this.#retry = null;
+    this.#backoff.started();
     this.#to(SupervisorPhase.running);
     this.options.onAdopted?.(run);
   }
@@ -267,7 +281,7 @@ export class EndpointSupervisor {
   /** Counts a failed run or launch: its error is kept, the next attempt is not planned yet. */
   #failed(err: unknown): void {
     this.#error = failureOf(err);
-    this.#retry = { attempts: (this.#retry?.attempts ?? 0) + 1, nextAttemptAt: null };
+    this.#retry = { attempts: this.#backoff.failed(), nextAttemptAt: null };
   }
 
   /** Starts the supervision loop unless it runs (or there is nothing to supervise). */
@@ -282,7 +296,6 @@ export class EndpointSupervisor {
 
   async #superviseLoop(): Promise<void> {
     const { logger, endpoint } = this.options;
-    let backoff = this.options.retryMs;
     for (;;) {
       if (this.#in(SupervisorPhase.running)) {
         const run = this.#run!;
@@ -293,13 +306,13 @@ export class EndpointSupervisor {
         } catch (err) {
           if (!this.#in(SupervisorPhase.running) || this.#run !== run) return;
           this.#failed(err);
+          this.options.onFailed?.(run);
           await this.#endRun();
           if (SluiceError.hasCode(err, 'SOURCE_SCHEMA_CHANGED')) {
             // The table changed in a way this generation cannot take: a new one, the old serving meanwhile.
             logger.warn({ endpoint, err }, 'source schema changed; building a new generation');
             try {
               await this.#launch(true, (err as Error).message);
-              backoff = this.options.retryMs;
               continue;
             } catch (relaunch) {
               if (!this.#in(SupervisorPhase.launching)) return;
@@ -312,15 +325,15 @@ export class EndpointSupervisor {
         }
       }
       if (!this.#in(SupervisorPhase.retrying)) return;
-      if (this.#retry !== null) this.#retry = { ...this.#retry, nextAttemptAt: Date.now() + backoff };
+      const wait = this.#backoff.waitMs();
+      if (this.#retry !== null) this.#retry = { ...this.#retry, nextAttemptAt: Date.now() + wait };
       try {
-        await delay(backoff, undefined, { signal: this.#wake.signal });
+        await delay(wait, undefined, { signal: this.#wake.signal });
       } catch {
         return;
       }
       if (!this.#in(SupervisorPhase.retrying)) return;
       if (this.#retry !== null) this.#retry = { ...this.#retry, nextAttemptAt: null };
-      backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
       try {
         await this.#launch(false);
       } catch (err) {

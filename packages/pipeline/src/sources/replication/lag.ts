@@ -25,9 +25,11 @@ export class LagTracker {
   private latest = 0n;
   private received: bigint | null = null;
   private unappliedSince: number | null = null;
+  private observed: number | null = null;
 
   /** PostgreSQL's current WAL position, sampled at `at`. */
   observeServer(lsn: string, at = Date.now()): void {
+    if (this.observed === null || at > this.observed) this.observed = at;
     const value = parseLsn(lsn);
     if (value > this.latest) this.latest = value;
     if (value <= this.caughtUp) return;
@@ -60,6 +62,11 @@ export class LagTracker {
     if (this.committed === null || value > this.committed) this.committed = value;
     if (this.received === null || value >= this.received) this.unappliedSince = null;
     this.advance(value);
+  }
+
+  /** When PostgreSQL's WAL position was last sampled (ms since the epoch), or null before the first sample. */
+  observedAt(): number | null {
+    return this.observed;
   }
 
   /** The committed position (PostgreSQL's spelling), or null before the first commit. */

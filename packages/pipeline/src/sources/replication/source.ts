@@ -6,6 +6,7 @@
 import type pg from 'pg';
 import { quoteIdent } from '../../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../../types.js';
+import { carryLag } from './carried-lag.js';
 import { SourceConnections } from './connections.js';
 import { columnFieldTypes, domainBaseTypes } from './domains.js';
 import { createHeartbeatTable, DEFAULT_HEARTBEAT_TABLE } from './heartbeat.js';
@@ -316,6 +317,13 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     replicationLag: (): ReplicationLag | null => live.lag.lag(),
     committedLsn: () => live.lag.committedLsn(),
     lagBehind: (lsn: string, since: number): ReplicationLag => live.lag.behind(lsn, since),
+    streaming: () => live.stream !== null,
+    // Only a read that streamed sampled PostgreSQL's WAL position: one that never did (it failed before, or waited
+    // for its slot in vain) knows nothing worth carrying.
+    carryLag: () =>
+      live.lag.observedAt() === null
+        ? null
+        : carryLag({ url: options.url, slot, tracker: live.lag, probeMs: streamSource.lagProbeMs }),
     close: async () => {
       const s = live.stream;
       live.stream = null;

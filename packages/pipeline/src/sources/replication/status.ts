@@ -4,6 +4,7 @@
  */
 import type { ReplicationStatus } from '@sluice/core';
 import type { PipelineSource } from '../../types.js';
+import type { CarriedLag } from './carried-lag.js';
 import type { ReplicationLag } from './lag.js';
 
 /** A replication source: a {@link PipelineSource} that can also say how far it lags. */
@@ -16,6 +17,13 @@ export interface ReplicationSource extends PipelineSource {
   committedLsn(): string | null;
   /** How far `lsn`, which stopped advancing at `since` (ms), is behind PostgreSQL's WAL now. */
   lagBehind(lsn: string, since: number): ReplicationLag;
+  /** True while a read streams the slot (its lag is live); false before, while it waits for the slot, and after. */
+  streaming(): boolean;
+  /**
+   * The lag its last read measured, carried on past the end of that read (carried-lag.ts): what an endpoint shows
+   * while it retries. Null when no read of this source measured any (it never streamed). Works after `close`.
+   */
+  carryLag(): CarriedLag | null;
 }
 
 /** The serving generation while the slot feeds another: where it stopped, and since when. */
@@ -60,7 +68,7 @@ export function replicationStatusOf(
     lagBytes: lag?.bytes ?? null,
     lagSeconds: lag?.seconds ?? null,
   };
-  if (standing === null) return { slot: source.slot, ...fed, following: null };
+  if (standing === null) return { slot: source.slot, ...fed, observedAt: null, following: null };
   // What readers get is the serving generation, standing where it last committed.
   const behind = standing.lsn === null ? null : source.lagBehind(standing.lsn, standing.since);
   return {
@@ -68,6 +76,7 @@ export function replicationStatusOf(
     committedLsn: standing.lsn,
     lagBytes: behind?.bytes ?? null,
     lagSeconds: behind?.seconds ?? null,
+    observedAt: null,
     following: { cache: standing.following, ...fed },
   };
 }
@@ -96,5 +105,10 @@ export function followedReplicationStatus(
       lagSeconds: lag?.seconds ?? null,
     };
   };
-  return { slot: serving.slot, ...figures(serving), following: { cache: fedCache, ...figures(fed) } };
+  return {
+    slot: serving.slot,
+    ...figures(serving),
+    observedAt: null,
+    following: { cache: fedCache, ...figures(fed) },
+  };
 }
