@@ -4,6 +4,7 @@ import jwt from '@fastify/jwt';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import {
+  type CommitState,
   type Filter,
   issuesOf,
   parseCountQuery,
@@ -98,8 +99,11 @@ export interface BuildAppOptions {
  * reader how many records are hidden from it; for the same reason the checkpoint's positions keep only
  * replication sources' LSNs (visible-positions.ts), not the sink's record counters or a file source's line count.
  */
-function describe(generation: Generation, rowFilter: Filter | undefined): EndpointInfo {
-  const state = generation.cache.commitState();
+function describe(
+  generation: Generation,
+  rowFilter: Filter | undefined,
+  state: Readonly<CommitState> = generation.cache.commitState(),
+): EndpointInfo {
   return {
     name: generation.alias,
     cache: generation.name,
@@ -335,8 +339,11 @@ export async function buildApp(options: BuildAppOptions) {
     async (request, reply) => {
       const { lease, rowFilter } = await openFresh(request, request.params.name);
       try {
-        stamp(reply, lease);
-        return describe(lease.generation, rowFilter);
+        // The headers name the commit the body describes.
+        const state = lease.cache.servingState();
+        reply.header(CACHE_HEADER, lease.generation.name);
+        stampState(reply, state);
+        return describe(lease.generation, rowFilter, state);
       } finally {
         lease.release();
       }

@@ -128,6 +128,53 @@ describe('freshness headers (issue 16)', () => {
     }
   });
 
+  it('defect: endpoint info and counts carried a sluice-position up to 50 ms older than the checkpoint they answered with (null before the first one), even below the sluice-min-position they had waited for', {
+    timeout: 60_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const root = join(dir.path, 'data');
+    const lsns = ['0/100', '0/200', '0/300', '0/400', '0/500', '0/600'];
+    await using writer = spawnTs(WRITER, ['--root', root, '--trigger', dir.path, '--lsns', lsns.join(',')]);
+    await writer.waitForLine(/^READY /, 30_000);
+    const server = await startServer(root, 10_000);
+    try {
+      // One reader asks for the endpoint's description back to back while the writer commits: every answer's header
+      // must name the position its own body reports (the header is what a client keeps for read-your-writes).
+      const mismatches: string[] = [];
+      let answers = 0;
+      let committing = true;
+      const reader = (async () => {
+        while (committing) {
+          const response = await fetch(`${server.url}/v1/endpoints/items`);
+          const body = (await response.json()) as { checkpoint: Parameters<typeof formatPositionHeader>[0] };
+          const header = response.headers.get('sluice-position');
+          const described = formatPositionHeader(body.checkpoint);
+          answers++;
+          if (header !== described) mismatches.push(`header ${header}, body ${described}`);
+        }
+      })();
+      for (let i = 1; i < lsns.length; i++) {
+        await writeFile(join(dir.path, `go-${i}`), '');
+        await writer.waitForLine(new RegExp(`^COMMITTED ${lsns[i]}`), 10_000);
+        // A count that waited for this commit answers with (at least) its position.
+        const count = await fetch(`${server.url}/v1/endpoints/items/count`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'sluice-min-position': lsns[i]! },
+          body: '{}',
+        });
+        expect(count.status).toBe(200);
+        expect(count.headers.get('sluice-position')).toBe(`items.source="${lsns[i]}"`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      committing = false;
+      await reader;
+      expect(answers).toBeGreaterThan(lsns.length);
+      expect(mismatches).toEqual([]);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('a read with sluice-min-position waits for the commit, times out with 503 POSITION_NOT_REACHED', {
     timeout: 60_000,
   }, async () => {

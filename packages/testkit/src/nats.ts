@@ -32,6 +32,11 @@ export interface NatsServerHandle extends AsyncDisposable {
   start(): Promise<void>;
   /** Stop then start. */
   restart(): Promise<void>;
+  /**
+   * Reloads the configuration file (SIGHUP) — permissions, for one — and resolves once the server says it did.
+   * Only for a server started with `-c <file>` in `args`.
+   */
+  reload(): Promise<void>;
   readonly running: boolean;
   readonly storeDir: string;
 }
@@ -102,6 +107,19 @@ export async function startNatsServer(
     async restart() {
       await halt('SIGTERM');
       await start();
+    },
+    async reload() {
+      const current = child;
+      if (!current) throw new Error('nats-server is not running: nothing to reload');
+      const reloaded = (line: string) => /Reloaded server configuration/.test(line);
+      const before = current.lines.filter(reloaded).length;
+      current.kill('SIGHUP');
+      const deadline = Date.now() + 10_000;
+      while (current.lines.filter(reloaded).length === before) {
+        if (Date.now() > deadline)
+          throw new Error(`nats-server did not reload its configuration; output:\n${current.output()}`);
+        await sleep(25);
+      }
     },
     async [Symbol.asyncDispose]() {
       await halt('SIGKILL');

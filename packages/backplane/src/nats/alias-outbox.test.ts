@@ -3,12 +3,14 @@
  * latest per host and alias — and published once NATS is back: subscribers hear them and the KV bucket holds them
  * for late processes. Real nats-server processes, killed and started again on the same port and store.
  */
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { connect } from '@nats-io/transport-node';
 import type { AliasRedirected, SluiceEvent } from '@sluice/core';
 import { aliasRedirected } from '@sluice/core';
-import { startNatsServer, waitFor } from '@sluice/testkit';
+import { capturingLogger, startNatsServer, startTcpProxy, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { createNatsBackplane } from './nats-backplane.js';
 
@@ -82,6 +84,69 @@ describe('NATS backplane: alias redirects published during an outage', () => {
     await publisher.publish(next);
     await waitFor(() => heard.length === 4, { what: 'the next redirect' });
     expect(ofAlias(heard, 'items')).toEqual([items1, items3, next]);
+  });
+
+  it('defect: a subscriber whose read of the alias bucket failed after its reconnect never heard the redirects published while it was cut off', async () => {
+    // Two users: the publisher's, and the subscriber's — whose JetStream access the test takes away for a while
+    // (as a JetStream not yet ready after a restart would refuse it), reloading the server's configuration.
+    await using dir = await tempDir();
+    const config = join(dir.path, 'nats.conf');
+    // JetStream is set in the file, not by flags: a reload applies the file's settings, JetStream's included.
+    const users = (subscriberMayUseJetStream: boolean) =>
+      `jetstream { store_dir: "${join(dir.path, 'jetstream')}" }
+      authorization { users: [
+        { user: pub, password: pub-secret }
+        { user: sub, password: sub-secret${subscriberMayUseJetStream ? '' : ', permissions: { publish: { deny: ["$JS.API.>"] } }'} }
+      ] }\n`;
+    await writeFile(config, users(true));
+    await using server = await startNatsServer({ jetstream: false, args: ['-c', config] });
+    // The subscriber reaches NATS through a proxy the test cuts: the publisher carries on meanwhile.
+    await using proxy = await startTcpProxy(server.port);
+    const common = { clusterName: 'replay', ...FAST };
+    await using publisher = await createNatsBackplane({
+      ...common,
+      nats: { servers: server.url, user: 'pub', pass: 'pub-secret' },
+      nodeId: 'app-server',
+    });
+    const logger = capturingLogger();
+    await using listener = await createNatsBackplane({
+      ...common,
+      nats: { servers: proxy.url, user: 'sub', pass: 'sub-secret' },
+      nodeId: 'api-server',
+      logger,
+    });
+    const heard: SluiceEvent[] = [];
+    await using _s = await listener.subscribe((e) => void heard.push(e), { types: ['AliasRedirected'] });
+    const items1 = redirect('items', 1);
+    await publisher.publish(items1);
+    await waitFor(() => heard.length === 1, { what: 'the first redirect' });
+
+    await proxy.cut();
+    await waitFor(() => listener.status() === 'reconnecting', { what: 'the subscriber to notice the cut' });
+    // Published and stored while the subscriber cannot hear it: it is owed from the bucket after its reconnect.
+    const items2 = redirect('items', 2);
+    await publisher.publish(items2);
+
+    await writeFile(config, users(false));
+    await server.reload();
+    await proxy.restore();
+    const failedReads = () =>
+      logger.warnings().filter((e) => e.msg === 'could not read the alias bucket after reconnecting').length;
+    await waitFor(() => failedReads() > 0, {
+      timeoutMs: 15_000,
+      what: 'the subscriber to reconnect and fail to read the bucket',
+    });
+    expect(listener.status()).toBe('connected');
+    expect(heard).toEqual([items1]);
+
+    // JetStream answers it again: the redirect it missed reaches it without another reconnect or publish.
+    await writeFile(config, users(true));
+    await server.reload();
+    await waitFor(() => heard.length === 2, {
+      timeoutMs: 15_000,
+      what: 'the missed redirect once the bucket can be read',
+    });
+    expect(heard).toEqual([items1, items2]);
   });
 
   it('a redirect whose alias state the bucket refused is kept and stored by a retry once the bucket takes it', async () => {

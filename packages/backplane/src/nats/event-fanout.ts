@@ -29,6 +29,9 @@ interface EventSubscription {
   baseline: Map<string, AliasRedirected>;
 }
 
+/** Delays between reads of the alias bucket after a reconnect whose read failed: doubling, capped. */
+const REPLAY_RETRY = { initialDelayMs: 100, maxDelayMs: 5_000 };
+
 /** What the fan-out needs of its backplane: the connection, and whether it is usable right now. */
 export interface NatsEventFanoutOptions {
   nc: NatsConnection;
@@ -54,6 +57,9 @@ export class NatsEventFanout {
   readonly #connected: () => boolean;
   readonly #flush: () => Promise<boolean>;
   readonly #subs = new Set<EventSubscription>();
+  /** The armed retry of a failed replay (see replayAliasState), and the delay of the one after it. */
+  #replayTimer: NodeJS.Timeout | null = null;
+  #replayDelayMs = REPLAY_RETRY.initialDelayMs;
 
   constructor(options: NatsEventFanoutOptions) {
     this.#nc = options.nc;
@@ -154,23 +160,61 @@ export class NatsEventFanout {
     state.delivery.deliver(event);
   }
 
-  /** After a reconnect, hands subscribers the redirects published while they could not hear them. */
-  async replayAliasState(): Promise<void> {
+  /**
+   * After a reconnect, hands subscribers the redirects published while they could not hear them. A read of the
+   * bucket that fails while connected (JetStream not ready yet after a server restart, say) is tried again after a
+   * growing delay until one succeeds — the reconnect is the only moment those redirects are looked for, so giving
+   * up would lose them for good. A reconnect starts the retries over; while disconnected the next reconnect does.
+   */
+  replayAliasState(): Promise<void> {
+    this.#cancelReplayRetry();
+    this.#replayDelayMs = REPLAY_RETRY.initialDelayMs;
+    return this.#replay();
+  }
+
+  async #replay(): Promise<void> {
     const interested = [...this.#subs].filter((s) => s.delivery.wants('AliasRedirected'));
     if (interested.length === 0) return;
+    let latest: AliasRedirected[];
     try {
-      const latest = await this.#aliases.list(this.#aliasHost);
-      for (const state of interested) {
-        if (!this.#subs.has(state)) continue;
-        for (const event of latest) this.#offer(state, event, true);
-      }
+      latest = await this.#aliases.list(this.#aliasHost);
     } catch (err) {
-      this.#logger.warn({ err }, 'could not read the alias bucket after reconnecting');
+      this.#replayFailed(err);
+      return;
     }
+    for (const state of interested) {
+      if (!this.#subs.has(state)) continue;
+      for (const event of latest) this.#offer(state, event, true);
+    }
+  }
+
+  #replayFailed(err: unknown): void {
+    const retrying = this.#connected() && this.#subs.size > 0;
+    // Said once per reconnect; the retries after it are debug (a bucket that keeps refusing would flood the log).
+    const first = this.#replayDelayMs === REPLAY_RETRY.initialDelayMs;
+    const log = first ? this.#logger.warn : this.#logger.debug;
+    log.call(
+      this.#logger,
+      retrying ? { err, retryInMs: this.#replayDelayMs } : { err },
+      'could not read the alias bucket after reconnecting',
+    );
+    if (!retrying) return;
+    this.#replayTimer = setTimeout(() => {
+      this.#replayTimer = null;
+      void this.#replay();
+    }, this.#replayDelayMs);
+    this.#replayTimer.unref();
+    this.#replayDelayMs = Math.min(this.#replayDelayMs * 2, REPLAY_RETRY.maxDelayMs);
+  }
+
+  #cancelReplayRetry(): void {
+    if (this.#replayTimer) clearTimeout(this.#replayTimer);
+    this.#replayTimer = null;
   }
 
   /** Forgets every subscriber (the connection is closing). */
   clear(): void {
+    this.#cancelReplayRetry();
     this.#subs.clear();
   }
 }

@@ -369,16 +369,26 @@ export class NatsBackplane implements Backplane {
     );
   }
 
-  /** Publishes one redirect on its host's subject and stores it as its alias's latest state (what the outbox sends). */
+  /**
+   * Publishes one redirect on its host's subject, stores it as its alias's latest state, and publishes it once more
+   * (what the outbox sends). The first publish reaches live subscribers even where the bucket cannot be written
+   * (NATS without JetStream). The second closes a window: a subscriber whose subscription came back after the first
+   * publish but read the bucket before the store landed would otherwise get neither. Every subscriber reads the
+   * bucket only after its subscription is back, so it hears the second publish or finds the state stored;
+   * subscribers drop the repeat (same alias, same version).
+   */
   async #sendRedirect(event: AliasRedirected): Promise<void> {
     if (!this.#health.connected()) {
       throw new BackplaneUnavailableError(`Cannot publish AliasRedirected: NATS is ${this.#health.status()}`);
     }
-    try {
-      this.#nc.publish(this.subjects.eventOf(event), JSON.stringify(event));
-    } catch (err) {
-      throw new BackplaneUnavailableError('Cannot publish AliasRedirected', { cause: err });
-    }
+    const announce = () => {
+      try {
+        this.#nc.publish(this.subjects.eventOf(event), JSON.stringify(event));
+      } catch (err) {
+        throw new BackplaneUnavailableError('Cannot publish AliasRedirected', { cause: err });
+      }
+    };
+    announce();
     try {
       await this.#aliases.put(event);
     } catch (err) {
@@ -387,6 +397,7 @@ export class NatsBackplane implements Backplane {
         { cause: err },
       );
     }
+    announce();
   }
 
   async subscribe(
