@@ -52,6 +52,7 @@ export async function openServingPlane(
     gcGraceMs: config.cache.gcGraceMs,
     scanCap: config.cache.scanCap,
     deferIndexesFrom: config.cache.deferIndexesFrom,
+    stagedInMemory: config.cache.stagedInMemory,
     changes: config.cache.changes,
     logger: context.logger,
   });

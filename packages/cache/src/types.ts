@@ -1,4 +1,4 @@
-import type { Logger } from '@sluice/core';
+import { CACHE_DEFAULTS, type Logger } from '@sluice/core';
 import type { ChangeRetention } from './change-log.js';
 
 /*
@@ -45,5 +45,5 @@ export interface CacheManagerOptions {
   stagedInMemory?: number;
 }
 
-/** Default of {@link CacheManagerOptions.stagedInMemory}. */
-export const STAGED_IN_MEMORY = 10_000;
+/** Default of {@link CacheManagerOptions.stagedInMemory} (`cache.stagedInMemory` of the configuration). */
+export const STAGED_IN_MEMORY = CACHE_DEFAULTS.stagedInMemory;

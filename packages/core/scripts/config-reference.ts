@@ -71,6 +71,8 @@ const NOTES: Record<string, string> = {
     '`true` (any origin) or origins as a browser sends them (`https://app.example`, `http://localhost:3000`: lower case, no default port, no path); the preflight allows `authorization`, `content-type`, `sluice-min-position` and `last-event-id`',
   'control.auth': '`tokens` (at least one) or `jwtSecret`, or both',
   'files.roots': 'empty: the working directory; relative roots resolve against it',
+  'cache.stagedInMemory':
+    "changes of one source transaction a cache writer holds in memory; the rest wait in the generation's staging area on disk until the commit (memory stays about this size whatever the transaction's)",
   'backplane.strategy':
     '`auto`: `nats` when `nats` is set, else `single` on a SQLite store, else `direct`; the api-servers follow alias events on NATS only when the strategy is (or `auto` picks) `nats`, else they watch the alias table',
 };

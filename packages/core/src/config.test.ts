@@ -70,6 +70,7 @@ describe('resolveConfig: defaults', () => {
       gcGraceMs: 60_000,
       scanCap: 100_000,
       deferIndexesFrom: 250_000,
+      stagedInMemory: 10_000,
       changes: { retainRecords: 100_000, retainMs: 86_400_000 },
     },
     pipeline: { commitEveryRecords: 10_000, commitEveryMs: 1_000 },

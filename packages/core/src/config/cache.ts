@@ -16,6 +16,12 @@ export const CACHE_DEFAULTS = {
    * (docs/cache-index-build.md § Small loads write their indexes directly).
    */
   deferIndexesFrom: 250_000,
+  /**
+   * Staged changes a cache writer holds in memory before it moves the rest of a source transaction to the
+   * generation's staging area on disk (packages/cache/README.md § Staging): a transaction of any size then costs
+   * about this many changes' worth of memory. A snapshot commit never spills (its writer names its own size).
+   */
+  stagedInMemory: 10_000,
 } as const;
 
 /** `cache`: this host's LMDB cache generations. */
@@ -29,6 +35,7 @@ export const CacheConfigSchema = z
       .default(CACHE_DEFAULTS.gcGraceMs),
     scanCap: z.number().int().min(1).max(100_000_000).default(CACHE_DEFAULTS.scanCap),
     deferIndexesFrom: z.number().int().min(0).max(1_000_000_000).default(CACHE_DEFAULTS.deferIndexesFrom),
+    stagedInMemory: z.number().int().min(1).max(100_000_000).default(CACHE_DEFAULTS.stagedInMemory),
     changes: z
       .strictObject({
         /** Most log entries kept per generation (the newest transaction is always kept whole). */
