@@ -10,29 +10,16 @@ import { freePort, sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { call, localNode, startHostApiServer, startNodeProcess } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
+import { databaseWith, endpointsStreaming, replicatedEndpointsYaml } from './replication-node.js';
 
 const postgres = logicalPostgresPerFile();
 
 /** Three endpoints of one table: fields from its columns, a `select` that keeps two, and the operator's fields. */
-function endpointsYaml(url: string, apiPort: number): string {
-  return [
-    'connections:',
-    `  db: { type: postgres, url: "${url}" }`,
-    `api: { port: ${apiPort} }`,
-    'endpoints:',
-    '  - name: items',
-    '    source: { type: postgres, connection: db, table: items }',
-    '    primaryKey: [id]',
-    '  - name: picked',
-    '    source: { type: postgres, connection: db, table: items }',
-    '    primaryKey: [id]',
-    '    select: [id, v]',
-    '  - name: typed',
-    '    source: { type: postgres, connection: db, table: items }',
-    '    primaryKey: [id]',
-    '    fields: { id: integer, v: integer }',
-  ].join('\n');
-}
+const ENDPOINTS = [
+  { name: 'items', fields: null },
+  { name: 'picked', table: 'items', fields: null, select: '[id, v]' },
+  { name: 'typed', table: 'items', fields: '{ id: integer, v: integer }' },
+];
 
 /** The first `upsert` event of a change feed, or the refusal (status and body) when the feed is not opened. */
 async function firstFeedUpsert(url: string): Promise<{ status: number; data: string }> {
@@ -58,28 +45,25 @@ describe('a column added to a replicated table', () => {
     timeout: 240_000,
   }, async () => {
     await using dir = await tempDir('sluice-added-column-');
-    const url = await postgres().createDatabase('added');
-    await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int)');
-    await sql(url, 'INSERT INTO items SELECT g, g FROM generate_series(1, 50) g');
+    const url = await databaseWith(
+      postgres(),
+      'added',
+      'CREATE TABLE items (id int PRIMARY KEY, v int)',
+      'INSERT INTO items SELECT g, g FROM generate_series(1, 50) g',
+    );
     const apiPort = await freePort();
     const api = `http://127.0.0.1:${apiPort}`;
-    const spec = { ...localNode('h1', dir.path), extraYaml: endpointsYaml(url, apiPort) };
+    const spec = {
+      ...localNode('h1', dir.path),
+      extraYaml: replicatedEndpointsYaml(url, ENDPOINTS, { apiPort }),
+    };
     let node = await startNodeProcess(spec);
     try {
-      const serving = async () =>
-        waitFor(
-          async () => {
-            const endpoints = (await call(`${node.url}/v1/endpoints`)).body.endpoints as Array<{
-              name: string;
-              servingCache: string | null;
-              decision: { decision: string; reason: string } | null;
-              replication: { committedLsn: string | null } | null;
-            }>;
-            return endpoints.every((e) => e.servingCache !== null && e.replication?.committedLsn != null)
-              ? new Map(endpoints.map((e) => [e.name, e]))
-              : null;
-          },
-          { timeoutMs: 90_000, intervalMs: 200, what: 'every endpoint to stream' },
+      const serving = () =>
+        endpointsStreaming(
+          node,
+          ENDPOINTS.map((e) => e.name),
+          { timeoutMs: 90_000 },
         );
       const before = await serving();
       await using _api = await startHostApiServer(node);

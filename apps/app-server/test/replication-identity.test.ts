@@ -10,24 +10,11 @@ import { openCacheManager } from '@sluice/cache';
 import { parseQuery } from '@sluice/core';
 import { sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, localNode, type NodeProcess, startNodeProcess } from './helpers.js';
+import { localNode, type NodeProcess, startNodeProcess } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
+import { databaseWith, endpointOf, replicatedEndpointsYaml } from './replication-node.js';
 
 const postgres = logicalPostgresPerFile();
-
-interface EndpointView {
-  name: string;
-  phase: string;
-  servingCache: string | null;
-  decision: { decision: string; reason: string } | null;
-  error: { code: string; message: string } | null;
-  badRecords: { count: number };
-}
-
-async function endpoint(node: NodeProcess, name: string): Promise<EndpointView> {
-  const endpoints = (await call(`${node.url}/v1/endpoints`)).body.endpoints as EndpointView[];
-  return endpoints.find((e) => e.name === name)!;
-}
 
 /** What the endpoint serves: its alias's records, read as an api-server reads them (the node's data directory). */
 async function records(node: NodeProcess, name: string): Promise<Array<Record<string, unknown>>> {
@@ -45,17 +32,17 @@ async function records(node: NodeProcess, name: string): Promise<Array<Record<st
   }
 }
 
-const yaml = (url: string, endpoints: string[]) =>
-  ['connections:', `  db: { type: postgres, url: "${url}" }`, 'endpoints:', ...endpoints].join('\n');
-
 describe('replicated tables an endpoint cannot follow as it is', () => {
   it('defect: an endpoint keyed outside the replica identity is refused; a recreated table is rebuilt', {
     timeout: 240_000,
   }, async () => {
     await using dir = await tempDir('sluice-app-identity-');
-    const url = await postgres().createDatabase('identity');
-    await sql(url, 'CREATE TABLE byname (id int PRIMARY KEY, v text UNIQUE NOT NULL, n int)');
-    await sql(url, "INSERT INTO byname VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3)");
+    const url = await databaseWith(
+      postgres(),
+      'identity',
+      'CREATE TABLE byname (id int PRIMARY KEY, v text UNIQUE NOT NULL, n int)',
+      "INSERT INTO byname VALUES (1, 'one', 1), (2, 'two', 2), (3, 'three', 3)",
+    );
     const createFullid = async (rows: string) => {
       await sql(url, 'CREATE TABLE fullid (a int NOT NULL, b text)');
       await sql(url, 'ALTER TABLE fullid REPLICA IDENTITY FULL');
@@ -64,13 +51,9 @@ describe('replicated tables an endpoint cannot follow as it is', () => {
     await createFullid("(1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')");
     const spec = {
       ...localNode('h7', dir.path),
-      extraYaml: yaml(url, [
-        '  - name: byname',
-        '    source: { type: postgres, connection: db, table: byname }',
-        '    primaryKey: [v]',
-        '  - name: fullid',
-        '    source: { type: postgres, connection: db, table: fullid, key: [a] }',
-        '    primaryKey: [a]',
+      extraYaml: replicatedEndpointsYaml(url, [
+        { name: 'byname', primaryKey: 'v', fields: null },
+        { name: 'fullid', sourceKey: '[a]', primaryKey: 'a', fields: null },
       ]),
     };
     const keysOf = async (node: NodeProcess) =>
@@ -82,7 +65,7 @@ describe('replicated tables an endpoint cannot follow as it is', () => {
         what: 'fullid to serve its rows',
       });
       // Refused up front: not streaming, not serving a diverging cache.
-      const byname = await endpoint(node, 'byname');
+      const byname = await endpointOf(node, 'byname');
       expect(byname.phase).toBe('failed');
       expect(byname.servingCache).toBeNull();
       expect(byname.error?.code).toBe('REPLICA_IDENTITY_MISSING');
@@ -93,7 +76,7 @@ describe('replicated tables an endpoint cannot follow as it is', () => {
       await createFullid("(100, 'new'), (101, 'new2')");
       await waitFor(async () => JSON.stringify(await keysOf(node)) === '[100,101]', {
         timeoutMs: 60_000,
-        what: `fullid to serve the recreated table (${JSON.stringify(await endpoint(node, 'fullid'))})`,
+        what: `fullid to serve the recreated table (${JSON.stringify(await endpointOf(node, 'fullid'))})`,
       });
       expect(await node.child.stop('SIGTERM', 20_000)).toMatchObject({ code: 0 });
     }
@@ -104,9 +87,9 @@ describe('replicated tables an endpoint cannot follow as it is', () => {
     await using node = await startNodeProcess(spec);
     await waitFor(async () => JSON.stringify(await keysOf(node)) === '[200]', {
       timeoutMs: 60_000,
-      what: `fullid to serve the table now there (${JSON.stringify(await endpoint(node, 'fullid'))})`,
+      what: `fullid to serve the table now there (${JSON.stringify(await endpointOf(node, 'fullid'))})`,
     });
-    const fullid = await endpoint(node, 'fullid');
+    const fullid = await endpointOf(node, 'fullid');
     expect(fullid.decision?.decision).toBe('from-scratch');
     expect(fullid.decision?.reason).toMatch(/fullid/);
   });

@@ -1,8 +1,8 @@
 /**
  * The fixtures of the app-server's logical-replication process tests, defined once so that those tests differ only
  * in what they test: a source table in a database of the file's private PostgreSQL, the YAML of an endpoint over
- * it, what `GET /v1/endpoints` says of that endpoint, an app-server (and its host's api-server) serving it, and a
- * writer committing to the table in the background.
+ * it, what `GET /v1/endpoints` says of that endpoint, and an app-server (and its host's api-server) serving it. The
+ * writer committing to `items` in the background is `startItemsWriter` of @sluice/testkit, shared with pipeline's tests.
  *
  * @example
  * ```ts
@@ -11,14 +11,7 @@
  * await itemsStreaming(node, { records: 100 });
  * ```
  */
-import {
-  type ChildHandle,
-  type LogicalPostgresHandle,
-  type SourceWriter,
-  sql,
-  startSourceWriter,
-  waitFor,
-} from '@sluice/testkit';
+import { type ChildHandle, type LogicalPostgresHandle, sql, waitFor } from '@sluice/testkit';
 import { call, type NodeProcess, type NodeSpec, startHostApiServer, startNodeProcess } from './helpers.js';
 
 /** A retry as `GET /v1/endpoints` shows one: failed attempts in a row, and when the next is due. */
@@ -36,7 +29,7 @@ export interface EndpointView {
   records: number | null;
   error: { code: string; message: string } | null;
   retry: RetryView | null;
-  decision: { decision: string } | null;
+  decision: { decision: string; reason: string } | null;
   held: { cache: string; reason: string } | null;
   follower: {
     cache: string;
@@ -113,23 +106,36 @@ export function itemsTable(
 /** The fields of endpoint `items` over {@link itemsTable}. */
 export const ITEMS_FIELDS = '{ id: integer, v: integer, s: string }';
 
-/** What {@link replicatedEndpointYaml} writes besides the endpoint's source; each has the default said. */
-export interface ReplicatedEndpointOptions {
-  /** The endpoint's name, and its table's: `items`. */
+/** One endpoint of {@link replicatedEndpointsYaml}, reading a table of connection `db`; each has the default said. */
+export interface ReplicatedEndpointSpec {
+  /** The endpoint's name: `items`. */
   name?: string;
+  /** Its source table: the endpoint's name. */
+  table?: string;
+  /** The source's `key` (a YAML flow sequence), for a table whose replica identity is not a primary key: none. */
+  sourceKey?: string;
   /** The primary key column: `id`. */
   primaryKey?: string;
-  /** Its `fields`, a YAML flow mapping: {@link ITEMS_FIELDS}. */
-  fields?: string;
+  /** Its `fields`, a YAML flow mapping: {@link ITEMS_FIELDS}; `null` writes none (typed from the table's columns). */
+  fields?: string | null;
+  /** Its `select`, a YAML flow sequence of the columns it keeps: none, every column. */
+  select?: string;
   /** Its `indexes`, a YAML flow sequence: none. */
   indexes?: string;
   /** Its `switch` settings, a YAML flow mapping (`{ mode: manual }`): none, the product's. */
   switch?: string;
+}
+
+/** What {@link replicatedEndpointsYaml} writes besides the endpoints; each has the default said. */
+export interface ReplicationHostOptions {
   /** The port of the host's api-server (reads wait up to 5 s for a `sluice-min-position`): none, no api-server. */
   apiPort?: number;
   /** Replaced generations kept an hour (`cache.gcGraceMs`), so a rollback always finds its target: not kept. */
   keepGenerations?: boolean;
 }
+
+/** What {@link replicatedEndpointYaml} writes: its one endpoint and the host's settings. */
+export interface ReplicatedEndpointOptions extends ReplicatedEndpointSpec, ReplicationHostOptions {}
 
 /**
  * The YAML (`extraYaml` of a node) of one endpoint reading the table of the same name at `url` by logical
@@ -141,22 +147,49 @@ export interface ReplicatedEndpointOptions {
  * ```
  */
 export function replicatedEndpointYaml(url: string, options: ReplicatedEndpointOptions = {}): string {
-  const name = options.name ?? 'items';
+  return replicatedEndpointsYaml(url, [options], options);
+}
+
+/**
+ * The YAML (`extraYaml` of a node) of `endpoints` reading tables at `url` (connection `db`) by logical replication
+ * — `endpoints: []` for none.
+ *
+ * @example
+ * ```ts
+ * replicatedEndpointsYaml(url, [{ fields: null }, { name: 'picked', table: 'items', fields: null, select: '[id, v]' }]);
+ * ```
+ */
+export function replicatedEndpointsYaml(
+  url: string,
+  endpoints: readonly ReplicatedEndpointSpec[],
+  host: ReplicationHostOptions = {},
+): string {
   return [
     'connections:',
     `  db: { type: postgres, url: "${url}" }`,
-    options.apiPort === undefined ? '' : `api: { port: ${options.apiPort}, freshnessWaitMs: 5000 }`,
-    options.keepGenerations === true ? 'cache: { gcGraceMs: 3600000 }' : '',
-    'endpoints:',
-    `  - name: ${name}`,
-    `    source: { type: postgres, connection: db, table: ${name} }`,
-    `    primaryKey: [${options.primaryKey ?? 'id'}]`,
-    `    fields: ${options.fields ?? ITEMS_FIELDS}`,
-    options.indexes === undefined ? '' : `    indexes: ${options.indexes}`,
-    options.switch === undefined ? '' : `    switch: ${options.switch}`,
+    host.apiPort === undefined ? '' : `api: { port: ${host.apiPort}, freshnessWaitMs: 5000 }`,
+    host.keepGenerations === true ? 'cache: { gcGraceMs: 3600000 }' : '',
+    endpoints.length === 0 ? 'endpoints: []' : 'endpoints:',
+    ...endpoints.flatMap(endpointYamlLines),
   ]
     .filter((line) => line !== '')
     .join('\n');
+}
+
+/** The lines of one endpoint in the `endpoints:` sequence; empty ones stand for settings left out. */
+function endpointYamlLines(endpoint: ReplicatedEndpointSpec): string[] {
+  const name = endpoint.name ?? 'items';
+  const key = endpoint.sourceKey === undefined ? '' : `, key: ${endpoint.sourceKey}`;
+  const fields = endpoint.fields === undefined ? ITEMS_FIELDS : endpoint.fields;
+  return [
+    `  - name: ${name}`,
+    `    source: { type: postgres, connection: db, table: ${endpoint.table ?? name}${key} }`,
+    `    primaryKey: [${endpoint.primaryKey ?? 'id'}]`,
+    fields === null ? '' : `    fields: ${fields}`,
+    endpoint.select === undefined ? '' : `    select: ${endpoint.select}`,
+    endpoint.indexes === undefined ? '' : `    indexes: ${endpoint.indexes}`,
+    endpoint.switch === undefined ? '' : `    switch: ${endpoint.switch}`,
+  ];
 }
 
 /**
@@ -177,6 +210,27 @@ export function itemsStreaming(
         : null;
     },
     { timeoutMs, intervalMs: 200, what: 'items to stream' },
+  );
+}
+
+/**
+ * Waits until every endpoint of `names` on `node` serves and has committed a replication position (each streams).
+ * Resolves with what `GET /v1/endpoints` then said of them, by name.
+ */
+export function endpointsStreaming(
+  node: Pick<NodeProcess, 'url'>,
+  names: readonly string[],
+  { timeoutMs = 60_000 }: { timeoutMs?: number } = {},
+): Promise<Map<string, EndpointView>> {
+  return waitFor(
+    async () => {
+      const listed = (await call(`${node.url}/v1/endpoints`)).body.endpoints as EndpointView[];
+      const streaming = listed.filter(
+        (e) => names.includes(e.name) && e.servingCache && e.replication?.committedLsn,
+      );
+      return streaming.length === names.length ? new Map(streaming.map((e) => [e.name, e])) : null;
+    },
+    { timeoutMs, intervalMs: 200, what: `endpoints ${names.join(', ')} to stream` },
   );
 }
 
@@ -227,22 +281,4 @@ export async function startItemsHost(
     await node[Symbol.asyncDispose]();
     throw err;
   }
-}
-
-/**
- * A writer committing to {@link itemsTable}'s `items` (of `initialRows` rows) until stopped, each transaction an
- * update of a few rows, an insert (ids from 100,000 up) and a delete: a source that changes all the time, as under a
- * switch. Dispose (or `stop()`) ends it.
- */
-export function startItemsWriter(url: string, initialRows: number): SourceWriter {
-  return startSourceWriter(url, {
-    initialRows,
-    firstNewId: 100_000,
-    pauseMs: 2,
-    transaction: ({ updates, added, removed }) => `DO $$ BEGIN
-        UPDATE items SET v = v + 1 WHERE id IN (${updates.join(', ')});
-        INSERT INTO items VALUES (${added}, 0, 'new');
-        DELETE FROM items WHERE id = ${removed};
-      END $$`,
-  });
 }

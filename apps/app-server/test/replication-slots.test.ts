@@ -8,8 +8,9 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { spawnTs, sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { BIN, call, localNode, type NodeProcess, type NodeSpec, startNodeProcess } from './helpers.js';
+import { BIN, call, localNode, type NodeSpec, startNodeProcess } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
+import { databaseWith, endpointsStreaming, replicatedEndpointsYaml } from './replication-node.js';
 
 const postgres = logicalPostgresPerFile();
 
@@ -25,19 +26,16 @@ const publications = async (url: string) =>
     (r) => r.pubname,
   );
 
-function endpointYaml(url: string, names: string[]): string {
-  return [
-    'connections:',
-    `  db: { type: postgres, url: "${url}" }`,
-    names.length === 0 ? 'endpoints: []' : 'endpoints:',
-    ...names.flatMap((name) => [
-      `  - name: ${name}`,
-      `    source: { type: postgres, connection: db, table: ${name} }`,
-      '    primaryKey: [id]',
-      '    fields: { id: integer, v: integer }',
-    ]),
-  ].join('\n');
-}
+/** The two source tables of these tests. */
+const TABLES =
+  'CREATE TABLE items (id int PRIMARY KEY, v int); CREATE TABLE other (id int PRIMARY KEY, v int)';
+
+/** Endpoints `names`, each over the table of its name `(id int PRIMARY KEY, v int)`. */
+const endpointYaml = (url: string, names: string[]) =>
+  replicatedEndpointsYaml(
+    url,
+    names.map((name) => ({ name, fields: '{ id: integer, v: integer }' })),
+  );
 
 /** Runs `sluice-app-server <args> --config <file>` to its end. */
 async function cli(configFile: string, args: string[]) {
@@ -57,44 +55,28 @@ async function cli(configFile: string, args: string[]) {
   };
 }
 
-async function waitServing(node: NodeProcess, names: string[]) {
-  await waitFor(
-    async () => {
-      const endpoints = (await call(`${node.url}/v1/endpoints`)).body.endpoints as Array<{
-        name: string;
-        servingCache: string | null;
-        replication: { committedLsn: string | null } | null;
-      }>;
-      return names.every((n) =>
-        endpoints.some((e) => e.name === n && e.servingCache !== null && e.replication?.committedLsn),
-      );
-    },
-    { timeoutMs: 60_000, intervalMs: 200, what: `endpoints ${names.join(', ')} to stream` },
-  );
-}
-
 describe('replication slot hygiene', () => {
   it('drops the slot of an endpoint removed from the configuration on start-up, and nothing else', {
     timeout: 180_000,
   }, async () => {
     await using dir = await tempDir('sluice-app-slots-');
-    const url = await postgres().createDatabase('slots');
-    await sql(
-      url,
-      'CREATE TABLE items (id int PRIMARY KEY, v int); CREATE TABLE other (id int PRIMARY KEY, v int)',
+    const url = await databaseWith(
+      postgres(),
+      'slots',
+      TABLES,
+      'INSERT INTO items SELECT g, g FROM generate_series(1, 20) g',
+      'INSERT INTO other SELECT g, g FROM generate_series(1, 5) g',
+      // Not Sluice's: another tool's slot, and one that merely looks like Sluice's name (no Sluice publication).
+      "SELECT pg_create_logical_replication_slot('debezium', 'pgoutput')",
+      "SELECT pg_create_logical_replication_slot('sluice_h1_lookalike_source', 'pgoutput')",
     );
-    await sql(url, 'INSERT INTO items SELECT g, g FROM generate_series(1, 20) g');
-    await sql(url, 'INSERT INTO other SELECT g, g FROM generate_series(1, 5) g');
-    // Not Sluice's: another tool's slot, and one that merely looks like Sluice's name (no Sluice publication).
-    await sql(url, "SELECT pg_create_logical_replication_slot('debezium', 'pgoutput')");
-    await sql(url, "SELECT pg_create_logical_replication_slot('sluice_h1_lookalike_source', 'pgoutput')");
     const spec: NodeSpec = {
       ...localNode('h1', dir.path),
       extraYaml: endpointYaml(url, ['items', 'other']),
     };
     {
       await using node = await startNodeProcess(spec);
-      await waitServing(node, ['items', 'other']);
+      await endpointsStreaming(node, ['items', 'other']);
       expect(await slotNames(url)).toEqual([
         'debezium',
         'sluice_h1_items_source',
@@ -112,7 +94,7 @@ describe('replication slot hygiene', () => {
       publication: 'sluice_h1_other_source',
       endpoint: 'other',
     });
-    await waitServing(node, ['items']);
+    await endpointsStreaming(node, ['items']);
     expect(await slotNames(url)).toEqual([
       'debezium',
       'sluice_h1_items_source',
@@ -130,12 +112,12 @@ describe('replication slot hygiene', () => {
     timeout: 180_000,
   }, async () => {
     await using dir = await tempDir('sluice-app-slots-cli-');
-    const url = await postgres().createDatabase('slotscli');
-    await sql(
-      url,
-      'CREATE TABLE items (id int PRIMARY KEY, v int); CREATE TABLE other (id int PRIMARY KEY, v int)',
+    const url = await databaseWith(
+      postgres(),
+      'slotscli',
+      TABLES,
+      "SELECT pg_create_logical_replication_slot('debezium_2', 'pgoutput')",
     );
-    await sql(url, "SELECT pg_create_logical_replication_slot('debezium_2', 'pgoutput')");
     const spec: NodeSpec = {
       ...localNode('h2', dir.path),
       extraYaml: endpointYaml(url, ['items', 'other']),
@@ -143,7 +125,7 @@ describe('replication slot hygiene', () => {
     const configFile = join(spec.dir, 'sluice.yaml');
     {
       await using node = await startNodeProcess(spec);
-      await waitServing(node, ['items', 'other']);
+      await endpointsStreaming(node, ['items', 'other']);
 
       const listed = await cli(configFile, ['slots', 'list', '--json']);
       expect(listed.code).toBe(0);

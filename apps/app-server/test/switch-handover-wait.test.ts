@@ -16,7 +16,7 @@
  * packages/pipeline/src/endpoint/handover.test.ts.
  */
 import { compareLsn } from '@sluice/pipeline';
-import { freePort, sleep, tempDir, waitFor } from '@sluice/testkit';
+import { freePort, sleep, startItemsWriter, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { call, localNode, type NodeProcess } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
@@ -26,7 +26,6 @@ import {
   itemsTable,
   replicatedEndpointYaml,
   startItemsHost,
-  startItemsWriter,
 } from './replication-node.js';
 import { lastGenerationOtherThan, readContinuously, stepsBack } from './served-positions.js';
 import { startSlotHoldProxy } from './slot-hold-proxy.js';

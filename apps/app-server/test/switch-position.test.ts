@@ -7,11 +7,11 @@
  * The table is large enough that the rebuilt generation's snapshot takes seconds, while the serving generation goes
  * on following through its own slot — so when the snapshot is done, the serving one is ahead of it.
  */
-import { freePort, tempDir, waitFor } from '@sluice/testkit';
+import { freePort, startItemsWriter, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { call, localNode } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
-import { itemsTable, replicatedEndpointYaml, startItemsHost, startItemsWriter } from './replication-node.js';
+import { itemsTable, replicatedEndpointYaml, startItemsHost } from './replication-node.js';
 import { lastGenerationOtherThan, readContinuously, stepsBack } from './served-positions.js';
 
 const postgres = logicalPostgresPerFile();

@@ -66,6 +66,13 @@ const CheckpointInput = PipelineCheckpointSchema.nullable();
 const SourceHandle = z.string().min(1).max(512);
 const MAX_OPS_PER_APPLY = 1_000_000;
 
+/** Reads `steps` to the end for what reading them does: a lazy replay (staged-replay.ts) applies each step it yields. */
+function readToEnd(steps: Iterable<unknown>): void {
+  for (const _step of steps) {
+    // Reading the step applied it: nothing else is wanted of it.
+  }
+}
+
 /**
  * The writable handle of a cache generation (one writer process per cache). Writes are staged by `apply` and
  * become visible together at `commit`, which writes the records, every secondary index, the checkpoint and the
@@ -497,7 +504,9 @@ export class RwCache extends RoCache implements WritableCache {
               this.resolvePatches,
               outcome,
             );
-            if (options.changeLog === 'commits') for (const _ of steps);
+            // The steps apply the staged changes as they are read (replaySteps is lazy): a commit that logs its
+            // changes reads them as it appends them to the change log; one that logs only the commit reads them here.
+            if (options.changeLog === 'commits') readToEnd(steps);
             appendSteps(
               this.dbs,
               options.changeLog === 'commits' ? [] : steps,
@@ -507,14 +516,12 @@ export class RwCache extends RoCache implements WritableCache {
               this.changeLogMemo,
             );
             this.staging.dropSets(sets);
-            this.writeAddedFields(adding);
-            return {
-              ...state,
-              ...(fences !== undefined ? { fences } : {}),
+            return this.landed(state, {
+              fences,
               checkpoint: checkpointOut,
-              committedAt: new Date().toISOString(),
               recordCount: state.recordCount + outcome.delta,
-            };
+              adding,
+            });
           }
           let build: IndexBuildState | null = null;
           if (options.bulk === true && this.dbs.covering && this.dbs.indexes.length > 0)
@@ -580,14 +587,7 @@ export class RwCache extends RoCache implements WritableCache {
               Date.now(),
               this.changeLogMemo,
             );
-          this.writeAddedFields(adding);
-          return {
-            ...state,
-            ...(fences !== undefined ? { fences } : {}),
-            checkpoint: checkpointOut,
-            committedAt: new Date().toISOString(),
-            recordCount: count,
-          };
+          return this.landed(state, { fences, checkpoint: checkpointOut, recordCount: count, adding });
         }, 'commit');
       });
       if (sets !== null) this.staging.forget(sets);
@@ -632,6 +632,30 @@ export class RwCache extends RoCache implements WritableCache {
     } finally {
       this.committing = this.committing.filter((b) => b !== taken);
     }
+  }
+
+  /**
+   * The end of a commit's write transaction, whether it applied its changes from memory or from the staging area:
+   * the fields it adds stored, and the commit state it leaves — its checkpoint, its instant, its record count, and
+   * the writer fences when it was fenced.
+   */
+  private landed(
+    state: CommitState,
+    commit: {
+      fences: CommitState['fences'];
+      checkpoint: CommitState['checkpoint'];
+      recordCount: number;
+      adding: Record<string, FieldType>;
+    },
+  ): CommitState {
+    this.writeAddedFields(commit.adding);
+    return {
+      ...state,
+      ...(commit.fences !== undefined ? { fences: commit.fences } : {}),
+      checkpoint: commit.checkpoint,
+      committedAt: new Date().toISOString(),
+      recordCount: commit.recordCount,
+    };
   }
 
   /** Writes the fields added since the last commit into the stored schema (inside the commit's transaction). */

@@ -11,7 +11,7 @@
 import { join } from 'node:path';
 import { openCacheManager, type RoCache } from '@sluice/cache';
 import type { EndpointConfig } from '@sluice/core';
-import { sql, startSourceWriter, tempDir, waitFor } from '@sluice/testkit';
+import { sql, startItemsWriter, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { replicationContext, useLogicalPostgres } from '../test/replication.js';
 import { startEndpointPipeline } from './endpoint.js';
@@ -95,25 +95,16 @@ function stepsBack(samples: readonly Served[]): Array<{ before: Served; after: S
   return out;
 }
 
-/** A table big enough that a green's snapshot takes a few seconds, and a writer committing to it meanwhile. */
+/** Rows of the source table: enough that a green's snapshot takes a few seconds. */
+const ROWS = 60_000;
+
+/** A table of {@link ROWS} rows, which {@link startItemsWriter} then changes while a green builds. */
 async function busyItemsTable(prefix: string) {
   const url = await server.createDatabase(prefix);
   await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, name text)');
-  await sql(url, "INSERT INTO items SELECT i, i % 10, repeat('x', 300) FROM generate_series(1, 60000) i");
+  await sql(url, `INSERT INTO items SELECT i, i % 10, repeat('x', 300) FROM generate_series(1, ${ROWS}) i`);
   return url;
 }
-
-const writes = (url: string) =>
-  startSourceWriter(url, {
-    initialRows: 60_000,
-    firstNewId: 100_000,
-    pauseMs: 2,
-    transaction: ({ updates, added, removed }) => `DO $$ BEGIN
-      UPDATE items SET v = v + 1 WHERE id IN (${updates.join(', ')});
-      INSERT INTO items VALUES (${added}, 0, 'new');
-      DELETE FROM items WHERE id = ${removed};
-    END $$`,
-  });
 
 describe('the served position across a switch', () => {
   it('defect: a rebuilt green took the alias while the serving generation had committed past it: the served position went back', {
@@ -125,7 +116,7 @@ describe('the served position across a switch', () => {
     await using pipeline = await startEndpointPipeline(endpoint('auto'), replicationContext(caches, url));
     const blue = await pipeline.whenServing({ timeoutMs: 60_000 });
 
-    await using writer = writes(url);
+    await using writer = startItemsWriter(url, ROWS);
     const watch = watchServedPosition(caches, () => pipeline.status().buildingCache);
     try {
       await waitFor(() => writer.written >= 20, { what: 'the writer to commit' });
@@ -171,7 +162,7 @@ describe('the served position across a switch', () => {
     await using caches = await openCacheManager(join(dir.path, 'data'));
     await using pipeline = await startEndpointPipeline(endpoint('manual'), replicationContext(caches, url));
     const blue = await pipeline.whenServing({ timeoutMs: 60_000 });
-    await using writer = writes(url);
+    await using writer = startItemsWriter(url, ROWS);
     const watch = watchServedPosition(caches, () => pipeline.status().buildingCache);
     let promoted: Awaited<ReturnType<typeof pipeline.promote>>;
     try {

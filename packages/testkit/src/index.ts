@@ -1,6 +1,7 @@
 export { CHROMIUM_PATH, chromiumLaunchOptions } from './browser.js';
 export { MANUAL_CLOCK_START, ManualClock } from './clock.js';
 export { expectSluiceError } from './errors.js';
+export { startItemsWriter } from './items-writer.js';
 export { signJwt } from './jwt.js';
 export {
   type CapturingLogger,

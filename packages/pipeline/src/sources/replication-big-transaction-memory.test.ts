@@ -7,10 +7,10 @@
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { openCacheManager } from '@sluice/cache';
-import type { EndpointConfig } from '@sluice/core';
+import { openCacheManager, type RoCache } from '@sluice/cache';
 import { type ChildHandle, spawnTs, sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
+import { BIG_TRANSACTION_ENDPOINT, bigTransactionItems } from '../../test/big-transaction.js';
 import { cacheRows, tableRows, useLogicalPostgres } from '../../test/replication.js';
 
 const CHILD = fileURLToPath(new URL('../../test/fixtures/replication-child.ts', import.meta.url));
@@ -19,14 +19,6 @@ const HEAP_MB = 96;
 const ROWS = 200_000;
 
 const server = useLogicalPostgres();
-
-const endpoint = {
-  name: 'items',
-  source: { type: 'postgres', connection: 'db', table: 'items' },
-  primaryKey: ['id'],
-  fields: { id: 'integer', v: 'integer', name: 'string' },
-  indexes: [['v'], ['name']],
-} as EndpointConfig;
 
 /**
  * A field of the child's /proc status in MB (`VmHWM`: peak resident set; `RssAnon`: resident memory of its own, not
@@ -43,7 +35,7 @@ function procStatusMb(pid: number, field: 'VmHWM' | 'RssAnon'): number | null {
 }
 
 function startChild(root: string, url: string): ChildHandle {
-  return spawnTs(CHILD, [JSON.stringify({ root, url, endpoint, nodeId: 't1' })], {
+  return spawnTs(CHILD, [JSON.stringify({ root, url, endpoint: BIG_TRANSACTION_ENDPOINT, nodeId: 't1' })], {
     nodeArgs: [`--max-old-space-size=${HEAP_MB}`],
   });
 }
@@ -69,23 +61,28 @@ async function mirror(root: string): Promise<{ count: number; sum: number; names
     let sum = 0;
     let names = 0;
     let count = 0;
-    let after: string | null = null;
-    do {
-      const page: { records: Record<string, unknown>[]; next: string | null } = cache.query({
-        limit: 1_000,
-        after,
-      });
-      for (const record of page.records) {
-        count++;
-        sum += Number(record.id) * 7 + Number(record.v);
-        names += String(record.name).length;
-      }
-      after = page.next;
-    } while (after !== null);
+    eachRecord(cache, (record) => {
+      count++;
+      sum += Number(record.id) * 7 + Number(record.v);
+      names += String(record.name).length;
+    });
     return { count, sum, names };
   } finally {
     await cache.close();
   }
+}
+
+/** Every record `cache` serves, in key order, a page of 1 000 at a time as an api-server's client would read them. */
+function eachRecord(cache: RoCache, visit: (record: Record<string, unknown>) => void): void {
+  let after: string | null = null;
+  do {
+    const page: { records: Record<string, unknown>[]; next: string | null } = cache.query({
+      limit: 1_000,
+      after,
+    });
+    for (const record of page.records) visit(record);
+    after = page.next;
+  } while (after !== null);
 }
 
 async function tableChecksum(url: string): Promise<{ count: number; sum: number; names: number }> {
@@ -132,9 +129,7 @@ describe('memory of a big source transaction', () => {
   }, async () => {
     await using dir = await tempDir();
     const root = join(dir.path, 'data');
-    const url = await server.createDatabase('bigmem');
-    await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, name text)');
-    await sql(url, "INSERT INTO items SELECT i, i % 10, 'n' || i FROM generate_series(1, 100) i");
+    const url = await bigTransactionItems(server, 'bigmem');
     await using child = startChild(root, url);
     await child.waitForLine(/^SERVING /, 60_000);
     const idle = procStatusMb(child.pid, 'VmHWM');
@@ -173,9 +168,7 @@ describe('memory of a big source transaction', () => {
   }, async () => {
     await using dir = await tempDir();
     const root = join(dir.path, 'data');
-    const url = await server.createDatabase('bigkill');
-    await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, name text)');
-    await sql(url, "INSERT INTO items SELECT i, i % 10, 'n' || i FROM generate_series(1, 100) i");
+    const url = await bigTransactionItems(server, 'bigkill');
     {
       await using child = startChild(root, url);
       await child.waitForLine(/^SERVING /, 60_000);
@@ -211,15 +204,7 @@ describe('memory of a big source transaction', () => {
       const cache = await reader.openRo('items');
       try {
         const records: Record<string, unknown>[] = [];
-        let after: string | null = null;
-        do {
-          const page: { records: Record<string, unknown>[]; next: string | null } = cache.query({
-            limit: 1_000,
-            after,
-          });
-          records.push(...page.records);
-          after = page.next;
-        } while (after !== null);
+        eachRecord(cache, (record) => records.push(record));
         return cacheRows(records);
       } finally {
         await cache.close();

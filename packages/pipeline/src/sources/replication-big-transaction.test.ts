@@ -6,9 +6,9 @@
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { openCacheManager } from '@sluice/cache';
-import type { EndpointConfig } from '@sluice/core';
 import { sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
+import { BIG_TRANSACTION_ENDPOINT, bigTransactionItems } from '../../test/big-transaction.js';
 import { replicationContext, useLogicalPostgres } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
 
@@ -16,18 +16,10 @@ const SLOT = 'sluice_t1_items_source';
 
 const server = useLogicalPostgres({ settings: { wal_sender_timeout: '2s' } });
 
-const endpoint = {
-  name: 'items',
-  source: { type: 'postgres', connection: 'db', table: 'items' },
-  primaryKey: ['id'],
-  fields: { id: 'integer', v: 'integer', name: 'string' },
-  indexes: [['v'], ['name']],
-} as EndpointConfig;
-
 async function start(root: string, url: string) {
   // The change log keeps every change of the test's transactions (the default keeps 100 000 past the newest one).
   const caches = await openCacheManager(root, { changes: { retainRecords: 5_000_000, retainMs: 3_600_000 } });
-  const pipeline = await startEndpointPipeline(endpoint, replicationContext(caches, url));
+  const pipeline = await startEndpointPipeline(BIG_TRANSACTION_ENDPOINT, replicationContext(caches, url));
   return {
     caches,
     pipeline,
@@ -43,9 +35,7 @@ async function start(root: string, url: string) {
  * streaming the slot, and where the server's log stood (what the test looks at for a replication timeout).
  */
 async function startStreaming(root: string, database: string) {
-  const url = await server.createDatabase(database);
-  await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int NOT NULL, name text)');
-  await sql(url, "INSERT INTO items SELECT i, i % 10, 'n' || i FROM generate_series(1, 100) i");
+  const url = await bigTransactionItems(server, database);
   const started = await start(root, url);
   try {
     await started.pipeline.whenServing({ timeoutMs: 30_000 });
