@@ -102,6 +102,28 @@ describe('staging area (changes beyond stagedInMemory wait on disk for their com
     expect(await stagingEntries(cachePath(caches.rootDir, cache.name))).toBe(0);
   });
 
+  it("a spilled transaction committed with changeLog: 'commits' applies every change and logs only its marker", async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path, { stagedInMemory: 5 });
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    // 40 inserts, then updates and a delete staged after them: most of it waits on disk for the commit.
+    cache.apply(Array.from({ length: 40 }, (_, i) => upsert(i + 1, i + 1)));
+    cache.apply([upsert(3, 300, 'b'), { op: 'delete', key: [4] }, upsert(41, 41)]);
+    expect(cache.pendingCount).toBeLessThanOrEqual(5);
+    await cache.commit(checkpoint(1), { changeLog: 'commits' });
+
+    expect(cache.count({})).toBe(40);
+    expect(cache.commitState().recordCount).toBe(40);
+    expect(cache.get([3])).toEqual({ id: 3, value: 300, category: 'b' });
+    expect(cache.get([4])).toBeUndefined();
+    expect(cache.get([41])).toEqual({ id: 41, value: 41, category: 'a' });
+    expect(cache.count({ category: 'b' })).toBe(1);
+    expect(cache.count({ value: 3 })).toBe(0);
+    expect(logAfter(cache).map((e) => e.op)).toEqual(['commit']);
+    await cache.close();
+    expect(await stagingEntries(cachePath(caches.rootDir, cache.name))).toBe(0);
+  });
+
   it('conflicts, patches and truncate see changes that went to disk', async () => {
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path, { stagedInMemory: 3 });
