@@ -18,6 +18,7 @@ const runStatus = (over: Partial<EndpointPipelineStatus>): EndpointPipelineStatu
     held: null,
     error: null,
     retry: null,
+    slotWait: null,
     ...over,
   }) as EndpointPipelineStatus;
 const running: EndpointStart = { phase: StartPhase.running, pipeline: {} as EndpointPipeline };
@@ -82,5 +83,28 @@ describe('an endpoint start', () => {
     );
     expect(endpointPhase(running, runStatus({ held: { cache: 'g', reason: 'manual' } })).phase).toBe('held');
     expect(endpointPhase(running, runStatus({}))).toEqual({ phase: 'streaming', error: null, retry: null });
+  });
+
+  it('is never shown streaming while its run waits for its replication slot', () => {
+    const slotWait = {
+      slot: 'sluice_h1_items_source',
+      since: '2026-12-06T18:45:00.000Z',
+      until: '2026-12-06T18:45:15.000Z',
+      activePid: 4242,
+    };
+    // A first wait (nothing failed before): the endpoint is starting.
+    expect(endpointPhase(running, runStatus({ slotWait }))).toEqual({
+      phase: 'starting',
+      error: null,
+      retry: null,
+    });
+    // The wait of the attempt under way after failed ones: still retrying, the retry with no next attempt due.
+    const retry = { attempts: 2, nextAttemptAt: null };
+    const error = { code: 'SOURCE_FAILED', message: 'Replication slot sluice_h1_items_source is in use' };
+    expect(endpointPhase(running, runStatus({ slotWait, retry, error }))).toEqual({
+      phase: 'retrying',
+      error,
+      retry,
+    });
   });
 });

@@ -100,8 +100,11 @@ const RUN_PHASE: Record<PipelinePhase, EndpointPhase> = {
 
 /**
  * What `GET /v1/endpoints` shows of where an endpoint is — its phase, the failure and the retry — from its start
- * and, once it runs, its pipeline's status: the one place the shown phase is decided. A failure Sluice retries by
- * itself (a start or a run) is `retrying`, never `failed`, which is kept for what waits for an operator.
+ * and, once it runs, its pipeline's status: the one place the shown phase is decided (the metric
+ * `sluice_endpoint_phase` reads it too). A failure Sluice retries by itself (a start or a run) is `retrying`, never
+ * `failed`, which is kept for what waits for an operator. A run waiting for its replication slot (`slotWait`) is
+ * `retrying` when it is the attempt under way after failed ones (the pipeline then reports a `retry`), else
+ * `starting` — never `streaming`, since nothing streams.
  *
  * @example
  * ```ts
@@ -132,6 +135,9 @@ export function endpointPhase(
       if (run === null) return { phase: EndpointPhase.starting, error: null, retry: null };
       if (run.retry !== null) return { phase: EndpointPhase.retrying, error: run.error, retry: run.retry };
       if (run.held !== null) return { phase: EndpointPhase.held, error: run.error, retry: null };
+      // Its run waits for its replication slot (another process streams it): nothing streams yet, whatever its
+      // progress says (a resumed stream's snapshot was done before the wait began).
+      if (run.slotWait !== null) return { phase: EndpointPhase.starting, error: run.error, retry: null };
       return { phase: RUN_PHASE[run.progress.phase], error: run.error, retry: null };
     }
   }

@@ -199,6 +199,7 @@ export class EndpointManager {
           badRecords: { count: 0, last: null },
           replication: null,
           follower: null,
+          slotWait: null,
         });
         continue;
       }
@@ -231,6 +232,7 @@ export class EndpointManager {
         badRecords: status.badRecords,
         replication: status.replication ?? null,
         follower: status.follower ?? null,
+        slotWait: status.slotWait ?? null,
       });
     }
     return out;

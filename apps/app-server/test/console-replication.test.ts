@@ -125,6 +125,61 @@ describe('the console over a replication endpoint', () => {
     }
   });
 
+  it('defect: the replication lag of an endpoint whose PostgreSQL is down was shown as if it were live, with no age', {
+    timeout: 150_000,
+  }, async () => {
+    expect(existsSync(BUILT), 'the console is built (pnpm build)').toBe(true);
+    await using dir = await tempDir('sluice-console-lag-age-');
+    const url = await itemsTable(postgres(), 'consolelagage');
+    await using node = await startNodeProcess({
+      ...localNode('h6', dir.path),
+      extraYaml: replicatedEndpointYaml(url),
+    });
+    await itemsStreaming(node, { records: 100 });
+    await using browser = await openConsoleBrowser();
+    const page = browser.page;
+    await page.goto(`${node.url}/console`);
+    const card = page.locator('article[data-endpoint="items"]');
+    await card.locator('.card-head .phase', { hasText: 'streaming' }).waitFor({ timeout: 30_000 });
+    // The card's Lag: its figures, in bytes of WAL and seconds.
+    const lag = card.locator('.facts > div', { has: page.locator('dt', { hasText: /^Lag$/ }) }).locator('dd');
+    await card
+      .locator('.facts > div', { has: page.locator('dt', { hasText: /^Lag$/ }), hasText: 'bytes of WAL' })
+      .waitFor({ timeout: 30_000 });
+    // Live figures: no age said.
+    const age = card.locator('[data-fact="lag-age"]');
+    expect(await age.count()).toBe(0);
+
+    await postgres().stop('fast');
+    try {
+      // PostgreSQL down: the figures are the last it answered with, and the card says how old they are.
+      await age.waitFor({ timeout: 30_000 });
+      const shown = await waitFor(
+        async () => {
+          const text = (await age.textContent()) ?? '';
+          const seconds = Number(/^as of (\d+) s ago/.exec(text)?.[1] ?? Number.NaN);
+          return seconds >= 8 ? { text, seconds } : null;
+        },
+        { timeoutMs: 30_000, what: 'the age of the lag figures to be shown growing' },
+      );
+      const items = await itemsOf(node);
+      const observedAt = (items.replication as { observedAt?: string | null } | null)?.observedAt;
+      expect(observedAt, 'the API says when the figures were measured').toBeTruthy();
+      // The age shown is the API's `observedAt` seen from now (the page ticks on its own, a second at a time).
+      const apiAge = (Date.now() - Date.parse(observedAt!)) / 1000;
+      expect(Math.abs(shown.seconds - apiAge)).toBeLessThanOrEqual(3);
+      expect(shown.text).toContain('last read from PostgreSQL at');
+      // The figures themselves are still on the card beside their age.
+      expect(await lag.textContent()).toMatch(/bytes of WAL/);
+    } finally {
+      await postgres().start();
+    }
+
+    // PostgreSQL back: the endpoint streams again and its figures are live — the age goes.
+    await card.locator('.card-head .phase', { hasText: 'streaming' }).waitFor({ timeout: 60_000 });
+    await age.waitFor({ state: 'detached', timeout: 30_000 });
+  });
+
   it('shows whether the serving generation follows its source while a green is held, and why it stands', {
     timeout: 150_000,
   }, async () => {

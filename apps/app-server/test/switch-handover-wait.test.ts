@@ -28,7 +28,7 @@ import {
   startItemsHost,
 } from './replication-node.js';
 import { lastGenerationOtherThan, readContinuously, stepsBack } from './served-positions.js';
-import { startSlotHoldProxy } from './slot-hold-proxy.js';
+import { type SlotHoldProxy, startSlotHoldProxy } from './slot-hold-proxy.js';
 
 const postgres = logicalPostgresPerFile();
 
@@ -95,6 +95,45 @@ async function servedPast(node: NodeProcess, lsn: string, what: string): Promise
     },
     { timeoutMs: 30_000, what },
   );
+}
+
+/**
+ * Rebuilds `items` (manual switch), waits for the green to be held and streaming, then holds its stream back until it
+ * stands still while the serving generation follows the writer past it. Resolves with the green, where it stands and
+ * what the serving generation had committed past it (as `GET /v1/endpoints` said) — the state a promote cannot hand
+ * over from within the wait.
+ */
+async function heldGreenBehind(items: {
+  node: NodeProcess;
+  proxy: SlotHoldProxy;
+  greenSlot: string;
+}): Promise<{ green: string; greenAt: string; servedAt: string }> {
+  const { node, proxy, greenSlot } = items;
+  expect((await call(`${node.url}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
+  const green = (
+    await waitFor(
+      async () => {
+        const view = await itemsOf(node);
+        return view.held && view.replication?.following?.committedLsn ? view.held : null;
+      },
+      { timeoutMs: 180_000, what: 'the rebuilt generation to be held and streaming' },
+    )
+  ).cache;
+  await waitFor(() => proxy.streams(greenSlot) > 0, { what: 'the green’s stream through the proxy' });
+
+  // Held back: the green stands where it is while the serving generation follows the writer past it.
+  proxy.hold(greenSlot);
+  const greenAt = await waitFor(
+    async () => {
+      const first = (await itemsOf(node)).replication?.following?.committedLsn;
+      await sleep(500);
+      const second = (await itemsOf(node)).replication?.following?.committedLsn;
+      return first && first === second ? second : null;
+    },
+    { timeoutMs: 30_000, what: 'the held green to stand still' },
+  );
+  const served = await servedPast(node, greenAt, 'the serving generation to follow past the held green');
+  return { green, greenAt, servedAt: served.replication!.committedLsn! };
 }
 
 describe('the switch hand-over when the generation switched to cannot catch up', () => {
@@ -166,6 +205,34 @@ describe('the switch hand-over when the generation switched to cannot catch up',
     expect((await itemsOf(node)).follower, 'the old serving generation stopped following').toBeNull();
   });
 
+  it('defect: a promote that could not hand over in time named the green’s position but not the one it had to reach', {
+    timeout: 300_000,
+  }, async () => {
+    await using dir = await tempDir('sluice-promote-target-');
+    await using items = await startItems(
+      dir.path,
+      'promotetarget',
+      `{ mode: manual, handoverWaitMs: ${HANDOVER_WAIT_MS} }`,
+    );
+    try {
+      const { green, greenAt, servedAt } = await heldGreenBehind(items);
+      const refused = await call(`${items.node.url}/v1/endpoints/items/promote`, { method: 'POST' });
+      expect(refused.status).toBe(504);
+      expect(refused.body).toMatchObject({ code: 'ENDPOINT_TIMEOUT', endpoint: 'items', generation: green });
+      // The green's position and the one it had to reach — the serving generation's last commit when the promote
+      // asked, past the green's and at or past what the serving generation had committed before — side by side.
+      expect(refused.body.committed).toBe(`items.source=${greenAt}`);
+      const target = /^items\.source=([0-9A-F]+\/[0-9A-F]+)$/.exec(refused.body.target ?? '')?.[1];
+      expect(target, `the problem's target (${JSON.stringify(refused.body)})`).toBeDefined();
+      expect(compareLsn(target!, greenAt)).toBeGreaterThan(0);
+      expect(compareLsn(target!, servedAt)).toBeGreaterThanOrEqual(0);
+      expect(refused.body.detail).toContain(`(committed items.source=${greenAt})`);
+      expect(refused.body.detail).toContain(`items.source=${target}`);
+    } finally {
+      await items.writer.stop();
+    }
+  });
+
   it('a promote of a held green that cannot catch up answers 504 ENDPOINT_TIMEOUT and moves nothing; promoted again once it caught up, it switches', {
     timeout: 300_000,
   }, async () => {
@@ -180,30 +247,7 @@ describe('the switch hand-over when the generation switched to cannot catch up',
     const reader = readContinuously(items.api);
     let green: string;
     try {
-      expect((await call(`${node.url}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
-      green = (
-        await waitFor(
-          async () => {
-            const view = await itemsOf(node);
-            return view.held && view.replication?.following?.committedLsn ? view.held : null;
-          },
-          { timeoutMs: 180_000, what: 'the rebuilt generation to be held and streaming' },
-        )
-      ).cache;
-      await waitFor(() => proxy.streams(greenSlot) > 0, { what: 'the green’s stream through the proxy' });
-
-      // Held back: the green stands where it is while the serving generation follows the writer past it.
-      proxy.hold(greenSlot);
-      const greenAt = await waitFor(
-        async () => {
-          const first = (await itemsOf(node)).replication?.following?.committedLsn;
-          await sleep(500);
-          const second = (await itemsOf(node)).replication?.following?.committedLsn;
-          return first && first === second ? second : null;
-        },
-        { timeoutMs: 30_000, what: 'the held green to stand still' },
-      );
-      await servedPast(node, greenAt, 'the serving generation to follow past the held green');
+      green = (await heldGreenBehind(items)).green;
 
       const refused = await call(`${node.url}/v1/endpoints/items/promote`, { method: 'POST' });
       expect(refused.status).toBe(504);

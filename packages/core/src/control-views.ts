@@ -137,6 +137,29 @@ export interface RetryView {
   nextAttemptAt: string | null;
 }
 
+/**
+ * The endpoint's run waits for its replication slot, which another process streams (a walsender not released yet,
+ * another reader such as `pg_recvlogical`): nothing streams meanwhile. Past `until` the wait fails — retryably — and
+ * the run is retried (`phase: retrying`); a wait after earlier failed attempts is itself the attempt under way of
+ * that retry (`phase: retrying`, `retry.nextAttemptAt` null), a first one the endpoint's start (`phase: starting`).
+ *
+ * @example
+ * ```ts
+ * const wait: SlotWaitView = { slot: 'sluice_h1_items_source', since: '2026-12-06T18:45:00.000Z',
+ *   until: '2026-12-06T18:45:15.000Z', activePid: 4242 };
+ * ```
+ */
+export interface SlotWaitView {
+  /** The slot waited for. */
+  slot: string;
+  /** When this wait began (ISO 8601). */
+  since: string;
+  /** When it gives up and fails, to be retried (ISO 8601): `since` + the source's slot wait (15 s). */
+  until: string;
+  /** The PostgreSQL backend (walsender) streaming the slot, as last seen (`pg_replication_slots.active_pid`). */
+  activePid: number | null;
+}
+
 /** One endpoint as `GET /v1/endpoints` reports it. */
 export interface EndpointStatus {
   name: string;
@@ -158,6 +181,8 @@ export interface EndpointStatus {
   error: { code: string; message: string } | null;
   /** While `retrying`: the failed attempts in a row and when the next one is due; null otherwise. */
   retry: RetryView | null;
+  /** While its run waits for its replication slot, which another process streams ({@link SlotWaitView}); else null. */
+  slotWait: SlotWaitView | null;
   /** Records refused and skipped while the endpoint keeps streaming: updates an operator should know are dropped. */
   badRecords: BadRecordsView;
   /** Set for endpoints fed by PostgreSQL logical replication. */

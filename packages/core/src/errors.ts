@@ -542,19 +542,28 @@ export class EndpointTimeoutError extends SluiceError {
  * `ENDPOINT_TIMEOUT` (504) of a promote: the held generation had not committed the position the serving one last
  * committed within the hand-over wait (the endpoint's `switch.handoverWaitMs`), so the alias stayed where it was
  * (moving it would have sent readers' positions back, docs/generations.md § The switch hands over at a position).
- * Nothing changed; promote again once it caught up.
+ * Nothing changed; promote again once it caught up. The problem carries both positions: `committed`, the held
+ * generation's, and `target`, the one it had to reach (the serving generation's last commit as last compared; null
+ * when none was), each as `<source handle>=<lsn>`.
  *
  * @example
  * ```ts
- * throw new SwitchNotCaughtUpError('items', 'items-01h…', 'items.source=0/16B3748', 10_000);
+ * throw new SwitchNotCaughtUpError('items', 'items-01h…', 'items.source=0/16B3748', 10_000, 'items.source=0/16C0000');
  * ```
  */
 export class SwitchNotCaughtUpError extends SluiceError {
-  constructor(endpoint: string, generation: string, committed: string, waitMs: number) {
+  constructor(
+    endpoint: string,
+    generation: string,
+    committed: string,
+    waitMs: number,
+    target: string | null = null,
+  ) {
+    const reach = target === null ? '' : ` (${target})`;
     super({
       code: ErrorCode.ENDPOINT_TIMEOUT,
-      message: `Endpoint ${q(endpoint)}: ${q(generation)} (committed ${committed}) did not catch up with the position the serving generation committed within ${waitMs} ms (switch.handoverWaitMs); the alias stays (promote again once it caught up)`,
-      details: { endpoint, generation, committed, waitMs },
+      message: `Endpoint ${q(endpoint)}: ${q(generation)} (committed ${committed}) did not catch up with the position the serving generation committed${reach} within ${waitMs} ms (switch.handoverWaitMs); the alias stays (promote again once it caught up)`,
+      details: { endpoint, generation, committed, target, waitMs },
     });
   }
 }

@@ -115,6 +115,7 @@ export {
   type RetryView,
   ServingFollowerPhase,
   type ServingFollowerStatus,
+  type SlotWaitView,
   type SwitchOutcome,
   type SwitchView,
   type TransferProgressView,

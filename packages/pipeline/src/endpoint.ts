@@ -237,6 +237,15 @@ export async function startEndpointPipeline(
     return replicationStatusOf(source, standing);
   };
 
+  /** The wait of the run's read for its replication slot, which another process streams; null when none waits. */
+  const slotWait = (): EndpointPipelineStatus['slotWait'] => {
+    const source = supervisor.branch?.source;
+    const wait = source !== undefined && isReplicationSource(source) ? source.slotWait() : null;
+    if (wait === null) return null;
+    const iso = (ms: number) => new Date(ms).toISOString();
+    return { slot: wait.slot, since: iso(wait.since), until: iso(wait.until), activePid: wait.activePid };
+  };
+
   return {
     get decision() {
       return supervisor.decision;
@@ -248,6 +257,7 @@ export async function startEndpointPipeline(
       const fed = supervisor.fed;
       const building = fed && !fed.sink.redirected && fed.cache.name !== serving ? fed : null;
       const progress = lc.progress.snapshot();
+      const waiting = slotWait();
       return {
         endpoint: name,
         alias: name,
@@ -259,8 +269,10 @@ export async function startEndpointPipeline(
           building && building.sink.held !== null
             ? { cache: building.cache.name, reason: building.sink.held }
             : null,
-        error: supervisor.error,
-        retry: retryStatus(supervisor.retry),
+        // A run that waits for its slot after failed attempts has not recovered (retry-backoff.ts): it is the retry's
+        // attempt under way, shown as such with the failure it retries after — not as a run that streams.
+        ...retryShown(supervisor, waiting),
+        slotWait: waiting,
         // A run from scratch counts from 0 again: a reason from before it no longer applies.
         // Before this process saw one, the last reason is the one the checkpoint kept (run.ts), so the evidence
         // survives a restart.
@@ -305,6 +317,19 @@ export async function startEndpointPipeline(
     },
     [Symbol.asyncDispose]: stop,
   };
+}
+
+/**
+ * The failure and the retry the status shows: the supervisor's while it retries; while the run waits for its slot
+ * after failed attempts it has not recovered from, the last of them and the attempts so far, the attempt under way.
+ */
+function retryShown(
+  supervisor: EndpointSupervisor,
+  waiting: EndpointPipelineStatus['slotWait'],
+): Pick<EndpointPipelineStatus, 'error' | 'retry'> {
+  const unrecovered = waiting === null || supervisor.retry !== null ? null : supervisor.unrecovered;
+  if (unrecovered === null) return { error: supervisor.error, retry: retryStatus(supervisor.retry) };
+  return { error: unrecovered.error, retry: { attempts: unrecovered.attempts, nextAttemptAt: null } };
 }
 
 /** The supervisor's retry as the status shows it (the next attempt's time in ISO 8601). */

@@ -124,6 +124,21 @@ export const EndpointListReply = documented(
           retry: RetryReply.nullable().describe(
             'While `phase` is `retrying` (a start or run failed for a reason that may pass; `error` says which): Sluice tries again by itself; null otherwise',
           ),
+          slotWait: z
+            .object({
+              slot: z.string(),
+              since: z.string().describe('When the wait began (ISO 8601)'),
+              until: z.string().describe('When it gives up and fails, to be retried (ISO 8601)'),
+              activePid: z
+                .number()
+                .int()
+                .nullable()
+                .describe('The PostgreSQL backend streaming the slot, as last seen'),
+            })
+            .nullable()
+            .describe(
+              'While the run waits for its replication slot because another process streams it (nothing streams meanwhile: `phase` is `retrying` when the wait is the attempt under way after failed ones, else `starting`); null otherwise',
+            ),
           follower: ServingFollowerReply,
         }),
       )

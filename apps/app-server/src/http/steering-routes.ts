@@ -59,7 +59,7 @@ export async function steeringRoutes(
       schema: {
         summary: 'Switch the alias to the held generation',
         description:
-          '200 with the move (`changed: false` when the last promote is repeated); 409 NOTHING_TO_PROMOTE when no generation is held; 504 ENDPOINT_TIMEOUT (nothing moves) when the held generation did not catch up with the position the serving one last committed within the hand-over wait (`switch.handoverWaitMs` of the endpoint, default 10 s). Takes no body: the held generation is the one promoted.',
+          '200 with the move (`changed: false` when the last promote is repeated); 409 NOTHING_TO_PROMOTE when no generation is held; 504 ENDPOINT_TIMEOUT (nothing moves) when the held generation did not catch up with the position the serving one last committed within the hand-over wait (`switch.handoverWaitMs` of the endpoint, default 10 s) — its problem names both positions, `committed` and `target`. Takes no body: the held generation is the one promoted.',
         params: NameParams,
         querystring: NoQuery,
         body: NoBody,

@@ -8,6 +8,7 @@ import type {
   ReplicationStatus,
   RetryView,
   ServingFollowerStatus,
+  SlotWaitView,
   SwitchOutcome,
 } from '../control-views.js';
 
@@ -29,13 +30,19 @@ export interface EndpointPipelineStatus {
   progress: PipelineProgress;
   /** The generation being built finished its snapshot and is held by a switch gate (or manual mode): why. */
   held: { cache: string; reason: string } | null;
-  /** The last failure of the pipeline, when it is waiting to retry. */
+  /** The last failure of the pipeline, when it is waiting to retry (or its run waits for its slot after one). */
   error: { code: string; message: string } | null;
   /**
-   * While a failed run is being retried (from the failure until a run starts again): the failed attempts in a row
-   * and when the next is due (null while it is under way). Null while a run goes on.
+   * While a failed run is being retried (from the failure until a run starts again — or, a run that waits for its
+   * replication slot after failed attempts, until it streams): the failed attempts in a row and when the next is due
+   * (null while it is under way). Null while a run goes on.
    */
   retry: RetryView | null;
+  /**
+   * While the run waits for its replication slot, which another process streams: which slot, since when, until when,
+   * and who streams it. Null otherwise (and for other sources).
+   */
+  slotWait: SlotWaitView | null;
   /** Records refused (skipped) by the current run: their count (`progress.badRecords`) and the latest one. */
   badRecords: BadRecordsView;
   /** For a source read by logical replication: its slot and lag. Else null. */

@@ -68,6 +68,8 @@ export function switchHandover(options: HandoverOptions): (generation: string) =
     /** The serving generation handing over, while `paused`. */
     let pausedServing: string | null = null;
     let barrier: string | null = null;
+    /** The serving generation's LSN this generation was last compared with (the barrier while paused). */
+    let target: string | null = null;
     let timer: NodeJS.Timeout | null = null;
 
     const clearTimer = () => {
@@ -85,6 +87,9 @@ export function switchHandover(options: HandoverOptions): (generation: string) =
 
     return {
       waitMs: options.pauseMs,
+      get target() {
+        return target === null ? null : `${options.sourceHandle}=${target}`;
+      },
       async ready(committed) {
         const serving = caches.resolveAlias(endpoint)?.cache ?? null;
         if (serving === null || serving === generation) return true;
@@ -104,6 +109,7 @@ export function switchHandover(options: HandoverOptions): (generation: string) =
         }
         // Where the serving generation is now (its follower's last commit, else its cache's).
         const now = follower?.lastCommitLsn(serving) ?? (await committedLsn(serving));
+        target = now;
         if (now !== null && compareLsn(lsn, now) < 0) {
           if (phase === HandoverPhase.idle)
             logger.info(
@@ -116,6 +122,7 @@ export function switchHandover(options: HandoverOptions): (generation: string) =
         // Caught up with where it was: stop it there, and take its last position as what must be reached.
         await follower?.pause(serving, `handing the alias over to ${generation}`);
         const last = await committedLsn(serving);
+        target = last ?? target;
         if (last === null || compareLsn(lsn, last) >= 0) {
           phase = HandoverPhase.handedOver;
           return true;

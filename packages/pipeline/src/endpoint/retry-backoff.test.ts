@@ -51,6 +51,18 @@ describe('the back-off of a retried run', () => {
     expect(backoff.waitMs()).toBe(1_000);
   });
 
+  it('counts the failed attempts a run under way has not recovered from, until it recovers or stays up the ceiling', () => {
+    const backoff = new RetryBackoff(1_000);
+    expect(backoff.unrecovered(0)).toBe(0);
+    failTimes(backoff, 2);
+    backoff.started(10);
+    // Started, not recovered (waiting for its slot, say): still the attempt after two failures.
+    expect(backoff.unrecovered(10 + MAX_BACKOFF_MS - 1)).toBe(2);
+    expect(backoff.unrecovered(10 + MAX_BACKOFF_MS)).toBe(0);
+    backoff.committed(at({ lsn: '0/10' }), at({ lsn: '0/20' }, 2), HANDLE);
+    expect(backoff.unrecovered(20)).toBe(0);
+  });
+
   it('a run from scratch recovers at its first commit', () => {
     const backoff = new RetryBackoff(1_000);
     failTimes(backoff, 2);

@@ -39,6 +39,14 @@ export class RetryBackoff {
     return this.#attempts;
   }
 
+  /**
+   * Failed attempts in a row that the run under way has not recovered from yet: {@link attempts}, or 0 once it stayed
+   * up {@link MAX_BACKOFF_MS} (the ceiling) — while it has not, it is still the attempt after those failures.
+   */
+  unrecovered(now = Date.now()): number {
+    return this.#upSince !== null && now - this.#upSince >= this.maxMs ? 0 : this.#attempts;
+  }
+
   /** A run started (adopted, or a follow began) at `now`. */
   started(now = Date.now()): void {
     this.#upSince = now;

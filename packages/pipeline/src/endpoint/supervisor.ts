@@ -91,6 +91,8 @@ export class EndpointSupervisor {
   #decision: EndpointDecision = { decision: 'from-scratch', reason: 'not started' };
   #checkpoint: PipelineCheckpoint | null = null;
   #error: { code: string; message: string } | null = null;
+  /** The last failure counted, kept past the adoption of the next run until a run recovered (see {@link unrecovered}). */
+  #lastFailure: { code: string; message: string } | null = null;
   /** From a failure until a run is adopted again: failed attempts in a row, and when the next is due (epoch ms). */
   #retry: { attempts: number; nextAttemptAt: number | null } | null = null;
   /**
@@ -142,6 +144,16 @@ export class EndpointSupervisor {
    */
   get retry(): { attempts: number; nextAttemptAt: number | null } | null {
     return this.#retry;
+  }
+
+  /**
+   * A run adopted after failed attempts, not recovered yet (retry-backoff.ts: it has not committed past where it
+   * started): the failed attempts in a row and the last failure — that run is the attempt under way. Null once it
+   * recovered, and before any failure.
+   */
+  get unrecovered(): { attempts: number; error: { code: string; message: string } } | null {
+    const attempts = this.#backoff.unrecovered();
+    return attempts > 0 && this.#lastFailure !== null ? { attempts, error: this.#lastFailure } : null;
   }
 
   /** Records a commit of the current run: one past where it started ends the outage it recovered from. */
@@ -281,6 +293,7 @@ export class EndpointSupervisor {
   /** Counts a failed run or launch: its error is kept, the next attempt is not planned yet. */
   #failed(err: unknown): void {
     this.#error = failureOf(err);
+    this.#lastFailure = this.#error;
     this.#retry = { attempts: this.#backoff.failed(), nextAttemptAt: null };
   }
 

@@ -73,6 +73,12 @@ export interface SwitchHandover {
   settle(moved: boolean): Promise<void>;
   /** How long a promote waits for the hand-over before it gives up (nothing changes), ms. */
   readonly waitMs: number;
+  /**
+   * The position the generation had to reach, as last compared: the serving generation's last committed LSN (the
+   * barrier while it was paused), as `<source handle>=<lsn>`; null before any comparison. What a promote that timed
+   * out names beside the generation's own position.
+   */
+  readonly target: string | null;
 }
 
 /** The blue/green cache sink, with what the endpoint pipeline steers it by. */
@@ -259,7 +265,13 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
       }
       await abandonSwitch();
       if (redirecting) return await redirecting;
-      throw new SwitchNotCaughtUpError(options.endpoint, cache.name, sourcePositions(lastCheckpoint), waitMs);
+      throw new SwitchNotCaughtUpError(
+        options.endpoint,
+        cache.name,
+        sourcePositions(lastCheckpoint),
+        waitMs,
+        options.handover?.target ?? null,
+      );
     },
     async committed() {
       return cache.commitState().checkpoint;

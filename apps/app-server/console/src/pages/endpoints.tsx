@@ -10,7 +10,7 @@ import type {
 } from '@sluice/client';
 import { useEffect, useState } from 'preact/hooks';
 import { ConfirmButton } from '../confirm.js';
-import { count, percent, shortGeneration, until, when } from '../format.js';
+import { ago, count, percent, shortGeneration, until, when } from '../format.js';
 import { type ActionOutcome, useAction, useNow } from '../hooks.js';
 import { clientFor, isUnauthorized, messageOf } from '../session.js';
 
@@ -148,12 +148,15 @@ function EndpointCard(props: {
         </div>
         <div>
           <dt>Lag</dt>
-          <dd>
+          <dd data-fact="lag">
             {endpoint.replication?.lagBytes != null
               ? `${count(endpoint.replication.lagBytes)} bytes of WAL${endpoint.replication.lagSeconds != null ? `, ${endpoint.replication.lagSeconds.toFixed(1)} s` : ''}`
               : endpoint.lag === null
                 ? '—'
                 : count(endpoint.lag)}
+            {endpoint.replication?.lagBytes != null && endpoint.replication.observedAt && (
+              <LagAge observedAt={endpoint.replication.observedAt} />
+            )}
           </dd>
         </div>
         <div>
@@ -284,6 +287,29 @@ function EndpointCard(props: {
         </section>
       </div>
     </article>
+  );
+}
+
+/** Replication figures older than this are said to be: while PostgreSQL answers they are read every second. */
+const STALE_LAG_MS = 5_000;
+
+/**
+ * How old the replication figures are once they are not live (`replication.observedAt`, set while the endpoint
+ * retries: when PostgreSQL's WAL position was last read — long ago while PostgreSQL is down): "as of N s ago",
+ * counted on by the page itself, so that a lag frozen by an outage is not read as a live one. The same age as the
+ * gauge `sluice_replication_lag_age_seconds`. Nothing while they are fresh.
+ */
+function LagAge(props: { observedAt: string }) {
+  const now = useNow(true);
+  const ageMs = now - Date.parse(props.observedAt);
+  if (!(ageMs > STALE_LAG_MS)) return null;
+  return (
+    <>
+      {' '}
+      <span class="warning" data-fact="lag-age">
+        as of {ago(props.observedAt, now)} (last read from PostgreSQL at {when(props.observedAt)})
+      </span>
+    </>
   );
 }
 

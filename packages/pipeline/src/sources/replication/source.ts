@@ -104,7 +104,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
   const slotWaitMs = options.slotWaitMs ?? 15_000;
   const { slot, publication, table } = options;
   const heartbeatTable = options.heartbeat?.table ?? DEFAULT_HEARTBEAT_TABLE;
-  const live: LiveStream = { stream: null, lag: new LagTracker() };
+  const live: LiveStream = { stream: null, lag: new LagTracker(), slotWait: null };
 
   const connections = new SourceConnections(options.url);
   const connect = () => connections.connect();
@@ -318,6 +318,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     committedLsn: () => live.lag.committedLsn(),
     lagBehind: (lsn: string, since: number): ReplicationLag => live.lag.behind(lsn, since),
     streaming: () => live.stream !== null,
+    slotWait: () => live.slotWait,
     // Only a read that streamed sampled PostgreSQL's WAL position: one that never did (it failed before, or waited
     // for its slot in vain) knows nothing worth carrying.
     carryLag: () =>

@@ -7,6 +7,18 @@ import type { PipelineSource } from '../../types.js';
 import type { CarriedLag } from './carried-lag.js';
 import type { ReplicationLag } from './lag.js';
 
+/**
+ * A read of the source waiting for its slot, which another process streams (a walsender not yet released, another
+ * reader): since when (ms since the epoch), when it gives up and fails — retryably — after `slotWaitMs`, and the
+ * PostgreSQL backend streaming the slot as last seen.
+ */
+export interface SlotWait {
+  slot: string;
+  since: number;
+  until: number;
+  activePid: number | null;
+}
+
 /** A replication source: a {@link PipelineSource} that can also say how far it lags. */
 export interface ReplicationSource extends PipelineSource {
   /** The replication slot it reads. */
@@ -19,6 +31,8 @@ export interface ReplicationSource extends PipelineSource {
   lagBehind(lsn: string, since: number): ReplicationLag;
   /** True while a read streams the slot (its lag is live); false before, while it waits for the slot, and after. */
   streaming(): boolean;
+  /** While a read waits for its slot, which another process streams: since when, until when, and who; else null. */
+  slotWait(): SlotWait | null;
   /**
    * The lag its last read measured, carried on past the end of that read (carried-lag.ts): what an endpoint shows
    * while it retries. Null when no read of this source measured any (it never streamed). Works after `close`.

@@ -24,6 +24,7 @@ import {
   slotState,
   withAttnums,
 } from './setup.js';
+import type { SlotWait } from './status.js';
 import { IDLE, ReplicationStream } from './stream.js';
 import { TransactionAssembler } from './transaction-assembler.js';
 
@@ -51,11 +52,13 @@ export interface StreamSource {
 
 /**
  * What the source reports while (and after) it streams: the stream being read (null between reads), to confirm
- * committed positions to, and the lag tracker of the latest read.
+ * committed positions to, the lag tracker of the latest read, and the wait for the slot before a read streams (null
+ * unless another process streams the slot meanwhile).
  */
 export interface LiveStream {
   stream: ReplicationStream | null;
   lag: LagTracker;
+  slotWait: SlotWait | null;
 }
 
 /**
@@ -71,7 +74,7 @@ export async function* readStream(
   untilCaughtUp: boolean,
 ): AsyncGenerator<SourceItem> {
   const { connections, slot, table } = source;
-  await waitForSlot(source, start.lsn);
+  await waitForSlot(source, live, start.lsn);
   let position = start;
   live.lag = new LagTracker();
   live.lag.commit(position.lsn);
@@ -308,23 +311,33 @@ function tableReplaced(table: string, change: string): SourceSchemaChangedError 
   });
 }
 
-/** A slot still held by the walsender of a process that just died is released within moments: wait for it. */
-async function waitForSlot(source: StreamSource, lsn: string): Promise<void> {
+/**
+ * A slot still held by the walsender of a process that just died is released within moments: wait for it — up to
+ * `slotWaitMs`, shown meanwhile as `live.slotWait` (another reader may hold it for good: the wait is then a failed
+ * attempt, retried).
+ */
+async function waitForSlot(source: StreamSource, live: LiveStream, lsn: string): Promise<void> {
   const { slot } = source;
-  const deadline = Date.now() + source.slotWaitMs;
-  await source.connections.withClient(async (client) => {
-    for (;;) {
-      const state = await slotState(client, slot);
-      if (state === null)
-        throw new SourceError(`Replication slot ${slot} no longer exists (resume at ${lsn})`);
-      if (state.activePid === null) return;
-      if (Date.now() > deadline)
-        // Retryable: a transfer resumes later (the previous owner's walsender may still be winding down).
-        throw new SourceError(
-          `Replication slot ${slot} is in use by PostgreSQL backend ${state.activePid}; is another process streaming it?`,
-          { details: { slot, activePid: state.activePid, retryable: true } },
-        );
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-  });
+  const since = Date.now();
+  const until = since + source.slotWaitMs;
+  try {
+    await source.connections.withClient(async (client) => {
+      for (;;) {
+        const state = await slotState(client, slot);
+        if (state === null)
+          throw new SourceError(`Replication slot ${slot} no longer exists (resume at ${lsn})`);
+        if (state.activePid === null) return;
+        live.slotWait = { slot, since, until, activePid: state.activePid };
+        if (Date.now() > until)
+          // Retryable: a transfer resumes later (the previous owner's walsender may still be winding down).
+          throw new SourceError(
+            `Replication slot ${slot} is in use by PostgreSQL backend ${state.activePid}; is another process streaming it?`,
+            { details: { slot, activePid: state.activePid, retryable: true } },
+          );
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    });
+  } finally {
+    live.slotWait = null;
+  }
 }

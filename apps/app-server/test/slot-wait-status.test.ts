@@ -1,0 +1,158 @@
+/**
+ * What `GET /v1/endpoints` and `/metrics` say while an endpoint's run waits for its replication slot to be released
+ * by another process (the source's `slotWaitMs`, 15 s in an app-server): a real app-server process, a private
+ * PostgreSQL with `wal_level=logical`, and a real `pg_recvlogical` streaming the endpoint's slot meanwhile — so
+ * nothing the endpoint runs can stream it.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { sleep, sql, tempDir, waitFor } from '@sluice/testkit';
+import { describe, expect, it } from 'vitest';
+import { call, localNode, type NodeProcess, startNodeProcess } from './helpers.js';
+import { logicalPostgresPerFile } from './logical-postgres.js';
+import {
+  type EndpointView,
+  itemsOf,
+  itemsStreaming,
+  itemsTable,
+  replicatedEndpointYaml,
+} from './replication-node.js';
+
+const postgres = logicalPostgresPerFile();
+
+/** The slot of endpoint `items` on node `h5`. */
+const SLOT = 'sluice_h5_items_source';
+
+/** `items` as `GET /v1/endpoints` shows it, with the slot it waits for. */
+type WaitingView = EndpointView & {
+  slotWait: { slot: string; since: string; until: string; activePid: number | null } | null;
+};
+
+/** The phase `sluice_endpoint_phase` says `items` is in (the label whose value is 1), or null. */
+async function metricPhase(node: NodeProcess): Promise<string | null> {
+  const text = (await call(`${node.url}/metrics`)).body as string;
+  const line = text
+    .split('\n')
+    .find(
+      (l) => l.startsWith('sluice_endpoint_phase{') && l.includes('endpoint="items"') && l.endsWith(' 1'),
+    );
+  return line === undefined ? null : (/phase="([^"]+)"/.exec(line)?.[1] ?? null);
+}
+
+/** The backend (walsender) streaming `slot` for `pg_recvlogical`, or null. */
+async function recvlogicalWalsender(url: string, slot: string): Promise<number | null> {
+  const rows = await sql<{ pid: number }>(
+    url,
+    `SELECT s.active_pid AS pid FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
+      WHERE s.slot_name = $1 AND r.application_name = 'pg_recvlogical'`,
+    [slot],
+  );
+  return rows[0]?.pid ?? null;
+}
+
+/**
+ * Takes `slot` from the endpoint streaming it: its walsender is ended and `pg_recvlogical` streams the slot instead
+ * (retried until it holds it: the endpoint may take the slot back in between). Kill the process to give it back.
+ * As packages/pipeline/src/sources/replication-retry.test.ts does.
+ */
+async function takeSlot(url: string, slot: string): Promise<{ child: ChildProcess; walsender: number }> {
+  for (let tries = 0; ; tries++) {
+    await sql(
+      url,
+      `SELECT pg_terminate_backend(active_pid, 10000) FROM pg_replication_slots
+        WHERE slot_name = $1 AND active_pid IS NOT NULL`,
+      [slot],
+    );
+    const child = spawn(
+      'pg_recvlogical',
+      ['-d', url, '-S', slot, '--start', '-f', '/dev/null', '-n', '-F', '0'].concat(
+        ['proto_version=1', `publication_names=${slot}`].flatMap((o) => ['-o', o]),
+      ),
+      { stdio: 'ignore' },
+    );
+    const walsender = await waitFor(
+      async () => (child.exitCode !== null ? -1 : await recvlogicalWalsender(url, slot)),
+      { timeoutMs: 10_000, what: `pg_recvlogical to stream ${slot}` },
+    ).catch(() => -1);
+    if (walsender > 0) return { child, walsender };
+    child.kill('SIGKILL');
+    if (tries >= 20) throw new Error(`pg_recvlogical could not take slot ${slot}`);
+  }
+}
+
+describe('an endpoint whose run waits for its replication slot', () => {
+  it('defect: while its run waited for a slot another process streams, the endpoint read phase streaming with retry null', {
+    timeout: 180_000,
+  }, async () => {
+    await using dir = await tempDir('sluice-slot-wait-');
+    const url = await itemsTable(postgres(), 'slotwait');
+    await using node = await startNodeProcess({
+      ...localNode('h5', dir.path),
+      extraYaml: replicatedEndpointYaml(url),
+    });
+    expect((await itemsStreaming(node, { records: 100 })).replication?.slot).toBe(SLOT);
+
+    const takenAt = Date.now();
+    const { child, walsender } = await takeSlot(url, SLOT);
+    let holder: ChildProcess | null = child;
+    try {
+      // Its stream ended: the run failed, and is retried after the back-off.
+      await waitFor(async () => (await itemsOf(node)).retry?.nextAttemptAt, {
+        timeoutMs: 30_000,
+        what: 'the endpoint to retry its run',
+      });
+      // From here until pg_recvlogical lets go nothing of this endpoint can stream the slot: it never says it streams.
+      const samples: WaitingView[] = [];
+      const watchUntil = Date.now() + 12_000;
+      while (Date.now() < watchUntil) {
+        samples.push((await itemsOf(node)) as WaitingView);
+        await sleep(200);
+      }
+      const streaming = samples.filter((s) => s.phase === 'streaming');
+      expect(streaming, `samples that say it streams: ${JSON.stringify(streaming[0])}`).toEqual([]);
+
+      // The run started again waits for the slot: which one, since when, until when, and who streams it. It is the
+      // attempt under way of the retry: still `retrying`, with the failure it retries after and no next attempt due.
+      const waiting = await waitFor(
+        async () => {
+          const before = (await itemsOf(node)) as WaitingView;
+          const metric = await metricPhase(node);
+          const after = (await itemsOf(node)) as WaitingView;
+          return before.slotWait && after.slotWait && before.phase === after.phase && metric === after.phase
+            ? after
+            : null;
+        },
+        { timeoutMs: 30_000, intervalMs: 100, what: 'the endpoint to say it waits for its slot' },
+      );
+      expect(waiting.phase).toBe('retrying');
+      expect(waiting.retry).toMatchObject({ attempts: expect.any(Number), nextAttemptAt: null });
+      expect(waiting.retry!.attempts).toBeGreaterThanOrEqual(1);
+      expect(waiting.error?.code).toBe('SOURCE_FAILED');
+      expect(waiting.slotWait).toMatchObject({ slot: SLOT, activePid: walsender });
+      const since = Date.parse(waiting.slotWait!.since);
+      expect(since).toBeGreaterThanOrEqual(takenAt);
+      expect(since).toBeLessThanOrEqual(Date.now());
+      // The app-server's slotWaitMs: the wait gives up (and is retried) 15 s after it began.
+      expect(Date.parse(waiting.slotWait!.until) - since).toBe(15_000);
+
+      // Given back, the slot streams again: nothing waits, nothing retries, and the metric says so too.
+      holder.kill('SIGTERM');
+      holder = null;
+      await sql(url, "INSERT INTO items VALUES (101, 101, 'after the wait')");
+      const streams = (await waitFor(
+        async () => {
+          const items = (await itemsOf(node)) as WaitingView;
+          return items.records === 101 &&
+            items.phase === 'streaming' &&
+            (await metricPhase(node)) === 'streaming'
+            ? items
+            : null;
+        },
+        { timeoutMs: 90_000, what: 'the endpoint to stream again once the slot is free' },
+      )) as WaitingView;
+      expect(streams.slotWait).toBeNull();
+      expect(streams.retry).toBeNull();
+    } finally {
+      holder?.kill('SIGKILL');
+    }
+  });
+});
