@@ -21,6 +21,8 @@ export async function waitUntilServing(total) {
   let lastLine = '';
   let lastPrinted = 0;
   let lastError = '';
+  /** Progress was read at least once: the load ends on the complete count. */
+  let progressShown = false;
   const started = Date.now();
   const samples = [];
   for (;;) {
@@ -53,7 +55,7 @@ export async function waitUntilServing(total) {
       // not yet: the alias moves when the first snapshot is complete
     }
     if (served && status?.buildingCache === null) {
-      if (lastLine) {
+      if (progressShown) {
         // The last poll may have been before the final commit: end the progress on the complete count.
         const done = `         ${number(served.recordCount)} / ${number(total)} records loaded (100%)`;
         if (tty) process.stdout.write(`\r${done.padEnd(lastLine.length)}\n`);
@@ -64,16 +66,23 @@ export async function waitUntilServing(total) {
     // Progress only while a generation is being built (a resumed endpoint is already complete: nothing to show).
     const written = status?.buildingCache ? await recordsWritten().catch(() => null) : null;
     if (written !== null) {
+      progressShown = true;
       const now = Date.now();
       samples.push({ t: now, written });
       while (samples.length > 2 && samples[0].t < now - 3_000) samples.shift();
       const first = samples[0];
-      const rate = now > first.t ? Math.round(((written - first.written) * 1000) / (now - first.t)) : 0;
+      // One sample has no rate yet: "0 records/s" on the first line would read as a stall.
+      const rate =
+        now > first.t
+          ? `, ${number(Math.round(((written - first.written) * 1000) / (now - first.t)))} records/s`
+          : '';
       const percent = total > 0 ? Math.min(100, (written * 100) / total).toFixed(1) : '?';
-      const line = `         ${number(written)} / ${number(total)} records loaded (${percent}%), ${number(rate)} records/s`;
+      const line = `         ${number(written)} / ${number(total)} records loaded (${percent}%)${rate}`;
       if (tty) {
         process.stdout.write(`\r${line.padEnd(lastLine.length)}`);
         lastLine = line;
+      } else if (written >= total) {
+        // Not printed: the closing "N / N records loaded (100%)" line says it once the alias has moved.
       } else if (line !== lastLine && now - lastPrinted >= 1_000) {
         say(line);
         lastLine = line;

@@ -3,6 +3,7 @@ import {
   API_DEFAULTS,
   type BackplaneStatus,
   type CacheCatalog,
+  EndpointNotReadyError,
   type EventSubscriber,
   type Logger,
   type ReadableCache,
@@ -31,6 +32,12 @@ export interface RegistryOptions {
   host: string;
   /** Alias events (NATS). Absent → the registry watches the alias table's version instead. */
   events?: AliasEventSource;
+  /**
+   * The endpoints of this host's configuration (`endpoints[].name` of the shared sluice.yaml). One that nothing
+   * serves yet, and whose alias was never retired, is `ENDPOINT_NOT_READY` (503, retry) rather than unknown: its
+   * app-server is still building its first generation, or cannot start its pipeline yet.
+   */
+  configured?: readonly string[];
   logger?: Logger;
   /** Full reconcile with the alias table this often (`api.reconcileMs`). */
   reconcileMs?: number;
@@ -64,6 +71,7 @@ export class EndpointRegistry implements AsyncDisposable {
   private events: AliasEventSource | undefined;
   private readonly logger: Logger;
   private readonly options: RegistryOptions;
+  private readonly configured: ReadonlySet<string>;
   private registration: Registration | null = null;
   private unsubscribeStatus: (() => void) | null = null;
   private readonly timers: NodeJS.Timeout[] = [];
@@ -76,6 +84,7 @@ export class EndpointRegistry implements AsyncDisposable {
 
   private constructor(options: RegistryOptions) {
     this.options = options;
+    this.configured = new Set(options.configured ?? []);
     this.caches = options.caches;
     this.events = options.events;
     this.logger = options.logger ?? silentLogger;
@@ -195,7 +204,34 @@ export class EndpointRegistry implements AsyncDisposable {
   acquire(alias: string): Lease {
     // A closed registry serves nothing, not even the reason an open failed.
     if (this.closed) throw new UnknownEndpointError(alias);
-    return this.table.acquire(alias);
+    try {
+      return this.table.acquire(alias);
+    } catch (err) {
+      // A client that starts with the host (a change feed, a page polling) must hear "retry", not "no such
+      // endpoint": the name is in the configuration and only its first generation is missing.
+      if (err instanceof UnknownEndpointError && this.awaitsFirstGeneration(alias))
+        throw new EndpointNotReadyError(
+          alias,
+          "its first generation is still being built (the app-server's GET /v1/endpoints shows its progress, or why its pipeline cannot start)",
+        );
+      throw err;
+    }
+  }
+
+  /**
+   * `alias` is a configured endpoint that this registry does not serve (yet) and whose alias was never retired:
+   * the alias table has it live (not opened here yet), or never had it at all (no switch in its history). A retired
+   * alias — its endpoint left the app-server's configuration — stays unknown even to an api-server still running
+   * with the older file.
+   */
+  private awaitsFirstGeneration(alias: string): boolean {
+    if (!this.configured.has(alias)) return false;
+    try {
+      return this.caches.resolveAlias(alias) !== null || this.caches.history(alias).length === 0;
+    } catch (err) {
+      this.logger.warn({ err, alias }, 'could not read the alias table; answering the endpoint as unknown');
+      return false;
+    }
   }
 
   private onEvent(event: SluiceEvent): void {

@@ -147,6 +147,7 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
       caches,
       host: config.node.id,
       events,
+      configured: config.endpoints.map((endpoint) => endpoint.name),
       logger: coreLogger,
       reconcileMs: config.api.reconcileMs,
       watchMs: options.watchMs,

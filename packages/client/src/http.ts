@@ -56,6 +56,17 @@ export async function errorFrom(res: Response): Promise<SluiceClientError> {
   });
 }
 
+/**
+ * Why a fetch failed, as a person can act on it: Node's fetch says only "fetch failed" and keeps the reason
+ * (`connect ECONNREFUSED 127.0.0.1:8080`, a DNS failure) in its `cause`; a browser's error has none to add.
+ */
+function networkReason(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  const cause = err instanceof Error ? err.cause : undefined;
+  const why = cause instanceof Error ? cause.message : '';
+  return why && why !== message ? `${message} (${why})` : message;
+}
+
 /** One request: JSON in and out; network failures are `NETWORK_ERROR`, non-2xx the server's code. */
 export async function requestJson<T>(
   target: HttpTarget,
@@ -81,10 +92,8 @@ export async function requestJson<T>(
     if (signal?.aborted) throw err;
     throw new SluiceClientError(
       ClientErrorCode.NETWORK_ERROR,
-      `${method} ${path}: ${(err as Error).message}`,
-      {
-        cause: err,
-      },
+      `${method} ${target.baseUrl}${path}: ${networkReason(err)}`,
+      { cause: err },
     );
   }
   if (!res.ok) throw await errorFrom(res);

@@ -132,6 +132,19 @@ describe('@sluice/client against real servers (Node)', () => {
     expect(down).toMatchObject({ code: 'NETWORK_ERROR', status: 0 });
   });
 
+  it('defect: a server that cannot be reached was "NETWORK_ERROR: POST /v1/endpoints/items/count: fetch failed", naming neither the server nor why', async () => {
+    const url = `http://127.0.0.1:${await freePort()}`;
+    const down = await createClient({ queryUrl: url })
+      .endpoint('items')
+      .count()
+      .catch((e: unknown) => e);
+    expect(down).toBeInstanceOf(SluiceClientError);
+    expect(down).toMatchObject({ code: 'NETWORK_ERROR', status: 0 });
+    expect((down as SluiceClientError).message).toBe(
+      `POST ${url}/v1/endpoints/items/count: fetch failed (connect ECONNREFUSED ${url.slice('http://'.length)})`,
+    );
+  });
+
   it('defect: get() with a Date for a timestamp key was refused 400 (the key was sent as quoted JSON)', async () => {
     await using dir = await tempDir();
     await using writer = await startWriter(join(dir.path, 'data'), [item(1)]);

@@ -113,7 +113,8 @@ export function formatCliError(name: string, err: unknown, portHint = 'another p
 /**
  * Runs a Sluice program the one way both apps do:
  * 1. parses the command line (commander): `-c, --config <file>`, `--check`, and the program's own `options`;
- * 2. `load`s the configuration; `--check` prints it (secrets redacted) and exits 0;
+ * 2. `load`s the configuration; `--check` prints it (secrets redacted) and exits 0, after its warnings (keys that
+ *    moved, `<name>: warning: …` on stderr);
  * 3. or runs a subcommand the program added (`commands`), with the configuration `load` gives;
  * 4. `start`s the program; on SIGINT, SIGTERM or SIGHUP closes it once (a repeated signal is ignored) and exits 0, or 1
  *    when closing fails or takes longer than `graceMs` + {@link FORCED_EXIT_MARGIN_MS} (one forced-exit timer);
@@ -170,6 +171,8 @@ export async function runCli<Loaded extends { config: unknown }, Flags extends C
     const flags = program.opts<Flags>();
     const loaded = await configured().catch(fail);
     if (flags.check) {
+      // The start logs these; a check that stayed silent would pass a file the start then warns about.
+      for (const message of warningMessages(loaded)) process.stderr.write(`${name}: warning: ${message}\n`);
       process.stdout.write(`${JSON.stringify(redactConfig(loaded.config), null, 2)}\n`);
       return;
     }
@@ -180,6 +183,14 @@ export async function runCli<Loaded extends { config: unknown }, Flags extends C
   } catch (err) {
     fail(err);
   }
+}
+
+/** The messages of the configuration's warnings (core's `ConfigWarning`s: keys that moved), if `load` gave any. */
+function warningMessages(loaded: { config: unknown; warnings?: unknown }): string[] {
+  if (!Array.isArray(loaded.warnings)) return [];
+  return loaded.warnings
+    .map((warning: unknown) => (warning as { message?: unknown })?.message)
+    .filter((message): message is string => typeof message === 'string');
 }
 
 /** Starts the program and stops it on SIGINT/SIGTERM/SIGHUP (see {@link runCli}). */

@@ -69,6 +69,20 @@ describe('runCli', () => {
     expect(output).not.toMatch(noStack);
   });
 
+  it('defect: --check of a file with moved keys (limits.leaseMs) said nothing; the start logs the warning, --check now prints it on stderr', async () => {
+    await using dir = await tempDir('sluice-http-cli-');
+    await writeFile(join(dir.path, 'old.yaml'), 'limits: { leaseMs: 20000 }\n');
+    const check = spawnTs(CHILD, ['--config', 'old.yaml', '--check'], { cwd: dir.path });
+    expect((await check.exited).code).toBe(0);
+    const warnings = check.lines.filter((line) => line.startsWith('sluice-test-cli: warning: '));
+    expect(warnings).toEqual([
+      'sluice-test-cli: warning: old.yaml: limits.leaseMs is deprecated: it is now transfers.leaseMs (the old key still works; move it to silence this warning)',
+    ]);
+    // The configuration itself is still printed whole, with the old key applied at its new place.
+    const printed = check.lines.filter((line) => !warnings.includes(line)).join('\n');
+    expect(JSON.parse(printed).transfers).toMatchObject({ leaseMs: 20000 });
+  });
+
   it('--check prints the configuration with secrets redacted and exits 0; subcommands get the configuration; a bad argument exits 1', async () => {
     await using dir = await tempDir('sluice-http-cli-');
     await writeFile(

@@ -65,6 +65,32 @@ describe('file source', () => {
     });
   });
 
+  it('defect: a source resumed at the end of its file reported the whole file as lag', async () => {
+    await using dir = await tempDir();
+    const path = join(dir.path, 'a.jsonl');
+    await writeFile(path, '{"id":1}\n{"id":2}\n{"id":3}\n');
+    const first = createFileSource({ handle: 's', path, format: 'jsonl' });
+    const position = lastPosition(await collect(first, null));
+    expect(first.lag?.()).toBe(0);
+
+    // A restarted process: a new source resumes where the first one committed, with nothing new to read.
+    const resumed = createFileSource({ handle: 's', path, format: 'jsonl' });
+    const items = await collect(resumed, position);
+    expect(records(items)).toEqual([]);
+    expect(items.map((i) => i.kind)).toEqual(['snapshot-done']);
+    expect(resumed.lag?.()).toBe(0);
+
+    // A followed file resumed where it was committed: only what was appended since is behind.
+    await appendFile(path, '{"id":4}\n');
+    const followed = createFileSource({ handle: 's', path, format: 'jsonl', follow: true, pollMs: 20 });
+    const caughtUp = await collect(followed, position, {
+      mode: 'endpoint',
+      until: (seen) => seen.some((i) => i.kind === 'snapshot-done'),
+    });
+    expect(records(caughtUp)).toEqual([{ id: 4 }]);
+    expect(followed.lag?.()).toBe(0);
+  });
+
   it('types CSV columns from the schema and reports cells that do not convert', async () => {
     await using dir = await tempDir();
     const path = join(dir.path, 'a.csv');

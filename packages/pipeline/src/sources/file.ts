@@ -200,6 +200,9 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
         header: null,
       };
     } else position = FilePositionSchema.parse(from);
+    // The lag counts from where this read starts: a resumed read that finds nothing new must not report the
+    // bytes an earlier run already committed as still to read.
+    lastOffset = position.offset;
 
     let snapshotDone = false;
     for (;;) {
