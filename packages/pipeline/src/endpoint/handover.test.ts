@@ -87,31 +87,44 @@ async function blueAndGreen(dir: string) {
   return { caches, blue, green };
 }
 
+/**
+ * The green's cache sink whose hand-over pauses a stand-in follower of blue (last committed 0/150), with the logger
+ * both write to; `holdReason` holds the green once its snapshot is done (manual switch mode).
+ */
+function greenSink(
+  { caches, blue, green }: Awaited<ReturnType<typeof blueAndGreen>>,
+  holdReason?: () => Promise<string | null>,
+) {
+  const logger = capturingLogger();
+  const stand = standInFollower(blue, { lsn: '0/150' });
+  const handover = switchHandover({
+    endpoint: 'items',
+    sourceHandle: 'items.source',
+    caches,
+    follower: stand.follower,
+    logger,
+    pauseMs: PAUSE_MS,
+  });
+  const sink = createCacheSink({
+    handle: 'items.cache',
+    endpoint: 'items',
+    caches,
+    cache: green,
+    schema,
+    sources: ['items.source'],
+    logger,
+    ...(holdReason ? { holdReason } : {}),
+    handover: handover(green.name),
+  });
+  return { logger, stand, sink };
+}
+
 describe('the hand-over of a switch whose green does not reach the barrier in time', () => {
   it('the serving generation paused past the green follows again after the wait ("switch put off"), and the switch is made once the green reached it', async () => {
     await using dir = await tempDir();
     const { caches, blue, green } = await blueAndGreen(dir.path);
     await using _caches = caches;
-    const logger = capturingLogger();
-    const stand = standInFollower(blue, { lsn: '0/150' });
-    const handover = switchHandover({
-      endpoint: 'items',
-      sourceHandle: 'items.source',
-      caches,
-      follower: stand.follower,
-      logger,
-      pauseMs: PAUSE_MS,
-    });
-    const sink = createCacheSink({
-      handle: 'items.cache',
-      endpoint: 'items',
-      caches,
-      cache: green,
-      schema,
-      sources: ['items.source'],
-      logger,
-      handover: handover(green.name),
-    });
+    const { logger, stand, sink } = greenSink({ caches, blue, green });
     try {
       // The green's snapshot is done at 0/200, past the serving generation's 0/150: the serving one is paused — and a
       // commit of it at 0/300 lands meanwhile, so 0/300 is the barrier.
@@ -160,27 +173,7 @@ describe('the hand-over of a switch whose green does not reach the barrier in ti
     await using dir = await tempDir();
     const { caches, blue, green } = await blueAndGreen(dir.path);
     await using _caches = caches;
-    const logger = capturingLogger();
-    const stand = standInFollower(blue, { lsn: '0/150' });
-    const handover = switchHandover({
-      endpoint: 'items',
-      sourceHandle: 'items.source',
-      caches,
-      follower: stand.follower,
-      logger,
-      pauseMs: PAUSE_MS,
-    });
-    const sink = createCacheSink({
-      handle: 'items.cache',
-      endpoint: 'items',
-      caches,
-      cache: green,
-      schema,
-      sources: ['items.source'],
-      logger,
-      holdReason: async () => 'switch mode is manual',
-      handover: handover(green.name),
-    });
+    const { stand, sink } = greenSink({ caches, blue, green }, async () => 'switch mode is manual');
     try {
       await commitAt(green, 1, '0/200');
       await sink.snapshotDone!('items.source', at('0/200'));
