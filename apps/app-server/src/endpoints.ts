@@ -23,6 +23,7 @@ import {
   shown,
 } from './endpoint-start.js';
 import { generationsView } from './generations.js';
+import { lagUnitOf } from './lag-unit.js';
 import type { PipelineSample } from './metrics.js';
 
 export type { BuildProgress, EndpointStatus, ReplicationStatus, SwitchOutcome };
@@ -192,6 +193,7 @@ export class EndpointManager {
           ...endpointPhase(start, null),
           records: null,
           lag: null,
+          lagUnit: lagUnitOf(endpoint.source),
           rate: 0,
           decision: null,
           held: null,
@@ -225,6 +227,7 @@ export class EndpointManager {
         ...endpointPhase(start, status),
         records,
         lag: status.progress.lag,
+        lagUnit: lagUnitOf(endpoint.source),
         rate: status.progress.rate,
         decision: start.pipeline.decision,
         held: status.held,

@@ -44,7 +44,7 @@ async function screenshot(page: Page, name: string): Promise<void> {
 }
 
 describe('the operator console in headless Chromium', () => {
-  it('without control auth: lists the quick-start endpoint at once, live; the Nodes page', async () => {
+  it('defect: the Lag of a file-fed endpoint was a bare number with no unit — and without control auth: lists the quick-start endpoint at once, live; the Nodes page', async () => {
     await using dir = await tempDir('sluice-console-open-');
     const source = join(dir.path, 'cities.jsonl');
     await writeCities(source, 2_000);
@@ -71,6 +71,12 @@ describe('the operator console in headless Chromium', () => {
       );
       await card.locator('dd[data-fact="records"]', { hasText: '2,000' }).waitFor();
       expect(await card.textContent()).toContain(serving!);
+      // A file source's lag is the bytes of its file not yet read (none once it is read to its end): said so.
+      const [cities] = await createClient({ controlUrl: node.url }).control.endpoints();
+      expect(cities).toMatchObject({ lag: 0, lagUnit: 'bytes' });
+      const lag = card.locator('dd[data-fact="lag"]');
+      await lag.filter({ hasText: /bytes/ }).waitFor({ timeout: 10_000 });
+      expect(await lag.textContent()).toBe('0 bytes of its file not yet read');
       await screenshot(page, 'console-endpoints-open');
 
       await page.getByRole('link', { name: 'Nodes' }).click();

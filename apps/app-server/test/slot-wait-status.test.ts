@@ -7,6 +7,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { sleep, sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
+import { openConsoleBrowser } from './console-browser.js';
 import { call, localNode, type NodeProcess, startNodeProcess } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
 import {
@@ -151,6 +152,53 @@ describe('an endpoint whose run waits for its replication slot', () => {
       )) as WaitingView;
       expect(streams.slotWait).toBeNull();
       expect(streams.retry).toBeNull();
+    } finally {
+      holder?.kill('SIGKILL');
+    }
+  });
+
+  it("defect: the console did not show that an endpoint's run waits for its slot, nor who holds it", {
+    timeout: 180_000,
+  }, async () => {
+    // Its own node id, so its own slot: slot names are PostgreSQL-wide, and the test above leaves its slot behind.
+    const slot = 'sluice_h6_items_source';
+    await using dir = await tempDir('sluice-slot-wait-console-');
+    const url = await itemsTable(postgres(), 'slotwaitconsole');
+    await using node = await startNodeProcess({
+      ...localNode('h6', dir.path),
+      extraYaml: replicatedEndpointYaml(url),
+    });
+    expect((await itemsStreaming(node, { records: 100 })).replication?.slot).toBe(slot);
+    await using browser = await openConsoleBrowser();
+    const page = browser.page;
+    await page.goto(`${node.url}/console`);
+    const card = page.locator('article[data-endpoint="items"]');
+    await card.locator('.phase', { hasText: 'streaming' }).first().waitFor({ timeout: 30_000 });
+    const fact = card.locator('[data-fact="slot-wait"]');
+    expect(await fact.count()).toBe(0);
+
+    const { child, walsender } = await takeSlot(url, slot);
+    let holder: ChildProcess | null = child;
+    try {
+      // The run retried meanwhile waits for the slot (15 s at a time, again after each back-off): the card says so.
+      await fact.waitFor({ timeout: 60_000 });
+      const text = await fact.textContent();
+      expect(text).toContain(`waiting for slot ${slot}, held by PostgreSQL backend ${walsender}, since `);
+      expect(text).toContain(', gives up at ');
+      // Since and until of one wait, as the API gives them: 15 s apart.
+      const [since, until] = await fact
+        .locator('time')
+        .evaluateAll((times) => times.map((t) => Date.parse(t.getAttribute('datetime') ?? '')));
+      expect(until! - since!).toBe(15_000);
+
+      // Given back, the slot streams again and the card no longer says it waits.
+      holder.kill('SIGTERM');
+      holder = null;
+      await waitFor(async () => (await itemsOf(node)).phase === 'streaming', {
+        timeoutMs: 90_000,
+        what: 'the endpoint to stream again once the slot is free',
+      });
+      await fact.waitFor({ state: 'detached', timeout: 10_000 });
     } finally {
       holder?.kill('SIGKILL');
     }

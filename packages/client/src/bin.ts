@@ -55,17 +55,21 @@ async function main(argv: string[]): Promise<void> {
   } catch {
     throw new UsageError(`--url "${values.url}" is not a URL`);
   }
-  const token = values.token ?? process.env.SLUICE_TOKEN;
+  // An empty SLUICE_TOKEN (or --token "") sends no token, as none at all.
+  const token = (values.token ?? process.env.SLUICE_TOKEN) || undefined;
   const client = createClient({ queryUrl: values.url, ...(token ? { token } : {}) });
   const listed = await client.endpoints();
   const wanted = values.endpoint;
   let endpoints: DescribedEndpoint[] = listed;
   if (wanted !== undefined) {
     const missing = wanted.filter((name) => !listed.some((e) => e.name === name));
-    if (missing.length > 0)
+    if (missing.length > 0) {
+      // An api-server lists only what the token sent may read: name the token only when one was sent.
+      const to = token ? ' to this token' : '';
       throw new Error(
-        `${values.url} serves no endpoint ${missing.map((n) => `"${n}"`).join(', ')} to this token (it serves: ${listed.map((e) => e.name).join(', ') || 'none'})`,
+        `${values.url} serves no endpoint ${missing.map((n) => `"${n}"`).join(', ')}${to} (it serves: ${listed.map((e) => e.name).join(', ') || 'none'})`,
       );
+    }
     endpoints = listed.filter((e) => wanted.includes(e.name));
   }
   const source = endpointTypesSource(

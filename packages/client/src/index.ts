@@ -5,10 +5,12 @@ export type {
   EndpointWatchView,
   GenerationsView,
   GenerationView,
+  LagUnit,
   NodeView,
   RetryView,
   ServingFollowerPhase,
   ServingFollowerStatus,
+  SlotWaitView,
   SwitchOutcome,
   SwitchView,
 } from '@sluice/core';

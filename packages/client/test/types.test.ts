@@ -3,11 +3,11 @@
  * compiling code that uses them with the TypeScript compiler), and `createClient<Endpoints>` types `endpoint(name)`.
  */
 import { spawnSync } from 'node:child_process';
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { spawnTs, tempDir } from '@sluice/testkit';
+import { signJwt, spawnTs, tempDir } from '@sluice/testkit';
 import { describe, expect, expectTypeOf, it } from 'vitest';
 import { createClient, type EndpointClient } from '../src/index.js';
 import { item, startApi, startWriter } from './servers.js';
@@ -16,8 +16,11 @@ const BIN = fileURLToPath(new URL('../src/bin.ts', import.meta.url));
 const TSC = createRequire(import.meta.url).resolve('typescript/bin/tsc');
 
 /** Runs `sluice-client …` as a real process; its exit code and output. */
-async function sluiceClient(args: string[]): Promise<{ code: number | null; output: string }> {
-  const child = spawnTs(BIN, args);
+async function sluiceClient(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; output: string }> {
+  const child = spawnTs(BIN, args, { env });
   const { code } = await child.exited;
   return { code, output: child.output() };
 }
@@ -67,12 +70,55 @@ describe('sluice-client types', () => {
     // An unused @ts-expect-error (a misuse the types let through) fails the compile too.
     expect(tsc.status, `${tsc.stdout}${tsc.stderr}`).toBe(0);
 
-    const unknown = await sluiceClient(['types', '--url', api.url, '--endpoint', 'nope']);
-    expect(unknown.code).toBe(1);
-    expect(unknown.output).toMatch(/serves no endpoint "nope" to this token \(it serves: items\)/);
     const usage = await sluiceClient(['types']);
     expect(usage.code).toBe(2);
     expect(usage.output).toMatch(/--url is required/);
+  });
+
+  it('defect: "--endpoint nope" said the server serves no such endpoint "to this token" when no token was given', {
+    timeout: 90_000,
+  }, async () => {
+    await using dir = await tempDir();
+    await using writer = await startWriter(join(dir.path, 'data'), [item(1)]);
+    const secret = 'client-types-secret-0123456789';
+    await mkdir(join(dir.path, 'open'));
+    await mkdir(join(dir.path, 'authed'));
+    await using open = await startApi(join(dir.path, 'open'), writer.root);
+    await using authed = await startApi(join(dir.path, 'authed'), writer.root, {
+      auth: { jwtSecret: secret },
+    });
+
+    // No token (none given, none in SLUICE_TOKEN): the server's answer is what it serves, to anyone.
+    const untokened = await sluiceClient(['types', '--url', open.url, '--endpoint', 'nope'], {
+      SLUICE_TOKEN: '',
+    });
+    expect(untokened.code).toBe(1);
+    expect(untokened.output).toContain(
+      `sluice-client: ${open.url} serves no endpoint "nope" (it serves: items)`,
+    );
+    expect(untokened.output).not.toMatch(/token/);
+
+    // A token that may read another endpoint only: the server lists what it serves to that token.
+    const token = signJwt(secret, { endpoints: ['other'] });
+    const tokened = await sluiceClient([
+      'types',
+      '--url',
+      authed.url,
+      '--token',
+      token,
+      '--endpoint',
+      'items',
+    ]);
+    expect(tokened.code).toBe(1);
+    expect(tokened.output).toContain(
+      `sluice-client: ${authed.url} serves no endpoint "items" to this token (it serves: none)`,
+    );
+    // The same token from SLUICE_TOKEN.
+    const fromEnv = await sluiceClient(['types', '--url', authed.url, '--endpoint', 'items'], {
+      SLUICE_TOKEN: token,
+    });
+    expect(fromEnv.code).toBe(1);
+    expect(fromEnv.output).toContain(`serves no endpoint "items" to this token (it serves: none)`);
   });
 
   it('createClient<Endpoints> types endpoint(name) by its row type; other names take one or stay plain', () => {

@@ -36,7 +36,10 @@ export interface PipelineProgress {
   badRecords: number;
   /** Records per second over the recent window. */
   rate: number;
-  /** How far the source is ahead of what was committed, when the source can tell (records or ms). */
+  /**
+   * How far the source is ahead of what was read, when the source can tell: bytes of a file, messages of a JetStream
+   * stream (control-views' `LagUnit`); null otherwise.
+   */
   lag: number | null;
   epoch: number;
   startedAt: string;

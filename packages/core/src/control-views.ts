@@ -160,6 +160,20 @@ export interface SlotWaitView {
   activePid: number | null;
 }
 
+/**
+ * What an endpoint's `lag` counts, which depends on its source: a file source's is the `bytes` of the file not yet
+ * read (its size less the offset read to), a JetStream source's the `messages` of the stream not yet read (its last
+ * sequence less the one read to). A PostgreSQL source reports no `lag` — a logical-replication one reports its lag
+ * (bytes of WAL, seconds) in `replication` instead.
+ *
+ * @example
+ * ```ts
+ * const label = status.lag === null ? '—' : `${status.lag} ${status.lagUnit ?? ''}`;
+ * ```
+ */
+export const LagUnit = { bytes: 'bytes', messages: 'messages' } as const;
+export type LagUnit = (typeof LagUnit)[keyof typeof LagUnit];
+
 /** One endpoint as `GET /v1/endpoints` reports it. */
 export interface EndpointStatus {
   name: string;
@@ -170,7 +184,10 @@ export interface EndpointStatus {
   /** Where the endpoint is ({@link EndpointPhase}): `retrying` recovers by itself, `failed` waits for an operator. */
   phase: EndpointPhase;
   records: number | null;
+  /** How far the run is behind its source, in {@link EndpointStatus.lagUnit}; null when the source cannot tell. */
   lag: number | null;
+  /** What `lag` counts for this endpoint's source ({@link LagUnit}); null for a source that reports no `lag`. */
+  lagUnit: LagUnit | null;
   rate: number;
   decision: { decision: string; reason: string } | null;
   /** The generation held by a switch gate (or manual mode), and why. */

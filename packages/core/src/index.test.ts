@@ -48,6 +48,7 @@ const PUBLIC_RUNTIME_EXPORTS = [
   'InvalidQueryError',
   'JetStreamAddressSchema',
   'JsonScalarSchema',
+  'LagUnit',
   'MalformedJsonError',
   'MethodNotAllowedError',
   'NameSchema',

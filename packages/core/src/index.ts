@@ -110,6 +110,7 @@ export {
   GenerationState,
   type GenerationsView,
   type GenerationView,
+  LagUnit,
   type NodeView,
   type ReplicationStatus,
   type RetryView,

@@ -1,4 +1,10 @@
-import { EndpointPhase, EVERY_ROUTE_PROBLEMS, PROBLEM_RESPONSE, ServingFollowerPhase } from '@sluice/core';
+import {
+  EndpointPhase,
+  EVERY_ROUTE_PROBLEMS,
+  LagUnit,
+  PROBLEM_RESPONSE,
+  ServingFollowerPhase,
+} from '@sluice/core';
 import { z } from 'zod';
 
 /**
@@ -116,6 +122,16 @@ export const EndpointListReply = documented(
             .enum(EndpointPhase)
             .describe(
               '`retrying`: an outage Sluice waits out by itself (see `retry`); `failed`: its pipeline could not start for a reason that will not pass by itself — fix it, then rebuild',
+            ),
+          lag: z
+            .number()
+            .nullable()
+            .describe('How far the run is behind its source, in `lagUnit`; null when the source cannot tell'),
+          lagUnit: z
+            .enum(LagUnit)
+            .nullable()
+            .describe(
+              'What `lag` counts: `bytes` of the source file not yet read (a file source), `messages` of the stream not yet read (JetStream); null for a PostgreSQL source, which reports no `lag` (a replication source’s lag is in `replication`)',
             ),
           error: z
             .object({ code: z.string(), message: z.string() })

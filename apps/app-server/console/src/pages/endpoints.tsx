@@ -2,9 +2,11 @@ import type {
   ConnectionLoss,
   EndpointWatchView,
   GenerationView,
+  LagUnit,
   RetryView,
   ServingFollowerPhase,
   ServingFollowerStatus,
+  SlotWaitView,
   SluiceClient,
   SwitchView,
 } from '@sluice/client';
@@ -153,7 +155,7 @@ function EndpointCard(props: {
               ? `${count(endpoint.replication.lagBytes)} bytes of WAL${endpoint.replication.lagSeconds != null ? `, ${endpoint.replication.lagSeconds.toFixed(1)} s` : ''}`
               : endpoint.lag === null
                 ? '—'
-                : count(endpoint.lag)}
+                : sourceLag(endpoint.lag, endpoint.lagUnit)}
             {endpoint.replication?.lagBytes != null && endpoint.replication.observedAt && (
               <LagAge observedAt={endpoint.replication.observedAt} />
             )}
@@ -194,6 +196,7 @@ function EndpointCard(props: {
             </dd>
           </div>
         )}
+        {endpoint.slotWait && <SlotWaitFact wait={endpoint.slotWait} />}
         {endpoint.follower && (
           <FollowerFact follower={endpoint.follower} fed={endpoint.held?.cache ?? endpoint.buildingCache} />
         )}
@@ -287,6 +290,41 @@ function EndpointCard(props: {
         </section>
       </div>
     </article>
+  );
+}
+
+/** What a source's own lag counts (`lagUnit`: its file's bytes, its stream's messages), as the card says it. */
+const LAG_UNIT: Record<LagUnit, { one: string; many: string; of: string }> = {
+  bytes: { one: 'byte', many: 'bytes', of: 'of its file not yet read' },
+  messages: { one: 'message', many: 'messages', of: 'of its stream not yet read' },
+};
+
+/** "1,024 bytes of its file not yet read": a file's or a stream's lag with its unit; a bare count for no unit. */
+function sourceLag(lag: number, unit: LagUnit | null): string {
+  if (unit === null) return count(lag);
+  const said = LAG_UNIT[unit];
+  return `${count(lag)} ${lag === 1 ? said.one : said.many} ${said.of}`;
+}
+
+/**
+ * The run waits for its replication slot, which another process streams (`slotWait`: a walsender not released yet,
+ * `pg_recvlogical`, an app-server with the same node id): nothing streams meanwhile, and the operator may have to end
+ * the holder — so say which slot, which PostgreSQL backend holds it, since when, and when the wait gives up (to be
+ * retried).
+ */
+function SlotWaitFact(props: { wait: SlotWaitView }) {
+  const { wait } = props;
+  return (
+    <div class="wide">
+      <dt>Replication slot</dt>
+      <dd data-fact="slot-wait" class="warning">
+        waiting for slot <code>{wait.slot}</code>, held by{' '}
+        {wait.activePid === null ? 'another process' : `PostgreSQL backend ${wait.activePid}`}, since{' '}
+        <time dateTime={wait.since}>{when(wait.since)}</time>, gives up at{' '}
+        <time dateTime={wait.until}>{when(wait.until)}</time>{' '}
+        <span class="muted">(then it is retried by itself)</span>
+      </dd>
+    </div>
   );
 }
 
