@@ -111,7 +111,11 @@ export function createMetrics(sources: {
     (s) => s.recordsWritten ?? null,
   );
   pipelineGauge('sluice_pipeline_rate', 'Endpoint pipeline records per second', (s) => s.rate ?? null);
-  pipelineGauge('sluice_pipeline_lag', 'Endpoint pipeline lag behind its source', (s) => s.lag ?? null);
+  pipelineGauge(
+    'sluice_pipeline_lag',
+    "Endpoint pipeline lag behind its source, in the endpoint's lagUnit: bytes of a file not yet read, or messages of a JetStream stream",
+    (s) => s.lag ?? null,
+  );
   pipelineGauge(
     'sluice_replication_lag_bytes',
     "WAL bytes between PostgreSQL's current position and what the endpoint cache committed (logical replication)",

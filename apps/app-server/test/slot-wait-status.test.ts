@@ -4,8 +4,8 @@
  * PostgreSQL with `wal_level=logical`, and a real `pg_recvlogical` streaming the endpoint's slot meanwhile — so
  * nothing the endpoint runs can stream it.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { sleep, sql, tempDir, waitFor } from '@sluice/testkit';
+import type { ChildProcess } from 'node:child_process';
+import { sleep, sql, takeReplicationSlot, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { openConsoleBrowser } from './console-browser.js';
 import { call, localNode, type NodeProcess, startNodeProcess } from './helpers.js';
@@ -39,47 +39,6 @@ async function metricPhase(node: NodeProcess): Promise<string | null> {
   return line === undefined ? null : (/phase="([^"]+)"/.exec(line)?.[1] ?? null);
 }
 
-/** The backend (walsender) streaming `slot` for `pg_recvlogical`, or null. */
-async function recvlogicalWalsender(url: string, slot: string): Promise<number | null> {
-  const rows = await sql<{ pid: number }>(
-    url,
-    `SELECT s.active_pid AS pid FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
-      WHERE s.slot_name = $1 AND r.application_name = 'pg_recvlogical'`,
-    [slot],
-  );
-  return rows[0]?.pid ?? null;
-}
-
-/**
- * Takes `slot` from the endpoint streaming it: its walsender is ended and `pg_recvlogical` streams the slot instead
- * (retried until it holds it: the endpoint may take the slot back in between). Kill the process to give it back.
- * As packages/pipeline/src/sources/replication-retry.test.ts does.
- */
-async function takeSlot(url: string, slot: string): Promise<{ child: ChildProcess; walsender: number }> {
-  for (let tries = 0; ; tries++) {
-    await sql(
-      url,
-      `SELECT pg_terminate_backend(active_pid, 10000) FROM pg_replication_slots
-        WHERE slot_name = $1 AND active_pid IS NOT NULL`,
-      [slot],
-    );
-    const child = spawn(
-      'pg_recvlogical',
-      ['-d', url, '-S', slot, '--start', '-f', '/dev/null', '-n', '-F', '0'].concat(
-        ['proto_version=1', `publication_names=${slot}`].flatMap((o) => ['-o', o]),
-      ),
-      { stdio: 'ignore' },
-    );
-    const walsender = await waitFor(
-      async () => (child.exitCode !== null ? -1 : await recvlogicalWalsender(url, slot)),
-      { timeoutMs: 10_000, what: `pg_recvlogical to stream ${slot}` },
-    ).catch(() => -1);
-    if (walsender > 0) return { child, walsender };
-    child.kill('SIGKILL');
-    if (tries >= 20) throw new Error(`pg_recvlogical could not take slot ${slot}`);
-  }
-}
-
 describe('an endpoint whose run waits for its replication slot', () => {
   it('defect: while its run waited for a slot another process streams, the endpoint read phase streaming with retry null', {
     timeout: 180_000,
@@ -93,7 +52,7 @@ describe('an endpoint whose run waits for its replication slot', () => {
     expect((await itemsStreaming(node, { records: 100 })).replication?.slot).toBe(SLOT);
 
     const takenAt = Date.now();
-    const { child, walsender } = await takeSlot(url, SLOT);
+    const { child, walsender } = await takeReplicationSlot(url, SLOT);
     let holder: ChildProcess | null = child;
     try {
       // Its stream ended: the run failed, and is retried after the back-off.
@@ -177,7 +136,7 @@ describe('an endpoint whose run waits for its replication slot', () => {
     const fact = card.locator('[data-fact="slot-wait"]');
     expect(await fact.count()).toBe(0);
 
-    const { child, walsender } = await takeSlot(url, slot);
+    const { child, walsender } = await takeReplicationSlot(url, slot);
     let holder: ChildProcess | null = child;
     try {
       // The run retried meanwhile waits for the slot (15 s at a time, again after each back-off): the card says so.

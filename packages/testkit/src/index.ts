@@ -34,6 +34,7 @@ export {
   tsxLoaderPath,
 } from './process.js';
 export { rawHttpExchange } from './raw-http.js';
+export { type TakenSlot, takeReplicationSlot } from './slot-taker.js';
 export {
   type SourceTransaction,
   type SourceWriter,

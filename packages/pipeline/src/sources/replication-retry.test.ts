@@ -4,11 +4,11 @@
  * its replication lag reads while it retries — growing while PostgreSQL answers but the stream keeps failing (its
  * slot read by another process), the last figures measured, with when, while PostgreSQL is down.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { openCacheManager } from '@sluice/cache';
 import type { EndpointConfig, EndpointPipeline, WritableCacheCatalog } from '@sluice/core';
-import { sql, tempDir, waitFor } from '@sluice/testkit';
+import { sql, takeReplicationSlot, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { itemsTableEndpoint, replicationContext, useLogicalPostgres } from '../../test/replication.js';
 import { startEndpointPipeline } from '../endpoint.js';
@@ -203,47 +203,6 @@ async function slotOf(url: string): Promise<{ slot: string; publication: string 
   return rows[0]!;
 }
 
-/**
- * Takes `slot` from the endpoint streaming it: its walsender is ended and `pg_recvlogical` streams the slot instead
- * (retried until it holds it: the endpoint may take the slot back in between). Kill the process to give it back.
- */
-async function takeSlot(url: string, slot: string, publication: string): Promise<ChildProcess> {
-  for (let tries = 0; ; tries++) {
-    await sql(
-      url,
-      `SELECT pg_terminate_backend(active_pid, 10000) FROM pg_replication_slots
-        WHERE slot_name = $1 AND active_pid IS NOT NULL`,
-      [slot],
-    );
-    const child = spawn(
-      'pg_recvlogical',
-      ['-d', url, '-S', slot, '--start', '-f', '/dev/null', '-n', '-F', '0'].concat(
-        ['proto_version=1', `publication_names=${publication}`].flatMap((o) => ['-o', o]),
-      ),
-      { stdio: 'ignore' },
-    );
-    const holds = await waitFor(
-      async () =>
-        child.exitCode !== null
-          ? 'exited'
-          : (
-                await sql(
-                  url,
-                  `SELECT 1 FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
-                    WHERE s.slot_name = $1 AND r.application_name = 'pg_recvlogical'`,
-                  [slot],
-                )
-              ).length === 1
-            ? 'holds'
-            : null,
-      { timeoutMs: 10_000, what: `pg_recvlogical to stream ${slot}` },
-    ).catch(() => 'exited' as const);
-    if (holds === 'holds') return child;
-    child.kill('SIGKILL');
-    if (tries >= 20) throw new Error(`pg_recvlogical could not take slot ${slot}`);
-  }
-}
-
 describe('the replication lag of an endpoint that retries', () => {
   it('defect: while the stream kept failing (its slot read by another process) the lag read null instead of growing', {
     timeout: 120_000,
@@ -257,7 +216,7 @@ describe('the replication lag of an endpoint that retries', () => {
       await streamsWithWrite(pipeline, url, 100);
       const { slot, publication } = await slotOf(url);
       const served = pipeline.status().replication!.committedLsn;
-      holder = await takeSlot(url, slot, publication);
+      holder = (await takeReplicationSlot(url, slot, publication)).child;
       // Rows written while the endpoint cannot read its slot: what it serves falls behind, and says so.
       await sql(url, 'INSERT INTO items SELECT g, g FROM generate_series(1000, 1999) g');
       const written = await currentLsn(url);
