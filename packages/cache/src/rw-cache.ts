@@ -11,19 +11,13 @@ import {
   parseOrThrow,
   type RecordOp,
   SluiceError,
-  StaleEpochError,
   type WritableCache,
 } from '@sluice/core';
 import { z } from 'zod';
-import { type ResolvePatches, type StagedChange, writeChanges } from './batch-write.js';
-import { dataKey, indexKey, type StoredSchema } from './cache-dbs.js';
-import {
-  appendChanges,
-  appendSteps,
-  clearChanges,
-  ensureChangeLog,
-  type OldestTransactionMemo,
-} from './change-log.js';
+import { type StagedChange, writeChanges } from './batch-write.js';
+import { dataKey, indexKey } from './cache-dbs.js';
+import { appendChanges, clearChanges, ensureChangeLog, type OldestTransactionMemo } from './change-log.js';
+import { CommitThread } from './commit-thread.js';
 import { translateWriteError } from './errors.js';
 import {
   appendRuns,
@@ -47,7 +41,7 @@ import {
   timestampFieldSet,
   withAddedFields,
 } from './schema.js';
-import { replaySteps } from './staged-replay.js';
+import { fencesAfter, landedState, patchResolver, type SpilledCommitOutcome } from './spilled-commit.js';
 import { StagingArea, type StagingStep } from './staging.js';
 
 /** A staged change of one primary key (see batch-write.ts). */
@@ -65,13 +59,6 @@ interface Committing {
 const CheckpointInput = PipelineCheckpointSchema.nullable();
 const SourceHandle = z.string().min(1).max(512);
 const MAX_OPS_PER_APPLY = 1_000_000;
-
-/** Reads `steps` to the end for what reading them does: a lazy replay (staged-replay.ts) applies each step it yields. */
-function readToEnd(steps: Iterable<unknown>): void {
-  for (const _step of steps) {
-    // Reading the step applied it: nothing else is wanted of it.
-  }
-}
 
 /**
  * The writable handle of a cache generation (one writer process per cache). Writes are staged by `apply` and
@@ -118,6 +105,8 @@ export class RwCache extends RoCache implements WritableCache {
    * (`pendingFields`, written by the next commit that lands). The only writer knows it without reading it back.
    */
   private writerSchema: CacheSchema;
+  /** Where commits of spilled transactions run (started at the first one). */
+  private commitThread: CommitThread | null = null;
   private pendingFields: Record<string, FieldType> = {};
 
   constructor(init: CacheHandleInit) {
@@ -480,49 +469,15 @@ export class RwCache extends RoCache implements WritableCache {
         // Only bulk commits add to a pending index build; any other commit needs complete indexes first (a
         // commit of spilled sets writes its index entries as it applies each change).
         if (options.bulk !== true || sets !== null) await this.finishIndexBuild();
+        if (sets !== null) {
+          await this.commitSpilled(sets, parsed, options, adding);
+          return;
+        }
         this.write((state) => {
-          const fence = options.fence;
-          let fences = state.fences;
-          if (fence !== undefined) {
-            // Thrown inside the transaction: it aborts, nothing of this commit is written (docs/fencing.md).
-            const highest = state.fences?.[fence.writer] ?? 0;
-            if (highest > fence.epoch)
-              throw new StaleEpochError(fence.writer, fence.epoch, { details: { epoch: highest } });
-            fences = { ...state.fences, [fence.writer]: fence.epoch };
-          }
+          const fences = fencesAfter(state, options.fence);
           // A bulk load writes its first records' index entries as they come, and defers the rest to an index
           // build (index-build.ts) once it outgrows `deferIndexesFrom` (docs/cache-index-build.md).
           const checkpointOut = options.keepCheckpoint === true ? state.checkpoint : parsed;
-          if (sets !== null) {
-            const outcome = { delta: 0 };
-            const steps = replaySteps(
-              this.dbs,
-              this.schema.primaryKey,
-              (function* chain(staging: StagingArea) {
-                for (const set of sets) yield* staging.steps(set);
-              })(this.staging),
-              this.resolvePatches,
-              outcome,
-            );
-            // The steps apply the staged changes as they are read (replaySteps is lazy): a commit that logs its
-            // changes reads them as it appends them to the change log; one that logs only the commit reads them here.
-            if (options.changeLog === 'commits') readToEnd(steps);
-            appendSteps(
-              this.dbs,
-              options.changeLog === 'commits' ? [] : steps,
-              checkpointOut,
-              this.settings.changes,
-              Date.now(),
-              this.changeLogMemo,
-            );
-            this.staging.dropSets(sets);
-            return this.landed(state, {
-              fences,
-              checkpoint: checkpointOut,
-              recordCount: state.recordCount + outcome.delta,
-              adding,
-            });
-          }
           let build: IndexBuildState | null = null;
           if (options.bulk === true && this.dbs.covering && this.dbs.indexes.length > 0)
             build = pendingBuild(this.dbs) ?? this.indexBuildFor(state, batch.size);
@@ -532,7 +487,7 @@ export class RwCache extends RoCache implements WritableCache {
             batch.values(),
             state.recordCount === 0,
             build !== null,
-            this.resolvePatches,
+            patchResolver(this.dbs, this.schema),
           );
           if (build !== null && outcome.deferred !== null)
             this.dbs.meta.putSync(
@@ -587,7 +542,12 @@ export class RwCache extends RoCache implements WritableCache {
               Date.now(),
               this.changeLogMemo,
             );
-          return this.landed(state, { fences, checkpoint: checkpointOut, recordCount: count, adding });
+          return landedState(this.dbs, state, {
+            fences,
+            checkpoint: checkpointOut,
+            recordCount: count,
+            adding,
+          });
         }, 'commit');
       });
       if (sets !== null) this.staging.forget(sets);
@@ -635,37 +595,35 @@ export class RwCache extends RoCache implements WritableCache {
   }
 
   /**
-   * The end of a commit's write transaction, whether it applied its changes from memory or from the staging area:
-   * the fields it adds stored, and the commit state it leaves — its checkpoint, its instant, its record count, and
-   * the writer fences when it was fenced.
+   * Commits the staging area's `sets` (a transaction that outgrew memory) on the commit thread (commit-thread.ts),
+   * so this thread's event loop turns while every change of it is applied in the commit's one write transaction.
    */
-  private landed(
-    state: CommitState,
-    commit: {
-      fences: CommitState['fences'];
-      checkpoint: CommitState['checkpoint'];
-      recordCount: number;
-      adding: Record<string, FieldType>;
-    },
-  ): CommitState {
-    this.writeAddedFields(commit.adding);
-    return {
-      ...state,
-      ...(commit.fences !== undefined ? { fences: commit.fences } : {}),
-      checkpoint: commit.checkpoint,
-      committedAt: new Date().toISOString(),
-      recordCount: commit.recordCount,
-    };
-  }
-
-  /** Writes the fields added since the last commit into the stored schema (inside the commit's transaction). */
-  private writeAddedFields(adding: Record<string, FieldType>): void {
-    if (Object.keys(adding).length === 0) return;
-    const stored = this.dbs.meta.get('schema') as StoredSchema;
-    this.dbs.meta.putSync('schema', {
-      ...stored,
-      addedFields: { ...stored.addedFields, ...adding },
-    } satisfies StoredSchema);
+  private async commitSpilled(
+    sets: number[],
+    checkpoint: PipelineCheckpoint | null,
+    options: CommitOptions,
+    adding: Record<string, FieldType>,
+  ): Promise<void> {
+    this.commitThread ??= new CommitThread();
+    let outcome: SpilledCommitOutcome;
+    try {
+      outcome = await this.commitThread.run({
+        path: this.dbs.env.path,
+        schema: this.schema,
+        sets,
+        checkpoint: options.keepCheckpoint === true ? { kind: 'keep' } : { kind: 'write', value: checkpoint },
+        fence: options.fence,
+        adding,
+        changeLog: options.changeLog ?? 'full',
+        retention: this.settings.changes,
+        now: Date.now(),
+        memo: this.changeLogMemo,
+      });
+    } catch (err) {
+      throw translateWriteError(err, `Cache "${this.name}": commit failed`);
+    }
+    if (outcome.memo.oldest === undefined) delete this.changeLogMemo.oldest;
+    else this.changeLogMemo.oldest = outcome.memo.oldest;
   }
 
   /**
@@ -703,21 +661,6 @@ export class RwCache extends RoCache implements WritableCache {
       }));
     return out;
   }
-
-  /** Resolves a staged patch against the record stored when the commit runs (in its write transaction). */
-  private readonly resolvePatches: ResolvePatches = (change, stored) => {
-    let record = stored;
-    for (const patch of change.patches ?? [])
-      record = mergePatch(record, patch, timestampFieldSet(this.schema));
-    change.patches = null;
-    if (record === undefined) {
-      change.bytes = null;
-      change.indexKeys = null;
-      return;
-    }
-    change.bytes = Buffer.from(recordSerializer(this.schema)(record), 'utf8');
-    change.indexKeys = this.dbs.indexes.map((index) => indexKey(index, record, this.schema.primaryKey));
-  };
 
   /**
    * The index build a bulk commit of `size` records begins, or null to write its index entries directly: a
@@ -795,6 +738,8 @@ export class RwCache extends RoCache implements WritableCache {
   override async close(): Promise<void> {
     if (this.closed) return;
     await this.writing.catch(() => undefined);
+    await this.commitThread?.close();
+    this.commitThread = null;
     this.staged = new Map();
     // What was spilled for a commit that will not come: nobody else reads it, and it only takes disk.
     try {

@@ -81,3 +81,10 @@ export function* replaySteps(
     yield { pk: change.pk, bytes: change.bytes, before: old ?? null };
   }
 }
+
+/** Reads `steps` to the end for what reading them does: a lazy replay ({@link replaySteps}) applies each step it yields. */
+export function readToEnd(steps: Iterable<unknown>): void {
+  for (const _step of steps) {
+    // Reading the step applied it: nothing else is wanted of it.
+  }
+}

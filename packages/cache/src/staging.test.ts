@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import type { CacheSchema, ChangeEntry, RecordOp } from '@sluice/core';
+import { type CacheSchema, type ChangeEntry, type RecordOp, SluiceError } from '@sluice/core';
 import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { cachePath } from './generation-files.js';
@@ -215,5 +215,77 @@ describe('staging area (changes beyond stagedInMemory wait on disk for their com
     await cache.commit(checkpoint(2));
     expect(cache.count({})).toBe(110);
     expect(await stagingEntries(path)).toBe(0);
+  });
+
+  it("defect: a commit of a transaction spilled to the staging area blocked the writer's event loop for its whole length", async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path, { stagedInMemory: 1_000 });
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    const size = 60_000;
+    for (let i = 0; i < size; i += 1_000)
+      cache.apply(Array.from({ length: 1_000 }, (_, j) => upsert(i + j, i + j, j % 2 ? 'odd' : 'even')));
+    // The event loop turns counted while the commit is under way: an app-server's HTTP requests, lease heartbeats
+    // and replication keepalives run on those turns.
+    let landed = false;
+    let turnsWhileCommitting = 0;
+    const spin = () => {
+      if (landed) return;
+      turnsWhileCommitting += 1;
+      setImmediate(spin);
+    };
+    setImmediate(spin);
+    await cache.commit(checkpoint(1));
+    landed = true;
+    expect(turnsWhileCommitting).toBeGreaterThan(20);
+    // And the commit is whole.
+    expect(cache.commitState().recordCount).toBe(size);
+    expect(cache.count({})).toBe(size);
+    expect(cache.get([size - 1])).toEqual({ id: size - 1, value: size - 1, category: 'odd' });
+    expect(cache.query({ filter: { category: 'even' }, limit: 1 }).records).toEqual([
+      { id: 0, value: 0, category: 'even' },
+    ]);
+    expect(await stagingEntries(cachePath(caches.rootDir, cache.name))).toBe(0);
+  });
+
+  it('changes spilled while a spilled commit runs on the commit thread are kept for the next commit', async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path, { stagedInMemory: 500 });
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    for (let i = 0; i < 20_000; i += 500)
+      cache.apply(Array.from({ length: 500 }, (_, j) => upsert(i + j, i + j)));
+    const first = cache.commit(checkpoint(1));
+    // Applied (and spilled into a newer set) while the first commit's transaction runs on the other thread.
+    for (let i = 20_000; i < 23_000; i += 500)
+      cache.apply(Array.from({ length: 500 }, (_, j) => upsert(i + j, i + j, 'second')));
+    cache.apply([upsert(0, -1, 'second')]);
+    await first;
+    expect(cache.commitState()).toMatchObject({ checkpoint: { epoch: 1 }, recordCount: 20_000 });
+    expect(cache.get([0])).toEqual({ id: 0, value: 0, category: 'a' });
+    expect(await stagingEntries(cachePath(caches.rootDir, cache.name))).toBeGreaterThan(0);
+    await cache.commit(checkpoint(2));
+    expect(cache.commitState()).toMatchObject({ checkpoint: { epoch: 2 }, recordCount: 23_000 });
+    expect(cache.count({ category: 'second' })).toBe(3_001);
+    expect(cache.get([0])).toEqual({ id: 0, value: -1, category: 'second' });
+    expect(await stagingEntries(cachePath(caches.rootDir, cache.name))).toBe(0);
+  });
+
+  it("a fenced-off writer's spilled commit is refused with STALE_EPOCH on the commit thread: nothing lands, its sets are dropped", async () => {
+    await using dir = await tempDir();
+    await using caches = await openCacheManager(dir.path, { stagedInMemory: 100 });
+    await using cache = await caches.create({ endpoint: 'items', schema });
+    cache.apply([upsert(1, 1, 'new-owner')]);
+    await cache.commit(null, { keepCheckpoint: true, fence: { writer: 't-1', epoch: 2 } });
+    for (let i = 10; i < 1_010; i += 100)
+      cache.apply(Array.from({ length: 100 }, (_, j) => upsert(i + j, i + j, 'stale')));
+    const refused = await cache
+      .commit(null, { keepCheckpoint: true, fence: { writer: 't-1', epoch: 1 } })
+      .catch((e: unknown) => e);
+    expect(SluiceError.hasCode(refused, 'STALE_EPOCH')).toBe(true);
+    expect((refused as SluiceError).details).toMatchObject({ epoch: 2 });
+    expect(cache.commitState()).toMatchObject({ fences: { 't-1': 2 }, recordCount: 1 });
+    expect(await stagingEntries(cachePath(caches.rootDir, cache.name))).toBe(0);
+    await cache.commit(checkpoint(3));
+    expect(cache.count({ category: 'stale' })).toBe(0);
+    expect(cache.commitState()).toMatchObject({ checkpoint: { epoch: 3 }, recordCount: 1 });
   });
 });

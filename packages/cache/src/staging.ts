@@ -237,6 +237,28 @@ export class StagingArea {
     return out;
   }
 
+  /**
+   * True when the database holds entries of `sets` and of no other set, as the current transaction reads it. Read
+   * rather than judged from this thread's live sets: a commit thread (commit-thread.ts) drops sets while the
+   * writer's thread may have spilled into a newer one.
+   */
+  private holdsOnly(sets: readonly number[]): boolean {
+    const db = this.db;
+    for (const kind of [LATEST, STEP]) {
+      const end = Buffer.from([kind + 1]);
+      let start = prefix(kind, 0);
+      for (;;) {
+        let set: number | null = null;
+        for (const key of db.getKeys({ start, end, limit: 1 })) set = (key as Buffer).readUInt32BE(1);
+        if (set === null) break;
+        if (!sets.includes(set)) return false;
+        if (set === 0xffffffff) break;
+        start = prefix(kind, set + 1);
+      }
+    }
+    return true;
+  }
+
   /** The steps of `set` in order, read lazily (inside the commit's write transaction). */
   *steps(set: number): Generator<StagingStep> {
     for (const { value } of this.db.getRange({ start: prefix(STEP, set), end: prefix(STEP, set + 1) }))
@@ -245,11 +267,11 @@ export class StagingArea {
 
   /**
    * Drops `sets`. Inside the commit's write transaction, so they go exactly when their changes land ({@link forget}
-   * them once it has). When they are all the sets in use, the whole database is emptied at once.
+   * them once it has). When the database holds nothing else, it is emptied at once.
    */
   dropSets(sets: readonly number[]): void {
     const db = this.db;
-    if ([...this.live].every((set) => sets.includes(set))) {
+    if (this.holdsOnly(sets)) {
       db.clearSync();
       return;
     }

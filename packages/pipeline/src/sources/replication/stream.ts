@@ -59,8 +59,9 @@ function workerFile(): URL {
  *
  * The connection lives on a thread of its own (replication-worker.mjs, through `pg-logical-replication`): it reads
  * the socket, answers the server's keepalives and sends status updates whatever this thread is doing — a cache
- * commit of a big source transaction blocks this one for seconds, and PostgreSQL drops a connection silent for
- * `wal_sender_timeout` (each retry then read the transaction from its start again, and was dropped again). Messages
+ * commit blocks this one while it writes what memory held (a spilled transaction commits on the cache's commit
+ * thread), and PostgreSQL drops a connection silent for `wal_sender_timeout` (each retry then read the transaction
+ * from its start again, and was dropped again). Messages
  * cross as bytes, in batches, and are parsed here, where the pipeline's column parsers are.
  *
  * What this wrapper decides (after reading the library's code): acknowledgements are manual and never automatic
