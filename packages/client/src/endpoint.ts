@@ -36,7 +36,8 @@ export type ChangeEvent<Row> =
   | { type: 'switch'; from: string; to: string; token: string }
   /**
    * Drop the local copy: a snapshot follows. `reason` is the server's (`retention`, `generation-gone`,
-   * `unknown-position`) or `reconnected-during-snapshot` (the client lost the connection before `live`).
+   * `unknown-position`, `filter-changed`: resumed with another `filter` or a token with another row filter) or
+   * `reconnected-during-snapshot` (the client lost the connection before `live`).
    */
   | { type: 'reset'; reason: string };
 

@@ -388,6 +388,47 @@ describe('@sluice/client against real servers (Node)', () => {
     await renewed.done;
   }, 90_000);
 
+  it('defect: changes() with a token function whose renewed token had another row filter kept the old view across a killed api-server — now a reset, and the copy equals the new view', async () => {
+    const secret = 'client-feed-view-secret-0123456789';
+    await using dir = await tempDir();
+    await using writer = await startWriter(
+      join(dir.path, 'data'),
+      range(1, 30).map((id) => item(id)),
+    );
+    await using api = await startApi(dir.path, writer.root, { auth: { jwtSecret: secret } });
+    // The caller's grant narrows while the server is down: category a, then category b.
+    let category = 'a';
+    const token = () => signJwt(secret, { endpoints: ['items'], filters: { items: { category } } });
+    const items = createClient({ queryUrl: api.url, token }).endpoint<Item>('items');
+    const local = new Map<number, Item>();
+    const events: ChangeEvent<Item>[] = [];
+    const controller = new AbortController();
+    const consumed = (async () => {
+      for await (const event of items.changes({
+        signal: controller.signal,
+        backoff: { initialMs: 50, maxMs: 200 },
+      })) {
+        events.push(event);
+        apply(local, event);
+      }
+    })();
+    await waitUntil(() => events.some((e) => e.type === 'live'), 'live');
+    expect([...local.values()].every((row) => row.category === 'a')).toBe(true);
+    await api.kill();
+    category = 'b';
+    await api.restart();
+    // In view b: once it arrives the resumed feed is live under the new token.
+    await writer.commit([{ op: 'upsert', record: item(4, 7) }]);
+    await waitUntil(() => local.get(4)?.value === 28, 'the change to record 4', 60_000);
+    const view = new Map<number, Item>();
+    for await (const row of items.scan({ $limit: 1000 })) view.set(row.id, row);
+    expect(view.size).toBe(10);
+    expect(local).toEqual(view);
+    expect(events.filter((e) => e.type === 'reset')).toEqual([{ type: 'reset', reason: 'filter-changed' }]);
+    controller.abort();
+    await consumed;
+  }, 120_000);
+
   it('transfers: submit, wait, get, idempotent resubmit, conflict, terminate; 429 and network errors retried', async () => {
     await using dir = await tempDir();
     const input = join(dir.path, 'in.jsonl');

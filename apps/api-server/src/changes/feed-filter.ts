@@ -10,6 +10,7 @@ import {
   andFilters,
   compileFilter,
   type Filter,
+  hashJson,
   type QueryLimits,
   type ReadableCache,
   SluiceError,
@@ -48,6 +49,12 @@ export class FeedFilterUnfit extends Error {
  */
 export class FeedFilter {
   private readonly compiled = new WeakMap<ReadableCache, RecordMatch | null>();
+  /**
+   * Which records the feed shows, as its event tokens carry it (token.ts `view`): a fingerprint of both filters
+   * as written (keys in any order), or null when neither filters anything. A token resumed under another view is
+   * a `reset {reason: "filter-changed"}`: its position says what a subscriber of the other view was sent.
+   */
+  readonly view: string | null;
 
   constructor(
     private readonly endpoint: string,
@@ -56,7 +63,9 @@ export class FeedFilter {
     /** The token's row filter for the endpoint, or undefined. */
     private readonly rowFilter: Filter | undefined,
     private readonly limits: QueryLimits,
-  ) {}
+  ) {
+    this.view = feedView(filter, rowFilter);
+  }
 
   /** The token has a row filter (its `commit` events carry only the positions it may see). */
   get rowFiltered(): boolean {
@@ -95,4 +104,25 @@ export class FeedFilter {
       throw err;
     }
   }
+}
+
+/** Hex digits of a view fingerprint: 88 bits, so two different views never meet in practice. */
+const VIEW_DIGITS = 22;
+
+/** An absent or empty filter lets every record through. */
+function filters(filter: unknown): boolean {
+  return typeof filter === 'object' && filter !== null && Object.keys(filter).length > 0;
+}
+
+/**
+ * The view fingerprint of a feed's `filter=` and row filter (null: neither filters). Each is taken as written, in
+ * canonical JSON: two spellings of one set of records (another timestamp spelling, the same condition as
+ * `filter=` or as a row filter) are different views, which costs a needless snapshot, never a wrong copy.
+ */
+export function feedView(filter: unknown, rowFilter: Filter | undefined): string | null {
+  if (!filters(filter) && !filters(rowFilter)) return null;
+  return hashJson([filters(filter) ? filter : null, filters(rowFilter) ? rowFilter : null]).slice(
+    0,
+    VIEW_DIGITS,
+  );
 }

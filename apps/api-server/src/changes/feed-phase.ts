@@ -33,6 +33,8 @@ export const ResetReason = {
   retention: 'retention',
   generationGone: 'generation-gone',
   unknownPosition: 'unknown-position',
+  /** The token was issued under another `filter=` or row filter (feed-filter.ts `FeedFilter.view`). */
+  filterChanged: 'filter-changed',
 } as const;
 export type ResetReason = (typeof ResetReason)[keyof typeof ResetReason];
 

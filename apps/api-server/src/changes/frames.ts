@@ -32,11 +32,21 @@ export function entryFrame(
   generation: string,
   entry: ChangeEntry,
   rowFiltered = false,
+  /** The subscriber's view (token.ts): carried by the event's token; absent for an unfiltered subscriber. */
+  view?: string,
 ): string {
-  const id = encodeFeedToken({ endpoint: alias, generation, seq: entry.seq });
+  const id = encodeFeedToken({ endpoint: alias, generation, seq: entry.seq, ...(view ? { view } : {}) });
   if (entry.op === 'upsert') return sseFrame(FeedEvent.upsert, { key: entry.key, record: entry.record }, id);
   if (entry.op === 'delete') return sseFrame(FeedEvent.delete, { key: entry.key }, id);
   return commitFrame(entry.position, entry.epoch, id, rowFiltered);
+}
+
+/**
+ * An entry's shared frame (from {@link entryFrame}, which writes the `id` line first) with another `id`: a filtered
+ * subscriber's tokens carry its view, while the event itself — the record's JSON, framed once — is the same.
+ */
+export function withId(frame: string, id: string): string {
+  return `id: ${id}${frame.slice(frame.indexOf('\n'))}`;
 }
 
 /** A `commit` event at `position`, left out as {@link visibleCommitPosition} says for a row-filtered subscriber. */

@@ -12,7 +12,15 @@ import { waitForDrain } from './drain.js';
 import { type FeedFilter, FeedFilterUnfit, type RecordMatch } from './feed-filter.js';
 import { FEED_NEXT, FeedPhase, positionProblem, ResetReason } from './feed-phase.js';
 import type { GenerationFollower, LiveSubscriber } from './follower.js';
-import { commentFrame, commitFrame, entryFrame, FeedEvent, sseFrame, TOKEN_EXPIRED_FRAME } from './frames.js';
+import {
+  commentFrame,
+  commitFrame,
+  entryFrame,
+  FeedEvent,
+  sseFrame,
+  TOKEN_EXPIRED_FRAME,
+  withId,
+} from './frames.js';
 import { type MergeCut, mergeFrames, resumedMergeFrames, type SwitchSide, sameKeys } from './switch-merge.js';
 import { encodeFeedToken, type FeedPosition, type MergePosition } from './token.js';
 
@@ -63,6 +71,8 @@ export class FeedSubscriber implements LiveSubscriber {
   private readonly pins = new Set<PinnedGeneration>();
   /** Cancels the end at the token's expiry (a no-op without one). */
   private readonly cancelExpiry: () => void;
+  /** The view its event tokens carry (feed-filter.ts `FeedFilter.view`); undefined: it sees every record. */
+  private readonly view: string | undefined;
 
   constructor(
     private readonly ctx: FeedContext,
@@ -76,6 +86,7 @@ export class FeedSubscriber implements LiveSubscriber {
     expiresAt: number | null = null,
   ) {
     res.on('close', () => this.close());
+    this.view = filters?.view ?? undefined;
     this.cancelExpiry = expiresAt === null ? () => {} : atExpiry(expiresAt, () => this.expire());
   }
 
@@ -93,6 +104,17 @@ export class FeedSubscriber implements LiveSubscriber {
    */
   private matchesIn(generation: HeldGeneration): RecordMatch | null {
     return this.filters === null ? null : this.filters.matchesIn(generation.cache, generation.name);
+  }
+
+  /** The token (`id`) of a position of this feed: it names the endpoint and, for a filtered feed, its view. */
+  private token(generation: string, seq: number, merge?: MergePosition): string {
+    return encodeFeedToken({
+      endpoint: this.ctx.alias,
+      generation,
+      seq,
+      ...(merge ? { merge } : {}),
+      ...(this.view !== undefined ? { view: this.view } : {}),
+    });
   }
 
   /** The token expired: a comment saying so, then the end of the stream (the client resumes by token). */
@@ -131,6 +153,9 @@ export class FeedSubscriber implements LiveSubscriber {
   }
 
   private async resume(position: FeedPosition): Promise<void> {
+    // A position in what another view was sent: the subscriber holds records this view hides and lacks records
+    // it shows that have not changed since, which no change after the position would fix. Start over.
+    if (position.view !== this.view) return this.snapshot(ResetReason.filterChanged);
     if (position.merge) return this.resumeMerge(position, position.merge);
     const current = this.held();
     if (position.generation === current.name) {
@@ -244,14 +269,9 @@ export class FeedSubscriber implements LiveSubscriber {
       // changes before it (a delete among them) would be missed without a word.
       reset = positionProblem(cut.fromSeq, pinFrom.head) ?? positionProblem(cut.toSeq, pinTo.head);
       if (reset === null) {
-        const mergeId = encodeFeedToken({
-          endpoint: this.ctx.alias,
-          generation: from.name,
-          seq: cut.fromSeq,
-          // The first cut's sequence, not this pin's: cut off again, the subscriber may still hold records of `to`
-          // as they were at the first cut (the part of this merge it had not reached).
-          merge: { generation: to.name, seq: cut.toSeq },
-        });
+        // The first cut's sequence, not this pin's: cut off again, the subscriber may still hold records of `to`
+        // as they were at the first cut (the part of this merge it had not reached).
+        const mergeId = this.token(from.name, cut.fromSeq, { generation: to.name, seq: cut.toSeq });
         let written = 0;
         await resumedMergeFrames({ pin: pinFrom, cache: from.cache }, { pin: pinTo, cache: to.cache }, cut, {
           id: mergeId,
@@ -314,7 +334,7 @@ export class FeedSubscriber implements LiveSubscriber {
         this.send(sseFrame(FeedEvent.upsert, { key: pk.map((f) => record[f]), record }));
         if (++written % CHUNK === 0) await this.flush();
       }
-      const id = encodeFeedToken({ endpoint: this.ctx.alias, generation: current.name, seq: pin.head.last });
+      const id = this.token(current.name, pin.head.last);
       this.send(sseFrame(FeedEvent.live, { generation: current.name }, id));
       this.nextSeq = pin.head.last + 1;
     } finally {
@@ -378,19 +398,10 @@ export class FeedSubscriber implements LiveSubscriber {
       const keepNew = this.matchesIn(to);
       const keepOld = this.matchesIn(from);
       const pinTo = this.pin(to.cache);
-      const fromId = encodeFeedToken({
-        endpoint: this.ctx.alias,
-        generation: from.name,
-        seq: pinFrom.head.last,
-      });
+      const fromId = this.token(from.name, pinFrom.head.last);
       this.send(sseFrame(FeedEvent.switch, { from: from.name, to: to.name }, fromId));
       // The merge's events name both sides: a subscriber cut off among them resumes with resumeMerge.
-      const mergeId = encodeFeedToken({
-        endpoint: this.ctx.alias,
-        generation: from.name,
-        seq: pinFrom.head.last,
-        merge: { generation: to.name, seq: pinTo.head.last },
-      });
+      const mergeId = this.token(from.name, pinFrom.head.last, { generation: to.name, seq: pinTo.head.last });
       await this.merge({ pin: pinFrom, cache: from.cache }, { pin: pinTo, cache: to.cache }, mergeId, {
         keepOld,
         keepNew,
@@ -412,7 +423,7 @@ export class FeedSubscriber implements LiveSubscriber {
   /** The `commit` that ends a switch's merge: at `to`'s last commit, with its token; the feed goes on after it. */
   private sendSwitchCommit(to: HeldGeneration, pinTo: PinnedGeneration): void {
     const last = pinTo.head.last >= pinTo.head.first ? pinTo.read(pinTo.head.last - 1, 1)[0] : undefined;
-    const toId = encodeFeedToken({ endpoint: this.ctx.alias, generation: to.name, seq: pinTo.head.last });
+    const toId = this.token(to.name, pinTo.head.last);
     this.send(
       last?.op === 'commit'
         ? commitFrame(last.position, last.epoch, toId, this.rowFiltered)
@@ -509,11 +520,15 @@ export class FeedSubscriber implements LiveSubscriber {
         // it kept that) gets the delete, in case the subscriber had the record.
         const before = entry.before;
         if (before === null || (before !== undefined && !matches(before))) return;
-        const id = encodeFeedToken({ endpoint: this.ctx.alias, generation: on.name, seq: entry.seq });
-        text += sseFrame(FeedEvent.delete, { key: entry.key }, id);
+        text += sseFrame(FeedEvent.delete, { key: entry.key }, this.token(on.name, entry.seq));
       } else if (this.rowFiltered && entry.op === 'commit')
-        text += entryFrame(this.ctx.alias, on.name, entry, true);
-      else text += frames?.[i] ?? entryFrame(this.ctx.alias, on.name, entry);
+        text += entryFrame(this.ctx.alias, on.name, entry, true, this.view);
+      else {
+        const shared = frames?.[i];
+        if (shared === undefined) text += entryFrame(this.ctx.alias, on.name, entry, false, this.view);
+        // The shared frame's record JSON as it is; its token replaced by one carrying this feed's view.
+        else text += this.view === undefined ? shared : withId(shared, this.token(on.name, entry.seq));
+      }
     });
     this.send(text);
     this.nextSeq = entries[entries.length - 1]!.seq + 1;

@@ -12,6 +12,25 @@ describe('change-feed tokens', () => {
     expect(decodeFeedToken(encodeFeedToken(merging), 'items')).toEqual(merging);
   });
 
+  it('carry a filtered feed’s view last, so an unfiltered feed’s tokens keep their bytes; refuse a view never issued', () => {
+    const plain = { endpoint: 'items', generation: BLUE, seq: 42 };
+    const viewed = { ...plain, view: '0123456789abcdef012345' };
+    expect(decodeFeedToken(encodeFeedToken(viewed), 'items')).toEqual(viewed);
+    const merging = { ...viewed, merge: { generation: GREEN, seq: 7 } };
+    expect(decodeFeedToken(encodeFeedToken(merging), 'items')).toEqual(merging);
+    expect(encodeFeedToken(plain)).toBe(
+      `c1.${Buffer.from(JSON.stringify(['items', BLUE, 42])).toString('base64url')}`,
+    );
+    const forge = (fields: unknown[]) => `c1.${Buffer.from(JSON.stringify(fields)).toString('base64url')}`;
+    for (const view of [7, '', 'NOT-HEX', null])
+      expect(() => decodeFeedToken(forge(['items', BLUE, 1, view]), 'items')).toThrow(
+        /not a change-feed token/,
+      );
+    expect(() => decodeFeedToken(forge(['items', BLUE, 1, GREEN, 2, 3, 'ab']), 'items')).toThrow(
+      /not a change-feed token/,
+    );
+  });
+
   it('refuse a merge token whose target is no generation of the endpoint or its own generation, or whose sequence is no sequence', () => {
     const forge = (fields: unknown[]) => `c1.${Buffer.from(JSON.stringify(fields)).toString('base64url')}`;
     expect(() => decodeFeedToken(forge(['items', BLUE, 1, 'items', 3]), 'items')).toThrow(

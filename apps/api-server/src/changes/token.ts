@@ -14,6 +14,13 @@ export interface FeedPosition {
    * records of each side; resuming, it is sent what turns that mixture into the new generation (switch-merge.ts).
    */
   merge?: MergePosition;
+  /**
+   * Which records the subscriber was shown: a fingerprint of its `filter=` and its bearer token's row filter
+   * (feed-filter.ts `FeedFilter.view`), absent when neither filters anything. A position means nothing under another
+   * view — the subscriber holds records the other view hides and lacks ones it shows — so a token resumed under
+   * another one starts over (`reset {reason: "filter-changed"}`).
+   */
+  view?: string;
 }
 
 /** Where a switch's merge was going: the new generation and the sequence of its state the merge showed. */
@@ -24,6 +31,8 @@ export interface MergePosition {
 
 const PREFIX = 'c1.';
 const MAX_TOKEN_LENGTH = 2048;
+/** A view fingerprint as `FeedFilter.view` writes it (hex of a hash): anything else was never issued. */
+const VIEW = /^[0-9a-f]{1,64}$/;
 
 /**
  * Encodes a feed position as an opaque token (the SSE `id` of every data event). Tokens name the endpoint, so
@@ -38,6 +47,9 @@ const MAX_TOKEN_LENGTH = 2048;
 export function encodeFeedToken(position: FeedPosition): string {
   const fields: unknown[] = [position.endpoint, position.generation, position.seq];
   if (position.merge) fields.push(position.merge.generation, position.merge.seq);
+  // Last, so a token of an unfiltered feed stays the same bytes as before views existed (the frames every
+  // unfiltered subscriber shares, and tokens issued by earlier versions, keep their meaning).
+  if (position.view !== undefined) fields.push(position.view);
   const body = JSON.stringify(fields);
   return PREFIX + Buffer.from(body, 'utf8').toString('base64url');
 }
@@ -60,25 +72,30 @@ export function decodeFeedToken(token: string, endpoint: string, path = 'queryst
     throw invalid('not a change-feed token');
   }
   const isSeq = (value: unknown) => Number.isSafeInteger(value) && (value as number) >= 0;
+  if (!Array.isArray(parsed) || parsed.length < 3 || parsed.length > 6)
+    throw invalid('not a change-feed token');
+  // [endpoint, generation, seq], then the merge's [generation, seq] (5 or 6 fields), then the view (4 or 6 fields).
+  const merging = parsed.length >= 5;
+  const view: unknown = parsed.length % 2 === 0 ? parsed[parsed.length - 1] : undefined;
   if (
-    !Array.isArray(parsed) ||
-    (parsed.length !== 3 && parsed.length !== 5) ||
     typeof parsed[0] !== 'string' ||
     typeof parsed[1] !== 'string' ||
     parsed[1].length === 0 ||
     !isSeq(parsed[2]) ||
-    (parsed.length === 5 && (typeof parsed[3] !== 'string' || !isSeq(parsed[4])))
+    (merging && (typeof parsed[3] !== 'string' || !isSeq(parsed[4]))) ||
+    (view !== undefined && (typeof view !== 'string' || !VIEW.test(view)))
   )
     throw invalid('not a change-feed token');
   if (parsed[0] !== endpoint) throw invalid(`the token belongs to another endpoint`);
   if (!isCacheNameOf(endpoint, parsed[1])) throw invalid('the token names no generation of this endpoint');
   const position: FeedPosition = { endpoint: parsed[0], generation: parsed[1], seq: parsed[2] as number };
-  if (parsed.length === 5) {
+  if (merging) {
     if (!isCacheNameOf(endpoint, parsed[3] as string))
       throw invalid('the token names no generation of this endpoint');
     // A switch moves the alias to another generation: a merge into the generation it starts from was never issued.
     if (parsed[3] === parsed[1]) throw invalid('the token names a merge of a generation into itself');
     position.merge = { generation: parsed[3] as string, seq: parsed[4] as number };
   }
+  if (view !== undefined) position.view = view as string;
   return position;
 }
