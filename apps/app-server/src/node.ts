@@ -191,10 +191,11 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
       metrics,
       logger: log,
       clock,
-      discard: (request) =>
+      discard: (request, writer) =>
         discardTransferLeftovers(request, {
           connections: config.connections,
           ...(config.nats !== undefined ? { nats: config.nats } : {}),
+          ...(writer !== undefined ? { writer } : {}),
         }),
       fenceDestination: (request, epoch) =>
         holdTransferFence(request, { connections: config.connections }, epoch),
@@ -210,6 +211,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
           logger: log,
           commitEveryRecords: config.pipeline.commitEveryRecords,
           commitEveryMs: config.pipeline.commitEveryMs,
+          ...(context.writer !== undefined ? { writer: context.writer } : {}),
         }).catch((err: unknown) => {
           // A permission refusal on the request's files is the operator's to fix: said as such, not as a
           // generic source or sink failure.

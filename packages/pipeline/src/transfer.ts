@@ -55,6 +55,15 @@ export interface TransferContext {
   fileChunkBytes?: number;
   /** Tuning of a replication source (tests shorten the keepalive and the wait for a slot still in use). */
   replication?: ConnectionContext['replication'];
+  /**
+   * Who this run's effects in the destination belong to: the tag of a file sink's temp files, the key of a PostgreSQL
+   * sink's checkpoint and fence rows, the first part of a JetStream `Nats-Msg-Id`. Default: the transfer id, which
+   * every run of a recorded transfer shares — that is what lets a successor resume from, dedupe against and fence out
+   * its predecessors. A run nothing may resume or share effects with (fire-and-forget: unrecorded, so another run
+   * with its id, recorded or not, may be going on at once) passes one of its own, and the same `writer` to
+   * {@link discardTransferLeftovers}.
+   */
+  writer?: string;
 }
 
 /** What a transfer did, including up to 1000 bad-record reports (line / offset and reason). */
@@ -134,7 +143,7 @@ async function runAttempt(
   const sink = sinkFor(
     parsed.destination,
     sinkHandle(parsed.id),
-    parsed.id,
+    ctx.writer ?? parsed.id,
     // The checkpoint port is the fencing token: sinks check its epoch where their effects land.
     {
       ...connections,
@@ -216,7 +225,7 @@ function progressWithReplication(
  */
 export async function discardTransferLeftovers(
   request: TransferRequest,
-  ctx: Pick<TransferContext, 'connections' | 'caches' | 'nats' | 'replication'>,
+  ctx: Pick<TransferContext, 'connections' | 'caches' | 'nats' | 'replication' | 'writer'>,
 ): Promise<void> {
   const parsed = parseOrThrow(TransferRequestSchema, request, 'Invalid transfer request');
   const connections: ConnectionContext = {
@@ -227,7 +236,7 @@ export async function discardTransferLeftovers(
   // Both are tried, each failure reported: a slot left behind fills the source's disk.
   const results = await Promise.allSettled([
     discardSource(parsed, connections),
-    discardSink(parsed, connections),
+    discardSink(parsed, connections, ctx.writer ?? parsed.id),
   ]);
   for (const result of results) if (result.status === 'rejected') throw asSluiceError(result.reason);
 }
@@ -244,11 +253,18 @@ async function discardSource(request: TransferRequest, connections: ConnectionCo
   }
 }
 
-/** A file sink keeps temp files, a PostgreSQL sink its committed checkpoint; the others keep nothing. */
-async function discardSink(request: TransferRequest, connections: ConnectionContext): Promise<void> {
+/**
+ * A file sink keeps temp files, a PostgreSQL sink its committed checkpoint; the others keep nothing. Only `writer`'s:
+ * another writer's are another run's.
+ */
+async function discardSink(
+  request: TransferRequest,
+  connections: ConnectionContext,
+  writer: string,
+): Promise<void> {
   if (request.destination.type !== 'file' && request.destination.type !== 'postgres') return;
   const sourceKey = 'key' in request.source ? keyFields(request.source.key) : [];
-  const sink = sinkFor(request.destination, sinkHandle(request.id), request.id, connections, sourceKey);
+  const sink = sinkFor(request.destination, sinkHandle(request.id), writer, connections, sourceKey);
   try {
     await sink.discard?.();
   } finally {

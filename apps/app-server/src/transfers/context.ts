@@ -24,6 +24,12 @@ export type TransferExecutor = (
     checkpoint: CheckpointPort;
     signal: AbortSignal;
     onProgress: (progress: PipelineProgress) => void;
+    /**
+     * Whose effects the run's destination holds (pipeline `TransferContext.writer`). Absent: the transfer id, shared
+     * by every run of a recorded transfer so a successor resumes and is fenced against them. A fire-and-forget run
+     * has one of its own: its id is unrecorded, so another run may use it at the same time.
+     */
+    writer?: string;
   },
 ) => Promise<TransferResult>;
 
@@ -52,8 +58,12 @@ export interface CoordinatorOptions {
   limits: CoordinatorLimits;
   policy: RequestPolicy;
   execute: TransferExecutor;
-  /** Removes what a transfer's runs kept for resuming (temp files, sink checkpoints) once its terminal state is recorded. */
-  discard?: (request: TransferRequest) => Promise<void>;
+  /**
+   * Removes what a transfer's runs kept for resuming (temp files, sink checkpoints) once its terminal state is
+   * recorded — those of `writer` when given (a fire-and-forget run's own, see {@link TransferExecutor}), else the
+   * transfer id's.
+   */
+  discard?: (request: TransferRequest, writer?: string) => Promise<void>;
   /**
    * Takes the destination's fence at `epoch`, held open until `commit` or `release` (pipeline `holdTransferFence`);
    * null when the destination is fenced otherwise. A terminate of a transfer whose owner is gone holds it across

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { type OwnerIdentity, QueueFullError, type TransferRequest } from '@sluice/core';
 import type { CoordinatorOptions } from './context.js';
 import { Scheduler } from './scheduler.js';
@@ -11,8 +12,19 @@ function delay(ms: number): Promise<void> {
 }
 
 /**
+ * The writer of one fire-and-forget run: its effects in the destination (temp files, sink checkpoint rows,
+ * `Nats-Msg-Id`s) are its own. The id is the caller's and unrecorded, so a recorded transfer or another
+ * fire-and-forget run may use it at the same time; sharing the transfer id's writer, the first run to clean up
+ * removed the other's staged file (a running idempotent transfer then FAILED at publish).
+ */
+function fireAndForgetWriter(): string {
+  return `fire-and-forget.${randomUUID()}`;
+}
+
+/**
  * Fire-and-forget requests: never in the store, run on the receiving node with bounded concurrency; lost if
- * the node dies (docs/architecture.md § Protocol 1). Their checkpoint lives in memory and their epoch is 0 (unfenced).
+ * the node dies (docs/architecture.md § Protocol 1). Their checkpoint lives in memory, their epoch is 0 (unfenced),
+ * and each run writes as a writer of its own ({@link fireAndForgetWriter}).
  */
 export class FireAndForget {
   readonly #o: CoordinatorOptions;
@@ -41,6 +53,7 @@ export class FireAndForget {
     }
     const controller = new AbortController();
     this.#controllers.set(controller, runnable.id);
+    const writer = fireAndForgetWriter();
     this.#scheduler.start(ticket, async () => {
       let checkpoint: unknown | null = null;
       try {
@@ -57,14 +70,15 @@ export class FireAndForget {
           },
           signal: controller.signal,
           onProgress: () => {},
+          writer,
         });
         this.#o.logger.info({ transferId: runnable.id, result }, 'fire-and-forget transfer completed');
         // Nothing resumes a fire-and-forget transfer: what its sink kept for resuming goes as well.
-        await this.#discard(runnable);
+        await this.#discard(runnable, writer);
       } catch (err) {
         this.#o.logger.warn({ transferId: runnable.id, err }, 'fire-and-forget transfer did not complete');
         // Nothing resumes a fire-and-forget transfer: what it staged is garbage now.
-        await this.#discard(runnable);
+        await this.#discard(runnable, writer);
       } finally {
         this.#controllers.delete(controller);
       }
@@ -77,9 +91,10 @@ export class FireAndForget {
     };
   }
 
-  async #discard(runnable: TransferRequest): Promise<void> {
+  /** Removes what this run (`writer`) staged, and nothing of another run with the same id. */
+  async #discard(runnable: TransferRequest, writer: string): Promise<void> {
     try {
-      await this.#o.discard?.(runnable);
+      await this.#o.discard?.(runnable, writer);
     } catch (err) {
       this.#o.logger.warn({ transferId: runnable.id, err }, 'could not remove what the transfer left behind');
     }
