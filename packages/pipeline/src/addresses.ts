@@ -98,8 +98,8 @@ export function sourceFor(
         ...(options.chunkBytes ? { chunkBytes: options.chunkBytes } : {}),
       });
     case 'postgres': {
-      const capture = options.sampling ? 'poll' : postgresCapture(address, options.role ?? 'transfer');
-      if (capture === 'replication') {
+      const replicated = postgresCapture(address, options.role ?? 'transfer') === 'replication';
+      if (replicated && !options.sampling) {
         // Validated by core's schema: replication reads a table.
         const table = address.table!;
         const node = ctx.nodeId ?? 'local';
@@ -130,6 +130,8 @@ export function sourceFor(
         ...(address.query !== undefined ? { query: address.query } : {}),
         ...keyOption(address.key, options.key),
         ...(address.cursor !== undefined ? { cursor: address.cursor } : {}),
+        // Sampling a replicated table: its fields are what the stream carries.
+        ...(replicated ? { published: true } : {}),
       });
     }
     case 'jetstream':

@@ -37,6 +37,11 @@ export interface PostgresSourceOptions {
    * larger value was read is caught if it commits within this delay; re-reads are idempotent upserts.
    */
   settleMs?: number;
+  /**
+   * Declare the table's columns as logical replication publishes them (the schema of a replicated endpoint, read
+   * through this source): stored generated columns, which `pgoutput` does not send, are no fields.
+   */
+  published?: boolean;
 }
 
 /** `details.retryable` for an error that means the connection was lost (a retry resumes from the checkpoint). */
@@ -302,8 +307,21 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
     // The columns of the table or query (no row read): their declared types, as the pipeline's parsers read them.
     async fieldTypes() {
       const result = await run(`SELECT * FROM ${relation} LIMIT 0`, []);
+      const generated =
+        options.published === true && options.table !== undefined
+          ? new Set(
+              (
+                await run(
+                  `SELECT attname AS name FROM pg_attribute
+                    WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated <> ''`,
+                  [relation],
+                )
+              ).rows.map((r) => String(r.name)),
+            )
+          : new Set<string>();
       const fields: Record<string, FieldType> = {};
-      for (const field of result.fields) setOwnField(fields, field.name, fieldTypeOfPg(field.dataTypeID));
+      for (const field of result.fields)
+        if (!generated.has(field.name)) setOwnField(fields, field.name, fieldTypeOfPg(field.dataTypeID));
       return fields;
     },
     read,

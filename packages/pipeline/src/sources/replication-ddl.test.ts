@@ -73,4 +73,76 @@ describe('replication: table changes no row change streams', () => {
       await caches.close();
     }
   });
+
+  it('defect: a column retyped to its own type USING an expression, or to a smaller numeric scale (values rounded), kept being served with the old values for good', {
+    timeout: 120_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const url = await server.createDatabase('ddl_same_type');
+    await sql(url, 'CREATE TABLE items (id int PRIMARY KEY, v int, p numeric(10,2))');
+    await sql(url, 'INSERT INTO items SELECT i, i, i + 0.55 FROM generate_series(1, 20) i');
+    const caches = await openCacheManager(join(dir.path, 'data'));
+    const pipeline = await startEndpointPipeline(ITEMS, replicationContext(caches, url, { nodeId: 'ddl2' }));
+    /** The alias's cache and record `id` as served now. */
+    const served = async (id: number) => {
+      const cache = await caches.openRo('items');
+      try {
+        return { cache: cache.name, record: cache.get([id]) };
+      } finally {
+        await cache.close();
+      }
+    };
+    try {
+      const first = await pipeline.whenServing({ timeoutMs: 30_000 });
+      expect((await served(7)).record).toEqual({ id: 7, v: 7, p: 7.55 });
+
+      // A column's catalog row altered without a value changed (its next row change brings the relation message
+      // that records it), then the table rewritten without a value changed: no new generation.
+      await sql(url, 'ALTER TABLE items ALTER COLUMN v SET NOT NULL');
+      await sql(url, 'INSERT INTO items VALUES (21, 21, 21.55)');
+      await waitFor(async () => (await served(21)).record !== undefined, {
+        timeoutMs: 20_000,
+        what: 'row 21 after SET NOT NULL',
+      });
+      await sql(url, 'VACUUM FULL items');
+      await sql(url, 'UPDATE items SET p = 21.55 WHERE id = 21');
+      await new Promise((resolve) => setTimeout(resolve, 2_500)); // two lag probes (lagProbeMs 1 000)
+      expect((await served(21)).cache).toBe(first);
+
+      // Same type, new values: a table rewrite, and nothing streams.
+      await sql(url, 'ALTER TABLE items ALTER COLUMN v TYPE int USING v * 100');
+      // Before: timed out, record 7 still {id: 7, v: 7, p: 7.55} from the first generation.
+      const rewritten = await waitFor(
+        async () => {
+          const now = await served(7);
+          return now.record?.v === 700 ? now : null;
+        },
+        {
+          timeoutMs: 20_000,
+          what: 'the column rewritten USING an expression to be served with its new values',
+        },
+      );
+      expect(rewritten.cache).not.toBe(first);
+
+      // Same type OID, a smaller scale: PostgreSQL rounds every value.
+      await sql(url, 'ALTER TABLE items ALTER COLUMN p TYPE numeric(10,1)');
+      const rounded = await waitFor(
+        async () => {
+          const now = await served(7);
+          return now.record?.p === 7.6 ? now : null;
+        },
+        { timeoutMs: 20_000, what: 'the column rounded by a smaller scale to be served rounded' },
+      );
+      expect(rounded.cache).not.toBe(rewritten.cache);
+      const all = await caches.openRo('items');
+      try {
+        for (let id = 1; id <= 21; id++) expect(all.get([id])).toEqual({ id, v: id * 100, p: id + 0.6 });
+      } finally {
+        await all.close();
+      }
+    } finally {
+      await pipeline.stop();
+      await caches.close();
+    }
+  });
 });

@@ -22,10 +22,19 @@ export const ReplicationPositionSchema = z.object({
   lastKey: z.array(z.string()).nullable(),
   catchUp: Lsn.nullable(),
   /**
-   * The table's columns the generation knows: name, type OID and `attnum` (absent in checkpoints written before it
-   * was recorded), so a column dropped and added again under the same name and type is told apart (setup.ts).
+   * The table's columns the generation knows: name, type OID, `attnum` and the version of its catalog row (absent in
+   * checkpoints written before they were recorded), so a column dropped and added again under the same name and type,
+   * or retyped to its own type with new values, is told apart (setup.ts).
    */
-  columns: z.array(z.tuple([z.string(), z.number().int(), z.number().int().optional()])),
+  columns: z.array(
+    z.tuple([z.string(), z.number().int(), z.number().int().optional(), z.string().optional()]),
+  ),
+  /**
+   * The table's storage (`relfilenode`s) as the generation last checked its columns against the catalog: a rewrite
+   * since, with a column altered since, may have given every row a new value (setup.ts `rewrittenColumns`). Absent
+   * in checkpoints written before it was recorded.
+   */
+  storage: z.string().optional(),
   /**
    * The relation OID of the table the generation follows: a table dropped and recreated under the same name is
    * another table (a new generation). Absent in checkpoints written before it was recorded.

@@ -45,11 +45,15 @@ export function transferReplicationName(handle: string): string {
 
 /**
  * A table's columns as the source reads them: name, type OID and, where known, `attnum` (the column's identity in
- * the catalog), in attribute order. A column dropped and added again keeps its name and may keep its type, but is
- * another column (every row holds its new value, NULL or a default): only the `attnum` tells. Positions written
- * before it was recorded lack it, and a column is then compared by name and type alone.
+ * the catalog) and `version` (the `xmin` of its `pg_attribute` row: the transaction that last altered it), in
+ * attribute order. A column dropped and added again keeps its name and may keep its type, but is another column
+ * (every row holds its new value, NULL or a default): only the `attnum` tells. A column retyped to its own type
+ * `USING` an expression, or to another scale or precision (`numeric(10,2)` → `numeric(10,1)` rounds every value),
+ * keeps name, type OID and `attnum`: only its row's `version`, with the table's rewrite ({@link CatalogColumns}
+ * `storage`), tells. Positions written before these were recorded lack them, and a column is then compared by what
+ * it has.
  */
-export type ColumnList = Array<[name: string, typeOid: number, attnum?: number]>;
+export type ColumnList = Array<[name: string, typeOid: number, attnum?: number, version?: string]>;
 
 /** What start-up learnt about the replicated table. */
 export interface TableFacts {
@@ -96,26 +100,43 @@ export async function columnsOf(client: pg.Client, table: string): Promise<Colum
 }
 
 /**
- * The table's live columns as the catalog has them now (name, type OID, attnum, in attribute order), and the names
- * of those the rows already there read a value for without a change to stream: added with a default (PostgreSQL
- * keeps a constant one in the catalog, `atthasmissing`; a volatile one rewrites the table), or given one since.
+ * The table's live columns as the catalog has them now (name, type OID, attnum, version, in attribute order), the
+ * names of those the rows already there read a value for without a change to stream: added with a default
+ * (PostgreSQL keeps a constant one in the catalog, `atthasmissing`; a volatile one rewrites the table), or given
+ * one since — and the table's `storage`: the `relfilenode`s of the table and of its partitions, which change when
+ * the rows are rewritten (`ALTER COLUMN … TYPE`, also `VACUUM FULL`, `CLUSTER`, `TRUNCATE`).
+ *
+ * Stored generated columns are left out: `pgoutput` does not publish them (before PostgreSQL 18), so the stream could
+ * never carry their values, and the snapshot leaves them out too (snapshot.ts) — records read either way agree.
  */
 export interface CatalogColumns {
   columns: ColumnList;
   filled: ReadonlySet<string>;
+  storage: string;
 }
 
 /** {@link CatalogColumns} of `table` (one query). */
 export async function catalogColumns(client: pg.Client, table: string): Promise<CatalogColumns> {
-  const result = await client.query<{ name: string; oid: number; attnum: number; filled: boolean }>(
-    `SELECT attname AS name, atttypid::int AS oid, attnum::int AS attnum, (atthasmissing OR atthasdef) AS filled
+  const result = await client.query<{
+    name: string;
+    oid: number;
+    attnum: number;
+    version: string;
+    filled: boolean;
+    storage: string;
+  }>(
+    `SELECT attname AS name, atttypid::int AS oid, attnum::int AS attnum, xmin::text AS version,
+            (atthasmissing OR atthasdef) AS filled,
+            (SELECT string_agg(c.relfilenode::text, ',' ORDER BY c.oid) FROM pg_class c
+              WHERE c.oid = $1::regclass OR c.oid IN (SELECT relid FROM pg_partition_tree($1::regclass))) AS storage
        FROM pg_attribute
-      WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
+      WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum`,
     [quoteIdent(table)],
   );
   return {
-    columns: result.rows.map((r) => [r.name, r.oid, r.attnum]),
+    columns: result.rows.map((r) => [r.name, r.oid, r.attnum, r.version]),
     filled: new Set(result.rows.filter((r) => r.filled).map((r) => r.name)),
+    storage: result.rows[0]?.storage ?? '',
   };
 }
 
@@ -140,20 +161,28 @@ export function incompatibleColumns(previous: ColumnList, next: ColumnList): str
 
 /**
  * Why a generation filled with the `known` columns cannot go on with the table as its catalog says now, or null: a
- * column dropped, retyped or dropped and added again ({@link incompatibleColumns}), or one added with a default —
+ * column dropped, retyped or dropped and added again ({@link incompatibleColumns}), one altered while the table was
+ * rewritten ({@link rewrittenColumns}; `storage` is the one the generation knows), or one added with a default —
  * that gives every row already there a value without a change to stream, so the generation would keep those rows
  * without it. Any default counts (one set after the column was added costs a rebuild that was not needed, never a
  * row).
  */
-export function columnsProblem(known: ColumnList, catalog: CatalogColumns): string | null {
+export function columnsProblem(
+  known: ColumnList,
+  catalog: CatalogColumns,
+  storage: string | undefined,
+): string | null {
   const changed = incompatibleColumns(known, catalog.columns);
   if (changed !== null) return changed;
   const names = new Set(known.map(([name]) => name));
   const filled = catalog.columns
     .map(([name]) => name)
     .filter((name) => catalog.filled.has(name) && !names.has(name));
-  if (filled.length === 0) return null;
-  return `${filled.map((name) => `column "${name}"`).join(', ')} added with a default: the rows already there hold it, and no change of theirs streams`;
+  // Named first: a volatile default rewrites the table, and the rewrite alters the catalog rows of columns whose
+  // constant default it now stores in the rows (`atthasmissing` cleared), which is no news of its own.
+  if (filled.length > 0)
+    return `${filled.map((name) => `column "${name}"`).join(', ')} added with a default: the rows already there hold it, and no change of theirs streams`;
+  return rewrittenColumns(known, catalog, storage);
 }
 
 /** {@link columnsProblem} of `table` as its catalog says now (one query). */
@@ -161,22 +190,51 @@ export async function columnsChange(
   client: pg.Client,
   table: string,
   known: ColumnList,
+  storage: string | undefined,
 ): Promise<string | null> {
-  return columnsProblem(known, await catalogColumns(client, table));
+  return columnsProblem(known, await catalogColumns(client, table), storage);
+}
+
+/**
+ * Why the `known` columns no longer say what the rows hold although names, types and attnums all match, or null: the
+ * table was rewritten since (its `storage` changed) and a known column's catalog row was altered since (its
+ * `version` changed) — `ALTER COLUMN … TYPE` to the same type `USING` an expression, or to another typmod that
+ * changes values (a smaller `numeric` scale, a `timestamp(0)`), rewrites every row and streams nothing. A rewrite
+ * alone (`VACUUM FULL`, `CLUSTER`) or an alteration alone (`SET NOT NULL`, a column grant) changes no value; both in
+ * one generation's life without a retype cost a rebuild that was not needed, never a row. Unknown (a position
+ * written before versions and storage were recorded) → compared at the next relation message, which records them.
+ */
+export function rewrittenColumns(
+  known: ColumnList,
+  catalog: CatalogColumns,
+  storage: string | undefined,
+): string | null {
+  if (storage === undefined || storage === catalog.storage) return null;
+  const now = new Map(catalog.columns.map(([name, , , version]) => [name, version]));
+  const altered = known
+    .filter(([name, , , version]) => version !== undefined && now.get(name) !== version)
+    .map(([name]) => `column "${name}"`);
+  if (altered.length === 0) return null;
+  return `${altered.join(', ')} altered while the table was rewritten (ALTER COLUMN … TYPE … USING, or a new scale or precision): every row may hold a new value, and no change of theirs streams`;
 }
 
 /**
  * `announced` (a relation message's columns: names and types, no `attnum`) with each column's identity: the one the
  * generation already knows for a known name — so a column dropped and added again since stays noticeable — and
- * the catalog's for a column it did not know (one just added) or knew without one.
+ * the catalog's for a column it did not know (one just added) or knew without one; and each column's `version` as
+ * the catalog has it now. Only once {@link columnsProblem} found nothing against that catalog: an alteration it saw
+ * changed no value, so the generation takes it as known (with the catalog's `storage`), and a later rewrite alone
+ * (`VACUUM FULL`) does not count it again.
  */
 export function withAttnums(announced: ColumnList, known: ColumnList, catalog: ColumnList): ColumnList {
   const knownAttnums = new Map(known.map(([name, , attnum]) => [name, attnum]));
-  const catalogAttnums = new Map(catalog.map(([name, , attnum]) => [name, attnum]));
+  const inCatalog = new Map(catalog.map(([name, , attnum, version]) => [name, { attnum, version }]));
   return announced.map(([name, oid]) => {
     // A position written before attnums were recorded learns them here (as the catalog has them now).
-    const attnum = knownAttnums.get(name) ?? catalogAttnums.get(name);
-    return attnum === undefined ? [name, oid] : [name, oid, attnum];
+    const attnum = knownAttnums.get(name) ?? inCatalog.get(name)?.attnum;
+    if (attnum === undefined) return [name, oid];
+    const version = inCatalog.get(name)?.version;
+    return version === undefined ? [name, oid, attnum] : [name, oid, attnum, version];
   });
 }
 

@@ -43,6 +43,19 @@ export async function* readSnapshot(
   const keyList = keys.map(quoteIdent).join(', ');
   const keyText = keys.map((k, i) => `${quoteIdent(k)}::text AS "__sluice_k${i}"`).join(', ');
   const limit = Math.max(1, Math.min(pageSize, readOptions.batchSize));
+  // The table's columns but its stored generated ones, which pgoutput does not publish: a row the stream upserts
+  // could never carry them, so a snapshot row must not either (setup.ts `catalogColumns` leaves them out as well).
+  let selected: string;
+  try {
+    const columns = await client.query<{ list: string }>(
+      `SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) AS list FROM pg_attribute
+        WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = ''`,
+      [quoteIdent(table)],
+    );
+    selected = columns.rows[0]!.list;
+  } catch (err) {
+    throw snapshotError(err);
+  }
   let position = start;
   for (;;) {
     if (readOptions.signal.aborted) return;
@@ -54,7 +67,7 @@ export async function* readSnapshot(
     try {
       rows = (
         await client.query<Row>(
-          `SELECT *, ${keyText} FROM ${quoteIdent(table)} ${where} ORDER BY ${keyList} LIMIT ${limit}`,
+          `SELECT ${selected}, ${keyText} FROM ${quoteIdent(table)} ${where} ORDER BY ${keyList} LIMIT ${limit}`,
           params,
         )
       ).rows;

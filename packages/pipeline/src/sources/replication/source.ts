@@ -18,9 +18,9 @@ import { leafPartitionsOf, partitionsChange } from './partitions.js';
 import { type ReplicationPosition, ReplicationPositionSchema } from './position.js';
 import {
   BusySlot,
+  catalogColumns,
   checkReplicationPrerequisites,
   columnsChange,
-  columnsOf,
   createSlotWithSnapshot,
   defaultReplicationName,
   dropSlot,
@@ -157,7 +157,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         );
         if (replaced !== null) return { ok: false, reason: replaced, sourceChanged: true };
       }
-      const problem = await columnsChange(client, table, position.columns);
+      const problem = await columnsChange(client, table, position.columns, position.storage);
       if (problem !== null) return { ok: false, reason: `table ${table}: ${problem}`, sourceChanged: true };
       const leaves = await leafPartitionsOf(client, table);
       const moved = leaves === null ? null : partitionsChange(table, position.partitions ?? [], leaves);
@@ -220,6 +220,8 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         await created.connection.end().catch(() => {});
       }
       const partitions = await leafPartitionsOf(snapshot, table);
+      // As the snapshot sees them: the columns its rows hold, and the storage they are read from.
+      const catalog = await catalogColumns(snapshot, table);
       position = {
         capture: 'replication',
         slot,
@@ -228,7 +230,8 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         lsn: created.consistentPoint,
         lastKey: null,
         catchUp: null,
-        columns: await columnsOf(snapshot, table),
+        columns: catalog.columns,
+        storage: catalog.storage,
         relation: await relationOidOf(snapshot, table),
         ...(partitions === null ? {} : { partitions }),
         read: 0,

@@ -114,7 +114,7 @@ export async function* readStream(
     // default changed every row without a change to stream (no relation message either, until some row of the
     // table changes): the generation would serve the old shape, and call it fresh, for as long as the table is quiet.
     if (replacedBecause === null && now !== null)
-      replacedBecause = await columnsChange(client, table, position.columns);
+      replacedBecause = await columnsChange(client, table, position.columns, position.storage);
     // A partition attached or detached brought or took rows without a change to stream.
     if (replacedBecause === null && now !== null && start.partitions !== undefined) {
       const leaves = await leafPartitionsOf(client, table);
@@ -240,7 +240,8 @@ export async function* readStream(
           // looks unchanged in the message, and a new column's identity (its attnum) is only there.
           const catalog = await connections.withClient((client) => catalogColumns(client, table));
           const problem =
-            incompatibleColumns(position.columns, columns) ?? columnsProblem(position.columns, catalog);
+            incompatibleColumns(position.columns, columns) ??
+            columnsProblem(position.columns, catalog, position.storage);
           if (problem !== null)
             throw new SourceSchemaChangedError(
               `Table ${table}: ${problem}; the endpoint needs a new generation`,
@@ -250,7 +251,11 @@ export async function* readStream(
           const announced = leaf
             ? [...position.columns, ...columns.filter(([name]) => !known.has(name))]
             : columns;
-          position = { ...position, columns: withAttnums(announced, position.columns, catalog.columns) };
+          position = {
+            ...position,
+            columns: withAttnums(announced, position.columns, catalog.columns),
+            storage: catalog.storage,
+          };
           // A column added (no default: every row already there holds NULL): its records follow this message.
           if (position.columns.some(([name]) => !known.has(name)))
             readOptions.fieldTypes?.(columnFieldTypes(position.columns, baseTypes));
