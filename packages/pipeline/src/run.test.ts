@@ -54,7 +54,74 @@ async function oneFile(dir: string, n: number, options: { follow?: boolean; poll
   return { path, branches };
 }
 
+/**
+ * A source holding one transaction of `batches` batches of `size` records, every one already at hand (as a replication
+ * stream's buffered messages are): reading it waits for no I/O.
+ */
+function bufferedTransaction(batches: number, size: number): SourceBranch {
+  return {
+    source: {
+      handle: 'tx.source',
+      description: { type: 'buffered' },
+      canResume: async () => ({ ok: true }),
+      async *read() {
+        for (let b = 0; b < batches; b++) {
+          const ops: RecordOp[] = Array.from({ length: size }, (_, i) => ({
+            op: 'upsert',
+            record: { id: b * size + i, v: i },
+          }));
+          const last = b === batches - 1;
+          yield {
+            kind: 'records',
+            ops,
+            read: size,
+            bad: [],
+            position: last ? b : null,
+            open: !last,
+            transactionEnd: last,
+          };
+        }
+      },
+    },
+    processors: [],
+  };
+}
+
 describe('runPipeline', () => {
+  it('defect: a source transaction whose records were all at hand ran the whole run on microtasks: timers, I/O and HTTP waited until it ended', async () => {
+    const { sink, state } = memorySink();
+    let written = 0;
+    const counting: PipelineSink = {
+      ...sink,
+      write: async (ops) => {
+        written += ops.length;
+      },
+    };
+    const branches = [bufferedTransaction(400, 1_000)];
+    // Turns of the event loop taken while the run goes on: what an app-server's requests, lease heartbeats and other
+    // pipelines get.
+    let ended = false;
+    let turns = 0;
+    const spin = () => {
+      if (ended) return;
+      turns += 1;
+      setImmediate(spin);
+    };
+    setImmediate(spin);
+    const result = await runPipeline(
+      firstRun({ name: 'buffered', branches, sink: counting, commitEveryRecords: 10_000 }),
+    );
+    ended = true;
+    expect(result.progress).toMatchObject({
+      recordsRead: 400_000,
+      recordsWritten: 400_000,
+      phase: 'completed',
+    });
+    expect(written).toBe(400_000);
+    expect(state.checkpoint?.positions['tx.source']).toBe(399);
+    expect(turns).toBeGreaterThan(5);
+  });
+
   it('merges several sources, runs processors, and checkpoints every node', async () => {
     await using dir = await tempDir();
     await writeFile(join(dir.path, 'a.jsonl'), lines(0, 700));

@@ -70,6 +70,14 @@ export interface LastBadRecord {
 }
 
 const TIMER = Symbol('timer');
+/**
+ * The longest a run works without handing the event loop a turn. A source whose items are all at hand (a replication
+ * stream's buffered messages, a transfer's in-memory batches) resolves every `await` of the run at once, so the run
+ * went on microtasks alone: an app-server's HTTP requests, its lease heartbeats and its other pipelines waited
+ * until a big source transaction had been read whole (seconds).
+ */
+const SLICE_MS = 20;
+const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
 const ABORTED = Symbol('aborted');
 /**
  * Why the sources' own signal aborts when a run ends: one reason for every run, because `abort()` without one
@@ -294,9 +302,14 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
   );
   const throttleStart = Date.now();
   const throttleBase = progress.recordsRead;
+  let sliceStart = performance.now();
 
   try {
     for (;;) {
+      if (performance.now() - sliceStart >= SLICE_MS) {
+        await turn();
+        sliceStart = performance.now();
+      }
       const next = iterator.next();
       let result: IteratorResult<{ branch: number; item: SourceItem }> | typeof TIMER | typeof ABORTED;
       for (;;) {
