@@ -64,6 +64,7 @@ function bufferedTransaction(batches: number, size: number): SourceBranch {
       handle: 'tx.source',
       description: { type: 'buffered' },
       canResume: async () => ({ ok: true }),
+      close: async () => {},
       async *read() {
         for (let b = 0; b < batches; b++) {
           const ops: RecordOp[] = Array.from({ length: size }, (_, i) => ({
