@@ -220,6 +220,7 @@ export async function prepareLaunch(
     const cache = await generationFor(lc, plan, opened, schema);
     if (cache !== opened) await opened?.close();
     opened = null;
+    await retireSuperseded(lc, infos, { writing: cache.name, serving: aliasTarget });
     const slot = slotOf(cache.name);
     if (slot !== slotOf(candidate?.name ?? null)) {
       // Another generation than the one assessed, reading another slot (the one the serving generation does not).
@@ -243,6 +244,27 @@ export async function prepareLaunch(
     await opened?.close().catch(() => {});
     await branch.source.close().catch(() => {});
     throw err;
+  }
+}
+
+/**
+ * Retires the endpoint's other green generations once a run is planned into `writing`: nothing feeds them any more
+ * (a rebuild requested while a green was held or building starts a new one), so they can never be promoted — left
+ * `building` with their hold, the alias table went on calling a superseded green "held", and the console offered
+ * its Promote, which switched to the new green instead. Retired, garbage collection deletes them after its grace.
+ */
+async function retireSuperseded(
+  lc: LaunchContext,
+  infos: readonly CacheInfo[],
+  keep: { writing: string; serving: string | null },
+): Promise<void> {
+  for (const info of infos) {
+    if (info.state !== 'building' || info.name === keep.writing || info.name === keep.serving) continue;
+    await lc.caches.retire(info.name);
+    lc.logger.info(
+      { endpoint: lc.shape.name, cache: info.name, by: keep.writing },
+      'retired a green generation superseded by a new run',
+    );
   }
 }
 
