@@ -166,7 +166,9 @@ describe('endpoint schemas of PostgreSQL sources come from the declared column t
       reason: expect.stringMatching(/^field "price": expected an integer, got number (10\.5|2\.25)$/),
     });
     expect(Date.parse(bad.last!.at)).toBeGreaterThan(Date.now() - 60_000);
-    expect(await served(caches, 'products', [42])).toMatchObject({ name: 'p42', price: 420 });
+    // The refused update is row 42's current state: the endpoint no longer holds the value PostgreSQL replaced.
+    expect(await served(caches, 'products', [42])).toBeUndefined();
+    expect(await served(caches, 'products', [41])).toMatchObject({ name: 'p41', price: 410 });
     expect(await served(caches, 'products', [999999])).toBeUndefined();
     await pipeline.stop();
   });

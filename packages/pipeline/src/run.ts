@@ -203,6 +203,19 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
 
   const keyFields = sink.keyFields;
   const fields = options.fields ?? sink.fields;
+  /**
+   * An endpoint mirrors its source: a record it refuses (a value its schema cannot hold — a `numeric` beyond a double)
+   * is the source's current state of its key, so what the endpoint held of that key is gone from the source too. It
+   * is deleted rather than kept: skipping the upsert alone left an UPDATE's replaced value served as fresh. A transfer
+   * copies records and skips a bad one (its destination may hold nothing to replace).
+   */
+  const mirrors = options.mode === 'endpoint' && keyFields.length > 0;
+  /** The key of a refused record, when the key itself is sound (null: nothing to delete by). */
+  const unheldKey = (record: Record<string, unknown>): unknown[] | null => {
+    const key = keyOf(record, keyFields);
+    if (key === undefined) return null;
+    return fields && keyProblem(key, keyFields, fields) !== null ? null : key;
+  };
   const handleRecords = async (branch: SourceBranch, item: Extract<SourceItem, { kind: 'records' }>) => {
     for (const bad of item.bad) addBad(bad);
     const out: RecordOp[] = [];
@@ -236,6 +249,9 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
           const partial = problem === null && isPatch(current) ? patchProblem(current, sink) : null;
           if (problem !== null || partial !== null) {
             addBad({ source: branch.source.handle, ...current.at, reason: (problem ?? partial)! });
+            const unheld = mirrors ? unheldKey(current.record) : null;
+            if (unheld !== null)
+              out.push({ op: 'delete', key: unheld, ...(current.at ? { at: current.at } : {}) });
             continue;
           }
         }
