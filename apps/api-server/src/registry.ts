@@ -20,6 +20,12 @@ export interface AliasEventSource extends EventSubscriber {
   onStatus?(listener: (status: BackplaneStatus) => void): () => void;
 }
 
+/**
+ * Default of {@link RegistryOptions.eventGraceMs}: an event normally arrives within milliseconds of the move; 1 s
+ * plus a watch tick stays inside the default `api.freshnessWaitMs` (2 s).
+ */
+export const EVENT_GRACE_MS = 1_000;
+
 /** Why a switch happened (a metrics label). */
 export type SwitchReason = 'event' | 'reconcile' | 'watch' | 'initial';
 
@@ -41,8 +47,17 @@ export interface RegistryOptions {
   logger?: Logger;
   /** Full reconcile with the alias table this often (`api.reconcileMs`). */
   reconcileMs?: number;
-  /** How often the alias table version is polled while no connected event source exists. */
+  /**
+   * How often the alias table version is polled: for every change while no connected event source exists; while
+   * one is connected, for retired aliases and for moves whose event has not come within `eventGraceMs`.
+   */
   watchMs?: number;
+  /**
+   * How long a move the alias table shows may wait for its event while the backplane is connected before it is
+   * followed from the table (default {@link EVENT_GRACE_MS}): shorter than the default `api.freshnessWaitMs`, so a
+   * `sluice-min-position` request still sees the switch when the event never comes.
+   */
+  eventGraceMs?: number;
   /** Called after every switch (metrics). */
   onSwitch?: (info: { alias: string; from: string | null; to: string; reason: SwitchReason }) => void;
   /** Called when opening a new generation fails (metrics). */
@@ -56,7 +71,8 @@ export interface RegistryOptions {
  * reconnect and every `reconcileMs`, and polls `aliasTableVersion()` whenever no event source is connected.
  * A replaced generation stays open until the last request reading it releases its lease, then closes. An alias the
  * table no longer has (retired: its endpoint left the app-server's configuration) stops being served — events
- * never announce that, so the table version is watched for it even while NATS is connected.
+ * never announce that, so the table version is watched for it even while NATS is connected; so is a move whose event
+ * has not come within `eventGraceMs` (a connection can look up and deliver nothing).
  *
  * @example
  * ```ts
@@ -81,6 +97,7 @@ export class EndpointRegistry implements AsyncDisposable {
   private closed = false;
   private reconciling: Promise<void> | null = null;
   private started = false;
+  private readonly eventGraceMs: number;
 
   private constructor(options: RegistryOptions) {
     this.options = options;
@@ -89,6 +106,7 @@ export class EndpointRegistry implements AsyncDisposable {
     this.events = options.events;
     this.logger = options.logger ?? silentLogger;
     this.table = new ServingTable(this.logger);
+    this.eventGraceMs = options.eventGraceMs ?? EVENT_GRACE_MS;
   }
 
   /** Subscribes to alias events, then opens every aliased cache, then starts the reconcile timers. */
@@ -266,12 +284,37 @@ export class EndpointRegistry implements AsyncDisposable {
       // Events announce moves, never a retired alias (an endpoint removed from the configuration): that is seen
       // in the alias table only, so look for one whenever the table changed.
       if (version !== this.seenRetirementsVersion) void this.withdrawRetired(version);
+      this.followUnannounced(version);
       return;
     }
+    this.unannounced = null;
     if (version !== this.seenTableVersion) void this.reconcile('watch');
   }
 
   private seenRetirementsVersion = -1;
+  /** A table version the watch saw while connected and no reconcile has read yet, and since when. */
+  private unannounced: { version: number; since: number } | null = null;
+
+  /**
+   * A connected backplane is no proof that every event arrives: a hung nats-server, or a partition that drops
+   * packets without resets, keeps the connection `connected` for minutes while nothing is delivered. The table
+   * moved (its version changed) — the event normally applies that move within milliseconds; one that has not
+   * after `eventGraceMs` is followed from the table, which reconciles (a move the event already applied switches
+   * nothing). Otherwise readers would get the retired generation, and `sluice-min-position` requests a 503, until
+   * the periodic reconcile.
+   */
+  private followUnannounced(version: number): void {
+    if (version === this.seenTableVersion) {
+      this.unannounced = null;
+      return;
+    }
+    const now = Date.now();
+    if (this.unannounced?.version !== version) this.unannounced = { version, since: now };
+    else if (now - this.unannounced.since >= this.eventGraceMs) {
+      this.unannounced = null;
+      void this.reconcile('watch');
+    }
+  }
 
   /** Stops serving every alias the table no longer has (read at table version `version` or later). */
   private async withdrawRetired(version: number): Promise<void> {

@@ -33,6 +33,13 @@ export interface NatsServerHandle extends AsyncDisposable {
   /** Stop then start. */
   restart(): Promise<void>;
   /**
+   * SIGSTOP: the server hangs with every connection left open — clients still count themselves connected (a hung
+   * server or a partition without resets), unlike `stop`, whose closed sockets they notice at once.
+   */
+  pause(): void;
+  /** SIGCONT after {@link pause}. */
+  resume(): void;
+  /**
    * Reloads the configuration file (SIGHUP) — permissions, for one — and resolves once the server says it did.
    * Only for a server started with `-c <file>` in `args`.
    */
@@ -88,7 +95,10 @@ export async function startNatsServer(
   const halt = async (signal: NodeJS.Signals) => {
     const current = child;
     if (!current) return;
-    await current.stop(signal, 5_000);
+    const stopping = current.stop(signal, 5_000);
+    // A paused server acts on the signal only once it runs again (harmless to one that runs).
+    current.kill('SIGCONT');
+    await stopping;
     child = null;
     await waitForPort(port, false, 5_000);
   };
@@ -107,6 +117,13 @@ export async function startNatsServer(
     async restart() {
       await halt('SIGTERM');
       await start();
+    },
+    pause() {
+      if (!child) throw new Error('nats-server is not running: nothing to pause');
+      child.kill('SIGSTOP');
+    },
+    resume() {
+      child?.kill('SIGCONT');
     },
     async reload() {
       const current = child;
