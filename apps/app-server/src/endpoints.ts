@@ -286,9 +286,12 @@ export class EndpointManager {
     return 'restarted';
   }
 
-  /** Switches the endpoint's alias to its held generation (`NOTHING_TO_PROMOTE` when none is held). */
-  async promote(name: string): Promise<SwitchOutcome> {
-    return this.#pipeline(name).promote();
+  /**
+   * Switches the endpoint's alias to its held generation (`NOTHING_TO_PROMOTE` when none is held); with `generation`,
+   * only if that one is held (`GENERATION_NOT_HELD` otherwise, nothing moves).
+   */
+  async promote(name: string, generation?: string): Promise<SwitchOutcome> {
+    return this.#pipeline(name).promote(generation);
   }
 
   /** Points the alias back at the previous retained generation (or `to`), continuing it from its checkpoint. */

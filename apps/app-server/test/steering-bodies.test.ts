@@ -61,7 +61,7 @@ describe('bodies of the steering routes', () => {
       })
     ).held.cache as string;
 
-    // Promote takes no generation: naming one (here the serving one) is refused, and nothing moves.
+    // Promote takes no `to` (rollback's key): naming one (here the serving one) is refused, and nothing moves.
     const named = await call(`${node.url}/v1/endpoints/items/promote`, {
       method: 'POST',
       json: { to: blue },
@@ -75,9 +75,39 @@ describe('bodies of the steering routes', () => {
     ]);
     expect((await items()).servingCache).toBe(blue);
 
+    // It may name the generation it means (`generation`, what the console sends): another one is refused with the
+    // one held now, and nothing moves; a name that is no generation name is a 400.
+    const other = await call(`${node.url}/v1/endpoints/items/promote`, {
+      method: 'POST',
+      json: { generation: blue },
+    });
+    expect(other.status).toBe(409);
+    expect(other.body).toMatchObject({
+      code: 'GENERATION_NOT_HELD',
+      endpoint: 'items',
+      generation: blue,
+      held: green,
+    });
+    const garbage = await call(`${node.url}/v1/endpoints/items/promote`, {
+      method: 'POST',
+      json: { generation: '../x y' },
+    });
+    expect(garbage.status).toBe(400);
+    expect(garbage.body.code).toBe('VALIDATION_FAILED');
+    expect(await generations()).toEqual([
+      [green, 'held'],
+      [blue, 'serving'],
+    ]);
+    const promotedNamed = await call(`${node.url}/v1/endpoints/items/promote`, {
+      method: 'POST',
+      json: { generation: green },
+    });
+    expect(promotedNamed.status).toBe(200);
+    expect(promotedNamed.body).toMatchObject({ from: blue, to: green, changed: true });
+
     // Without a body (or an empty one) each still does what it says.
     const promoted = await call(`${node.url}/v1/endpoints/items/promote`, { method: 'POST', json: {} });
     expect(promoted.status).toBe(200);
-    expect(promoted.body).toMatchObject({ from: blue, to: green, changed: true });
+    expect(promoted.body).toMatchObject({ from: blue, to: green, changed: false });
   }, 120_000);
 });

@@ -89,13 +89,26 @@ export class ControlClient {
     return body;
   }
 
-  /** Switches the alias to the held generation (`NOTHING_TO_PROMOTE` when none is held). */
-  async promote(name: string, options: { signal?: AbortSignal } = {}): Promise<SwitchOutcome> {
+  /**
+   * Switches the alias to the held generation (`NOTHING_TO_PROMOTE` when none is held). With `generation` — the one
+   * you saw held — only that one: if another was held since (a second rebuild), or it is held no more, the server
+   * answers `GENERATION_NOT_HELD` and nothing moves.
+   *
+   * @example
+   * ```ts
+   * const [items] = await client.control.endpoints();
+   * if (items?.held) await client.control.promote('items', { generation: items.held.cache });
+   * ```
+   */
+  async promote(
+    name: string,
+    options: { generation?: string; signal?: AbortSignal } = {},
+  ): Promise<SwitchOutcome> {
     const { body } = await requestJson<SwitchOutcome>(
       this.target,
       'POST',
       path(name, '/promote'),
-      undefined,
+      options.generation === undefined ? undefined : { generation: options.generation },
       {},
       options.signal,
     );

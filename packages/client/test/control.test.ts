@@ -50,6 +50,11 @@ describe('@sluice/client: the control API of a real app-server (endpoints, gener
     const nothing = await control.promote('items').catch((e: unknown) => e);
     expect(nothing).toBeInstanceOf(SluiceClientError);
     expect(nothing).toMatchObject({ code: 'NOTHING_TO_PROMOTE', status: 409 });
+    // Naming the generation meant: one not held is refused (nothing is held here), and nothing moves.
+    expect(await control.promote('items', { generation: blue }).catch((e: unknown) => e)).toMatchObject({
+      code: 'GENERATION_NOT_HELD',
+      status: 409,
+    });
     expect(await control.generations('nope').catch((e: unknown) => e)).toMatchObject({
       code: 'UNKNOWN_ENDPOINT',
       status: 404,

@@ -53,6 +53,7 @@ export const ErrorCode = {
   POSITION_NOT_REACHED: 'POSITION_NOT_REACHED',
   INTERNAL: 'INTERNAL',
   NOTHING_TO_PROMOTE: 'NOTHING_TO_PROMOTE',
+  GENERATION_NOT_HELD: 'GENERATION_NOT_HELD',
   NOTHING_TO_ROLL_BACK: 'NOTHING_TO_ROLL_BACK',
   CANNOT_RESUME: 'CANNOT_RESUME',
   ENDPOINT_STOPPED: 'ENDPOINT_STOPPED',
@@ -90,6 +91,7 @@ export const STATUS_BY_CODE = {
   LEASE_HELD: 409,
   ILLEGAL_TRANSITION: 409,
   NOTHING_TO_PROMOTE: 409,
+  GENERATION_NOT_HELD: 409,
   NOTHING_TO_ROLL_BACK: 409,
   CANNOT_RESUME: 409,
   ENDPOINT_NOT_RUNNING: 409,
@@ -458,6 +460,24 @@ export class NothingToPromoteError extends SluiceError {
       code: ErrorCode.NOTHING_TO_PROMOTE,
       message: `Endpoint ${q(endpoint)} has no held generation to promote`,
       details: { endpoint },
+    });
+  }
+}
+
+/**
+ * A promote named the generation the operator means, and that one is not held: another was held since (a second
+ * rebuild superseded it) or it was promoted, retired or never existed. Nothing moves. `held` is the generation held
+ * now (null: none).
+ */
+export class GenerationNotHeldError extends SluiceError {
+  constructor(endpoint: string, generation: string, held: string | null) {
+    super({
+      code: ErrorCode.GENERATION_NOT_HELD,
+      message:
+        held === null
+          ? `Endpoint ${q(endpoint)} holds no generation to promote, not ${q(generation)}; nothing moved`
+          : `Endpoint ${q(endpoint)} holds ${q(held)}, not ${q(generation)}; nothing moved (promote ${q(held)} to switch to it)`,
+      details: { endpoint, generation, held },
     });
   }
 }

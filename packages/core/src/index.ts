@@ -142,6 +142,7 @@ export {
   ErrorCode,
   type FieldIssue,
   ForbiddenError,
+  GenerationNotHeldError,
   HeadersTooLargeError,
   IdempotencyConflictError,
   IdempotencyKeyMismatchError,

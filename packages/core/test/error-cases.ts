@@ -266,6 +266,12 @@ export const ERROR_CASES: ReadonlyArray<{
     status: 409,
   },
   {
+    error: new errors.GenerationNotHeldError('items', 'items-01', 'items-02'),
+    cls: errors.GenerationNotHeldError,
+    code: 'GENERATION_NOT_HELD',
+    status: 409,
+  },
+  {
     error: new errors.NothingToRollBackError('items', 'no earlier generation is retained'),
     cls: errors.NothingToRollBackError,
     code: 'NOTHING_TO_ROLL_BACK',

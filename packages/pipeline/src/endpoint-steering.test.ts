@@ -69,6 +69,42 @@ const moves = (events: SluiceEvent[]) =>
   events.flatMap((e) => (e.type === 'AliasRedirected' ? [{ from: e.from, to: e.to, cause: e.cause }] : []));
 
 describe('steered generations', () => {
+  it('defect: a promote could not name the generation the operator saw held: once a second rebuild superseded it, the promote switched to the other one', async () => {
+    await using world = await fileWorld(50);
+    const { caches } = world;
+    await using pipeline = await start(endpoint(world.path, { switch: { mode: 'manual' } }), caches);
+    const blue = await pipeline.whenServing();
+    await pipeline.rebuild();
+    const first = (await waitFor(() => pipeline.status().held, { what: 'the first green held' })).cache;
+    // Another operator rebuilds meanwhile: a second green is held, the first one is no longer fed.
+    await pipeline.rebuild();
+    const second = (
+      await waitFor(
+        () => {
+          const held = pipeline.status().held;
+          return held !== null && held.cache !== first ? held : null;
+        },
+        { what: 'the second green held' },
+      )
+    ).cache;
+    // The operator confirms the promote of what they saw: refused, nothing moves.
+    const refused = await pipeline.promote(first).catch((e: unknown) => e);
+    expect(refused).toMatchObject({
+      code: 'GENERATION_NOT_HELD',
+      status: 409,
+      details: { endpoint: 'items', generation: first, held: second },
+    });
+    expect(caches.resolveAlias('items')?.cache).toBe(blue);
+    // Named right, it switches; repeated, it answers the same move unchanged; a stale name after it is refused.
+    expect(await pipeline.promote(second)).toMatchObject({ from: blue, to: second, changed: true });
+    expect(await pipeline.promote(second)).toMatchObject({ from: blue, to: second, changed: false });
+    await expect(pipeline.promote(first)).rejects.toMatchObject({
+      code: 'GENERATION_NOT_HELD',
+      details: { held: null },
+    });
+    expect(caches.resolveAlias('items')?.cache).toBe(second);
+  });
+
   it('manual mode holds a rebuilt generation (still following its source) until promote; promote is idempotent', async () => {
     await using world = await fileWorld(100);
     const { path, caches } = world;

@@ -292,7 +292,7 @@ export async function startEndpointPipeline(
         await supervisor.halt();
         await supervisor.launch(true);
       }),
-    promote: () => exclusive(steering.promote),
+    promote: (generation?: string) => exclusive(() => steering.promote(generation)),
     rollback: (to?: string) => exclusive(() => steering.rollback(to)),
     stop,
     async whenServing(options = {}) {

@@ -10,7 +10,6 @@ import {
   ProblemSchema,
   SwitchReply,
 } from './control-responses.js';
-import { NoBody } from './no-body.js';
 import { NoQuery } from './no-query.js';
 
 const NameParams = z.object({ name: NameSchema });
@@ -21,6 +20,13 @@ const NameParams = z.object({ name: NameSchema });
  * validation (the control API's `refuseNullBody` hook), so here `null` only ever means "no body".
  */
 const RollbackBody = z.strictObject({ to: NameSchema.max(512).optional() }).nullish();
+
+/**
+ * A promote may name the generation the operator saw held (the console does): only that one is promoted, so one
+ * superseded by another operator's rebuild while the confirmation was open is refused rather than the newer one
+ * switched to. Without one (or without a body), whatever is held.
+ */
+const PromoteBody = z.strictObject({ generation: NameSchema.max(512).optional() }).nullish();
 
 /**
  * The routes an operator steers generations by: the generation list with the alias history, promote and
@@ -59,11 +65,12 @@ export async function steeringRoutes(
       schema: {
         summary: 'Switch the alias to the held generation',
         description:
-          '200 with the move (`changed: false` when the last promote is repeated); 409 NOTHING_TO_PROMOTE when no generation is held; 504 ENDPOINT_TIMEOUT (nothing moves) when the held generation did not catch up with the position the serving one last committed within the hand-over wait (`switch.handoverWaitMs` of the endpoint, default 10 s) — its problem names both positions, `committed` and `target`. Takes no body: the held generation is the one promoted.',
+          '200 with the move (`changed: false` when the last promote is repeated); 409 NOTHING_TO_PROMOTE when no generation is held; 409 GENERATION_NOT_HELD (nothing moves) when the body names a generation that is not the held one — its problem names the one held now as `held` (null: none); 504 ENDPOINT_TIMEOUT (nothing moves) when the held generation did not catch up with the position the serving one last committed within the hand-over wait (`switch.handoverWaitMs` of the endpoint, default 10 s) — its problem names both positions, `committed` and `target`. Optional body `{ "generation": "<generation>" }`: promote that one only; without it, the held generation.',
         params: NameParams,
         querystring: NoQuery,
-        body: NoBody,
-        // 404 UNKNOWN_ENDPOINT; 409 NOTHING_TO_PROMOTE, ENDPOINT_NOT_RUNNING; 503 also ENDPOINT_STOPPED; 504
+        body: PromoteBody,
+        // 404 UNKNOWN_ENDPOINT; 409 NOTHING_TO_PROMOTE, GENERATION_NOT_HELD, ENDPOINT_NOT_RUNNING; 503 also
+        // ENDPOINT_STOPPED; 504
         // ENDPOINT_TIMEOUT (the hand-over did not happen in time).
         response: {
           200: SwitchReply,
@@ -74,7 +81,7 @@ export async function steeringRoutes(
         },
       },
     },
-    async (request) => endpoints.promote(request.params.name),
+    async (request) => endpoints.promote(request.params.name, request.body?.generation),
   );
 
   api.post(

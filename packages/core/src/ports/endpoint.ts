@@ -69,9 +69,10 @@ export interface EndpointPipeline extends AsyncDisposable {
   rebuild(): Promise<void>;
   /**
    * Switches the alias to the held generation (`AliasRedirected`, cause `promote`); it keeps following its source.
-   * Nothing held: the last promote again (`changed: false`) or `NOTHING_TO_PROMOTE`.
+   * Nothing held: the last promote again (`changed: false`) or `NOTHING_TO_PROMOTE`. With `generation` (the one the
+   * operator saw held), only that one: another held since, or none, is `GENERATION_NOT_HELD` and nothing moves.
    */
-  promote(): Promise<SwitchOutcome>;
+  promote(generation?: string): Promise<SwitchOutcome>;
   /**
    * Points the alias back at the generation that served before the current one (or at `to`, a retained generation
    * that served before) and continues it from its own checkpoint; a generation being built or held is abandoned.

@@ -1,5 +1,6 @@
 import {
   CannotResumeError,
+  GenerationNotHeldError,
   NothingToPromoteError,
   NothingToRollBackError,
   type SwitchOutcome,
@@ -12,7 +13,8 @@ import type { EndpointSupervisor } from './supervisor.js';
 
 /** The operator's switches of one endpoint: promote a held generation, roll back to an earlier one. */
 export interface Steering {
-  promote(): Promise<SwitchOutcome>;
+  /** `generation`: the one the operator saw held; another held since (or none) is refused, nothing moves. */
+  promote(generation?: string): Promise<SwitchOutcome>;
   rollback(to?: string): Promise<SwitchOutcome>;
 }
 
@@ -35,18 +37,30 @@ export function endpointSteering(
   const name = shape.name;
   const servingCache = () => caches.resolveAlias(name)?.cache ?? null;
 
-  const promote = async (): Promise<SwitchOutcome> => {
+  /** The generation held for promote now (a green whose run is retried counts), or null. */
+  const heldNow = (): string | null => {
+    const fed = supervisor.fed;
+    return fed && !fed.sink.redirected && fed.sink.held !== null ? fed.cache.name : null;
+  };
+
+  const promote = async (generation?: string): Promise<SwitchOutcome> => {
     supervisor.assertNotStopped();
+    const held = heldNow();
+    // Named, only that one moves: the operator confirmed what they saw, and another may be held since.
+    if (generation !== undefined && held !== null && held !== generation)
+      throw new GenerationNotHeldError(name, generation, held);
     const run = supervisor.run;
     if (run && !run.sink.redirected && run.sink.held !== null) {
       const { from, to } = await run.sink.promote();
       return { endpoint: name, from, to, cause: 'promote', changed: true };
     }
     const fed = supervisor.fed;
-    if (run === null && fed && !fed.sink.redirected && fed.sink.held !== null) return promoteWhileRetrying();
+    if (run === null && fed && !fed.sink.redirected && fed.sink.held !== null)
+      return promoteWhileRetrying(generation);
     const last = caches.history(name)[0];
-    if (last?.cause === 'promote' && last.to === servingCache())
+    if (last?.cause === 'promote' && last.to === servingCache() && (generation ?? last.to) === last.to)
       return { endpoint: name, from: last.from, to: last.to, cause: 'promote', changed: false };
+    if (generation !== undefined) throw new GenerationNotHeldError(name, generation, held);
     throw new NothingToPromoteError(name);
   };
 
@@ -56,12 +70,17 @@ export function endpointSteering(
    * at least what the serving generation has, which no run changes meanwhile) — then go on, planning from the alias
    * table: the next run continues the promoted generation in place. The switch needs no source, only the alias table.
    */
-  const promoteWhileRetrying = async (): Promise<SwitchOutcome> => {
+  const promoteWhileRetrying = async (generation?: string): Promise<SwitchOutcome> => {
     await supervisor.halt();
     try {
       // Asked again once halted: a retry may have started a run meanwhile (ended by the halt, its sink the one now).
       const held = supervisor.fed?.sink;
-      if (!held || held.redirected || held.held === null) throw new NothingToPromoteError(name);
+      if (!held || held.redirected || held.held === null)
+        throw generation === undefined
+          ? new NothingToPromoteError(name)
+          : new GenerationNotHeldError(name, generation, null);
+      if (generation !== undefined && supervisor.fed!.cache.name !== generation)
+        throw new GenerationNotHeldError(name, generation, supervisor.fed!.cache.name);
       const { from, to } = await held.promote();
       return { endpoint: name, from, to, cause: 'promote', changed: true };
     } finally {

@@ -253,7 +253,7 @@ function EndpointCard(props: {
                   disabled={!idle}
                   onConfirm={() =>
                     void action.run('Promote', async () => {
-                      const moved = await control.promote(endpoint.name);
+                      const moved = await control.promote(endpoint.name, { generation: generation.name });
                       return moved.changed
                         ? `Promoted: ${endpoint.name} now serves ${short(moved.to)} (was ${short(moved.from)}).`
                         : `${short(moved.to)} was already promoted.`;
