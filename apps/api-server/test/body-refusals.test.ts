@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
+import { gzipSync } from 'node:zlib';
 import { type TempDir, tempDir } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type SpawnedApiServer, spawnApiServer, writeConfig, writeGeneration } from './helpers.js';
@@ -196,6 +197,23 @@ describe('bodies refused before they are read', () => {
       body: '{"$filter":{"category":{"$ne":"\\u00ff"}}}',
     });
     expect(await escaped.json()).toEqual({ count: 50 });
+  });
+
+  it('defect: a compressed query body (content-encoding gzip) was answered 400 "not valid UTF-8" — the fast route and fastify now both refuse it 415', async () => {
+    const body = gzipSync('{"$filter":{"category":{"$ne":"x"}}}');
+    for (const route of ['query', 'count'] as const) {
+      const response = await fetch(`${api.url}/v1/endpoints/items/${route}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+        body,
+      });
+      expect(response.status, route).toBe(415);
+      expect(await response.json(), route).toMatchObject({
+        code: 'UNSUPPORTED_MEDIA_TYPE',
+        encoding: 'gzip',
+        detail: expect.stringContaining('"gzip"'),
+      });
+    }
   });
 
   it('defect: a query body declared in another charset (utf-16, latin1) was answered as if it were UTF-8 — the fast route and fastify now both refuse it 415', async () => {

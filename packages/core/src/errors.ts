@@ -267,15 +267,21 @@ export class MalformedJsonError extends SluiceError {
  * ```
  */
 export class UnsupportedMediaTypeError extends SluiceError {
-  constructor(contentType: string | undefined, refused: { charset?: string } = {}) {
-    const { charset } = refused;
+  constructor(contentType: string | undefined, refused: { charset?: string; encoding?: string } = {}) {
+    const { charset, encoding } = refused;
     super({
       code: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
       message:
-        charset === undefined
-          ? `Content type ${contentType ? q(contentType) : '(none)'} is not supported; send application/json`
-          : `Charset ${q(charset)} is not supported: JSON text is UTF-8 (RFC 8259 § 8.1); send the body as UTF-8 with charset=utf-8 or no charset`,
-      ...(charset === undefined ? {} : { details: { charset } }),
+        encoding !== undefined
+          ? `Content-Encoding ${q(encoding)} is not supported; send the JSON body uncompressed (no content-encoding, or identity)`
+          : charset === undefined
+            ? `Content type ${contentType ? q(contentType) : '(none)'} is not supported; send application/json`
+            : `Charset ${q(charset)} is not supported: JSON text is UTF-8 (RFC 8259 § 8.1); send the body as UTF-8 with charset=utf-8 or no charset`,
+      ...(encoding !== undefined
+        ? { details: { encoding } }
+        : charset === undefined
+          ? {}
+          : { details: { charset } }),
     });
   }
 }

@@ -11,7 +11,12 @@ export {
 } from './cli.js';
 export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.js';
 export { atExpiry } from './expiry.js';
-export { JSON_MEDIA_TYPES, jsonBodyText, refusedJsonCharset } from './json-body.js';
+export {
+  JSON_MEDIA_TYPES,
+  jsonBodyText,
+  refusedContentEncoding,
+  refusedJsonCharset,
+} from './json-body.js';
 export { listenError } from './listen-error.js';
 export { type CreateLoggerOptions, createLogger, type LogLevel } from './logger.js';
 export { EMPTY_BODY_MESSAGE, type NormalizeContext, normalizeHttpError } from './normalize.js';

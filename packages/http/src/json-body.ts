@@ -62,11 +62,34 @@ export function refusedJsonCharset(contentType: string | undefined): string | nu
   return null;
 }
 
+/** The longest content coding named back in a 415. */
+const MAX_ENCODING_CHARS = 64;
+
+/**
+ * The content coding a request body declares (`content-encoding`) when it is not `identity`, or `null`: a body is
+ * read as it arrives, never decompressed, so a gzip-compressed JSON body was read as its compressed bytes and
+ * refused as "not valid UTF-8" (400) — RFC 9110 § 8.4.1 says 415 for a coding the server does not accept. The one
+ * rule for every JSON body: the body parser and the api-server's fast query route both ask it.
+ *
+ * @example
+ * ```ts
+ * refusedContentEncoding(undefined); // null
+ * refusedContentEncoding('gzip'); // 'gzip'
+ * ```
+ */
+export function refusedContentEncoding(contentEncoding: string | string[] | undefined): string | null {
+  if (contentEncoding === undefined) return null;
+  const value = (Array.isArray(contentEncoding) ? contentEncoding.join(', ') : contentEncoding).trim();
+  if (value === '' || value.toLowerCase() === 'identity') return null;
+  return value.slice(0, MAX_ENCODING_CHARS);
+}
+
 /**
  * Parses a JSON body with plain `JSON.parse`: a `"__proto__"` key becomes an ordinary own property, never a
  * prototype, so the route's own parser can refuse reserved keys naming their path instead of a vague
  * "not valid JSON". An empty or malformed body, or one that is not UTF-8, is `MALFORMED_JSON`; one declared in
- * another charset is `UNSUPPORTED_MEDIA_TYPE` ({@link refusedJsonCharset}).
+ * another charset, or in a content coding (compressed), is `UNSUPPORTED_MEDIA_TYPE` ({@link refusedJsonCharset},
+ * {@link refusedContentEncoding}).
  */
 function parseJsonBody(
   request: FastifyRequest,
@@ -74,6 +97,11 @@ function parseJsonBody(
   done: (err: Error | null, value?: unknown) => void,
 ): void {
   const contentType = request.headers['content-type'];
+  const encoding = refusedContentEncoding(request.headers['content-encoding']);
+  if (encoding !== null) {
+    done(new UnsupportedMediaTypeError(contentType?.slice(0, 128), { encoding }), undefined);
+    return;
+  }
   const charset = refusedJsonCharset(contentType);
   if (charset !== null) {
     done(new UnsupportedMediaTypeError(contentType?.slice(0, 128), { charset }), undefined);

@@ -4,6 +4,7 @@
  */
 import { request as httpRequest, STATUS_CODES } from 'node:http';
 import { connect } from 'node:net';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { PROBLEM_CONTENT_TYPE } from '@sluice/core';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -317,6 +318,44 @@ describe('problemDetailsPlugin (real socket)', () => {
     ]) {
       const answer = await send(contentType, Buffer.from('{"name":"caf\u00e9"}', 'utf8'));
       expect(answer, contentType).toMatchObject({ status: 200, json: { body: { name: 'caf\u00e9' } } });
+    }
+  });
+
+  it('defect: a compressed JSON body (content-encoding gzip) was answered 400 "not valid UTF-8" — now 415 naming the encoding', async () => {
+    const json = JSON.stringify({ name: 'cafe' });
+    for (const encoding of ['gzip', 'deflate', 'br', 'GZIP']) {
+      const body =
+        encoding === 'br'
+          ? brotliCompressSync(json)
+          : encoding === 'deflate'
+            ? deflateSync(json)
+            : gzipSync(json);
+      const response = await fetch(`${base}/echo`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'content-encoding': encoding },
+        body,
+      });
+      expect(response.status, encoding).toBe(415);
+      expect(response.headers.get('content-type')).toBe(PROBLEM_TYPE);
+      expect(await response.json(), encoding).toMatchObject({
+        code: 'UNSUPPORTED_MEDIA_TYPE',
+        encoding,
+        detail: expect.stringContaining(`"${encoding}"`),
+      });
+    }
+    // No coding at all, said or not, is the body itself.
+    const plain: Array<Record<string, string>> = [
+      {},
+      { 'content-encoding': 'identity' },
+      { 'content-encoding': ' Identity ' },
+    ];
+    for (const headers of plain) {
+      const response = await fetch(`${base}/echo`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: json,
+      });
+      expect(response.status, JSON.stringify(headers)).toBe(200);
     }
   });
 });
