@@ -123,10 +123,17 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
     const { skip, limit } = query;
     const scanCap = ctx.scanCap;
     scanRows(ctx, plan, reverse, seek, compare, (row) => {
+      // Rows up to the $after position are passed over uncounted: the scan starts at the position (`seekKey`), so
+      // they are at most the run of truncated keys holding it, which the scan reads whole anyway. Counted, a run at
+      // least `cache.scanCap` long stopped every page before the position, and the `next` of the last row examined
+      // pointed back at where the page started: the walk went on with empty pages forever.
+      if (!passed) {
+        if (afterCursor(fieldsOf(row), after!) <= 0) return true;
+        passed = true;
+      }
       scanned += 1;
       lastExamined = row;
-      if (!passed && afterCursor(fieldsOf(row), after!) > 0) passed = true;
-      if (passed && (matches === null || matches(fieldsOf(row)))) {
+      if (matches === null || matches(fieldsOf(row))) {
         if (skipped < skip) skipped += 1;
         else if (page.length < limit) page.push(row);
         else {

@@ -51,9 +51,23 @@ export function seekKey(
   }
   const key = encodeKey(values, plan.budget);
   const cluster = truncatedComponentEnd(key, plan.components);
-  // Inside a cluster of truncated keys the order is by hash: start at the cluster (forward) or do not seek.
-  if (cluster >= 0) return plan.direction === 'asc' ? key.subarray(0, cluster) : null;
+  // Inside a cluster of truncated keys the order is by hash, so the scan starts at the cluster's edge and the rows
+  // up to the position (re-sorted by their real values) are passed over. Forward: its first key. Reverse: the first
+  // byte string after it — with no seek a reverse scan started at the top of the range again on every page, and
+  // once more than `cache.scanCap` records sorted before the position it never reached it.
+  if (cluster >= 0) return plan.direction === 'asc' ? key.subarray(0, cluster) : afterCluster(key, cluster);
   return key;
+}
+
+/**
+ * A seek key above every key of the cluster ending at `end` (see `truncatedComponentEnd`: `…, 0x00, 0xFF`), for a
+ * reverse scan (which visits keys up to the seek key + 0xFF): the cluster's common start with its 0x00 raised to
+ * 0x01.
+ */
+function afterCluster(key: Buffer, end: number): Buffer {
+  const out = Buffer.from(key.subarray(0, end - 1));
+  out[end - 2] = 0x01;
+  return out;
 }
 
 /** Receives scanned rows in order; returns false to stop the scan. */

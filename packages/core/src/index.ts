@@ -203,6 +203,7 @@ export {
   SwitchCauseSchema,
   snapshottingDone,
 } from './events.js';
+export { filterConditions, MAX_FILTER_CONDITIONS } from './filter-size.js';
 export {
   canonicalJson,
   FORBIDDEN_KEYS,

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { filterConditions, MAX_FILTER_CONDITIONS, TOO_MANY_CONDITIONS } from './filter-size.js';
 import { FORBIDDEN_KEYS, type JsonScalar, JsonScalarSchema, refuseProtoKey } from './json.js';
 import { shapedWireQuery } from './shaped-query.js';
 import { canonicalTimestamp } from './timestamp.js';
@@ -103,6 +104,12 @@ export function filterSchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS): z.ZodT
   const buildAt = (depth: number): z.ZodType<Filter> =>
     z.lazy(() =>
       refuseProtoKey(z.record(z.string(), z.unknown()), 'reserved field name').superRefine((obj, ctx) => {
+        // Counted on the raw input before anything is parsed: parsing a filter of tens of thousands of conditions
+        // only to refuse it cost seconds too.
+        if (depth === 0 && filterConditions(obj, limits.maxDepth) > MAX_FILTER_CONDITIONS) {
+          ctx.addIssue({ code: 'custom', message: TOO_MANY_CONDITIONS });
+          return;
+        }
         const keys = Object.keys(obj);
         if (keys.length > 256)
           ctx.addIssue({ code: 'custom', message: 'at most 256 keys in one filter object' });
@@ -270,45 +277,54 @@ function equals(a: unknown, b: unknown): boolean {
   return (a === undefined ? null : a) === b;
 }
 
-function matchesCondition(value: unknown, condition: FieldCondition | JsonScalar): boolean {
-  if (condition === null || typeof condition !== 'object') return equals(value, condition);
+type ValueTest = (value: unknown) => boolean;
+
+/** One operator of a field condition as a test of the field's value. */
+function operatorTest(op: string, operand: unknown): ValueTest {
+  switch (op as ComparisonOperator) {
+    case '$eq':
+      return (value) => equals(value, operand);
+    case '$ne':
+      return (value) => !equals(value, operand);
+    case '$lt':
+      return (value) => sameType(value, operand) && (value as number) < (operand as number);
+    case '$lte':
+      return (value) => sameType(value, operand) && (value as number) <= (operand as number);
+    case '$gt':
+      return (value) => sameType(value, operand) && (value as number) > (operand as number);
+    case '$gte':
+      return (value) => sameType(value, operand) && (value as number) >= (operand as number);
+    case '$in': {
+      // Looked up, not searched: a list costs one check per record whatever its length (scalars, where a Set's
+      // SameValueZero is `===`; operands are finite numbers, never NaN).
+      const candidates = new Set(operand as JsonScalar[]);
+      return (value) => candidates.has((value === undefined ? null : value) as JsonScalar);
+    }
+    case '$contains':
+      return (value) => {
+        if (typeof value === 'string' && typeof operand === 'string') return value.includes(operand);
+        if (Array.isArray(value)) return value.some((item) => equals(item, operand));
+        return false;
+      };
+    default:
+      return () => false;
+  }
+}
+
+/** A field condition (a bare value, or operators ANDed) as one test of the field's value, built once per filter. */
+function conditionTest(condition: FieldCondition | JsonScalar): ValueTest {
+  if (condition === null || typeof condition !== 'object') return (value) => equals(value, condition);
+  const tests: ValueTest[] = [];
   for (const [op, operand] of Object.entries(condition)) {
     // An absent operator (`{ $eq: undefined }` built in code) constrains nothing, as an absent field does.
     if (operand === undefined) continue;
-    switch (op as ComparisonOperator) {
-      case '$eq':
-        if (!equals(value, operand)) return false;
-        break;
-      case '$ne':
-        if (equals(value, operand)) return false;
-        break;
-      case '$lt':
-        if (!sameType(value, operand) || !((value as number) < (operand as number))) return false;
-        break;
-      case '$lte':
-        if (!sameType(value, operand) || !((value as number) <= (operand as number))) return false;
-        break;
-      case '$gt':
-        if (!sameType(value, operand) || !((value as number) > (operand as number))) return false;
-        break;
-      case '$gte':
-        if (!sameType(value, operand) || !((value as number) >= (operand as number))) return false;
-        break;
-      case '$in':
-        if (!(operand as JsonScalar[]).some((candidate) => equals(value, candidate))) return false;
-        break;
-      case '$contains':
-        if (typeof value === 'string' && typeof operand === 'string') {
-          if (!value.includes(operand)) return false;
-        } else if (Array.isArray(value)) {
-          if (!value.some((item) => equals(item, operand))) return false;
-        } else return false;
-        break;
-      default:
-        return false;
-    }
+    tests.push(operatorTest(op, operand));
   }
-  return true;
+  if (tests.length === 1) return tests[0]!;
+  return (value) => {
+    for (const test of tests) if (!test(value)) return false;
+    return true;
+  };
 }
 
 /** Operators whose operand is a value of the field (`$contains` matches a part of it). */
@@ -408,17 +424,14 @@ function compileParts(
       const subs = (value as Filter[]).map((sub) => compileParts(sub, timestamps));
       parts.push((r) => subs.some((f) => f(r)));
     } else {
-      const condition = value as FieldCondition | JsonScalar;
+      const test = conditionTest(value as FieldCondition | JsonScalar);
       if (timestamps?.has(key))
         parts.push((r) => {
           const raw = Object.hasOwn(r, key) ? r[key] : undefined;
           // A value that is no timestamp equals and orders with nothing (the cache refuses it as a bad record).
-          return matchesCondition(
-            raw == null ? raw : (canonicalTimestamp(raw) ?? NOT_A_TIMESTAMP),
-            condition,
-          );
+          return test(raw == null ? raw : (canonicalTimestamp(raw) ?? NOT_A_TIMESTAMP));
         });
-      else parts.push((r) => matchesCondition(Object.hasOwn(r, key) ? r[key] : undefined, condition));
+      else parts.push((r) => test(Object.hasOwn(r, key) ? r[key] : undefined));
     }
   }
   return (record) => parts.every((p) => p(record));

@@ -5,6 +5,7 @@
  * same meaning; anything it does not recognize (including every invalid input) goes to the schemas, which
  * produce the precise errors.
  */
+import { MAX_FILTER_CONDITIONS } from './filter-size.js';
 import { FORBIDDEN_KEYS } from './json.js';
 import type { Filter, QueryLimits } from './query.js';
 
@@ -49,22 +50,28 @@ function isFieldName(key: string): boolean {
   return key.length >= 1 && key.length <= 256 && key.charCodeAt(0) !== 0x24 && !FORBIDDEN_KEYS.has(key);
 }
 
-function isCondition(value: Record<string, unknown>, maxIn: number): boolean {
+/** Conditions a filter holds so far, as `filter-size.ts` counts them. */
+interface Tally {
+  conditions: number;
+}
+
+/** The number of operators of a valid condition object (each one condition), or 0 when it is not one. */
+function conditionOperators(value: Record<string, unknown>, maxIn: number): number {
   let operators = 0;
   for (const op in value) {
-    if (!Object.hasOwn(value, op) || !OPERATORS.has(op)) return false;
+    if (!Object.hasOwn(value, op) || !OPERATORS.has(op)) return 0;
     operators += 1;
     const operand = value[op];
     if (operand === undefined) continue;
     if (op === '$in') {
-      if (!Array.isArray(operand) || operand.length > maxIn) return false;
-      for (let i = 0; i < operand.length; i++) if (!isScalar(operand[i])) return false;
-    } else if (!isScalar(operand)) return false;
+      if (!Array.isArray(operand) || operand.length > maxIn) return 0;
+      for (let i = 0; i < operand.length; i++) if (!isScalar(operand[i])) return 0;
+    } else if (!isScalar(operand)) return 0;
   }
-  return operators > 0;
+  return operators;
 }
 
-function isFilter(value: unknown, limits: QueryLimits, depth: number): value is Filter {
+function isFilter(value: unknown, limits: QueryLimits, depth: number, tally: Tally): value is Filter {
   if (!isPlainObject(value)) return false;
   let keys = 0;
   for (const key in value) {
@@ -74,13 +81,19 @@ function isFilter(value: unknown, limits: QueryLimits, depth: number): value is 
     if (key === '$and' || key === '$or') {
       if (depth >= limits.maxDepth || !Array.isArray(item) || item.length < 1 || item.length > MAX_LIST)
         return false;
-      for (let i = 0; i < item.length; i++) if (!isFilter(item[i], limits, depth + 1)) return false;
+      tally.conditions += item.length;
+      if (tally.conditions > MAX_FILTER_CONDITIONS) return false;
+      for (let i = 0; i < item.length; i++) if (!isFilter(item[i], limits, depth + 1, tally)) return false;
       continue;
     }
     if (!isFieldName(key)) return false;
     if (isPlainObject(item)) {
-      if (!isCondition(item, limits.maxIn)) return false;
+      const operators = conditionOperators(item, limits.maxIn);
+      if (operators === 0) return false;
+      tally.conditions += operators;
     } else if (!isScalar(item)) return false;
+    else tally.conditions += 1;
+    if (tally.conditions > MAX_FILTER_CONDITIONS) return false;
   }
   return true;
 }
@@ -96,7 +109,7 @@ function isFilter(value: unknown, limits: QueryLimits, depth: number): value is 
  * ```
  */
 export function shapedFilter(input: unknown, limits: QueryLimits): Filter | null {
-  return isFilter(input, limits, 0) ? { ...input } : null;
+  return isFilter(input, limits, 0, { conditions: 0 }) ? { ...input } : null;
 }
 
 function isBoundedInteger(value: unknown, max: number): boolean {
