@@ -60,6 +60,23 @@ async function hashRange(file: string | FileHandle, start: number, length: numbe
 }
 
 /**
+ * What no longer matches between the file and a position read from it, or null: its first `headLength` bytes and
+ * the last line read (the `tailLength` bytes before `offset`). The same check decides a resume and, for a followed
+ * file, whether the file at the path is still the one being read (a rotated or rewritten file is another file).
+ */
+async function fingerprintChange(file: string | FileHandle, position: FilePosition): Promise<string | null> {
+  if ((await hashRange(file, 0, position.headLength)) !== position.head) return 'its beginning differs';
+  if ((await hashRange(file, position.offset - position.tailLength, position.tailLength)) !== position.tail)
+    return 'the last line read differs';
+  return null;
+}
+
+/** What tells one state of a followed file from another without reading it. */
+type FileStamp = { dev: number; ino: number; size: number; mtimeMs: number };
+const sameStamp = (a: FileStamp | null, b: FileStamp) =>
+  a !== null && a.dev === b.dev && a.ino === b.ino && a.size === b.size && a.mtimeMs === b.mtimeMs;
+
+/**
  * Opens `path` for one read of the source: non-blocking, so a FIFO (or another special file) put where a file
  * was expected is refused instead of hanging a libuv thread until a writer comes; then checked to be a file.
  */
@@ -131,101 +148,118 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
         ok: false,
         reason: `file ${options.path} shrank below the checkpointed offset ${position.offset}`,
       };
-    if ((await hashRange(options.path, 0, position.headLength)) !== position.head)
-      return {
-        ok: false,
-        reason: `file ${options.path} changed (its beginning differs from the checkpoint)`,
-      };
-    if (
-      (await hashRange(options.path, position.offset - position.tailLength, position.tailLength)) !==
-      position.tail
-    )
-      return {
-        ok: false,
-        reason: `file ${options.path} changed (the last line read differs from the checkpoint)`,
-      };
+    const change = await fingerprintChange(options.path, position);
+    if (change !== null)
+      return { ok: false, reason: `file ${options.path} changed (${change} from the checkpoint)` };
     return { ok: true };
   }
 
   async function* read(from: unknown | null, readOptions: ReadOptions): AsyncGenerator<SourceItem> {
     const follow =
       options.follow === true && (readOptions.mode === 'endpoint' || readOptions.follow === true);
-    if (follow) {
-      yield* readThrough(options.path, from, readOptions, true);
-      return;
-    }
-    // A one-time read goes through one open handle: its fingerprint, its lines and the hash of each batch's
-    // last line (a 1-record file used to cost three opens and two stats). A followed file is opened by path
-    // for each read of its growth, as it may be removed or replaced while followed.
-    const file = await openRegularFile(options.path);
-    try {
-      yield* readThrough(file, from, readOptions, false);
-    } finally {
-      await file.close();
-    }
+    if (follow) yield* readFollowing(from, readOptions);
+    else yield* readOnce(from, readOptions);
   }
 
-  async function* readThrough(
-    file: string | FileHandle,
-    from: unknown | null,
-    readOptions: ReadOptions,
-    follow: boolean,
-  ): AsyncGenerator<SourceItem> {
-    let position: FilePosition;
-    /** The size the fingerprint was taken at: a one-time read reads up to it without asking again. */
-    let sizedAt: number | null = null;
-    if (from === null) {
-      let size: number;
-      if (typeof file === 'string') {
-        try {
-          const info = await stat(file);
-          if (!info.isFile()) throw new Error('not a regular file');
-          size = info.size;
-        } catch (err) {
-          throw new SourceError(`Cannot read file ${file}: ${(err as Error).message}`, { cause: err });
-        }
-      } else {
-        size = (await file.stat()).size;
-        sizedAt = size;
-      }
-      const headLength = Math.min(HEAD_BYTES, size);
-      position = {
-        offset: 0,
-        line: 0,
-        read: 0,
-        head: await hashRange(file, 0, headLength),
-        headLength,
-        tail: sha256(''),
-        tailLength: 0,
-        header: null,
-      };
-    } else position = FilePositionSchema.parse(from);
-    // The lag counts from where this read starts: a resumed read that finds nothing new must not report the
-    // bytes an earlier run already committed as still to read.
-    lastOffset = position.offset;
+  /** A new position at the start of the file open as `file`, fingerprinted by its first bytes. */
+  async function startOf(file: FileHandle, size: number): Promise<FilePosition> {
+    const headLength = Math.min(HEAD_BYTES, size);
+    return {
+      offset: 0,
+      line: 0,
+      read: 0,
+      head: await hashRange(file, 0, headLength),
+      headLength,
+      tail: sha256(''),
+      tailLength: 0,
+      header: null,
+    };
+  }
 
-    let snapshotDone = false;
-    for (;;) {
-      const size =
-        sizedAt ?? (await (typeof file === 'string' ? stat(file) : file.stat()).catch(() => null))?.size;
-      sizedAt = null;
-      if (size === undefined) throw new SourceError(`File ${options.path} disappeared`);
-      if (size < position.offset)
-        throw new SourceError(`File ${options.path} was truncated below offset ${position.offset}`);
+  const truncatedBelow = (offset: number) =>
+    new SourceError(`File ${options.path} was truncated below offset ${offset}`, {
+      details: { path: options.path, offset },
+    });
+
+  /**
+   * A one-time read (a transfer's) goes through one open handle: its fingerprint, its lines and the hash of each
+   * batch's last line (a 1-record file used to cost three opens and two stats), up to the size it had when opened.
+   */
+  async function* readOnce(from: unknown | null, readOptions: ReadOptions): AsyncGenerator<SourceItem> {
+    const file = await openRegularFile(options.path);
+    try {
+      const size = (await file.stat()).size;
+      let position = from === null ? await startOf(file, size) : FilePositionSchema.parse(from);
+      // The lag counts from where this read starts: a resumed read that finds nothing new must not report the
+      // bytes an earlier run already committed as still to read.
+      lastOffset = position.offset;
+      if (size < position.offset) throw truncatedBelow(position.offset);
       lastSize = size;
       if (size > position.offset) {
-        for await (const item of readFrom(file, position, size, readOptions, !follow)) {
+        for await (const item of readFrom(file, position, size, readOptions, true)) {
           position = item.position as FilePosition;
           lastOffset = position.offset;
           yield item;
         }
       }
+      yield { kind: 'snapshot-done', position };
+    } finally {
+      await file.close();
+    }
+  }
+
+  /**
+   * A followed file is looked at every `pollMs`, by path: it may be rotated (renamed away and replaced, or copied
+   * and truncated in place, then written again) while followed. Whenever it looks different (another inode, size or
+   * modification time) it is opened and fingerprinted as a resume is — its first bytes and the last line read — and
+   * only the file the position was read from is read on, through that handle. Another file at the path (its content
+   * may well be longer than the offset) fails the read, as a truncated one does, instead of being read from the old
+   * offset: mid-line, past records never read. The endpoint then cannot resume either and builds a new generation
+   * from the file now there.
+   */
+  async function* readFollowing(from: unknown | null, readOptions: ReadOptions): AsyncGenerator<SourceItem> {
+    let position = from === null ? null : FilePositionSchema.parse(from);
+    if (position !== null) lastOffset = position.offset;
+    let seen: FileStamp | null = null;
+    let snapshotDone = false;
+    for (;;) {
+      const stamp = await stat(options.path).catch((err: Error) => err);
+      if (stamp instanceof Error)
+        throw seen === null
+          ? new SourceError(`Cannot read file ${options.path}: ${stamp.message}`, { cause: stamp })
+          : new SourceError(`File ${options.path} disappeared`, { cause: stamp });
+      if (!sameStamp(seen, stamp)) {
+        const file = await openRegularFile(options.path);
+        try {
+          const opened = await file.stat();
+          if (position === null) {
+            position = await startOf(file, opened.size);
+            lastOffset = 0;
+          }
+          if (opened.size < position.offset) throw truncatedBelow(position.offset);
+          const change = await fingerprintChange(file, position);
+          if (change !== null)
+            throw new SourceError(
+              `File ${options.path} changed while it was followed (${change} from what was read up to byte ${position.offset}): it was rotated, replaced or rewritten, so it is not read on from that offset`,
+              { details: { path: options.path, offset: position.offset, change } },
+            );
+          lastSize = opened.size;
+          if (opened.size > position.offset) {
+            for await (const item of readFrom(file, position, opened.size, readOptions, false)) {
+              position = item.position as FilePosition;
+              lastOffset = position.offset;
+              yield item;
+            }
+          }
+          seen = opened;
+        } finally {
+          await file.close();
+        }
+      }
       if (!snapshotDone) {
         snapshotDone = true;
-        yield { kind: 'snapshot-done', position };
+        yield { kind: 'snapshot-done', position: position! };
       }
-      if (!follow) return;
-      // Follow: wait for growth.
       try {
         await delay(pollMs, undefined, { signal: readOptions.signal });
       } catch {
@@ -235,7 +269,7 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
   }
 
   async function* readFrom(
-    file: string | FileHandle,
+    file: FileHandle,
     start: FilePosition,
     /** The file's size when this read began. */
     size: number,
@@ -249,6 +283,8 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
     let position = { ...start };
     let header = position.header;
     let continued = null as { text: string; first: Line } | null; // a CSV record spanning lines
+    /** The line just before `continued` began, or null when it began where this read did. */
+    let beforeContinued: Line | null = null;
     let ops: RecordOp[] = [];
     let bad: BadRecordReport[] = [];
     let read = 0;
@@ -275,9 +311,13 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
         read: position.read + read,
         header,
       };
-      if (!boundary) {
-        next.tailLength = lastLine.end - lastLine.start;
-        next.tail = await hashRange(file, lastLine.start, next.tailLength);
+      // The fingerprint's tail is the line that ends at the new offset: before an open record, the line before it
+      // (not the last line taken, inside the open record) — else a resume, or the next look at a followed file,
+      // would compare the wrong bytes and take the file for changed.
+      const tailLine = boundary ? beforeContinued : lastLine;
+      if (tailLine !== null && tailLine.end === end) {
+        next.tailLength = tailLine.end - tailLine.start;
+        next.tail = await hashRange(file, tailLine.start, next.tailLength);
       }
       position = next;
       const item: SourceItem = { kind: 'records', ops, bad, read, position };
@@ -296,7 +336,7 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
       // short under the read ends early, and its last records are missing, not done.
       ...(final ? { expectedEnd: size } : {}),
       signal: readOptions.signal,
-      ...(typeof file === 'string' ? {} : { file }),
+      file,
       ...(options.chunkBytes ? { highWaterMark: options.chunkBytes } : {}),
     })) {
       for (const line of lines) {
@@ -304,6 +344,7 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
           const item = await flush();
           if (item) yield item;
         }
+        const previous = lastLine;
         lastLine = line;
         if (line.oversized) {
           continued = null;
@@ -340,6 +381,7 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
           }
           const cells = parseCsvRecord(text);
           if (cells === null) {
+            if (continued === null) beforeContinued = previous;
             continued = { text, first };
             continue;
           }

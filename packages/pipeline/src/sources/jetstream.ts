@@ -95,6 +95,24 @@ export function createJetStreamSource(options: JetStreamSourceOptions): Pipeline
     return { ok: true };
   }
 
+  /**
+   * The stream skipped from `after` to a later sequence (delivered messages are in order; the skipped ones are other
+   * subjects', deleted ones, or discarded ones). When the stream no longer holds `after + 1`, messages past the
+   * position may have been discarded before they were read — a stream with limits (`max_msgs`, `max_bytes`,
+   * `max_age`) that took more than it keeps while the reader was paused, or a purge. Going on would serve without
+   * them; the read fails instead, as `canResume` then refuses the position, and the endpoint builds a new generation
+   * from what the stream holds. Like `canResume` it cannot tell whether a discarded message was on the subject read.
+   */
+  const refuseDiscarded = async (after: number) => {
+    const info = await streamInfo();
+    const firstRetained = info.state.first_seq;
+    if (firstRetained <= after + 1) return;
+    throw new SourceError(
+      `Stream ${options.stream} discarded messages after sequence ${after} before they were read (it holds sequences from ${firstRetained} on): the read does not go on without them`,
+      { details: { stream: options.stream, after, firstRetained } },
+    );
+  };
+
   const toOp = (data: Uint8Array, seq: number, isDelete: boolean): RecordOp | BadRecordReport => {
     const at = { source: options.handle, offset: seq };
     let value: unknown;
@@ -123,6 +141,11 @@ export function createJetStreamSource(options: JetStreamSourceOptions): Pipeline
       from === null ? { seq: 0, created: info.created, read: 0 } : JetStreamPositionSchema.parse(from);
     const endSeq = info.state.last_seq;
     lastSeq = endSeq;
+    /**
+     * Whether a skipped sequence can be a loss: a resumed read continues from its checkpoint, so from the first
+     * message on; a fresh read starts at whatever the stream holds when its first message comes.
+     */
+    let started = from !== null;
     readSeq = position.seq;
     let snapshotDone = false;
     if (position.seq >= endSeq || info.state.messages === 0) {
@@ -146,7 +169,11 @@ export function createJetStreamSource(options: JetStreamSourceOptions): Pipeline
         const bad: BadRecordReport[] = [];
         let pending = -1;
         let count = 0;
+        /** The last sequence read before the batch's first skipped sequence, if any was skipped. */
+        let skippedAfter: number | null = null;
         for await (const m of messages) {
+          if (started && skippedAfter === null && m.seq > position.seq + 1) skippedAfter = position.seq;
+          started = true;
           count++;
           pending = m.info.pending;
           const result = toOp(m.data, m.seq, m.headers?.get(OP_HEADER) === 'delete');
@@ -154,6 +181,9 @@ export function createJetStreamSource(options: JetStreamSourceOptions): Pipeline
           else ops.push(result);
           position = { ...position, seq: m.seq, read: position.read + 1 };
         }
+        // Before anything of the batch is handed on: a skipped sequence the stream no longer holds may have been
+        // one of ours, discarded unread.
+        if (skippedAfter !== null) await refuseDiscarded(skippedAfter);
         readSeq = position.seq;
         lastSeq = Math.max(lastSeq, position.seq + Math.max(0, pending));
         if (count > 0) yield { kind: 'records', ops, bad, read: count, position };
