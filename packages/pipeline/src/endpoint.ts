@@ -26,6 +26,7 @@ import { startSlotSweeper } from './endpoint/slot-sweeper.js';
 import { endpointSteering } from './endpoint/steering.js';
 import { EndpointSupervisor, SupervisorPhase } from './endpoint/supervisor.js';
 import { ProgressTracker } from './progress.js';
+import { SEND_WAIT_ON_CLOSE_MS } from './sinks/pending-sends.js';
 import type { CarriedLag } from './sources/replication/carried-lag.js';
 import {
   followedReplicationStatus,
@@ -202,6 +203,9 @@ export async function startEndpointPipeline(
     carriedWhileDown();
     await follower?.stop();
     await sweeper.stop();
+    // Bounded, as a cache sink's close: a stop does not wait for a hung NATS (the backplane keeps what it was given).
+    const left = await steering.settleSends(SEND_WAIT_ON_CLOSE_MS);
+    if (left > 0) logger.info({ endpoint: name, left }, 'stopping with a rollback still being announced');
   };
 
   try {

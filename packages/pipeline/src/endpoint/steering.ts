@@ -7,6 +7,7 @@ import {
   type WritableCache,
 } from '@sluice/core';
 import { announceRedirect } from '../sinks/cache.js';
+import { PendingSends } from '../sinks/pending-sends.js';
 import { assessGeneration, endpointSink, generationSlot, type LaunchContext } from './launch.js';
 import { generationSchema } from './schema-resolution.js';
 import type { EndpointSupervisor } from './supervisor.js';
@@ -16,6 +17,11 @@ export interface Steering {
   /** `generation`: the one the operator saw held; another held since (or none) is refused, nothing moves. */
   promote(generation?: string): Promise<SwitchOutcome>;
   rollback(to?: string): Promise<SwitchOutcome>;
+  /**
+   * Waits (up to `timeoutMs`) for the `AliasRedirected` of rollbacks still on their way to the backplane; resolves with
+   * how many are left. Called when the endpoint stops.
+   */
+  settleSends(timeoutMs: number): Promise<number>;
 }
 
 /**
@@ -36,6 +42,8 @@ export function endpointSteering(
   const { caches, shape, logger } = lc;
   const name = shape.name;
   const servingCache = () => caches.resolveAlias(name)?.cache ?? null;
+  /** Rollbacks' `AliasRedirected` on their way to the backplane: the rolled-back generation does not wait for them. */
+  const sends = new PendingSends();
 
   /** The generation held for promote now (a green whose run is retried counts), or null. */
   const heldNow = (): string | null => {
@@ -127,14 +135,20 @@ export function endpointSteering(
       for (const generation of await caches.list())
         if (generation.endpoint === name && generation.state === 'building' && generation.name !== targetName)
           await caches.retire(generation.name);
-      await announceRedirect(lc.events, logger, {
-        alias: name,
-        from,
-        to: targetName,
-        version,
-        checkpoint: restart.checkpoint,
-        cause: 'rollback',
-      });
+      // Not awaited: the supervisor is halted until the rolled-back generation runs again, and a hung NATS must not
+      // keep it from following its source (the backplane keeps the redirect; api-servers also follow the alias table).
+      sends.start(
+        () =>
+          announceRedirect(lc.events, logger, {
+            alias: name,
+            from,
+            to: targetName,
+            version,
+            checkpoint: restart.checkpoint,
+            cause: 'rollback',
+          }),
+        (err) => logger.warn({ err, endpoint: name }, 'could not publish AliasRedirected'),
+      );
       const rolledBack = cache;
       cache = null;
       adopted = true;
@@ -159,5 +173,5 @@ export function endpointSteering(
     }
   };
 
-  return { promote, rollback };
+  return { promote, rollback, settleSends: (timeoutMs) => sends.settle(timeoutMs) };
 }

@@ -18,6 +18,7 @@ import {
 import { z } from 'zod';
 import { isPatch, type RecordOp } from '../ops.js';
 import type { PipelineSink, SinkFence, SinkWriteResult } from '../types.js';
+import { PendingSends, SEND_WAIT_ON_CLOSE_MS } from './pending-sends.js';
 
 /** A partial upsert (core's upsert leaving fields `unchanged`, with a `where` decided on the merged record). */
 type PatchUpsert = Extract<CacheRecordOp, { op: 'upsert' }>;
@@ -95,6 +96,15 @@ export interface CacheSink extends PipelineSink {
  * Publishes `AliasRedirected` for a move the caller made; a publish failure is logged, never thrown (readers also
  * reconcile from the alias table, so a lost event delays them, never misleads them). A backplane that kept the
  * redirect to publish once it reconnects (`details.deferred`) has not lost it: that is said at `info`.
+ *
+ * The publisher is called before this returns its promise, so moves reach the backplane in the order they were
+ * made; the promise settles once the backplane confirmed (or gave up). Nothing on the data path waits for it — a hung
+ * NATS would hold the generation's commits — but hands it to a {@link PendingSends} (the cache sink and a rollback do).
+ *
+ * @example
+ * ```ts
+ * sends.start(() => announceRedirect(events, logger, { alias: 'items', from, to, version, checkpoint, cause: 'rollback' }), () => {});
+ * ```
  */
 export async function announceRedirect(
   events: EventPublisher | undefined,
@@ -154,6 +164,10 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
   let checking: Promise<void> | null = null;
   /** Woken when the alias moved (a promote waits for it). */
   const movedWaiters = new Set<() => void>();
+  /** `SnapshottingDone` and `AliasRedirected` on their way to the backplane: no commit waits for them. */
+  const sends = new PendingSends();
+  const unexpected = (what: string) => (err: unknown) =>
+    logger.warn({ err, endpoint: options.endpoint }, `could not publish ${what}`);
 
   const moveAlias = (cause: SwitchCause) => {
     redirecting ??= (async () => {
@@ -164,14 +178,22 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
       for (const wake of movedWaiters) wake();
       await options.handover?.settle(true);
       options.onRedirected?.({ from, to: cache.name, version });
-      await announceRedirect(options.events, logger, {
-        alias: options.endpoint,
-        from,
-        to: cache.name,
-        version,
-        checkpoint: lastCheckpoint,
-        cause,
-      });
+      // Not awaited: this generation serves now, and the commit that made the switch must not wait for NATS to
+      // confirm (a hung server would stop it committing until it answered). The backplane keeps the redirect until
+      // NATS takes it; api-servers also follow the alias table.
+      const checkpoint = lastCheckpoint;
+      sends.start(
+        () =>
+          announceRedirect(options.events, logger, {
+            alias: options.endpoint,
+            from,
+            to: cache.name,
+            version,
+            checkpoint,
+            cause,
+          }),
+        unexpected('AliasRedirected'),
+      );
       return { from, to: cache.name, version };
     })();
     return redirecting;
@@ -357,12 +379,12 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
       if (!done.has(source)) {
         await cache.markSnapshottingDone(source);
         done.add(source);
-        if (options.events) {
-          await options.events
-            .publish(snapshottingDone({ endpoint: options.endpoint, cache: cache.name, source }))
-            .catch((err) =>
-              logger.warn({ err, endpoint: options.endpoint }, 'could not publish SnapshottingDone'),
-            );
+        // Published once per source, after the mark is committed — and not awaited: the switch that follows, and
+        // every commit after it, must not wait for NATS to confirm (a failure is logged; the mark is the truth).
+        const events = options.events;
+        if (events) {
+          const event = snapshottingDone({ endpoint: options.endpoint, cache: cache.name, source });
+          sends.start(() => events.publish(event), unexpected('SnapshottingDone'));
         }
       }
       await redirectWhenReady(checkpoint);
@@ -372,6 +394,14 @@ export function createCacheSink(options: CacheSinkOptions): CacheSink {
       await abandonSwitch().catch((err: unknown) =>
         logger.warn({ err, endpoint: options.endpoint }, 'could not give the pending switch up'),
       );
+      // Bounded: a stop or a restart of the run must not wait for a hung NATS either. What is left stays with the
+      // backplane (a redirect in its outbox, an event in its connection's buffer).
+      const left = await sends.settle(SEND_WAIT_ON_CLOSE_MS);
+      if (left > 0)
+        logger.info(
+          { endpoint: options.endpoint, cache: cache.name, left },
+          'closing the cache sink with events still on their way to the backplane',
+        );
       await cache.close();
     },
   };
