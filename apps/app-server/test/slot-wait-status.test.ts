@@ -8,6 +8,7 @@ import type { ChildProcess } from 'node:child_process';
 import { sleep, sql, takeReplicationSlot, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { openConsoleBrowser } from './console-browser.js';
+import { startHeldItems } from './held-replication.js';
 import { call, localNode, type NodeProcess, startNodeProcess } from './helpers.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
 import {
@@ -158,6 +159,86 @@ describe('an endpoint whose run waits for its replication slot', () => {
         what: 'the endpoint to stream again once the slot is free',
       });
       await fact.waitFor({ state: 'detached', timeout: 10_000 });
+    } finally {
+      holder?.kill('SIGKILL');
+    }
+  });
+  it("defect: while the serving generation's follower waited for its slot another process streams, it read phase following", {
+    timeout: 180_000,
+  }, async () => {
+    await using dir = await tempDir('sluice-follower-slot-wait-');
+    await using started = await startHeldItems(postgres(), 'followerwait', 'h6', dir.path);
+    const { url, node, blue } = started;
+    const followerSlot = 'sluice_h6_items_source';
+    await sql(url, "INSERT INTO items VALUES (101, 101, 'while held')");
+    await waitFor(
+      async () => {
+        const items = await itemsOf(node);
+        return items.follower?.phase === 'following' && items.follower.lastCommit ? items.follower : null;
+      },
+      { timeoutMs: 30_000, what: 'the serving generation to follow' },
+    );
+
+    await using browser = await openConsoleBrowser();
+    await browser.page.goto(`${node.url}/console`);
+    const card = browser.page.locator('article[data-endpoint="items"]');
+    await card.locator('[data-fact="follower"][data-phase="following"]').waitFor({ timeout: 30_000 });
+
+    const takenAt = Date.now();
+    const { child, walsender } = await takeReplicationSlot(url, followerSlot);
+    let holder: ChildProcess | null = child;
+    try {
+      type FollowerView = NonNullable<EndpointView['follower']> & {
+        slotWait: { slot: string; since: string; until: string; activePid: number | null } | null;
+      };
+      const followerOf = async () => (await itemsOf(node)).follower as FollowerView | null;
+      // Its run failed and is retried; from then on, while pg_recvlogical holds the slot, it never says it follows.
+      await waitFor(async () => (await followerOf())?.retry?.nextAttemptAt, {
+        timeoutMs: 30_000,
+        what: 'the follower to retry its run',
+      });
+      const samples: FollowerView[] = [];
+      const watchUntil = Date.now() + 12_000;
+      while (Date.now() < watchUntil) {
+        const follower = await followerOf();
+        if (follower) samples.push(follower);
+        await sleep(200);
+      }
+      const following = samples.filter((s) => s.phase === 'following');
+      expect(following, `samples that say it follows: ${JSON.stringify(following[0])}`).toEqual([]);
+      const waiting = await waitFor(
+        async () => ((await followerOf())?.slotWait ? await followerOf() : null),
+        {
+          timeoutMs: 30_000,
+          intervalMs: 100,
+          what: 'the follower to say it waits for its slot',
+        },
+      );
+      expect(waiting).toMatchObject({ cache: blue, phase: 'retrying', retry: { nextAttemptAt: null } });
+      expect(waiting!.slotWait).toMatchObject({ slot: followerSlot, activePid: walsender });
+      expect(Date.parse(waiting!.slotWait!.since)).toBeGreaterThanOrEqual(takenAt);
+      // The console (open since before the slot was taken) says it on the card, beside the follower: which slot, and
+      // who holds it. A wait lasts the source's slotWaitMs (15 s) and comes back after each back-off.
+      const wait = card.locator('[data-fact="follower-slot-wait"]');
+      await wait.waitFor({ timeout: 60_000 });
+      const text = await wait.textContent();
+      expect(text).toContain(followerSlot);
+      expect(text).toContain(`PostgreSQL backend ${walsender}`);
+
+      // Given back, it follows again and the wait is gone.
+      holder.kill('SIGTERM');
+      holder = null;
+      await sql(url, "INSERT INTO items VALUES (102, 102, 'after the wait')");
+      const again = await waitFor(
+        async () => {
+          const follower = await followerOf();
+          return follower?.phase === 'following' && follower.slotWait === null && follower.retry === null
+            ? follower
+            : null;
+        },
+        { timeoutMs: 90_000, what: 'the follower to follow again once the slot is free' },
+      );
+      expect(again.cache).toBe(blue);
     } finally {
       holder?.kill('SIGKILL');
     }

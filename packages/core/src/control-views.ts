@@ -84,6 +84,12 @@ export interface ServingFollowerStatus {
    * while that attempt is under way); null otherwise. The same shape as the endpoint's `retry`.
    */
   retry: RetryView | null;
+  /**
+   * While its run waits for the replication slot another process streams (the same shape as the endpoint's
+   * `slotWait`): nothing is followed meanwhile, so `phase` is then `retrying` (the attempt under way after failed
+   * ones) or `starting`, never `following`. Null otherwise.
+   */
+  slotWait: SlotWaitView | null;
 }
 
 /**

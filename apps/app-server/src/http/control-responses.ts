@@ -82,6 +82,14 @@ const RetryReply = z.object({
     .describe('When the next attempt is due (ISO 8601); null while one is under way'),
 });
 
+/** A run's wait for its replication slot (core's `SlotWaitView`). Described where it is used. */
+const SlotWaitReply = z.object({
+  slot: z.string(),
+  since: z.string().describe('When the wait began (ISO 8601)'),
+  until: z.string().describe('When it gives up and fails, to be retried (ISO 8601)'),
+  activePid: z.number().int().nullable().describe('The PostgreSQL backend streaming the slot, as last seen'),
+});
+
 /** The serving generation's follower (core's `ServingFollowerStatus`), or null when nothing follows it. */
 const ServingFollowerReply = z
   .object({
@@ -104,6 +112,9 @@ const ServingFollowerReply = z
       .describe('Its last commit into the serving generation (LSN, ISO 8601 time); null before its first'),
     retry: RetryReply.nullable().describe(
       'From a failed run (or start) until it follows again: the failed attempts in a row and when it tries again, as the endpoint’s `retry`; null otherwise',
+    ),
+    slotWait: SlotWaitReply.nullable().describe(
+      'While its run waits for its replication slot because another process streams it (nothing is followed meanwhile: `phase` is `retrying` when the wait is the attempt under way after failed ones, else `starting`); null otherwise',
     ),
   })
   .nullable()
@@ -140,21 +151,9 @@ export const EndpointListReply = documented(
           retry: RetryReply.nullable().describe(
             'While `phase` is `retrying` (a start or run failed for a reason that may pass; `error` says which): Sluice tries again by itself; null otherwise',
           ),
-          slotWait: z
-            .object({
-              slot: z.string(),
-              since: z.string().describe('When the wait began (ISO 8601)'),
-              until: z.string().describe('When it gives up and fails, to be retried (ISO 8601)'),
-              activePid: z
-                .number()
-                .int()
-                .nullable()
-                .describe('The PostgreSQL backend streaming the slot, as last seen'),
-            })
-            .nullable()
-            .describe(
-              'While the run waits for its replication slot because another process streams it (nothing streams meanwhile: `phase` is `retrying` when the wait is the attempt under way after failed ones, else `starting`); null otherwise',
-            ),
+          slotWait: SlotWaitReply.nullable().describe(
+            'While the run waits for its replication slot because another process streams it (nothing streams meanwhile: `phase` is `retrying` when the wait is the attempt under way after failed ones, else `starting`); null otherwise',
+          ),
           follower: ServingFollowerReply,
         }),
       )

@@ -9,7 +9,7 @@ import {
 } from '@sluice/core';
 import { ProgressTracker } from '../progress.js';
 import { ReplicationPositionSchema } from '../sources/replication/position.js';
-import type { StandingGeneration } from '../sources/replication/status.js';
+import { isReplicationSource, type StandingGeneration } from '../sources/replication/status.js';
 import type { PipelineSource } from '../types.js';
 import {
   assessGeneration,
@@ -88,6 +88,11 @@ export class ServingFollower {
   #reason: string | null = null;
   /** The failure of its last run (or start) while it waits to retry. */
   #error: { code: string; message: string } | null = null;
+  /**
+   * The last failure counted, kept past the start of the next run until a run recovered: a run that waits for its
+   * slot is the attempt under way after it (see {@link status}).
+   */
+  #lastFailure: { code: string; message: string } | null = null;
   #lastCommit: { lsn: string; at: number } | null = null;
   /**
    * From a failed run (or start) until it follows again: the failed attempts in a row, and when the next one is due
@@ -128,6 +133,24 @@ export class ServingFollower {
     if (phase === FollowerPhase.idle || phase === FollowerPhase.stopped || this.#generation === null)
       return null;
     const commit = this.#lastCommit;
+    const slotWait = this.#slotWait();
+    if (phase === FollowerPhase.following && !this.#streams()) {
+      // Its run has not begun to stream its slot (it waits for the slot another process streams, or has not reached
+      // it yet): nothing is followed. The attempt under way of a retry (after failed ones, shown with the last
+      // failure) or, with none, a first start.
+      const attempts = this.#backoff.unrecovered();
+      const retrying = attempts > 0 && this.#lastFailure !== null;
+      return {
+        cache: this.#generation,
+        phase: retrying ? FollowerPhase.retrying : FollowerPhase.starting,
+        reason: retrying ? this.#lastFailure!.message : null,
+        error: retrying ? this.#lastFailure : null,
+        recordsWritten: this.#progress.recordsWritten,
+        lastCommit: commit === null ? null : { lsn: commit.lsn, at: new Date(commit.at).toISOString() },
+        retry: retrying ? { attempts, nextAttemptAt: null } : null,
+        slotWait,
+      };
+    }
     return {
       cache: this.#generation,
       phase,
@@ -139,7 +162,23 @@ export class ServingFollower {
       recordsWritten: this.#progress.recordsWritten,
       lastCommit: commit === null ? null : { lsn: commit.lsn, at: new Date(commit.at).toISOString() },
       retry: phase === FollowerPhase.retrying || phase === FollowerPhase.starting ? this.#retryView() : null,
+      slotWait,
     };
+  }
+
+  /** False while its run's replication source does not stream its slot yet; true for a source without one. */
+  #streams(): boolean {
+    const source = this.#run?.branch.source;
+    return source === undefined || !isReplicationSource(source) || source.streaming();
+  }
+
+  /** The wait of its run's read for the replication slot another process streams, or null when none waits. */
+  #slotWait(): ServingFollowerStatus['slotWait'] {
+    const source = this.#run?.branch.source;
+    const wait = source !== undefined && isReplicationSource(source) ? source.slotWait() : null;
+    if (wait === null) return null;
+    const iso = (ms: number) => new Date(ms).toISOString();
+    return { slot: wait.slot, since: iso(wait.since), until: iso(wait.until), activePid: wait.activePid };
   }
 
   /** The retry as the status shows it (the next attempt's time in ISO 8601), or null before a failure. */
@@ -256,6 +295,7 @@ export class ServingFollower {
     this.#progress = new ProgressTracker();
     // Another generation (or none) from here on: whatever failed before was another follow's.
     this.#backoff.recovered();
+    this.#lastFailure = null;
     if (run) await this.#close(run);
   }
 
@@ -401,6 +441,7 @@ export class ServingFollower {
     const failure = asSluiceError(err);
     this.#reason = failure.message;
     this.#error = { code: failure.code, message: failure.message };
+    this.#lastFailure = this.#error;
     this.#to(FollowerPhase.retrying);
     const generation = this.#generation!;
     const attempts = this.#backoff.failed();

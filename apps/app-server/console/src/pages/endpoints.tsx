@@ -200,6 +200,13 @@ function EndpointCard(props: {
         {endpoint.follower && (
           <FollowerFact follower={endpoint.follower} fed={endpoint.held?.cache ?? endpoint.buildingCache} />
         )}
+        {endpoint.follower?.slotWait && (
+          <SlotWaitFact
+            wait={endpoint.follower.slotWait}
+            label="Serving generation's slot"
+            fact="follower-slot-wait"
+          />
+        )}
         {endpoint.phase === 'retrying' && endpoint.error ? (
           <RetryFact error={endpoint.error} retry={endpoint.retry} />
         ) : (
@@ -312,12 +319,12 @@ function sourceLag(lag: number, unit: LagUnit | null): string {
  * the holder — so say which slot, which PostgreSQL backend holds it, since when, and when the wait gives up (to be
  * retried).
  */
-function SlotWaitFact(props: { wait: SlotWaitView }) {
+function SlotWaitFact(props: { wait: SlotWaitView; label?: string; fact?: string }) {
   const { wait } = props;
   return (
     <div class="wide">
-      <dt>Replication slot</dt>
-      <dd data-fact="slot-wait" class="warning">
+      <dt>{props.label ?? 'Replication slot'}</dt>
+      <dd data-fact={props.fact ?? 'slot-wait'} class="warning">
         waiting for slot <code>{wait.slot}</code>, held by{' '}
         {wait.activePid === null ? 'another process' : `PostgreSQL backend ${wait.activePid}`}, since{' '}
         <time dateTime={wait.since}>{when(wait.since)}</time>, gives up at{' '}
