@@ -108,12 +108,15 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
       () => dataKeyOf(ctx, row),
       signature(),
     );
-  const reverse = plan.ordered && plan.direction === 'desc';
-  const seek = plan.ordered && after ? seekKey(plan, query, primaryKey, after) : null;
-
-  let scanned = 0;
-  let capped = false;
-  if (plan.ordered) {
+  /** A page read through `ordered` (a plan in the query's order), each row checked with `check` when not null. */
+  const orderedPage = (
+    ordered: Plan,
+    check: ((record: Record<string, unknown>) => boolean) | null,
+  ): RowPage => {
+    const reverse = ordered.direction === 'desc';
+    const seek = after ? seekKey(ordered, query, primaryKey, after) : null;
+    let scanned = 0;
+    let capped = false;
     const page: Row[] = [];
     let skipped = 0;
     let more = false;
@@ -122,7 +125,7 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
     let passed = after === null;
     const { skip, limit } = query;
     const scanCap = ctx.scanCap;
-    scanRows(ctx, plan, reverse, seek, compare, (row) => {
+    scanRows(ctx, ordered, reverse, seek, compare, (row) => {
       // Rows up to the $after position are passed over uncounted: the scan starts at the position (`seekKey`), so
       // they are at most the run of truncated keys holding it, which the scan reads whole anyway. Counted, a run at
       // least `cache.scanCap` long stopped every page before the position, and the `next` of the last row examined
@@ -133,7 +136,7 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
       }
       scanned += 1;
       lastExamined = row;
-      if (matches === null || matches(fieldsOf(row))) {
+      if (check === null || check(fieldsOf(row))) {
         if (skipped < skip) skipped += 1;
         else if (page.length < limit) page.push(row);
         else {
@@ -154,9 +157,12 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
       const from = page.length === query.limit && last ? last : lastExamined;
       next = from ? cursorOf(from) : null;
     }
-    return { rows: page, next, plan: { index: plan.name, scanned, capped } };
-  }
+    return { rows: page, next, plan: { index: ordered.name, scanned, capped } };
+  };
+  if (plan.ordered) return orderedPage(plan, matches);
 
+  let scanned = 0;
+  let capped = false;
   const found: Row[] = [];
   scanRows(ctx, plan, false, null, compare, (row) => {
     // A record beyond the cap: the sort would not see every record it orders.
@@ -172,8 +178,14 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
       found.push(row);
     return true;
   });
-  // Records it did not see may come first: any page of it would be wrong, not merely short.
-  if (capped) throw sortBeyondScanCap(query, ctx.scanCap);
+  if (capped) {
+    // Records it did not see may come first: no page of an in-memory sort would be right. A plan already in the
+    // query's order (the primary key's, or an index in that order) pages through the records checking each against the
+    // filter, within the cap per page — the planner preferred an index that bounds the filter, but it cannot order.
+    const inOrder = planQuery(plannableDbs(ctx.dbs, ctx.transaction), primaryKey, {}, query.orderBy);
+    if (inOrder.ordered) return orderedPage(inOrder, compileFilter(query.filter));
+    throw sortBeyondScanCap(query, ctx.scanCap);
+  }
   found.sort(compare);
   const page = found.slice(query.skip, query.skip + query.limit);
   const last = page[page.length - 1];
