@@ -12,7 +12,7 @@ import {
   type ReadableCache,
   type ReadScope,
 } from '@sluice/core';
-import { type CacheDbs, dataKey, EMPTY_COMMIT, type StoredSchema } from './cache-dbs.js';
+import { type CacheDbs, dataKey, type StoredSchema } from './cache-dbs.js';
 import { ChangeLogReader, type ChangeRetention } from './change-log.js';
 import { truncatedComponentEnd, writeNumberComponent } from './key-codec.js';
 import { releaseEnv } from './lmdb-env.js';
@@ -24,6 +24,7 @@ import type { ReadContext } from './query-scan.js';
 import { decodeRecord } from './record-json.js';
 import { keyProblem, storedKey, withAddedFields } from './schema.js';
 import { slabCopy } from './slab.js';
+import { storedCommit } from './spilled-commit.js';
 
 /** True when an encoded key has a truncated (prefix + hash) component. */
 function isTruncatedKey(key: Buffer, components: number): boolean {
@@ -280,10 +281,7 @@ export class RoCache implements ReadableCache {
   }
 
   protected readCommit(transaction?: ReadContext['transaction']): CommitState {
-    const state = this.dbs.meta.get('commit', transaction ? { transaction } : undefined) as
-      | CommitState
-      | undefined;
-    return state ? { ...state, snapshottingDone: [...state.snapshottingDone] } : { ...EMPTY_COMMIT };
+    return storedCommit(this.dbs, transaction);
   }
 
   /** Runs `fn` in a fresh read snapshot, with the schema of that snapshot. */

@@ -12,6 +12,7 @@ import {
   type PipelineCheckpoint,
   StaleEpochError,
 } from '@sluice/core';
+import type { Transaction } from 'lmdb';
 import type { ResolvePatches } from './batch-write.js';
 import { type CacheDbs, EMPTY_COMMIT, indexKey, type StoredSchema } from './cache-dbs.js';
 import { appendSteps, type ChangeRetention, type OldestTransactionMemo } from './change-log.js';
@@ -48,9 +49,9 @@ export interface SpilledCommitOutcome {
   memo: { oldest?: OldestTransactionMemo };
 }
 
-/** The commit state stored in `dbs` (read in the current transaction). */
-export function storedCommit(dbs: CacheDbs): CommitState {
-  const state = dbs.meta.get('commit') as CommitState | undefined;
+/** The commit state stored in `dbs`, read in `transaction` (else in the current one). */
+export function storedCommit(dbs: CacheDbs, transaction?: Transaction): CommitState {
+  const state = dbs.meta.get('commit', transaction ? { transaction } : undefined) as CommitState | undefined;
   return state ? { ...state, snapshottingDone: [...state.snapshottingDone] } : { ...EMPTY_COMMIT };
 }
 

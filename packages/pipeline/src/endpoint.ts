@@ -32,6 +32,7 @@ import {
   followedReplicationStatus,
   isReplicationSource,
   replicationStatusOf,
+  slotWaitView,
 } from './sources/replication/status.js';
 
 export interface EndpointContext {
@@ -242,13 +243,7 @@ export async function startEndpointPipeline(
   };
 
   /** The wait of the run's read for its replication slot, which another process streams; null when none waits. */
-  const slotWait = (): EndpointPipelineStatus['slotWait'] => {
-    const source = supervisor.branch?.source;
-    const wait = source !== undefined && isReplicationSource(source) ? source.slotWait() : null;
-    if (wait === null) return null;
-    const iso = (ms: number) => new Date(ms).toISOString();
-    return { slot: wait.slot, since: iso(wait.since), until: iso(wait.until), activePid: wait.activePid };
-  };
+  const slotWait = (): EndpointPipelineStatus['slotWait'] => slotWaitView(supervisor.branch?.source);
 
   return {
     get decision() {

@@ -9,7 +9,7 @@ import {
 } from '@sluice/core';
 import { ProgressTracker } from '../progress.js';
 import { ReplicationPositionSchema } from '../sources/replication/position.js';
-import { isReplicationSource, type StandingGeneration } from '../sources/replication/status.js';
+import { isReplicationSource, type StandingGeneration, slotWaitView } from '../sources/replication/status.js';
 import type { PipelineSource } from '../types.js';
 import {
   assessGeneration,
@@ -174,11 +174,7 @@ export class ServingFollower {
 
   /** The wait of its run's read for the replication slot another process streams, or null when none waits. */
   #slotWait(): ServingFollowerStatus['slotWait'] {
-    const source = this.#run?.branch.source;
-    const wait = source !== undefined && isReplicationSource(source) ? source.slotWait() : null;
-    if (wait === null) return null;
-    const iso = (ms: number) => new Date(ms).toISOString();
-    return { slot: wait.slot, since: iso(wait.since), until: iso(wait.until), activePid: wait.activePid };
+    return slotWaitView(this.#run?.branch.source);
   }
 
   /** The retry as the status shows it (the next attempt's time in ISO 8601), or null before a failure. */

@@ -2,7 +2,7 @@
  * What the rest of the pipeline (and operators) can ask of a replication source beyond {@link PipelineSource}:
  * its slot, its committed LSN and its lag.
  */
-import type { ReplicationStatus } from '@sluice/core';
+import type { ReplicationStatus, SlotWaitView } from '@sluice/core';
 import type { PipelineSource } from '../../types.js';
 import type { CarriedLag } from './carried-lag.js';
 import type { ReplicationLag } from './lag.js';
@@ -60,6 +60,23 @@ export interface StandingGeneration {
  */
 export function isReplicationSource(source: PipelineSource): source is ReplicationSource {
   return typeof (source as Partial<ReplicationSource>).replicationLag === 'function';
+}
+
+/**
+ * The wait of `source`'s read for its replication slot, which another process streams, as the status shows it (times
+ * in ISO 8601); null when `source` is none, is no replication source, or does not wait. The endpoint's `slotWait` and
+ * its serving follower's.
+ *
+ * @example
+ * ```ts
+ * const slotWait = slotWaitView(run?.branch.source); // { slot, since, until, activePid } | null
+ * ```
+ */
+export function slotWaitView(source: PipelineSource | undefined): SlotWaitView | null {
+  const wait = source !== undefined && isReplicationSource(source) ? source.slotWait() : null;
+  if (wait === null) return null;
+  const iso = (ms: number) => new Date(ms).toISOString();
+  return { slot: wait.slot, since: iso(wait.since), until: iso(wait.until), activePid: wait.activePid };
 }
 
 /**
