@@ -133,6 +133,18 @@ const servingWhen = (node: NodeProcess, wanted: (serving: string) => boolean, wh
     { timeoutMs: 120_000, intervalMs: 50, what },
   );
 
+/**
+ * Whether `node` has logged, since this was called, that an `AliasRedirected` it announced ended without NATS taking
+ * it — kept by its backplane to publish later, or not published — i.e. that the announce is over.
+ */
+function announceEndWatch(node: NodeProcess): () => boolean {
+  const from = node.child.lines.length;
+  return () =>
+    node.child.lines
+      .slice(from)
+      .some((line) => /AliasRedirected kept by the backplane|could not publish AliasRedirected/.test(line));
+}
+
 describe('switches while NATS hangs', () => {
   it('defect: while NATS hung, the rebuilt generation stopped committing from its switch until NATS answered, and reads of new writes got 503 POSITION_NOT_REACHED', {
     timeout: 240_000,
@@ -168,7 +180,7 @@ describe('switches while NATS hangs', () => {
     );
   });
 
-  it('a rollback while NATS hangs: the rolled-back generation catches up and keeps up with its source before NATS answers, and its AliasRedirected arrives once NATS runs again', {
+  it("a rollback while NATS hangs: the rolled-back generation serves a new write while the rollback's AliasRedirected is still unanswered, keeps up with its source, and the event arrives once NATS runs again", {
     timeout: 240_000,
   }, async () => {
     await using host = await startHungNatsHost('hungrollback');
@@ -179,27 +191,43 @@ describe('switches while NATS hangs', () => {
       what: 'the redirect to the rebuilt generation on NATS',
     });
 
+    let firstServed: { read: FreshRead | undefined; announceEnded: boolean };
     let reads: FreshRead[];
     let rollback: Promise<Awaited<ReturnType<typeof call>>> | null = null;
     nats.pause();
+    // The rollback's announce cannot end while NATS hangs before the backplane's own timeout gives up on it (it then
+    // logs that it kept the redirect): what the app-server logs from here on tells whether it has ended yet.
+    const announceEnded = announceEndWatch(node);
     try {
       rollback = call(`${node.url}/v1/endpoints/items/rollback`, { method: 'POST' });
       await servingWhen(node, (s) => s === blue, 'the rollback to move the alias back while NATS hangs');
       // The rolled-back generation first catches up from its own checkpoint (it stopped following at the switch, and
-      // the writer went on): reads of new writes may wait past the freshness window meanwhile, as documented. It
-      // catches up while NATS still hangs — halted until NATS answered, it did not.
+      // the writer went on). Its first read of a new write must come while the announce is still unanswered: a
+      // rollback that waited for the announce again would resume the generation only after the announce ended.
       let probe = 909_000;
-      await waitFor(async () => (await readYourWrites(host, probe++, 1))[0]?.status === 200, {
-        timeoutMs: 90_000,
-        what: 'the rolled-back generation to catch up with its source while NATS hangs',
-      });
+      firstServed = await waitFor(
+        async () => {
+          const [read] = await readYourWrites(host, probe++, 1);
+          return read?.status === 200 ? { read, announceEnded: announceEnded() } : null;
+        },
+        { timeoutMs: 90_000, what: 'the rolled-back generation to serve a new write while NATS hangs' },
+      );
       // Caught up, it keeps up: each write made now, NATS still hung, is served by it within the freshness window.
       reads = await readYourWrites(host, 910_000, 5);
+      // The marker the first read was compared with does come, NATS still hung (else the comparison proved nothing).
+      await waitFor(announceEnded, {
+        timeoutMs: 90_000,
+        what: "the app-server to log the end of the rollback's announce (kept by the backplane) while NATS hangs",
+      });
     } finally {
       nats.resume();
       await rollback;
       await host.writer.stop();
     }
+    expect(firstServed, JSON.stringify(firstServed)).toEqual({
+      read: { status: 200, code: undefined, cache: blue, id: expect.any(Number) },
+      announceEnded: false,
+    });
     expect(reads, JSON.stringify(reads)).toEqual(servedBy(blue, 910_000, 5));
     expect((await rollback).body).toMatchObject({ from: green, to: blue, cause: 'rollback', changed: true });
     await waitFor(
