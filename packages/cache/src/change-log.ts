@@ -230,6 +230,40 @@ function decode(seq: number, entry: StoredEntry): ChangeEntry {
   return { seq, op: 'commit', position: entry.p, epoch: entry.e, at: entry.at };
 }
 
+/** The first sequence after a read snapshot's log (the next one a commit will write), or null without a log. */
+export function logSequenceIn(dbs: CacheDbs, transaction: Transaction): number | null {
+  const head = dbs.meta.get(HEAD_KEY, { transaction }) as StoredHead | undefined;
+  return head === undefined ? null : head.next;
+}
+
+/**
+ * The stored JSON text a record had at log sequence `since`, found in the first change of its key logged at or after
+ * `since` (its `w`, what that change replaced), read in `transaction`; undefined when the log no longer reaches back
+ * to `since` (trimmed, or cleared), has no change of the key since, or did not keep what it replaced. `isKey` tells
+ * the record's key (the primary-key values an entry holds) from the others. The log database must have been opened
+ * before the snapshot began ({@link ChangeLogReader.ready}): opening it inside a read-only snapshot ends the snapshot.
+ *
+ * @example
+ * ```ts
+ * const before = recordAtSequence(dbs, transaction, cursorSeq, (pk) => dataKey(dbs, pk).equals(key));
+ * ```
+ */
+export function recordAtSequence(
+  dbs: CacheDbs,
+  transaction: Transaction,
+  since: number,
+  isKey: (pk: readonly unknown[]) => boolean,
+): Uint8Array | undefined {
+  const head = dbs.meta.get(HEAD_KEY, { transaction }) as StoredHead | undefined;
+  if (head === undefined || since < head.first || since >= head.next) return undefined;
+  for (const { value } of logDb(dbs).getRange({ start: since, end: head.next, transaction })) {
+    if (value.o === 'c' || !isKey(value.k)) continue;
+    // The key's first change since: what it replaced is the record as it was at `since` (0: there was none).
+    return value.o === 'u' || value.w === undefined || value.w === 0 ? undefined : value.w;
+  }
+  return undefined;
+}
+
 /**
  * Read access to a generation's change log. Each call without a transaction reads the latest commit (another
  * process's commits included): `head()` is one small read, cheap enough to check on a timer.
@@ -257,6 +291,14 @@ export class ChangeLogReader implements ChangeLog {
       // A generation written before change logs existed (read-only open of a database that is not there).
     }
     return this.opened;
+  }
+
+  /**
+   * Opens the log database, if the generation has one, so a read snapshot begun afterwards can read it (see
+   * {@link recordAtSequence}); true when it is open.
+   */
+  ready(): boolean {
+    return this.hasLog();
   }
 
   /** The retained range as of the latest commit (or as of `transaction`). */

@@ -31,6 +31,12 @@ const CursorSchema = z.strictObject({
   k: z.array(z.unknown()).max(64),
   /** Data key of that record (base64url), present when a value was abbreviated. */
   d: z.string().max(4096).optional(),
+  /**
+   * The change-log sequence after the snapshot the position was read in, present when a value was abbreviated: the
+   * record's first change logged since keeps what it replaced, so the whole value is found again once the record
+   * itself is gone or changed.
+   */
+  s: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER).optional(),
   /** Hash of the filter the position belongs to (see {@link filterSignature}). */
   f: z.string().max(64).optional(),
 });
@@ -41,6 +47,8 @@ export interface DecodedCursor {
   /** Indexes of abbreviated tuple entries. */
   abbreviated: number[];
   dataKey: Buffer | null;
+  /** The change-log sequence after the position's snapshot (see the cursor's `s`), or null. */
+  logSequence: number | null;
 }
 
 /** A stable description of an ordering, so a cursor is only accepted for the order it was made for. */
@@ -95,7 +103,10 @@ function abbreviate(value: unknown): { value: unknown; abbreviated: boolean } {
   return { value, abbreviated: false };
 }
 
-/** Encodes a position (the sort tuple of the last record, and its data key) as an opaque cursor. */
+/**
+ * Encodes a position (the sort tuple of the last record, and — when a value is abbreviated — its data key and the
+ * change-log sequence of the snapshot it was read in) as an opaque cursor.
+ */
 export function encodeCursor(
   cache: string,
   order: string,
@@ -103,6 +114,8 @@ export function encodeCursor(
   /** The record's data key, or how to get it (only needed when a value is abbreviated). */
   dataKey: Buffer | (() => Buffer),
   filter: string,
+  /** The change-log sequence after the snapshot (only asked when a value is abbreviated; null: no log). */
+  logSequence: () => number | null = () => null,
 ): string {
   let any = false;
   const k = tuple.map((value) => {
@@ -111,7 +124,11 @@ export function encodeCursor(
     return out.value;
   });
   const body: Record<string, unknown> = { c: cache, o: order, f: filter, k };
-  if (any) body.d = (typeof dataKey === 'function' ? dataKey() : dataKey).toString('base64url');
+  if (any) {
+    body.d = (typeof dataKey === 'function' ? dataKey() : dataKey).toString('base64url');
+    const sequence = logSequence();
+    if (sequence !== null) body.s = sequence;
+  }
   return Buffer.from(JSON.stringify(body), 'utf8').toString('base64url');
 }
 
@@ -165,5 +182,6 @@ export function decodeCursor(
     tuple: parsed.data.k,
     abbreviated,
     dataKey: parsed.data.d === undefined ? null : Buffer.from(parsed.data.d, 'base64url'),
+    logSequence: parsed.data.s ?? null,
   };
 }

@@ -110,8 +110,18 @@ function textComponent(tag: number, text: string, budget: number): Buffer {
   return Buffer.concat([Buffer.from([tag]), prefix, Buffer.from([0x00, TRUNCATED]), hash]);
 }
 
+/**
+ * A position among JSON (non-scalar) values given by a JSON text that need not parse: it orders, and encodes as a key
+ * component, as a value with that text would. A cursor whose long value can no longer be recovered continues from its
+ * prefix with one.
+ */
+export class JsonTextBound {
+  constructor(readonly text: string) {}
+}
+
 /** The text a non-scalar value is ordered by (core's `compareScalars` uses its JSON). */
 function jsonText(value: unknown): string {
+  if (value instanceof JsonTextBound) return value.text;
   return JSON.stringify(value) ?? 'null';
 }
 

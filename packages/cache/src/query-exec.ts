@@ -2,14 +2,9 @@
  * Runs a checked query or count in one read snapshot: plans it, scans the plan (query-scan.ts), filters what the
  * index does not answer exactly, sorts when the scan is not in the query's order, and writes the `next` cursor.
  */
-import {
-  CursorExpiredError,
-  compileFilter,
-  type Filter,
-  InvalidQueryError,
-  type QueryResult,
-} from '@sluice/core';
+import { compileFilter, type Filter, InvalidQueryError, type QueryResult } from '@sluice/core';
 import { dataKey } from './cache-dbs.js';
+import { logSequenceIn, recordAtSequence } from './change-log.js';
 import {
   type Abbreviated,
   type DecodedCursor,
@@ -20,6 +15,7 @@ import {
   valueHash,
 } from './cursor.js';
 import { plannableDbs } from './index-build.js';
+import { JsonTextBound } from './key-codec.js';
 import type { CheckedQuery } from './query-check.js';
 import { type Plan, planQuery, recordComparator, sortTuple, tupleComparator } from './query-plan.js';
 import { fieldsOf, type Row } from './query-rows.js';
@@ -39,28 +35,46 @@ function dataKeyOf(ctx: ReadContext, row: Row): Buffer {
 }
 
 /**
- * The full sort tuple of a cursor. Abbreviated (long) values are recovered from the record the cursor points at;
- * if that record is gone or changed, a string is replaced by a bound that may repeat records but never skips
- * one (its prefix ascending, its prefix + U+FFFF descending). A lost JSON value expires the cursor.
+ * The full sort tuple of a cursor. Abbreviated (long) values are recovered from the record the cursor points at, as
+ * it was when the cursor was cut: the stored record while its values still hash alike, else what the record's first
+ * change since that snapshot replaced (the change log keeps it) — so a walk goes on exactly after a position whose
+ * record was deleted or changed meanwhile. Only once the log no longer reaches back that far is an abbreviated value
+ * replaced by a bound that may repeat records but never skips one (its prefix ascending, its prefix + U+FFFF
+ * descending; for a JSON value, a bound on its JSON text).
  */
 function cursorTuple(ctx: ReadContext, cursor: DecodedCursor, query: CheckedQuery): unknown[] {
   if (cursor.abbreviated.length === 0) return cursor.tuple;
-  const bytes = cursor.dataKey
-    ? ctx.dbs.data.get(cursor.dataKey, { transaction: ctx.transaction })
-    : undefined;
-  if (bytes) {
-    const full = sortTuple(decodeRecord(bytes), query.orderBy, ctx.primaryKey);
-    if (cursor.abbreviated.every((i) => valueHash(full[i]) === (cursor.tuple[i] as Abbreviated).$h))
-      return full;
-  }
+  const recovered = recoveredTuple(ctx, cursor, query);
+  if (recovered !== null) return recovered;
   const tieDesc = query.orderBy.length > 0 && query.orderBy[query.orderBy.length - 1]!.direction === 'desc';
   return cursor.tuple.map((value, i) => {
     if (!cursor.abbreviated.includes(i)) return value;
     const abbreviated = value as Abbreviated;
-    if (abbreviated.$j) throw new CursorExpiredError();
     const desc = i < query.orderBy.length ? query.orderBy[i]!.direction === 'desc' : tieDesc;
-    return desc ? `${abbreviated.$p}\uffff\uffff` : abbreviated.$p;
+    const bound = desc ? `${abbreviated.$p}\uffff\uffff` : abbreviated.$p;
+    return abbreviated.$j ? new JsonTextBound(bound) : bound;
   });
+}
+
+/**
+ * The cursor's tuple with its abbreviated values taken from the record it points at as that record was when the
+ * cursor was cut (each checked against its hash), or null when neither the data nor the change log holds it. Only the
+ * abbreviated values are taken: the others are the cursor's own, whatever the record holds now.
+ */
+function recoveredTuple(ctx: ReadContext, cursor: DecodedCursor, query: CheckedQuery): unknown[] | null {
+  const key = cursor.dataKey;
+  if (key === null) return null;
+  const fill = (bytes: Uint8Array | undefined): unknown[] | null => {
+    if (bytes === undefined) return null;
+    const full = sortTuple(decodeRecord(bytes), query.orderBy, ctx.primaryKey);
+    for (const i of cursor.abbreviated)
+      if (valueHash(full[i]) !== (cursor.tuple[i] as Abbreviated).$h) return null;
+    return cursor.tuple.map((value, i) => (cursor.abbreviated.includes(i) ? full[i] : value));
+  };
+  const stored = fill(ctx.dbs.data.get(key, { transaction: ctx.transaction }));
+  if (stored !== null || cursor.logSequence === null || !ctx.logReady) return stored;
+  const isKey = (pk: readonly unknown[]) => dataKey(ctx.dbs, pk).equals(key);
+  return fill(recordAtSequence(ctx.dbs, ctx.transaction, cursor.logSequence, isKey));
 }
 
 /** A page of rows: the records in order, the cursor of the next page, and how it was answered. */
@@ -107,6 +121,7 @@ export function runQuery(ctx: ReadContext, query: CheckedQuery): RowPage {
       sortTuple(fieldsOf(row), query.orderBy, primaryKey),
       () => dataKeyOf(ctx, row),
       signature(),
+      () => logSequenceIn(ctx.dbs, ctx.transaction),
     );
   /** A page read through `ordered` (a plan in the query's order), each row checked with `check` when not null. */
   const orderedPage = (

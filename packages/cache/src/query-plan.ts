@@ -5,6 +5,7 @@ import {
   encodeComponent,
   equalRange,
   isTruncated,
+  JsonTextBound,
   lowerBound,
   Tag,
   typeRange,
@@ -342,6 +343,14 @@ export function sortTuple(
   );
 }
 
+/** Compares a record's value with a position's: a value, or a {@link JsonTextBound} (after every scalar). */
+function compareToPosition(value: unknown, position: unknown): number {
+  if (!(position instanceof JsonTextBound)) return compareScalars(value, position);
+  if (value === null || value === undefined || typeof value !== 'object') return -1;
+  const text = JSON.stringify(value);
+  return text < position.text ? -1 : text > position.text ? 1 : 0;
+}
+
 /** Compares a record with a sort tuple in the query's total order. */
 export function tupleComparator(
   orderBy: ReadonlyArray<{ field: string; direction: SortDirection }>,
@@ -355,7 +364,7 @@ export function tupleComparator(
   return (record, tuple) => {
     for (let i = 0; i < parts.length; i++) {
       const part = parts[i]!;
-      const c = compareScalars(
+      const c = compareToPosition(
         Object.hasOwn(record, part.field) ? record[part.field] : null,
         tuple[i] ?? null,
       );

@@ -22,6 +22,11 @@ export interface ReadContext {
   arena: Arena;
   /** The schema's field types (a key of number and boolean fields is never truncated). */
   fields: Readonly<Record<string, FieldType>>;
+  /**
+   * True when the change-log database was open before this snapshot began, so the read may use it (a cursor's
+   * position whose record changed since is found there; see `recordAtSequence`).
+   */
+  logReady: boolean;
 }
 
 const FF = Buffer.from([0xff]);

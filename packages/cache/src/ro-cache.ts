@@ -195,7 +195,10 @@ export class RoCache implements ReadableCache {
   query(query: Query | Partial<Query>, scope?: ReadScope): QueryResult {
     this.assertOpen();
     // Checked against the schema of the snapshot it reads: a field added by that commit is known.
-    const page = this.read((ctx, schema) => runQuery(ctx, checkQuery(query, schema, this.settings, scope)));
+    const page = this.read(
+      (ctx, schema) => runQuery(ctx, checkQuery(query, schema, this.settings, scope)),
+      hasCursor(query),
+    );
     return { records: page.rows.map(fieldsOf), next: page.next, plan: page.plan };
   }
 
@@ -226,7 +229,7 @@ export class RoCache implements ReadableCache {
         frame === undefined ? undefined : { head: frame.head, tail: frame.tail(page.next) },
       );
       return { json, count: page.rows.length, next: page.next, plan: page.plan, state };
-    });
+    }, hasCursor(query));
   }
 
   /**
@@ -284,8 +287,12 @@ export class RoCache implements ReadableCache {
     return storedCommit(this.dbs, transaction);
   }
 
-  /** Runs `fn` in a fresh read snapshot, with the schema of that snapshot. */
-  protected read<T>(fn: (ctx: ReadContext, schema: CacheSchema) => T): T {
+  /**
+   * Runs `fn` in a fresh read snapshot, with the schema of that snapshot. With `log`, the change log is opened first
+   * (a cursor's position may be looked up there; opening it inside the snapshot would end the snapshot).
+   */
+  protected read<T>(fn: (ctx: ReadContext, schema: CacheSchema) => T, log = false): T {
+    const logReady = log && this.changeLog().ready();
     // Start from the latest commit, even one made by another process earlier in this event turn.
     this.dbs.env.root.resetReadTxn();
     const transaction = this.dbs.env.root.useReadTransaction();
@@ -303,6 +310,7 @@ export class RoCache implements ReadableCache {
             transaction,
             scanCap: this.settings.scanCap,
             fields: schema.fields,
+            logReady,
           },
           schema,
         ),
@@ -347,4 +355,9 @@ export class RoCache implements ReadableCache {
 /** Whether two schemas of one generation have the same fields (theirs only grow: same count, same fields). */
 function sameFields(a: CacheSchema, b: CacheSchema): boolean {
   return Object.keys(a.fields).length === Object.keys(b.fields).length;
+}
+
+/** True when a query continues from a cursor (whose position the change log may have to place). */
+function hasCursor(query: Query | Partial<Query>): boolean {
+  return typeof query === 'object' && query !== null && typeof query.after === 'string';
 }
