@@ -313,6 +313,20 @@ export class PayloadTooLargeError extends SluiceError {
   }
 }
 
+/**
+ * A transfer request larger than {@link TRANSFER_REQUEST_MAX_BYTES} as parsed (defaults filled in): the same code as
+ * a body over `http.bodyBytes`, since either way the client must send less — with the request's own limit and size.
+ */
+export class TransferRequestTooLargeError extends SluiceError {
+  constructor(limitBytes: number, bytes: number) {
+    super({
+      code: ErrorCode.PAYLOAD_TOO_LARGE,
+      message: `The transfer request is ${bytes} bytes as stored (its JSON with defaults filled in); at most ${limitBytes}`,
+      details: { limitBytes, bytes },
+    });
+  }
+}
+
 export class IdempotencyKeyMismatchError extends SluiceError {
   constructor(headerKey: string, bodyId: string) {
     super({

@@ -181,6 +181,7 @@ export {
   SwitchNotCaughtUpError,
   statusOf,
   TransferNotFoundError,
+  TransferRequestTooLargeError,
   TransferTerminatedError,
   UnauthorizedError,
   UnknownConnectionError,
@@ -306,6 +307,7 @@ export {
   type SortDirection,
   type WireQuery,
 } from './query.js';
+export { matchesStoredRequest, normalizeTransferRequest, requestHash } from './request-fingerprint.js';
 export { type ShapedWireQuery, shapedFilter, shapedWireQuery } from './shaped-query.js';
 export {
   ACTIVE_STATES,
@@ -322,7 +324,7 @@ export {
   canReceiveFollow,
   PropertiesSchema,
   parseTransferRequest,
-  requestHash,
+  TRANSFER_REQUEST_MAX_BYTES,
   type TransferFailure,
   TransferFailureSchema,
   TransferIdSchema,

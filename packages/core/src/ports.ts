@@ -101,7 +101,8 @@ export interface NodeInfo {
 export interface DataPlaneStore extends AsyncDisposable {
   /**
    * Inserts the request if its id is absent, owned by `owner` at epoch 1 in state `RECEIVED` with a lease.
-   * Same id with another hash → `IDEMPOTENCY_CONFLICT`, nothing changes. Of N concurrent submits exactly one
+   * Same id with another request (`matchesStoredRequest` of the stored record and `requestHash` is false) →
+   * `IDEMPOTENCY_CONFLICT`, nothing changes. Of N concurrent submits exactly one
    * gets `created: true`.
    */
   submit(input: SubmitInput): Promise<SubmitOutcome>;

@@ -6,11 +6,11 @@ import {
   UnsupportedAddressTypeError,
   ValidationError,
 } from './errors.js';
+import { requestHash } from './request-fingerprint.js';
 import {
   BadRecordPolicy,
   PropertiesSchema,
   parseTransferRequest,
-  requestHash,
   TransferFailureSchema,
   TransferIdSchema,
   TransferMode,

@@ -7,8 +7,8 @@ import {
   type SourceAddress,
   SourceAddressSchema,
 } from './addresses.js';
-import { IdempotencyKeyMismatchError, ValidationError } from './errors.js';
-import { hashJson, JsonScalarSchema, refuseProtoKey, SafeKeySchema } from './json.js';
+import { IdempotencyKeyMismatchError, TransferRequestTooLargeError, ValidationError } from './errors.js';
+import { JsonScalarSchema, refuseProtoKey, SafeKeySchema } from './json.js';
 import { parseOrThrow } from './validation.js';
 
 /**
@@ -47,6 +47,12 @@ export type TransferOptions = z.output<typeof TransferOptionsSchema>;
 export const PropertiesSchema = z
   .record(SafeKeySchema, JsonScalarSchema)
   .refine((p) => Object.keys(p).length <= 64, { message: 'at most 64 properties' });
+
+/**
+ * The largest transfer request, in bytes of its JSON as parsed (defaults filled in) — the form the store keeps. One
+ * limit for every mode and whatever `http.bodyBytes` allows.
+ */
+export const TRANSFER_REQUEST_MAX_BYTES = 1024 * 1024;
 
 /** A transfer request as it arrives on the wire. */
 export const TransferRequestSchema = z
@@ -105,7 +111,8 @@ export function canReceiveFollow(destination: DestinationAddress): boolean {
 
 /**
  * Parses a transfer request from an untrusted body, taking the id from an `Idempotency-Key` header when
- * the body has none. Unknown address types are reported as `UNSUPPORTED_ADDRESS_TYPE`.
+ * the body has none. Unknown address types are reported as `UNSUPPORTED_ADDRESS_TYPE`; a request over
+ * {@link TRANSFER_REQUEST_MAX_BYTES} as parsed as `PAYLOAD_TOO_LARGE`.
  *
  * @example
  * ```ts
@@ -127,12 +134,23 @@ export function parseTransferRequest(body: unknown, idempotencyKey?: string): Tr
   }
   assertKnownAddressType('source', input.source);
   assertKnownAddressType('destination', input.destination);
-  return parseOrThrow(TransferRequestSchema, input, 'Invalid transfer request');
+  const request = parseOrThrow(TransferRequestSchema, input, 'Invalid transfer request');
+  assertWithinSize(request);
+  return request;
 }
 
-/** The hash that tells "same request again" from "same key, other request". */
-export function requestHash(request: TransferRequest): string {
-  return hashJson(request);
+/**
+ * Refuses a request over {@link TRANSFER_REQUEST_MAX_BYTES}, measured as the store measures what it writes (its JSON
+ * as parsed): a body within `http.bodyBytes` can still be larger once its defaults are filled in, and the limit
+ * must not depend on the mode (fire-and-forget requests are not stored, but are the same requests).
+ */
+function assertWithinSize(request: TransferRequest): void {
+  const json = JSON.stringify(request);
+  // A UTF-16 unit is at most 3 bytes of UTF-8: most requests need no byte count.
+  if (json.length * 3 <= TRANSFER_REQUEST_MAX_BYTES) return;
+  const bytes = new TextEncoder().encode(json).byteLength;
+  if (bytes > TRANSFER_REQUEST_MAX_BYTES)
+    throw new TransferRequestTooLargeError(TRANSFER_REQUEST_MAX_BYTES, bytes);
 }
 
 export const TransferState = {

@@ -6,6 +6,7 @@ import {
   InternalError,
   type ListTransfersInput,
   type Logger,
+  matchesStoredRequest,
   type NodeInfo,
   type OwnerChangeOptions,
   type OwnerIdentity,
@@ -116,7 +117,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
             ? await this.#submitPostgres(values)
             : await this.#submitSqlite(values, fresh);
         if (outcome) {
-          if (!outcome.created && outcome.record.requestHash !== requestHash) {
+          if (!outcome.created && !matchesStoredRequest(outcome.record, requestHash)) {
             throw new IdempotencyConflictError(request.id);
           }
           return outcome;

@@ -4,6 +4,7 @@ import {
   NameSchema,
   type OwnerIdentity,
   parseOrThrow,
+  TRANSFER_REQUEST_MAX_BYTES,
   type TransferFailure,
   TransferFailureSchema,
   TransferIdSchema,
@@ -19,8 +20,8 @@ import {
 
 /** Size limits of what the store accepts (bytes of UTF-8 JSON). */
 export const STORE_LIMITS = {
-  /** A stored transfer request. */
-  maxRequestBytes: 1024 * 1024,
+  /** A stored transfer request: core's limit, which `parseTransferRequest` answers first (413). */
+  maxRequestBytes: TRANSFER_REQUEST_MAX_BYTES,
   /** A pipeline checkpoint. */
   maxCheckpointBytes: 1024 * 1024,
   /** A request hash. */

@@ -1,6 +1,7 @@
 import {
   IdempotencyConflictError,
   isTerminal,
+  matchesStoredRequest,
   PathNotAccessibleError,
   type PipelineProgress,
   QueueFullError,
@@ -198,7 +199,7 @@ export class TransferCoordinator {
       return null;
     }
     this.#stored.add(id);
-    if (record.requestHash !== hash) {
+    if (!matchesStoredRequest(record, hash)) {
       metrics.submits.inc({ outcome: 'conflict' });
       throw new IdempotencyConflictError(id);
     }
@@ -226,7 +227,7 @@ export class TransferCoordinator {
         record,
         cause: 'resubmit',
         requireExpiredLease: change === 'after-lease',
-        // Same hash: the stored request is the one just confined.
+        // Same fingerprint: the stored request means the one just confined (perhaps spelled otherwise).
         runnable,
       },
       await this.#reserve(),
