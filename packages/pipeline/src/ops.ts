@@ -55,6 +55,11 @@ export interface RecordPatchFields {
    * changed the key (the op then precedes the delete of that key).
    */
   from?: unknown[];
+  /**
+   * The source transaction that made the change, as the source names it (PostgreSQL: its xid): a source that reads
+   * the unchanged values itself (`PipelineSource.complete`) reads them once that transaction is visible.
+   */
+  transaction?: string;
 }
 
 /** Whether an op is a partial upsert (it carries unchanged fields or a deferred filter). */

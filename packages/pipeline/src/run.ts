@@ -216,47 +216,115 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
     if (key === undefined) return null;
     return fields && keyProblem(key, keyFields, fields) !== null ? null : key;
   };
+  /** The ops a source op becomes through its branch's processors. */
+  const processOp = (branch: SourceBranch, op: RecordOp): RecordOp[] => {
+    let ops: RecordOp[] = [op];
+    for (const processor of branch.processors) {
+      const next: RecordOp[] = [];
+      for (const current of ops) {
+        const result = processor.process(current);
+        if (result === null) continue;
+        if (Array.isArray(result)) next.push(...result);
+        else next.push(result);
+      }
+      processed[processor.handle] = (processed[processor.handle] ?? 0) + ops.length;
+      ops = next;
+    }
+    return ops;
+  };
+  /**
+   * Adds to `into` what a source op becomes for the sink (with the source op it came from): its processors' results,
+   * each checked — a bad record is reported (and a mirror deletes its key). False, adding nothing, for a partial
+   * upsert (unchanged TOAST values) that no sink could fill — the sink holds no previous records, or the filter needs
+   * a field the `select` drops — and that its source can complete: admit what the source completes it to instead.
+   */
+  const admit = (branch: SourceBranch, op: RecordOp, into: Admitted): boolean => {
+    const ops = processOp(branch, op);
+    if (
+      completable(branch, op) &&
+      ops.some((current) => isPatch(current) && patchProblem(current, sink) !== null)
+    )
+      return false;
+    for (const current of ops) {
+      if (current.op === 'delete') {
+        const problem = fields ? keyProblem(current.key, keyFields, fields) : null;
+        if (problem !== null) {
+          addBad({ source: branch.source.handle, ...current.at, reason: problem });
+          continue;
+        }
+      } else {
+        const problem =
+          keyFields.length > 0 && keyOf(current.record, keyFields) === undefined
+            ? `missing primary key field(s) ${keyFields.join(', ')}`
+            : ((fields ? checkRecord(current.record, fields) : null) ??
+              // A JSON document the source could not read exactly (json-numbers.ts), typed or not.
+              inexactFieldProblem(current.record));
+        const partial = problem === null && isPatch(current) ? patchProblem(current, sink) : null;
+        if (problem !== null || partial !== null) {
+          addBad({ source: branch.source.handle, ...current.at, reason: (problem ?? partial)! });
+          const unheld = mirrors ? unheldKey(current.record) : null;
+          if (unheld !== null) {
+            into.ops.push({ op: 'delete', key: unheld, ...(current.at ? { at: current.at } : {}) });
+            into.origins.push(op);
+          }
+          continue;
+        }
+      }
+      into.ops.push(current);
+      into.origins.push(op);
+    }
+    return true;
+  };
+  /**
+   * Writes ops; what the sink refuses is a bad record, but for `retry` (a partial upsert its source can complete):
+   * whether that one was refused.
+   */
+  const writeOps = async (
+    branch: SourceBranch,
+    ops: RecordOp[],
+    retry: RecordOp | null,
+  ): Promise<boolean> => {
+    ensureNotAborted();
+    const result = await sink.write(ops);
+    let refused = 0;
+    let retried = false;
+    for (const { op, reason } of result?.refused ?? []) {
+      refused++;
+      if (op === retry) retried = true;
+      else addBad({ source: branch.source.handle, ...op.at, reason });
+    }
+    progress.recordsWritten += ops.length - refused;
+    return retried;
+  };
+  /**
+   * Writes admitted ops in their order. A partial upsert the sink refuses (it holds no record to fill it from: a
+   * row entering the endpoint's filter, a row its cache lost) is completed by its source and written right after
+   * it, before anything that followed it — so where the source can complete them, each partial upsert ends a write.
+   */
+  const writeAdmitted = async (branch: SourceBranch, { ops, origins }: Admitted): Promise<void> => {
+    let from = 0;
+    for (let i = 0; i < ops.length; i++) {
+      const op = ops[i]!;
+      const origin = origins[i]!;
+      if (!isPatch(op) || !completable(branch, origin)) continue;
+      const part = from === 0 && i === ops.length - 1 ? ops : ops.slice(from, i + 1);
+      from = i + 1;
+      if (!(await writeOps(branch, part, op))) continue;
+      ensureNotAborted();
+      const whole: Admitted = { ops: [], origins: [] };
+      admit(branch, await branch.source.complete!(origin), whole);
+      if (whole.ops.length > 0) await writeOps(branch, whole.ops, null);
+    }
+    if (from < ops.length) await writeOps(branch, from === 0 ? ops : ops.slice(from), null);
+  };
   const handleRecords = async (branch: SourceBranch, item: Extract<SourceItem, { kind: 'records' }>) => {
     for (const bad of item.bad) addBad(bad);
-    const out: RecordOp[] = [];
+    const out: Admitted = { ops: [], origins: [] };
     for (const op of item.ops) {
-      let ops: RecordOp[] = [op];
-      for (const processor of branch.processors) {
-        const next: RecordOp[] = [];
-        for (const current of ops) {
-          const result = processor.process(current);
-          if (result === null) continue;
-          if (Array.isArray(result)) next.push(...result);
-          else next.push(result);
-        }
-        processed[processor.handle] = (processed[processor.handle] ?? 0) + ops.length;
-        ops = next;
-      }
-      for (const current of ops) {
-        if (current.op === 'delete') {
-          const problem = fields ? keyProblem(current.key, keyFields, fields) : null;
-          if (problem !== null) {
-            addBad({ source: branch.source.handle, ...current.at, reason: problem });
-            continue;
-          }
-        } else {
-          const problem =
-            keyFields.length > 0 && keyOf(current.record, keyFields) === undefined
-              ? `missing primary key field(s) ${keyFields.join(', ')}`
-              : ((fields ? checkRecord(current.record, fields) : null) ??
-                // A JSON document the source could not read exactly (json-numbers.ts), typed or not.
-                inexactFieldProblem(current.record));
-          const partial = problem === null && isPatch(current) ? patchProblem(current, sink) : null;
-          if (problem !== null || partial !== null) {
-            addBad({ source: branch.source.handle, ...current.at, reason: (problem ?? partial)! });
-            const unheld = mirrors ? unheldKey(current.record) : null;
-            if (unheld !== null)
-              out.push({ op: 'delete', key: unheld, ...(current.at ? { at: current.at } : {}) });
-            continue;
-          }
-        }
-        out.push(current);
-      }
+      if (admit(branch, op, out)) continue;
+      // A partial upsert no sink can fill: its source reads the values it lacks (a point read by key).
+      ensureNotAborted();
+      admit(branch, await branch.source.complete!(op as CompletableOp), out);
     }
     progress.recordsRead += item.read;
     if (item.truncate) {
@@ -270,16 +338,7 @@ export async function runPipeline(options: RunPipelineOptions): Promise<RunPipel
     }
     if (item.open) openSources.add(branch.source.handle);
     else openSources.delete(branch.source.handle);
-    let refused = 0;
-    if (out.length > 0) {
-      ensureNotAborted();
-      const result = await sink.write(out);
-      for (const { op, reason } of result?.refused ?? []) {
-        addBad({ source: branch.source.handle, ...op.at, reason });
-        refused++;
-      }
-    }
-    progress.recordsWritten += out.length - refused;
+    if (out.ops.length > 0) await writeAdmitted(branch, out);
     positions[branch.source.handle] = item.position;
     dirty += Math.max(1, item.read);
     // One commit may hold several source transactions (group commit): the sink's change log shows each apart.
@@ -462,6 +521,25 @@ function patchProblem(op: RecordOp, sink: PipelineSink): string | null {
     return `unchanged TOAST value(s) of ${(op.unchanged ?? []).join(', ')} not sent, and the filter needs field(s) ${op.lost.join(', ')} the endpoint does not keep`;
   if (sink.acceptsPatches === true) return null;
   return `unchanged TOAST value(s) of ${(op.unchanged ?? []).join(', ')} not sent; set REPLICA IDENTITY FULL on the source table`;
+}
+
+/** Ops on their way to the sink, each with the source op it came from (what its source completes, if need be). */
+interface Admitted {
+  ops: RecordOp[];
+  origins: RecordOp[];
+}
+
+/** A partial upsert as a source delivers it: what `PipelineSource.complete` takes. */
+type CompletableOp = Extract<RecordOp, { op: 'upsert' }>;
+
+/** Whether `op` is a partial upsert its branch's source can complete (`PipelineSource.complete`). */
+function completable(branch: SourceBranch, op: RecordOp): op is CompletableOp {
+  return (
+    branch.source.complete !== undefined &&
+    op.op === 'upsert' &&
+    op.unchanged !== undefined &&
+    op.unchanged.length > 0
+  );
 }
 
 /** Why a delete's key does not fit the key fields' types, or null. */

@@ -456,6 +456,40 @@ describe('PostgreSQL replication as a transfer source (issue 16)', () => {
     }
   });
 
+  it('defect: with follow, an update leaving a TOASTed column unchanged was a bad record (skipped), so the destination kept the row as it was before', {
+    timeout: 60_000,
+  }, async () => {
+    const url = await database(20);
+    // A 100 KB text of hex digits: stored out of line, so an update that leaves it alone streams without it.
+    await sql(url, 'ALTER TABLE items ADD COLUMN body text');
+    await sql(url, 'ALTER TABLE dst ADD COLUMN body text');
+    await sql(
+      url,
+      `UPDATE items SET body = (SELECT string_agg(md5(random()::text || g), '') FROM generate_series(1, 3200) g)
+        WHERE id IN (3, 4)`,
+    );
+    const run = startFollowing(url, request('toast-1', { follow: true }));
+    try {
+      await run.streaming();
+      await waitMirrored(url, 'the snapshot copied');
+      await sql(url, 'UPDATE items SET v = 42, tag = 1 WHERE id = 3');
+      await sql(
+        url,
+        'BEGIN; UPDATE items SET v = 43, tag = 2 WHERE id = 4; DELETE FROM items WHERE id = 4; COMMIT',
+      );
+      await waitMirrored(url, 'the updates mirrored, with their unchanged values');
+      const [row] = await sql<{ v: number; same: boolean }>(
+        url,
+        'SELECT d.v, d.body = i.body AS same FROM dst d JOIN items i USING (id) WHERE id = 3',
+      );
+      expect(row).toEqual({ v: 42, same: true });
+    } finally {
+      run.controller.abort();
+      expect(SluiceError.hasCode(await run.ended, 'TRANSFER_TERMINATED')).toBe(true);
+      await discardLeftovers(url, request('toast-1', { follow: true }));
+    }
+  });
+
   it('with follow: a new owner waits a bounded time for a slot a frozen owner still streams (retryable), and resumes once it is released', {
     timeout: 90_000,
   }, async () => {

@@ -93,6 +93,21 @@ export interface PipelineSource {
    * earlier.
    */
   committed?(position: unknown): void;
+  /**
+   * Completes a partial upsert this source delivered (`RecordOp.unchanged`: PostgreSQL sent no value for TOASTed
+   * columns an update left unchanged) from what the source holds now, when no sink holds the previous record to fill
+   * it from: the upsert with those values, or a delete of its key when the source holds no record under it any more
+   * (its removal follows in what the source delivers). The values may be newer than the change (a later one set them
+   * again; it follows too). Throws when the source cannot be read (the run fails and is retried from its checkpoint).
+   * Sources that never deliver partial upserts omit it.
+   *
+   * @example
+   * ```ts
+   * const whole = await source.complete?.({ op: 'upsert', record: { id: 2, status: 'active' }, unchanged: ['body'] });
+   * // { op: 'upsert', record: { id: 2, status: 'active', body: '…' } }, or { op: 'delete', key: [2] }
+   * ```
+   */
+  complete?(op: Extract<RecordOp, { op: 'upsert' }>): Promise<RecordOp>;
   /** How far the source is ahead of what was read (records), when it can tell. */
   lag?(): number | null;
   /**

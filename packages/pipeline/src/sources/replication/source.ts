@@ -3,6 +3,7 @@
  * question (can the slot resume this checkpoint?), and one read — snapshot (snapshot.ts), then stream
  * (stream-read.ts) — with the slot confirmed only after the sink committed.
  */
+import { SourceError } from '@sluice/core';
 import type pg from 'pg';
 import { quoteIdent } from '../../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../../types.js';
@@ -31,6 +32,7 @@ import {
 import { readSnapshot, snapshotError } from './snapshot.js';
 import type { ReplicationSource } from './status.js';
 import { type LiveStream, readStream, type StreamSource } from './stream-read.js';
+import { UnchangedValueReader } from './unchanged-values.js';
 
 /** How to read the table: where, which slot and publication, and the tuning of the snapshot and the stream. */
 export interface ReplicationSourceOptions {
@@ -105,10 +107,13 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
   const { slot, publication, table } = options;
   const heartbeatTable = options.heartbeat?.table ?? DEFAULT_HEARTBEAT_TABLE;
   const live: LiveStream = { stream: null, lag: new LagTracker(), slotWait: null };
+  /** The key columns the records of the current read carry (set once the read checked the prerequisites). */
+  let recordKeys: string[] | null = null;
 
   const connections = new SourceConnections(options.url);
   const connect = () => connections.connect();
   const withClient = <T>(fn: (client: pg.Client) => Promise<T>) => connections.withClient(fn);
+  const unchangedValues = new UnchangedValueReader(connections, table);
   const streamSource: StreamSource = {
     handle: options.handle,
     url: options.url,
@@ -200,6 +205,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
   async function* read(from: unknown | null, readOptions: ReadOptions): AsyncGenerator<SourceItem> {
     const facts = await prepare();
     const keys = facts.key;
+    recordKeys = keys;
     // A transfer without `follow` copies the consistent snapshot and ends; an endpoint and a following transfer stream on.
     const follows = readOptions.mode === 'endpoint' || readOptions.follow === true;
     let position: ReplicationPosition;
@@ -302,6 +308,11 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       await prepare();
     },
     read,
+    async complete(op) {
+      // Only a read delivers partial upserts, and it set the key they carry before its first one.
+      if (recordKeys === null) throw new SourceError(`Table ${table}: no read delivered this change`);
+      return unchangedValues.complete(op, recordKeys);
+    },
     committed(raw: unknown) {
       const parsed = ReplicationPositionSchema.safeParse(raw);
       if (!parsed.success || parsed.data.phase === 'snapshot') return;
@@ -332,6 +343,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       const s = live.stream;
       live.stream = null;
       await s?.close();
+      await unchangedValues.close();
       await connections.closeAll();
     },
   };

@@ -76,6 +76,7 @@ describe('TransactionAssembler', () => {
         op: 'upsert',
         record: { id: 3, qty: 4 },
         unchanged: ['body', 'meta'],
+        transaction: '7',
         at: { source: 'pg', position: '0/10:1' },
       },
     ]);

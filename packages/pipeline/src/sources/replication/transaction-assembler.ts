@@ -41,6 +41,8 @@ interface OpenTransaction {
   keys: TransactionKeys | null;
   /** Its commit LSN (or xid): with `seq`, the position each operation reports. */
   id: string;
+  /** Its xid: what a partial upsert names, so the values it lacks are read once the transaction is visible. */
+  xid: string;
   seq: number;
   changed: boolean;
 }
@@ -82,6 +84,7 @@ export class TransactionAssembler {
       emptied: false,
       keys: null,
       id: message.commitLsn ?? `x${message.xid}`,
+      xid: String(message.xid),
       seq: 0,
       changed: false,
     };
@@ -133,13 +136,19 @@ export class TransactionAssembler {
         txn.read += 2;
         if (missing === null) txn.ops.push(gone, { op: 'upsert', record, at });
         // Unchanged values come from the record under the old key: taken before that record goes.
-        else txn.ops.push({ op: 'upsert', record, unchanged: missing, from: before, at }, gone);
+        else
+          txn.ops.push(
+            { op: 'upsert', record, unchanged: missing, from: before, transaction: txn.xid, at },
+            gone,
+          );
         return;
       }
     }
     txn.read++;
     txn.ops.push(
-      missing === null ? { op: 'upsert', record, at } : { op: 'upsert', record, unchanged: missing, at },
+      missing === null
+        ? { op: 'upsert', record, at }
+        : { op: 'upsert', record, unchanged: missing, transaction: txn.xid, at },
     );
   }
 
@@ -182,7 +191,14 @@ export class TransactionAssembler {
     const op: UpsertOp =
       missing === null
         ? { op: 'upsert', record, at }
-        : { op: 'upsert', record, unchanged: missing, ...(from === null ? {} : { from }), at };
+        : {
+            op: 'upsert',
+            record,
+            unchanged: missing,
+            ...(from === null ? {} : { from }),
+            transaction: txn.xid,
+            at,
+          };
     // A row without its key values: the run reports it (a record lacking its primary key is a bad record).
     if (after === null) txn.ops.push(op);
     else keys.place(after, op, JSON.stringify(record));
