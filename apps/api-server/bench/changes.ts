@@ -109,10 +109,20 @@ function rssKiB(pid: number): number {
   return Number(match?.[1] ?? Number.NaN);
 }
 
+/**
+ * Every subscriber of the benchmark connects from this process's one address: one client to the api-server, which
+ * would otherwise refuse it past `api.changes.maxPerClient` (default 100).
+ */
+const ONE_CLIENT_FEEDS = { changes: { maxPerClient: 10_000 } };
+
 async function sluiceRun(n: number): Promise<Figures & { commitP50: number; commitP99: number }> {
   await using dir = await tempDir('sluice-bench-changes-');
   await using writer = await startFeedWriter(dir, { initial: [] });
-  const config = await writeConfig(dir.path, { dataDir: writer.root, logLevel: 'warn' });
+  const config = await writeConfig(dir.path, {
+    dataDir: writer.root,
+    logLevel: 'warn',
+    api: ONE_CLIENT_FEEDS,
+  });
   await using api = await spawnApiServerQuiet(config);
   const samples: Samples = { latencies: [], startAt: Number.POSITIVE_INFINITY, commits: [] };
   const subscribers = await openMany(`${api.url}/v1/endpoints/items/changes`, n, samples);
@@ -204,7 +214,7 @@ async function natsRun(n: number): Promise<Figures> {
 async function idleMemory(n: number): Promise<{ perSubscriberKiB: number; before: number; after: number }> {
   await using dir = await tempDir('sluice-bench-idle-');
   await using writer = await startFeedWriter(dir, { initial: [] });
-  const config = await writeConfig(dir.path, { dataDir: writer.root });
+  const config = await writeConfig(dir.path, { dataDir: writer.root, api: ONE_CLIENT_FEEDS });
   await using api = await spawnApiServer(config);
   const none: Samples = { latencies: [], startAt: Number.POSITIVE_INFINITY };
   const warm = await openMany(`${api.url}/v1/endpoints/items/changes`, 10, none);

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import {
   andFilters,
   type Filter,
@@ -31,6 +32,12 @@ export type TokenClaims = z.output<typeof TokenClaimsSchema>;
 /** What a verified token lets a request do. */
 export interface TokenScope {
   readonly subject: string | null;
+  /**
+   * Who holds the token, for per-client bounds (`api.changes.maxPerClient`): `sub:<sub>`, else `jti:<jti>`, else a
+   * hash of the token itself; null without auth (the caller is then its remote address). A renewed token of one
+   * subject is the same client.
+   */
+  readonly client: string | null;
   allows(endpoint: string): boolean;
   /** The row filter to AND into queries of `endpoint` (`undefined` when none). */
   rowFilter(endpoint: string): Filter | undefined;
@@ -41,6 +48,7 @@ export interface TokenScope {
 /** Everything, for servers running without auth. */
 export const OPEN_SCOPE: TokenScope = {
   subject: null,
+  client: null,
   allows: () => true,
   rowFilter: () => undefined,
   expiresAt: null,
@@ -49,6 +57,7 @@ export const OPEN_SCOPE: TokenScope = {
 function scopeOf(
   claims: TokenClaims,
   subject: string | null,
+  client: string,
   limits: QueryLimits,
   expiresAt: number | null,
 ): TokenScope {
@@ -61,6 +70,7 @@ function scopeOf(
   const commonOnly = common === undefined ? undefined : andFilters(common);
   return {
     subject,
+    client,
     allows: (endpoint) => all || allowed.has(endpoint),
     rowFilter: (endpoint) => (perEndpoint.has(endpoint) ? perEndpoint.get(endpoint) : commonOnly),
     expiresAt,
@@ -106,7 +116,8 @@ export class TokenAuthenticator {
     let scope: TokenScope;
     try {
       const sub = (payload as { sub?: unknown }).sub;
-      scope = scopeOf(claims.data, typeof sub === 'string' ? sub : null, this.limits, expiresAt);
+      const subject = typeof sub === 'string' ? sub : null;
+      scope = scopeOf(claims.data, subject, clientOf(token, payload, subject), this.limits, expiresAt);
     } catch (err) {
       if (SluiceError.isInstance(err))
         throw new UnauthorizedError(`The bearer token's row filter is invalid: ${err.message}`);
@@ -124,6 +135,17 @@ export class TokenAuthenticator {
     if (!scope.allows(endpoint))
       throw new ForbiddenError(`The token does not grant access to endpoint "${endpoint}"`);
   }
+}
+
+/**
+ * The client a token identifies: its subject, else its JWT id, else the token itself (hashed: the key is kept while
+ * the client has feeds open, and the token is a credential).
+ */
+function clientOf(token: string, payload: unknown, subject: string | null): string {
+  if (subject !== null) return `sub:${subject}`;
+  const jti = (payload as { jti?: unknown }).jti;
+  if (typeof jti === 'string') return `jti:${jti}`;
+  return `token:${createHash('sha256').update(token).digest('base64url').slice(0, 22)}`;
 }
 
 const FILTER_OBJECT = 'it must be a filter object (e.g. {"region": "eu"})';

@@ -46,7 +46,10 @@ export interface EndpointAccess {
   scopeOf(request: FastifyRequest): TokenScope;
   /** Auth check on endpoint `name`; returns the token's row filter for it. */
   authorize(request: FastifyRequest, name: string): Filter | undefined;
-  /** The same check for a change feed: the row filter, and when the token expires (the feed ends then). */
+  /**
+   * The same check for a change feed: the row filter, when the token expires (the feed ends then) and who the
+   * client is (its feeds count against `api.changes.maxPerClient`).
+   */
   authorizeFeed(request: FastifyRequest, name: string): FeedGrant;
   /** The same check for a bare `authorization` header (requests answered below fastify: fast-lookup.ts). */
   rowFilterFor(authorization: string | string[] | undefined, name: string): Filter | undefined;
@@ -113,7 +116,11 @@ export function endpointAccess(options: {
   };
   const authorizeFeed = (request: FastifyRequest, name: string): FeedGrant => {
     const rowFilter = authorize(request, name);
-    return { rowFilter, expiresAt: request.sluiceScope?.expiresAt ?? null };
+    const scope = request.sluiceScope;
+    // The socket's peer, not a forwarded header: without auth nothing else says who a caller is, and a header
+    // the caller writes itself would let it be anyone.
+    const client = scope?.client ?? `address:${request.socket.remoteAddress ?? 'unknown'}`;
+    return { rowFilter, expiresAt: scope?.expiresAt ?? null, client };
   };
   const rowFilterFor = (authorization: string | string[] | undefined, name: string): Filter | undefined =>
     rowFilterIn(authenticator ? authenticator.authenticate(authorization) : OPEN_SCOPE, name);

@@ -12,7 +12,8 @@ describe('change feeds under load', () => {
     await using writer = await startFeedWriter(dir);
     const configPath = await writeConfig(dir.path, {
       dataDir: writer.root,
-      api: { changes: { heartbeatMs: 5_000 } },
+      // The 1 000 subscribers are one client (this process's one address): allowed past the default of 100.
+      api: { changes: { heartbeatMs: 5_000, maxPerClient: 1_000 } },
     });
     await using api = await spawnApiServer(configPath);
     const subscribers: SseConnection[] = [];

@@ -114,4 +114,41 @@ describe('change feeds resumed under another view', () => {
     ]);
     again.kill();
   }, 120_000);
+
+  it('defect: a condition spelled as a bare value or as {$eq} gave two views, so resuming with the other spelling answered reset {filter-changed} and a needless snapshot', async () => {
+    await using dir = await tempDir();
+    await using writer = await startFeedWriter(dir);
+    const configPath = await writeConfig(dir.path, {
+      dataDir: writer.root,
+      api: { auth: { jwtSecret: SECRET } },
+    });
+    await using api = await spawnApiServer(configPath);
+
+    // filter= with a bare value, resumed with the same condition as {$eq}; the row filter the other way round.
+    const first = await SseConnection.open(
+      feedUrl(api.url, { category: 'b', value: { $lt: 100 } }),
+      bearer({ filters: { items: { value: { $eq: 7 }, $or: [{ category: 'a' }, { category: 'b' }] } } }),
+    );
+    await first.waitForEvent((e) => e.event === 'live');
+    first.kill();
+    // Record 10 is category b (10 % 3 = 1) and in both spellings of the view; record 7's value becomes 7 × 9.
+    await writer.run({ op: 'commit', ops: [upsert({ ...item(10, 9), value: 7 })] });
+    const resumed = await SseConnection.open(
+      feedUrl(api.url, { value: { $lt: 100 }, category: { $eq: 'b' } }),
+      {
+        ...bearer({
+          filters: { items: { value: 7, $or: [{ category: { $eq: 'a' } }, { category: 'b' }] } },
+          sub: 'renewed',
+        }),
+        'last-event-id': first.lastId!,
+      },
+    );
+    // A reset's snapshot ends with `live` (the commit came before it); an exact resume with the commit.
+    await resumed.waitForEvent((e) => e.event === 'commit' || e.event === 'live');
+    expect(resumed.events.map((e) => [e.event, (e.data as { key?: unknown[] }).key?.[0]])).toEqual([
+      ['upsert', 10],
+      ['commit', undefined],
+    ]);
+    resumed.kill();
+  }, 120_000);
 });

@@ -33,9 +33,15 @@ export class SseConnection {
   }
 
   /** Connects; rejects with the status and body unless the answer is a 200 event stream. */
-  static open(url: string, headers: Record<string, string> = {}): Promise<SseConnection> {
+  static open(
+    url: string,
+    headers: Record<string, string> = {},
+    /** `localAddress`: connect from another loopback address (another client, to a server keyed by address). */
+    options: { localAddress?: string } = {},
+  ): Promise<SseConnection> {
     return new Promise((resolve, reject) => {
-      const req = httpRequest(url, { headers: { accept: 'text/event-stream', ...headers } }, (res) => {
+      const request = { headers: { accept: 'text/event-stream', ...headers }, ...options };
+      const req = httpRequest(url, request, (res) => {
         if (res.statusCode !== 200) {
           let body = '';
           res.setEncoding('utf8');

@@ -50,7 +50,13 @@ describe('resolveConfig: defaults', () => {
       port: 8080,
       reconcileMs: 5000,
       freshnessWaitMs: 2000,
-      changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 5, maxSubscribers: 10_000 },
+      changes: {
+        heartbeatMs: 15_000,
+        bufferBytes: 4 * 1024 * 1024,
+        pollMs: 5,
+        maxSubscribers: 10_000,
+        maxPerClient: 100,
+      },
     },
     control: {},
     transfers: {
@@ -107,7 +113,13 @@ describe('resolveConfig: defaults', () => {
       port: 9000,
       reconcileMs: 5000,
       freshnessWaitMs: 2000,
-      changes: { heartbeatMs: 15_000, bufferBytes: 4 * 1024 * 1024, pollMs: 5, maxSubscribers: 10_000 },
+      changes: {
+        heartbeatMs: 15_000,
+        bufferBytes: 4 * 1024 * 1024,
+        pollMs: 5,
+        maxSubscribers: 10_000,
+        maxPerClient: 100,
+      },
     });
   });
 

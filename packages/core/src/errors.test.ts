@@ -90,6 +90,11 @@ describe('error classes', () => {
       to: 'COMPLETED',
     });
     expect(new QueueFullError(7).retryAfterSeconds).toBe(7);
+    expect(new QueueFullError(5, 'full', { limit: 'api.changes.maxPerClient', max: 3 }).details).toEqual({
+      retryAfterSeconds: 5,
+      limit: 'api.changes.maxPerClient',
+      max: 3,
+    });
     expect(new PayloadTooLargeError(2048).details).toEqual({ limitBytes: 2048 });
     expect(new SchemaMismatchError('c', 'x', 'y').details).toEqual({
       cache: 'c',

@@ -448,16 +448,29 @@ export class IllegalTransitionError extends SluiceError {
 }
 
 /**
- * A node is at its capacity (its transfer queue, an api-server's change-feed subscribers); retry after
- * `retryAfterSeconds` (the `retry-after` header of the 429).
+ * A node is at its capacity (its transfer queue, an api-server's change-feed subscribers, or those of one client);
+ * retry after `retryAfterSeconds` (the `retry-after` header of the 429). `bound` says which capacity, where a node
+ * has several: the setting's name and its value, as the problem's `limit` and `max` members.
+ *
+ * @example
+ * ```ts
+ * throw new QueueFullError(5, 'This client has as many change feeds as it may open', {
+ *   limit: 'api.changes.maxPerClient',
+ *   max: 100,
+ * });
+ * ```
  */
 export class QueueFullError extends SluiceError {
   readonly retryAfterSeconds: number;
-  constructor(retryAfterSeconds: number, message = 'This node is at its transfer capacity; retry later') {
+  constructor(
+    retryAfterSeconds: number,
+    message = 'This node is at its transfer capacity; retry later',
+    bound?: { limit: string; max: number },
+  ) {
     super({
       code: ErrorCode.QUEUE_FULL,
       message,
-      details: { retryAfterSeconds },
+      details: { retryAfterSeconds, ...bound },
     });
     this.retryAfterSeconds = retryAfterSeconds;
   }

@@ -115,6 +115,7 @@ const PUBLIC_RUNTIME_EXPORTS = [
   'canReceiveFollow',
   'canTransition',
   'canonicalJson',
+  'canonicalFilter',
   'compareScalars',
   'compileFilter',
   'filterSchema',

@@ -291,6 +291,7 @@ export {
   COMPARISON_OPERATORS,
   type ComparisonOperator,
   type CompileFilterOptions,
+  canonicalFilter,
   canonicalTimestampOperands,
   compareScalars,
   compileFilter,

@@ -4,6 +4,7 @@ import { InvalidQueryError } from './errors.js';
 import {
   andFilters,
   COMPARISON_OPERATORS,
+  canonicalFilter,
   compareScalars,
   compileFilter,
   DEFAULT_QUERY_LIMITS,
@@ -549,5 +550,42 @@ describe('andFilters', () => {
     const keep = compileFilter(andFilters(rowFilter, user));
     expect(keep({ tenant: 't1' })).toBe(true);
     expect(keep({ tenant: 't2' })).toBe(false);
+  });
+});
+
+describe('canonicalFilter', () => {
+  const records = [
+    { id: 1, category: 'a', value: 1 },
+    { id: 2, category: 'b', value: null },
+    { id: 3, category: 'b' },
+    { id: 4, category: 'a', value: 7 },
+  ];
+  const matching = (filter: Filter) => records.filter(compileFilter(filter)).map((r) => r.id);
+
+  it('spells a lone $eq as its bare value, in $and / $or too, and selects the same records', () => {
+    const spelled: Filter = {
+      category: { $eq: 'a' },
+      value: { $eq: null },
+      $or: [{ value: { $eq: 7 } }, { id: { $eq: 2 }, value: { $gt: 0, $eq: 1 } }],
+    };
+    const bare: Filter = {
+      category: 'a',
+      value: null,
+      $or: [{ value: 7 }, { id: 2, value: { $gt: 0, $eq: 1 } }],
+    };
+    expect(canonicalFilter(spelled)).toEqual(bare);
+    expect(canonicalFilter(bare)).toEqual(bare);
+    expect(matching(canonicalFilter(spelled))).toEqual(matching(spelled));
+    expect(matching({ value: { $eq: null } })).toEqual(matching({ value: null }));
+  });
+
+  it('folds nothing else, and leaves what is no filter as it is', () => {
+    expect(canonicalFilter({ value: { $in: [1] }, category: { $ne: 'a' } })).toEqual({
+      value: { $in: [1] },
+      category: { $ne: 'a' },
+    });
+    expect(canonicalFilter({ value: { $eq: 1, $lt: undefined } })).toEqual({ value: 1 });
+    const garbage = { value: { $eq: { $lt: 5 } }, tags: [1, 2], $and: 'x' } as unknown as Filter;
+    expect(canonicalFilter(garbage)).toEqual(garbage);
   });
 });

@@ -311,11 +311,18 @@ function operatorTest(op: string, operand: unknown): ValueTest {
   }
 }
 
+/**
+ * A field condition as its operators: a bare value means `$eq` (the one place that says so; the compiler and
+ * {@link canonicalFilter} both read conditions through it).
+ */
+function conditionOperators(condition: FieldCondition | JsonScalar): FieldCondition {
+  return condition === null || typeof condition !== 'object' ? { $eq: condition } : condition;
+}
+
 /** A field condition (a bare value, or operators ANDed) as one test of the field's value, built once per filter. */
 function conditionTest(condition: FieldCondition | JsonScalar): ValueTest {
-  if (condition === null || typeof condition !== 'object') return (value) => equals(value, condition);
   const tests: ValueTest[] = [];
-  for (const [op, operand] of Object.entries(condition)) {
+  for (const [op, operand] of Object.entries(conditionOperators(condition))) {
     // An absent operator (`{ $eq: undefined }` built in code) constrains nothing, as an absent field does.
     if (operand === undefined) continue;
     tests.push(operatorTest(op, operand));
@@ -325,6 +332,47 @@ function conditionTest(condition: FieldCondition | JsonScalar): ValueTest {
     for (const test of tests) if (!test(value)) return false;
     return true;
   };
+}
+
+/**
+ * One spelling of `filter` for the conditions {@link compileFilter} treats alike, so that two spellings of one
+ * filter compare (and hash) equal: a field condition whose only operator is `$eq` is its bare value
+ * (`{"a": {"$eq": 1}}` is `{"a": 1}`), in `$and` / `$or` too; operators left undefined are dropped. Nothing else
+ * is folded (key order is canonical JSON's job). Input that is no valid filter is left as it is where it is not one
+ * (it is refused when checked).
+ *
+ * @example
+ * ```ts
+ * canonicalFilter({ category: { $eq: 'a' }, $or: [{ value: { $eq: 1 } }, { value: { $gt: 5 } }] });
+ * // { category: 'a', $or: [{ value: 1 }, { value: { $gt: 5 } }] }
+ * ```
+ */
+export function canonicalFilter(filter: Filter): Filter {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(filter)) {
+    if (value === undefined) continue;
+    if ((key === '$and' || key === '$or') && Array.isArray(value)) {
+      out[key] = value.map((sub: unknown) => (isFilterObject(sub) ? canonicalFilter(sub) : sub));
+      continue;
+    }
+    out[key] = Array.isArray(value) ? value : canonicalCondition(value as FieldCondition | JsonScalar);
+  }
+  return out as Filter;
+}
+
+function isFilterObject(value: unknown): value is Filter {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** A field condition in {@link canonicalFilter}'s spelling: a lone `$eq` of a scalar as its bare value. */
+function canonicalCondition(condition: FieldCondition | JsonScalar): FieldCondition | JsonScalar {
+  const operators = Object.entries(conditionOperators(condition)).filter(
+    ([, operand]) => operand !== undefined,
+  );
+  const [op, operand] = operators[0] ?? [];
+  const scalar = operand === null || typeof operand !== 'object';
+  if (operators.length === 1 && op === '$eq' && scalar) return operand as JsonScalar;
+  return Object.fromEntries(operators) as FieldCondition;
 }
 
 /** Operators whose operand is a value of the field (`$contains` matches a part of it). */

@@ -8,6 +8,7 @@
 import { checkFilter, checkRowFilter } from '@sluice/cache';
 import {
   andFilters,
+  canonicalFilter,
   compileFilter,
   type Filter,
   hashJson,
@@ -51,7 +52,8 @@ export class FeedFilter {
   private readonly compiled = new WeakMap<ReadableCache, RecordMatch | null>();
   /**
    * Which records the feed shows, as its event tokens carry it (token.ts `view`): a fingerprint of both filters
-   * as written (keys in any order), or null when neither filters anything. A token resumed under another view is
+   * in core's `canonicalFilter` spelling (keys in any order, a lone `$eq` as its bare value), or null when neither
+   * filters anything. A token resumed under another view is
    * a `reset {reason: "filter-changed"}`: its position says what a subscriber of the other view was sent.
    */
   readonly view: string | null;
@@ -110,19 +112,26 @@ export class FeedFilter {
 const VIEW_DIGITS = 22;
 
 /** An absent or empty filter lets every record through. */
-function filters(filter: unknown): boolean {
+function filters(filter: unknown): filter is Filter {
   return typeof filter === 'object' && filter !== null && Object.keys(filter).length > 0;
 }
 
 /**
- * The view fingerprint of a feed's `filter=` and row filter (null: neither filters). Each is taken as written, in
- * canonical JSON: two spellings of one set of records (another timestamp spelling, the same condition as
- * `filter=` or as a row filter) are different views, which costs a needless snapshot, never a wrong copy.
+ * The view fingerprint of a feed's `filter=` and row filter (null: neither filters). Each is taken in the one
+ * spelling core's filter compiler defines (`canonicalFilter`: a lone `$eq` is its bare value), in canonical JSON
+ * (key order does not matter): resumed with `{"a": {"$eq": 1}}` a token of `{"a": 1}` goes on exactly after its
+ * position, as it was a needless reset and snapshot before. Other spellings of one set of records (another
+ * timestamp spelling, `$in` of one value, the same condition as `filter=` or as a row filter) are still different
+ * views: a needless snapshot, never a wrong copy.
+ *
+ * @example
+ * ```ts
+ * feedView({ category: 'a' }, undefined) === feedView({ category: { $eq: 'a' } }, undefined); // true
+ * feedView(undefined, undefined); // null: every record
+ * ```
  */
 export function feedView(filter: unknown, rowFilter: Filter | undefined): string | null {
   if (!filters(filter) && !filters(rowFilter)) return null;
-  return hashJson([filters(filter) ? filter : null, filters(rowFilter) ? rowFilter : null]).slice(
-    0,
-    VIEW_DIGITS,
-  );
+  const spelled = (f: unknown) => (filters(f) ? canonicalFilter(f) : null);
+  return hashJson([spelled(filter), spelled(rowFilter)]).slice(0, VIEW_DIGITS);
 }

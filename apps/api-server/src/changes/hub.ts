@@ -1,6 +1,7 @@
-import type { Logger } from '@sluice/core';
+import { type Logger, QueueFullError } from '@sluice/core';
 import { type Counter, Gauge, Counter as PromCounter, type Registry } from 'prom-client';
 import type { EndpointRegistry } from '../registry.js';
+import { ClientSlots } from './client-slots.js';
 import type { FeedFilter } from './feed-filter.js';
 import { GenerationFollower } from './follower.js';
 import { entryFrame, HEARTBEAT_FRAME } from './frames.js';
@@ -12,7 +13,15 @@ export interface ChangeFeedSettings {
   bufferBytes: number;
   pollMs: number;
   maxSubscribers: number;
+  maxPerClient: number;
 }
+
+/** Seconds a refused subscriber is told to wait (`retry-after`): feeds close at the pace of their clients. */
+const RETRY_AFTER_SECONDS = 5;
+
+/** Which bound refused a subscriber, as the refusals metric labels it. */
+export const FeedBound = { server: 'server', client: 'client' } as const;
+export type FeedBound = (typeof FeedBound)[keyof typeof FeedBound];
 
 /**
  * Every change-feed subscriber of one api-server, the followers they share (one per generation with live
@@ -21,10 +30,12 @@ export interface ChangeFeedSettings {
  */
 export class ChangeFeedHub {
   private readonly subscribers = new Set<FeedSubscriber>();
+  private readonly slots: ClientSlots;
   private readonly followers = new Map<string, GenerationFollower>();
   private readonly heartbeat: NodeJS.Timeout;
   private readonly gauge: Gauge;
   private readonly cutoffs: Counter;
+  private readonly refusals: Counter<'limit'>;
   private closed = false;
 
   constructor(
@@ -37,6 +48,7 @@ export class ChangeFeedHub {
       for (const subscriber of this.subscribers) subscriber.send(HEARTBEAT_FRAME);
     }, settings.heartbeatMs);
     this.heartbeat.unref();
+    this.slots = new ClientSlots(settings.maxPerClient);
     this.gauge = new Gauge({
       name: 'sluice_api_change_subscribers',
       help: 'Open change-feed connections',
@@ -48,6 +60,13 @@ export class ChangeFeedHub {
       help: 'Change-feed subscribers disconnected because they left too much unread',
       registers: [metrics],
     });
+    this.refusals = new PromCounter({
+      name: 'sluice_api_change_refusals_total',
+      help: 'Change-feed requests refused 429: the api-server had maxSubscribers feeds (limit="server") or the client maxPerClient (limit="client")',
+      labelNames: ['limit'],
+      registers: [metrics],
+    });
+    for (const limit of Object.values(FeedBound)) this.refusals.inc({ limit }, 0);
   }
 
   get size(): number {
@@ -65,21 +84,61 @@ export class ChangeFeedHub {
     return this.closed;
   }
 
-  /** A new subscriber of `alias` writing to `res`. */
+  /**
+   * Why a new feed of `client` would be refused now (429 `QUEUE_FULL` with `retry-after`, counted), or null when it
+   * may open: the process at `maxSubscribers` (or shutting down), else the client at `maxPerClient`.
+   *
+   * @example
+   * ```ts
+   * const refused = hub.refusal(grant.client);
+   * if (refused) throw refused;
+   * ```
+   */
+  refusal(client: string): QueueFullError | null {
+    if (this.closed || this.subscribers.size >= this.settings.maxSubscribers) {
+      this.refusals.inc({ limit: FeedBound.server });
+      return new QueueFullError(
+        RETRY_AFTER_SECONDS,
+        'This api-server has as many change-feed subscribers as it accepts; retry later or elsewhere',
+        { limit: 'api.changes.maxSubscribers', max: this.settings.maxSubscribers },
+      );
+    }
+    if (this.slots.isFull(client)) {
+      this.refusals.inc({ limit: FeedBound.client });
+      return new QueueFullError(
+        RETRY_AFTER_SECONDS,
+        `This client has ${this.slots.maxPerClient} change feeds open on this api-server, as many as one client may; close one or retry later`,
+        { limit: 'api.changes.maxPerClient', max: this.slots.maxPerClient },
+      );
+    }
+    return null;
+  }
+
+  /** Clients with at least one feed open. */
+  get clients(): number {
+    return this.slots.clients;
+  }
+
+  /**
+   * A new subscriber of `alias` for `client` writing to `res`; it holds one of the client's slots until it closes.
+   * Ask {@link ChangeFeedHub.refusal} first.
+   */
   subscribe(
     alias: string,
+    client: string,
     res: import('node:http').ServerResponse,
     /** Its `filter=` and token row filter, checked and compiled per generation (null: none). */
     filters: FeedFilter | null,
     /** When the subscriber's bearer token expires (epoch ms; the feed ends then), or null. */
     expiresAt: number | null = null,
   ): FeedSubscriber {
-    const subscriber = new FeedSubscriber(this.contextOf(alias), res, filters, expiresAt);
+    this.slots.take(client);
+    const subscriber = new FeedSubscriber(this.contextOf(alias, client), res, filters, expiresAt);
     this.subscribers.add(subscriber);
     return subscriber;
   }
 
-  private contextOf(alias: string): FeedContext {
+  private contextOf(alias: string, client: string): FeedContext {
     const registry = this.registry;
     const drainTimeoutMs = Math.max(5_000, this.settings.heartbeatMs * 4);
     return {
@@ -117,8 +176,9 @@ export class ChangeFeedHub {
         this.cutoffs.inc();
         this.logger.info({ alias }, 'change-feed subscriber cut off: it left too much unread');
       },
+      // Called once per subscriber (its close is idempotent): the client's slot is given back exactly once.
       onClose: (feed) => {
-        this.subscribers.delete(feed);
+        if (this.subscribers.delete(feed)) this.slots.give(client);
       },
     };
   }

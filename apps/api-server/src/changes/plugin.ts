@@ -1,10 +1,4 @@
-import {
-  type Filter,
-  InvalidQueryError,
-  MalformedJsonError,
-  type QueryLimits,
-  QueueFullError,
-} from '@sluice/core';
+import { type Filter, InvalidQueryError, MalformedJsonError, type QueryLimits } from '@sluice/core';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Registry } from 'prom-client';
@@ -61,6 +55,11 @@ export interface ChangeFeedPluginOptions {
 export interface FeedGrant {
   rowFilter: Filter | undefined;
   expiresAt: number | null;
+  /**
+   * Who opens the feed, for `api.changes.maxPerClient`: the token's client (`TokenScope.client`) with auth, the
+   * remote address (`address:<ip>`) without.
+   */
+  client: string;
 }
 
 /** The feed's parameters; any other is refused (400 at `querystring.<name>`) rather than ignored. */
@@ -103,13 +102,14 @@ export async function changeFeedPlugin(
         params: EndpointParamsSchema,
         querystring: ChangesQuerySchema,
         headers: FeedHeadersSchema,
-        // 429 QUEUE_FULL: as many subscribers as `api.changes.maxSubscribers` (retry-after).
+        // 429 QUEUE_FULL (retry-after): as many subscribers as `api.changes.maxSubscribers`, or of this client as
+        // `api.changes.maxPerClient` (the problem's `limit` names which).
         response: { 200: ChangeStreamResponse, ...ENDPOINT_PROBLEMS, 429: ProblemSchema },
       },
     },
     async (request, reply) => {
       const name = request.params.name;
-      const { rowFilter, expiresAt } = options.access(request, name);
+      const { rowFilter, expiresAt, client } = options.access(request, name);
       const query = request.query;
       const header = request.headers['last-event-id'];
       const fromHeader = query.after === undefined && typeof header === 'string' && header.length > 0;
@@ -136,20 +136,16 @@ export async function changeFeedPlugin(
           ]);
         }
       }
-      const full = () => hub.size >= settings.maxSubscribers || hub.isClosed;
-      const refuseFull = () =>
-        new QueueFullError(
-          5,
-          'This api-server has as many change-feed subscribers as it accepts; retry later or elsewhere',
-        );
-      if (full()) throw refuseFull();
+      const refused = hub.refusal(client);
+      if (refused) throw refused;
       // With sluice-min-position, the generation the feed starts from has committed it (waiting, bounded, for that
       // commit): refused before any stream bytes otherwise, as the endpoint's other routes refuse.
       const lease = await options.awaitPosition(request, name, registry.acquire(name), rowFilter);
       const filters = new FeedFilter(name, json, rowFilter, limits);
       try {
-        // Others may have subscribed while this request waited.
-        if (full()) throw refuseFull();
+        // Others (this client's other requests too) may have subscribed while this request waited.
+        const refusedNow = hub.refusal(client);
+        if (refusedNow) throw refusedNow;
         // Checked against the endpoint's fields as a query's $filter is: an unknown field or an operand of the
         // wrong type is a 400 (a row filter that does not fit a 403), not a feed that never sends a record. Each
         // generation the feed moves to later is checked the same way (feed-filter.ts).
@@ -190,7 +186,7 @@ export async function changeFeedPlugin(
       res.write(RETRY_FRAME);
       // No filter at all: the subscriber takes the frames shared by every unfiltered one as they are.
       const filtered = json !== undefined || rowFilter !== undefined;
-      const feed = hub.subscribe(name, res, filtered ? filters : null, expiresAt);
+      const feed = hub.subscribe(name, client, res, filtered ? filters : null, expiresAt);
       void feed.run(start, { name: lease.generation.name, cache: lease.cache, release: lease.release });
       return reply;
     },

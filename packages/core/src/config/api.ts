@@ -54,8 +54,14 @@ export const ApiConfigSchema = z
           .default(4 * 1024 * 1024),
         /** How often each followed generation's log head is checked for another process's commits. */
         pollMs: z.number().int().min(1).max(10_000).default(5),
-        /** Most concurrent subscribers per api-server (more → 503). */
+        /** Most concurrent subscribers per api-server (more → 429 `QUEUE_FULL`, `retry-after`). */
         maxSubscribers: z.number().int().min(1).max(1_000_000).default(10_000),
+        /**
+         * Most concurrent subscribers of one client per api-server (more → 429 `QUEUE_FULL`, `retry-after`), so that
+         * one client opening feeds in a loop cannot take every slot of `maxSubscribers`. A client is the bearer
+         * token's `sub` (else its `jti`, else the token itself) with `api.auth`, the remote address without it.
+         */
+        maxPerClient: z.number().int().min(1).max(1_000_000).default(100),
       })
       .prefault({}),
   })
