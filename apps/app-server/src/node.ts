@@ -1,5 +1,5 @@
 import { createHmac, randomUUID } from 'node:crypto';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import {
   createDirectBackplane,
   createNatsBackplane,
@@ -30,6 +30,7 @@ import { openServingPlane } from './serving.js';
 import { accessFailure } from './transfers/access.js';
 import { RequestPolicy } from './transfers/confinement.js';
 import { TransferCoordinator } from './transfers/coordinator.js';
+import { FIRE_AND_FORGET_JOURNAL_DIR } from './transfers/fire-and-forget-journal.js';
 
 /** A running app-server node. */
 export interface SluiceNode extends AsyncDisposable {
@@ -117,7 +118,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
 
   try {
     // First of all: one app-server per data directory (before anything is opened or written there).
-    const dataDirLock = lockDataDir(resolve(cwd, config.dataDir));
+    const dataDir = resolve(cwd, config.dataDir);
+    const dataDirLock = lockDataDir(dataDir);
     cleanups.push(async () => dataDirLock.release());
 
     // The embedded store is single-node: a second app-server on the same SQLite file is refused here.
@@ -197,6 +199,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
           ...(config.nats !== undefined ? { nats: config.nats } : {}),
           ...(writer !== undefined ? { writer } : {}),
         }),
+      // In the data directory: the lock above makes every entry there this process's or a dead one's.
+      fireAndForgetJournal: join(dataDir, FIRE_AND_FORGET_JOURNAL_DIR),
       fenceDestination: (request, epoch) =>
         holdTransferFence(request, { connections: config.connections }, epoch),
       execute: async (request, context) => {

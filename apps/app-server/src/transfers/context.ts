@@ -65,6 +65,12 @@ export interface CoordinatorOptions {
    */
   discard?: (request: TransferRequest, writer?: string) => Promise<void>;
   /**
+   * The directory of the fire-and-forget journal (under the node's data directory, which one app-server holds at a
+   * time): each run is kept there until it removed what it staged, so what a run that died with its process left
+   * is removed by the next one (fire-and-forget.ts). Absent: no journal, and such leftovers stay.
+   */
+  fireAndForgetJournal?: string;
+  /**
    * Takes the destination's fence at `epoch`, held open until `commit` or `release` (pipeline `holdTransferFence`);
    * null when the destination is fenced otherwise. A terminate of a transfer whose owner is gone holds it across
    * the store's change of owner, so the old owner cannot land a write after the record says TERMINATED.

@@ -37,6 +37,8 @@ const SUBMIT_PASSES = 8;
 const PROGRESS_WAIT_MS = 500;
 /** Owners asked for their progress while listing one page of transfers; the page's later running ones show none. */
 const LIST_PROGRESS_ASKS = 100;
+/** How often the fire-and-forget journal is swept again after the sweep at start (fire-and-forget.ts). */
+const FIRE_AND_FORGET_SWEEP_MS = 600_000;
 /** How many ids seen stored a node remembers to answer their resends with one read (about 1 MiB at 100-character ids). */
 const RECENT_IDS = 10_000;
 
@@ -91,7 +93,10 @@ export class TransferCoordinator {
     };
   }
 
-  /** Starts heartbeats and the sweeper, and adopts the transfers a previous life of this node left behind. */
+  /**
+   * Starts heartbeats and the sweeper, adopts the transfers a previous life of this node left behind, and removes
+   * what its fire-and-forget runs left in their destinations.
+   */
   start(): void {
     const { limits } = this.#state.o;
     this.#timers.push(
@@ -99,8 +104,11 @@ export class TransferCoordinator {
       setInterval(() => void this.sweep(), limits.sweepIntervalMs),
       // Frequent and cheap, so that after a freeze it fires before the pipeline's own timers write anything.
       setInterval(() => this.#leases.watch(), WATCHDOG_MS),
+      // Again now and then: an entry whose destination was unreachable at start.
+      setInterval(() => void this.#fireAndForget.sweepLeftovers(), FIRE_AND_FORGET_SWEEP_MS),
     );
     void this.adoptPreviousLife();
+    void this.#fireAndForget.sweepLeftovers();
   }
 
   /**

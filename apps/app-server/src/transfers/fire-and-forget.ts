@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import { type OwnerIdentity, QueueFullError, type TransferRequest } from '@sluice/core';
+import { type OwnerIdentity, QueueFullError, SluiceError, type TransferRequest } from '@sluice/core';
 import type { CoordinatorOptions } from './context.js';
+import { FireAndForgetJournal, type JournalRead } from './fire-and-forget-journal.js';
 import { Scheduler } from './scheduler.js';
 import type { Submission } from './submission.js';
 
@@ -22,18 +23,39 @@ function fireAndForgetWriter(): string {
 }
 
 /**
+ * Codes of a journal entry this node can no longer clean up whatever it retries: the configuration no longer lets it
+ * reach the destination (a root or a connection removed since). Its entry goes, with a warning naming what is left.
+ */
+const UNREACHABLE_FOR_GOOD: ReadonlySet<string> = new Set([
+  'PATH_NOT_ALLOWED',
+  'UNKNOWN_CONNECTION',
+  'UNSUPPORTED_ADDRESS_TYPE',
+  'VALIDATION_FAILED',
+]);
+
+/**
  * Fire-and-forget requests: never in the store, run on the receiving node with bounded concurrency; lost if
  * the node dies (docs/architecture.md § Protocol 1). Their checkpoint lives in memory, their epoch is 0 (unfenced),
- * and each run writes as a writer of its own ({@link fireAndForgetWriter}).
+ * and each run writes as a writer of its own ({@link fireAndForgetWriter}). Each run is kept in the data directory's
+ * journal until it removed what it staged, so what a run that died with its process left behind is removed by the
+ * next process on that data directory ({@link FireAndForget.sweepLeftovers}, docs/fencing.md).
  */
 export class FireAndForget {
   readonly #o: CoordinatorOptions;
   readonly #scheduler: Scheduler;
+  readonly #journal: FireAndForgetJournal | null;
   /** Each accepted run (queued or running) that has not ended: its abort controller, by transfer id. */
   readonly #controllers = new Map<AbortController, string>();
+  /** Writers of this process's runs whose journal entry is theirs to forget: a sweep leaves them alone. */
+  readonly #liveWriters = new Set<string>();
+  #sweeping: Promise<void> | null = null;
 
   constructor(options: CoordinatorOptions) {
     this.#o = options;
+    this.#journal =
+      options.fireAndForgetJournal !== undefined
+        ? new FireAndForgetJournal(options.fireAndForgetJournal)
+        : null;
     this.#scheduler = new Scheduler({
       concurrency: options.limits.fireAndForgetConcurrency,
       queueSize: options.limits.queueSize,
@@ -54,9 +76,12 @@ export class FireAndForget {
     const controller = new AbortController();
     this.#controllers.set(controller, runnable.id);
     const writer = fireAndForgetWriter();
+    // Before anything can be journaled: from here on no sweep takes the run's entry for a dead run's.
+    this.#liveWriters.add(writer);
     this.#scheduler.start(ticket, async () => {
       let checkpoint: unknown | null = null;
       try {
+        await this.#record(runnable, writer, identity);
         const result = await this.#o.execute(runnable, {
           checkpoint: {
             epoch: 0,
@@ -81,6 +106,7 @@ export class FireAndForget {
         await this.#discard(runnable, writer);
       } finally {
         this.#controllers.delete(controller);
+        this.#liveWriters.delete(writer);
       }
     });
     this.#o.metrics.submits.inc({ outcome: 'fire-and-forget' });
@@ -91,13 +117,102 @@ export class FireAndForget {
     };
   }
 
-  /** Removes what this run (`writer`) staged, and nothing of another run with the same id. */
+  /**
+   * Journals the run before it writes anything. A journal that cannot be written does not stop the run (the
+   * destination may be fine): only a crash of this process would then leave its leftovers for good.
+   */
+  async #record(runnable: TransferRequest, writer: string, identity: OwnerIdentity): Promise<void> {
+    try {
+      await this.#journal?.record({
+        writer,
+        nodeId: identity.nodeId,
+        instanceId: identity.instanceId,
+        startedAt: new Date().toISOString(),
+        request: runnable,
+      });
+    } catch (err) {
+      this.#o.logger.warn(
+        { transferId: runnable.id, writer, err },
+        'could not journal a fire-and-forget run: a crash would leave what it stages behind',
+      );
+    }
+  }
+
+  /**
+   * Removes what this run (`writer`) staged, and nothing of another run with the same id; then its journal entry.
+   * An entry whose leftovers could not be removed stays, for a later sweep to try again.
+   */
   async #discard(runnable: TransferRequest, writer: string): Promise<void> {
     try {
       await this.#o.discard?.(runnable, writer);
     } catch (err) {
       this.#o.logger.warn({ transferId: runnable.id, err }, 'could not remove what the transfer left behind');
+      return;
     }
+    await this.#journal?.forget(writer).catch((err: unknown) => {
+      this.#o.logger.warn({ transferId: runnable.id, writer, err }, 'could not forget a fire-and-forget run');
+    });
+  }
+
+  /**
+   * Removes what fire-and-forget runs that no longer run left in their destinations: the journal's entries no run of
+   * this process owns. The data directory has one app-server at a time, so those runs died with an earlier process
+   * on it (SIGKILL, a crash, a shutdown that gave up on them) or are this process's runs whose own clean-up failed —
+   * never a live run, here or on a node sharing the destination (each run removes only its own writer's temp files
+   * and checkpoint row). At most one pass at a time, of at most `JOURNAL_PASS_LIMIT` entries; an entry whose
+   * destination cannot be reached now stays for the next pass. Never throws (a failure is logged).
+   */
+  sweepLeftovers(): Promise<void> {
+    if (this.#journal === null) return Promise.resolve();
+    this.#sweeping ??= this.#sweepOnce(this.#journal)
+      .catch((err: unknown) => {
+        this.#o.logger.warn({ err }, 'could not read the fire-and-forget journal');
+      })
+      .finally(() => {
+        this.#sweeping = null;
+      });
+    return this.#sweeping;
+  }
+
+  async #sweepOnce(journal: FireAndForgetJournal): Promise<void> {
+    for (const read of await journal.read()) {
+      if (this.#liveWriters.has(read.writer)) continue;
+      await this.#removeLeftovers(journal, read);
+    }
+  }
+
+  async #removeLeftovers(journal: FireAndForgetJournal, { writer, entry }: JournalRead): Promise<void> {
+    const { logger, identity } = this.#o;
+    if (entry === null) {
+      // Cut short by a crash while being written: its run had not started writing (it waits for the entry).
+      logger.warn({ writer }, 'dropped an unreadable fire-and-forget journal entry');
+      await journal.forget(writer);
+      return;
+    }
+    const where = { transferId: entry.request.id, writer, destination: entry.request.destination };
+    try {
+      // Confined again: the roots and connections of today decide what this node may touch.
+      const runnable = this.#o.policy.confine(entry.request, { access: false });
+      await this.#o.discard?.(runnable, writer);
+    } catch (err) {
+      if (SluiceError.isInstance(err) && UNREACHABLE_FOR_GOOD.has((err as SluiceError).code)) {
+        logger.warn(
+          { ...where, err },
+          'cannot remove what a fire-and-forget run left: this node may no longer reach its destination (remove it by hand)',
+        );
+        await journal.forget(writer);
+        return;
+      }
+      logger.warn({ ...where, err }, 'could not remove what a fire-and-forget run left; will try again');
+      return;
+    }
+    await journal.forget(writer);
+    logger.info(
+      { ...where, instanceId: entry.instanceId },
+      entry.instanceId === identity.instanceId
+        ? 'removed what an ended fire-and-forget run left'
+        : 'removed what a fire-and-forget run of a previous life left',
+    );
   }
 
   /**
