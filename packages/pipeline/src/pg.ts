@@ -87,3 +87,23 @@ export function isConnectionLoss(err: unknown): boolean {
     err.message === 'Client has encountered a connection error and is not queryable'
   );
 }
+
+/**
+ * Creates a table Sluice keeps in a database it writes (`CREATE TABLE IF NOT EXISTS name (columns)`), outside any
+ * transaction. `IF NOT EXISTS` does not make two sessions creating the table at one moment safe: the one that loses
+ * the race fails with a duplicate key of `pg_type` (23505) or a duplicate table (42P07) — several sinks opening a
+ * fresh destination database together did. Either means the table is there now.
+ *
+ * @example
+ * ```ts
+ * await createTableIfAbsent(client, 'sluice_sink_fences', 'writer text PRIMARY KEY, epoch bigint NOT NULL');
+ * ```
+ */
+export async function createTableIfAbsent(client: pg.Client, name: string, columns: string): Promise<void> {
+  try {
+    await client.query(`CREATE TABLE IF NOT EXISTS ${name} (${columns})`);
+  } catch (err) {
+    const code = (err as { code?: unknown }).code;
+    if (code !== '23505' && code !== '42P07') throw err;
+  }
+}

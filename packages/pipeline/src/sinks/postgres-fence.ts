@@ -1,9 +1,11 @@
 import { SinkError } from '@sluice/core';
 import type pg from 'pg';
-import { connectPostgres } from '../pg.js';
+import { connectPostgres, createTableIfAbsent } from '../pg.js';
 
 /** Writer → highest epoch that wrote, in the destination database: the fencing token checked where data lands. */
 export const SINK_FENCE_TABLE = 'sluice_sink_fences';
+/** Its columns: the writer (transfer id, or a fire-and-forget run's own) and the highest epoch that wrote. */
+export const SINK_FENCE_COLUMNS = 'writer text PRIMARY KEY, epoch bigint NOT NULL';
 
 /** The fence (and checkpoint) row's name of a sink: its transfer id and its DAG handle. */
 export function fenceWriter(writerId: string, handle: string): string {
@@ -63,9 +65,7 @@ export async function holdPostgresFence(options: HoldPostgresFenceOptions): Prom
       `SELECT set_config('lock_timeout', $1, false), set_config('idle_in_transaction_session_timeout', '10000ms', false)`,
       [`${Math.max(0, Math.floor(options.lockTimeoutMs ?? 30_000))}ms`],
     );
-    await client.query(
-      `CREATE TABLE IF NOT EXISTS ${SINK_FENCE_TABLE} (writer text PRIMARY KEY, epoch bigint NOT NULL)`,
-    );
+    await createTableIfAbsent(client, SINK_FENCE_TABLE, SINK_FENCE_COLUMNS);
     await client.query('BEGIN');
     // A higher epoch already there fences every writer this hold would: nothing to add, nothing to undo.
     await advanceFence(client, options.writer, options.epoch);

@@ -134,3 +134,46 @@ describe('PostgreSQL sink effects are fenced in the destination database', () =>
     }
   });
 });
+
+describe('sinks opening one fresh destination database at once', () => {
+  it('defect: two PostgreSQL sinks opening a fresh database at the same moment: one failed creating the checkpoint table (duplicate pg_type key)', async () => {
+    // Each round a new database: the race is between two `CREATE TABLE IF NOT EXISTS` of a table that is not there.
+    const outcomes: string[] = [];
+    for (let round = 0; round < 5; round++) {
+      const db = await createTestDatabase('sluice_pipeline_pgrace');
+      try {
+        const setup = new pg.Client({ connectionString: db.url });
+        await setup.connect();
+        await setup.query('CREATE TABLE dst (id int PRIMARY KEY, name text)');
+        await setup.end();
+        const sinks = ['a', 'b', 'c'].map((writer) =>
+          createPostgresSink({
+            handle: `dst.${writer}`,
+            url: db.url,
+            table: 'dst',
+            writerId: `race-${writer}`,
+            fence: { epoch: 1, finishing: async () => {} },
+          }),
+        );
+        try {
+          const settled = await Promise.allSettled(
+            sinks.map((sink) => sink.prepare({ decision: 'from-scratch', checkpoint: null })),
+          );
+          for (const s of settled) outcomes.push(s.status === 'fulfilled' ? 'opened' : String(s.reason));
+          // Every sink that opened writes and commits: the tables it needs are there.
+          await Promise.all(
+            sinks.map(async (sink, i) => {
+              await sink.write(upserts([round * 10 + i], 'x'));
+              await sink.commit(checkpoint(1));
+            }),
+          );
+        } finally {
+          await Promise.all(sinks.map((sink) => sink.close()));
+        }
+      } finally {
+        await db.drop();
+      }
+    }
+    expect(outcomes.filter((o) => o !== 'opened')).toEqual([]);
+  });
+});

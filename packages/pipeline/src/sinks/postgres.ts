@@ -2,9 +2,9 @@ import { type PipelineCheckpoint, PipelineCheckpointSchema, SinkError, StaleEpoc
 import type pg from 'pg';
 import type { RecordOp, Row } from '../ops.js';
 import { ownField, setOwnField } from '../own.js';
-import { connectPostgres, isConnectionLoss, primaryKeyOf, quoteIdent } from '../pg.js';
+import { connectPostgres, createTableIfAbsent, isConnectionLoss, primaryKeyOf, quoteIdent } from '../pg.js';
 import { type PipelineSink, type SinkFence, type SinkWriteResult, UNFENCED } from '../types.js';
-import { advanceFence, fenceWriter, SINK_FENCE_TABLE } from './postgres-fence.js';
+import { advanceFence, fenceWriter, SINK_FENCE_COLUMNS, SINK_FENCE_TABLE } from './postgres-fence.js';
 import { type ColumnValueWriter, columnValueWriter } from './postgres-geometry.js';
 import { upsertKeyProblem } from './postgres-key.js';
 import { isRecordRefusal, refusalReason } from './postgres-refusals.js';
@@ -164,12 +164,12 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
         `SELECT set_config('lock_timeout', $1, false), set_config('idle_in_transaction_session_timeout', $2, false)`,
         [`${Math.max(0, Math.floor(lockTimeoutMs))}ms`, `${Math.max(0, Math.floor(idleTimeoutMs))}ms`],
       );
-      await client.query(
-        `CREATE TABLE IF NOT EXISTS ${SINK_CHECKPOINT_TABLE} (writer text PRIMARY KEY, checkpoint jsonb NOT NULL, committed_at timestamptz NOT NULL DEFAULT now())`,
+      await createTableIfAbsent(
+        client,
+        SINK_CHECKPOINT_TABLE,
+        'writer text PRIMARY KEY, checkpoint jsonb NOT NULL, committed_at timestamptz NOT NULL DEFAULT now()',
       );
-      await client.query(
-        `CREATE TABLE IF NOT EXISTS ${SINK_FENCE_TABLE} (writer text PRIMARY KEY, epoch bigint NOT NULL)`,
-      );
+      await createTableIfAbsent(client, SINK_FENCE_TABLE, SINK_FENCE_COLUMNS);
       const cols = await client.query<{ column_name: string; type_oid: number }>(
         `SELECT a.attname AS column_name, a.atttypid::int AS type_oid FROM pg_attribute a
           WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,

@@ -5,7 +5,7 @@
  */
 import { SourceError } from '@sluice/core';
 import type pg from 'pg';
-import { quoteIdent } from '../../pg.js';
+import { createTableIfAbsent, quoteIdent } from '../../pg.js';
 
 /** The heartbeat table of a source that configures `heartbeat` without naming one. */
 export const DEFAULT_HEARTBEAT_TABLE = 'sluice_heartbeat';
@@ -13,13 +13,9 @@ export const DEFAULT_HEARTBEAT_TABLE = 'sluice_heartbeat';
 /** Creates the heartbeat table if absent (one row per slot: the last heartbeat write). */
 export async function createHeartbeatTable(client: pg.Client, table: string): Promise<void> {
   try {
-    await client.query(
-      `CREATE TABLE IF NOT EXISTS ${quoteIdent(table)} (slot text PRIMARY KEY, at timestamptz NOT NULL)`,
-    );
+    await createTableIfAbsent(client, quoteIdent(table), 'slot text PRIMARY KEY, at timestamptz NOT NULL');
   } catch (err) {
-    // Two sources creating it at once: one wins, the other sees a duplicate type/table.
-    if ((err as { code?: string }).code !== '23505' && (err as { code?: string }).code !== '42P07')
-      throw new SourceError(`Heartbeat table ${table}: ${(err as Error).message}`, { cause: err });
+    throw new SourceError(`Heartbeat table ${table}: ${(err as Error).message}`, { cause: err });
   }
 }
 
