@@ -5,7 +5,7 @@
  * unchanged, exactly once.
  */
 import { compareScalars, compileFilter, type Filter, type RecordOp, type SortDirection } from '@sluice/core';
-import type { TempDir } from '@sluice/testkit';
+import { type SeededRandom, seededRandom, type TempDir } from '@sluice/testkit';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ApiServer } from '../src/index.js';
 import { type FeedWriter, startFeedApi, startFeedWriter, tempDir } from './feed-harness.js';
@@ -81,7 +81,7 @@ describe('cursor walks under writes (HTTP)', () => {
     timeout: 180_000,
   }, async () => {
     dir = await tempDir('sluice-api-cursor-walks-');
-    const rng = prng(20260604);
+    const rng = seededRandom(20260604);
     let lastId = 0;
     const truth = new Map<number, Record<string, unknown>>();
     const initial = Array.from({ length: 40 }, () => randomItem(rng, ++lastId));
@@ -153,23 +153,7 @@ describe('cursor walks under writes (HTTP)', () => {
   });
 });
 
-/** A small deterministic PRNG, so a failure can be replayed from its seed. */
-function prng(seed: number) {
-  let s = seed >>> 0;
-  const next = () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  return {
-    int: (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)),
-    pick: <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)]!,
-    chance: (p: number) => next() < p,
-  };
-}
-type Rng = ReturnType<typeof prng>;
+type Rng = SeededRandom;
 
 /** Longer than an index key component's budget (keys truncated) and than what a cursor carries whole (48). */
 const LONG = 'L'.repeat(1_200);

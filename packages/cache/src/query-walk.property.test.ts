@@ -16,28 +16,12 @@ import {
   SluiceError,
   type SortDirection,
 } from '@sluice/core';
-import { tempDir } from '@sluice/testkit';
+import { type SeededRandom, seededRandom, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { openCacheManager } from './manager.js';
 import type { RwCache } from './rw-cache.js';
 
-/** A small deterministic PRNG, so a failure can be replayed from its seed. */
-function prng(seed: number) {
-  let s = seed >>> 0;
-  const next = () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  return {
-    int: (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)),
-    pick: <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)]!,
-    chance: (p: number) => next() < p,
-  };
-}
-type Rng = ReturnType<typeof prng>;
+type Rng = SeededRandom;
 
 const schema: CacheSchema = {
   fields: { id: 'integer', n: 'number', s: 'string', j: 'json', at: 'timestamp', cat: 'string' },
@@ -276,7 +260,7 @@ describe('page walks while records are written', () => {
     it(`never skips or repeats a record (seed ${seed}, cache.scanCap ${scanCap})`, {
       timeout: 120_000,
     }, async () => {
-      const rng = prng(seed);
+      const rng = seededRandom(seed);
       await using dir = await tempDir();
       await using caches = await openCacheManager(dir.path, { scanCap, maxLimit: 1000 });
       await using cache = await caches.create({ endpoint: 'walks', schema });

@@ -7,28 +7,11 @@ import {
   type RecordOp,
   type SortDirection,
 } from '@sluice/core';
-import { tempDir } from '@sluice/testkit';
+import { type SeededRandom, seededRandom, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { openCacheManager } from './manager.js';
 
-/** A small deterministic PRNG, so a failure can be replayed from its seed. */
-function prng(seed: number) {
-  let s = seed >>> 0;
-  const next = () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  return {
-    next,
-    int: (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)),
-    pick: <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)]!,
-    chance: (p: number) => next() < p,
-  };
-}
-type Rng = ReturnType<typeof prng>;
+type Rng = SeededRandom;
 
 const schema: CacheSchema = {
   fields: { id: 'integer', a: 'integer', b: 'number', s: 'string', flag: 'boolean', tags: 'json' },
@@ -150,7 +133,7 @@ describe('queries against a brute-force reference', () => {
   it('answers many random filters, orders, skips and cursors exactly like compileFilter + sort', {
     timeout: 90_000,
   }, async () => {
-    const rng = prng(20261202);
+    const rng = seededRandom(20261202);
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path, { scanCap: 1_000_000, maxLimit: 1000 });
     await using cache = await caches.create({ endpoint: 'prop', schema });

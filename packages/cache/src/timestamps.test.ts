@@ -7,7 +7,7 @@ import {
   parseQuery,
   type RecordOp,
 } from '@sluice/core';
-import { expectSluiceError, tempDir } from '@sluice/testkit';
+import { expectSluiceError, seededRandom, tempDir } from '@sluice/testkit';
 import { open } from 'lmdb';
 import { describe, expect, it } from 'vitest';
 import { openCacheManager } from './manager.js';
@@ -17,18 +17,6 @@ import { checkFilter } from './query-check.js';
 type Micros = bigint;
 
 const BASE: Micros = BigInt(Date.UTC(2026, 11, 5, 23, 33, 49, 737)) * 1000n + 383n; // 2026-12-05T23:33:49.737383Z
-
-/** A seeded generator, so a failure names a reproducible case. */
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const OFFSETS = ['Z', '+00:00', '+09:00', '-05:00', '+05:30', '-03:30', '+0100', null] as const;
 
@@ -106,7 +94,7 @@ describe('timestamp fields', () => {
     await using dir = await tempDir();
     await using caches = await openCacheManager(dir.path, { maxLimit: 1000 });
     await using cache = await caches.create({ endpoint: 'items', schema });
-    const random = rng(20261205);
+    const random = seededRandom(20261205).next;
     const rows: Row[] = [];
     const ops: RecordOp[] = [];
     for (let id = 0; id < 400; id++) {

@@ -33,6 +33,7 @@ export {
   spawnTs,
   tsxLoaderPath,
 } from './process.js';
+export { type SeededRandom, seededRandom } from './random.js';
 export { rawHttpExchange } from './raw-http.js';
 export { type TakenSlot, takeReplicationSlot } from './slot-taker.js';
 export {
