@@ -9,7 +9,7 @@ import {
   queryLimitsOf,
   type SluiceConfig,
 } from '@sluice/core';
-import { createLogger, listenError } from '@sluice/http';
+import { createLogger, DataDirAccess, listenError, prepareDataDir } from '@sluice/http';
 import type { Logger as PinoLogger } from 'pino';
 import { type ApiApp, buildApp } from './app.js';
 import { InFlight } from './in-flight.js';
@@ -65,6 +65,9 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
   let stopping = false;
   let registryRef: EndpointRegistry | null = null;
   try {
+    // It only reads the caches: a directory it may read but not write serves; one it may not read, or a file in
+    // its place, is CONFIG_INVALID naming dataDir rather than an fs stack from the cache's first mkdir.
+    prepareDataDir(dataDir, DataDirAccess.READ);
     const caches = (await openCacheManager(dataDir, {
       readOnly: true,
       logger: coreLogger,

@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ConfigError, isProcessAlive, readPidFile } from '@sluice/core';
+import { DataDirAccess, prepareDataDir } from '@sluice/http';
 
 /** What holds a data directory: the file naming the app-server process that writes its caches. */
 export const DATA_DIR_LOCK_FILE = 'app-server.pid';
@@ -76,7 +77,8 @@ function removeStaleUnderMutex(file: string): void {
  * ```
  */
 export function lockDataDir(dataDir: string): DataDirLock {
-  mkdirSync(dataDir, { recursive: true });
+  // A directory it may not write (or a file in its place) is the operator's to fix: CONFIG_INVALID naming dataDir.
+  prepareDataDir(dataDir, DataDirAccess.READ_WRITE);
   const file = join(dataDir, DATA_DIR_LOCK_FILE);
   for (let attempt = 0; attempt < 100; attempt++) {
     try {

@@ -10,6 +10,7 @@ export {
   runCli,
 } from './cli.js';
 export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.js';
+export { DataDirAccess, prepareDataDir } from './data-dir.js';
 export { atExpiry } from './expiry.js';
 export {
   JSON_MEDIA_TYPES,
