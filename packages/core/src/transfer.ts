@@ -193,7 +193,10 @@ export interface TransferRecord {
   /** Fencing epoch: increments on every change of owner. */
   epoch: number;
   leaseExpiresAt: Date | null;
-  /** Runs of the transfer so far: its first, and one more for every change of owner (a takeover or a resume). */
+  /**
+   * Runs of the transfer so far: its first, and one more for every owner that runs it again (a takeover or a resume).
+   * A terminate that takes a silent owner's transfer runs nothing and adds none (its epoch still moves on).
+   */
   attempts: number;
   /**
    * Retryable failures (a peer unreachable for now) since the transfer last saved progress: a run that ends on
