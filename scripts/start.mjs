@@ -10,9 +10,10 @@
 //
 // This file is the sequence; each step is a module of scripts/start/: settings (ports, paths), build (turbo),
 // servers (processes, health, stopping), progress (the first load), welcome (URLs and example queries).
-import { mkdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { prepareCities } from './prepare-quickstart-data.mjs';
 import { build } from './start/build.mjs';
+import { prepareDataDir } from './start/data-dir.mjs';
 import { bold, fail, number, red, say, shown } from './start/output.mjs';
 import { waitUntilServing } from './start/progress.mjs';
 import {
@@ -50,9 +51,9 @@ async function main() {
   } catch (err) {
     fail(err.message);
   }
+  prepareDataDir();
   await build();
   const total = prepareData();
-  mkdirSync(logDir, { recursive: true });
   stopOnSignals();
 
   say(`${bold('▸ start')}  app-server on ${appUrl}, api-server on ${apiUrl} (logs: ${shown(logDir)}/)`);

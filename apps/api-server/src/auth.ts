@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import {
   andFilters,
   type Filter,
@@ -8,7 +7,7 @@ import {
   SluiceError,
   UnauthorizedError,
 } from '@sluice/core';
-import { expiredTokenError, isExpiredJwt, parseBearer } from '@sluice/http';
+import { expiredTokenError, isExpiredJwt, parseBearer, tokenClient } from '@sluice/http';
 import { z } from 'zod';
 
 /**
@@ -117,7 +116,7 @@ export class TokenAuthenticator {
     try {
       const sub = (payload as { sub?: unknown }).sub;
       const subject = typeof sub === 'string' ? sub : null;
-      scope = scopeOf(claims.data, subject, clientOf(token, payload, subject), this.limits, expiresAt);
+      scope = scopeOf(claims.data, subject, tokenClient(token, payload), this.limits, expiresAt);
     } catch (err) {
       if (SluiceError.isInstance(err))
         throw new UnauthorizedError(`The bearer token's row filter is invalid: ${err.message}`);
@@ -135,17 +134,6 @@ export class TokenAuthenticator {
     if (!scope.allows(endpoint))
       throw new ForbiddenError(`The token does not grant access to endpoint "${endpoint}"`);
   }
-}
-
-/**
- * The client a token identifies: its subject, else its JWT id, else the token itself (hashed: the key is kept while
- * the client has feeds open, and the token is a credential).
- */
-function clientOf(token: string, payload: unknown, subject: string | null): string {
-  if (subject !== null) return `sub:${subject}`;
-  const jti = (payload as { jti?: unknown }).jti;
-  if (typeof jti === 'string') return `jti:${jti}`;
-  return `token:${createHash('sha256').update(token).digest('base64url').slice(0, 22)}`;
 }
 
 const FILTER_OBJECT = 'it must be a filter object (e.g. {"region": "eu"})';

@@ -13,6 +13,7 @@ import {
   SluiceError,
   ValidationError,
 } from '@sluice/core';
+import { addressClient } from '@sluice/http';
 import type { FastifyRequest } from 'fastify';
 import { OPEN_SCOPE, type TokenAuthenticator, type TokenScope } from './auth.js';
 import type { FeedGrant } from './changes/plugin.js';
@@ -117,9 +118,7 @@ export function endpointAccess(options: {
   const authorizeFeed = (request: FastifyRequest, name: string): FeedGrant => {
     const rowFilter = authorize(request, name);
     const scope = request.sluiceScope;
-    // The socket's peer, not a forwarded header: without auth nothing else says who a caller is, and a header
-    // the caller writes itself would let it be anyone.
-    const client = scope?.client ?? `address:${request.socket.remoteAddress ?? 'unknown'}`;
+    const client = scope?.client ?? addressClient(request.socket.remoteAddress);
     return { rowFilter, expiresAt: scope?.expiresAt ?? null, client };
   };
   const rowFilterFor = (authorization: string | string[] | undefined, name: string): Filter | undefined =>

@@ -236,6 +236,10 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
       bodyLimit: config.http.bodyBytes,
       pageSizeMax: config.http.pageSizeMax,
       auth,
+      streams: {
+        maxStreams: config.control.maxStreams,
+        maxStreamsPerClient: config.control.maxStreamsPerClient,
+      },
       coordinator: activeCoordinator,
       endpoints,
       switches: serving.onSwitch,

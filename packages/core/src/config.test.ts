@@ -58,7 +58,7 @@ describe('resolveConfig: defaults', () => {
         maxPerClient: 100,
       },
     },
-    control: {},
+    control: { maxStreams: 256, maxStreamsPerClient: 16 },
     transfers: {
       maxConcurrentTransfers: 4,
       queueSize: 100,
@@ -505,12 +505,37 @@ describe('resolveConfig: bad fields name their exact path', () => {
   });
 
   it('unknown fields at their own path', () => {
+    // A key close to a known one of its object names it (the message was `Unrecognized key: "stor"` alone).
     expect(configIssues({ stor: 'sqlite:x' })).toEqual([
-      { path: 'stor', message: 'Unrecognized key: "stor"' },
+      { path: 'stor', message: 'Unrecognized key: "stor"; did you mean "store"?' },
     ]);
     expect(configPaths({ api: { prot: 1 } })).toEqual(['api.prot']);
     expect(configPaths({ transfers: { leaseMS: 1000 } })).toEqual(['transfers.leaseMS']);
     expect(configPaths(withEndpoint({ primarykey: ['id'] }))).toEqual(['endpoints[0].primarykey']);
+  });
+
+  it('suggests the known key a misspelt one resembles, of its own object only', () => {
+    expect(configIssues({ transfers: { leaseMS: 1000 } })).toEqual([
+      { path: 'transfers.leaseMS', message: 'Unrecognized key: "leaseMS"; did you mean "leaseMs"?' },
+    ]);
+    expect(configIssues({ nats: { servrs: ['nats://127.0.0.1:4222'] } })).toContainEqual({
+      path: 'nats.servrs',
+      message: 'Unrecognized key: "servrs"; did you mean "servers"?',
+    });
+    // Nothing close: no guess (`ab` is two edits from `id`, too many for a two-letter key).
+    expect(configIssues({ node: { colour: 'blue', ab: 1 } })).toEqual([
+      { path: 'node.colour', message: 'Unrecognized key: "colour"' },
+      { path: 'node.ab', message: 'Unrecognized key: "ab"' },
+    ]);
+  });
+
+  it('a required key left out is said to be required, a wrong value is not', () => {
+    expect(configIssues({ endpoints: [{ name: 'c', source: { type: 'file', path: '/x' } }] })).toEqual([
+      { path: 'endpoints[0].primaryKey', message: 'is required (expected array)' },
+    ]);
+    expect(
+      configIssues({ endpoints: [{ name: 'c', source: { type: 'file', path: '/x' }, primaryKey: null }] }),
+    ).toEqual([{ path: 'endpoints[0].primaryKey', message: 'Invalid input: expected array, received null' }]);
   });
 
   it('several failures at once, in document order', () => {

@@ -34,6 +34,7 @@ const PUBLIC_RUNTIME_EXPORTS = [
   'EndpointStoppedError',
   'EndpointTimeoutError',
   'ErrorCode',
+  'fileInTheWay',
   'FORBIDDEN_KEYS',
   'FieldType',
   'FieldTypeSchema',

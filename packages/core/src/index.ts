@@ -204,6 +204,7 @@ export {
   SwitchCauseSchema,
   snapshottingDone,
 } from './events.js';
+export { fileInTheWay } from './file-in-the-way.js';
 export { filterConditions, MAX_FILTER_CONDITIONS } from './filter-size.js';
 export {
   canonicalJson,

@@ -85,7 +85,10 @@ export function natsClientOptions<A>(
   const key = input.key ?? 'nats';
   const result = NatsConfigSchema.safeParse(config);
   if (!result.success)
-    throw configErrorOf(result.error, { rename: (path) => (path === '(root)' ? key : `${key}.${path}`) });
+    throw configErrorOf(result.error, {
+      rename: (path) => (path === '(root)' ? key : `${key}.${path}`),
+      context: { schema: NatsConfigSchema, input: config },
+    });
   const parsed = result.data;
   const base = {
     name: input.name,

@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { isMissing, suggestKey } from './config-hints.js';
 import { ConfigError, type FieldIssue, InvalidQueryError, ValidationError } from './errors.js';
 
 /** At most this many issues are reported for one input (a hostile body can produce thousands). */
@@ -64,22 +65,42 @@ function messageOf(issue: ZodIssue): string {
   return issue.message;
 }
 
-function collect(issues: ZodIssue[], prefix: ReadonlyArray<PropertyKey>, out: FieldIssue[]): void {
+/**
+ * What was parsed, and with which schema: given, an unknown key names the known key it resembles and a key left
+ * out is said to be required. Configuration passes it (a file written by hand); request bodies do not.
+ */
+export interface IssueContext {
+  schema: z.ZodType;
+  input: unknown;
+}
+
+function collect(
+  issues: ZodIssue[],
+  prefix: ReadonlyArray<PropertyKey>,
+  out: FieldIssue[],
+  context: IssueContext | undefined,
+): void {
   for (const issue of issues) {
     if (out.length >= MAX_REPORTED_ISSUES) return;
     const here = [...prefix, ...issue.path];
     if (issue.code === 'unrecognized_keys') {
       for (const key of issue.keys.slice(0, MAX_REPORTED_ISSUES - out.length)) {
+        const likely = context ? suggestKey(context.schema, here, key) : undefined;
         out.push({
           path: formatPath([...here, key]),
-          message: `Unrecognized key: ${JSON.stringify(clip(key, MAX_SEGMENT_CHARS))}`,
+          message: `Unrecognized key: ${JSON.stringify(clip(key, MAX_SEGMENT_CHARS))}${likely ? `; did you mean ${JSON.stringify(likely)}?` : ''}`,
         });
       }
       continue;
     }
     const alternative = closestAlternative(issue);
     if (alternative) {
-      collect(alternative, here, out);
+      collect(alternative, here, out, context);
+      continue;
+    }
+    // zod reports a key left out as a value of the wrong type ("expected array, received undefined").
+    if (issue.code === 'invalid_type' && context && isMissing(context.input, here)) {
+      out.push({ path: formatPath(here), message: `is required (expected ${issue.expected})` });
       continue;
     }
     out.push({ path: formatPath(here), message: clip(messageOf(issue), MAX_MESSAGE_CHARS) });
@@ -91,9 +112,13 @@ function collect(issues: ZodIssue[], prefix: ReadonlyArray<PropertyKey>, out: Fi
  * (`api.prot`, not `api`); a failed union reports the alternative that matched the input's shape (so
  * `nats.servers`, not `nats`); messages are clipped and at most {@link MAX_REPORTED_ISSUES} issues are kept.
  */
-export function issuesOf(error: z.ZodError, prefix: ReadonlyArray<PropertyKey> = []): FieldIssue[] {
+export function issuesOf(
+  error: z.ZodError,
+  prefix: ReadonlyArray<PropertyKey> = [],
+  context?: IssueContext,
+): FieldIssue[] {
   const out: FieldIssue[] = [];
-  collect(error.issues, prefix, out);
+  collect(error.issues, prefix, out, context);
   return out;
 }
 
@@ -145,19 +170,29 @@ export function parseQueryOrThrow<S extends z.ZodType>(schema: S, input: unknown
 export function parseConfigOrThrow<S extends z.ZodType>(schema: S, input: unknown): z.output<S> {
   const result = schema.safeParse(input);
   if (result.success) return result.data;
-  throw configErrorOf(result.error);
+  throw configErrorOf(result.error, { context: { schema, input } });
 }
 
 /**
  * The {@link ConfigError} of a failed configuration parse: `before` (issues found ahead of the schema) first, then
  * the schema's, each path passed through `rename` (a value moved from an old key is blamed on the key as written).
+ * With `context` (the schema and what it parsed), a misspelt key names the key it resembles
+ * (`Unrecognized key: "indexs"; did you mean "indexes"?`) and a key left out says `is required`.
+ *
+ * @example
+ * ```ts
+ * const result = SluiceConfigSchema.safeParse(raw);
+ * if (!result.success) throw configErrorOf(result.error, { context: { schema: SluiceConfigSchema, input: raw } });
+ * ```
  */
 export function configErrorOf(
   error: z.ZodError | undefined,
-  options: { before?: FieldIssue[]; rename?: (path: string) => string } = {},
+  options: { before?: FieldIssue[]; rename?: (path: string) => string; context?: IssueContext } = {},
 ): ConfigError {
   const rename = options.rename ?? ((path: string) => path);
-  const fromSchema = error ? issuesOf(error).map((issue) => ({ ...issue, path: rename(issue.path) })) : [];
+  const fromSchema = error
+    ? issuesOf(error, [], options.context).map((issue) => ({ ...issue, path: rename(issue.path) }))
+    : [];
   const issues = [...(options.before ?? []), ...fromSchema].slice(0, MAX_REPORTED_ISSUES);
   const total = (options.before?.length ?? 0) + (error ? countIssues(error) : 0);
   return new ConfigError(summary('Invalid configuration', issues, total), issues, { cause: error });

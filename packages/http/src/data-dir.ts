@@ -1,6 +1,5 @@
-import { accessSync, constants, mkdirSync, statSync } from 'node:fs';
-import { dirname } from 'node:path';
-import { ConfigError } from '@sluice/core';
+import { accessSync, constants, mkdirSync } from 'node:fs';
+import { ConfigError, fileInTheWay } from '@sluice/core';
 
 /**
  * What a program does with its data directory: the app-server writes the caches (`read-write`), an api-server only
@@ -23,17 +22,6 @@ function refusal(err: unknown): string {
       return 'read-only file system (EROFS)';
     default:
       return message;
-  }
-}
-
-/** The nearest existing path at or above `path` when it is not a directory (what stops a mkdir), else null. */
-function fileInTheWay(path: string): string | null {
-  for (let at = path; ; at = dirname(at)) {
-    try {
-      return statSync(at).isDirectory() ? null : at;
-    } catch {
-      if (dirname(at) === at) return null;
-    }
   }
 }
 

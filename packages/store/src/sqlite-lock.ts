@@ -1,7 +1,8 @@
-import { mkdirSync, realpathSync } from 'node:fs';
+import { realpathSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { ConfigError, SluiceError, StoreUnavailableError } from '@sluice/core';
 import type Database from 'better-sqlite3';
+import { makeStoreDirectory } from './sqlite-directory.js';
 import { openSqliteDatabase } from './sqlite-driver.js';
 
 /** The companion file that claims a SQLite store: `<store file>.lock`, next to it. */
@@ -54,7 +55,7 @@ export function lockSqliteStore(path: string): SqliteStoreLock {
   let real: string;
   let db: Database.Database;
   try {
-    mkdirSync(dirname(path), { recursive: true });
+    makeStoreDirectory(path);
     real = realStorePath(path);
     // timeout 0: a held lock is an answer, not something to wait for.
     db = openSqliteDatabase(`${real}${SQLITE_LOCK_SUFFIX}`, { timeout: 0 });

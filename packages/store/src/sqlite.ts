@@ -1,9 +1,8 @@
-import { mkdirSync } from 'node:fs';
-import { dirname } from 'node:path';
 import { SluiceError, StoreUnavailableError } from '@sluice/core';
 import type Database from 'better-sqlite3';
 import { Kysely, type SqliteDatabase, SqliteDialect, type SqliteStatement } from 'kysely';
 import type { StoreDatabase } from './schema.js';
+import { makeStoreDirectory } from './sqlite-directory.js';
 import { openSqliteDatabase } from './sqlite-driver.js';
 
 export interface SqliteOptions {
@@ -55,7 +54,7 @@ class StatementCachingDatabase implements SqliteDatabase {
 export function openSqlite(path: string, options: SqliteOptions): Kysely<StoreDatabase> {
   let raw: Database.Database;
   try {
-    if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+    if (path !== ':memory:') makeStoreDirectory(path);
     raw = openSqliteDatabase(path, { timeout: options.busyTimeoutMs });
   } catch (err) {
     // A missing native addon (CONFIG_INVALID) is an install to fix, not an outage.

@@ -1,7 +1,7 @@
 import { type Logger, QueueFullError } from '@sluice/core';
+import { ClientSlots } from '@sluice/http';
 import { type Counter, Gauge, Counter as PromCounter, type Registry } from 'prom-client';
 import type { EndpointRegistry } from '../registry.js';
-import { ClientSlots } from './client-slots.js';
 import type { FeedFilter } from './feed-filter.js';
 import { GenerationFollower } from './follower.js';
 import { entryFrame, HEARTBEAT_FRAME } from './frames.js';

@@ -1,6 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { UnauthorizedError } from '@sluice/core';
-import { parseBearer } from '@sluice/http';
+import { parseBearer, tokenClient } from '@sluice/http';
 
 /** How a control-API caller proves who it is: a fixed token list and/or HS256 JWTs. */
 export interface AuthSettings {
@@ -9,11 +9,17 @@ export interface AuthSettings {
 }
 
 /**
- * What an accepted token grants: until when (epoch ms; `null` for a listed token or a JWT without `exp`). A request
- * that lasts — the endpoint stream — ends then, as any request after it would be refused.
+ * What an accepted token grants: until when (epoch ms; `null` for a listed token or a JWT without `exp`) — a request
+ * that lasts, the endpoint stream, ends then, as any request after it would be refused — and who holds it.
  */
 export interface BearerGrant {
   expiresAt: number | null;
+  /**
+   * The client the token identifies (`@sluice/http`'s `tokenClient`: `sub:<sub>`, else `jti:<jti>`, else a hash of
+   * the token), whose endpoint streams count against `control.maxStreamsPerClient`. A renewed JWT of one subject is
+   * the same client; each listed token is its own.
+   */
+  client: string;
 }
 
 declare module 'fastify' {
@@ -25,18 +31,16 @@ declare module 'fastify' {
 
 const digest = (value: string) => createHash('sha256').update(value).digest();
 
-/** A listed token does not expire (the list changes with a restart, which ends every connection anyway). */
-const LISTED: BearerGrant = { expiresAt: null };
-
 /**
  * Builds the bearer-token check: `verifyJwt` is given the token when it is not in the list, and answers its grant,
  * `null` when it is not valid, or throws the 401 that says why (`@sluice/http`'s `expiredTokenError`). Comparison of listed
- * tokens is constant-time.
+ * tokens is constant-time. A listed token does not expire (the list changes with a restart, which ends every
+ * connection anyway).
  *
  * @example
  * ```ts
  * const check = bearerCheck({ tokens: ['a-long-random-token-1234'] }, async () => null);
- * await check('Bearer a-long-random-token-1234'); // resolves { expiresAt: null }
+ * await check('Bearer a-long-random-token-1234'); // resolves { expiresAt: null, client: 'token:…' }
  * ```
  */
 export function bearerCheck(
@@ -47,15 +51,19 @@ export function bearerCheck(
   return async (authorization) => {
     const token = parseBearer(authorization);
     const candidate = digest(token);
-    if (allowed.some((known) => timingSafeEqual(known, candidate))) return LISTED;
+    if (allowed.some((known) => timingSafeEqual(known, candidate)))
+      return { expiresAt: null, client: tokenClient(token, null) };
     const grant = verifyJwt ? await verifyJwt(token) : null;
     if (grant) return grant;
     throw new UnauthorizedError('The bearer token is not valid');
   };
 }
 
-/** The grant of a verified JWT's claims: `exp` (seconds) as epoch ms. */
-export function jwtGrant(claims: unknown): BearerGrant {
+/** The grant of a verified JWT (`token`) from its claims: `exp` (seconds) as epoch ms, and its client. */
+export function jwtGrant(token: string, claims: unknown): BearerGrant {
   const exp = (claims as { exp?: unknown } | null)?.exp;
-  return { expiresAt: typeof exp === 'number' && Number.isFinite(exp) ? exp * 1000 : null };
+  return {
+    expiresAt: typeof exp === 'number' && Number.isFinite(exp) ? exp * 1000 : null,
+    client: tokenClient(token, claims),
+  };
 }

@@ -4,14 +4,13 @@ import {
   type EndpointStatus,
   type EndpointStreamEvent,
   type EndpointWatchView,
-  ErrorCode,
   type GenerationsView,
-  SluiceError,
+  QueueFullError,
 } from '@sluice/core';
-import { atExpiry } from '@sluice/http';
+import { addressClient, atExpiry, ClientSlots } from '@sluice/http';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
-import { Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import { z } from 'zod';
 import { CONTROL_PROBLEMS, EndpointStreamResponse, ProblemSchema } from './control-responses.js';
 
@@ -31,11 +30,26 @@ export interface EndpointStreamOptions {
   sampleMs?: number;
   /** Heartbeat comment interval unless the request asks for another (default 15 000 ms). */
   heartbeatMs?: number;
-  /** Streams open at once (default 256); more are refused with 429 QUEUE_FULL. */
-  maxSubscribers?: number;
-  /** Where `sluice_endpoint_stream_watchers` (streams open now) is reported; none when absent. */
+  /** Streams open at once (`control.maxStreams`, default 256); more are refused with 429 QUEUE_FULL. */
+  maxStreams?: number;
+  /**
+   * Streams of one client open at once (`control.maxStreamsPerClient`, default 16); more are refused with 429
+   * QUEUE_FULL, so that one client cannot take every slot of `maxStreams`.
+   */
+  maxStreamsPerClient?: number;
+  /**
+   * Where `sluice_endpoint_stream_watchers` (streams open now) and `sluice_endpoint_stream_refusals_total` are
+   * reported; none when absent.
+   */
   metrics?: Registry;
 }
+
+/** Seconds a refused watcher is told to wait (`retry-after`): streams close at the pace of their clients. */
+const RETRY_AFTER_SECONDS = 5;
+
+/** Which bound refused a watcher, as the refusals metric labels it. */
+export const StreamBound = { server: 'server', client: 'client' } as const;
+export type StreamBound = (typeof StreamBound)[keyof typeof StreamBound];
 
 /** A watcher that stops reading is cut off once this much is waiting in its socket. */
 const MAX_BUFFERED_BYTES = 4 * 1024 * 1024;
@@ -53,6 +67,8 @@ function frame(event: EndpointStreamEvent): string {
 
 interface Watcher {
   res: ServerResponse;
+  /** Whose slot it holds (`ClientSlots`): the bearer token's client, or the remote address without auth. */
+  client: string;
   heartbeat: NodeJS.Timeout;
   /** Cancels the end at the token's expiry (a no-op without one). */
   cancelExpiry: () => void;
@@ -61,12 +77,15 @@ interface Watcher {
 /**
  * The host's endpoints as one picture (status + generations + alias history per endpoint), pushed to every
  * watcher when any of it changes: sampled every `sampleMs` while at least one watcher is connected (one sampling
- * for all of them), and at once after an alias switch, which is also pushed as its own `switch` event.
+ * for all of them), and at once after an alias switch, which is also pushed as its own `switch` event. At most
+ * `maxStreams` watchers, and `maxStreamsPerClient` of one client: ask {@link EndpointWatchHub.refusal} first.
  *
  * @example
  * ```ts
  * const hub = new EndpointWatchHub({ endpoints, switches: serving.onSwitch }, app.log);
- * hub.watch(reply.raw, 15_000);
+ * const refused = hub.refusal('sub:console');
+ * if (refused) throw refused;
+ * hub.watch(reply.raw, 15_000, null, 'sub:console');
  * await hub.close();
  * ```
  */
@@ -76,6 +95,9 @@ export class EndpointWatchHub {
   readonly #sampleMs: number;
   readonly #log: FastifyBaseLogger;
   readonly #unsubscribe: () => void;
+  readonly #maxStreams: number;
+  readonly #slots: ClientSlots;
+  readonly #refusals: Counter<'limit'> | null;
   #timer: NodeJS.Timeout | null = null;
   /** The last picture sent (its JSON), so an unchanged sample sends nothing. */
   #last: string | null = null;
@@ -87,7 +109,42 @@ export class EndpointWatchHub {
     this.#endpoints = options.endpoints;
     this.#sampleMs = options.sampleMs ?? 500;
     this.#log = log;
+    this.#maxStreams = options.maxStreams ?? 256;
+    this.#slots = new ClientSlots(options.maxStreamsPerClient ?? 16);
+    this.#refusals = options.metrics
+      ? new Counter({
+          name: 'sluice_endpoint_stream_refusals_total',
+          help: 'Endpoint streams refused 429: the node had control.maxStreams open (limit="server") or the client control.maxStreamsPerClient (limit="client")',
+          labelNames: ['limit'],
+          registers: [options.metrics],
+        })
+      : null;
+    for (const limit of Object.values(StreamBound)) this.#refusals?.inc({ limit }, 0);
     this.#unsubscribe = options.switches((event) => this.#onSwitch(event));
+  }
+
+  /**
+   * Why `client` may open no stream now — the node has `maxStreams` open or is closing, or the client has
+   * `maxStreamsPerClient` — as the 429 to answer (counted), or null when it may.
+   */
+  refusal(client: string): QueueFullError | null {
+    if (this.#closed || this.#watchers.size >= this.#maxStreams) {
+      this.#refusals?.inc({ limit: StreamBound.server });
+      return new QueueFullError(
+        RETRY_AFTER_SECONDS,
+        'This app-server has as many endpoint streams open as it accepts; retry later',
+        { limit: 'control.maxStreams', max: this.#maxStreams },
+      );
+    }
+    if (this.#slots.isFull(client)) {
+      this.#refusals?.inc({ limit: StreamBound.client });
+      return new QueueFullError(
+        RETRY_AFTER_SECONDS,
+        `This client has ${this.#slots.maxPerClient} endpoint streams open on this app-server, as many as one client may; close one or retry later`,
+        { limit: 'control.maxStreamsPerClient', max: this.#slots.maxPerClient },
+      );
+    }
+    return null;
   }
 
   get size(): number {
@@ -101,11 +158,17 @@ export class EndpointWatchHub {
   /**
    * Starts a watcher on a response whose headers are written: the current picture first, then changes — until
    * `expiresAt` (epoch ms) when its bearer token expires then: a JWT cannot be revoked, so a stream outliving its
-   * token would go on showing the host to whoever held it.
+   * token would go on showing the host to whoever held it. It holds one of `client`'s slots until it ends.
    */
-  async watch(res: ServerResponse, heartbeatMs: number, expiresAt: number | null = null): Promise<void> {
+  async watch(
+    res: ServerResponse,
+    heartbeatMs: number,
+    expiresAt: number | null,
+    client: string,
+  ): Promise<void> {
     const watcher: Watcher = {
       res,
+      client,
       heartbeat: setInterval(() => this.#send(watcher, HEARTBEAT_FRAME), heartbeatMs),
       cancelExpiry:
         expiresAt === null
@@ -117,6 +180,7 @@ export class EndpointWatchHub {
             }),
     };
     this.#watchers.add(watcher);
+    this.#slots.take(client);
     res.on('close', () => this.#drop(watcher));
     this.#send(watcher, RETRY_FRAME);
     try {
@@ -212,7 +276,9 @@ export class EndpointWatchHub {
   #drop(watcher: Watcher): void {
     clearInterval(watcher.heartbeat);
     watcher.cancelExpiry();
+    // Dropped from every path (close, cut-off, expiry, shutdown), once: the client's slot is given back once.
     if (!this.#watchers.delete(watcher)) return;
+    this.#slots.give(watcher.client);
     if (this.#watchers.size === 0 && this.#timer) {
       clearInterval(this.#timer);
       this.#timer = null;
@@ -249,7 +315,6 @@ export async function endpointStreamRoutes(
   options: EndpointStreamOptions,
 ): Promise<void> {
   const hub = new EndpointWatchHub(options, app.log);
-  const maxSubscribers = options.maxSubscribers ?? 256;
   const defaultHeartbeatMs = options.heartbeatMs ?? 15_000;
   // Streams never end on their own: end them before the server waits for its connections to close.
   app.addHook('preClose', async () => hub.close());
@@ -272,19 +337,18 @@ export async function endpointStreamRoutes(
         description:
           '`event: endpoints` `{endpoints: [...]}`: every endpoint of this host as `GET /v1/endpoints` reports it, with `generations` and `history` as `GET /v1/endpoints/:name/generations`; sent on connect and whenever any of it changes. `event: switch` `{endpoint, from, to, cause, version, at}`: an alias switch of this host. `: heartbeat` comments every `heartbeatMs`. A stream opened with a JWT ends at its `exp` (reconnecting with it is a 401).',
         querystring: StreamQuery,
-        // 429 QUEUE_FULL: as many streams open as it accepts (retry-after).
+        // 429 QUEUE_FULL (retry-after): as many streams open as `control.maxStreams`, or of this client as
+        // `control.maxStreamsPerClient` (the problem's `limit` names which).
         response: { 200: EndpointStreamResponse, ...CONTROL_PROBLEMS, 429: ProblemSchema },
       },
     },
     async (request, reply) => {
-      if (hub.isClosed || hub.size >= maxSubscribers) {
-        reply.header('retry-after', '5');
-        throw new SluiceError({
-          code: ErrorCode.QUEUE_FULL,
-          message: 'This app-server has as many endpoint streams open as it accepts; retry later',
-          details: { retryAfterSeconds: 5 },
-        });
-      }
+      // The token's client with control.auth; without it (or on an open path) the socket's peer.
+      const client = request.bearerGrant?.client ?? addressClient(request.socket.remoteAddress);
+      const refused = hub.refusal(client);
+      // problemDetailsPlugin answers it with `retry-after`. Nothing awaits from here to `hub.watch`, which takes
+      // the slot: no other request of this client slips in between.
+      if (refused) throw refused;
       reply.hijack();
       const res = reply.raw;
       res.writeHead(200, {
@@ -303,6 +367,7 @@ export async function endpointStreamRoutes(
         res,
         request.query.heartbeatMs ?? defaultHeartbeatMs,
         request.bearerGrant?.expiresAt ?? null,
+        client,
       );
       return reply;
     },

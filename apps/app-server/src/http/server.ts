@@ -55,6 +55,8 @@ export interface ServerOptions {
   bodyLimit: number;
   pageSizeMax: number;
   auth: AuthSettings | undefined;
+  /** Bounds of the endpoint stream: `control.maxStreams`, and `control.maxStreamsPerClient` for one client. */
+  streams: { maxStreams: number; maxStreamsPerClient: number };
   coordinator: TransferCoordinator;
   endpoints: EndpointManager;
   /** This host's alias switches, pushed to the endpoint stream as they happen. */
@@ -138,7 +140,7 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
       jwtSecret
         ? async (token) => {
             try {
-              return jwtGrant(app.jwt.verify(token));
+              return jwtGrant(token, app.jwt.verify(token));
             } catch (err) {
               if (isExpiredJwt(err)) throw expiredTokenError();
               return null;
@@ -311,6 +313,8 @@ export async function buildServer(options: ServerOptions): Promise<FastifyInstan
     endpoints: options.endpoints,
     switches: options.switches,
     metrics: options.metrics.registry,
+    maxStreams: options.streams.maxStreams,
+    maxStreamsPerClient: options.streams.maxStreamsPerClient,
   });
   await app.register(consoleRoutes, {
     dir: options.consoleDir === undefined ? consoleAssetsDir() : options.consoleDir,

@@ -12,5 +12,17 @@ export const ControlAuthSchema = z
   });
 
 /** `control`: the app-server's control API. */
-export const ControlConfigSchema = z.strictObject({ auth: ControlAuthSchema.optional() }).prefault({});
+export const ControlConfigSchema = z
+  .strictObject({
+    auth: ControlAuthSchema.optional(),
+    /** Most endpoint streams (`GET /v1/endpoints/stream`) open at once per app-server (more → 429 `QUEUE_FULL`). */
+    maxStreams: z.number().int().min(1).max(100_000).default(256),
+    /**
+     * Most endpoint streams of one client per app-server (more → 429 `QUEUE_FULL`), so that one client opening
+     * streams in a loop cannot take every slot of `maxStreams`. A client is the bearer token's `sub` (else its
+     * `jti`, else the token itself) with `control.auth`, the remote address without it.
+     */
+    maxStreamsPerClient: z.number().int().min(1).max(100_000).default(16),
+  })
+  .prefault({});
 export type ControlConfig = z.output<typeof ControlConfigSchema>;

@@ -84,6 +84,7 @@ export function parseConfig(raw: unknown, env: Record<string, string | undefined
     throw configErrorOf(result.success ? undefined : result.error, {
       before: moved.issues,
       rename: (path) => moved.writtenAt.get(path) ?? path,
+      context: { schema: SluiceConfigSchema, input: moved.raw },
     });
   const config = result.data;
   if (config.node.advertisedUrl === undefined) {
