@@ -7,43 +7,21 @@
  * Root passes every permission check, so the permission cases run the api-server as root without the
  * capabilities that bypass them (`setpriv --bounding-set`): the directory's own mode decides, as for a service user.
  */
-import { spawnSync } from 'node:child_process';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   type ChildHandle,
   freePort,
-  spawnProcess,
   spawnTs,
+  spawnTsWithoutFileCapabilities,
   tempDir,
-  tsxLoaderPath,
   waitFor,
 } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { API_BIN } from './helpers.js';
 
-/** Only root can drop root's file capabilities, and only root makes the point (chmod does not stop root). */
-const canDropCapabilities = process.getuid?.() === 0 && spawnSync('setpriv', ['--version']).status === 0;
-
 function withoutFileCapabilities(configFile: string, cwd: string): ChildHandle {
-  if (!canDropCapabilities)
-    throw new Error(
-      "this test drops root's file capabilities from the api-server: it needs root and setpriv (util-linux)",
-    );
-  return spawnProcess(
-    'setpriv',
-    [
-      '--bounding-set=-dac_override,-dac_read_search,-fowner',
-      process.execPath,
-      '--conditions=@sluice/source',
-      '--import',
-      tsxLoaderPath(),
-      API_BIN,
-      '--config',
-      configFile,
-    ],
-    { cwd },
-  );
+  return spawnTsWithoutFileCapabilities(API_BIN, ['--config', configFile], { cwd });
 }
 
 async function configWith(dir: string, dataDir: string, port = 0): Promise<string> {

@@ -6,35 +6,14 @@
  * Root passes every permission check, so the permission cases run the app-server as root without the
  * capabilities that bypass them (`setpriv --bounding-set`): the directory's own mode decides, as for a service user.
  */
-import { spawnSync } from 'node:child_process';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { type ChildHandle, spawnProcess, spawnTs, tempDir, tsxLoaderPath } from '@sluice/testkit';
+import { type ChildHandle, spawnTs, spawnTsWithoutFileCapabilities, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { BIN } from './helpers.js';
 
-/** Only root can drop root's file capabilities, and only root makes the point (chmod does not stop root). */
-const canDropCapabilities = process.getuid?.() === 0 && spawnSync('setpriv', ['--version']).status === 0;
-
 function withoutFileCapabilities(configFile: string, cwd: string): ChildHandle {
-  if (!canDropCapabilities)
-    throw new Error(
-      "this test drops root's file capabilities from the app-server: it needs root and setpriv (util-linux)",
-    );
-  return spawnProcess(
-    'setpriv',
-    [
-      '--bounding-set=-dac_override,-dac_read_search,-fowner',
-      process.execPath,
-      '--conditions=@sluice/source',
-      '--import',
-      tsxLoaderPath(),
-      BIN,
-      '--config',
-      configFile,
-    ],
-    { cwd },
-  );
+  return spawnTsWithoutFileCapabilities(BIN, ['--config', configFile], { cwd });
 }
 
 async function configWith(dir: string, dataDir: string): Promise<string> {

@@ -6,10 +6,9 @@ import type { SluiceEvent, SwitchOutcome } from '@sluice/core';
 import {
   type ChildHandle,
   freePort,
-  spawnProcess,
   spawnTs,
+  spawnTsWithoutFileCapabilities,
   sql,
-  tsxLoaderPath,
   waitFor,
 } from '@sluice/testkit';
 
@@ -189,21 +188,11 @@ export async function startNodeProcess(spec: NodeSpec): Promise<NodeProcess> {
           env: spec.env ?? {},
           nodeArgs: spec.nodeArgs ?? [],
         })
-      : spawnProcess(
-          'setpriv',
-          [
-            '--bounding-set=-dac_override,-dac_read_search,-fowner',
-            process.execPath,
-            ...(spec.nodeArgs ?? []),
-            '--conditions=@sluice/source',
-            '--import',
-            tsxLoaderPath(),
-            BIN,
-            '--config',
-            configFile,
-          ],
-          { cwd: spec.dir, env: spec.env ?? {} },
-        );
+      : spawnTsWithoutFileCapabilities(BIN, ['--config', configFile], {
+          cwd: spec.dir,
+          env: spec.env ?? {},
+          nodeArgs: spec.nodeArgs ?? [],
+        });
   try {
     if ((spec.logLevel ?? 'info') === 'info') await child.waitForLine(/app-server ready/, 60_000);
     else

@@ -1,34 +1,24 @@
-import { spawnSync } from 'node:child_process';
 import { chmod, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { freePort, spawnProcess, tempDir } from '@sluice/testkit';
+import { freePort, spawnWithoutFileCapabilities, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { repoRoot } from '../src/paths.js';
 
 // `pnpm start` with a SLUICE_DATA_DIR its user may not write, as a new user meets it. Root passes every permission
 // check, so the quick start runs as root without the capabilities that bypass them (`setpriv --bounding-set`): the
 // directory's own mode decides, as for an ordinary user.
-const canDropCapabilities = process.getuid?.() === 0 && spawnSync('setpriv', ['--version']).status === 0;
 
 describe('pnpm start with a data directory it cannot use', () => {
   it('defect: an unwritable SLUICE_DATA_DIR made pnpm start print "pnpm start failed:" and a stack', async () => {
-    if (!canDropCapabilities)
-      throw new Error(
-        "this test drops root's file capabilities from the quick start: it needs root and setpriv",
-      );
     await using dir = await tempDir('sluice-e2e-start-data-dir-');
     await chmod(dir.path, 0o755);
     const readOnly = join(dir.path, 'read-only');
     await mkdir(readOnly);
     await chmod(readOnly, 0o555);
 
-    await using start = spawnProcess(
-      'setpriv',
-      [
-        '--bounding-set=-dac_override,-dac_read_search,-fowner',
-        process.execPath,
-        join(repoRoot, 'scripts/start.mjs'),
-      ],
+    await using start = spawnWithoutFileCapabilities(
+      process.execPath,
+      [join(repoRoot, 'scripts/start.mjs')],
       {
         cwd: repoRoot,
         env: {

@@ -21,8 +21,11 @@ export async function connectPostgres(url: string): Promise<pg.Client> {
     types: types as never,
     connectionTimeoutMillis: 10_000,
   });
+  // A dropped connection surfaces on the next query. Listening before `connect`: a server shutting down (`pg_ctl
+  // restart -m fast`) can send its FATAL 57P01 in the same read as the ReadyForQuery that resolves `connect`, and the
+  // client emits it before any code after `await client.connect()` runs — with no listener, an uncaught exception.
+  client.on('error', () => {});
   await client.connect();
-  client.on('error', () => {}); // a dropped connection surfaces on the next query
   return client;
 }
 
@@ -91,8 +94,9 @@ export function isConnectionLoss(err: unknown): boolean {
 /**
  * Creates a table Sluice keeps in a database it writes (`CREATE TABLE IF NOT EXISTS name (columns)`), outside any
  * transaction. `IF NOT EXISTS` does not make two sessions creating the table at one moment safe: the one that loses
- * the race fails with a duplicate key of `pg_type` (23505) or a duplicate table (42P07) — several sinks opening a
- * fresh destination database together did. Either means the table is there now.
+ * the race fails with a duplicate key of `pg_type` (23505), a duplicate table (42P07) or type "already exists"
+ * (42710, duplicate_object) — several sinks opening a fresh destination database together did. Each means the table
+ * is there now.
  *
  * @example
  * ```ts
@@ -104,6 +108,6 @@ export async function createTableIfAbsent(client: pg.Client, name: string, colum
     await client.query(`CREATE TABLE IF NOT EXISTS ${name} (${columns})`);
   } catch (err) {
     const code = (err as { code?: unknown }).code;
-    if (code !== '23505' && code !== '42P07') throw err;
+    if (code !== '23505' && code !== '42P07' && code !== '42710') throw err;
   }
 }

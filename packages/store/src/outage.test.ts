@@ -294,14 +294,20 @@ describe.each(DIALECTS)('the database going away on %s', (dialect) => {
       expect(Date.now() - started).toBeLessThan(5_000);
     });
   } else {
-    it('an unopenable SQLite path → STORE_UNAVAILABLE at open', async () => {
+    it('an unopenable SQLite path → STORE_UNAVAILABLE at open; a file in the way of its directory → CONFIG_INVALID naming it', async () => {
       await using dir = await tempDir('sluice-store-bad-');
       const file = join(dir.path, 'a-file');
       await writeFile(file, 'not a directory');
-      for (const url of [`sqlite:${file}/store.db`, `sqlite:${dir.path}`, `sqlite:${file}`]) {
+      for (const url of [`sqlite:${dir.path}`, `sqlite:${file}`]) {
         const err = await openStore(url).catch((e: unknown) => e);
         expect(SluiceError.hasCode(err, 'STORE_UNAVAILABLE'), `${url}: ${String(err)}`).toBe(true);
       }
+      // Not an outage to wait out but a mistake in `store` (sqlite-directory.ts).
+      const below = await openStore(`sqlite:${file}/store.db`).catch((e: unknown) => e);
+      expect(SluiceError.hasCode(below, 'CONFIG_INVALID'), String(below)).toBe(true);
+      expect(String((below as Error).message)).toContain(
+        `${file} is a file, in the way of the store's directory`,
+      );
     });
   }
 });

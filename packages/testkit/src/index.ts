@@ -31,6 +31,8 @@ export {
   type SpawnOptions,
   spawnProcess,
   spawnTs,
+  spawnTsWithoutFileCapabilities,
+  spawnWithoutFileCapabilities,
   tsxLoaderPath,
 } from './process.js';
 export { type SeededRandom, seededRandom } from './random.js';

@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 
@@ -228,6 +228,56 @@ export function tsxLoaderPath(): string {
  */
 export function spawnTs(file: string, args: string[] = [], options: SpawnOptions = {}): ChildHandle {
   return spawnProcess(
+    process.execPath,
+    [...(options.nodeArgs ?? []), '--conditions=@sluice/source', '--import', tsxLoaderPath(), file, ...args],
+    options,
+  );
+}
+
+/** The capabilities that let root pass every file-permission check (`setpriv` names them without the `CAP_` prefix). */
+const FILE_CAPABILITIES = ['dac_override', 'dac_read_search', 'fowner'];
+
+/** Whether this process can run a child as root without {@link FILE_CAPABILITIES}: it is root, and has `setpriv`. */
+function canDropFileCapabilities(): boolean {
+  return process.getuid?.() === 0 && spawnSync('setpriv', ['--version']).status === 0;
+}
+
+/**
+ * Spawns `command` as root without the capabilities that let root pass file-permission checks (`setpriv
+ * --bounding-set`), so a file's or directory's own mode decides — as it does for a service user (chmod does not stop
+ * root). Throws when this process is not root or `setpriv` (util-linux) is missing: such a test must not pass by
+ * testing nothing.
+ *
+ * @example
+ * ```ts
+ * await chmod(dataDir, 0o555);
+ * await using server = spawnWithoutFileCapabilities(process.execPath, ['dist/bin.js', '--config', file]);
+ * expect((await server.exited).code).toBe(1);
+ * ```
+ */
+export function spawnWithoutFileCapabilities(
+  command: string,
+  args: string[],
+  options: SpawnOptions = {},
+): ChildHandle {
+  if (!canDropFileCapabilities())
+    throw new Error(
+      `a test drops root's file capabilities from ${command}: it needs to run as root, with setpriv (util-linux)`,
+    );
+  return spawnProcess(
+    'setpriv',
+    [`--bounding-set=${FILE_CAPABILITIES.map((c) => `-${c}`).join(',')}`, command, ...args],
+    options,
+  );
+}
+
+/** {@link spawnTs} without root's file capabilities (see {@link spawnWithoutFileCapabilities}). */
+export function spawnTsWithoutFileCapabilities(
+  file: string,
+  args: string[] = [],
+  options: SpawnOptions = {},
+): ChildHandle {
+  return spawnWithoutFileCapabilities(
     process.execPath,
     [...(options.nodeArgs ?? []), '--conditions=@sluice/source', '--import', tsxLoaderPath(), file, ...args],
     options,
