@@ -81,20 +81,34 @@ async function setup(options: { discardFails?: () => boolean } = {}) {
     await store[Symbol.asyncDispose]();
     await dir[Symbol.asyncDispose]();
   };
-  return { fireAndForget, journal, request, discarded, finishers, entries, logger, root, dispose };
+  /** Journals a run of an earlier process of this node (what a sweep removes). */
+  const recordDead = (request: TransferRequest) =>
+    journal.record({
+      writer: DEAD_WRITER,
+      nodeId: 'n1',
+      instanceId: 'n1-before',
+      startedAt: new Date().toISOString(),
+      request,
+    });
+  return {
+    fireAndForget,
+    journal,
+    request,
+    recordDead,
+    discarded,
+    finishers,
+    entries,
+    logger,
+    root,
+    dispose,
+  };
 }
 
 describe('the fire-and-forget journal', () => {
   it('removes what a run of a previous process left and forgets it; never touches a run of this process still going', async () => {
     const t = await setup();
     try {
-      await t.journal.record({
-        writer: DEAD_WRITER,
-        nodeId: 'n1',
-        instanceId: 'n1-before',
-        startedAt: new Date().toISOString(),
-        request: t.request('dead'),
-      });
+      await t.recordDead(t.request('dead'));
       t.fireAndForget.submit(t.request('running'), IDENTITY);
       await waitFor(async () => (await t.entries()).length === 2, {
         what: 'the running run to be journaled',
@@ -129,13 +143,7 @@ describe('the fire-and-forget journal', () => {
     let down = true;
     const t = await setup({ discardFails: () => down });
     try {
-      await t.journal.record({
-        writer: DEAD_WRITER,
-        nodeId: 'n1',
-        instanceId: 'n1-before',
-        startedAt: new Date().toISOString(),
-        request: t.request('dead'),
-      });
+      await t.recordDead(t.request('dead'));
       await t.fireAndForget.sweepLeftovers();
       expect(await t.entries()).toEqual([`${DEAD_WRITER}.json`]);
       expect(t.logger.warnings().map((e) => e.msg)).toContain(
@@ -153,13 +161,7 @@ describe('the fire-and-forget journal', () => {
   it('forgets, with a warning, an entry outside the roots of today and one cut short by a crash', async () => {
     const t = await setup();
     try {
-      await t.journal.record({
-        writer: DEAD_WRITER,
-        nodeId: 'n1',
-        instanceId: 'n1-before',
-        startedAt: new Date().toISOString(),
-        request: t.request('moved', '/elsewhere/moved.out.jsonl'),
-      });
+      await t.recordDead(t.request('moved', '/elsewhere/moved.out.jsonl'));
       const cutShort = 'fire-and-forget.5d1f0a54-3c8e-4f55-8f0b-6a9b1e2d3c4f';
       await writeFile(join(t.journal.directory, `${cutShort}.json`), '{"writer":"fire-and-fo');
       // Not a journal file: left alone.
