@@ -1,5 +1,12 @@
+import { ErrorCode, QueueFullError } from '@sluice/core';
 import { describe, expect, it } from 'vitest';
-import { addressClient, ClientSlots, tokenClient } from './client-slots.js';
+import {
+  addressClient,
+  ClientSlots,
+  StreamAdmission,
+  type StreamBound,
+  tokenClient,
+} from './client-slots.js';
 
 describe('ClientSlots', () => {
   it('bounds each client on its own and gives a slot back per close', () => {
@@ -35,5 +42,49 @@ describe('tokenClient / addressClient', () => {
     expect(tokenClient('another-long-random-token', null)).not.toBe(listed);
     expect(addressClient('127.0.0.2')).toBe('address:127.0.0.2');
     expect(addressClient(undefined)).toBe('address:unknown');
+  });
+});
+
+describe('StreamAdmission', () => {
+  function admission(refused: StreamBound[]) {
+    return new StreamAdmission({
+      streams: 'change feeds',
+      process: 'api-server',
+      max: { value: 3, setting: 'api.changes.maxSubscribers' },
+      perClient: { value: 2, setting: 'api.changes.maxPerClient' },
+      retryAfterSeconds: 5,
+      onRefusal: (bound) => refused.push(bound),
+    });
+  }
+
+  it('refuses a client at its own bound while others still open, naming the bound that refused', () => {
+    const refused: StreamBound[] = [];
+    const streams = admission(refused);
+    streams.take('a');
+    streams.take('a');
+    const byClient = streams.refusal('a', 2, false);
+    expect(byClient).toBeInstanceOf(QueueFullError);
+    expect([byClient?.code, byClient?.retryAfterSeconds, byClient?.details]).toEqual([
+      ErrorCode.QUEUE_FULL,
+      5,
+      { retryAfterSeconds: 5, limit: 'api.changes.maxPerClient', max: 2 },
+    ]);
+    expect(byClient?.message).toBe(
+      'This client has 2 change feeds open on this api-server, as many as one client may; close one or retry later',
+    );
+    expect(streams.refusal('b', 2, false)).toBeNull();
+    expect(refused).toEqual(['client']);
+    streams.give('a');
+    expect([streams.refusal('a', 1, false), streams.clients]).toEqual([null, 1]);
+  });
+
+  it('refuses everyone at the process bound or while closing', () => {
+    const refused: StreamBound[] = [];
+    const streams = admission(refused);
+    const full = streams.refusal('b', 3, false);
+    expect(full?.details).toEqual({ retryAfterSeconds: 5, limit: 'api.changes.maxSubscribers', max: 3 });
+    expect(full?.message).toBe('This api-server has as many change feeds open as it accepts; retry later');
+    expect(streams.refusal('b', 0, true)?.details).toMatchObject({ limit: 'api.changes.maxSubscribers' });
+    expect(refused).toEqual(['server', 'server']);
   });
 });

@@ -4,6 +4,7 @@
  * take every slot: every other client was refused although it held none. Both apps bound each client with this.
  */
 import { createHash } from 'node:crypto';
+import { QueueFullError } from '@sluice/core';
 
 /**
  * Open streams per client key ({@link tokenClient} with auth, {@link addressClient} without). Only clients with a
@@ -50,6 +51,91 @@ export class ClientSlots {
   /** Clients with at least one stream open. */
   get clients(): number {
     return this.held.size;
+  }
+}
+
+/** Which bound refused a stream: the process's (`server`) or the client's (`client`), as refusal metrics label it. */
+export const StreamBound = { server: 'server', client: 'client' } as const;
+export type StreamBound = (typeof StreamBound)[keyof typeof StreamBound];
+
+/** The two bounds of one kind of stream and how its refusals are worded. */
+export interface StreamAdmissionOptions {
+  /** What the streams are, in messages: `'change feeds'`, `'endpoint streams'`. */
+  streams: string;
+  /** The process, in messages: `'api-server'`, `'app-server'`. */
+  process: string;
+  /** Streams the process holds at once, and the setting that says so (the 429's `limit`). */
+  max: { value: number; setting: string };
+  /** Streams of one client at once, and its setting. */
+  perClient: { value: number; setting: string };
+  /** The 429's `retry-after`: streams close at the pace of their clients. */
+  retryAfterSeconds: number;
+  /** Told of each refusal (a counter labelled by bound). */
+  onRefusal?: (bound: StreamBound) => void;
+}
+
+/**
+ * Admission of long-lived streams: at most `max` open in the process, at most `perClient` of one client, each
+ * refusal a 429 `QUEUE_FULL` whose `limit`/`max` name the bound that refused. The api-server's change feeds and the
+ * app-server's endpoint streams are admitted by one of these each.
+ *
+ * @example
+ * ```ts
+ * const admission = new StreamAdmission({
+ *   streams: 'change feeds', process: 'api-server', retryAfterSeconds: 5,
+ *   max: { value: 10_000, setting: 'api.changes.maxSubscribers' },
+ *   perClient: { value: 100, setting: 'api.changes.maxPerClient' },
+ * });
+ * const refused = admission.refusal('sub:eu-analyst', openNow, closing);
+ * if (refused) throw refused;
+ * admission.take('sub:eu-analyst'); // … admission.give('sub:eu-analyst') when it closes
+ * ```
+ */
+export class StreamAdmission {
+  readonly #slots: ClientSlots;
+
+  constructor(private readonly options: StreamAdmissionOptions) {
+    this.#slots = new ClientSlots(options.perClient.value);
+  }
+
+  /**
+   * Why `client` may open no stream now — `open` streams already fill `max` (or the process is `closing`), or the
+   * client holds `perClient` — as the 429 to answer (reported to `onRefusal`), or null when it may.
+   */
+  refusal(client: string, open: number, closing: boolean): QueueFullError | null {
+    const { streams, process, max, perClient, retryAfterSeconds, onRefusal } = this.options;
+    if (closing || open >= max.value) {
+      onRefusal?.(StreamBound.server);
+      return new QueueFullError(
+        retryAfterSeconds,
+        `This ${process} has as many ${streams} open as it accepts; retry later`,
+        { limit: max.setting, max: max.value },
+      );
+    }
+    if (this.#slots.isFull(client)) {
+      onRefusal?.(StreamBound.client);
+      return new QueueFullError(
+        retryAfterSeconds,
+        `This client has ${perClient.value} ${streams} open on this ${process}, as many as one client may; close one or retry later`,
+        { limit: perClient.setting, max: perClient.value },
+      );
+    }
+    return null;
+  }
+
+  /** A stream of `client` opened (after {@link StreamAdmission.refusal} said null). */
+  take(client: string): void {
+    this.#slots.take(client);
+  }
+
+  /** A stream of `client` closed (once per {@link StreamAdmission.take}). */
+  give(client: string): void {
+    this.#slots.give(client);
+  }
+
+  /** Clients with at least one stream open. */
+  get clients(): number {
+    return this.#slots.clients;
   }
 }
 

@@ -9,7 +9,14 @@ export {
   type Running,
   runCli,
 } from './cli.js';
-export { addressClient, ClientSlots, tokenClient } from './client-slots.js';
+export {
+  addressClient,
+  ClientSlots,
+  StreamAdmission,
+  type StreamAdmissionOptions,
+  StreamBound,
+  tokenClient,
+} from './client-slots.js';
 export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.js';
 export { DataDirAccess, prepareDataDir } from './data-dir.js';
 export { atExpiry } from './expiry.js';

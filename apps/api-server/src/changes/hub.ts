@@ -1,5 +1,5 @@
-import { type Logger, QueueFullError } from '@sluice/core';
-import { ClientSlots } from '@sluice/http';
+import type { Logger, QueueFullError } from '@sluice/core';
+import { StreamAdmission, StreamBound } from '@sluice/http';
 import { type Counter, Gauge, Counter as PromCounter, type Registry } from 'prom-client';
 import type { EndpointRegistry } from '../registry.js';
 import type { FeedFilter } from './feed-filter.js';
@@ -19,10 +19,6 @@ export interface ChangeFeedSettings {
 /** Seconds a refused subscriber is told to wait (`retry-after`): feeds close at the pace of their clients. */
 const RETRY_AFTER_SECONDS = 5;
 
-/** Which bound refused a subscriber, as the refusals metric labels it. */
-export const FeedBound = { server: 'server', client: 'client' } as const;
-export type FeedBound = (typeof FeedBound)[keyof typeof FeedBound];
-
 /**
  * Every change-feed subscriber of one api-server, the followers they share (one per generation with live
  * subscribers) and the heartbeat. Subscribers never wait on each other: the follower writes to each socket and
@@ -30,7 +26,7 @@ export type FeedBound = (typeof FeedBound)[keyof typeof FeedBound];
  */
 export class ChangeFeedHub {
   private readonly subscribers = new Set<FeedSubscriber>();
-  private readonly slots: ClientSlots;
+  private readonly admission: StreamAdmission;
   private readonly followers = new Map<string, GenerationFollower>();
   private readonly heartbeat: NodeJS.Timeout;
   private readonly gauge: Gauge;
@@ -48,7 +44,6 @@ export class ChangeFeedHub {
       for (const subscriber of this.subscribers) subscriber.send(HEARTBEAT_FRAME);
     }, settings.heartbeatMs);
     this.heartbeat.unref();
-    this.slots = new ClientSlots(settings.maxPerClient);
     this.gauge = new Gauge({
       name: 'sluice_api_change_subscribers',
       help: 'Open change-feed connections',
@@ -66,7 +61,15 @@ export class ChangeFeedHub {
       labelNames: ['limit'],
       registers: [metrics],
     });
-    for (const limit of Object.values(FeedBound)) this.refusals.inc({ limit }, 0);
+    for (const limit of Object.values(StreamBound)) this.refusals.inc({ limit }, 0);
+    this.admission = new StreamAdmission({
+      streams: 'change feeds',
+      process: 'api-server',
+      max: { value: settings.maxSubscribers, setting: 'api.changes.maxSubscribers' },
+      perClient: { value: settings.maxPerClient, setting: 'api.changes.maxPerClient' },
+      retryAfterSeconds: RETRY_AFTER_SECONDS,
+      onRefusal: (limit) => this.refusals.inc({ limit }),
+    });
   }
 
   get size(): number {
@@ -95,28 +98,12 @@ export class ChangeFeedHub {
    * ```
    */
   refusal(client: string): QueueFullError | null {
-    if (this.closed || this.subscribers.size >= this.settings.maxSubscribers) {
-      this.refusals.inc({ limit: FeedBound.server });
-      return new QueueFullError(
-        RETRY_AFTER_SECONDS,
-        'This api-server has as many change-feed subscribers as it accepts; retry later or elsewhere',
-        { limit: 'api.changes.maxSubscribers', max: this.settings.maxSubscribers },
-      );
-    }
-    if (this.slots.isFull(client)) {
-      this.refusals.inc({ limit: FeedBound.client });
-      return new QueueFullError(
-        RETRY_AFTER_SECONDS,
-        `This client has ${this.slots.maxPerClient} change feeds open on this api-server, as many as one client may; close one or retry later`,
-        { limit: 'api.changes.maxPerClient', max: this.slots.maxPerClient },
-      );
-    }
-    return null;
+    return this.admission.refusal(client, this.subscribers.size, this.closed);
   }
 
   /** Clients with at least one feed open. */
   get clients(): number {
-    return this.slots.clients;
+    return this.admission.clients;
   }
 
   /**
@@ -132,7 +119,7 @@ export class ChangeFeedHub {
     /** When the subscriber's bearer token expires (epoch ms; the feed ends then), or null. */
     expiresAt: number | null = null,
   ): FeedSubscriber {
-    this.slots.take(client);
+    this.admission.take(client);
     const subscriber = new FeedSubscriber(this.contextOf(alias, client), res, filters, expiresAt);
     this.subscribers.add(subscriber);
     return subscriber;
@@ -178,7 +165,7 @@ export class ChangeFeedHub {
       },
       // Called once per subscriber (its close is idempotent): the client's slot is given back exactly once.
       onClose: (feed) => {
-        if (this.subscribers.delete(feed)) this.slots.give(client);
+        if (this.subscribers.delete(feed)) this.admission.give(client);
       },
     };
   }

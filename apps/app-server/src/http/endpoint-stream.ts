@@ -1,13 +1,13 @@
 import type { ServerResponse } from 'node:http';
-import {
-  type AliasRedirected,
-  type EndpointStatus,
-  type EndpointStreamEvent,
-  type EndpointWatchView,
-  type GenerationsView,
+import type {
+  AliasRedirected,
+  EndpointStatus,
+  EndpointStreamEvent,
+  EndpointWatchView,
+  GenerationsView,
   QueueFullError,
 } from '@sluice/core';
-import { addressClient, atExpiry, ClientSlots } from '@sluice/http';
+import { addressClient, atExpiry, StreamAdmission, StreamBound } from '@sluice/http';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { Counter, Gauge, type Registry } from 'prom-client';
@@ -46,10 +46,6 @@ export interface EndpointStreamOptions {
 
 /** Seconds a refused watcher is told to wait (`retry-after`): streams close at the pace of their clients. */
 const RETRY_AFTER_SECONDS = 5;
-
-/** Which bound refused a watcher, as the refusals metric labels it. */
-export const StreamBound = { server: 'server', client: 'client' } as const;
-export type StreamBound = (typeof StreamBound)[keyof typeof StreamBound];
 
 /** A watcher that stops reading is cut off once this much is waiting in its socket. */
 const MAX_BUFFERED_BYTES = 4 * 1024 * 1024;
@@ -95,8 +91,7 @@ export class EndpointWatchHub {
   readonly #sampleMs: number;
   readonly #log: FastifyBaseLogger;
   readonly #unsubscribe: () => void;
-  readonly #maxStreams: number;
-  readonly #slots: ClientSlots;
+  readonly #admission: StreamAdmission;
   readonly #refusals: Counter<'limit'> | null;
   #timer: NodeJS.Timeout | null = null;
   /** The last picture sent (its JSON), so an unchanged sample sends nothing. */
@@ -109,8 +104,6 @@ export class EndpointWatchHub {
     this.#endpoints = options.endpoints;
     this.#sampleMs = options.sampleMs ?? 500;
     this.#log = log;
-    this.#maxStreams = options.maxStreams ?? 256;
-    this.#slots = new ClientSlots(options.maxStreamsPerClient ?? 16);
     this.#refusals = options.metrics
       ? new Counter({
           name: 'sluice_endpoint_stream_refusals_total',
@@ -120,6 +113,14 @@ export class EndpointWatchHub {
         })
       : null;
     for (const limit of Object.values(StreamBound)) this.#refusals?.inc({ limit }, 0);
+    this.#admission = new StreamAdmission({
+      streams: 'endpoint streams',
+      process: 'app-server',
+      max: { value: options.maxStreams ?? 256, setting: 'control.maxStreams' },
+      perClient: { value: options.maxStreamsPerClient ?? 16, setting: 'control.maxStreamsPerClient' },
+      retryAfterSeconds: RETRY_AFTER_SECONDS,
+      onRefusal: (limit) => this.#refusals?.inc({ limit }),
+    });
     this.#unsubscribe = options.switches((event) => this.#onSwitch(event));
   }
 
@@ -128,23 +129,7 @@ export class EndpointWatchHub {
    * `maxStreamsPerClient` — as the 429 to answer (counted), or null when it may.
    */
   refusal(client: string): QueueFullError | null {
-    if (this.#closed || this.#watchers.size >= this.#maxStreams) {
-      this.#refusals?.inc({ limit: StreamBound.server });
-      return new QueueFullError(
-        RETRY_AFTER_SECONDS,
-        'This app-server has as many endpoint streams open as it accepts; retry later',
-        { limit: 'control.maxStreams', max: this.#maxStreams },
-      );
-    }
-    if (this.#slots.isFull(client)) {
-      this.#refusals?.inc({ limit: StreamBound.client });
-      return new QueueFullError(
-        RETRY_AFTER_SECONDS,
-        `This client has ${this.#slots.maxPerClient} endpoint streams open on this app-server, as many as one client may; close one or retry later`,
-        { limit: 'control.maxStreamsPerClient', max: this.#slots.maxPerClient },
-      );
-    }
-    return null;
+    return this.#admission.refusal(client, this.#watchers.size, this.#closed);
   }
 
   get size(): number {
@@ -180,7 +165,7 @@ export class EndpointWatchHub {
             }),
     };
     this.#watchers.add(watcher);
-    this.#slots.take(client);
+    this.#admission.take(client);
     res.on('close', () => this.#drop(watcher));
     this.#send(watcher, RETRY_FRAME);
     try {
@@ -278,7 +263,7 @@ export class EndpointWatchHub {
     watcher.cancelExpiry();
     // Dropped from every path (close, cut-off, expiry, shutdown), once: the client's slot is given back once.
     if (!this.#watchers.delete(watcher)) return;
-    this.#slots.give(watcher.client);
+    this.#admission.give(watcher.client);
     if (this.#watchers.size === 0 && this.#timer) {
       clearInterval(this.#timer);
       this.#timer = null;
