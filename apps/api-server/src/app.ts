@@ -34,6 +34,7 @@ import { MIN_POSITION_HEADER, POSITION_HEADER, refuseMinPosition } from './fresh
 import { InFlight } from './in-flight.js';
 import { rawKeyParameter, rawKeySegment } from './keys.js';
 import type { ApiMetrics } from './metrics.js';
+import { PositionSeal } from './position-seal.js';
 import { queryBody } from './query-body.js';
 import { queryPage } from './query-page.js';
 import { recordReader } from './record-read.js';
@@ -217,8 +218,11 @@ export async function buildApp(options: BuildAppOptions) {
   }
 
   let authenticator: TokenAuthenticator | null = null;
+  // Seals the positions (query cursors, feed ids) handed to row-filtered tokens; row filters exist only with auth.
+  let seal: PositionSeal | null = null;
   const auth = config.api.auth;
   if (auth) {
+    seal = new PositionSeal(auth.jwtSecret);
     await app.register(jwt, {
       secret: auth.jwtSecret,
       verify: {
@@ -413,7 +417,7 @@ export async function buildApp(options: BuildAppOptions) {
         reply.header(CACHE_HEADER, lease.generation.name);
         // The body as one buffer (stored record bytes between the frame's head and tail, the cursor wrapped
         // for this generation), with the commit state of the same snapshot.
-        const page = queryPage(lease, request.body, rowFilter, limits);
+        const page = queryPage(lease, request.body, rowFilter, limits, seal);
         stampState(reply, page.state);
         return reply.type(JSON_CONTENT_TYPE).send(page.json as never);
       } finally {
@@ -461,6 +465,7 @@ export async function buildApp(options: BuildAppOptions) {
     registry,
     access,
     limits,
+    seal,
     headersOf,
     record: recordRequest,
     bodyLimit,
@@ -478,6 +483,7 @@ export async function buildApp(options: BuildAppOptions) {
     access: authorizeFeed,
     awaitPosition,
     stamp,
+    seal,
   });
 
   return app;

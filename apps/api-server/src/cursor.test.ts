@@ -1,6 +1,7 @@
 import { expectSluiceError } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { unwrapCursor, wrapCursor } from './cursor.js';
+import { sealCursor, unwrapCursor, wrapCursor } from './cursor.js';
+import { PositionSeal } from './position-seal.js';
 
 const OLD = 'items-01jf3q0v9s6k2m8c4r1x7b5n2d';
 const NEW = 'items-01jf3q0w00000000000000000a';
@@ -50,5 +51,28 @@ describe('generation-bound cursors', () => {
     expect(expectSluiceError(() => unwrapCursor('garbage', 'items-0001'), 'INVALID_QUERY').status).toBe(400);
     expect(expectSluiceError(() => unwrapCursor('.x', 'items-0001'), 'INVALID_QUERY').status).toBe(400);
     expect(expectSluiceError(() => unwrapCursor('a+b.x', 'items-0001'), 'INVALID_QUERY').status).toBe(400);
+  });
+
+  it('opens a sealed cursor with its seal; under a row filter takes no plain one', () => {
+    const seal = new PositionSeal('cursor-test-secret-0123456789abcdef');
+    const sealed = sealCursor(seal, NEW, innerOf(NEW))!;
+    expect(sealed.startsWith('~')).toBe(true);
+    expect(unwrapCursor(sealed, NEW, { seal, required: true })).toBe(innerOf(NEW));
+    // Still bound to its generation: after a switch it is the 410 of any cursor of the endpoint.
+    expect(
+      expectSluiceError(
+        () => unwrapCursor(sealCursor(seal, OLD, innerOf(OLD))!, NEW, { seal, required: true }),
+        'CURSOR_EXPIRED',
+      ).status,
+    ).toBe(410);
+    const plain = wrapCursor(NEW, innerOf(NEW))!;
+    expect(
+      expectSluiceError(() => unwrapCursor(plain, NEW, { seal, required: true }), 'INVALID_QUERY').message,
+    ).toContain('row filter');
+    expectSluiceError(() => unwrapCursor(sealed, NEW), 'INVALID_QUERY');
+    expectSluiceError(
+      () => unwrapCursor(`${sealed.slice(0, -2)}AA`, NEW, { seal, required: true }),
+      'INVALID_QUERY',
+    );
   });
 });

@@ -19,6 +19,7 @@ import type { CheckpointStamps } from './checkpoint-headers.js';
 import type { EndpointAccess } from './endpoint-access.js';
 import { type FastRoute, leftToFastify, okHeaders } from './fast-route.js';
 import type { InFlight } from './in-flight.js';
+import type { PositionSeal } from './position-seal.js';
 import { queryPage } from './query-page.js';
 import type { EndpointRegistry } from './registry.js';
 import type { RequestRecorder } from './request-metrics.js';
@@ -43,6 +44,8 @@ export interface FastQueryOptions {
   registry: EndpointRegistry;
   access: Pick<EndpointAccess, 'rowFilterFor'>;
   limits: QueryLimits;
+  /** Seals row-filtered readers' cursors (`queryPage`); null when auth is off. */
+  seal: PositionSeal | null;
   headersOf: CheckpointStamps['headersOf'];
   record: RequestRecorder;
   /** Largest request body in bytes (`http.bodyBytes`); a larger one is fastify's to refuse (413). */
@@ -77,13 +80,13 @@ function isJson(contentType: string | undefined): boolean {
  *
  * @example
  * ```ts
- * const fast = fastQueryRoute({ registry, access, limits, headersOf, record, bodyLimit, cors: false, isStopping,
+ * const fast = fastQueryRoute({ registry, access, limits, seal: null, headersOf, record, bodyLimit, cors: false, isStopping,
  *   inject: (request) => app.inject(request), inFlight: new InFlight() });
  * http.createServer((req, res) => { if (!fast(req, res)) fastifyHandler(req, res); });
  * ```
  */
 export function fastQueryRoute(options: FastQueryOptions): FastRoute {
-  const { registry, access, limits, headersOf, record, bodyLimit, cors, isStopping, inject, inFlight } =
+  const { registry, access, limits, seal, headersOf, record, bodyLimit, cors, isStopping, inject, inFlight } =
     options;
 
   /** Hands a taken request to fastify and sends its answer. */
@@ -119,7 +122,7 @@ export function fastQueryRoute(options: FastQueryOptions): FastRoute {
       // Bytes that are not UTF-8 throw here too: fastify's parser then answers them MALFORMED_JSON.
       const parsed: unknown = JSON.parse(jsonBodyText(body));
       lease = registry.acquire(name);
-      const page = queryPage(lease, parsed, rowFilter, limits);
+      const page = queryPage(lease, parsed, rowFilter, limits, seal);
       raw = okHeaders(lease.generation.name, headersOf(page.state), page.json.length);
       json = page.json;
     } catch {

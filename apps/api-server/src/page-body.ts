@@ -3,7 +3,8 @@
  * the records' stored texts between two constant pieces, with no record decoded or re-serialized on the way.
  */
 import type { JsonPageFrame } from '@sluice/core';
-import { wrapCursor } from './cursor.js';
+import { sealCursor, wrapCursor } from './cursor.js';
+import type { PositionSeal } from './position-seal.js';
 
 const HEAD = '{"records":';
 const OPEN = Buffer.from(HEAD);
@@ -46,4 +47,21 @@ export function pageFrame(cacheName: string): JsonPageFrame {
     lastFrame = { cacheName, frame };
   }
   return lastFrame.frame;
+}
+
+/**
+ * {@link pageFrame} for a reader with a row filter: its `next` sealed (`sealCursor`), as the cursor of a page cut
+ * short at `cache.scanCap` points at the last record examined, which may be one the reader may not see.
+ *
+ * @example
+ * ```ts
+ * const page = lease.cache.queryJson(query, sealedPageFrame(lease.generation.name, seal), { rowFilter });
+ * ```
+ */
+export function sealedPageFrame(cacheName: string, seal: PositionSeal): JsonPageFrame {
+  return {
+    head: HEAD,
+    tail: (next) =>
+      next === null ? TAIL_NULL : `,"next":${JSON.stringify(sealCursor(seal, cacheName, next))}}`,
+  };
 }

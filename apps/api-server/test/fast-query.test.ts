@@ -13,6 +13,7 @@ import { checkpointStamps } from '../src/checkpoint-headers.js';
 import { endpointAccess } from '../src/endpoint-access.js';
 import { fastQueryRoute, type InjectedReply, QUERY_ROUTE } from '../src/fast-query.js';
 import { InFlight } from '../src/in-flight.js';
+import { PositionSeal } from '../src/position-seal.js';
 import { EndpointRegistry } from '../src/registry.js';
 import {
   answerHeaders,
@@ -71,6 +72,7 @@ describe('fast queries', () => {
           limits: DEFAULT_QUERY_LIMITS,
         }),
         limits: DEFAULT_QUERY_LIMITS,
+        seal: auth ? new PositionSeal('fast-query-test-secret') : null,
         headersOf: checkpointStamps().headersOf,
         record: (route, name, status) => recorded.push([route, name, status]),
         bodyLimit: 1024,

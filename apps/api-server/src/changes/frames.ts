@@ -36,6 +36,11 @@ export function entryFrame(
   view?: string,
 ): string {
   const id = encodeFeedToken({ endpoint: alias, generation, seq: entry.seq, ...(view ? { view } : {}) });
+  return entryFrameWithId(entry, id, rowFiltered);
+}
+
+/** {@link entryFrame} with the event's `id` given (a filtered subscriber's token: its view, sealed or not). */
+export function entryFrameWithId(entry: ChangeEntry, id: string, rowFiltered: boolean): string {
   if (entry.op === 'upsert') return sseFrame(FeedEvent.upsert, { key: entry.key, record: entry.record }, id);
   if (entry.op === 'delete') return sseFrame(FeedEvent.delete, { key: entry.key }, id);
   return commitFrame(entry.position, entry.epoch, id, rowFiltered);

@@ -1,6 +1,7 @@
 import type { Logger, QueueFullError } from '@sluice/core';
 import { StreamAdmission, StreamBound } from '@sluice/http';
 import { type Counter, Gauge, Counter as PromCounter, type Registry } from 'prom-client';
+import type { PositionSeal } from '../position-seal.js';
 import type { EndpointRegistry } from '../registry.js';
 import type { FeedFilter } from './feed-filter.js';
 import { GenerationFollower } from './follower.js';
@@ -39,6 +40,8 @@ export class ChangeFeedHub {
     readonly settings: ChangeFeedSettings,
     private readonly logger: Logger,
     metrics: Registry,
+    /** Seals the tokens of row-filtered feeds (token.ts); null when auth is off (no row filters then). */
+    private readonly seal: PositionSeal | null = null,
   ) {
     this.heartbeat = setInterval(() => {
       for (const subscriber of this.subscribers) subscriber.send(HEARTBEAT_FRAME);
@@ -132,6 +135,7 @@ export class ChangeFeedHub {
       alias,
       registry,
       logger: this.logger,
+      seal: this.seal,
       bufferBytes: this.settings.bufferBytes,
       drainTimeoutMs,
       current: (): HeldGeneration => {

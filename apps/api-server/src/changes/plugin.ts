@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Registry } from 'prom-client';
 import { z } from 'zod';
+import type { PositionSeal } from '../position-seal.js';
 import type { EndpointRegistry } from '../registry.js';
 import {
   ChangeStreamResponse,
@@ -47,6 +48,11 @@ export interface ChangeFeedPluginOptions {
    * is at least that fresh.
    */
   stamp(reply: FastifyReply, lease: Lease): void;
+  /**
+   * Seals the tokens a row-filtered feed hands out and opens them when they come back (position-seal.ts); null when
+   * auth is off.
+   */
+  seal: PositionSeal | null;
   /** Receives the hub (tests and the server read its counts). */
   onHub?(hub: ChangeFeedHub): void;
 }
@@ -79,7 +85,7 @@ export const ChangesQuerySchema = z.strictObject({
  *
  * @example
  * ```ts
- * await app.register(changeFeedPlugin, { registry, settings: config.api.changes, limits, metrics: metrics.registry, access });
+ * await app.register(changeFeedPlugin, { registry, settings: config.api.changes, limits, metrics: metrics.registry, access, awaitPosition, stamp, seal });
  * // curl -N 'localhost:8080/v1/endpoints/items/changes?after=c1.…'
  * ```
  */
@@ -88,7 +94,7 @@ export async function changeFeedPlugin(
   options: ChangeFeedPluginOptions,
 ): Promise<void> {
   const { registry, settings, limits } = options;
-  const hub = new ChangeFeedHub(registry, settings, app.log, options.metrics);
+  const hub = new ChangeFeedHub(registry, settings, app.log, options.metrics, options.seal);
   options.onHub?.(hub);
   // Feeds never end on their own: end them before the server waits for its connections to close.
   app.addHook('preClose', async () => hub.close());
@@ -117,7 +123,12 @@ export async function changeFeedPlugin(
       const position =
         raw === undefined
           ? null
-          : decodeFeedToken(raw, name, fromHeader ? 'headers.last-event-id' : 'querystring.after');
+          : decodeFeedToken(
+              raw,
+              name,
+              fromHeader ? 'headers.last-event-id' : 'querystring.after',
+              options.seal,
+            );
       let json: unknown;
       if (query.filter !== undefined) {
         try {

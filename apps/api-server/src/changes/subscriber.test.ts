@@ -57,6 +57,7 @@ function fakeHub(openGeneration: (name: string) => Promise<ReadableCache>) {
     alias: 'items',
     registry,
     logger: { warn: () => {}, info: () => {}, debug: () => {}, error: () => {} } as unknown as Logger,
+    seal: null,
     bufferBytes: 1 << 20,
     drainTimeoutMs: 1_000,
     follower: () => follower,

@@ -7,6 +7,7 @@ import {
   type ReadableCache,
 } from '@sluice/core';
 import { atExpiry } from '@sluice/http';
+import type { PositionSeal } from '../position-seal.js';
 import type { EndpointRegistry } from '../registry.js';
 import { waitForDrain } from './drain.js';
 import { type FeedFilter, FeedFilterUnfit, type RecordMatch } from './feed-filter.js';
@@ -16,6 +17,7 @@ import {
   commentFrame,
   commitFrame,
   entryFrame,
+  entryFrameWithId,
   FeedEvent,
   sseFrame,
   TOKEN_EXPIRED_FRAME,
@@ -36,6 +38,8 @@ export interface FeedContext {
   readonly alias: string;
   readonly registry: EndpointRegistry;
   readonly logger: Logger;
+  /** Seals a row-filtered subscriber's tokens (token.ts); null when auth is off. */
+  readonly seal: PositionSeal | null;
   /** Unread bytes a live subscriber may have when new changes arrive before it is cut off. */
   readonly bufferBytes: number;
   /** How long a snapshot, catch-up or switch waits for the client to read before it is cut off. */
@@ -106,15 +110,23 @@ export class FeedSubscriber implements LiveSubscriber {
     return this.filters === null ? null : this.filters.matchesIn(generation.cache, generation.name);
   }
 
-  /** The token (`id`) of a position of this feed: it names the endpoint and, for a filtered feed, its view. */
+  /**
+   * The token (`id`) of a position of this feed: it names the endpoint and, for a filtered feed, its view; a
+   * row-filtered feed's is sealed (its sequence counts the changes of records the row filter hides).
+   */
   private token(generation: string, seq: number, merge?: MergePosition): string {
-    return encodeFeedToken({
+    const position: FeedPosition = {
       endpoint: this.ctx.alias,
       generation,
       seq,
       ...(merge ? { merge } : {}),
       ...(this.view !== undefined ? { view: this.view } : {}),
-    });
+    };
+    if (!this.rowFiltered) return encodeFeedToken(position);
+    // Fails closed: a row filter comes from a verified token, so the server has a secret to seal with.
+    if (this.ctx.seal === null)
+      throw new InternalError('a row-filtered change feed needs the token seal (api.auth)');
+    return encodeFeedToken(position, this.ctx.seal);
   }
 
   /** The token expired: a comment saying so, then the end of the stream (the client resumes by token). */
@@ -154,8 +166,11 @@ export class FeedSubscriber implements LiveSubscriber {
 
   private async resume(position: FeedPosition): Promise<void> {
     // A position in what another view was sent: the subscriber holds records this view hides and lacks records
-    // it shows that have not changed since, which no change after the position would fix. Start over.
-    if (position.view !== this.view) return this.snapshot(ResetReason.filterChanged);
+    // it shows that have not changed since, which no change after the position would fix. Start over. So does a
+    // row-filtered feed given a position it did not seal: made by hand (or issued before tokens were sealed), it
+    // could probe the log (resets at sequences of the prober's choosing tell how many changes the log holds).
+    if (position.view !== this.view || (this.rowFiltered && position.sealed !== true))
+      return this.snapshot(ResetReason.filterChanged);
     if (position.merge) return this.resumeMerge(position, position.merge);
     const current = this.held();
     if (position.generation === current.name) {
@@ -522,10 +537,14 @@ export class FeedSubscriber implements LiveSubscriber {
         if (before === null || (before !== undefined && !matches(before))) return;
         text += sseFrame(FeedEvent.delete, { key: entry.key }, this.token(on.name, entry.seq));
       } else if (this.rowFiltered && entry.op === 'commit')
-        text += entryFrame(this.ctx.alias, on.name, entry, true, this.view);
+        text += entryFrameWithId(entry, this.token(on.name, entry.seq), true);
       else {
         const shared = frames?.[i];
-        if (shared === undefined) text += entryFrame(this.ctx.alias, on.name, entry, false, this.view);
+        if (shared === undefined)
+          text +=
+            this.view === undefined
+              ? entryFrame(this.ctx.alias, on.name, entry)
+              : entryFrameWithId(entry, this.token(on.name, entry.seq), false);
         // The shared frame's record JSON as it is; its token replaced by one carrying this feed's view.
         else text += this.view === undefined ? shared : withId(shared, this.token(on.name, entry.seq));
       }

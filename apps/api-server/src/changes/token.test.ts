@@ -1,4 +1,6 @@
+import { expectSluiceError } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
+import { PositionSeal } from '../position-seal.js';
 import { decodeFeedToken, encodeFeedToken } from './token.js';
 
 const BLUE = 'items-01m9691xxt7v4nhvv5srkrdbn6';
@@ -44,6 +46,21 @@ describe('change-feed tokens', () => {
     );
     expect(() => decodeFeedToken(forge(['items', BLUE, 1, BLUE, 1]), 'items')).toThrow(
       /a merge of a generation into itself/,
+    );
+  });
+
+  it('seal a row-filtered feed’s position: opened only with the seal, and marked sealed', () => {
+    const seal = new PositionSeal('token-test-secret-0123456789abcdef');
+    const position = { endpoint: 'items', generation: BLUE, seq: 42, view: '0123456789abcdef012345' };
+    const token = encodeFeedToken(position, seal);
+    expect(token.startsWith('s1.')).toBe(true);
+    expect(decodeFeedToken(token, 'items', 'querystring.after', seal)).toEqual({ ...position, sealed: true });
+    expectSluiceError(() => decodeFeedToken(token, 'items'), 'VALIDATION_FAILED');
+    expectSluiceError(() => decodeFeedToken(token, 'orders', 'querystring.after', seal), 'VALIDATION_FAILED');
+    const other = new PositionSeal('another-secret-of-enough-length!!');
+    expectSluiceError(
+      () => decodeFeedToken(token, 'items', 'headers.last-event-id', other),
+      'VALIDATION_FAILED',
     );
   });
 });
