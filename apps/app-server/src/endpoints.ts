@@ -294,9 +294,12 @@ export class EndpointManager {
     return this.#pipeline(name).promote(generation);
   }
 
-  /** Points the alias back at the previous retained generation (or `to`), continuing it from its checkpoint. */
-  async rollback(name: string, to?: string): Promise<SwitchOutcome> {
-    return this.#pipeline(name).rollback(to);
+  /**
+   * Points the alias back at the previous retained generation (or `to`), continuing it from its checkpoint; with
+   * `from`, only while that one serves (`GENERATION_NOT_SERVING` otherwise, nothing moves).
+   */
+  async rollback(name: string, to?: string, from?: string): Promise<SwitchOutcome> {
+    return this.#pipeline(name).rollback(to, from);
   }
 
   /** Every retained generation of the endpoint, newest first, and its alias's switch history (newest first). */

@@ -1,7 +1,7 @@
 import type { CacheSchema, PipelineCheckpoint } from '@sluice/core';
 import { ControlClient } from './control.js';
 import { EndpointClient } from './endpoint.js';
-import { type HttpTarget, requestJson, type TokenSource } from './http.js';
+import { DEFAULT_TIMEOUT_MS, type HttpTarget, requestJson, type TokenSource } from './http.js';
 import { TransfersClient } from './transfers.js';
 
 export interface ClientOptions {
@@ -19,6 +19,14 @@ export interface ClientOptions {
   queryToken?: TokenSource;
   /** The fetch to use (default: the global one). */
   fetch?: typeof globalThis.fetch;
+  /**
+   * How long one request may take to be answered in full (default 30 000 ms; 0 = no limit): past it the request is
+   * abandoned with `TIMEOUT` — a server that accepted the connection and stopped would otherwise hold the caller
+   * for minutes (Node) or forever (browsers). Keep it above the server's own waits: `api.freshnessWaitMs` for reads
+   * with `minPosition`, `switch.handoverWaitMs` for a promote. Streams (`changes`, `watchEndpoints`) are bounded by
+   * their `idleTimeoutMs` instead.
+   */
+  timeoutMs?: number;
 }
 
 /**
@@ -30,8 +38,11 @@ export type EndpointTypes = object;
 /** No endpoint known by name: every `endpoint(name)` takes its row type as a type argument (or is a plain record). */
 export type NoEndpointTypes = Record<never, never>;
 
-/** The record type of endpoint `N` in `E`, when it is a record type. */
-type RowOf<E, N extends keyof E> = E[N] extends Record<string, unknown> ? E[N] : Record<string, unknown>;
+/**
+ * The record type of endpoint `N` in `E`, when it is an object type — a type alias or an interface (an interface has
+ * no index signature, so it is not a `Record<string, unknown>`; asking for one turned interfaces into plain records).
+ */
+type RowOf<E, N extends keyof E> = E[N] extends object ? E[N] : Record<string, unknown>;
 
 /** An endpoint as the query API describes it (`GET /v1/endpoints`): its serving generation and schema. */
 export interface EndpointDescription {
@@ -55,8 +66,8 @@ export interface EndpointDescription {
 export interface SluiceClient<E extends EndpointTypes = NoEndpointTypes> {
   /** An endpoint `E` names, typed by its record type there. */
   endpoint<N extends keyof E & string>(name: N): EndpointClient<RowOf<E, N>>;
-  /** An endpoint of the query API, typed by its rows (`Row` given, or a plain record). */
-  endpoint<Row extends Record<string, unknown> = Record<string, unknown>>(name: string): EndpointClient<Row>;
+  /** An endpoint of the query API, typed by its rows (`Row` given — a type alias or an interface —, or a plain record). */
+  endpoint<Row extends object = Record<string, unknown>>(name: string): EndpointClient<Row>;
   /** The endpoints the query API serves to this client's token, with their schemas. */
   endpoints(options?: { signal?: AbortSignal }): Promise<EndpointDescription[]>;
   /** Transfers of the control API. */
@@ -70,14 +81,16 @@ function target(
   what: string,
   token: TokenSource | undefined,
   f: typeof fetch,
+  timeoutMs: number,
 ): HttpTarget {
   if (url === undefined)
     return {
       baseUrl: '',
       token,
       fetch: () => Promise.reject(new TypeError(`createClient was given no ${what}`)),
+      timeoutMs,
     };
-  return { baseUrl: url.replace(/\/+$/, ''), token, fetch: f };
+  return { baseUrl: url.replace(/\/+$/, ''), token, fetch: f, timeoutMs };
 }
 
 /**
@@ -99,8 +112,19 @@ export function createClient<E extends EndpointTypes = NoEndpointTypes>(
   options: ClientOptions,
 ): SluiceClient<E> {
   const f = options.fetch ?? globalThis.fetch.bind(globalThis);
-  const query = target(options.queryUrl, 'queryUrl', options.queryToken ?? options.token, f);
-  const control = target(options.controlUrl, 'controlUrl', options.controlToken ?? options.token, f);
+  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  if (!Number.isFinite(timeoutMs) || timeoutMs < 0)
+    throw new RangeError(
+      `createClient: timeoutMs must be a number of ms ≥ 0 (0 = no limit), got ${timeoutMs}`,
+    );
+  const query = target(options.queryUrl, 'queryUrl', options.queryToken ?? options.token, f, timeoutMs);
+  const control = target(
+    options.controlUrl,
+    'controlUrl',
+    options.controlToken ?? options.token,
+    f,
+    timeoutMs,
+  );
   return {
     endpoint: (name: string) => new EndpointClient(name, query),
     endpoints: async (opts = {}) => {

@@ -6,6 +6,7 @@ import type {
   NodeView,
   SwitchOutcome,
 } from '@sluice/core';
+import { disposable } from './disposable.js';
 import { ClientErrorCode, SluiceClientError } from './errors.js';
 import { type ConnectionLoss, DEFAULT_IDLE_TIMEOUT_MS, openEventStream } from './event-stream.js';
 import { type HttpTarget, requestJson } from './http.js';
@@ -27,9 +28,17 @@ export interface WatchOptions {
   /**
    * Called when a connection attempt fails or the open connection is lost (`unreachable`, `refused`, `closed`);
    * the stream reconnects by itself and `onOpen` says when it is up again — so a page can show "not live" between.
+   * A refused connection comes with the server's refusal (`429 QUEUE_FULL` names the bound reached), to say why.
    */
-  onConnectionLost?: (why: ConnectionLoss) => void;
+  onConnectionLost?: (why: ConnectionLoss, refusal?: SluiceClientError) => void;
 }
+
+/**
+ * Least deadline of a promote or rollback (ms): the server may hold one for the endpoint's `switch.handoverWaitMs`
+ * (at most 300 s) before it switches or answers `504 ENDPOINT_TIMEOUT`, so the client's general `timeoutMs` (30 s by
+ * default) would abandon a switch the server goes on to make.
+ */
+export const STEERING_TIMEOUT_MS = 310_000;
 
 const path = (name: string, suffix: string) => `/v1/endpoints/${encodeURIComponent(name)}${suffix}`;
 
@@ -102,7 +111,7 @@ export class ControlClient {
    */
   async promote(
     name: string,
-    options: { generation?: string; signal?: AbortSignal } = {},
+    options: { generation?: string; signal?: AbortSignal; timeoutMs?: number } = {},
   ): Promise<SwitchOutcome> {
     const { body } = await requestJson<SwitchOutcome>(
       this.target,
@@ -111,25 +120,56 @@ export class ControlClient {
       options.generation === undefined ? undefined : { generation: options.generation },
       {},
       options.signal,
+      this.#steeringTimeout(options.timeoutMs),
     );
     return body;
   }
 
   /**
+   * The deadline of a promote or rollback: `timeoutMs` when given, else the client's, but never below
+   * {@link STEERING_TIMEOUT_MS} — the server itself answers within the endpoint's `switch.handoverWaitMs`.
+   */
+  #steeringTimeout(timeoutMs: number | undefined): number {
+    if (timeoutMs !== undefined) return timeoutMs;
+    const own = this.target.timeoutMs;
+    return own === 0 ? 0 : Math.max(own, STEERING_TIMEOUT_MS);
+  }
+
+  /**
    * Points the alias back at the generation that served before (or `to`), continuing it from its checkpoint;
    * `CANNOT_RESUME` (nothing changed) when its source cannot resume there, `NOTHING_TO_ROLL_BACK` when none is
-   * retained.
+   * retained. With `from` — the generation you saw serving — only from that one: if another serves since (a rebuild
+   * switched, another operator promoted or rolled back), the server answers `GENERATION_NOT_SERVING` and nothing
+   * moves.
+   *
+   * @example
+   * ```ts
+   * const { history } = await client.control.generations('items');
+   * const [latest] = history;
+   * if (latest?.from) await client.control.rollback('items', { to: latest.from, from: latest.to });
+   * ```
    */
-  async rollback(name: string, options: { to?: string; signal?: AbortSignal } = {}): Promise<SwitchOutcome> {
-    const { body } = await requestJson<SwitchOutcome>(
+  async rollback(
+    name: string,
+    options: { to?: string; from?: string; signal?: AbortSignal; timeoutMs?: number } = {},
+  ): Promise<SwitchOutcome> {
+    const body =
+      options.to === undefined && options.from === undefined
+        ? undefined
+        : {
+            ...(options.to === undefined ? {} : { to: options.to }),
+            ...(options.from === undefined ? {} : { from: options.from }),
+          };
+    const reply = await requestJson<SwitchOutcome>(
       this.target,
       'POST',
       path(name, '/rollback'),
-      options.to === undefined ? undefined : { to: options.to },
+      body,
       {},
       options.signal,
+      this.#steeringTimeout(options.timeoutMs),
     );
-    return body;
+    return reply.body;
   }
 
   /** The members that share the store, alive or not (`GET /v1/nodes`). */
@@ -149,23 +189,25 @@ export class ControlClient {
    * The live endpoint stream (`GET /v1/endpoints/stream`): an `endpoints` event with the whole picture on every
    * (re)connection and on every change, a `switch` event per alias switch. Reconnects on its own after a dropped
    * connection, `429` or `5xx`; refusals retrying cannot fix (auth, bad parameters) end it with a
-   * `SluiceClientError`.
+   * `SluiceClientError`. Ending it (`break`, `return()`, the `signal`, an `await using` block's end) closes it.
    */
-  async *watchEndpoints(options: WatchOptions = {}): AsyncGenerator<EndpointStreamEvent> {
+  watchEndpoints(options: WatchOptions = {}): AsyncGenerator<EndpointStreamEvent> {
     const query = options.heartbeatMs === undefined ? '' : `?heartbeatMs=${options.heartbeatMs}`;
-    yield* openEventStream(this.target, {
-      what: 'The endpoint stream',
-      ...(options.signal ? { signal: options.signal } : {}),
-      ...(options.backoff ? { backoff: options.backoff } : {}),
-      ...(options.onOpen ? { onOpen: options.onOpen } : {}),
-      ...(options.onConnectionLost ? { onConnectionLost: options.onConnectionLost } : {}),
-      idleTimeoutMs:
-        options.idleTimeoutMs ??
-        (options.heartbeatMs === undefined ? DEFAULT_IDLE_TIMEOUT_MS : 3 * options.heartbeatMs),
-      path: () => `/v1/endpoints/stream${query}`,
-      decode: (message) => toStreamEvent(message.event, message.data),
-      endOnBadEvent: true,
-    });
+    return disposable(
+      openEventStream<EndpointStreamEvent>(this.target, {
+        what: 'The endpoint stream',
+        ...(options.signal ? { signal: options.signal } : {}),
+        ...(options.backoff ? { backoff: options.backoff } : {}),
+        ...(options.onOpen ? { onOpen: options.onOpen } : {}),
+        ...(options.onConnectionLost ? { onConnectionLost: options.onConnectionLost } : {}),
+        idleTimeoutMs:
+          options.idleTimeoutMs ??
+          (options.heartbeatMs === undefined ? DEFAULT_IDLE_TIMEOUT_MS : 3 * options.heartbeatMs),
+        path: () => `/v1/endpoints/stream${query}`,
+        decode: (message) => toStreamEvent(message.event, message.data),
+        endOnBadEvent: true,
+      }),
+    );
   }
 }
 

@@ -1,4 +1,5 @@
 import type { Filter, WireQuery } from '@sluice/core';
+import { disposable } from './disposable.js';
 import { ClientErrorCode, SluiceClientError } from './errors.js';
 import { type ConnectionLoss, openEventStream } from './event-stream.js';
 import {
@@ -71,9 +72,10 @@ export interface ChangesOptions {
   onOpen?: () => void;
   /**
    * Called when a connection attempt fails or the open connection is lost (`unreachable`, `refused`, `closed`); the
-   * feed reconnects by itself and resumes from its last token, and `onOpen` says when it is up again.
+   * feed reconnects by itself and resumes from its last token, and `onOpen` says when it is up again. A refused
+   * connection comes with the server's refusal (`429 QUEUE_FULL` names the bound reached), to say why.
    */
-  onConnectionLost?: (why: ConnectionLoss) => void;
+  onConnectionLost?: (why: ConnectionLoss, refusal?: SluiceClientError) => void;
 }
 
 /**
@@ -123,7 +125,7 @@ function keyText(value: unknown): string {
  * for await (const change of cities.changes()) apply(change);
  * ```
  */
-export class EndpointClient<Row extends Record<string, unknown> = Record<string, unknown>> {
+export class EndpointClient<Row extends object = Record<string, unknown>> {
   constructor(
     readonly name: string,
     private readonly target: HttpTarget,
@@ -199,9 +201,13 @@ export class EndpointClient<Row extends Record<string, unknown> = Record<string,
 
   /**
    * Every record matching the query, page by page (`$after`). A walk that crosses a blue/green switch fails
-   * with `CURSOR_EXPIRED` (it never skips or repeats silently): start it again.
+   * with `CURSOR_EXPIRED` (it never skips or repeats silently): start it again. `await using` ends it too.
    */
-  async *scan(query: Omit<WireQuery, '$after' | '$skip'> = {}, options: ReadOptions = {}) {
+  scan(query: Omit<WireQuery, '$after' | '$skip'> = {}, options: ReadOptions = {}): AsyncGenerator<Row> {
+    return disposable(this.pages(query, options));
+  }
+
+  private async *pages(query: Omit<WireQuery, '$after' | '$skip'>, options: ReadOptions) {
     let after: string | null = null;
     do {
       const page: Page<Row> = await this.query({ ...query, ...(after ? { $after: after } : {}) }, options);
@@ -212,9 +218,22 @@ export class EndpointClient<Row extends Record<string, unknown> = Record<string,
 
   /**
    * The endpoint's change feed. Reconnects on its own (backoff) and resumes from the last token, so the
-   * events it yields have no gap and no duplicate; apply them in order to a local copy.
+   * events it yields have no gap and no duplicate; apply them in order to a local copy. Ending it — `break`,
+   * `return()`, the `signal`, or the end of an `await using` block — closes its connection.
+   *
+   * @example
+   * ```ts
+   * {
+   *   await using feed = items.changes();
+   *   for await (const change of feed) if (apply(change) === 'enough') break;
+   * } // the connection is closed here, whichever way the block was left
+   * ```
    */
-  async *changes(options: ChangesOptions = {}): AsyncGenerator<ChangeEvent<Row>> {
+  changes(options: ChangesOptions = {}): AsyncGenerator<ChangeEvent<Row>> {
+    return disposable(this.feed(options));
+  }
+
+  private async *feed(options: ChangesOptions): AsyncGenerator<ChangeEvent<Row>> {
     let token = options.after;
     let snapshot = options.snapshot === true;
     let inSnapshot = false;

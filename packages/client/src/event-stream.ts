@@ -43,8 +43,10 @@ export interface EventStreamOptions<T> {
   /**
    * Called when a connection attempt fails or an open connection is lost (not when `signal` stops the stream); the
    * stream then reconnects by itself (or ends, for a refusal retrying cannot fix), and `onOpen` says when it is up.
+   * A refused connection comes with the server's refusal (its code and message: `429 QUEUE_FULL` names the bound
+   * reached), so a caller can say why.
    */
-  onConnectionLost?: (why: ConnectionLoss) => void;
+  onConnectionLost?: (why: ConnectionLoss, refusal?: SluiceClientError) => void;
   /** Turns one SSE message into what the stream yields; null skips it. Runs while the connection is read. */
   decode: (message: SseMessage) => T | null;
   /**
@@ -144,8 +146,8 @@ export async function* openEventStream<T>(
         clearTimeout(headersTimer);
       }
       if (!res.ok) {
-        options.onConnectionLost?.('refused');
         const error = await errorFrom(res);
+        options.onConnectionLost?.('refused', error);
         // Refusals that will not change by retrying (bad token, filter, auth, unknown endpoint) end the stream.
         if (res.status < 500 && res.status !== 429) throw error;
         if (options.giveUp?.(error)) throw error;

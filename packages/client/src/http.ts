@@ -17,7 +17,16 @@ export interface HttpTarget {
   baseUrl: string;
   token?: TokenSource | undefined;
   fetch: typeof globalThis.fetch;
+  /** How long one request may take to be answered in full, in ms; 0 = no limit ({@link DEFAULT_TIMEOUT_MS}). */
+  timeoutMs: number;
 }
+
+/**
+ * Default deadline of one request (not of a stream: those have `idleTimeoutMs`). A server that accepted the
+ * connection and stopped (SIGSTOP, a frozen VM, a path lost without a reset) otherwise holds the caller for as
+ * long as the platform lets it — about 5 minutes in Node, forever in a browser.
+ */
+export const DEFAULT_TIMEOUT_MS = 30_000;
 
 /** `retry-after` (seconds or an HTTP date) in ms, or null. */
 export function retryAfterMs(header: string | null, now = Date.now()): number | null {
@@ -67,7 +76,37 @@ function networkReason(err: unknown): string {
   return why && why !== message ? `${message} (${why})` : message;
 }
 
-/** One request: JSON in and out; network failures are `NETWORK_ERROR`, non-2xx the server's code. */
+/**
+ * A signal that aborts when `signal` does or `timeoutMs` (> 0) has passed, and whether the deadline was the cause.
+ * Built by hand: `AbortSignal.any` is missing from browsers the client still runs in.
+ */
+function deadlineSignal(signal: AbortSignal | undefined, timeoutMs: number) {
+  const controller = new AbortController();
+  let timedOut = false;
+  const stop = () => controller.abort(signal?.reason);
+  if (signal?.aborted) stop();
+  else signal?.addEventListener('abort', stop, { once: true });
+  const timer =
+    timeoutMs > 0
+      ? setTimeout(() => {
+          timedOut = true;
+          controller.abort(new Error(`no answer within ${timeoutMs} ms`));
+        }, timeoutMs)
+      : undefined;
+  return {
+    signal: controller.signal,
+    timedOut: () => timedOut && !signal?.aborted,
+    dispose: () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', stop);
+    },
+  };
+}
+
+/**
+ * One request: JSON in and out; network failures are `NETWORK_ERROR`, no full answer within `timeoutMs` (default:
+ * the target's) `TIMEOUT`, non-2xx the server's code. An abort of `signal` rejects with the signal's reason.
+ */
 export async function requestJson<T>(
   target: HttpTarget,
   method: 'GET' | 'POST',
@@ -75,10 +114,27 @@ export async function requestJson<T>(
   body?: unknown,
   extraHeaders: Record<string, string> = {},
   signal?: AbortSignal,
+  timeoutMs: number = target.timeoutMs,
 ): Promise<{ status: number; body: T; headers: Headers }> {
+  const url = `${target.baseUrl}${path}`;
+  const deadline = deadlineSignal(signal, timeoutMs);
+  // A failure before the whole answer was read: the caller's abort as it is, else a typed client error.
+  const failure = (err: unknown) => {
+    if (signal?.aborted) return err;
+    if (deadline.timedOut())
+      return new SluiceClientError(
+        ClientErrorCode.TIMEOUT,
+        `${method} ${url}: no answer within ${timeoutMs} ms (timeoutMs)`,
+        { cause: err },
+      );
+    return new SluiceClientError(ClientErrorCode.NETWORK_ERROR, `${method} ${url}: ${networkReason(err)}`, {
+      cause: err,
+    });
+  };
   let res: Response;
+  let text: string;
   try {
-    res = await target.fetch(`${target.baseUrl}${path}`, {
+    res = await target.fetch(url, {
       method,
       headers: await headersFor(target, {
         accept: 'application/json',
@@ -86,18 +142,17 @@ export async function requestJson<T>(
         ...extraHeaders,
       }),
       ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-      ...(signal ? { signal } : {}),
+      signal: deadline.signal,
     });
+    // The deadline covers the body too: a server may stop after its headers.
+    if (!res.ok) throw await errorFrom(res);
+    text = await res.text();
   } catch (err) {
-    if (signal?.aborted) throw err;
-    throw new SluiceClientError(
-      ClientErrorCode.NETWORK_ERROR,
-      `${method} ${target.baseUrl}${path}: ${networkReason(err)}`,
-      { cause: err },
-    );
+    if (err instanceof SluiceClientError) throw err;
+    throw failure(err);
+  } finally {
+    deadline.dispose();
   }
-  if (!res.ok) throw await errorFrom(res);
-  const text = await res.text();
   try {
     return { status: res.status, body: (text === '' ? null : JSON.parse(text)) as T, headers: res.headers };
   } catch (err) {

@@ -22,7 +22,7 @@ export {
   type NoEndpointTypes,
   type SluiceClient,
 } from './client.js';
-export { ControlClient, type WatchOptions } from './control.js';
+export { ControlClient, STEERING_TIMEOUT_MS, type WatchOptions } from './control.js';
 export {
   type ChangeEvent,
   type ChangesOptions,

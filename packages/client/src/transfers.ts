@@ -69,10 +69,10 @@ export class TransfersClient {
         return { status: status as Submitted['status'], transfer: body };
       } catch (err) {
         if (!(err instanceof SluiceClientError) || attempt >= retries) throw err;
-        const retryable =
-          err.status === 429 ||
-          err.status === 503 ||
-          (idempotent && err.code === ClientErrorCode.NETWORK_ERROR);
+        // A request that got no answer (a network error, or none in time) may have been taken: only an idempotent
+        // one is resent — the same id and body get its stored answer, never a second run.
+        const unanswered = err.code === ClientErrorCode.NETWORK_ERROR || err.code === ClientErrorCode.TIMEOUT;
+        const retryable = err.status === 429 || err.status === 503 || (idempotent && unanswered);
         if (!retryable) throw err;
         const wait =
           err.retryAfterMs ?? backoffMs(attempt, options.initialDelayMs ?? 250, options.maxDelayMs ?? 10_000);
@@ -82,8 +82,11 @@ export class TransfersClient {
     }
   }
 
-  /** The transfer's record (`TRANSFER_NOT_FOUND` when there is none). */
-  async get(id: string, options: { signal?: AbortSignal } = {}): Promise<TransferView> {
+  /**
+   * The transfer's record (`TRANSFER_NOT_FOUND` when there is none). `timeoutMs` overrides the client's for this
+   * request.
+   */
+  async get(id: string, options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<TransferView> {
     const { body } = await requestJson<TransferView>(
       this.target,
       'GET',
@@ -91,6 +94,7 @@ export class TransfersClient {
       undefined,
       {},
       options.signal,
+      options.timeoutMs,
     );
     return body;
   }
@@ -106,15 +110,25 @@ export class TransfersClient {
     const deadline =
       options.timeoutMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + options.timeoutMs;
     const interval = options.intervalMs ?? 250;
+    const timedOut = () =>
+      new SluiceClientError(ClientErrorCode.TIMEOUT, `Transfer "${id}" did not finish in time`);
     for (;;) {
+      // Each poll ends by the deadline too: a server that stopped answering must not hold `wait` past it.
+      const left = deadline - Date.now();
+      const pollMs = this.target.timeoutMs > 0 ? Math.min(this.target.timeoutMs, left) : left;
       try {
-        const transfer = await this.get(id, options);
+        const transfer = await this.get(id, {
+          ...options,
+          timeoutMs: Number.isFinite(pollMs) ? Math.max(1, pollMs) : 0,
+        });
         if (TERMINAL.has(transfer.state)) return transfer;
       } catch (err) {
-        if (!(err instanceof SluiceClientError) || err.code !== ClientErrorCode.NETWORK_ERROR) throw err;
+        if (!(err instanceof SluiceClientError)) throw err;
+        if (err.code === ClientErrorCode.TIMEOUT && Date.now() >= deadline) throw timedOut();
+        // A poll is a GET: one that got no answer is simply asked again.
+        if (err.code !== ClientErrorCode.NETWORK_ERROR && err.code !== ClientErrorCode.TIMEOUT) throw err;
       }
-      if (Date.now() + interval > deadline)
-        throw new SluiceClientError(ClientErrorCode.TIMEOUT, `Transfer "${id}" did not finish in time`);
+      if (Date.now() + interval > deadline) throw timedOut();
       await delay(interval, options.signal);
     }
   }

@@ -54,6 +54,7 @@ export const ErrorCode = {
   INTERNAL: 'INTERNAL',
   NOTHING_TO_PROMOTE: 'NOTHING_TO_PROMOTE',
   GENERATION_NOT_HELD: 'GENERATION_NOT_HELD',
+  GENERATION_NOT_SERVING: 'GENERATION_NOT_SERVING',
   NOTHING_TO_ROLL_BACK: 'NOTHING_TO_ROLL_BACK',
   CANNOT_RESUME: 'CANNOT_RESUME',
   ENDPOINT_STOPPED: 'ENDPOINT_STOPPED',
@@ -92,6 +93,7 @@ export const STATUS_BY_CODE = {
   ILLEGAL_TRANSITION: 409,
   NOTHING_TO_PROMOTE: 409,
   GENERATION_NOT_HELD: 409,
+  GENERATION_NOT_SERVING: 409,
   NOTHING_TO_ROLL_BACK: 409,
   CANNOT_RESUME: 409,
   ENDPOINT_NOT_RUNNING: 409,
@@ -511,6 +513,24 @@ export class GenerationNotHeldError extends SluiceError {
           ? `Endpoint ${q(endpoint)} holds no generation to promote, not ${q(generation)}; nothing moved`
           : `Endpoint ${q(endpoint)} holds ${q(held)}, not ${q(generation)}; nothing moved (promote ${q(held)} to switch to it)`,
       details: { endpoint, generation, held },
+    });
+  }
+}
+
+/**
+ * A rollback named the generation the operator saw serving (`from`), and another serves now: the endpoint moved on
+ * (a rebuild switched, someone else promoted or rolled back) after the operator's picture was taken. Nothing moves.
+ * `serving` is the generation serving now (null: none).
+ */
+export class GenerationNotServingError extends SluiceError {
+  constructor(endpoint: string, generation: string, serving: string | null) {
+    super({
+      code: ErrorCode.GENERATION_NOT_SERVING,
+      message:
+        serving === null
+          ? `Endpoint ${q(endpoint)} serves no generation, not ${q(generation)}; nothing moved`
+          : `Endpoint ${q(endpoint)} serves ${q(serving)} now, not ${q(generation)}; nothing moved (look at its generations again, then roll back from ${q(serving)} if you still mean to)`,
+      details: { endpoint, generation, serving },
     });
   }
 }

@@ -143,6 +143,7 @@ export {
   type FieldIssue,
   ForbiddenError,
   GenerationNotHeldError,
+  GenerationNotServingError,
   HeadersTooLargeError,
   IdempotencyConflictError,
   IdempotencyKeyMismatchError,

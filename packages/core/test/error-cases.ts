@@ -272,6 +272,12 @@ export const ERROR_CASES: ReadonlyArray<{
     status: 409,
   },
   {
+    error: new errors.GenerationNotServingError('items', 'items-01', 'items-02'),
+    cls: errors.GenerationNotServingError,
+    code: 'GENERATION_NOT_SERVING',
+    status: 409,
+  },
+  {
     error: new errors.NothingToRollBackError('items', 'no earlier generation is retained'),
     cls: errors.NothingToRollBackError,
     code: 'NOTHING_TO_ROLL_BACK',

@@ -292,7 +292,7 @@ export async function startEndpointPipeline(
         await supervisor.launch(true);
       }),
     promote: (generation?: string) => exclusive(() => steering.promote(generation)),
-    rollback: (to?: string) => exclusive(() => steering.rollback(to)),
+    rollback: (to?: string, from?: string) => exclusive(() => steering.rollback(to, from)),
     stop,
     async whenServing(options = {}) {
       const timeoutMs = options.timeoutMs ?? 60_000;

@@ -16,10 +16,15 @@ const NameParams = z.object({ name: NameSchema });
 
 /**
  * A rollback may name the retained generation to go back to; without one (or without a body), the generation that
- * served before. `nullish`: fastify validates an absent body as `null` — a body sent as `null` is refused before
- * validation (the control API's `refuseNullBody` hook), so here `null` only ever means "no body".
+ * served before. It may name the generation the operator saw serving (`from`, the console does): the rollback is
+ * made from that one only, so a page behind the server (another operator switched meanwhile) is refused rather than
+ * rolling back from a generation it never showed. `nullish`: fastify validates an absent body as `null` — a body
+ * sent as `null` is refused before validation (the control API's `refuseNullBody` hook), so here `null` only ever
+ * means "no body".
  */
-const RollbackBody = z.strictObject({ to: NameSchema.max(512).optional() }).nullish();
+const RollbackBody = z
+  .strictObject({ to: NameSchema.max(512).optional(), from: NameSchema.max(512).optional() })
+  .nullish();
 
 /**
  * A promote may name the generation the operator saw held (the console does): only that one is promoted, so one
@@ -91,15 +96,15 @@ export async function steeringRoutes(
         summary:
           'Point the alias back at the previous retained generation and continue it from its checkpoint',
         description:
-          '200 with the move (`changed: false` when repeated); 409 CANNOT_RESUME (nothing changes) when its source cannot resume from that generation; 409 NOTHING_TO_ROLL_BACK when no earlier generation is retained. Optional body `{ "to": "<generation>" }`.',
+          '200 with the move (`changed: false` when repeated); 409 CANNOT_RESUME (nothing changes) when its source cannot resume from that generation; 409 NOTHING_TO_ROLL_BACK when no earlier generation is retained; 409 GENERATION_NOT_SERVING (nothing moves) when the body names as `from` a generation that does not serve now — its problem names the one serving now as `serving`. Optional body `{ "to": "<generation>", "from": "<generation>" }`: roll back to `to` (default: the generation that served before), only while `from` serves.',
         params: NameParams,
         querystring: NoQuery,
         body: RollbackBody,
-        // 404 UNKNOWN_ENDPOINT; 409 NOTHING_TO_ROLL_BACK, CANNOT_RESUME, ENDPOINT_NOT_RUNNING; 503 also
+        // 404 UNKNOWN_ENDPOINT; 409 NOTHING_TO_ROLL_BACK, CANNOT_RESUME, GENERATION_NOT_SERVING, ENDPOINT_NOT_RUNNING; 503 also
         // ENDPOINT_STOPPED.
         response: { 200: SwitchReply, ...POST_PROBLEMS, 404: ProblemSchema, 409: ProblemSchema },
       },
     },
-    async (request) => endpoints.rollback(request.params.name, request.body?.to),
+    async (request) => endpoints.rollback(request.params.name, request.body?.to, request.body?.from),
   );
 }

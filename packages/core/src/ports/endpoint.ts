@@ -77,9 +77,11 @@ export interface EndpointPipeline extends AsyncDisposable {
    * Points the alias back at the generation that served before the current one (or at `to`, a retained generation
    * that served before) and continues it from its own checkpoint; a generation being built or held is abandoned.
    * Refused with `CANNOT_RESUME` (nothing changes) when its source cannot continue from there; `NOTHING_TO_ROLL_BACK`
-   * when no such generation is retained. Repeating the last rollback answers `changed: false`.
+   * when no such generation is retained. Repeating the last rollback answers `changed: false`. With `from` (the
+   * generation the operator saw serving), only from that one: another serving now is `GENERATION_NOT_SERVING` and
+   * nothing moves — a page behind the server never rolls back from a generation it did not show.
    */
-  rollback(to?: string): Promise<SwitchOutcome>;
+  rollback(to?: string, from?: string): Promise<SwitchOutcome>;
   stop(): Promise<void>;
   /**
    * Resolves with the cache's name once the alias points at a generation whose every source finished its

@@ -1,6 +1,7 @@
 import {
   CannotResumeError,
   GenerationNotHeldError,
+  GenerationNotServingError,
   NothingToPromoteError,
   NothingToRollBackError,
   type SwitchOutcome,
@@ -16,7 +17,8 @@ import type { EndpointSupervisor } from './supervisor.js';
 export interface Steering {
   /** `generation`: the one the operator saw held; another held since (or none) is refused, nothing moves. */
   promote(generation?: string): Promise<SwitchOutcome>;
-  rollback(to?: string): Promise<SwitchOutcome>;
+  /** `from`: the generation the operator saw serving; another serving now is refused, nothing moves. */
+  rollback(to?: string, from?: string): Promise<SwitchOutcome>;
   /**
    * Waits (up to `timeoutMs`) for the `AliasRedirected` of rollbacks still on their way to the backplane; resolves with
    * how many are left. Called when the endpoint stops.
@@ -96,14 +98,31 @@ export function endpointSteering(
     }
   };
 
-  const rollback = async (to?: string): Promise<SwitchOutcome> => {
+  /**
+   * Refuses a rollback confirmed from a picture the endpoint moved on from: `from` named, another serving now. Asked
+   * before the target is assessed and again once the supervisor is halted, right before the alias moves — a rebuild's
+   * own switch may land in between, and nothing else moves the alias once the supervisor is halted.
+   */
+  const assertServing = (from: string | undefined) => {
+    const serving = servingCache();
+    if (from !== undefined && serving !== from) throw new GenerationNotServingError(name, from, serving);
+  };
+
+  const rollback = async (to?: string, from?: string): Promise<SwitchOutcome> => {
     supervisor.assertNotStopped();
     const serving = servingCache();
     const last = caches.history(name)[0];
-    if (to === undefined && last?.cause === 'rollback' && last.to === serving)
+    // A repeat of the rollback just done (`from`, when named, the one it moved from): answered, nothing moves.
+    if (
+      to === undefined &&
+      last?.cause === 'rollback' &&
+      last.to === serving &&
+      (from ?? last.from) === last.from
+    )
       return { endpoint: name, from: last.from, to: last.to, cause: 'rollback', changed: false };
     if (to !== undefined && to === serving)
       return { endpoint: name, from: serving, to, cause: 'rollback', changed: false };
+    assertServing(from);
     const targetName = to ?? (last?.to === serving ? last?.from : null) ?? null;
     if (targetName === null) throw new NothingToRollBackError(name, 'no earlier generation served it');
     const info = await caches.info(targetName);
@@ -131,7 +150,8 @@ export function endpointSteering(
       const restart = assessed.plan;
       halted = true;
       await supervisor.halt();
-      const { from, version } = await caches.redirect(name, targetName, { cause: 'rollback' });
+      assertServing(from);
+      const { from: previous, version } = await caches.redirect(name, targetName, { cause: 'rollback' });
       for (const generation of await caches.list())
         if (generation.endpoint === name && generation.state === 'building' && generation.name !== targetName)
           await caches.retire(generation.name);
@@ -141,7 +161,7 @@ export function endpointSteering(
         () =>
           announceRedirect(lc.events, logger, {
             alias: name,
-            from,
+            from: previous,
             to: targetName,
             version,
             checkpoint: restart.checkpoint,
@@ -163,12 +183,15 @@ export function endpointSteering(
         standing: null,
       });
       onSwitched();
-      return { endpoint: name, from, to: targetName, cause: 'rollback', changed: true };
+      return { endpoint: name, from: previous, to: targetName, cause: 'rollback', changed: true };
     } catch (err) {
       if (cache) await cache.close().catch(() => {});
       if (!adopted) await candidate.source.close().catch(() => {});
+      // Refused before anything moved (the endpoint switched while the target was assessed): it goes on as it was,
+      // planned from the alias table — nothing failed.
+      if (halted && err instanceof GenerationNotServingError) await supervisor.launch(false).catch(() => {});
       // Stopped for the rollback, which then failed: the supervisor plans from the alias table again.
-      if (halted) supervisor.resumeAfterFailure(err);
+      else if (halted) supervisor.resumeAfterFailure(err);
       throw err;
     }
   };

@@ -29,6 +29,13 @@ const LOST: Record<ConnectionLoss, string> = {
   closed: 'the connection to the app-server was lost; reconnecting…',
 };
 
+/** The status line's words for a lost stream; a refusal in the server's words (its code and what was reached). */
+function lostText(why: ConnectionLoss, refusal: unknown): string {
+  return why === 'refused' && refusal
+    ? `the app-server refused the endpoint stream — ${messageOf(refusal)}; reconnecting…`
+    : LOST[why];
+}
+
 /**
  * The endpoint stream (`GET /v1/endpoints/stream`): live, reconnecting by itself; no polling. Live only while a
  * connection is open: the picture it last sent stays on the page, marked stale, until the next connection sends a
@@ -45,8 +52,10 @@ function useEndpointStream(token: string | undefined, onUnauthorized: () => void
           signal: controller.signal,
           backoff: { initialMs: 250, maxMs: 5_000 },
           onOpen: () => setState((s) => ({ ...s, live: true, error: null })),
-          // Between a lost connection and the next one the picture on the page is stale: say so.
-          onConnectionLost: (why) => setState((s) => ({ ...s, live: false, error: LOST[why] })),
+          // Between a lost connection and the next one the picture on the page is stale: say so — and, for a
+          // refusal, why in the server's words (429 QUEUE_FULL names the bound: the operator may close a tab).
+          onConnectionLost: (why, refusal) =>
+            setState((s) => ({ ...s, live: false, error: lostText(why, refusal) })),
         })) {
           if (event.type === 'endpoints') setState({ endpoints: event.endpoints, live: true, error: null });
         }
@@ -281,9 +290,11 @@ function EndpointCard(props: {
             history={endpoint.history}
             rollbackTarget={rollbackTarget}
             disabled={!idle}
-            onRollback={() =>
+            onRollback={(to, from) =>
               void action.run('Roll back', async () => {
-                const moved = await control.rollback(endpoint.name);
+                // What the operator confirmed: from the generation shown serving to the one named. The page may be
+                // behind the server (another operator switched meanwhile): then it is refused, and nothing moves.
+                const moved = await control.rollback(endpoint.name, { to, from });
                 return moved.changed
                   ? `Rolled back: ${endpoint.name} serves ${short(moved.to)} again (was ${short(moved.from)}).`
                   : `${endpoint.name} was already rolled back to ${short(moved.to)}.`;
@@ -468,9 +479,11 @@ function Timeline(props: {
   history: SwitchView[];
   rollbackTarget: string | null;
   disabled: boolean;
-  onRollback: () => void;
+  /** `to`: the generation offered; `from`: the one the latest switch shows serving. */
+  onRollback: (to: string, from: string) => void;
 }) {
   if (props.history.length === 0) return <p>No switch yet.</p>;
+  const target = props.rollbackTarget;
   return (
     <ol class="timeline">
       {props.history.map((entry, i) => (
@@ -481,14 +494,14 @@ function Timeline(props: {
             {entry.from ? <code>{shortGeneration(entry.from, props.endpoint)}</code> : 'nothing'} →{' '}
             <code>{shortGeneration(entry.to, props.endpoint)}</code>
           </span>
-          {i === 0 && props.rollbackTarget && (
+          {i === 0 && target && (
             <ConfirmButton
               class="secondary rollback"
-              label={`Roll back to ${shortGeneration(props.rollbackTarget, props.endpoint)}`}
-              question={`Serve ${shortGeneration(props.rollbackTarget, props.endpoint)} again instead of ${shortGeneration(entry.to, props.endpoint)}?`}
-              confirmLabel={`Yes, roll back to ${shortGeneration(props.rollbackTarget, props.endpoint)}`}
+              label={`Roll back to ${shortGeneration(target, props.endpoint)}`}
+              question={`Serve ${shortGeneration(target, props.endpoint)} again instead of ${shortGeneration(entry.to, props.endpoint)}?`}
+              confirmLabel={`Yes, roll back to ${shortGeneration(target, props.endpoint)}`}
               disabled={props.disabled}
-              onConfirm={props.onRollback}
+              onConfirm={() => props.onRollback(target, entry.to)}
             />
           )}
         </li>
