@@ -53,7 +53,7 @@ export function fastLookupRoute(options: FastLookupOptions): FastRoute {
     const match = LOOKUP_PATH.exec(request.url ?? '');
     if (match === null) return false;
     const headers = request.headers;
-    if (leftToFastify(headers, cors)) return false;
+    if (leftToFastify(request, cors)) return false;
     const started = performance.now();
     const name = match[1]!;
     let lease: Lease | undefined;

@@ -142,7 +142,7 @@ export function fastQueryRoute(options: FastQueryOptions): FastRoute {
     const match = QUERY_PATH.exec(request.url ?? '');
     if (match === null) return false;
     const headers = request.headers;
-    if (leftToFastify(headers, cors)) return false;
+    if (leftToFastify(request, cors)) return false;
     if (!isJson(headers['content-type']) || headers['transfer-encoding'] !== undefined) return false;
     const length = Number(headers['content-length']);
     if (!Number.isInteger(length) || length <= 0 || length > bodyLimit) return false;

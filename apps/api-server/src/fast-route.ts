@@ -3,7 +3,8 @@
  * one of them leaves to fastify, and the headers of a successful answer — one definition, so a lookup and a page
  * answered below fastify carry exactly what fastify's routes would (docs/performance.md § Lookups below fastify).
  */
-import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { headerLinesProblem } from '@sluice/http';
 import { CACHE_HEADER, CHECKPOINT_HEADER, type CheckpointHeaderValues } from './checkpoint-headers.js';
 import { MIN_POSITION_HEADER, POSITION_HEADER } from './freshness.js';
 
@@ -14,19 +15,22 @@ const JSON_CONTENT_TYPE = 'application/json; charset=utf-8';
 
 /**
  * True when fastify must answer a request whatever it asks: `sluice-min-position` (the answer may wait for a
- * commit), no `Host` (refused as a problem in HTTP/1.1) and, while CORS is configured, an `origin` (the CORS
- * plugin's headers).
+ * commit), no `Host` (refused as a problem in HTTP/1.1), header lines `@sluice/http` refuses (two `Host`,
+ * `Content-Type` or `Authorization` lines, an `Expect` other than 100-continue: `headerLinesProblem`) and, while CORS
+ * is configured, an `origin` (the CORS plugin's headers).
  *
  * @example
  * ```ts
- * if (request.method !== 'GET' || leftToFastify(request.headers, cors)) return false;
+ * if (request.method !== 'GET' || leftToFastify(request, cors)) return false;
  * ```
  */
-export function leftToFastify(headers: IncomingHttpHeaders, cors: boolean): boolean {
+export function leftToFastify(request: IncomingMessage, cors: boolean): boolean {
+  const headers = request.headers;
   return (
     headers[MIN_POSITION_HEADER] !== undefined ||
     headers.host === undefined ||
-    (cors && headers.origin !== undefined)
+    (cors && headers.origin !== undefined) ||
+    headerLinesProblem(headers, request.rawHeaders) !== null
   );
 }
 

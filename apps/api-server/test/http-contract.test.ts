@@ -192,4 +192,56 @@ describe('query API contract corners', () => {
     );
     expect(old.split('\r\n')[0]).toBe('HTTP/1.1 200 OK');
   }, 60_000);
+
+  it('defect: the lookups and queries answered below fastify took a request with two Authorization (or Host, Content-Type) lines by its first, and answered an unmet Expect 200', async () => {
+    await using dir = await tempDir('sluice-api-contract-');
+    await writeGeneration(dir.path, 1, 5);
+    const secret = 'a-test-secret-of-32-characters!!';
+    await using server = await startQuietApiServer(dir.path, { api: { auth: { jwtSecret: secret } } });
+    const port = Number(new URL(server.url).port);
+    const token = signJwt(secret, { endpoints: '*' });
+    const query = '{"$limit":2}';
+    const cases = [
+      // The second token is not even a token: which line decides who asks depends on which hop reads which line.
+      [
+        'GET /v1/endpoints/items/records/1',
+        `authorization: Bearer ${token}\r\nauthorization: Bearer nope\r\n`,
+        'headers.authorization',
+      ],
+      ['GET /v1/endpoints/items/records/1', 'host: a\r\n', 'headers.host'],
+      ['GET /v1/endpoints/items/records/1', 'expect: 200-ok\r\n', 'headers.expect'],
+      [
+        'POST /v1/endpoints/items/query',
+        `content-type: text/plain\r\ncontent-length: ${query.length}\r\n`,
+        'headers.content-type',
+      ],
+      [
+        'POST /v1/endpoints/items/query',
+        `content-length: ${query.length}\r\nexpect: 200-ok\r\n`,
+        'headers.expect',
+      ],
+    ] as const;
+    for (const [line, extra, path] of cases) {
+      const post = line.startsWith('POST');
+      const answer = await rawHttpExchange(
+        port,
+        `${line} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${token}\r\n` +
+          `${post ? 'content-type: application/json\r\n' : ''}${extra.replace(`authorization: Bearer ${token}\r\n`, '')}` +
+          `connection: close\r\n\r\n${post ? query : ''}`,
+      );
+      const [head, body] = answer.split('\r\n\r\n') as [string, string];
+      expect(head.split('\r\n')[0], `${line} ${path}`).toBe('HTTP/1.1 400 Bad Request');
+      expect(JSON.parse(body), `${line} ${path}`).toMatchObject({
+        status: 400,
+        code: 'VALIDATION_FAILED',
+        errors: [{ path }],
+      });
+    }
+    // One line of each is answered as before, below fastify or not.
+    const one = await rawHttpExchange(
+      port,
+      `GET /v1/endpoints/items/records/1 HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${token}\r\nconnection: close\r\n\r\n`,
+    );
+    expect(one.split('\r\n')[0]).toBe('HTTP/1.1 200 OK');
+  }, 60_000);
 });

@@ -21,6 +21,12 @@ export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.
 export { DataDirAccess, prepareDataDir } from './data-dir.js';
 export { atExpiry } from './expiry.js';
 export {
+  headerLinesProblem,
+  repeatedSingleHeader,
+  SINGLE_HEADERS,
+  unmetExpectation,
+} from './header-lines.js';
+export {
   JSON_MEDIA_TYPES,
   jsonBodyText,
   refusedContentEncoding,

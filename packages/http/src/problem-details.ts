@@ -14,6 +14,7 @@ import {
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import { allowedMethods } from './allowed-methods.js';
+import { headerLinesProblem } from './header-lines.js';
 import { useJsonBodies } from './json-body.js';
 import { normalizeHttpError } from './normalize.js';
 import { discardUnreadBody, UnreadBody } from './unread-body.js';
@@ -205,11 +206,14 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
     closing = true;
     done();
   });
+  // Node answers an `Expect` other than 100-continue with a bare 417 before any handler runs, unless someone listens
+  // for it: hand such a request to the server's handler like any other, for the hook below to refuse as a problem.
+  app.server.on('checkExpectation', (request, response) => app.server.emit('request', request, response));
   // A callback hook, not an async one: it runs on every request, and an async hook costs a promise each time.
   app.addHook('onRequest', (request, _reply, done) => {
     if (closing) done(new ShuttingDownError());
     else if (missesHost(request)) done(missingHostProblem());
-    else done();
+    else done(headerLinesProblem(request.headers, request.raw.rawHeaders) ?? undefined);
   });
   app.setErrorHandler((err, request, reply) => sendProblem(err, request, reply, options, closing));
   // No route took the request: a path some route has with another method is that method's 405 (a 404 would send
@@ -237,7 +241,10 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
  * - `www-authenticate: Bearer` on 401, `allow` on 405, `retry-after` where the error says when; 503 logged as a
  *   warning;
  * - requests that arrive once the server is closing answered `503 NODE_SHUTTING_DOWN` (create the instance with
- *   `return503OnClosing: false`, or fastify answers them first with a body of its own).
+ *   `return503OnClosing: false`, or fastify answers them first with a body of its own);
+ * - a request with two `Host`, `Content-Type` or `Authorization` lines, or an `Expect` other than `100-continue`,
+ *   refused `400 VALIDATION_FAILED` at `headers.<name>` (`header-lines.ts`) — Node would read the first line only,
+ *   and answer an unmet expectation with a bare 417.
  *
  * @example
  * ```ts

@@ -406,6 +406,78 @@ describe('problemClientErrors (real socket)', () => {
   });
 });
 
+describe('header lines a request may send once (real socket)', () => {
+  let port: number;
+  beforeAll(async () => {
+    if (!app.server.listening) await app.listen({ port: 0, host: '127.0.0.1' });
+    const address = app.server.address();
+    if (address === null || typeof address === 'string') throw new Error('no port');
+    port = address.port;
+  });
+
+  /** The status line and the parsed problem of a raw exchange. */
+  const exchange = async (raw: string) => {
+    const answer = await rawExchange(port, raw);
+    const [head = '', body = ''] = answer.split('\r\n\r\n');
+    return { line: head.split('\r\n')[0], head: head.toLowerCase(), body };
+  };
+
+  it('defect: an Expect other than 100-continue was answered by Node with a bare 417 and no body, not a problem', async () => {
+    for (const expectation of ['200-ok', 'garbage', '100-continued']) {
+      const answer = await exchange(
+        `GET /items HTTP/1.1\r\nhost: x\r\nexpect: ${expectation}\r\nconnection: close\r\n\r\n`,
+      );
+      expect(answer.line, expectation).toBe('HTTP/1.1 400 Bad Request');
+      expect(answer.head, expectation).toContain(`content-type: ${PROBLEM_TYPE}`);
+      expect(JSON.parse(answer.body), expectation).toMatchObject({
+        status: 400,
+        code: 'VALIDATION_FAILED',
+        instance: '/items',
+        errors: [{ path: 'headers.expect', message: 'only "100-continue" is supported' }],
+      });
+    }
+    // 100-continue is the expectation a server meets: the client is told to go on, and gets its answer.
+    const answer = await rawExchange(
+      port,
+      'POST /echo HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-type: application/json\r\ncontent-length: 7\r\nconnection: close\r\n\r\n{"a":1}',
+    );
+    expect(answer.split('\r\n\r\n').map((part) => part.split('\r\n')[0])).toEqual([
+      'HTTP/1.1 100 Continue',
+      'HTTP/1.1 200 OK',
+      '{"body":{"a":1},"ownProto":false}',
+    ]);
+  });
+
+  it('defect: a request with two Host, Content-Type or Authorization lines was answered as if it had sent only the first', async () => {
+    for (const [name, first, second] of [
+      ['host', 'x', 'y'],
+      ['host', 'x', 'x'],
+      ['content-type', 'application/json', 'text/plain'],
+      ['authorization', 'Bearer a', 'Bearer b'],
+    ] as const) {
+      const others = [
+        ['host', 'x'],
+        ['content-type', 'application/json'],
+      ].filter(([other]) => other !== name);
+      const lines = [...others, [name, first], [name, second]].map(([k, v]) => `${k}: ${v}\r\n`).join('');
+      const answer = await exchange(
+        `POST /echo HTTP/1.1\r\n${lines}content-length: 7\r\nconnection: close\r\n\r\n{"a":1}`,
+      );
+      expect(answer.line, `${name} twice`).toBe('HTTP/1.1 400 Bad Request');
+      expect(JSON.parse(answer.body), `${name} twice`).toMatchObject({
+        status: 400,
+        code: 'VALIDATION_FAILED',
+        errors: [{ path: `headers.${name}`, message: 'sent more than once' }],
+      });
+    }
+    // Headers that may be repeated still are (their values are a list).
+    const answer = await exchange(
+      'POST /echo HTTP/1.1\r\nhost: x\r\naccept: a/b\r\naccept: c/d\r\ncontent-type: application/json\r\ncontent-length: 7\r\nconnection: close\r\n\r\n{"a":1}',
+    );
+    expect(answer.line).toBe('HTTP/1.1 200 OK');
+  });
+});
+
 describe('problemDetailsPlugin while the server closes', () => {
   it('answers a request arriving on a busy keep-alive connection during close with 503 NODE_SHUTTING_DOWN as a problem', async () => {
     const { app: closing } = await buildTestApp();

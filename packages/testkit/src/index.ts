@@ -1,6 +1,28 @@
 export { CHROMIUM_PATH, chromiumLaunchOptions } from './browser.js';
 export { MANUAL_CLOCK_START, ManualClock } from './clock.js';
 export { expectSluiceError } from './errors.js';
+export {
+  answerViolations,
+  BodyFraming,
+  deepJson,
+  describeRawRequest,
+  type FuzzRoute,
+  HOSTILE_CONTENT_TYPES,
+  HOSTILE_JSON_VALUES,
+  HOSTILE_KEYS,
+  type HostileContext,
+  type HostileRequest,
+  hostileQuery,
+  hostileRequest,
+  hostileSegment,
+  jsonPathText,
+  jsonWithHostileValue,
+  malformedBearer,
+  OUTAGE_CODES,
+  type RawAnswer,
+  type RawRequest,
+  sendRawRequest,
+} from './http-fuzz.js';
 export { startItemsWriter } from './items-writer.js';
 export { signJwt } from './jwt.js';
 export {
