@@ -6,19 +6,19 @@ import { TransfersClient } from './transfers.js';
 
 export interface ClientOptions {
   /** The app-server's control API, e.g. `http://10.0.0.5:7070` (transfers, endpoints, nodes); `''` = same origin. */
-  controlUrl?: string;
+  controlUrl?: string | undefined;
   /** An api-server, e.g. `http://10.0.0.5:8080` (endpoints). */
-  queryUrl?: string;
+  queryUrl?: string | undefined;
   /**
    * Bearer token for both APIs (`controlToken` / `queryToken` override it per API): a string, or a function asked
    * before each request and each stream connection (tokens that expire: a change feed continues with the renewed
    * one, resuming from its last event).
    */
-  token?: TokenSource;
-  controlToken?: TokenSource;
-  queryToken?: TokenSource;
+  token?: TokenSource | undefined;
+  controlToken?: TokenSource | undefined;
+  queryToken?: TokenSource | undefined;
   /** The fetch to use (default: the global one). */
-  fetch?: typeof globalThis.fetch;
+  fetch?: typeof globalThis.fetch | undefined;
   /**
    * How long one request may take to be answered in full (default 30 000 ms; 0 = no limit): past it the request is
    * abandoned with `TIMEOUT` — a server that accepted the connection and stopped would otherwise hold the caller
@@ -26,7 +26,7 @@ export interface ClientOptions {
    * with `minPosition`, `switch.handoverWaitMs` for a promote. Streams (`changes`, `watchEndpoints`) are bounded by
    * their `idleTimeoutMs` instead.
    */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
 }
 
 /**
@@ -69,7 +69,7 @@ export interface SluiceClient<E extends EndpointTypes = NoEndpointTypes> {
   /** An endpoint of the query API, typed by its rows (`Row` given — a type alias or an interface —, or a plain record). */
   endpoint<Row extends object = Record<string, unknown>>(name: string): EndpointClient<Row>;
   /** The endpoints the query API serves to this client's token, with their schemas. */
-  endpoints(options?: { signal?: AbortSignal }): Promise<EndpointDescription[]>;
+  endpoints(options?: { signal?: AbortSignal | undefined }): Promise<EndpointDescription[]>;
   /** Transfers of the control API. */
   readonly transfers: TransfersClient;
   /** Endpoints (status, generations, rebuild, promote, rollback, the live stream) and nodes of the control API. */

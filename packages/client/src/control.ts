@@ -13,24 +13,24 @@ import { type HttpTarget, requestJson } from './http.js';
 
 export interface WatchOptions {
   /** Stops the iterator (it also stops when the loop breaks). */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Reconnect backoff (default 250 ms doubling to 10 s, jittered). */
-  backoff?: { initialMs?: number; maxMs?: number };
+  backoff?: { initialMs?: number | undefined; maxMs?: number | undefined } | undefined;
   /** Heartbeat interval the server is asked for (1 000–60 000 ms; the server's default is 15 000). */
-  heartbeatMs?: number;
+  heartbeatMs?: number | undefined;
   /**
    * Reconnect when the connection delivers nothing, not even a heartbeat, for this long (default three heartbeats:
    * 3 × `heartbeatMs`, or 45 000 ms; 0 = never).
    */
-  idleTimeoutMs?: number;
+  idleTimeoutMs?: number | undefined;
   /** Called after each (re)connection is accepted, before its first event (e.g. to show "live"). */
-  onOpen?: () => void;
+  onOpen?: (() => void) | undefined;
   /**
    * Called when a connection attempt fails or the open connection is lost (`unreachable`, `refused`, `closed`);
    * the stream reconnects by itself and `onOpen` says when it is up again — so a page can show "not live" between.
    * A refused connection comes with the server's refusal (`429 QUEUE_FULL` names the bound reached), to say why.
    */
-  onConnectionLost?: (why: ConnectionLoss, refusal?: SluiceClientError) => void;
+  onConnectionLost?: ((why: ConnectionLoss, refusal?: SluiceClientError) => void) | undefined;
 }
 
 /**
@@ -57,7 +57,7 @@ export class ControlClient {
   constructor(private readonly target: HttpTarget) {}
 
   /** The endpoints of the app-server's host (`GET /v1/endpoints`). */
-  async endpoints(options: { signal?: AbortSignal } = {}): Promise<EndpointStatus[]> {
+  async endpoints(options: { signal?: AbortSignal | undefined } = {}): Promise<EndpointStatus[]> {
     const { body } = await requestJson<{ endpoints: EndpointStatus[] }>(
       this.target,
       'GET',
@@ -70,7 +70,10 @@ export class ControlClient {
   }
 
   /** Retained generations (newest first) and the alias history of one endpoint. */
-  async generations(name: string, options: { signal?: AbortSignal } = {}): Promise<GenerationsView> {
+  async generations(
+    name: string,
+    options: { signal?: AbortSignal | undefined } = {},
+  ): Promise<GenerationsView> {
     const { body } = await requestJson<GenerationsView>(
       this.target,
       'GET',
@@ -85,7 +88,7 @@ export class ControlClient {
   /** Starts a blue/green rebuild: a new generation is built while the current one serves, then the alias moves. */
   async rebuild(
     name: string,
-    options: { signal?: AbortSignal } = {},
+    options: { signal?: AbortSignal | undefined } = {},
   ): Promise<{ endpoint: string; rebuild: string }> {
     const { body } = await requestJson<{ endpoint: string; rebuild: string }>(
       this.target,
@@ -111,7 +114,11 @@ export class ControlClient {
    */
   async promote(
     name: string,
-    options: { generation?: string; signal?: AbortSignal; timeoutMs?: number } = {},
+    options: {
+      generation?: string | undefined;
+      signal?: AbortSignal | undefined;
+      timeoutMs?: number | undefined;
+    } = {},
   ): Promise<SwitchOutcome> {
     const { body } = await requestJson<SwitchOutcome>(
       this.target,
@@ -151,7 +158,12 @@ export class ControlClient {
    */
   async rollback(
     name: string,
-    options: { to?: string; from?: string; signal?: AbortSignal; timeoutMs?: number } = {},
+    options: {
+      to?: string | undefined;
+      from?: string | undefined;
+      signal?: AbortSignal | undefined;
+      timeoutMs?: number | undefined;
+    } = {},
   ): Promise<SwitchOutcome> {
     const body =
       options.to === undefined && options.from === undefined
@@ -173,7 +185,7 @@ export class ControlClient {
   }
 
   /** The members that share the store, alive or not (`GET /v1/nodes`). */
-  async nodes(options: { signal?: AbortSignal } = {}): Promise<NodeView[]> {
+  async nodes(options: { signal?: AbortSignal | undefined } = {}): Promise<NodeView[]> {
     const { body } = await requestJson<{ nodes: NodeView[] }>(
       this.target,
       'GET',

@@ -44,38 +44,38 @@ export type ChangeEvent<Row> =
 
 export interface ChangesOptions {
   /** Resume after this token (from a previous event). */
-  after?: string;
+  after?: string | undefined;
   /** A `$filter` the feed applies (a record leaving it arrives as a `delete`). */
-  filter?: Filter;
+  filter?: Filter | undefined;
   /** Start with a snapshot even with a token. */
-  snapshot?: boolean;
+  snapshot?: boolean | undefined;
   /**
    * Read your writes: the feed starts from a generation that has committed at least this position, so its snapshot
    * (or the changes after `after`, up to `live`) holds the write. Sent as `sluice-min-position` on every connection
    * until the first `live` event; a `503 POSITION_NOT_REACHED` is asked again after its `retry-after` until
    * `freshnessTimeoutMs` has passed, then the feed ends with it. A malformed position ends it at once (`400`).
    */
-  minPosition?: MinPosition;
+  minPosition?: MinPosition | undefined;
   /** How long a feed with `minPosition` keeps asking before its first `live` (default 10 000 ms). */
-  freshnessTimeoutMs?: number;
+  freshnessTimeoutMs?: number | undefined;
   /** Stops the iterator (it also stops when the loop breaks). */
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /** Reconnect backoff (default 250 ms doubling to 10 s, jittered). */
-  backoff?: { initialMs?: number; maxMs?: number };
+  backoff?: { initialMs?: number | undefined; maxMs?: number | undefined } | undefined;
   /**
    * Reconnect (resuming from the last token) when the connection delivers nothing, not even a heartbeat, for this
    * long (default 45 000 ms: three of the server's default `api.changes.heartbeatMs`; keep it above the server's
    * heartbeat; 0 = never). A stopped server or a lost network path otherwise leaves the feed waiting forever.
    */
-  idleTimeoutMs?: number;
+  idleTimeoutMs?: number | undefined;
   /** Called once a connection is accepted (the feed is live again after a loss). */
-  onOpen?: () => void;
+  onOpen?: (() => void) | undefined;
   /**
    * Called when a connection attempt fails or the open connection is lost (`unreachable`, `refused`, `closed`); the
    * feed reconnects by itself and resumes from its last token, and `onOpen` says when it is up again. A refused
    * connection comes with the server's refusal (`429 QUEUE_FULL` names the bound reached), to say why.
    */
-  onConnectionLost?: (why: ConnectionLoss, refusal?: SluiceClientError) => void;
+  onConnectionLost?: ((why: ConnectionLoss, refusal?: SluiceClientError) => void) | undefined;
 }
 
 /**

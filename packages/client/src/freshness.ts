@@ -15,15 +15,15 @@ export type MinPosition = string | Readonly<Record<string, string>>;
 
 /** Options of every read (get, query, count, scan). */
 export interface ReadOptions {
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
   /**
    * Answer only once the endpoint has committed at least this position (read your writes). Sent as
    * `sluice-min-position`; a `503 POSITION_NOT_REACHED` is asked again after its `retry-after` until
    * `freshnessTimeoutMs` has passed, then thrown.
    */
-  minPosition?: MinPosition;
+  minPosition?: MinPosition | undefined;
   /** How long a read with `minPosition` keeps asking (default 10 000 ms). */
-  freshnessTimeoutMs?: number;
+  freshnessTimeoutMs?: number | undefined;
 }
 
 /** Default of {@link ReadOptions.freshnessTimeoutMs}. */

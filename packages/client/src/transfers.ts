@@ -25,13 +25,13 @@ export interface Submitted {
 
 export interface RetryOptions {
   /** Attempts after the first (default 5). */
-  retries?: number;
+  retries?: number | undefined;
   /** First backoff (default 250 ms, doubling, jittered, at most `maxDelayMs`). */
-  initialDelayMs?: number;
-  maxDelayMs?: number;
-  signal?: AbortSignal;
+  initialDelayMs?: number | undefined;
+  maxDelayMs?: number | undefined;
+  signal?: AbortSignal | undefined;
   /** Called before each retry with the error that caused it and the wait (logging, metrics). */
-  onRetry?: (error: SluiceClientError, attempt: number, waitMs: number) => void;
+  onRetry?: ((error: SluiceClientError, attempt: number, waitMs: number) => void) | undefined;
 }
 
 const TERMINAL: ReadonlySet<TransferState> = new Set(['COMPLETED', 'FAILED', 'TERMINATED']);
@@ -86,7 +86,10 @@ export class TransfersClient {
    * The transfer's record (`TRANSFER_NOT_FOUND` when there is none). `timeoutMs` overrides the client's for this
    * request.
    */
-  async get(id: string, options: { signal?: AbortSignal; timeoutMs?: number } = {}): Promise<TransferView> {
+  async get(
+    id: string,
+    options: { signal?: AbortSignal | undefined; timeoutMs?: number | undefined } = {},
+  ): Promise<TransferView> {
     const { body } = await requestJson<TransferView>(
       this.target,
       'GET',
@@ -105,7 +108,11 @@ export class TransfersClient {
    */
   async wait(
     id: string,
-    options: { intervalMs?: number; timeoutMs?: number; signal?: AbortSignal } = {},
+    options: {
+      intervalMs?: number | undefined;
+      timeoutMs?: number | undefined;
+      signal?: AbortSignal | undefined;
+    } = {},
   ): Promise<TransferView> {
     const deadline =
       options.timeoutMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + options.timeoutMs;
@@ -139,11 +146,11 @@ export class TransfersClient {
    */
   async list(
     options: {
-      state?: TransferState;
-      owner?: string;
-      limit?: number;
-      cursor?: string;
-      signal?: AbortSignal;
+      state?: TransferState | undefined;
+      owner?: string | undefined;
+      limit?: number | undefined;
+      cursor?: string | undefined;
+      signal?: AbortSignal | undefined;
     } = {},
   ): Promise<{ records: TransferView[]; next: string | null }> {
     const params = new URLSearchParams();
@@ -164,7 +171,7 @@ export class TransfersClient {
   }
 
   /** Terminates the transfer (routed to its owner); answers its record. */
-  async terminate(id: string, options: { signal?: AbortSignal } = {}): Promise<TransferView> {
+  async terminate(id: string, options: { signal?: AbortSignal | undefined } = {}): Promise<TransferView> {
     const { body } = await requestJson<TransferView>(
       this.target,
       'POST',

@@ -146,4 +146,58 @@ describe('@sluice/client from its packed tarball', () => {
     expect(ran.output).toBe('open: 1\nevents: upsert,upsert\nafter dispose: 0\n');
     expect(ran.code).toBe(0);
   });
+
+  it('defect: options read from the environment or left for later (`token: process.env.SLUICE_TOKEN`, `after: lastId`) did not compile under exactOptionalPropertyTypes', {
+    timeout: 120_000,
+  }, async () => {
+    await project.write({
+      'exact/tsconfig.json': JSON.stringify({
+        compilerOptions: {
+          strict: true,
+          exactOptionalPropertyTypes: true,
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          target: 'es2022',
+          lib: ['es2023', 'esnext.disposable'],
+          types: ['node'],
+          noEmit: true,
+          skipLibCheck: false,
+        },
+        include: ['main.ts'],
+      }),
+      'exact/main.ts': [
+        "import { createClient } from '@sluice/client';",
+        'const maybe = (name: string): string | undefined => process.env[name];',
+        'const signal: AbortSignal | undefined = undefined;',
+        'const client = createClient({',
+        "  queryUrl: maybe('SLUICE_QUERY_URL'), controlUrl: maybe('SLUICE_CONTROL_URL'),",
+        "  token: maybe('SLUICE_TOKEN'), queryToken: maybe('Q'), controlToken: maybe('C'), timeoutMs: undefined,",
+        '});',
+        "const items = client.endpoint<{ id: number }>('items');",
+        'export async function use(lastId: string | undefined): Promise<void> {',
+        "  await items.get(1, { signal, minPosition: maybe('POS'), freshnessTimeoutMs: undefined });",
+        '  await items.query({ $limit: 1 }, { signal });',
+        "  for await (const change of items.changes({ after: lastId, signal, snapshot: undefined, filter: undefined, idleTimeoutMs: undefined, minPosition: maybe('POS') })) {",
+        '    if (change.type === "live") break;',
+        '  }',
+        '  await client.endpoints({ signal });',
+        "  const request = { id: maybe('ID') ?? 't1', source: { type: 'file' as const, path: 'a.jsonl' }, destination: { type: 'file' as const, path: 'b.jsonl' } };",
+        '  await client.transfers.submit(request as never, { retries: undefined, signal, onRetry: undefined });',
+        "  await client.transfers.wait('t1', { timeoutMs: undefined, intervalMs: undefined, signal });",
+        "  await client.transfers.get('t1', { signal, timeoutMs: undefined });",
+        "  await client.transfers.terminate('t1', { signal });",
+        "  await client.control.promote('items', { generation: maybe('G'), signal, timeoutMs: undefined });",
+        "  await client.control.rollback('items', { to: maybe('TO'), from: maybe('FROM'), signal });",
+        "  await client.control.rebuild('items', { signal });",
+        "  await client.control.generations('items', { signal });",
+        '  await client.control.nodes({ signal });',
+        '  for await (const event of client.control.watchEndpoints({ signal, heartbeatMs: undefined, backoff: { initialMs: undefined } })) {',
+        '    if (event.type === "switch") break;',
+        '  }',
+        '}',
+        '',
+      ].join('\n'),
+    });
+    expect(await project.tsc('exact/tsconfig.json')).toEqual({ code: 0, output: '' });
+  });
 });
