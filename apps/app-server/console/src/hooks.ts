@@ -84,6 +84,22 @@ export interface Polled<T> {
 }
 
 /**
+ * How long one poll may go unanswered before the page counts it failed (and shows its data as stale): two of its
+ * intervals, and never under 5 s, so a slow answer of a busy node is not taken for a lost one.
+ */
+export function pollDeadlineMs(everyMs: number): number {
+  return Math.max(5_000, 2 * everyMs);
+}
+
+/** A poll the app-server did not answer within its deadline: said as such, not as the abort that ended it. */
+class PollUnanswered extends Error {
+  constructor(deadlineMs: number) {
+    super(`the app-server did not answer within ${deadlineMs / 1000} s`);
+    this.name = 'PollUnanswered';
+  }
+}
+
+/**
  * Calls `load` now and every `everyMs` while the page is visible (no overlap: the next call waits for the last),
  * again at once when `deps` change. For lists the control API has no stream for. What it returns always answers the
  * current `deps`: when they change, the last answer (and error) is dropped, not shown under the new question.
@@ -93,6 +109,7 @@ export function usePolling<T>(
   everyMs: number,
   deps: unknown[],
 ): Polled<T> {
+  const deadlineMs = pollDeadlineMs(everyMs);
   // Each answer is kept with the deps it answered, so one for other deps is never returned (not even for the one
   // render before the next load starts).
   const [answer, setAnswer] = useState<{
@@ -113,18 +130,28 @@ export function usePolling<T>(
     const controller = new AbortController();
     let timer: ReturnType<typeof setTimeout> | undefined;
     const once = async () => {
+      // A poll unanswered past its deadline (the app-server frozen, or a path lost without a reset) fails like a
+      // refused one: the client's own deadline (30 s) is far longer than the interval the page says it refreshes at.
+      const poll = new AbortController();
+      const stop = () => poll.abort();
+      controller.signal.addEventListener('abort', stop, { once: true });
+      const deadline = setTimeout(() => poll.abort(), deadlineMs);
       try {
-        const value = await loadRef.current(controller.signal);
+        const value = await loadRef.current(poll.signal);
         if (controller.signal.aborted) return;
         setAnswer({ deps, data: value, readAt: Date.now(), error: null });
-      } catch (err) {
+      } catch (caught) {
         if (controller.signal.aborted) return;
+        const err = poll.signal.aborted ? new PollUnanswered(deadlineMs) : caught;
         // The last data stays beside the error (a poll that failed once), as long as it answers these deps.
         setAnswer((last) =>
           sameDeps(last.deps, deps)
             ? { ...last, error: err }
             : { deps, data: null, readAt: null, error: err },
         );
+      } finally {
+        clearTimeout(deadline);
+        controller.signal.removeEventListener('abort', stop);
       }
       if (!controller.signal.aborted) timer = setTimeout(once, document.hidden ? everyMs * 5 : everyMs);
     };

@@ -22,6 +22,9 @@ type StreamState = {
   error: string | null;
 };
 
+/** The endpoint stream's heartbeat interval the page asks for; three silent intervals end the connection. */
+const STREAM_HEARTBEAT_MS = 3_000;
+
 /** What the status line says while the stream reconnects after losing its connection. */
 const LOST: Record<ConnectionLoss, string> = {
   unreachable: 'the app-server does not answer; reconnecting…',
@@ -51,6 +54,10 @@ function useEndpointStream(token: string | undefined, onUnauthorized: () => void
         for await (const event of client.control.watchEndpoints({
           signal: controller.signal,
           backoff: { initialMs: 250, maxMs: 5_000 },
+          // A heartbeat every 3 s, so a connection silent for 9 s is taken for dead: a frozen app-server (or a path
+          // lost without a reset) is said "Not live" within seconds, as the polled pages say it, not after the
+          // default 45 s during which the page would offer actions that reach nothing.
+          heartbeatMs: STREAM_HEARTBEAT_MS,
           onOpen: () => setState((s) => ({ ...s, live: true, error: null })),
           // Between a lost connection and the next one the picture on the page is stale: say so — and, for a
           // refusal, why in the server's words (429 QUEUE_FULL names the bound: the operator may close a tab).
