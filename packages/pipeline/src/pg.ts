@@ -29,12 +29,31 @@ export async function connectPostgres(url: string): Promise<pg.Client> {
   return client;
 }
 
-/** Quotes an identifier (`schema.table` is split and quoted per part). */
+/**
+ * Quotes one identifier — a column, a publication, a slot — as it is, dots and all: a column may be named
+ * `order.id`, and splitting it would name a table `order` instead.
+ *
+ * @example
+ * ```ts
+ * quoteIdent('order.id'); // '"order.id"'
+ * quoteIdent('say "hi"'); // '"say ""hi"""'
+ * ```
+ */
 export function quoteIdent(name: string): string {
-  return name
-    .split('.')
-    .map((part) => `"${part.replace(/"/g, '""')}"`)
-    .join('.');
+  return `"${name.replace(/"/g, '""')}"`;
+}
+
+/**
+ * Quotes a table name as configured: `schema.table` is split at its dot and each part quoted (core's address
+ * schema allows plain identifiers only, so a dot can only separate the schema from the table).
+ *
+ * @example
+ * ```ts
+ * quoteTableName('App.Orders'); // '"App"."Orders"'
+ * ```
+ */
+export function quoteTableName(table: string): string {
+  return table.split('.').map(quoteIdent).join('.');
 }
 
 /** The primary-key columns of a table, in order. */
@@ -44,7 +63,7 @@ export async function primaryKeyOf(client: pg.Client, table: string): Promise<st
        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
       WHERE i.indrelid = $1::regclass AND i.indisprimary
       ORDER BY array_position(i.indkey, a.attnum)`,
-    [quoteIdent(table)],
+    [quoteTableName(table)],
   );
   return result.rows.map((r) => r.attname);
 }

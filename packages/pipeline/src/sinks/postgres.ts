@@ -2,7 +2,14 @@ import { type PipelineCheckpoint, PipelineCheckpointSchema, SinkError, StaleEpoc
 import type pg from 'pg';
 import type { RecordOp, Row } from '../ops.js';
 import { ownField, setOwnField } from '../own.js';
-import { connectPostgres, createTableIfAbsent, isConnectionLoss, primaryKeyOf, quoteIdent } from '../pg.js';
+import {
+  connectPostgres,
+  createTableIfAbsent,
+  isConnectionLoss,
+  primaryKeyOf,
+  quoteIdent,
+  quoteTableName,
+} from '../pg.js';
 import { type PipelineSink, type SinkFence, type SinkWriteResult, UNFENCED } from '../types.js';
 import { advanceFence, fenceWriter, SINK_FENCE_COLUMNS, SINK_FENCE_TABLE } from './postgres-fence.js';
 import { type ColumnValueWriter, columnValueWriter } from './postgres-geometry.js';
@@ -126,7 +133,7 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
   /** Columns whose values PostgreSQL takes only in another spelling than the pipeline's (point, circle). */
   let writers: Array<[string, ColumnValueWriter]> = [];
   let inTransaction = false;
-  const table = quoteIdent(options.table);
+  const table = quoteTableName(options.table);
   const writer = fenceWriter(options.writerId, options.handle);
   const fence = options.fence ?? UNFENCED;
   const lockTimeoutMs = options.lockTimeoutMs ?? 30_000;

@@ -74,3 +74,56 @@ describe('PostgreSQL source: keyset snapshot, then incremental by cursor', () =>
     }
   });
 });
+
+describe('PostgreSQL source: column names are identifiers', () => {
+  it('defect: a table keyed on a column whose name holds a dot (and a dotted cursor column) failed every page: the key and cursor columns were split at the dot', async () => {
+    const db = await createTestDatabase('sluice_pipeline_pgsrc_dots');
+    try {
+      const client = new pg.Client({ connectionString: db.url });
+      await client.connect();
+      try {
+        await client.query(
+          'CREATE TABLE lines ("order.id" text, "Line" int, v text, "change.seq" bigserial, PRIMARY KEY ("order.id", "Line"))',
+        );
+        await client.query(
+          `INSERT INTO lines ("order.id", "Line", v) SELECT 'o-' || (g % 3), g, 'v' || g FROM generate_series(1, 25) g`,
+        );
+      } finally {
+        await client.end();
+      }
+      const source = createPostgresSource({
+        handle: 'lines.source',
+        url: db.url,
+        table: 'lines',
+        cursor: 'change.seq',
+        pageSize: 10,
+        pollMs: 50,
+      });
+      const controller = new AbortController();
+      const items: SourceItem[] = [];
+      try {
+        // Before: SOURCE_FAILED "table lines does not exist" on the first page (PostgreSQL said `missing FROM-clause
+        // entry for table "order"`, whose code 42P01 read as the table missing).
+        for await (const item of source.read(null, {
+          signal: controller.signal,
+          mode: 'endpoint',
+          batchSize: 10,
+        })) {
+          items.push(item);
+          if (item.kind === 'snapshot-done') break;
+        }
+      } finally {
+        controller.abort();
+        await source.close();
+      }
+      const read = items.flatMap((i) =>
+        i.kind === 'records' ? i.ops.map((op) => (op.op === 'delete' ? null : op.record)) : [],
+      );
+      expect(read).toHaveLength(25);
+      expect(new Set(read.map((r) => `${r!['order.id']}/${r!.Line}`)).size).toBe(25);
+      expect(read.find((r) => r!.Line === 7)).toMatchObject({ 'order.id': 'o-1', Line: 7, v: 'v7' });
+    } finally {
+      await db.drop();
+    }
+  });
+});

@@ -4,7 +4,14 @@ import type pg from 'pg';
 import { z } from 'zod';
 import type { RecordOp, Row } from '../ops.js';
 import { setOwnField } from '../own.js';
-import { connectPostgres, fieldTypeOfPg, isConnectionLoss, primaryKeyOf, quoteIdent } from '../pg.js';
+import {
+  connectPostgres,
+  fieldTypeOfPg,
+  isConnectionLoss,
+  primaryKeyOf,
+  quoteIdent,
+  quoteTableName,
+} from '../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../types.js';
 import { keysetError, keysetProblem } from './postgres-key-check.js';
 
@@ -82,7 +89,8 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
   const pageSize = options.pageSize ?? 1_000;
   const pollMs = options.pollMs ?? 1_000;
   const settleMs = options.settleMs ?? 10_000;
-  const relation = options.table !== undefined ? quoteIdent(options.table) : `(${options.query}) AS sluice_q`;
+  const relation =
+    options.table !== undefined ? quoteTableName(options.table) : `(${options.query}) AS sluice_q`;
   let client: pg.Client | null = null;
   let key: string[] | null = options.key && options.key.length > 0 ? options.key : null;
 

@@ -6,7 +6,7 @@
 import { ErrorCode, ReplicaIdentityMissingError, SluiceError, type SluiceErrorOptions } from '@sluice/core';
 import type pg from 'pg';
 import type { Pgoutput } from 'pg-logical-replication';
-import { quoteIdent } from '../../pg.js';
+import { quoteTableName } from '../../pg.js';
 
 /**
  * A table's replica identity: what PostgreSQL writes of the old row for an update or a delete. `columns` are the
@@ -75,7 +75,7 @@ export async function replicaIdentityOf(client: pg.Client, table: string): Promi
             AND CASE c.relreplident WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END
        LEFT JOIN pg_class ic ON ic.oid = i.indexrelid
       WHERE c.oid = $1::regclass`,
-    [quoteIdent(table)],
+    [quoteTableName(table)],
   );
   const row = result.rows[0];
   const kind = KINDS[row?.kind ?? 'n'] ?? 'nothing';
@@ -171,7 +171,7 @@ export function streamedIdentityGap(
 /** The relation OID of `table` (the table its name resolves to now). */
 export async function relationOidOf(client: pg.Client, table: string): Promise<number> {
   const result = await client.query<{ oid: number }>('SELECT $1::regclass::oid::int AS oid', [
-    quoteIdent(table),
+    quoteTableName(table),
   ]);
   return result.rows[0]!.oid;
 }
@@ -200,7 +200,7 @@ export async function tableRelation(
                        AND (pc.oid = c.oid OR pc.oid IN (SELECT relid FROM pg_partition_tree(c.oid)))) AS published
        FROM pg_class c
       WHERE c.oid = to_regclass($1)`,
-    [quoteIdent(table), publication],
+    [quoteTableName(table), publication],
   );
   return result.rows[0] ?? null;
 }

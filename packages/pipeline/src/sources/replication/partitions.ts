@@ -7,7 +7,7 @@
 import { SourceSchemaChangedError } from '@sluice/core';
 import type pg from 'pg';
 import type { Pgoutput } from 'pg-logical-replication';
-import { quoteIdent } from '../../pg.js';
+import { quoteTableName } from '../../pg.js';
 
 /**
  * The relation OIDs of the leaf partitions of `table`, ascending; null for a table that is not partitioned (a
@@ -25,7 +25,7 @@ export async function leafPartitionsOf(client: pg.Client, table: string): Promis
             ARRAY(SELECT t.relid::oid::int FROM pg_partition_tree(c.oid) t
                    WHERE t.isleaf AND t.relid <> c.oid ORDER BY 1) AS leaves
        FROM pg_class c WHERE c.oid = $1::regclass`,
-    [quoteIdent(table)],
+    [quoteTableName(table)],
   );
   const row = result.rows[0];
   return row?.partitioned ? row.leaves : null;

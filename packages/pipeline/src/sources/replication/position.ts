@@ -36,6 +36,12 @@ export const ReplicationPositionSchema = z.object({
    */
   storage: z.string().optional(),
   /**
+   * The enum labels the table's columns hold as the generation last checked them (label OID, type, label): a label
+   * renamed since gives every row holding it a new value without a change to stream (setup.ts `renamedLabels`).
+   * Absent in checkpoints written before it was recorded.
+   */
+  labels: z.array(z.tuple([z.number().int(), z.string(), z.string()])).optional(),
+  /**
    * The relation OID of the table the generation follows: a table dropped and recreated under the same name is
    * another table (a new generation). Absent in checkpoints written before it was recorded.
    */

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { ReplicationNotEnabledError, ReplicationNotPermittedError, SourceError } from '@sluice/core';
 import pg from 'pg';
-import { quoteIdent } from '../../pg.js';
+import { quoteIdent, quoteTableName } from '../../pg.js';
 import { replicationApplicationName, slotHolder } from './holder.js';
 import { keyCoveredByIdentity, relationOidOf, replicaIdentityOf } from './identity.js';
 import { normalizeLsn } from './lsn.js';
@@ -113,9 +113,18 @@ export interface CatalogColumns {
   columns: ColumnList;
   filled: ReadonlySet<string>;
   storage: string;
+  labels: EnumLabels;
 }
 
-/** {@link CatalogColumns} of `table` (one query). */
+/**
+ * The labels of the enums the table's columns hold — directly, as array elements or under a domain: label OID (its
+ * identity in `pg_enum`), the enum type's name, the label. `ALTER TYPE … RENAME VALUE` keeps the OID and changes the
+ * label every row holding it reads, without a change to stream; a value added (`ADD VALUE`) is a new OID and changes
+ * no row.
+ */
+export type EnumLabels = Array<[labelOid: number, type: string, label: string]>;
+
+/** {@link CatalogColumns} of `table` (two queries: the columns, the enum labels they hold). */
 export async function catalogColumns(client: pg.Client, table: string): Promise<CatalogColumns> {
   const result = await client.query<{
     name: string;
@@ -131,13 +140,42 @@ export async function catalogColumns(client: pg.Client, table: string): Promise<
               WHERE c.oid = $1::regclass OR c.oid IN (SELECT relid FROM pg_partition_tree($1::regclass))) AS storage
        FROM pg_attribute
       WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum`,
-    [quoteIdent(table)],
+    [quoteTableName(table)],
+  );
+  // The columns' types, then their domains' base types and their arrays' element types, down to the enums.
+  const labels = await client.query<{ oid: number; type: string; label: string }>(
+    `WITH RECURSIVE types(oid) AS (
+       SELECT atttypid FROM pg_attribute
+        WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = ''
+       UNION
+       SELECT CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.typelem END
+         FROM pg_type t JOIN types ON t.oid = types.oid WHERE t.typtype = 'd' OR t.typelem <> 0)
+     SELECT e.oid::int AS oid, format_type(e.enumtypid, NULL) AS type, e.enumlabel AS label
+       FROM pg_enum e WHERE e.enumtypid IN (SELECT oid FROM types) ORDER BY e.oid`,
+    [quoteTableName(table)],
   );
   return {
     columns: result.rows.map((r) => [r.name, r.oid, r.attnum, r.version]),
     filled: new Set(result.rows.filter((r) => r.filled).map((r) => r.name)),
     storage: result.rows[0]?.storage ?? '',
+    labels: labels.rows.map((r) => [r.oid, r.type, r.label]),
   };
+}
+
+/**
+ * Why the rows no longer read the enum labels the generation was filled with, or null: a label it knows (by OID) is
+ * spelt otherwise now — `ALTER TYPE … RENAME VALUE` — so every row holding it reads the new one, and none of them
+ * streams. Unknown (`known` undefined: a position written before labels were recorded) → learnt at the next relation
+ * message.
+ */
+export function renamedLabels(known: EnumLabels | undefined, now: EnumLabels): string | null {
+  if (known === undefined) return null;
+  const current = new Map(now.map(([oid, , label]) => [oid, label]));
+  const renamed = known
+    .filter(([oid, , label]) => current.has(oid) && current.get(oid) !== label)
+    .map(([oid, type, label]) => `value '${label}' of type ${type} was renamed to '${current.get(oid)}'`);
+  if (renamed.length === 0) return null;
+  return `enum ${renamed.join(', ')} (ALTER TYPE … RENAME VALUE): every row holding it reads the new label, and no change of theirs streams`;
 }
 
 /**
@@ -171,6 +209,7 @@ export function columnsProblem(
   known: ColumnList,
   catalog: CatalogColumns,
   storage: string | undefined,
+  labels?: EnumLabels,
 ): string | null {
   const changed = incompatibleColumns(known, catalog.columns);
   if (changed !== null) return changed;
@@ -182,7 +221,7 @@ export function columnsProblem(
   // constant default it now stores in the rows (`atthasmissing` cleared), which is no news of its own.
   if (filled.length > 0)
     return `${filled.map((name) => `column "${name}"`).join(', ')} added with a default: the rows already there hold it, and no change of theirs streams`;
-  return rewrittenColumns(known, catalog, storage);
+  return rewrittenColumns(known, catalog, storage) ?? renamedLabels(labels, catalog.labels);
 }
 
 /** {@link columnsProblem} of `table` as its catalog says now (one query). */
@@ -191,8 +230,9 @@ export async function columnsChange(
   table: string,
   known: ColumnList,
   storage: string | undefined,
+  labels?: EnumLabels,
 ): Promise<string | null> {
-  return columnsProblem(known, await catalogColumns(client, table), storage);
+  return columnsProblem(known, await catalogColumns(client, table), storage, labels);
 }
 
 /**
@@ -247,7 +287,7 @@ export async function ensurePublication(
   const exists = await client.query('SELECT 1 FROM pg_publication WHERE pubname = $1', [publication]);
   if (exists.rowCount === 0) {
     try {
-      await client.query(`CREATE PUBLICATION ${quoteIdent(publication)} FOR TABLE ${quoteIdent(table)}`);
+      await client.query(`CREATE PUBLICATION ${quoteIdent(publication)} FOR TABLE ${quoteTableName(table)}`);
       return true;
     } catch (err) {
       if ((err as { code?: string }).code !== '42710')
@@ -258,11 +298,11 @@ export async function ensurePublication(
     `SELECT 1 FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
       WHERE p.pubname = $1 AND pr.prrelid = $2::regclass
      UNION ALL SELECT 1 FROM pg_publication WHERE pubname = $1 AND puballtables`,
-    [publication, quoteIdent(table)],
+    [publication, quoteTableName(table)],
   );
   if (includes.rowCount === 0) {
     try {
-      await client.query(`ALTER PUBLICATION ${quoteIdent(publication)} ADD TABLE ${quoteIdent(table)}`);
+      await client.query(`ALTER PUBLICATION ${quoteIdent(publication)} ADD TABLE ${quoteTableName(table)}`);
     } catch (err) {
       if ((err as { code?: string }).code !== '42710')
         throw asSetupError(err, `ALTER PUBLICATION ${publication}`);

@@ -7,7 +7,7 @@ import { SourceError } from '@sluice/core';
 import type pg from 'pg';
 import type { RecordOp, Row } from '../../ops.js';
 import { setOwnField } from '../../own.js';
-import { isConnectionLoss, quoteIdent } from '../../pg.js';
+import { isConnectionLoss, quoteIdent, quoteTableName } from '../../pg.js';
 import type { ReadOptions, SourceItem } from '../../types.js';
 import type { ReplicationPosition } from './position.js';
 
@@ -50,7 +50,7 @@ export async function* readSnapshot(
     const columns = await client.query<{ list: string }>(
       `SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) AS list FROM pg_attribute
         WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = ''`,
-      [quoteIdent(table)],
+      [quoteTableName(table)],
     );
     selected = columns.rows[0]!.list;
   } catch (err) {
@@ -67,7 +67,7 @@ export async function* readSnapshot(
     try {
       rows = (
         await client.query<Row>(
-          `SELECT ${selected}, ${keyText} FROM ${quoteIdent(table)} ${where} ORDER BY ${keyList} LIMIT ${limit}`,
+          `SELECT ${selected}, ${keyText} FROM ${quoteTableName(table)} ${where} ORDER BY ${keyList} LIMIT ${limit}`,
           params,
         )
       ).rows;

@@ -162,7 +162,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         );
         if (replaced !== null) return { ok: false, reason: replaced, sourceChanged: true };
       }
-      const problem = await columnsChange(client, table, position.columns, position.storage);
+      const problem = await columnsChange(client, table, position.columns, position.storage, position.labels);
       if (problem !== null) return { ok: false, reason: `table ${table}: ${problem}`, sourceChanged: true };
       const leaves = await leafPartitionsOf(client, table);
       const moved = leaves === null ? null : partitionsChange(table, position.partitions ?? [], leaves);
@@ -238,6 +238,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         catchUp: null,
         columns: catalog.columns,
         storage: catalog.storage,
+        labels: catalog.labels,
         relation: await relationOidOf(snapshot, table),
         ...(partitions === null ? {} : { partitions }),
         read: 0,

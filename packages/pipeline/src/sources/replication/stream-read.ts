@@ -5,7 +5,7 @@
  */
 import { SourceError, SourceSchemaChangedError } from '@sluice/core';
 import type { Pgoutput } from 'pg-logical-replication';
-import { quoteIdent } from '../../pg.js';
+import { quoteTableName } from '../../pg.js';
 import type { ReadOptions, SourceItem } from '../../types.js';
 import type { SourceConnections } from './connections.js';
 import { columnFieldTypes, domainBaseTypes } from './domains.js';
@@ -114,7 +114,13 @@ export async function* readStream(
     // default changed every row without a change to stream (no relation message either, until some row of the
     // table changes): the generation would serve the old shape, and call it fresh, for as long as the table is quiet.
     if (replacedBecause === null && now !== null)
-      replacedBecause = await columnsChange(client, table, position.columns, position.storage);
+      replacedBecause = await columnsChange(
+        client,
+        table,
+        position.columns,
+        position.storage,
+        position.labels,
+      );
     // A partition attached or detached brought or took rows without a change to stream.
     if (replacedBecause === null && now !== null && start.partitions !== undefined) {
       const leaves = await leafPartitionsOf(client, table);
@@ -132,7 +138,7 @@ export async function* readStream(
     const r = await client.query<{ schema: string; name: string }>(
       `SELECT n.nspname AS schema, c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
           WHERE c.oid = $1::regclass`,
-      [quoteIdent(table)],
+      [quoteTableName(table)],
     );
     return r.rows[0]!;
   });
@@ -241,7 +247,7 @@ export async function* readStream(
           const catalog = await connections.withClient((client) => catalogColumns(client, table));
           const problem =
             incompatibleColumns(position.columns, columns) ??
-            columnsProblem(position.columns, catalog, position.storage);
+            columnsProblem(position.columns, catalog, position.storage, position.labels);
           if (problem !== null)
             throw new SourceSchemaChangedError(
               `Table ${table}: ${problem}; the endpoint needs a new generation`,
@@ -255,6 +261,7 @@ export async function* readStream(
             ...position,
             columns: withAttnums(announced, position.columns, catalog.columns),
             storage: catalog.storage,
+            labels: catalog.labels,
           };
           // A column added (no default: every row already there holds NULL): its records follow this message.
           if (position.columns.some(([name]) => !known.has(name)))

@@ -8,7 +8,7 @@ import { SourceError } from '@sluice/core';
 import type pg from 'pg';
 import type { RecordOp, Row } from '../../ops.js';
 import { ownField, setOwnField } from '../../own.js';
-import { isConnectionLoss, quoteIdent } from '../../pg.js';
+import { isConnectionLoss, quoteIdent, quoteTableName } from '../../pg.js';
 import type { SourceConnections } from './connections.js';
 
 /** A partial upsert as the replication source delivers it (the columns it lacks in `unchanged`). */
@@ -114,19 +114,14 @@ const FOUND = '__sluice_found';
  * epoch (of the previous epoch when it is above the snapshot's `xmax`, i.e. assigned before a wraparound).
  */
 function rowQuery(table: string, columns: readonly string[], keys: readonly string[]): string {
-  const list = columns.map(quoteColumn).join(', ');
-  const where = keys.map((k, i) => `${quoteColumn(k)} = $${i + 2}`).join(' AND ');
+  const list = columns.map(quoteIdent).join(', ');
+  const where = keys.map((k, i) => `${quoteIdent(k)} = $${i + 2}`).join(' AND ');
   return `WITH snap AS (SELECT pg_current_snapshot() AS s, pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS x)
     SELECT CASE WHEN $1::bigint IS NULL THEN NULL ELSE pg_visible_in_snapshot(
              ((((snap.x >> 32) - CASE WHEN $1::bigint > (snap.x & 4294967295) THEN 1 ELSE 0 END) << 32)
                | $1::bigint)::text::xid8, snap.s) END AS "${VISIBLE}",
            r.*
       FROM snap LEFT JOIN LATERAL (
-        SELECT true AS "${FOUND}"${list === '' ? '' : `, ${list}`} FROM ${quoteIdent(table)} WHERE ${where}
+        SELECT true AS "${FOUND}"${list === '' ? '' : `, ${list}`} FROM ${quoteTableName(table)} WHERE ${where}
       ) r ON true`;
-}
-
-/** A column name as an identifier (never split at dots, unlike a table name). */
-function quoteColumn(name: string): string {
-  return `"${name.replace(/"/g, '""')}"`;
 }
