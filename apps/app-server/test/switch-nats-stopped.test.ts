@@ -2,7 +2,7 @@
  * A rebuild that finishes while the host's nats-server is stopped (SIGTERM: every connection closed, unlike the hung
  * server of switch-hung-nats.test.ts), and NATS started again afterwards. What the host's users see: both of its
  * api-servers — their periodic reconcile set far away, so it cannot explain a switch — serve the rebuilt generation and
- * answer read-your-writes (`sluice-min-position`) within `api.freshnessWaitMs` during the outage and after it, and once
+ * answer read-your-writes (`sluice-min-position`) for what it committed, during the outage and after it, and once
  * NATS runs again the switch's `AliasRedirected` reaches a subscriber that was there all along and the KV bucket a
  * later process reads.
  *
@@ -12,10 +12,23 @@
 import { createNatsBackplane } from '@sluice/backplane';
 import { freePort, sql, startItemsWriter, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, localNode, observeEvents, servingItems, startHostApiServer } from './helpers.js';
+import {
+  call,
+  localNode,
+  type NodeProcess,
+  observeEvents,
+  servingItems,
+  startHostApiServer,
+} from './helpers.js';
 import { currentLsn } from './items-rows.js';
 import { logicalPostgresPerFile } from './logical-postgres.js';
-import { itemsTable, replicatedEndpointYaml, startItemsHost } from './replication-node.js';
+import {
+  itemsOf,
+  itemsTable,
+  lsnReached,
+  replicatedEndpointYaml,
+  startItemsHost,
+} from './replication-node.js';
 
 const postgres = logicalPostgresPerFile();
 
@@ -32,10 +45,27 @@ interface FreshRead {
   id: unknown;
 }
 
-/** Inserts row `id` and reads it back through each api-server of `apis` with `sluice-min-position`. */
-async function readYourWrite(url: string, apis: readonly string[], id: number): Promise<FreshRead[]> {
+/**
+ * Inserts row `id`, waits until the serving generation has committed it (as the app-server reports), and reads it
+ * back through each api-server of `apis` with `sluice-min-position`. Waiting for the commit first leaves one cause
+ * for a `503 POSITION_NOT_REACHED`: an api-server reading another generation than the one serving — what this file
+ * checks — not a commit slower than `freshnessWaitMs` on a loaded machine.
+ */
+async function readYourWrite(
+  url: string,
+  node: Pick<NodeProcess, 'url'>,
+  apis: readonly string[],
+  id: number,
+): Promise<FreshRead[]> {
   await sql(url, `INSERT INTO items VALUES (${id}, ${id}, 'while NATS is stopped')`);
   const position = await currentLsn(url);
+  await waitFor(
+    async () => {
+      const committed = (await itemsOf(node)).replication?.committedLsn;
+      return committed != null && (await lsnReached(url, committed, position));
+    },
+    { timeoutMs: 60_000, what: `the serving generation to commit ${position}` },
+  );
   const reads: FreshRead[] = [];
   for (const [i, api] of apis.entries()) {
     const reply = await call(`${api}/v1/endpoints/items/records/${id}`, {
@@ -83,7 +113,7 @@ describe('a rebuild finishing while NATS is stopped', () => {
     await using observer = await observeEvents(nats.url);
     await using writer = startItemsWriter(url, ROWS);
     await waitFor(() => writer.written >= 10, { what: 'the writer to commit' });
-    expect(await readYourWrite(url, apis, 800_000)).toEqual(servedBy(blue, 800_000));
+    expect(await readYourWrite(url, host.node, apis, 800_000)).toEqual(servedBy(blue, 800_000));
 
     await nats.stop();
     await waitFor(
@@ -106,7 +136,7 @@ describe('a rebuild finishing while NATS is stopped', () => {
         what: 'the switch to the rebuilt generation while NATS is stopped',
       },
     );
-    const during = await readYourWrite(url, apis, 800_001);
+    const during = await readYourWrite(url, host.node, apis, 800_001);
 
     await nats.start();
     await waitFor(() => observer.events.some((e) => e.type === 'AliasRedirected' && e.to === green), {
@@ -121,7 +151,7 @@ describe('a rebuild finishing while NATS is stopped', () => {
       },
       { timeoutMs: 20_000, what: 'both api-servers to reconnect' },
     );
-    const after = await readYourWrite(url, apis, 800_002);
+    const after = await readYourWrite(url, host.node, apis, 800_002);
     await writer.stop();
 
     expect(during, JSON.stringify(during)).toEqual(servedBy(green, 800_001));
