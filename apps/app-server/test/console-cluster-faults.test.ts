@@ -47,27 +47,53 @@ async function frozen<T>(node: NodeProcess, during: () => Promise<T>): Promise<T
   }
 }
 
+/**
+ * A two-node cluster of the test's own — a store database, a nats-server, a directory — with the quick start's
+ * `cities` endpoint of `records` records on A. Disposed in reverse: B, A, the directory, NATS, the database.
+ */
+async function startCluster(name: string, records: number) {
+  // Each part is disposed in reverse if a later one fails to start, as `await using` would.
+  const started: AsyncDisposable[] = [];
+  const disposeAll = async () => {
+    for (const part of started.reverse()) await part[Symbol.asyncDispose]();
+  };
+  try {
+    const storeDb = await createTestDatabase(`sluice_console_${name.replaceAll('-', '_')}`);
+    started.push(storeDb);
+    const nats = await startNatsServer();
+    started.push(nats);
+    const dir = await tempDir(`sluice-console-${name}-`);
+    started.push(dir);
+    const { endpoint } = await citiesEndpoint(dir.path, records);
+    const { a, b } = await startPair(dir.path, storeDb.url, nats.url, endpoint);
+    started.push(a, b);
+    return { storeDb, nats, dir, a, b, [Symbol.asyncDispose]: disposeAll };
+  } catch (err) {
+    await disposeAll();
+    throw err;
+  }
+}
+
+type Cluster = Awaited<ReturnType<typeof startCluster>>;
+
+/** A 5 000-record file copy submitted to B at `recordsPerSecond`, so B owns it while it runs: its record then. */
+async function transferOwnedByB({ b, dir }: Cluster, id: string, recordsPerSecond: number) {
+  const input = await writeRecords(join(dir.path, 'in.jsonl'), 5_000);
+  const submitted = await call(`${b.url}/v1/transfers`, {
+    json: fileTransfer(id, input, join(dir.path, 'out.jsonl'), recordsPerSecond),
+  });
+  expect(submitted.status).toBe(201);
+  return waitForState(b.url, id, 'IN_PROGRESS');
+}
+
 describe('the console on node A of a two-node cluster under faults', () => {
   it('defect: a transfer page frozen with its app-server said "Refreshed every 2 s" and offered Terminate until its poll timed out (30 s)', {
     timeout: 90_000,
   }, async () => {
-    await using storeDb = await createTestDatabase('sluice_console_frozen_transfer');
-    await using nats = await startNatsServer();
-    await using dir = await tempDir('sluice-console-frozen-transfer-');
-    const { endpoint } = await citiesEndpoint(dir.path, 200);
-    const { a, b } = await startPair(dir.path, storeDb.url, nats.url, endpoint);
-    await using _a = a;
-    await using _b = b;
-    const input = await writeRecords(join(dir.path, 'in.jsonl'), 5_000);
+    await using cluster = await startCluster('frozen-transfer', 200);
+    const { a } = cluster;
     const id = 'frozen-page-copy';
-    expect(
-      (
-        await call(`${b.url}/v1/transfers`, {
-          json: fileTransfer(id, input, join(dir.path, 'out.jsonl'), 20),
-        })
-      ).status,
-    ).toBe(201);
-    await waitForState(b.url, id, 'IN_PROGRESS');
+    await transferOwnedByB(cluster, id, 20);
 
     await using browser = await openConsoleBrowser();
     const { page } = browser;
@@ -106,13 +132,8 @@ describe('the console on node A of a two-node cluster under faults', () => {
   it('defect: the Endpoints page said "Live" and offered Rebuild for 45 s after its app-server froze', {
     timeout: 90_000,
   }, async () => {
-    await using storeDb = await createTestDatabase('sluice_console_frozen_endpoints');
-    await using nats = await startNatsServer();
-    await using dir = await tempDir('sluice-console-frozen-endpoints-');
-    const { endpoint } = await citiesEndpoint(dir.path, 300);
-    const { a, b } = await startPair(dir.path, storeDb.url, nats.url, endpoint);
-    await using _a = a;
-    await using _b = b;
+    await using cluster = await startCluster('frozen-endpoints', 300);
+    const { a } = cluster;
 
     await using browser = await openConsoleBrowser();
     const { page } = browser;
@@ -144,17 +165,10 @@ describe('the console on node A of a two-node cluster under faults', () => {
   it('follows a transfer of a killed node B to its new owner, and shows B dead, without a reload', {
     timeout: 90_000,
   }, async () => {
-    await using storeDb = await createTestDatabase('sluice_console_owner_killed');
-    await using nats = await startNatsServer();
-    await using dir = await tempDir('sluice-console-owner-killed-');
-    const { endpoint } = await citiesEndpoint(dir.path, 50);
-    const { a, b } = await startPair(dir.path, storeDb.url, nats.url, endpoint);
-    await using _a = a;
-    await using _b = b;
-    const input = await writeRecords(join(dir.path, 'in.jsonl'), 5_000);
+    await using cluster = await startCluster('owner-killed', 50);
+    const { a, b } = cluster;
     const id = 'owner-killed-copy';
-    await call(`${b.url}/v1/transfers`, { json: fileTransfer(id, input, join(dir.path, 'out.jsonl'), 50) });
-    const before = await waitForState(b.url, id, 'IN_PROGRESS');
+    const before = await transferOwnedByB(cluster, id, 50);
     expect(before.owner.nodeId).toBe('b');
 
     await using browser = await openConsoleBrowser();
@@ -192,12 +206,8 @@ describe('the console on node A of a two-node cluster under faults', () => {
   it('says "Not live" while A is killed and comes back live with the picture of its new process', {
     timeout: 90_000,
   }, async () => {
-    await using storeDb = await createTestDatabase('sluice_console_page_node_killed');
-    await using nats = await startNatsServer();
-    await using dir = await tempDir('sluice-console-page-node-killed-');
-    const { endpoint } = await citiesEndpoint(dir.path, 300);
-    const { a, b } = await startPair(dir.path, storeDb.url, nats.url, endpoint);
-    await using _b = b;
+    await using cluster = await startCluster('page-node-killed', 300);
+    const { a } = cluster;
     let restarted: NodeProcess | undefined;
     try {
       await using browser = await openConsoleBrowser();
@@ -228,25 +238,18 @@ describe('the console on node A of a two-node cluster under faults', () => {
       expect(await page.evaluate('window.sluiceTestMark')).toBe(1);
       expect(browser.actions).toEqual([]);
     } finally {
+      // A itself (killed) is the cluster's to dispose.
       await restarted?.[Symbol.asyncDispose]();
-      await a[Symbol.asyncDispose]();
     }
   });
 
   it("with NATS stopped: a rebuild on A shows its progress and switch, and Terminate of B's transfer answers", {
     timeout: 90_000,
   }, async () => {
-    await using storeDb = await createTestDatabase('sluice_console_nats_stopped');
-    await using nats = await startNatsServer();
-    await using dir = await tempDir('sluice-console-nats-stopped-');
-    const { endpoint } = await citiesEndpoint(dir.path, 2_000);
-    const { a, b } = await startPair(dir.path, storeDb.url, nats.url, endpoint);
-    await using _a = a;
-    await using _b = b;
-    const input = await writeRecords(join(dir.path, 'in.jsonl'), 5_000);
+    await using cluster = await startCluster('nats-stopped', 2_000);
+    const { a, nats } = cluster;
     const id = 'nats-stopped-copy';
-    await call(`${b.url}/v1/transfers`, { json: fileTransfer(id, input, join(dir.path, 'out.jsonl'), 20) });
-    await waitForState(b.url, id, 'IN_PROGRESS');
+    await transferOwnedByB(cluster, id, 20);
     const client = createClient({ controlUrl: a.url });
 
     await using browser = await openConsoleBrowser();
@@ -297,17 +300,10 @@ describe('the console on node A of a two-node cluster under faults', () => {
   it("with the store's connections killed: the transfer and Nodes pages come back to the store's truth", {
     timeout: 90_000,
   }, async () => {
-    await using storeDb = await createTestDatabase('sluice_console_store_killed');
-    await using nats = await startNatsServer();
-    await using dir = await tempDir('sluice-console-store-killed-');
-    const { endpoint } = await citiesEndpoint(dir.path, 50);
-    const { a, b } = await startPair(dir.path, storeDb.url, nats.url, endpoint);
-    await using _a = a;
-    await using _b = b;
-    const input = await writeRecords(join(dir.path, 'in.jsonl'), 5_000);
+    await using cluster = await startCluster('store-killed', 50);
+    const { a, b, storeDb } = cluster;
     const id = 'store-killed-copy';
-    await call(`${b.url}/v1/transfers`, { json: fileTransfer(id, input, join(dir.path, 'out.jsonl'), 50) });
-    const before = await waitForState(b.url, id, 'IN_PROGRESS');
+    const before = await transferOwnedByB(cluster, id, 50);
 
     await using browser = await openConsoleBrowser();
     const { page } = browser;
