@@ -5,7 +5,8 @@
  * malformed bearer tokens. Every answer must be a problem with a stable code (never a 5xx, never silence), the server
  * must go on answering `/healthz`, and the cache it reads must hold what it held.
  *
- * Seeded: `SEED=<n>` replays a run (the seed is printed), `FUZZ_REQUESTS=<n>` sizes it (default 300).
+ * Seeded (20261207 unless `SEED=<n>` asks for another run; the seed is printed), `FUZZ_REQUESTS=<n>` sizes it
+ * (default 300).
  */
 import {
   answerViolations,
@@ -21,7 +22,9 @@ import {
 import { describe, expect, it } from 'vitest';
 import { fetchJson, spawnApiServer, writeConfig, writeGeneration } from './helpers.js';
 
-const SEED = Number(process.env.SEED ?? Math.floor(Math.random() * 2 ** 31));
+// A fixed seed by default, as every seeded test of the house: CI runs the same requests each time. Explore with
+// `SEED=<n> FUZZ_REQUESTS=<n>` (any other seed, any size); a failure prints its seed to replay.
+const SEED = Number(process.env.SEED ?? 20261207);
 const REQUESTS = Number(process.env.FUZZ_REQUESTS ?? 300);
 const BODY_LIMIT = 16 * 1024;
 const SECRET = 'fuzz-jwt-secret-0123456789abcdef';

@@ -5,7 +5,8 @@
  * stable code (never a 5xx, never silence), the node must go on answering `/healthz`, and only the requests it
  * accepted may have left a transfer (a record or a file) behind.
  *
- * Seeded: `SEED=<n>` replays a run (the seed is printed), `FUZZ_REQUESTS=<n>` sizes it (default 300).
+ * Seeded (20261207 unless `SEED=<n>` asks for another run; the seed is printed), `FUZZ_REQUESTS=<n>` sizes it
+ * (default 300).
  */
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -24,7 +25,9 @@ import {
 import { describe, expect, it } from 'vitest';
 import { call, fileTransfer, localNode, startNodeProcess, writeRecords } from './helpers.js';
 
-const SEED = Number(process.env.SEED ?? Math.floor(Math.random() * 2 ** 31));
+// A fixed seed by default, as every seeded test of the house: CI runs the same requests each time. Explore with
+// `SEED=<n> FUZZ_REQUESTS=<n>` (any other seed, any size); a failure prints its seed to replay.
+const SEED = Number(process.env.SEED ?? 20261207);
 const REQUESTS = Number(process.env.FUZZ_REQUESTS ?? 300);
 const BODY_LIMIT = 64 * 1024;
 const TOKEN = 'fuzz-static-token-0123456789';
