@@ -244,6 +244,15 @@ export async function startEndpointPipeline(
 
   /** The wait of the run's read for its replication slot, which another process streams; null when none waits. */
   const slotWait = (): EndpointPipelineStatus['slotWait'] => slotWaitView(supervisor.branch?.source);
+  /**
+   * Whether the run's read has its replication slot: PostgreSQL accepted its `START_REPLICATION`. A resumed run's
+   * progress says `streaming` as soon as its snapshot is done — before its read even asked for the slot, which another
+   * process may stream — so that alone never says it streams. True for a source without a slot.
+   */
+  const runStreams = (): boolean => {
+    const source = supervisor.run?.branch.source;
+    return source === undefined || !isReplicationSource(source) || source.streaming();
+  };
 
   return {
     get decision() {
@@ -255,8 +264,12 @@ export async function startEndpointPipeline(
       // failed and is retried: the generation, and its hold, outlive the run (supervisor.fed).
       const fed = supervisor.fed;
       const building = fed && !fed.sink.redirected && fed.cache.name !== serving ? fed : null;
-      const progress = lc.progress.snapshot();
+      const reported = lc.progress.snapshot();
       const waiting = slotWait();
+      // Not streaming yet: it waits for its slot, or has not been let stream it yet (a moment, unless another
+      // process holds it). Shown as starting — and, after failed attempts, as the retry's attempt under way.
+      const notYet = reported.phase === 'streaming' && !runStreams();
+      const progress = notYet ? { ...reported, phase: 'starting' as const } : reported;
       return {
         endpoint: name,
         alias: name,
@@ -268,9 +281,10 @@ export async function startEndpointPipeline(
           building && building.sink.held !== null
             ? { cache: building.cache.name, reason: building.sink.held }
             : null,
-        // A run that waits for its slot after failed attempts has not recovered (retry-backoff.ts): it is the retry's
-        // attempt under way, shown as such with the failure it retries after — not as a run that streams.
-        ...retryShown(supervisor, waiting),
+        // A run that waits for its slot (or has not been let stream it yet) after failed attempts has not recovered
+        // (retry-backoff.ts): it is the retry's attempt under way, shown as such with the failure it retries after —
+        // not as a run that streams.
+        ...retryShown(supervisor, waiting !== null || notYet),
         slotWait: waiting,
         // A run from scratch counts from 0 again: a reason from before it no longer applies.
         // Before this process saw one, the last reason is the one the checkpoint kept (run.ts), so the evidence
@@ -319,14 +333,15 @@ export async function startEndpointPipeline(
 }
 
 /**
- * The failure and the retry the status shows: the supervisor's while it retries; while the run waits for its slot
- * after failed attempts it has not recovered from, the last of them and the attempts so far, the attempt under way.
+ * The failure and the retry the status shows: the supervisor's while it retries; while the run does not stream its
+ * slot yet (`beforeStreaming`: it waits for it, or was not let stream it yet) after failed attempts it has not
+ * recovered from, the last of them and the attempts so far, the attempt under way.
  */
 function retryShown(
   supervisor: EndpointSupervisor,
-  waiting: EndpointPipelineStatus['slotWait'],
+  beforeStreaming: boolean,
 ): Pick<EndpointPipelineStatus, 'error' | 'retry'> {
-  const unrecovered = waiting === null || supervisor.retry !== null ? null : supervisor.unrecovered;
+  const unrecovered = !beforeStreaming || supervisor.retry !== null ? null : supervisor.unrecovered;
   if (unrecovered === null) return { error: supervisor.error, retry: retryStatus(supervisor.retry) };
   return { error: unrecovered.error, retry: { attempts: unrecovered.attempts, nextAttemptAt: null } };
 }

@@ -7,11 +7,16 @@
 import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { openCacheManager } from '@sluice/cache';
-import type { EndpointConfig, EndpointPipeline, WritableCacheCatalog } from '@sluice/core';
+import type {
+  EndpointConfig,
+  EndpointPipeline,
+  EndpointPipelineStatus,
+  WritableCacheCatalog,
+} from '@sluice/core';
 import { sql, takeReplicationSlot, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { itemsTableEndpoint, replicationContext, useLogicalPostgres } from '../../test/replication.js';
-import { startEndpointPipeline } from '../endpoint.js';
+import { type EndpointContext, startEndpointPipeline } from '../endpoint.js';
 
 const server = useLogicalPostgres();
 
@@ -33,6 +38,7 @@ async function startItems(
   caches: WritableCacheCatalog,
   url: string,
   manual = false,
+  overrides: Partial<EndpointContext> = {},
 ): Promise<EndpointPipeline> {
   const config = {
     ...itemsTableEndpoint(),
@@ -44,6 +50,7 @@ async function startItems(
     replicationContext(caches, url, {
       retryMs: RETRY_MS,
       replication: { keepaliveMs: 200, slotWaitMs: SLOT_WAIT_MS },
+      ...overrides,
     }),
   );
   await pipeline.whenServing({ timeoutMs: 30_000 });
@@ -308,6 +315,63 @@ describe('the replication lag of an endpoint that retries', () => {
       await streamsWithWrite(pipeline, url, 101);
       expect(pipeline.status().replication?.observedAt).toBeNull();
     } finally {
+      await pipeline.stop();
+      await caches.close();
+    }
+  });
+});
+
+describe('what an endpoint whose slot another process streams says of its run', () => {
+  it('defect: a run resumed while another process streamed its slot said it streamed (progress streaming, no retry) before it had even asked for the slot', {
+    timeout: 120_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const url = await itemsDatabase('slotsays');
+    const caches = await openCacheManager(join(dir.path, 'data'));
+    // The status as it reads at the very moment each run reports that it streams (the report follows its resumed
+    // stream's `snapshot-done` synchronously): a poll would see that moment only when it happens to fall on it.
+    const said: EndpointPipelineStatus[] = [];
+    let watching = false;
+    let pipeline: EndpointPipeline | null = null;
+    pipeline = await startItems(caches, url, false, {
+      onProgress: (progress) => {
+        if (watching && progress.phase === 'streaming' && pipeline !== null) said.push(pipeline.status());
+      },
+    });
+    let holder: ChildProcess | null = null;
+    try {
+      await streamsWithWrite(pipeline, url, 100);
+      const { slot, publication } = await slotOf(url);
+      holder = (await takeReplicationSlot(url, slot, publication)).child;
+      // The run that streamed has failed (its walsender ended): every run from here on resumes while pg_recvlogical
+      // streams the slot, so none of them can stream it.
+      await waitFor(() => pipeline.status().retry?.nextAttemptAt, {
+        timeoutMs: 30_000,
+        what: 'the endpoint to retry its run',
+      });
+      watching = true;
+      const attempts = pipeline.status().retry!.attempts;
+      await waitFor(() => (pipeline.status().retry?.attempts ?? 0) >= attempts + 2, {
+        timeoutMs: 30_000,
+        what: `two more failed attempts (${JSON.stringify(pipeline.status().retry)})`,
+      });
+      watching = false;
+      expect(said.length).toBeGreaterThanOrEqual(2);
+      const streams = said.filter((s) => s.progress.phase === 'streaming' || s.retry === null);
+      expect(streams.map((s) => ({ phase: s.progress.phase, retry: s.retry, slotWait: s.slotWait }))).toEqual([]);
+      // What it says instead: the attempt under way of the retry, after the failure it retries.
+      expect(said[0]).toMatchObject({
+        progress: { phase: 'starting' },
+        retry: { attempts: expect.any(Number), nextAttemptAt: null },
+        error: { code: 'SOURCE_FAILED' },
+      });
+
+      holder.kill('SIGTERM');
+      holder = null;
+      await streamsWithWrite(pipeline, url, 200);
+      expect(pipeline.status().progress.phase).toBe('streaming');
+    } finally {
+      holder?.kill('SIGKILL');
       await pipeline.stop();
       await caches.close();
     }

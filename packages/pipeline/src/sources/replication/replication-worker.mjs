@@ -12,6 +12,7 @@
 //   workerData: { url, slot, publication, startLsn, ackLsn, keepaliveMs, highWater, applicationName }
 //   → main:  { kind: 'batch', bytes: ArrayBuffer, entries: [kind 'w' | 'k', lsn, start, end][] }
 //              ('w' = an XLogData payload, the pgoutput message in bytes[start, end); 'k' = a primary keepalive),
+//            { kind: 'started' } (PostgreSQL accepted START_REPLICATION: the slot is this connection's),
 //            { kind: 'failed', message }, { kind: 'closed' }
 //   ← main:  { kind: 'ack', lsn } (the LSN to report as flushed, already one byte back: the library adds one),
 //            { kind: 'consumed', count } (messages taken so far: backpressure), { kind: 'close' }
@@ -111,6 +112,10 @@ service.on('heartbeat', (lsn, _time, shouldRespond) => {
   if (shouldRespond) status(false);
 });
 service.on('error', (err) => fail(err instanceof Error ? err.message : String(err)));
+// The server's CopyBothResponse to START_REPLICATION: from here the slot is streamed by this connection.
+service.on('start', () => {
+  if (!closed) parentPort.postMessage({ kind: 'started' });
+});
 
 /** pgoutput, started after reading the server's `wal_sender_timeout`; messages pass on as bytes (parsed by the main thread). */
 const plugin = {

@@ -332,7 +332,8 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
     replicationLag: (): ReplicationLag | null => live.lag.lag(),
     committedLsn: () => live.lag.committedLsn(),
     lagBehind: (lsn: string, since: number): ReplicationLag => live.lag.behind(lsn, since),
-    streaming: () => live.stream !== null,
+    // Not from the moment the read asks for its slot: only once PostgreSQL let it stream (another process may hold it).
+    streaming: () => live.stream?.started === true,
     slotWait: () => live.slotWait,
     // Only a read that streamed sampled PostgreSQL's WAL position: one that never did (it failed before, or waited
     // for its slot in vain) knows nothing worth carrying.

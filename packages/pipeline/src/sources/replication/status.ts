@@ -29,7 +29,10 @@ export interface ReplicationSource extends PipelineSource {
   committedLsn(): string | null;
   /** How far `lsn`, which stopped advancing at `since` (ms), is behind PostgreSQL's WAL now. */
   lagBehind(lsn: string, since: number): ReplicationLag;
-  /** True while a read streams the slot (its lag is live); false before, while it waits for the slot, and after. */
+  /**
+   * True while a read streams the slot (PostgreSQL accepted its `START_REPLICATION`; its lag is live); false before —
+   * while it waits for the slot, and until PostgreSQL let it have it — and after.
+   */
   streaming(): boolean;
   /** While a read waits for its slot, which another process streams: since when, until when, and who; else null. */
   slotWait(): SlotWait | null;

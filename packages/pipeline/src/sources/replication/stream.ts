@@ -41,6 +41,7 @@ type WorkerMessage =
       bytes: ArrayBuffer;
       entries: Array<[kind: 'w' | 'k', lsn: string, start: number, end: number]>;
     }
+  | { kind: 'started' }
   | { kind: 'failed'; message: string }
   | { kind: 'closed' };
 
@@ -84,6 +85,8 @@ export class ReplicationStream {
   private taken = 0;
   private reported = 0;
   private closed = false;
+  /** Whether PostgreSQL accepted `START_REPLICATION` (until then another process may still hold the slot). */
+  #started = false;
   private exited: Promise<void> = Promise.resolve();
 
   constructor(private readonly options: ReplicationStreamOptions) {}
@@ -147,6 +150,14 @@ export class ReplicationStream {
     return item;
   }
 
+  /**
+   * True once PostgreSQL accepted `START_REPLICATION`: the slot is this stream's. Before that the stream only asked
+   * for it — another process streaming the slot makes the request fail — so nothing may call the source streaming.
+   */
+  get started(): boolean {
+    return this.#started && !this.closed;
+  }
+
   /** Items buffered and not yet taken. */
   buffered(): number {
     return this.queue.length - this.head;
@@ -181,6 +192,10 @@ export class ReplicationStream {
     if (this.closed) return;
     if (message.kind === 'failed') {
       this.fail(message.message);
+      return;
+    }
+    if (message.kind === 'started') {
+      this.#started = true;
       return;
     }
     if (message.kind !== 'batch') return;
