@@ -358,7 +358,9 @@ describe('what an endpoint whose slot another process streams says of its run', 
       watching = false;
       expect(said.length).toBeGreaterThanOrEqual(2);
       const streams = said.filter((s) => s.progress.phase === 'streaming' || s.retry === null);
-      expect(streams.map((s) => ({ phase: s.progress.phase, retry: s.retry, slotWait: s.slotWait }))).toEqual([]);
+      expect(streams.map((s) => ({ phase: s.progress.phase, retry: s.retry, slotWait: s.slotWait }))).toEqual(
+        [],
+      );
       // What it says instead: the attempt under way of the retry, after the failure it retries.
       expect(said[0]).toMatchObject({
         progress: { phase: 'starting' },
