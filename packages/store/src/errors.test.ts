@@ -11,6 +11,8 @@ describe('toStoreError', () => {
     withCode('connect ECONNREFUSED 127.0.0.1:5432', 'ECONNREFUSED'),
     withCode('terminating connection due to administrator command', '57P01'),
     withCode('the database system is shutting down', '57P03'),
+    withCode('canceling statement due to statement timeout', '57014'),
+    withCode('canceling statement due to lock timeout', '55P03'),
     withCode('database "x" does not exist', '3D000'),
     new Error('Connection terminated unexpectedly'),
     new Error('Cannot use a pool after calling end on the pool'),

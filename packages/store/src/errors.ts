@@ -28,6 +28,13 @@ const UNAVAILABLE_CODES: ReadonlySet<string> = new Set([
   '57P03', // cannot_connect_now (starting up / shutting down)
   '57P05', // idle_session_timeout
   '53300', // too_many_connections
+  // The statement did not get an answer in time and was rolled back, nothing of it written: the server's
+  // statement_timeout (a row held by another session longer than that) or an operator's pg_cancel_backend, and a
+  // lock_timeout set on the store's role. An outage to wait out like a SQLite lock held past busyTimeoutMs
+  // (SQLITE_BUSY_TIMEOUT) or the client's own query timeout: reported INTERNAL, a transfer's outcome was dropped
+  // and the finished transfer ran again (apps/app-server/test/store-statement-timeout.test.ts).
+  '57014', // query_canceled
+  '55P03', // lock_not_available
   '53100', // disk_full
   '40001', // serialization_failure: retryable
   '40P01', // deadlock_detected: retryable
