@@ -295,7 +295,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     const retentionMs = config.retention.transferDays * 86_400_000;
     const purge = () => {
       if (retentionMs <= 0) return;
-      store.purge(new Date(clock.now().getTime() - retentionMs)).then(
+      store.purge(retentionMs).then(
         (purged) => {
           if (purged > 0) logger.info({ purged }, 'purged finished transfers past their retention');
         },

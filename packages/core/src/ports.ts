@@ -180,8 +180,16 @@ export interface DataPlaneStore extends AsyncDisposable {
   recoverExpired(owner: OwnerIdentity, leaseMs: number, limit: number): Promise<TransferRecord[]>;
   get(id: string): Promise<TransferRecord | null>;
   list(input?: ListTransfersInput): Promise<TransferPage>;
-  /** Deletes terminal records last updated before `olderThan`; returns how many. */
-  purge(olderThan: Date): Promise<number>;
+  /**
+   * Deletes terminal records last updated at least `ageMs` ago — on the store's clock, which wrote their
+   * `updatedAt`, so a node whose wall clock is off purges exactly what any other would; returns how many.
+   *
+   * @example
+   * ```ts
+   * await store.purge(30 * 86_400_000); // finished more than 30 days ago
+   * ```
+   */
+  purge(ageMs: number): Promise<number>;
   /** Registers (or re-registers) a node and its advertised address. */
   registerNode(
     node: Omit<NodeInfo, 'lastSeenAt' | 'startedAt' | 'silentMs'> & { startedAt?: Date },

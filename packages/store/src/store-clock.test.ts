@@ -64,7 +64,7 @@ describe('timestamps on the store clock (PostgreSQL)', () => {
     for (const at of [record.createdAt, done.updatedAt])
       expect(Math.abs(at.getTime() - Date.now())).toBeLessThan(5_000);
     // Retention of 30 minutes, on a correct clock: the record finished just now must stay.
-    expect(await correct.purge(new Date(Date.now() - 1_800_000))).toBe(0);
+    expect(await correct.purge(1_800_000)).toBe(0);
     expect(await correct.get(record.id)).toMatchObject({ state: 'COMPLETED' });
     await behind.registerNode(me);
     const [node] = await correct.listNodes();
@@ -73,6 +73,26 @@ describe('timestamps on the store clock (PostgreSQL)', () => {
     // "Alive" is judged on the store's clock: just seen, whoever asks (a node-clock comparison said an hour).
     expect(node!.silentMs).toBeLessThan(5_000);
     expect((await behind.listNodes())[0]!.silentMs).toBeLessThan(5_000);
+  });
+});
+
+describe('purging on the store clock (PostgreSQL)', () => {
+  it('defect: a node whose clock was ahead by more than the retention purged a record finished just now', async () => {
+    await using fx = await storeFixture('postgres');
+    const DAY = 86_400_000;
+    const correct = await fx.open({ clock: skewedClock(0) });
+    const ahead = await fx.open({ clock: skewedClock(31 * DAY) });
+    const me = owner('node-on-time');
+    const { record } = await correct.submit(submitInput(makeRequest(), me));
+    await correct.transition(record.id, 1, { to: 'IN_PROGRESS' });
+    await correct.transition(record.id, 1, {
+      to: 'COMPLETED',
+      result: { recordsRead: 1, recordsWritten: 1, badRecords: 0 },
+    });
+    // The app-server's hourly purge with the default retention (30 days), on the node whose clock is 31 days ahead:
+    // the record finished a moment ago on the store's clock, so a resend must still find its outcome.
+    expect(await ahead.purge(30 * DAY)).toBe(0);
+    expect(await correct.get(record.id)).toMatchObject({ state: 'COMPLETED' });
   });
 });
 

@@ -20,7 +20,7 @@ import {
   type TransferState,
   type TransitionInput,
 } from '@sluice/core';
-import type { CompiledQuery, Kysely } from 'kysely';
+import { type CompiledQuery, type Kysely, sql } from 'kysely';
 import { CoalescedStatements } from './coalesced-statements.js';
 import type { StoreDialect } from './dialect.js';
 import { TransferFinalError } from './errors.js';
@@ -37,7 +37,7 @@ import {
   boundedJson,
   encodeCursor,
   STORE_LIMITS,
-  validDate,
+  validAgeMs,
   validEpoch,
   validId,
   validLeaseMs,
@@ -362,13 +362,16 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     });
   }
 
-  async purge(olderThan: Date): Promise<number> {
+  async purge(ageMs: number): Promise<number> {
     return this.#run('purge', async () => {
-      const before = validDate(olderThan, 'olderThan').getTime();
+      const age = validAgeMs(ageMs, 'ageMs');
+      // Aged on the store's clock, which wrote `updated_at` (store-clock.ts): a node whose wall clock is ahead by
+      // more than the retention would otherwise purge records finished a moment ago, and a resend run them again.
+      const now = this.#clockSql.nowFor(this.#now());
       const result = await this.#db
         .deleteFrom('transfers')
         .where('state', 'in', TERMINAL_STATES as TransferState[])
-        .where('updated_at', '<', before)
+        .where('updated_at', '<', sql<number>`${now} - ${age}`)
         .executeTakeFirst();
       return Number(result.numDeletedRows);
     });

@@ -84,6 +84,12 @@ export function validLimit(limit: unknown, max: number, path = 'limit'): number 
   fail('Invalid limit', [{ path, message: `must be an integer from 1 to ${max}` }]);
 }
 
+/** An age in milliseconds: a non-negative safe integer. */
+export function validAgeMs(value: unknown, path: string): number {
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
+  fail('Invalid age', [{ path, message: 'must be a non-negative integer (ms)' }]);
+}
+
 export function validDate(value: unknown, path: string): Date {
   if (value instanceof Date && Number.isFinite(value.getTime())) return value;
   fail('Invalid date', [{ path, message: 'must be a valid Date' }]);
