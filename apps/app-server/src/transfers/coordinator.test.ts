@@ -334,6 +334,40 @@ describe('TransferCoordinator', () => {
     expect({ starts: state.starts, running: state.running }).toEqual({ starts: 1, running: 1 });
   });
 
+  it('defect: a resend whose every pass was contended answered 202 running with the record it read last, even when that record was finished', async () => {
+    await using t = await setup();
+    await using real = createSingleNodeBackplane({ nodeId: 'b' });
+    const request = await t.abandoned('contended-1');
+    // Every owner lookup names an owner at a newer epoch than the record read (other nodes taking it over again and
+    // again): each pass looks again, until the passes run out. Meanwhile the transfer ends, terminated elsewhere.
+    let lookups = 0;
+    const backplane = new Proxy(real, {
+      get(target, prop, receiver) {
+        const value = Reflect.get(target, prop, receiver);
+        if (typeof value !== 'function') return value;
+        if (prop !== 'whoRuns') return value.bind(target);
+        return async (id: string) => {
+          const record = await t.store.get(id);
+          if (++lookups === 8) await t.store.transition(id, record!.epoch, { to: 'TERMINATED' });
+          return {
+            status: 'owner' as const,
+            owner: { nodeId: 'elsewhere', address: 'http://elsewhere.invalid', epoch: record!.epoch + 1 },
+          };
+        };
+      },
+    });
+    const { state, execute } = foreverExecutor();
+    const b = t.coordinator({ backplane, identity: identity('b'), execute });
+    const answer = await b.submit(request);
+    expect(lookups).toBe(8);
+    // A finished transfer's resend is owed its stored outcome, whatever the passes before it saw.
+    expect({ outcome: answer.outcome, state: 'transfer' in answer ? answer.transfer.state : null }).toEqual({
+      outcome: 'stored',
+      state: 'TERMINATED',
+    });
+    expect(state.starts).toBe(0);
+  });
+
   it('defect: a resend that read the record before this node took the transfer over answered the new owner with the old epoch (epoch 1, owner b)', async () => {
     await using t = await setup();
     await using real = createSingleNodeBackplane({ nodeId: 'b' });

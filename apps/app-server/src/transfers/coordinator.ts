@@ -143,9 +143,26 @@ export class TransferCoordinator {
       const submission = await this.#submitOnce(request, hash, runnable);
       if (submission) return submission;
     }
+    // Every pass found the world changed under it: answer by the record as it is now — a finished one with its
+    // stored outcome (a resend is owed it), another request with the conflict — else as running elsewhere.
     const record = await this.#state.o.store.get(request.id);
     if (!record) throw new TransferNotFoundError(request.id);
-    return this.#running(record, false, 'contended');
+    return this.#storedAnswer(record, hash) ?? this.#running(record, false, 'contended');
+  }
+
+  /**
+   * What a resend is owed by the stored record alone: `IDEMPOTENCY_CONFLICT` when it is another request under the
+   * same id, its stored outcome when it is finished; null while it is not finished.
+   */
+  #storedAnswer(record: TransferRecord, hash: string): Submission | null {
+    const { metrics } = this.#state.o;
+    if (!matchesStoredRequest(record, hash)) {
+      metrics.submits.inc({ outcome: 'conflict' });
+      throw new IdempotencyConflictError(record.id);
+    }
+    if (!isTerminal(record.state)) return null;
+    metrics.submits.inc({ outcome: 'terminal' });
+    return { outcome: 'stored', transfer: transferView(record) };
   }
 
   /**
@@ -207,14 +224,8 @@ export class TransferCoordinator {
       return null;
     }
     this.#stored.add(id);
-    if (!matchesStoredRequest(record, hash)) {
-      metrics.submits.inc({ outcome: 'conflict' });
-      throw new IdempotencyConflictError(id);
-    }
-    if (isTerminal(record.state)) {
-      metrics.submits.inc({ outcome: 'terminal' });
-      return { outcome: 'stored', transfer: transferView(record) };
-    }
+    const stored = this.#storedAnswer(record, hash);
+    if (stored) return stored;
     const local = this.#state.runs.get(id);
     if (local && local.epoch === record.epoch && local.active)
       return this.#running(record, true, 'owner', { nodeId: identity.nodeId, address: identity.address });
