@@ -156,6 +156,24 @@ function wrapStore<K extends keyof DataPlaneStore>(
   });
 }
 
+/** A backplane whose `whoRuns` runs `around` instead (which may ask the real one). */
+function wrapWhoRuns(
+  backplane: Backplane,
+  around: (
+    real: Backplane['whoRuns'],
+    ...args: Parameters<Backplane['whoRuns']>
+  ) => ReturnType<Backplane['whoRuns']>,
+): Backplane {
+  return new Proxy(backplane, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver);
+      if (typeof value !== 'function') return value;
+      if (prop !== 'whoRuns') return value.bind(target);
+      return (...args: Parameters<Backplane['whoRuns']>) => around(target.whoRuns.bind(target), ...args);
+    },
+  });
+}
+
 /**
  * A store whose owner-claiming statements (`takeOver`, and `recoverExpired` the sweeper of earlier versions used)
  * wait on `held`: `before` they run, or `after-commit` with their reply held back.
@@ -301,20 +319,13 @@ describe('TransferCoordinator', () => {
     // a second resend took the transfer over: it still holds the record as it was (owner gone, epoch 1).
     const held = gate();
     let lookups = 0;
-    const backplane = new Proxy(real, {
-      get(target, prop, receiver) {
-        const value = Reflect.get(target, prop, receiver);
-        if (typeof value !== 'function') return value;
-        if (prop !== 'whoRuns') return value.bind(target);
-        return async (...args: Parameters<Backplane['whoRuns']>) => {
-          const answer = await target.whoRuns(...args);
-          if (++lookups === 1) {
-            held.reached();
-            await held.opened;
-          }
-          return answer;
-        };
-      },
+    const backplane = wrapWhoRuns(real, async (whoRuns, ...args) => {
+      const answer = await whoRuns(...args);
+      if (++lookups === 1) {
+        held.reached();
+        await held.opened;
+      }
+      return answer;
     });
     const { state, execute } = foreverExecutor();
     const b = t.coordinator({ backplane, identity: identity('b'), execute });
@@ -341,20 +352,13 @@ describe('TransferCoordinator', () => {
     // Every owner lookup names an owner at a newer epoch than the record read (other nodes taking it over again and
     // again): each pass looks again, until the passes run out. Meanwhile the transfer ends, terminated elsewhere.
     let lookups = 0;
-    const backplane = new Proxy(real, {
-      get(target, prop, receiver) {
-        const value = Reflect.get(target, prop, receiver);
-        if (typeof value !== 'function') return value;
-        if (prop !== 'whoRuns') return value.bind(target);
-        return async (id: string) => {
-          const record = await t.store.get(id);
-          if (++lookups === 8) await t.store.transition(id, record!.epoch, { to: 'TERMINATED' });
-          return {
-            status: 'owner' as const,
-            owner: { nodeId: 'elsewhere', address: 'http://elsewhere.invalid', epoch: record!.epoch + 1 },
-          };
-        };
-      },
+    const backplane = wrapWhoRuns(real, async (_whoRuns, id) => {
+      const record = await t.store.get(id);
+      if (++lookups === 8) await t.store.transition(id, record!.epoch, { to: 'TERMINATED' });
+      return {
+        status: 'owner' as const,
+        owner: { nodeId: 'elsewhere', address: 'http://elsewhere.invalid', epoch: record!.epoch + 1 },
+      };
     });
     const { state, execute } = foreverExecutor();
     const b = t.coordinator({ backplane, identity: identity('b'), execute });
@@ -376,19 +380,12 @@ describe('TransferCoordinator', () => {
     // took the transfer over, so the backplane names the new owner at epoch 2.
     const held = gate();
     let lookups = 0;
-    const backplane = new Proxy(real, {
-      get(target, prop, receiver) {
-        const value = Reflect.get(target, prop, receiver);
-        if (typeof value !== 'function') return value;
-        if (prop !== 'whoRuns') return value.bind(target);
-        return async (...args: Parameters<Backplane['whoRuns']>) => {
-          if (++lookups === 1) {
-            held.reached();
-            await held.opened;
-          }
-          return target.whoRuns(...args);
-        };
-      },
+    const backplane = wrapWhoRuns(real, async (whoRuns, ...args) => {
+      if (++lookups === 1) {
+        held.reached();
+        await held.opened;
+      }
+      return whoRuns(...args);
     });
     const { state, execute } = foreverExecutor();
     const b = t.coordinator({ backplane, identity: identity('b'), execute });
