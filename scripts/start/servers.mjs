@@ -2,7 +2,7 @@
 // of its own with its log file, watched for a crash, waited on until healthy, and stopped once, in order — on
 // Ctrl-C, on a crash, on a failure, and (SIGKILL) whenever this script exits.
 import { spawn } from 'node:child_process';
-import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { getJson, sleep } from './http.mjs';
@@ -40,6 +40,9 @@ export function assertPortFree(port, variable) {
 function startServer(name, bin) {
   const logPath = join(logDir, `${name}.log`);
   const fd = openSync(logPath, 'a');
+  // Where this launch's output begins: the log is appended to across starts, and another quick start on the same
+  // data directory writes to it too, so a crash report reads from here on (see launchLines).
+  const logStart = fstatSync(fd).size;
   writeSync(
     fd,
     `${JSON.stringify({ level: 30, time: Date.now(), msg: `--- pnpm start: launching ${name} ---` })}\n`,
@@ -57,7 +60,7 @@ function startServer(name, bin) {
     detached: true,
   });
   closeSync(fd);
-  const server = { name, child, logPath, exit: null };
+  const server = { name, child, logPath, logStart, exit: null };
   server.exited = new Promise((resolveExit) => {
     child.once('exit', (code, signal) => {
       server.exit = { code, signal };
@@ -71,12 +74,28 @@ function startServer(name, bin) {
   return server;
 }
 
-function logTail(path, lines = 25) {
+/**
+ * The last lines `server` itself wrote to its log: from its launch on, without the JSON lines of other processes
+ * (a quick start already running on the same data directory appends to the same file, and its lines would read as
+ * this server's failure). Lines that are not JSON (a CLI error on stderr) are this process's own.
+ */
+function launchLines(server, lines = 25) {
+  let text;
   try {
-    return readFileSync(path, 'utf8').trimEnd().split('\n').slice(-lines);
+    text = readFileSync(server.logPath).subarray(server.logStart).toString('utf8');
   } catch {
     return [];
   }
+  const own = (line) => {
+    if (!line.startsWith('{')) return true;
+    try {
+      const pid = JSON.parse(line).pid;
+      return pid === undefined || pid === server.child.pid;
+    } catch {
+      return true;
+    }
+  };
+  return text.trimEnd().split('\n').filter(own).slice(-lines);
 }
 
 /** The servers started so far, in start order. */
@@ -111,8 +130,10 @@ function watchForCrash(server) {
     const how = exit.error
       ? `could not be started: ${exit.error.message}`
       : `exited unexpectedly (${exit.signal ? `signal ${exit.signal}` : `exit code ${exit.code}`})`;
-    process.stderr.write(`${red('✖')} the ${server.name} ${how}. Last lines of ${shown(server.logPath)}:\n`);
-    for (const line of logTail(server.logPath)) process.stderr.write(`    ${line}\n`);
+    process.stderr.write(
+      `${red('✖')} the ${server.name} ${how}. Its last lines in ${shown(server.logPath)}:\n`,
+    );
+    for (const line of launchLines(server)) process.stderr.write(`    ${line}\n`);
     await stopAll();
     process.exit(1);
   });
@@ -144,7 +165,7 @@ export async function waitUntilHealthy(server, url, timeoutMs = 120_000) {
   process.stderr.write(
     `${red('✖')} the ${server.name} did not answer on ${url} within ${timeoutMs / 1000} s. Last lines of ${shown(server.logPath)}:\n`,
   );
-  for (const line of logTail(server.logPath)) process.stderr.write(`    ${line}\n`);
+  for (const line of launchLines(server)) process.stderr.write(`    ${line}\n`);
   await stopAll();
   process.exit(1);
 }

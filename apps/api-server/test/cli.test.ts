@@ -93,6 +93,35 @@ describe('sluice-api-server command', () => {
     );
   });
 
+  it('defect: api.changes.maxPerClient above api.changes.maxSubscribers was accepted, a per-client bound that can never refuse', async () => {
+    await using dir = await tempDir('sluice-api-cli-');
+    const check = async (yaml: string) => {
+      const file = join(dir.path, 'sluice.yaml');
+      await writeFile(file, yaml);
+      await using child = spawnTs(API_BIN, ['--config', file, '--check'], { cwd: dir.path });
+      return { code: (await child.exited).code, output: child.output() };
+    };
+    // The process bound is checked first, so a client can never reach a per-client bound above it.
+    const refused = await check('api: { changes: { maxSubscribers: 50, maxPerClient: 500 } }\n');
+    expect(refused.code).toBe(1);
+    expect(refused.output).toContain('sluice-api-server: CONFIG_INVALID: Invalid configuration in');
+    expect(refused.output).toContain(
+      'api.changes.maxPerClient: 500 is more than api.changes.maxSubscribers (50): one client can never hold more feeds than the api-server accepts in all, so this bound would never refuse; lower it or raise api.changes.maxSubscribers',
+    );
+    expect(refused.output).not.toMatch(/\n\s+at /);
+    // Left out, the per-client bound is its default, or the process bound when that is lower (a small
+    // maxSubscribers alone is no mistake); written equal to it, it is accepted as before.
+    for (const [yaml, perClient] of [
+      ['api: { changes: { maxSubscribers: 50 } }\n', 50],
+      ['api: { changes: { maxSubscribers: 50, maxPerClient: 50 } }\n', 50],
+      ['api: { changes: { maxSubscribers: 500 } }\n', 100],
+    ] as const) {
+      const accepted = await check(yaml);
+      expect({ yaml, code: accepted.code }).toEqual({ yaml, code: 0 });
+      expect(JSON.parse(accepted.output).api.changes).toMatchObject({ maxPerClient: perClient });
+    }
+  });
+
   it('a port already in use is a one-line error and exit 1', async () => {
     await using dir = await tempDir('sluice-api-cli-');
     const port = await freePort();

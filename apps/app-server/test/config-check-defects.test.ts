@@ -105,4 +105,25 @@ describe('--check of configuration mistakes', () => {
     for (const host of ['0.0.0.0', '"::"', '"[::1]"', '10.0.0.5', 'localhost', 'sluice-1.internal.example'])
       expect((await check(`node: { host: ${host} }\napi: { host: ${host} }\n`)).code, host).toBe(0);
   }, 90_000);
+
+  it('defect: control.maxStreamsPerClient above control.maxStreams passed --check, a per-client bound that can never refuse', async () => {
+    // The process bound is checked first, so a client can never reach a per-client bound above it.
+    const { code, output } = await check('control: { maxStreams: 8, maxStreamsPerClient: 32 }\n');
+    expect(code).toBe(1);
+    expect(output).toContain('sluice-app-server: CONFIG_INVALID: Invalid configuration in');
+    expect(output).toContain(
+      'control.maxStreamsPerClient: 32 is more than control.maxStreams (8): one client can never hold more endpoint streams than the app-server accepts in all, so this bound would never refuse; lower it or raise control.maxStreams',
+    );
+    expect(output).not.toMatch(/\n\s+at /);
+    // Left out, the per-client bound is its default, or the process bound when that is lower.
+    for (const [yaml, perClient] of [
+      ['control: { maxStreams: 8 }\n', 8],
+      ['control: { maxStreams: 8, maxStreamsPerClient: 8 }\n', 8],
+      ['control: { maxStreams: 64 }\n', 16],
+    ] as const) {
+      const accepted = await check(yaml);
+      expect({ yaml, code: accepted.code }).toEqual({ yaml, code: 0 });
+      expect(JSON.parse(accepted.output).control).toMatchObject({ maxStreamsPerClient: perClient });
+    }
+  }, 60_000);
 });

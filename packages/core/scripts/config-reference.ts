@@ -73,6 +73,10 @@ const NOTES: Record<string, string> = {
   'files.roots': 'empty: the working directory; relative roots resolve against it',
   'cache.stagedInMemory':
     "changes of one source transaction a cache writer holds in memory; the rest wait in the generation's staging area on disk until the commit (memory stays about this size whatever the transaction's)",
+  'api.changes.maxPerClient':
+    'default 100, or `api.changes.maxSubscribers` when that is lower; at most `api.changes.maxSubscribers` (a bound above it could never refuse)',
+  'control.maxStreamsPerClient':
+    'default 16, or `control.maxStreams` when that is lower; at most `control.maxStreams` (a bound above it could never refuse)',
   'backplane.strategy':
     '`auto`: `nats` when `nats` is set, else `single` on a SQLite store, else `direct`; the api-servers follow alias events on NATS only when the strategy is (or `auto` picks) `nats`, else they watch the alias table',
 };

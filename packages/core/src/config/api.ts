@@ -24,8 +24,11 @@ const CorsOrigin = z.string().superRefine((origin, ctx) => {
     });
 });
 
-/** Defaults of the api-server's own settings, read by the api-server where an option is left out. */
-export const API_DEFAULTS = { reconcileMs: 5_000 } as const;
+/**
+ * Defaults of the api-server's own settings, read by the api-server where an option is left out.
+ * `changesMaxPerClient` is `api.changes.maxPerClient`'s, lowered to `api.changes.maxSubscribers` when that is less.
+ */
+export const API_DEFAULTS = { reconcileMs: 5_000, changesMaxPerClient: 100 } as const;
 
 /** `api`: the api-servers of this host (the query API over the LMDB caches). */
 export const ApiConfigSchema = z
@@ -61,8 +64,15 @@ export const ApiConfigSchema = z
          * one client opening feeds in a loop cannot take every slot of `maxSubscribers`. A client is the bearer
          * token's `sub` (else its `jti`, else the token itself) with `api.auth`, the remote address without it.
          */
-        maxPerClient: z.number().int().min(1).max(1_000_000).default(100),
+        maxPerClient: z.number().int().min(1).max(1_000_000).optional(),
       })
+      // Left out, the per-client bound is its default, or the process bound when that is lower: a small
+      // `maxSubscribers` alone is no mistake. Written above `maxSubscribers`, it is refused (rules.ts).
+      .transform((changes) => ({
+        ...changes,
+        maxPerClient:
+          changes.maxPerClient ?? Math.min(API_DEFAULTS.changesMaxPerClient, changes.maxSubscribers),
+      }))
       .prefault({}),
   })
   .prefault({});

@@ -11,6 +11,9 @@ export const ControlAuthSchema = z
     message: 'needs tokens or a jwtSecret (leave control.auth out to run the control API without auth)',
   });
 
+/** `control.maxStreamsPerClient` when left out, lowered to `control.maxStreams` when that is less. */
+const MAX_STREAMS_PER_CLIENT_DEFAULT = 16;
+
 /** `control`: the app-server's control API. */
 export const ControlConfigSchema = z
   .strictObject({
@@ -22,7 +25,14 @@ export const ControlConfigSchema = z
      * streams in a loop cannot take every slot of `maxStreams`. A client is the bearer token's `sub` (else its
      * `jti`, else the token itself) with `control.auth`, the remote address without it.
      */
-    maxStreamsPerClient: z.number().int().min(1).max(100_000).default(16),
+    maxStreamsPerClient: z.number().int().min(1).max(100_000).optional(),
   })
+  // Left out, the per-client bound is its default, or the process bound when that is lower: a small `maxStreams`
+  // alone is no mistake. Written above `maxStreams`, it is refused (rules.ts).
+  .transform((control) => ({
+    ...control,
+    maxStreamsPerClient:
+      control.maxStreamsPerClient ?? Math.min(MAX_STREAMS_PER_CLIENT_DEFAULT, control.maxStreams),
+  }))
   .prefault({});
 export type ControlConfig = z.output<typeof ControlConfigSchema>;

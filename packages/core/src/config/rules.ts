@@ -111,6 +111,39 @@ export function checkHost(config: SluiceConfig, ctx: Ctx): void {
   checkTransferTimings(config, ctx);
   checkListenPorts(config, ctx);
   checkEndpointFilters(config, ctx);
+  checkStreamBounds(config, ctx);
+}
+
+/**
+ * Long-lived streams have a process bound and a per-client bound under it (`@sluice/http`'s `StreamAdmission`). The
+ * process bound is checked first and one client never holds more streams than are open, so a per-client bound
+ * above the process bound could never refuse: the operator who wrote it asked for a bound that does nothing (or
+ * swapped the two). Refused at the per-client key, naming both.
+ */
+function checkStreamBounds(config: Pick<SluiceConfig, 'api' | 'control'>, ctx: Ctx): void {
+  const bounds = [
+    {
+      path: ['api', 'changes', 'maxPerClient'],
+      perClient: config.api.changes.maxPerClient,
+      max: config.api.changes.maxSubscribers,
+      maxKey: 'api.changes.maxSubscribers',
+      holds: 'feeds than the api-server accepts',
+    },
+    {
+      path: ['control', 'maxStreamsPerClient'],
+      perClient: config.control.maxStreamsPerClient,
+      max: config.control.maxStreams,
+      maxKey: 'control.maxStreams',
+      holds: 'endpoint streams than the app-server accepts',
+    },
+  ];
+  for (const { path, perClient, max, maxKey, holds } of bounds)
+    if (perClient > max)
+      ctx.addIssue({
+        code: 'custom',
+        path,
+        message: `${perClient} is more than ${maxKey} (${max}): one client can never hold more ${holds} in all, so this bound would never refuse; lower it or raise ${maxKey}`,
+      });
 }
 
 /**
