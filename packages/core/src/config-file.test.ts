@@ -175,4 +175,17 @@ describe('environment overrides in errors', () => {
     expect(err.code).toBe('CONFIG_INVALID');
     expect(err.message).toMatch(/node\.port: .* \(from SLUICE_PORT="abc"\)/);
   });
+
+  it('defect: a negative or fractional port from a variable was said to be a string, and a fractional port in the file "expected int"', () => {
+    const negative = failure(() => parseConfigText('', { SLUICE_PORT: '-1' }, 'ok.yaml'));
+    expect(negative.message).toContain(
+      'node.port: Too small: expected number to be >=0 (from SLUICE_PORT="-1")',
+    );
+    const fraction = failure(() => parseConfigText('', { SLUICE_API_PORT: '8080.5' }, 'ok.yaml'));
+    expect(fraction.message).toContain(
+      'api.port: Invalid input: expected a whole number (from SLUICE_API_PORT="8080.5")',
+    );
+    const inFile = failure(() => parseConfigText('api: { port: 8080.5 }\n', {}, 'ok.yaml'));
+    expect(inFile.message).toContain('api.port: Invalid input: expected a whole number');
+  });
 });

@@ -50,6 +50,9 @@ function closestAlternative(issue: ZodIssue): ZodIssue[] | undefined {
 function messageOf(issue: ZodIssue): string {
   // A bad record key hides its reason ("reserved key name") one level down; surface it.
   if (issue.code === 'invalid_key' && issue.issues[0]) return `invalid key: ${issue.issues[0].message}`;
+  // zod names an integer check `int`, which reads as jargon to whoever wrote `port: 8080.5`.
+  if (issue.code === 'invalid_type' && issue.expected === 'int')
+    return 'Invalid input: expected a whole number';
   // zod's bare "Invalid input" for a union of types says nothing; name the types it accepts.
   if (issue.code === 'invalid_union' && issue.message === 'Invalid input' && Array.isArray(issue.errors)) {
     const expected = new Set<string>();

@@ -69,7 +69,9 @@ export function parseConfig(raw: unknown, env: Record<string, string | undefined
   for (const [variable, path] of Object.entries(ENV_OVERRIDES)) {
     const value = env[variable];
     if (value === undefined || value === '') continue;
-    if (NUMERIC_PATHS.has(path)) setPath(merged, path, /^\d+$/.test(value) ? Number(value) : value);
+    // Any decimal number is passed on as one, so the schema says what is wrong with it (negative, fractional,
+    // too big) rather than that it is a string; anything else stays text, refused as not a number.
+    if (NUMERIC_PATHS.has(path)) setPath(merged, path, /^-?\d+(\.\d+)?$/.test(value) ? Number(value) : value);
     else if (path === 'files.roots')
       setPath(
         merged,
