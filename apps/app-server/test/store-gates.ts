@@ -21,6 +21,8 @@ export interface StoreGates extends AsyncDisposable {
   waitingOnAdvisory(key: number, queryLike?: string): Promise<boolean>;
   /** Whether a statement other than a heartbeat is queued behind a row lock. */
   waitingOnRow(): Promise<boolean>;
+  /** Whether a heartbeat (the statement the other checks leave out) waits for `key`. */
+  heartbeatWaitingOnAdvisory(key: number): Promise<boolean>;
 }
 
 /**
@@ -99,6 +101,15 @@ export async function openStoreGates(
             WHERE datname = $1 AND wait_event_type = 'Lock' AND wait_event IN ('transactionid', 'tuple')
               AND ${NOT_A_HEARTBEAT}`,
           [db.name],
+        )) > 0
+      );
+    },
+    async heartbeatWaitingOnAdvisory(key) {
+      return (
+        (await count(
+          `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+            WHERE l.locktype = 'advisory' AND l.objid = $1 AND NOT l.granted AND NOT (${NOT_A_HEARTBEAT})`,
+          [key],
         )) > 0
       );
     },
