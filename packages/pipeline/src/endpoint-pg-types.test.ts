@@ -141,6 +141,43 @@ describe('endpoint schemas of PostgreSQL sources come from the declared column t
     await pipeline.stop();
   });
 
+  it('defect: an index or a primary key on a field the PostgreSQL source does not have was accepted, and indexed nothing', async () => {
+    await using fx = await pgFixture('sluice_pipeline_keyfields');
+    const { caches } = fx;
+    const ctx = {
+      caches,
+      events,
+      connections: { db: { type: 'postgres' as const, url: fx.url } },
+      commitEveryMs: 50,
+    };
+    // A typo'd index field, with the fields left to the source's columns.
+    await expect(
+      startEndpointPipeline(products({ indexes: [['cat'], ['cat', 'prcie']] }), ctx),
+    ).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      errors: [{ path: 'indexes[1][1]', message: expect.stringMatching(/unknown field "prcie".*price/) }],
+    });
+    // Names are the cache's, after `select`: the source column's name is not one of them.
+    await expect(
+      startEndpointPipeline(products({ select: { id: 'id', cost: 'price' }, indexes: [['price']] }), ctx),
+    ).rejects.toMatchObject({ code: 'CONFIG_INVALID', errors: [{ path: 'indexes[0][0]' }] });
+    await expect(startEndpointPipeline(products({ primaryKey: ['ident'] }), ctx)).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      errors: [{ path: 'primaryKey[0]' }],
+    });
+    expect(caches.resolveAlias('products')).toBeNull();
+    // Spelled right, it serves, indexed.
+    const pipeline = await startEndpointPipeline(
+      products({ select: { id: 'id', cost: 'price' }, indexes: [['cost']] }),
+      ctx,
+    );
+    await pipeline.whenServing();
+    await expect(caches.info(caches.resolveAlias('products')!.cache)).resolves.toMatchObject({
+      schema: { indexes: [['cost']], fields: { id: 'integer', cost: 'number' } },
+    });
+    await pipeline.stop();
+  });
+
   it('a record the schema refuses while streaming shows in the status: its count and the last reason', async () => {
     await using fx = await pgFixture('sluice_pipeline_badstatus');
     const { client, caches } = fx;

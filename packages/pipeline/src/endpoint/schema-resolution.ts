@@ -118,6 +118,39 @@ function checkEndpointFilter(shape: EndpointShape, sourceFields: Record<string, 
   );
 }
 
+/** At most this many of the source's fields are named in an error. */
+const FIELDS_NAMED = 20;
+
+/**
+ * Refuses a primary key or index field the source's records never have, when the source declares its fields (a
+ * PostgreSQL table's columns, through the endpoint's processors) and the configuration leaves the fields to it: a
+ * typo there would build an index of nulls (every record's key missing, for the primary key) and serve as if it were
+ * fine. (With `fields` configured the configuration's own rules check this; a sampled source may hold a field only
+ * in later records, so it is not refused there.)
+ *
+ * @throws ConfigError (`CONFIG_INVALID`) with a `primaryKey[i]` / `indexes[i][j]` path per unknown field.
+ */
+function checkKeyFields(shape: EndpointShape, fields: Record<string, FieldType>): void {
+  const { primaryKey, indexes } = shape.endpoint;
+  const names = Object.keys(fields);
+  const known = `${names.slice(0, FIELDS_NAMED).join(', ')}${names.length > FIELDS_NAMED ? ', …' : ''}`;
+  const unknown = (field: string, path: string): FieldIssue[] =>
+    Object.hasOwn(fields, field)
+      ? []
+      : [{ path, message: `unknown field "${field}" (the source's records have: ${known})` }];
+  const problems = [
+    ...primaryKey.flatMap((field, i) => unknown(field, `primaryKey[${i}]`)),
+    ...indexes.flatMap((index, i) => index.flatMap((field, j) => unknown(field, `indexes[${i}][${j}]`))),
+  ];
+  if (problems.length === 0) return;
+  throw new ConfigError(
+    `Endpoint "${shape.name}": its key or an index names a field its source's records do not have: ${problems
+      .map((issue) => `${issue.path}: ${issue.message}`)
+      .join('; ')}`,
+    problems,
+  );
+}
+
 /** Operators whose operand is compared with the field's value (`$contains` matches parts: not checked by type). */
 const TYPED_OPERATORS = new Set(['$eq', '$ne', '$lt', '$lte', '$gt', '$gte']);
 
@@ -193,6 +226,7 @@ export async function resolveSchema(
   const base = { primaryKey: endpoint.primaryKey, indexes: endpoint.indexes };
   // Asked even when `fields` are configured: it also checks the endpoint's filter against the source's columns.
   const declared = await declaredFields(shape);
+  if (declared && !endpoint.fields) checkKeyFields(shape, declared);
   if (endpoint.fields) {
     const schema = { fields: endpoint.fields, ...base };
     return isCsv ? { schema, csvFields: shape.csvFieldsOf(endpoint.fields) } : { schema };
