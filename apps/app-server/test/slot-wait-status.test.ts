@@ -171,12 +171,18 @@ describe('an endpoint whose run waits for its replication slot', () => {
     const { url, node, blue } = started;
     const followerSlot = 'sluice_h6_items_source';
     await sql(url, "INSERT INTO items VALUES (101, 101, 'while held')");
+    // Followed up to that write before the slot is taken: a write pg_recvlogical reads (and confirms) first is gone
+    // from the slot, so the follower rightly cannot resume there and stands ("replication slot … is confirmed at …,
+    // past the cache's …") instead of waiting for the slot. Any commit of the follower (`lastCommit`) is not enough:
+    // on a loaded machine its first commit can come before it applied the write.
     await waitFor(
       async () => {
         const items = await itemsOf(node);
-        return items.follower?.phase === 'following' && items.follower.lastCommit ? items.follower : null;
+        return items.follower?.phase === 'following' && items.follower.lastCommit && items.records === 101
+          ? items.follower
+          : null;
       },
-      { timeoutMs: 30_000, what: 'the serving generation to follow' },
+      { timeoutMs: 30_000, what: 'the serving generation to follow the write made while held' },
     );
 
     await using browser = await openConsoleBrowser();

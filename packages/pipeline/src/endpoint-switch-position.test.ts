@@ -45,11 +45,12 @@ interface Served {
 function watchServedPosition(caches: Caches, building: () => string | null) {
   const samples: Served[] = [];
   const snapshotDone = new Map<string, string>();
-  const readers = new Map<string, RoCache>();
-  const reader = async (cache: string) => {
+  // One reader per generation, kept as the promise of its opening: the loop and `committed` may ask at once.
+  const readers = new Map<string, Promise<RoCache>>();
+  const reader = (cache: string) => {
     let open = readers.get(cache);
     if (open === undefined) {
-      open = await caches.openRo(cache);
+      open = caches.openRo(cache);
       readers.set(cache, open);
     }
     return open;
@@ -74,14 +75,23 @@ function watchServedPosition(caches: Caches, building: () => string | null) {
       await new Promise((resolve) => setImmediate(resolve));
     }
   })();
+  const stop = async (): Promise<Served[]> => {
+    if (!stopped) {
+      stopped = true;
+      await loop;
+      for (const open of readers.values()) await (await open).close();
+    }
+    return samples;
+  };
   return {
     samples,
     snapshotDone,
-    async stop(): Promise<Served[]> {
-      stopped = true;
-      await loop;
-      for (const reader of readers.values()) await reader.close();
-      return samples;
+    /** The LSN generation `cache` has committed (its commit checkpoint), or undefined before its first commit. */
+    committed: async (cache: string) => lsnOf((await reader(cache)).commitState()),
+    stop,
+    // Stopped before the caches close even when the test fails: a loop left running reads closed caches.
+    [Symbol.asyncDispose]: async () => {
+      await stop();
     },
   };
 }
@@ -94,6 +104,14 @@ function stepsBack(samples: readonly Served[]): Array<{ before: Served; after: S
       out.push({ before: samples[i - 1]!, after: samples[i]! });
   return out;
 }
+
+/**
+ * How long the test waits for its own writer to commit a number of transactions. The writer is this test's load, not
+ * the product: each transaction opens a fresh connection, in the process that also runs the pipeline and samples the
+ * alias as fast as its event loop allows. It commits about 10 a second on an idle 2-core machine and 5 a second with
+ * two busy loops beside it (50 took 9.9 s), so the 10 s of a default wait was a speed this machine does not promise.
+ */
+const WRITER_MS = 60_000;
 
 /** Rows of the source table: enough that a green's snapshot takes a few seconds. */
 const ROWS = 60_000;
@@ -117,9 +135,9 @@ describe('the served position across a switch', () => {
     const blue = await pipeline.whenServing({ timeoutMs: 60_000 });
 
     await using writer = startItemsWriter(url, ROWS);
-    const watch = watchServedPosition(caches, () => pipeline.status().buildingCache);
+    await using watch = watchServedPosition(caches, () => pipeline.status().buildingCache);
     try {
-      await waitFor(() => writer.written >= 20, { what: 'the writer to commit' });
+      await waitFor(() => writer.written >= 20, { timeoutMs: WRITER_MS, what: 'the writer to commit' });
       await pipeline.rebuild();
       const green = await waitFor(
         () => {
@@ -130,7 +148,10 @@ describe('the served position across a switch', () => {
       );
       // The green serves, and goes on following while the writer writes.
       const at = writer.written;
-      await waitFor(() => writer.written >= at + 20, { what: 'the writer to commit after the switch' });
+      await waitFor(() => writer.written >= at + 20, {
+        timeoutMs: WRITER_MS,
+        what: 'the writer to commit after the switch',
+      });
       await waitFor(() => watch.samples.filter((s) => s.cache === green).length >= 3, {
         timeoutMs: 30_000,
         what: 'the green to commit after the switch',
@@ -163,7 +184,7 @@ describe('the served position across a switch', () => {
     await using pipeline = await startEndpointPipeline(endpoint('manual'), replicationContext(caches, url));
     const blue = await pipeline.whenServing({ timeoutMs: 60_000 });
     await using writer = startItemsWriter(url, ROWS);
-    const watch = watchServedPosition(caches, () => pipeline.status().buildingCache);
+    await using watch = watchServedPosition(caches, () => pipeline.status().buildingCache);
     let promoted: Awaited<ReturnType<typeof pipeline.promote>>;
     try {
       await pipeline.rebuild();
@@ -171,9 +192,23 @@ describe('the served position across a switch', () => {
         timeoutMs: 120_000,
         what: 'the rebuilt generation to be held (manual switch)',
       });
-      // Both generations follow the writer (each through its own slot) while the green is held.
+      // Both generations follow the writer (each through its own slot) while the green is held: each commits what
+      // was written after the hold began.
       const at = writer.written;
-      await waitFor(() => writer.written >= at + 50, { what: 'the writer to commit while held' });
+      await waitFor(() => writer.written >= at + 50, {
+        timeoutMs: WRITER_MS,
+        what: 'the writer to commit while held',
+      });
+      const writtenWhileHeld = (
+        await sql<{ lsn: string }>(url, 'SELECT pg_current_wal_lsn()::text AS lsn')
+      )[0]!.lsn;
+      await waitFor(
+        async () => {
+          const committed = [await watch.committed(blue), await watch.committed(held.cache)];
+          return committed.every((lsn) => lsn !== undefined && compareLsn(lsn, writtenWhileHeld) >= 0);
+        },
+        { timeoutMs: 30_000, what: `both generations to commit past ${writtenWhileHeld} while held` },
+      );
       promoted = await pipeline.promote();
       expect(promoted).toMatchObject({ from: blue, to: held.cache, changed: true });
       expect(caches.resolveAlias('items')?.cache).toBe(held.cache);
