@@ -50,6 +50,13 @@ async function pgFixture(name: string, withProducts = true) {
     url: db.url,
     client,
     caches,
+    /** An endpoint's context on this database (connection `db`) and cache manager. */
+    ctx: {
+      caches,
+      events,
+      connections: { db: { type: 'postgres' as const, url: db.url } },
+      commitEveryMs: 50,
+    },
     async [Symbol.asyncDispose]() {
       await caches[Symbol.asyncDispose]();
       await client.end();
@@ -78,12 +85,7 @@ describe('endpoint schemas of PostgreSQL sources come from the declared column t
   it('defect: a polled PostgreSQL numeric column inferred as integer from whole values dropped every later fractional update as a bad record, silently', async () => {
     await using fx = await pgFixture('sluice_pipeline_numeric');
     const { client, caches } = fx;
-    const pipeline = await startEndpointPipeline(products(), {
-      caches,
-      events,
-      connections: { db: { type: 'postgres', url: fx.url } },
-      commitEveryMs: 50,
-    });
+    const pipeline = await startEndpointPipeline(products(), fx.ctx);
     await pipeline.whenServing();
     // Typed by the columns, not by the whole values they hold today.
     expect(await servedFields(caches, 'products')).toEqual({
@@ -109,12 +111,7 @@ describe('endpoint schemas of PostgreSQL sources come from the declared column t
   it('defect: an endpoint filter naming a field its source does not have served an empty endpoint, with no error', async () => {
     await using fx = await pgFixture('sluice_pipeline_filterfields');
     const { caches } = fx;
-    const ctx = {
-      caches,
-      events,
-      connections: { db: { type: 'postgres' as const, url: fx.url } },
-      commitEveryMs: 50,
-    };
+    const { ctx } = fx;
     // The filter applies to the source's columns, before `select` renames them: `cost` is only the cache's name.
     const renamed = products({ select: { id: 'id', cost: 'price' }, filter: { cost: { $gte: 100 } } });
     await expect(startEndpointPipeline(renamed, ctx)).rejects.toMatchObject({
@@ -144,12 +141,7 @@ describe('endpoint schemas of PostgreSQL sources come from the declared column t
   it('defect: an index or a primary key on a field the PostgreSQL source does not have was accepted, and indexed nothing', async () => {
     await using fx = await pgFixture('sluice_pipeline_keyfields');
     const { caches } = fx;
-    const ctx = {
-      caches,
-      events,
-      connections: { db: { type: 'postgres' as const, url: fx.url } },
-      commitEveryMs: 50,
-    };
+    const { ctx } = fx;
     // A typo'd index field, with the fields left to the source's columns.
     await expect(
       startEndpointPipeline(products({ indexes: [['cat'], ['cat', 'prcie']] }), ctx),
@@ -186,7 +178,7 @@ describe('endpoint schemas of PostgreSQL sources come from the declared column t
       products({
         fields: { id: 'integer', name: 'string', price: 'integer', cat: 'string', updated_at: 'timestamp' },
       }),
-      { caches, events, connections: { db: { type: 'postgres', url: fx.url } }, commitEveryMs: 50 },
+      fx.ctx,
     );
     await pipeline.whenServing();
     expect(pipeline.status().badRecords).toEqual({ count: 0, last: null });
@@ -309,12 +301,7 @@ describe('endpoint schemas of PostgreSQL sources come from the declared column t
   it('a serving generation typed integer from whole values is rebuilt with the column type on restart', async () => {
     await using fx = await pgFixture('sluice_pipeline_retype');
     const { client, caches } = fx;
-    const ctx = {
-      caches,
-      events,
-      connections: { db: { type: 'postgres' as const, url: fx.url } },
-      commitEveryMs: 50,
-    };
+    const { ctx } = fx;
     // What an earlier version inferred from whole prices (configured here to get the same generation).
     const sampled = {
       id: 'integer',
