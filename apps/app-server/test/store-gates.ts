@@ -3,7 +3,7 @@
  * `transfers` table wait for advisory locks the test holds, and the test watches `pg_locks` to see who waits where.
  * No timing in the test itself: each step waits for the statement it needs to be parked.
  */
-import { sql } from '@sluice/testkit';
+import { sql, waitFor } from '@sluice/testkit';
 import pg from 'pg';
 
 /**
@@ -118,4 +118,22 @@ export async function openStoreGates(
       await watcher.end().catch(() => {});
     },
   };
+}
+
+/**
+ * Waits for a statement to park on a held gate (`parked()` true), then for PostgreSQL's statement timeout to cancel
+ * it (`parked()` false again while the gate is still held: nothing else lets it go). `what` names the statement.
+ *
+ * @example
+ * ```ts
+ * await untilCancelled(() => gates.waitingOnAdvisory(GATE), 'the COMPLETED statement');
+ * ```
+ */
+export async function untilCancelled(parked: () => Promise<boolean>, what: string): Promise<void> {
+  await waitFor(parked, { timeoutMs: 30_000, intervalMs: 20, what: `${what} to wait in the store` });
+  await waitFor(async () => !(await parked()), {
+    timeoutMs: 60_000,
+    intervalMs: 10,
+    what: `the statement timeout to cancel ${what}`,
+  });
 }

@@ -11,10 +11,10 @@
  * PostgreSQL's statement timeout cancels it; the test then lets the row go.
  */
 import { join } from 'node:path';
-import { createTestDatabase, tempDir, waitFor } from '@sluice/testkit';
+import { createTestDatabase, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { call, exactlyOnce, fileTransfer, startNodeProcess, waitForState, writeRecords } from './helpers.js';
-import { openStoreGates } from './store-gates.js';
+import { openStoreGates, untilCancelled } from './store-gates.js';
 
 const RECORDS = 500;
 /** The advisory lock the COMPLETED statement waits on. */
@@ -47,17 +47,8 @@ describe('an outcome statement the store cancelled (statement timeout)', () => {
         (await call(`${node.url}/v1/transfers`, { json: fileTransfer('stmt-timeout', source, out) })).status,
       ).toBe(201);
       // The run published its file and now records COMPLETED: parked, holding the record's row.
-      await waitFor(() => gates.waitingOnAdvisory(COMPLETED_GATE), {
-        timeoutMs: 30_000,
-        intervalMs: 20,
-        what: 'the COMPLETED statement to wait in the store',
-      });
-      // PostgreSQL cancels it after its statement timeout (30 s); nothing of it was written.
-      await waitFor(async () => !(await gates.waitingOnAdvisory(COMPLETED_GATE)), {
-        timeoutMs: 60_000,
-        intervalMs: 20,
-        what: 'the statement timeout to cancel the COMPLETED statement',
-      });
+      // Then PostgreSQL cancels it after its statement timeout (30 s); nothing of it was written.
+      await untilCancelled(() => gates.waitingOnAdvisory(COMPLETED_GATE), 'the COMPLETED statement');
     } finally {
       await gates.release(COMPLETED_GATE);
     }

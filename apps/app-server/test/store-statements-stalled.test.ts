@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { createTestDatabase, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { call, exactlyOnce, fileTransfer, startNodeProcess, writeRecords } from './helpers.js';
-import { NOT_A_HEARTBEAT, openStoreGates } from './store-gates.js';
+import { NOT_A_HEARTBEAT, openStoreGates, untilCancelled } from './store-gates.js';
 
 const RECORDS = 1_000;
 /** The lease of the test nodes (helpers' FAST_TRANSFERS). */
@@ -61,16 +61,7 @@ describe('a checkpoint save the store cancelled (statement timeout)', () => {
         (await call(`${node.url}/v1/transfers`, { json: fileTransfer('save-stalled', source, out, 400) }))
           .status,
       ).toBe(201);
-      await waitFor(() => gates.waitingOnAdvisory(SAVE_GATE), {
-        timeoutMs: 30_000,
-        intervalMs: 20,
-        what: 'the checkpoint save to wait in the store',
-      });
-      await waitFor(async () => !(await gates.waitingOnAdvisory(SAVE_GATE)), {
-        timeoutMs: 30_000,
-        intervalMs: 20,
-        what: 'the statement timeout to cancel the checkpoint save',
-      });
+      await untilCancelled(() => gates.waitingOnAdvisory(SAVE_GATE), 'the checkpoint save');
     } finally {
       await gates.release(SAVE_GATE);
     }
@@ -127,16 +118,7 @@ describe('a heartbeat the store cancelled (statement timeout)', () => {
     }
     await gates.hold(HEARTBEAT_GATE);
     try {
-      await waitFor(() => gates.heartbeatWaitingOnAdvisory(HEARTBEAT_GATE), {
-        timeoutMs: 30_000,
-        intervalMs: 20,
-        what: "a1's heartbeat to wait in the store",
-      });
-      await waitFor(async () => !(await gates.heartbeatWaitingOnAdvisory(HEARTBEAT_GATE)), {
-        timeoutMs: 30_000,
-        intervalMs: 10,
-        what: "the statement timeout to cancel a1's heartbeat",
-      });
+      await untilCancelled(() => gates.heartbeatWaitingOnAdvisory(HEARTBEAT_GATE), "a1's heartbeat");
     } finally {
       await gates.release(HEARTBEAT_GATE);
     }
