@@ -33,6 +33,7 @@ import {
   isReplicationSource,
   replicationStatusOf,
   slotWaitView,
+  streamsItsSlot,
 } from './sources/replication/status.js';
 
 export interface EndpointContext {
@@ -249,10 +250,7 @@ export async function startEndpointPipeline(
    * progress says `streaming` as soon as its snapshot is done — before its read even asked for the slot, which another
    * process may stream — so that alone never says it streams. True for a source without a slot.
    */
-  const runStreams = (): boolean => {
-    const source = supervisor.run?.branch.source;
-    return source === undefined || !isReplicationSource(source) || source.streaming();
-  };
+  const runStreams = (): boolean => streamsItsSlot(supervisor.run?.branch.source);
 
   return {
     get decision() {

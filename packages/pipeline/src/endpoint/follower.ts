@@ -9,7 +9,7 @@ import {
 } from '@sluice/core';
 import { ProgressTracker } from '../progress.js';
 import { ReplicationPositionSchema } from '../sources/replication/position.js';
-import { isReplicationSource, type StandingGeneration, slotWaitView } from '../sources/replication/status.js';
+import { type StandingGeneration, slotWaitView, streamsItsSlot } from '../sources/replication/status.js';
 import type { PipelineSource } from '../types.js';
 import {
   assessGeneration,
@@ -168,8 +168,7 @@ export class ServingFollower {
 
   /** False while its run's replication source does not stream its slot yet; true for a source without one. */
   #streams(): boolean {
-    const source = this.#run?.branch.source;
-    return source === undefined || !isReplicationSource(source) || source.streaming();
+    return streamsItsSlot(this.#run?.branch.source);
   }
 
   /** The wait of its run's read for the replication slot another process streams, or null when none waits. */

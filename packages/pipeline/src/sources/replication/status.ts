@@ -66,6 +66,20 @@ export function isReplicationSource(source: PipelineSource): source is Replicati
 }
 
 /**
+ * Whether a run's read of `source` streams what it reads: a replication source once PostgreSQL let it stream its
+ * slot ({@link ReplicationSource.streaming}); true for none, or a source without a slot. The endpoint's status and its
+ * serving follower's say "streaming" / "following" only then.
+ *
+ * @example
+ * ```ts
+ * const phase = streamsItsSlot(run?.branch.source) ? 'streaming' : 'starting';
+ * ```
+ */
+export function streamsItsSlot(source: PipelineSource | undefined): boolean {
+  return source === undefined || !isReplicationSource(source) || source.streaming();
+}
+
+/**
  * The wait of `source`'s read for its replication slot, which another process streams, as the status shows it (times
  * in ISO 8601); null when `source` is none, is no replication source, or does not wait. The endpoint's `slotWait` and
  * its serving follower's.
