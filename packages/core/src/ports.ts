@@ -221,6 +221,19 @@ export interface CheckpointPort {
    * the record until its lease expired ({@link DataPlaneStore.finishing}). Throws `STALE_EPOCH` when fenced off.
    */
   finishing(): Promise<void>;
+  /**
+   * Whether this run may still put an effect in a destination right now — false once its owner was told to stop,
+   * or once its lease ran out by the owner's monotonic clock (a process frozen or cut off from the store may not
+   * know yet that another owner took over, but it knows it may no longer write). Synchronous and cheap: a sink
+   * whose destination cannot fence a writer (JetStream dedupes a stale owner's replay only inside the stream's
+   * `duplicate_window`) asks before each effect. Absent: the run is not fenced this way (fire-and-forget, tools).
+   *
+   * @example
+   * ```ts
+   * if (fence.mayWrite?.() === false) throw new StaleEpochError(transferId, fence.epoch);
+   * ```
+   */
+  mayWrite?(): boolean;
 }
 
 /** What the owner of a transfer reports about it. */

@@ -187,6 +187,7 @@ export function sinkFor(
         stream: address.stream,
         subject: address.subject,
         writerId,
+        ...fence,
         ...keyOption(address.key, sourceKey.length > 0 ? sourceKey : undefined),
       });
     case 'endpoint':

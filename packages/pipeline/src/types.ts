@@ -204,10 +204,11 @@ export interface SinkWriteResult {
 }
 
 /**
- * The fencing token a transfer's sink carries to where its effects land: the run's epoch (`0` = unfenced) and the
- * store's fenced "finishing" step (throws `STALE_EPOCH` once another owner took over). The checkpoint port is one.
+ * The fencing token a transfer's sink carries to where its effects land: the run's epoch (`0` = unfenced), the
+ * store's fenced "finishing" step (throws `STALE_EPOCH` once another owner took over) and, where the owner can tell,
+ * whether it may still write at all (`mayWrite`). The checkpoint port is one.
  */
-export type SinkFence = Pick<CheckpointPort, 'epoch' | 'finishing'>;
+export type SinkFence = Pick<CheckpointPort, 'epoch' | 'finishing' | 'mayWrite'>;
 
 /** No fencing (fire-and-forget runs, tools): epoch 0 and a finishing step that always passes. */
 export const UNFENCED: SinkFence = { epoch: 0, finishing: async () => {} };

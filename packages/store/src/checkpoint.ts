@@ -21,6 +21,8 @@ export interface CheckpointPortOptions {
    * responder stayed reachable, `Backplane.reachableSince`, since a peer told "nobody" takes over at once).
    */
   recentlyConfirmed?: () => boolean;
+  /** The port's {@link CheckpointPort.mayWrite}: whether the run may still write (its owner's lease and stop state). */
+  mayWrite?: () => boolean;
 }
 
 /**
@@ -53,6 +55,7 @@ export function createCheckpointPort(
   };
   return {
     epoch,
+    ...(options.mayWrite !== undefined ? { mayWrite: options.mayWrite } : {}),
     async load() {
       // Without an initial checkpoint every load reads the record (another run may have saved since).
       if (options.initial === undefined) last = (await store.get(id))?.checkpoint ?? null;

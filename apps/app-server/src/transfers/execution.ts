@@ -189,6 +189,9 @@ function checkpointPort(state: CoordinatorState, run: LocalRun, initial: unknown
     // asked again. Not once the node shuts down either: the direct backplane's peers reach this run through the
     // node's HTTP listener, which closes first (node.ts), and a refused connection is a "nobody" to them — the
     // store's finishing step then keeps their terminate or takeover off the record (docs/fencing.md).
+    // The lease watchdog's test, asked synchronously by a sink before each effect a destination cannot fence
+    // (JetStream): a process woken from a freeze runs on before that watchdog's timer fires.
+    mayWrite: () => run.stopReason === null && performance.now() <= run.leaseDeadline,
     recentlyConfirmed: () =>
       !state.closing &&
       performance.now() < run.leaseDeadline - limits.leaseMs / 2 &&

@@ -110,6 +110,39 @@ describe('JetStream sink dedupe ids name the source position, not the key', () =
     sub.unsubscribe();
   });
 
+  it('defect: a JetStream sink went on publishing after its owner may no longer write (a lease run out mid-batch, an owner woken from a freeze): it stops at the first publish its fence refuses', async () => {
+    const jsm = await jetstreamManager(nc);
+    await jsm.streams.add({ name: 'FENCED', subjects: ['fenced.>'], duplicate_window: 120_000_000_000 });
+    await using dir = await tempDir();
+    const src = join(dir.path, 'in.jsonl');
+    await writeFile(src, Array.from({ length: 100 }, (_, id) => `${JSON.stringify({ id })}\n`).join(''));
+    const request: TransferRequest = {
+      id: 'js-fenced',
+      mode: 'idempotent',
+      source: { type: 'file', path: src, format: 'jsonl' },
+      destination: { type: 'jetstream', stream: 'FENCED', subject: 'fenced.items' },
+      properties: {},
+      options: { onBadRecord: 'skip' },
+    };
+    // One batch of 100 records (one commit at the end); the owner may write 30 of them, then its lease is gone.
+    let asked = 0;
+    const checkpoint = Object.assign(memoryCheckpointPort({ epoch: 3 }), { mayWrite: () => ++asked <= 30 });
+    const failed = await runTransfer(request, {
+      checkpoint,
+      connections: {},
+      nats: nats.url,
+      signal: new AbortController().signal,
+    }).then(
+      () => null,
+      (e: unknown) => e as SluiceError,
+    );
+    expect(failed?.code).toBe('STALE_EPOCH');
+    expect(failed?.details).toMatchObject({ expectedEpoch: 3, sink: 'js-fenced.sink' });
+    expect((await jsm.streams.info('FENCED')).state.messages).toBe(30);
+    // Nothing was committed: a successor resumes from the start, the stream dedupes the 30.
+    expect(checkpoint.value).toBeNull();
+  });
+
   it('defect: a subject no stream takes failed after 20 retries as "jetstream is not enabled" — now at once, naming the subject', async () => {
     await using dir = await tempDir();
     const err = await failedJetStreamTransfer(dir.path, 'js-no-stream', ['{"id":1}'], {

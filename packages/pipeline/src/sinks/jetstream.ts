@@ -6,12 +6,12 @@ import {
   jetstreamManager,
 } from '@nats-io/jetstream';
 import { headers, type NatsConnection } from '@nats-io/transport-node';
-import { type NatsConfig, type PipelineCheckpoint, SinkError } from '@sluice/core';
+import { type NatsConfig, type PipelineCheckpoint, SinkError, StaleEpochError } from '@sluice/core';
 import { connectNats } from '../nats.js';
 import { type RecordOp, sourcePosition } from '../ops.js';
 import { setOwnField } from '../own.js';
 import { OP_HEADER } from '../sources/jetstream.js';
-import type { PipelineSink } from '../types.js';
+import { type PipelineSink, type SinkFence, UNFENCED } from '../types.js';
 
 export interface JetStreamSinkOptions {
   handle: string;
@@ -28,6 +28,14 @@ export interface JetStreamSinkOptions {
   writerId: string;
   /** Publishes in flight before waiting for acknowledgements. Default 1024. */
   maxInFlight?: number;
+  /**
+   * The run's fencing token. A stream cannot refuse a stale owner (it dedupes a replay only inside its
+   * `duplicate_window`), so the sink asks {@link SinkFence.mayWrite} before each publish: an owner frozen past
+   * that window stops at its first publish after it wakes up instead of storing the rest of its batch again
+   * (what it had handed to its connection before the freeze still leaves: docs/fencing.md § A frozen JetStream
+   * owner).
+   */
+  fence?: SinkFence;
 }
 
 /**
@@ -75,6 +83,7 @@ async function checkSubjectStored(
  */
 export function createJetStreamSink(options: JetStreamSinkOptions): PipelineSink {
   const maxInFlight = options.maxInFlight ?? 1024;
+  const fence = options.fence ?? UNFENCED;
   const encoder = new TextEncoder();
   let nc: NatsConnection | null = null;
   let js: JetStreamClient | null = null;
@@ -127,6 +136,10 @@ export function createJetStreamSink(options: JetStreamSinkOptions): PipelineSink
     },
     async write(ops: RecordOp[]) {
       for (const op of ops) {
+        // Asked per publish, not per batch: a process frozen mid-batch resumes inside this loop, with acks in hand,
+        // before the lease watchdog's timer can stop it (docs/fencing.md § JetStream).
+        if (fence.mayWrite?.() === false)
+          throw new StaleEpochError(options.writerId, fence.epoch, { details: { sink: options.handle } });
         const msgID = dedupeId(op);
         if (op.op === 'delete') {
           const h = headers();
