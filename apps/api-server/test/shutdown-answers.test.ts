@@ -3,9 +3,9 @@
  * it is — never cut off with no response at all.
  */
 import { connect } from 'node:net';
-import { tempDir } from '@sluice/testkit';
+import { openStalledUpload, tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { startQuietApiServer, writeGeneration } from './helpers.js';
+import { spawnApiServer, startQuietApiServer, writeConfig, writeGeneration } from './helpers.js';
 
 /** Sends a query whose body arrives in two parts, `between()` running in the gap; resolves with the raw reply. */
 async function splitQuery(port: number, body: string, between: () => void): Promise<string> {
@@ -55,4 +55,31 @@ describe('requests in flight at shutdown', () => {
       if (status === 400) expect(reply).toContain('"code":"INVALID_QUERY"');
     }
   });
+});
+
+describe('a refused upload at shutdown', () => {
+  it('defect: a refused upload whose client never sent the rest of its body held the shutdown until the discard gave up (10 s)', async () => {
+    await using dir = await tempDir('sluice-api-shutdown-stalled-');
+    const config = await writeConfig(dir.path, { dataDir: dir.path, http: { bodyBytes: 16_384 } });
+    const api = await spawnApiServer(config);
+    await using _stop = api;
+    // Declares 100,000 bytes, sends 11, and never sends the rest: answered 413 at once, the connection kept open to
+    // read the rest of the body (so the answer is not reset away) — the answer is out, the request is over.
+    await using upload = await openStalledUpload(Number(new URL(api.url).port), {
+      path: '/v1/endpoints/items/query',
+      declaredBytes: 100_000,
+      sent: '{"$limit":1',
+    });
+    expect(upload.status).toBe(413);
+    expect(upload.closed).toBe(false);
+
+    api.child.kill('SIGTERM');
+    const exit = await api.child.exited;
+    expect(exit, api.child.output()).toEqual({ code: 0, signal: null });
+    // The server closed the connection itself (the client never ended it) …
+    await upload.serverClosed;
+    // … at shutdown, not when the discard gave up on the rest of the body (which logs this line).
+    expect(api.child.lines.filter((line) => line.includes('rest of a refused body'))).toEqual([]);
+    expect(api.child.output()).toContain('api-server stopped');
+  }, 60_000);
 });

@@ -42,6 +42,25 @@ describe('control API contract corners', { timeout: 90_000 }, () => {
     expect(second.body.records.map((r: { id: string }) => r.id)).toEqual(['b']);
   });
 
+  it('defect: a query parameter sent twice (limit=5&limit=6) was refused as "expected number, received NaN" — now "sent more than once" at querystring.<name>', async () => {
+    await using dir = await tempDir('sluice-control-contract-');
+    await using node = await startNodeProcess(localNode('solo', dir.path));
+    for (const [path, name] of [
+      ['/v1/transfers?limit=5&limit=6', 'limit'],
+      ['/v1/transfers?limit=5&cursor=a&cursor=b', 'cursor'],
+      ['/v1/transfers?state=FAILED&state=COMPLETED', 'state'],
+    ] as const) {
+      const refused = await call(`${node.url}${path}`);
+      expect(refused.status, path).toBe(400);
+      expect(refused.body, path).toMatchObject({ code: 'VALIDATION_FAILED', instance: '/v1/transfers' });
+      expect(refused.body.errors, path).toEqual([
+        { path: `querystring.${name}`, message: 'sent more than once' },
+      ]);
+    }
+    // Once each, the same parameters are a list like any other.
+    expect((await call(`${node.url}/v1/transfers?limit=5&state=FAILED`)).status).toBe(200);
+  });
+
   it('defect: an HTTP/1.1 request without Host was answered 400 with an empty body by Node, not a problem', async () => {
     await using dir = await tempDir('sluice-control-contract-');
     await using node = await startNodeProcess(localNode('solo', dir.path));

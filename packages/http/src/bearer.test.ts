@@ -1,6 +1,6 @@
 import { expectSluiceError } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { MAX_BEARER_LENGTH, parseBearer } from './bearer.js';
+import { jwtExpiry, MAX_BEARER_LENGTH, MAX_NUMERIC_DATE, parseBearer } from './bearer.js';
 
 /** The message `parseBearer` refuses `header` with (as UNAUTHORIZED). */
 function refusal(header: string | string[] | undefined): string {
@@ -30,5 +30,34 @@ describe('parseBearer', () => {
     ])
       expect(refusal(header), header).toBe(malformed);
     expect(refusal(['Bearer a', 'Bearer b'])).toBe(malformed);
+  });
+});
+
+describe('jwtExpiry', () => {
+  it('reads exp (seconds, fractions allowed) as epoch milliseconds, null without one', () => {
+    expect(jwtExpiry({ exp: 1_893_456_000 })).toBe(1_893_456_000_000);
+    expect(jwtExpiry({ exp: 1_893_456_000.5, nbf: -1, iat: 0 })).toBe(1_893_456_000_500);
+    expect(jwtExpiry({ exp: -MAX_NUMERIC_DATE })).toBe(-MAX_NUMERIC_DATE * 1000);
+    expect(jwtExpiry({ sub: 'x' })).toBeNull();
+    expect(jwtExpiry(null)).toBeNull();
+  });
+
+  it('refuses a time claim that is no NumericDate a date can hold, naming it — never "does not expire"', () => {
+    for (const [claims, claim, got] of [
+      [{ exp: Number.POSITIVE_INFINITY }, 'exp', 'got Infinity'],
+      [{ exp: Number.NEGATIVE_INFINITY }, 'exp', 'got -Infinity'],
+      [{ exp: Number.NaN }, 'exp', 'got NaN'],
+      [{ exp: 1e300 }, 'exp', 'got 1e+300, beyond any date'],
+      [{ exp: MAX_NUMERIC_DATE + 1 }, 'exp', 'beyond any date'],
+      [{ exp: '1893456000' }, 'exp', 'got string'],
+      [{ exp: null }, 'exp', 'got null'],
+      [{ exp: [1] }, 'exp', 'got array'],
+      [{ exp: 1_893_456_000, nbf: Number.POSITIVE_INFINITY }, 'nbf', 'got Infinity'],
+      [{ exp: 1_893_456_000, iat: 'yesterday' }, 'iat', 'got string'],
+    ] as const) {
+      const err = expectSluiceError(() => jwtExpiry(claims), 'UNAUTHORIZED', JSON.stringify(claims));
+      expect(err.message).toContain(`claim "${claim}" is invalid`);
+      expect(err.message).toContain(got);
+    }
   });
 });

@@ -56,3 +56,47 @@ export function expiredTokenError(): SluiceError {
 export function isExpiredJwt(err: unknown): boolean {
   return (err as { code?: unknown } | null)?.code === 'FAST_JWT_EXPIRED';
 }
+
+/**
+ * Latest NumericDate (seconds since 1970) a date can hold: ±8.64e15 ms is the range of an ECMAScript `Date`.
+ * Anything beyond is no instant, and an `exp` there (or `1e309`, which JSON parses to Infinity) would read as
+ * "never expires".
+ */
+export const MAX_NUMERIC_DATE = 8.64e12;
+
+/** The registered time claims of a JWT (RFC 7519 § 4.1.4–4.1.6), each a NumericDate when present. */
+const TIME_CLAIMS = ['exp', 'nbf', 'iat'] as const;
+
+/** Why `value` is not a NumericDate this server can use, or null when it is one. */
+function numericDateProblem(value: unknown): string | null {
+  if (typeof value !== 'number')
+    return `got ${value === null ? 'null' : Array.isArray(value) ? 'array' : typeof value}`;
+  if (!Number.isFinite(value)) return `got ${value}`;
+  if (Math.abs(value) > MAX_NUMERIC_DATE) return `got ${value}, beyond any date`;
+  return null;
+}
+
+/**
+ * The expiry of a verified JWT's `claims` (its `exp` as epoch milliseconds), or null when it has none; the one
+ * reading both apps make of a token's time claims. `exp`, `nbf` and `iat`, when present, must each be a NumericDate
+ * (RFC 7519 § 2: seconds since 1970, fractions allowed) within the range of a date — else `UNAUTHORIZED` (401)
+ * naming the claim. The verifier compares them with the clock but lets through an `exp` of `1e309` (Infinity) or
+ * `1e300`, which would make a token that never expires: a change feed opened with it would never end.
+ *
+ * @example
+ * ```ts
+ * const expiresAt = jwtExpiry(app.jwt.verify(token)); // 1893456000000, null, or throws UNAUTHORIZED
+ * ```
+ */
+export function jwtExpiry(claims: unknown): number | null {
+  const record = (typeof claims === 'object' && claims !== null ? claims : {}) as Record<string, unknown>;
+  for (const claim of TIME_CLAIMS) {
+    if (!Object.hasOwn(record, claim)) continue;
+    const problem = numericDateProblem(record[claim]);
+    if (problem !== null)
+      throw new UnauthorizedError(
+        `The bearer token's claim "${claim}" is invalid: it must be a NumericDate (seconds since 1970) within the range of a date, ${problem}`,
+      );
+  }
+  return typeof record.exp === 'number' ? record.exp * 1000 : null;
+}

@@ -1,5 +1,12 @@
 export { allowedMethods } from './allowed-methods.js';
-export { expiredTokenError, isExpiredJwt, MAX_BEARER_LENGTH, parseBearer } from './bearer.js';
+export {
+  expiredTokenError,
+  isExpiredJwt,
+  jwtExpiry,
+  MAX_BEARER_LENGTH,
+  MAX_NUMERIC_DATE,
+  parseBearer,
+} from './bearer.js';
 export {
   type CliFlags,
   ExitCode,
@@ -45,3 +52,4 @@ export {
   problemFrameworkErrors,
   problemInstance,
 } from './problem-details.js';
+export { queryParametersProblem, repeatedQueryParameter } from './query-params.js';

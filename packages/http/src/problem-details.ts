@@ -17,7 +17,8 @@ import { allowedMethods } from './allowed-methods.js';
 import { headerLinesProblem } from './header-lines.js';
 import { useJsonBodies } from './json-body.js';
 import { normalizeHttpError } from './normalize.js';
-import { discardUnreadBody, UnreadBody } from './unread-body.js';
+import { queryParametersProblem } from './query-params.js';
+import { UnreadBody, unreadBodiesOf } from './unread-body.js';
 
 /** Options of {@link problemDetailsPlugin}. */
 export interface ProblemDetailsOptions {
@@ -82,7 +83,6 @@ function sendProblem(
   request: FastifyRequest,
   reply: FastifyReply,
   options: ProblemDetailsOptions,
-  closing = false,
 ): FastifyReply | Promise<void> {
   const error = normalizeHttpError(err, {
     contentType: request.headers['content-type'],
@@ -100,7 +100,7 @@ function sendProblem(
   const retryAfter = retryAfterOf(error);
   if (retryAfter !== undefined) void reply.header('retry-after', String(retryAfter));
   const send = () => reply.code(status).type(PROBLEM_CONTENT_TYPE).send(body);
-  const unread = discardUnreadBody(request, reply, { closing });
+  const unread = unreadBodiesOf(request.server.server).discard(request, reply);
   if (unread.phase !== UnreadBody.draining) return send();
   // The client asked to close: the answer goes once its body has arrived (a client that left gets none).
   return unread.drained.then(() => {
@@ -201,9 +201,11 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
   // A request that reaches a closing server (pipelined, or on a busy keep-alive connection) is refused as a
   // problem like any other: fastify's own `return503OnClosing` answers with a body of its own shape, so the
   // apps turn it off and this hook answers instead (fastify still adds `connection: close`).
-  let closing = false;
+  // The same state tells a refusal during the close to close its connection (`unread-body.ts`), and ends the wait for
+  // bodies whose answers went out: a client that never sends the rest of one must not hold the shutdown.
+  const unread = unreadBodiesOf(app.server);
   app.addHook('preClose', (done) => {
-    closing = true;
+    unread.close();
     done();
   });
   // Node answers an `Expect` other than 100-continue with a bare 417 before any handler runs, unless someone listens
@@ -211,11 +213,16 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
   app.server.on('checkExpectation', (request, response) => app.server.emit('request', request, response));
   // A callback hook, not an async one: it runs on every request, and an async hook costs a promise each time.
   app.addHook('onRequest', (request, _reply, done) => {
-    if (closing) done(new ShuttingDownError());
+    if (unread.closing) done(new ShuttingDownError());
     else if (missesHost(request)) done(missingHostProblem());
-    else done(headerLinesProblem(request.headers, request.raw.rawHeaders) ?? undefined);
+    else
+      done(
+        headerLinesProblem(request.headers, request.raw.rawHeaders) ??
+          queryParametersProblem(request.query) ??
+          undefined,
+      );
   });
-  app.setErrorHandler((err, request, reply) => sendProblem(err, request, reply, options, closing));
+  app.setErrorHandler((err, request, reply) => sendProblem(err, request, reply, options));
   // No route took the request: a path some route has with another method is that method's 405 (a 404 would send
   // the client looking for another path), anything else 404. Both apps' fast routes below fastify leave every
   // other method to fastify, so this answers for their paths too.
@@ -225,7 +232,7 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
       allow.length > 0
         ? new MethodNotAllowedError(request.method, allow)
         : new NotFoundError(`No route ${request.method} ${pathOf(request.url).slice(0, 256)}`);
-    return sendProblem(error, request, reply, options, closing);
+    return sendProblem(error, request, reply, options);
   });
 }
 
@@ -244,7 +251,9 @@ async function problemDetails(app: FastifyInstance, options: ProblemDetailsOptio
  *   `return503OnClosing: false`, or fastify answers them first with a body of its own);
  * - a request with two `Host`, `Content-Type` or `Authorization` lines, or an `Expect` other than `100-continue`,
  *   refused `400 VALIDATION_FAILED` at `headers.<name>` (`header-lines.ts`) — Node would read the first line only,
- *   and answer an unmet expectation with a bare 417.
+ *   and answer an unmet expectation with a bare 417;
+ * - a query parameter sent more than once refused `400 VALIDATION_FAILED` at `querystring.<name>`
+ *   (`query-params.ts`): every parameter takes one value.
  *
  * @example
  * ```ts

@@ -6,6 +6,7 @@ import { request as httpRequest, STATUS_CODES } from 'node:http';
 import { connect } from 'node:net';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { PROBLEM_CONTENT_TYPE } from '@sluice/core';
+import { waitFor } from '@sluice/testkit';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EMPTY_BODY_MESSAGE } from '../src/normalize.js';
@@ -478,6 +479,21 @@ describe('header lines a request may send once (real socket)', () => {
   });
 });
 
+describe('query parameters a request may send once', () => {
+  it('refuses a query parameter sent more than once at querystring.<name>, before the route reads it', async () => {
+    for (const url of ['/items?limit=1&limit=2', '/nowhere?a=1&a=2', '/items?limit=1&x=a&x=b']) {
+      const reply = await app.inject({ method: 'GET', url });
+      const name = url.includes('limit=2') ? 'limit' : url.includes('a=2') ? 'a' : 'x';
+      expect(reply.statusCode, url).toBe(400);
+      expect(reply.json(), url).toMatchObject({
+        code: 'VALIDATION_FAILED',
+        errors: [{ path: `querystring.${name}`, message: 'sent more than once' }],
+      });
+    }
+    expect((await app.inject({ method: 'GET', url: '/items?limit=1' })).statusCode).toBe(200);
+  });
+});
+
 describe('problemDetailsPlugin while the server closes', () => {
   it('answers a request arriving on a busy keep-alive connection during close with 503 NODE_SHUTTING_DOWN as a problem', async () => {
     const { app: closing } = await buildTestApp();
@@ -531,4 +547,59 @@ describe('problemDetailsPlugin while the server closes', () => {
     const body = JSON.parse(responses[1]!.slice(responses[1]!.indexOf('\r\n\r\n') + 4));
     expect(body).toMatchObject({ status: 503, code: 'NODE_SHUTTING_DOWN', instance: '/items' });
   });
+});
+
+describe('refused bodies still arriving when the server closes', () => {
+  it('defect: a client that never sent the rest of a refused body held app.close() until the discard gave up (10 s)', async () => {
+    const { app: closing, logs: closingLogs } = await buildTestApp();
+    // Each declares 100,000 bytes (over the 2 KiB limit) and sends 5: a keep-alive client gets its 413 at once and
+    // keeps the connection (the rest would be read and thrown away); one that asked to close waits for its 413
+    // until the rest has arrived — which it never does.
+    const bodyRefused = new Promise<void>((resolve) => {
+      let refused = 0;
+      closing.addHook('onError', (_request, _reply, _error, done) => {
+        refused += 1;
+        if (refused === 2) resolve();
+        done();
+      });
+    });
+    await closing.listen({ port: 0, host: '127.0.0.1' });
+    const address = closing.server.address();
+    if (address === null || typeof address === 'string') throw new Error('no port');
+    const stalled = (connection: 'keep-alive' | 'close') => {
+      const socket = connect(address.port, '127.0.0.1');
+      let received = '';
+      socket.setEncoding('utf8');
+      socket.on('data', (chunk: string) => {
+        received += chunk;
+      });
+      socket.on('error', () => {});
+      const ended = new Promise<string>((resolve) => socket.on('close', () => resolve(received)));
+      socket.write(
+        `POST /echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: ${connection}\r\n` +
+          'content-length: 100000\r\n\r\n{"a":',
+      );
+      return { ended, received: () => received, socket };
+    };
+    const keptOpen = stalled('keep-alive');
+    const draining = stalled('close');
+    await bodyRefused;
+    await waitFor(() => keptOpen.received().includes('"PAYLOAD_TOO_LARGE"'), {
+      what: 'the keep-alive client to get its 413',
+    });
+    expect(draining.received()).toBe('');
+
+    await closing.close();
+    // Both connections were closed by the server at its close, each after its 413, neither by the discard giving up.
+    for (const [name, client] of [
+      ['keep-alive', keptOpen],
+      ['connection: close', draining],
+    ] as const) {
+      const answer = await client.ended;
+      expect(answer.split('\r\n')[0], name).toBe('HTTP/1.1 413 Payload Too Large');
+      expect(answer, name).toContain('"code":"PAYLOAD_TOO_LARGE"');
+      expect(client.socket.destroyed, name).toBe(true);
+    }
+    expect(closingLogs.filter((line) => String(line.msg).includes('rest of a refused body'))).toEqual([]);
+  }, 30_000);
 });

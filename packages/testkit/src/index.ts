@@ -24,7 +24,7 @@ export {
   sendRawRequest,
 } from './http-fuzz.js';
 export { startItemsWriter } from './items-writer.js';
-export { signJwt } from './jwt.js';
+export { signJwt, signJwtPayload } from './jwt.js';
 export {
   type CapturingLogger,
   capturingLogger,
@@ -58,7 +58,7 @@ export {
   tsxLoaderPath,
 } from './process.js';
 export { type SeededRandom, seededRandom } from './random.js';
-export { rawHttpExchange } from './raw-http.js';
+export { openStalledUpload, rawHttpExchange, type StalledUpload } from './raw-http.js';
 export { type TakenSlot, takeReplicationSlot } from './slot-taker.js';
 export {
   type SourceTransaction,

@@ -12,7 +12,20 @@ import { createHmac } from 'node:crypto';
  * ```
  */
 export function signJwt(secret: string, claims: Record<string, unknown>): string {
-  const part = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-  const head = `${part({ alg: 'HS256', typ: 'JWT' })}.${part(claims)}`;
+  return signJwtPayload(secret, JSON.stringify(claims));
+}
+
+/**
+ * An HS256 JWT whose payload is exactly the JSON text `payload`, signed with `secret`: for claims `JSON.stringify`
+ * cannot write (`1e309`, which parses to Infinity; a number written in exponent form).
+ *
+ * @example
+ * ```ts
+ * const token = signJwtPayload('a-test-secret-of-32-characters!!', '{"endpoints":"*","exp":1e309}');
+ * ```
+ */
+export function signJwtPayload(secret: string, payload: string): string {
+  const part = (text: string) => Buffer.from(text).toString('base64url');
+  const head = `${part(JSON.stringify({ alg: 'HS256', typ: 'JWT' }))}.${part(payload)}`;
   return `${head}.${createHmac('sha256', secret).update(head).digest('base64url')}`;
 }

@@ -1,6 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { UnauthorizedError } from '@sluice/core';
-import { parseBearer, tokenClient } from '@sluice/http';
+import { jwtExpiry, parseBearer, tokenClient } from '@sluice/http';
 
 /** How a control-API caller proves who it is: a fixed token list and/or HS256 JWTs. */
 export interface AuthSettings {
@@ -59,11 +59,11 @@ export function bearerCheck(
   };
 }
 
-/** The grant of a verified JWT (`token`) from its claims: `exp` (seconds) as epoch ms, and its client. */
+/**
+ * The grant of a verified JWT (`token`) from its claims: `exp` (seconds) as epoch ms, and its client. A time claim
+ * that is no usable NumericDate (an `exp` of 1e309, which parses to Infinity) is `UNAUTHORIZED` naming it
+ * (`@sluice/http`'s `jwtExpiry`), never a grant that does not expire.
+ */
 export function jwtGrant(token: string, claims: unknown): BearerGrant {
-  const exp = (claims as { exp?: unknown } | null)?.exp;
-  return {
-    expiresAt: typeof exp === 'number' && Number.isFinite(exp) ? exp * 1000 : null,
-    client: tokenClient(token, claims),
-  };
+  return { expiresAt: jwtExpiry(claims), client: tokenClient(token, claims) };
 }
