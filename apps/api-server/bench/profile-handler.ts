@@ -81,7 +81,7 @@ try {
     const fast = fastLookupRoute({
       registry,
       access: endpointAccess({ registry, authenticator: null, freshnessWaitMs: 100, limits }),
-      readRecord: recordReader(),
+      readRecord: recordReader(limits),
       headersOf: checkpointStamps().headersOf,
       record: requestRecorder(registry, createMetrics({ defaultMetrics: false })),
       cors: false,

@@ -241,7 +241,7 @@ export async function buildApp(options: BuildAppOptions) {
     limits,
   });
   const { scopeOf, authorizeFeed, openFresh, awaitPosition } = access;
-  const readRecord = recordReader();
+  const readRecord = recordReader(limits);
   const { headersOf, stamp, stampState } = checkpointStamps();
 
   await app.register(swagger, {

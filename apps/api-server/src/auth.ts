@@ -4,11 +4,15 @@ import {
   ForbiddenError,
   parseFilter,
   type QueryLimits,
+  refuseProtoKey,
   SluiceError,
   UnauthorizedError,
 } from '@sluice/core';
-import { expiredTokenError, isExpiredJwt, parseBearer, tokenClient } from '@sluice/http';
+import { expiredTokenError, isExpiredJwt, jwtExpiry, parseBearer, tokenClient } from '@sluice/http';
 import { z } from 'zod';
+
+/** Why a claim holding an own `__proto__` key is refused. */
+const PROTO_KEY = 'it holds a "__proto__" key, which names no field or endpoint';
 
 /**
  * The claims an api-server token carries (HS256 JWT signed with `api.auth.jwtSecret`):
@@ -23,8 +27,13 @@ import { z } from 'zod';
  */
 export const TokenClaimsSchema = z.object({
   endpoints: z.union([z.literal('*'), z.array(z.string().min(1).max(256)).max(1024)]),
-  filter: z.record(z.string(), z.unknown()).optional(),
-  filters: z.record(z.string(), z.record(z.string(), z.unknown())).optional(),
+  // A record skips an own `__proto__` key (JSON may hold one): skipped, `{"__proto__": {…}}` read as the empty filter
+  // — every record. Refused instead (claimsProblem names the claim); deeper keys are core's parseFilter's to refuse.
+  filter: refuseProtoKey(z.record(z.string(), z.unknown()), PROTO_KEY).optional(),
+  filters: refuseProtoKey(
+    z.record(z.string(), refuseProtoKey(z.record(z.string(), z.unknown()), PROTO_KEY)),
+    PROTO_KEY,
+  ).optional(),
 });
 export type TokenClaims = z.output<typeof TokenClaimsSchema>;
 
@@ -110,8 +119,8 @@ export class TokenAuthenticator {
     }
     const claims = TokenClaimsSchema.safeParse(payload);
     if (!claims.success) throw new UnauthorizedError(claimsProblem(payload, claims.error));
-    const exp = (payload as { exp?: unknown }).exp;
-    const expiresAt = typeof exp === 'number' ? exp * 1000 : null;
+    // An `exp` of 1e309 (Infinity) or past any date passes the verifier: refused here, not kept as "never expires".
+    const expiresAt = jwtExpiry(payload);
     let scope: TokenScope;
     try {
       const sub = (payload as { sub?: unknown }).sub;
@@ -154,6 +163,13 @@ function claimsProblem(payload: unknown, error: z.ZodError): string {
   const claims = (typeof payload === 'object' && payload !== null ? payload : {}) as Record<string, unknown>;
   const invalid = (claim: string, rule: string, value: unknown) =>
     `The bearer token's claim "${claim}" is invalid: ${rule}, got ${kindOf(value)}`;
+  if (path.length > 1 && path[path.length - 1] === '__proto__') {
+    const claim = path
+      .slice(0, -1)
+      .map((part) => String(part).slice(0, 64))
+      .join('.');
+    return `The bearer token's claim "${claim}" is invalid: ${PROTO_KEY}`;
+  }
   if (path[0] === 'filter') return invalid('filter', FILTER_OBJECT, claims.filter);
   if (path[0] === 'filters') {
     if (path.length === 1)

@@ -3,11 +3,13 @@
  * in, with the token's row filter applied. One definition for the fastify lookup route and the lookups answered
  * below fastify (fast-lookup.ts), so both answer the same.
  */
+import { checkRowFilter } from '@sluice/cache';
 import {
   type CacheSchema,
   type CommitState,
   compileFilter,
   type Filter,
+  type QueryLimits,
   type ReadableCache,
 } from '@sluice/core';
 import { parseKeySegment } from './keys.js';
@@ -26,20 +28,36 @@ export type RecordReader = (lease: Lease, rawKey: string, rowFilter: Filter | un
 
 /**
  * The record reader of one application (it keeps the compiled row-filter predicates of the tokens it has seen).
+ * `limits` are the ones the token's claims were read with (a row filter is checked against them, as queries check
+ * it).
  *
  * @example
  * ```ts
- * const readRecord = recordReader();
+ * const readRecord = recordReader(limits);
  * const { state, bytes } = readRecord(lease, '42', rowFilter);
  * ```
  */
-export function recordReader(): RecordReader {
-  const predicates = new WeakMap<Filter, (record: Record<string, unknown>) => boolean>();
-  const predicateOf = (filter: Filter) => {
-    let predicate = predicates.get(filter);
+export function recordReader(limits: QueryLimits): RecordReader {
+  // Per row filter (a cached token's scope hands out the same object) and generation schema (a generation's schema
+  // gains fields: a filter naming one fits from then on).
+  const predicates = new WeakMap<
+    Filter,
+    WeakMap<CacheSchema, (record: Record<string, unknown>) => boolean>
+  >();
+  const predicateOf = (filter: Filter, schema: CacheSchema) => {
+    let bySchema = predicates.get(filter);
+    if (bySchema === undefined) {
+      bySchema = new WeakMap();
+      predicates.set(filter, bySchema);
+    }
+    let predicate = bySchema.get(schema);
     if (!predicate) {
-      predicate = compileFilter(filter);
-      predicates.set(filter, predicate);
+      // The filter as the cache's queries read it (`checkRowFilter`: timestamp operands as canonical UTC text, the
+      // form records are stored in), not as the token spells it: compiled as spelled, `{"at": {"$lt":
+      // "2026-01-01T00:00:00+05:00"}}` compared text with text and let through records of a later instant that
+      // every query of the same token hides.
+      predicate = compileFilter(checkRowFilter(filter, schema, limits));
+      bySchema.set(schema, predicate);
     }
     return predicate;
   };
@@ -61,7 +79,11 @@ export function recordReader(): RecordReader {
     const state = lease.cache.servingState();
     const bytes = lease.cache.getJson(key);
     // A record outside the token's row filter does not exist for that token (the only case it is decoded).
-    if (bytes !== undefined && rowFilter && !predicateOf(rowFilter)(JSON.parse(bytes.toString('utf8'))))
+    if (
+      bytes !== undefined &&
+      rowFilter &&
+      !predicateOf(rowFilter, lease.cache.schema)(JSON.parse(bytes.toString('utf8')))
+    )
       return { state, bytes: undefined };
     return { state, bytes };
   };

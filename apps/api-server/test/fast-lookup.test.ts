@@ -46,7 +46,7 @@ describe('fast lookups', () => {
           freshnessWaitMs: 100,
           limits: DEFAULT_QUERY_LIMITS,
         }),
-        readRecord: recordReader(),
+        readRecord: recordReader(DEFAULT_QUERY_LIMITS),
         headersOf: checkpointStamps().headersOf,
         record: (route, name, status) => recorded.push([route, name, status]),
         cors: true,

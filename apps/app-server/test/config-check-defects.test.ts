@@ -88,6 +88,26 @@ describe('--check of configuration mistakes', () => {
       expect((await check(`control: { auth: ${auth} }\n`)).code, auth).toBe(0);
   }, 60_000);
 
+  it("defect: api.auth and control.auth sharing one jwtSecret passed --check, so a reader's row-filtered query token was an operator token on the control API", async () => {
+    const secret = 'one-secret-for-both-apis-0123456789';
+    const { code, output } = await check(
+      `api: { auth: { jwtSecret: "${secret}" } }\ncontrol: { auth: { jwtSecret: "${secret}" } }\n`,
+    );
+    expect(code).toBe(1);
+    expect(output).toContain('CONFIG_INVALID');
+    expect(output).toContain(
+      "control.auth.jwtSecret: is api.auth.jwtSecret too: every query-API token (a reader's, whatever its endpoints and row filters) would be a control token",
+    );
+    expect(output).not.toContain(secret);
+    // A secret of each, or only one of the two APIs with JWTs, still passes.
+    for (const yaml of [
+      `api: { auth: { jwtSecret: "${secret}" } }\ncontrol: { auth: { jwtSecret: "another-secret-0123456789" } }\n`,
+      `api: { auth: { jwtSecret: "${secret}" } }\ncontrol: { auth: { tokens: [a-control-token-of-24-chars] } }\n`,
+      `control: { auth: { jwtSecret: "${secret}" } }\n`,
+    ])
+      expect((await check(yaml)).code, yaml).toBe(0);
+  }, 60_000);
+
   it('defect: node.host / api.host that are not a listen address passed --check; the app-server then died with a getaddrinfo stack', async () => {
     const message =
       'must be an IP address or a host name, without a scheme or port (e.g. 0.0.0.0, ::, 10.0.0.5, localhost)';

@@ -70,6 +70,8 @@ const NOTES: Record<string, string> = {
   'api.cors.origins':
     '`true` (any origin) or origins as a browser sends them (`https://app.example`, `http://localhost:3000`: lower case, no default port, no path); the preflight allows `authorization`, `content-type`, `sluice-min-position` and `last-event-id`',
   'control.auth': '`tokens` (at least one) or `jwtSecret`, or both',
+  'control.auth.jwtSecret':
+    "not `api.auth.jwtSecret`: the control API grants any JWT it verifies, so a shared secret would make every query-API token (a reader's, row filters and all) a control token",
   'files.roots': 'empty: the working directory; relative roots resolve against it',
   'cache.stagedInMemory':
     "changes of one source transaction a cache writer holds in memory; the rest wait in the generation's staging area on disk until the commit (memory stays about this size whatever the transaction's)",

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { z } from 'zod';
 import { UnsupportedAddressTypeError } from './errors.js';
 
@@ -97,6 +98,24 @@ export const PostgresAddressSchema = z
     path: ['heartbeat'],
   });
 export type PostgresAddress = z.output<typeof PostgresAddressSchema>;
+
+/**
+ * The stable default name of a replication slot or publication: `sluice_<node>_<handle>`, lower-cased to
+ * PostgreSQL's slot alphabet (`[a-z0-9_]`), at most 63 characters (a hash of the full name keeps long ones
+ * distinct). Never random: a restart finds the same slot. Names that differ only in case, `-`, `.` or `_` get the
+ * same one — configuration refuses two endpoints of a host that would (`config/rules.ts`).
+ *
+ * @example
+ * ```ts
+ * defaultReplicationName('h1', 'orders.source'); // 'sluice_h1_orders_source'
+ * ```
+ */
+export function defaultReplicationName(nodeId: string, handle: string): string {
+  const full = `sluice_${nodeId}_${handle}`.toLowerCase().replace(/[^a-z0-9_]/g, '_');
+  if (full.length <= 63) return full;
+  const hash = createHash('sha256').update(full).digest('hex').slice(0, 10);
+  return `${full.slice(0, 52)}_${hash}`;
+}
 
 /**
  * The capture mode of a PostgreSQL source. An endpoint's table source without a `cursor` reads logical

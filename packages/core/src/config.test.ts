@@ -733,3 +733,48 @@ describe('component schemas', () => {
     expect(direct.store).toBe('sqlite:./.sluice/store.db');
   });
 });
+
+describe('resolveConfig: replication slots of a host', () => {
+  const table = (name: string, source: Record<string, unknown> = {}) => ({
+    name,
+    source: { type: 'postgres', connection: 'w', table: 'items', ...source },
+    primaryKey: ['id'],
+  });
+  const host = (...endpoints: unknown[]) => ({
+    node: { id: 'h1' },
+    connections: { w: { type: 'postgres', url: 'postgres://reader@warehouse:5432/sales' } },
+    endpoints,
+  });
+
+  it('defect: endpoints whose names differ only in case, "-" or "." were accepted though they read one replication slot (and took it from each other)', () => {
+    for (const other of ['my_items', 'My-Items', 'my.items']) {
+      const issues = configIssues(host(table('my-items'), table(other)));
+      expect(issues).toEqual([
+        {
+          path: 'endpoints[1].name',
+          message: expect.stringContaining(
+            'reads replication slot sluice_h1_my_items_source, as endpoint "my-items" does',
+          ),
+        },
+      ]);
+    }
+    // A configured slot another endpoint's derived name takes, or two endpoints naming one slot.
+    expect(configPaths(host(table('a'), table('b', { slot: 'sluice_h1_a_source_b' })))).toEqual([
+      'endpoints[1].source.slot',
+    ]);
+    expect(configPaths(host(table('a', { slot: 's1' }), table('b', { slot: 's1' })))).toEqual([
+      'endpoints[1].source.slot',
+    ]);
+  });
+
+  it('accepts look-alike names that read no slot, and look-alikes with slots of their own', () => {
+    expect(
+      resolveConfig(host(table('my-items', { capture: 'poll', cursor: 'id' }), table('my_items'))).endpoints,
+    ).toHaveLength(2);
+    expect(
+      resolveConfig(host(table('my-items', { slot: 'items_a', publication: 'items_a' }), table('my_items')))
+        .endpoints,
+    ).toHaveLength(2);
+    expect(resolveConfig(host(table('items'), table('orders'))).endpoints).toHaveLength(2);
+  });
+});

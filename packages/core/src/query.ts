@@ -60,6 +60,22 @@ export interface Query {
   after: string | null;
 }
 
+/**
+ * Whether the query language can name `field` in `$filter` / `$order_by`: 1 to 256 characters, not starting with `$`
+ * (that reads as an operator) and not a reserved key (`__proto__`, `constructor`, `prototype`). A record may still
+ * hold a field of any other name (a PostgreSQL column `$x`): it is served, but not queryable.
+ *
+ * @example
+ * ```ts
+ * isQueryableFieldName('a.b'); // true
+ * isQueryableFieldName('$x'); // false
+ * isQueryableFieldName('constructor'); // false
+ * ```
+ */
+export function isQueryableFieldName(field: string): boolean {
+  return field.length >= 1 && field.length <= 256 && !field.startsWith('$') && !FORBIDDEN_KEYS.has(field);
+}
+
 const FieldNameSchema = z
   .string()
   .min(1)

@@ -1,4 +1,4 @@
-import type { FieldType } from '@sluice/core';
+import { type FieldType, isQueryableFieldName } from '@sluice/core';
 import type { Row } from './ops.js';
 import { ownField, setOwnField } from './own.js';
 
@@ -152,4 +152,22 @@ export function inferCsvFields(header: string[], rows: string[][]): Record<strin
     setOwnField(fields, name, type ?? 'string');
   });
   return fields;
+}
+
+/**
+ * The fields of `fields` the query language can name (core's `isQueryableFieldName`): what a cache schema may
+ * declare. A source column the query language cannot address — `$x` reads as an operator, `constructor` and
+ * `__proto__` are reserved — is still carried in every record and served as it is; it is only not queryable (a
+ * query naming it is refused by name). Declaring it refused the whole schema, so such a table was never mirrored.
+ *
+ * @example
+ * ```ts
+ * queryableFields({ id: 'integer', $x: 'string', constructor: 'integer' }); // { id: 'integer' }
+ * ```
+ */
+export function queryableFields(fields: Readonly<Record<string, FieldType>>): Record<string, FieldType> {
+  const out: Record<string, FieldType> = {};
+  for (const name of Object.keys(fields))
+    if (isQueryableFieldName(name)) setOwnField(out, name, fields[name]!);
+  return out;
 }

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { isQueryableFieldName } from '../query.js';
 
 /** A URL or server address in configuration (bounded: configuration is trusted, a runaway value is a mistake). */
 export const UrlString = z.string().min(1).max(2048);
@@ -31,10 +32,7 @@ export const ListenHost = z
 export const PortSchema = z.number().int().min(0).max(65_535);
 
 /** A record field named in configuration: never an operator (`$…`) nor a prototype key. */
-export const FieldName = z
-  .string()
-  .min(1)
-  .max(256)
-  .refine((f) => !f.startsWith('$') && f !== '__proto__' && f !== 'constructor' && f !== 'prototype', {
-    message: 'not a valid field name',
-  });
+export const FieldName = z.string().min(1).max(256).refine(isQueryableFieldName, {
+  message:
+    'not a valid field name: the query language cannot name it ("$…" reads as an operator; __proto__, constructor and prototype are reserved)',
+});

@@ -2,6 +2,7 @@
 // values; these run after the sections parsed, report at the key to change, and are what `--check` and start-up
 // both apply, so a file the app-server accepts is a file the api-servers accept.
 import type { z } from 'zod';
+import { defaultReplicationName, postgresCapture } from '../addresses.js';
 import { filterSchema } from '../query.js';
 import type { EndpointConfig, FieldType } from './endpoints.js';
 import { queryLimitsOf } from './query.js';
@@ -110,8 +111,60 @@ export function checkHost(config: SluiceConfig, ctx: Ctx): void {
   checkBackplane(config, ctx);
   checkTransferTimings(config, ctx);
   checkListenPorts(config, ctx);
+  checkAuthSecrets(config, ctx);
   checkEndpointFilters(config, ctx);
   checkStreamBounds(config, ctx);
+  checkReplicationSlots(config, ctx);
+}
+
+/**
+ * Each endpoint that reads logical replication has slots of its own (and publications of the same names): its
+ * configured `slot`, else two names derived from the node id and its name (`defaultReplicationName`, the second
+ * for a green generation). Derived names lower-case the endpoint's name and turn `-` and `.` into `_`, so endpoints
+ * `my-items` and `my_items` named one slot: each took it from the other, and neither could keep streaming. Refused
+ * at the later endpoint's key, naming the slot and the endpoint it collides with.
+ */
+function checkReplicationSlots(config: Pick<SluiceConfig, 'node' | 'endpoints'>, ctx: Ctx): void {
+  const readers = new Map<string, string>();
+  config.endpoints.forEach((endpoint, i) => {
+    const source = endpoint.source;
+    if (source.type !== 'postgres' || postgresCapture(source, 'endpoint') !== 'replication') return;
+    const own = source.slot !== undefined;
+    const slots = own
+      ? [source.slot as string]
+      : [
+          defaultReplicationName(config.node.id, `${endpoint.name}.source`),
+          defaultReplicationName(config.node.id, `${endpoint.name}.source_b`),
+        ];
+    const taken = slots.find((slot) => readers.has(slot));
+    if (taken !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: own ? ['endpoints', i, 'source', 'slot'] : ['endpoints', i, 'name'],
+        message: `reads replication slot ${taken}, as endpoint ${JSON.stringify(readers.get(taken))} does (slot names are lower-cased, with "-" and "." turned into "_"): rename one endpoint, or give one a source.slot and source.publication of its own`,
+      });
+      return;
+    }
+    for (const slot of slots) readers.set(slot, endpoint.name);
+  });
+}
+
+/**
+ * The query API and the control API verify JWTs with secrets of their own. The control API grants whatever a valid
+ * JWT asks (it reads no claim but `exp`), so with one secret for both every query-API token — a reader's, with its
+ * endpoint list and row filters — was an operator's token there: every endpoint, transfer and switch. Reported at
+ * the control API's key, never with the secret in the message.
+ */
+function checkAuthSecrets(config: Pick<SluiceConfig, 'api' | 'control'>, ctx: Ctx): void {
+  const query = config.api.auth?.jwtSecret;
+  const control = config.control.auth?.jwtSecret;
+  if (query === undefined || control === undefined || query !== control) return;
+  ctx.addIssue({
+    code: 'custom',
+    path: ['control', 'auth', 'jwtSecret'],
+    message:
+      "is api.auth.jwtSecret too: every query-API token (a reader's, whatever its endpoints and row filters) would be a control token; give each API a secret of its own",
+  });
 }
 
 /**

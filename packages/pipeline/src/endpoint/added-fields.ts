@@ -5,6 +5,7 @@
  */
 import type { FieldType, Logger, WritableCache } from '@sluice/core';
 import { setOwnField } from '../own.js';
+import { queryableFields } from '../schema.js';
 import type { SourceBranch } from '../types.js';
 import type { EndpointShape } from './shape.js';
 
@@ -42,7 +43,8 @@ export function addedFieldsListener(
       fields = processor.mapFields(fields);
     }
     const current = cache.schema.fields;
-    const added = Object.entries(fields).filter(([name]) => !Object.hasOwn(current, name));
+    // A column the query language cannot name (`$x`, `constructor`) is served in the records, never a field.
+    const added = Object.entries(queryableFields(fields)).filter(([name]) => !Object.hasOwn(current, name));
     if (added.length === 0) return;
     const addition = Object.fromEntries(added);
     cache.addFields?.(addition);

@@ -9,7 +9,7 @@ import {
 } from '@sluice/core';
 import type { Row } from '../ops.js';
 import { ownField, setOwnField } from '../own.js';
-import { inferCsvFields, inferFields, typeMismatch } from '../schema.js';
+import { inferCsvFields, inferFields, queryableFields, typeMismatch } from '../schema.js';
 import type { EndpointShape } from './shape.js';
 
 /** A cache schema, and the column types a CSV source reads with (CSV sources only). */
@@ -266,6 +266,9 @@ export async function resolveSchema(
       }
     } else fields = inferFields(processed);
   }
+  // Columns the query language cannot name stay in the records, outside the schema (configured key and index
+  // fields never are such names: the configuration refuses them).
+  fields = queryableFields(fields);
   for (const field of [...endpoint.primaryKey, ...endpoint.indexes.flat()])
     if (!Object.hasOwn(fields, field)) setOwnField(fields, field, 'string');
   return { schema: { fields, ...base }, ...(csvFields ? { csvFields } : {}) };

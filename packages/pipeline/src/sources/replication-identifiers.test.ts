@@ -5,7 +5,7 @@
  */
 import { join } from 'node:path';
 import { openCacheManager } from '@sluice/cache';
-import type { EndpointConfig } from '@sluice/core';
+import { type EndpointConfig, parseQuery } from '@sluice/core';
 import { sql, tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
 import { aliasRecords } from '../../test/helpers.js';
@@ -99,6 +99,97 @@ describe('replication: identifiers and values of a real application', () => {
       expect(await converged('a delete')).toHaveLength(3);
       // All of it streamed into the generation the snapshot built.
       expect(pipeline.status().servingCache).toBe(first);
+      expect(pipeline.status().badRecords.count).toBe(0);
+    } finally {
+      await pipeline.stop();
+    }
+  });
+
+  it('defect: a table with a column named `constructor` or `$x` was never mirrored: its inferred cache schema was refused at start (`Invalid cache schema: fields.constructor: invalid key`)', {
+    timeout: 90_000,
+  }, async () => {
+    await using dir = await tempDir();
+    const url = await server.createDatabase('odd_columns');
+    // Names JavaScript or JSON treat specially, or the query language cannot address (`$x` reads as an operator).
+    await sql(
+      url,
+      `CREATE TABLE odd ("toString" text PRIMARY KEY, "constructor" int, "__proto__" text, "hasOwnProperty" text,
+        "$x" text, "a.b" text, "with space" text, """quoted""" text, "CamelCase" text, "naïve" text)`,
+    );
+    const row = (n: number) =>
+      `('t${n}', ${n}, 'p${n}', 'h${n}', 'x${n}', 'ab${n}', 'ws${n}', 'q${n}', 'c${n}', 'n${n}')`;
+    await sql(url, `INSERT INTO odd VALUES ${row(1)}, ${row(2)}`);
+    await using caches = await openCacheManager(join(dir.path, 'data'));
+    const indexed = ['hasOwnProperty', 'a.b', 'with space', '"quoted"', 'CamelCase', 'naïve'];
+    const endpoint = {
+      name: 'odd',
+      source: { type: 'postgres', connection: 'db', table: 'odd' },
+      primaryKey: ['toString'],
+      indexes: indexed.map((field) => [field]),
+    } as EndpointConfig;
+    // Before: rejected here — ValidationError "Invalid cache schema: fields.constructor: invalid key: not a valid
+    // field name (and 1 more)": the columns' names went into the cache schema as queryable fields.
+    const pipeline = await startEndpointPipeline(
+      endpoint,
+      replicationContext(caches, url, { nodeId: 'odd' }),
+    );
+    const converged = async (what: string) => {
+      const want = await tableRows(url, 'odd', '"toString"');
+      let got: string[] = [];
+      await waitFor(
+        async () => {
+          got = (await aliasRecords(caches, 'odd')).map(canonical);
+          return JSON.stringify(got) === JSON.stringify(want);
+        },
+        { timeoutMs: 20_000, what },
+      ).catch(() => expect(got).toEqual(want));
+      return got;
+    };
+    try {
+      await pipeline.whenServing({ timeoutMs: 30_000 });
+      expect(await converged('the snapshot')).toHaveLength(2);
+      await sql(url, `INSERT INTO odd VALUES ${row(3)}`);
+      await sql(
+        url,
+        `UPDATE odd SET "__proto__" = 'pp', "$x" = 'xx', "constructor" = 10 WHERE "toString" = 't1'`,
+      );
+      await sql(url, `DELETE FROM odd WHERE "toString" = 't2'`);
+      const rows = await converged('an insert, an update and a delete');
+      expect(rows).toHaveLength(2);
+      // `__proto__` is an own field of the served record, not its prototype.
+      const served = await aliasRecords(caches, 'odd');
+      expect(Object.hasOwn(served[0]!, '__proto__')).toBe(true);
+      expect(Object.getPrototypeOf(served[0])).toBe(Object.prototype);
+
+      const cache = await caches.openRo('odd');
+      try {
+        // Every index answers a filter and an order by its own field.
+        for (const field of indexed) {
+          const value = JSON.parse(rows[1]!)[field];
+          const found = cache.query(parseQuery({ $filter: { [field]: value } })).records;
+          expect(
+            found.map((r) => r.toString),
+            field,
+          ).toEqual(['t3']);
+          const ordered = cache.query(parseQuery({ $order_by: { [field]: 'desc' } })).records;
+          expect(
+            ordered.map((r) => r.toString),
+            field,
+          ).toEqual(['t3', 't1']);
+        }
+        // The names the query language cannot address are carried in the records, and refused by name in a query.
+        expect(() => parseQuery(JSON.parse('{"$filter":{"$x":"xx"}}'))).toThrow(
+          /\$filter\.\$x: unknown operator/,
+        );
+        expect(() => parseQuery({ $filter: { constructor: 10 } })).toThrow(
+          /constructor: reserved field name/,
+        );
+        expect(Object.keys(cache.schema.fields).sort()).toEqual(
+          ['toString', 'hasOwnProperty', 'a.b', 'with space', '"quoted"', 'CamelCase', 'naïve'].sort(),
+        );
+      } finally {
+        await cache.close();
+      }
       expect(pipeline.status().badRecords.count).toBe(0);
     } finally {
       await pipeline.stop();

@@ -6,22 +6,8 @@ import { replicationApplicationName, slotHolder } from './holder.js';
 import { keyCoveredByIdentity, relationOidOf, replicaIdentityOf } from './identity.js';
 import { normalizeLsn } from './lsn.js';
 
-/**
- * The stable default name of a replication slot or publication: `sluice_<node>_<handle>`, lower-cased to
- * PostgreSQL's slot alphabet (`[a-z0-9_]`), at most 63 characters (a hash of the full name keeps long ones
- * distinct). Never random: a restart finds the same slot.
- *
- * @example
- * ```ts
- * defaultReplicationName('h1', 'orders.source'); // 'sluice_h1_orders_source'
- * ```
- */
-export function defaultReplicationName(nodeId: string, handle: string): string {
-  const full = `sluice_${nodeId}_${handle}`.toLowerCase().replace(/[^a-z0-9_]/g, '_');
-  if (full.length <= 63) return full;
-  const hash = createHash('sha256').update(full).digest('hex').slice(0, 10);
-  return `${full.slice(0, 52)}_${hash}`;
-}
+/** One definition, in core: `--check` refuses two endpoints of a host that would read one slot. */
+export { defaultReplicationName } from '@sluice/core';
 
 /**
  * The default replication slot and publication name of a transfer's source (`handle` = `<transfer id>.source`):
