@@ -1,22 +1,31 @@
 /**
  * Numbers a JSON text holds that `JSON.parse` cannot: an integer past ±2^53 comes back with other digits
- * (9007199254740993 → 9007199254740992), a number past ±1.8e308 as Infinity, which JSON writes as `null`. A copy
- * would change them without a word; a source reports such a record as bad instead (the sender can quote it).
+ * (9007199254740993 → 9007199254740992), so does a number with more digits than a double keeps
+ * (12345678901234567.5 → 12345678901234568), a number past ±1.8e308 as Infinity, which JSON writes as `null`, one
+ * too small for a double as 0. A copy would change them without a word; a source reports such a record as bad instead (the sender can quote it).
  */
 
-/** Worth a close look: a run of 16 digits, or a digit right before an exponent. Most lines have neither. */
-const SUSPECT = /\d{16}|\d[eE][+-]?\d/;
+/**
+ * Worth a close look: 16 or more digits in a row (a decimal point among them), or an exponent. A number without
+ * either has at most 15 significant digits, which a double always gives back as written. Most lines have neither.
+ */
+const SUSPECT = /\d[\d.]{15}|\d[eE]/;
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
 
 /**
- * Why `text` (valid JSON) holds a number that parsing would change, or null. Decimal fractions are not judged
- * (`0.1` is never exact in binary; every JSON reader rounds them alike): integers past 2^53 and numbers out of
- * range are.
+ * Why `text` (valid JSON) holds a number that parsing would change, or null: one whose value a double does not hold,
+ * so that writing it back (JavaScript's shortest form that reads back as the same double) gives another number —
+ * an integer past ±2^53 (9007199254740993 → 9007199254740992), whole digits a double does not keep
+ * (12345678901234567.5 → 12345678901234568), a number past ±1.8e308 (Infinity, which JSON writes as `null`) or
+ * too small to be told from 0 (1e-400 → 0). A number written back with the same value in another spelling (`1.0`
+ * → `1`, `1E2` → `100`, `0.1`) is held, and so is a fraction whose last digits round (`0.10000000000000001`, a
+ * 17-digit export of the double 0.1): every JSON reader rounds those alike.
  *
  * @example
  * ```ts
  * inexactNumber('{"id":9007199254740993}'); // 'number 9007199254740993 cannot be held exactly …'
  * inexactNumber('{"id":"9007199254740993"}'); // null (a string)
+ * inexactNumber('{"price":0.1}'); // null (written back as 0.1)
  * ```
  */
 export function inexactNumber(text: string): string | null {
@@ -40,10 +49,46 @@ export function inexactNumber(text: string): string | null {
     i += token.length - 1;
     const value = Number(token);
     if (!Number.isFinite(value)) return `number ${clip(token)} is out of range (JSON holds up to ±1.8e308)`;
-    if (/^-?\d+$/.test(token) && !Number.isSafeInteger(value) && BigInt(token) !== BigInt(value))
+    const written = String(value);
+    // Most numbers are written as JavaScript writes them back (a JSON writer's shortest form): no closer look.
+    if (written === token || decimalValue(token) === decimalValue(written)) continue;
+    if (/^-?\d+$/.test(token))
       return `number ${clip(token)} cannot be held exactly (integers past ±2^53 lose digits); send it as a string`;
+    // A fraction rounds in its last digits as in every JSON reader (`0.10000000000000001`, a 17-digit export of
+    // the double 0.1, is that double): only digits before the point that change, or a value lost to 0, are judged.
+    if (value === 0 || !sameWholePart(token, value))
+      return `number ${clip(token)} cannot be held exactly (a double keeps about 17 significant digits: it would be copied as ${written}); send it as a string`;
   }
   return null;
+}
+
+/**
+ * Whether the whole part of `token` (a number written without an exponent) is what the double `value` holds:
+ * `12345678901234567.5` (→ 12345678901234568) is not. A token with an exponent is judged by its value alone (out of
+ * range, or lost to 0), as a fraction is.
+ */
+function sameWholePart(token: string, value: number): boolean {
+  if (/[eE]/.test(token)) return true;
+  const point = token.indexOf('.');
+  const whole = point < 0 ? token : token.slice(0, point);
+  return BigInt(whole) === BigInt(Math.trunc(value));
+}
+
+/**
+ * A number's text reduced to one spelling of its value — sign, significant digits, exponent (`1.50e1` and `15` →
+ * `15e0`; every zero → `0`) — so that two spellings compare equal exactly when they name the same number.
+ */
+function decimalValue(token: string): string {
+  const match = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(token);
+  if (match === null) return token;
+  const [, sign, whole, fraction = '', exponent = '0'] = match;
+  let digits = `${whole}${fraction}`.replace(/^0+/, '');
+  if (digits === '') return '0';
+  let scale = Number(exponent) - fraction.length;
+  const trailing = digits.length - digits.replace(/0+$/, '').length;
+  digits = digits.slice(0, digits.length - trailing);
+  scale += trailing;
+  return `${sign}${digits}e${scale}`;
 }
 
 function clip(token: string): string {

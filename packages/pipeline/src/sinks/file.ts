@@ -45,6 +45,22 @@ function csvFieldsProblem(
   return `field(s) ${unknown.join(', ')} are not columns of the CSV file (${shown}: the first record's fields)`;
 }
 
+/** The most bytes a file name may have (Linux, macOS and Windows file systems alike). */
+const NAME_MAX = 255;
+/** The longest run part of a temp name and its suffix: `e<15-digit epoch>.<16 hex>.partial`. */
+const LONGEST_RUN_SUFFIX = 'e'.length + 15 + '.'.length + 16 + '.partial'.length;
+
+/**
+ * The prefix of every temp file name of `tag`'s runs writing `name`: `.<name>.<tag>.`. A name too long to carry the
+ * rest of a temp name (over 214 bytes, though a file may have 255) is stood in for by a hash of it — the run could
+ * not create its temp file otherwise, and the transfer failed with ENAMETOOLONG after it was accepted.
+ */
+function tempPrefix(name: string, tag: string): string {
+  const prefix = `.${name}.${tag}.`;
+  if (Buffer.byteLength(prefix) + LONGEST_RUN_SUFFIX <= NAME_MAX) return prefix;
+  return `.${createHash('sha256').update(name).digest('hex').slice(0, 16)}.${tag}.`;
+}
+
 /** The epoch a temp file name carries (`<prefix>e<epoch>.<run>.partial`); names of older versions are epoch 0. */
 const epochOfTemp = (rest: string): number => {
   const match = /^e(\d{1,15})\./.exec(rest);
@@ -57,7 +73,7 @@ const epochOfTemp = (rest: string): number => {
  * with a field it has no column for is refused (a bad record), never written with that field dropped.
  *
  * The temp file is private to one run (named with the run's epoch and a random run id,
- * `.<name>.<tag>.e<epoch>.<run>.partial`): two owners of one transfer (a stale one that was frozen past its
+ * `.<name>.<tag>.e<epoch>.<run>.partial`, a hash standing in for a name too long to carry the rest): two owners of one transfer (a stale one that was frozen past its
  * lease, and the one that took over) never write into the same file. Each
  * commit fsyncs the temp file; the run id and the committed length travel in the checkpoint (the sink's
  * position), which the caller saves through its fenced checkpoint port. A resumed run copies the
@@ -76,7 +92,7 @@ export function createFileSink(options: FileSinkOptions): PipelineSink {
   const tag = createHash('sha256').update(options.writerId).digest('hex').slice(0, 16);
   const directory = dirname(options.path);
   // Every temp file of this writer starts with this prefix (also the unsuffixed one of older versions).
-  const prefix = `.${basename(options.path)}.${tag}.`;
+  const prefix = tempPrefix(basename(options.path), tag);
   const tempOf = (run: string) => join(directory, `${prefix}${run}.partial`);
   const fence = options.fence ?? UNFENCED;
   const run = `e${fence.epoch}.${randomBytes(8).toString('hex')}`;

@@ -11,10 +11,12 @@ import {
   quoteTableName,
 } from '../pg.js';
 import { type PipelineSink, type SinkFence, type SinkWriteResult, UNFENCED } from '../types.js';
+import { readSinkColumns, type SinkColumns } from './postgres-columns.js';
 import { advanceFence, fenceWriter, SINK_FENCE_COLUMNS, SINK_FENCE_TABLE } from './postgres-fence.js';
 import { type ColumnValueWriter, columnValueWriter } from './postgres-geometry.js';
 import { upsertKeyProblem } from './postgres-key.js';
 import { isRecordRefusal, refusalReason } from './postgres-refusals.js';
+import { columnSignature, upsertStatements } from './postgres-upsert.js';
 
 export const SINK_CHECKPOINT_TABLE = 'sluice_sink_checkpoints';
 export { SINK_FENCE_TABLE };
@@ -42,13 +44,22 @@ export interface PostgresSinkOptions {
   idleInTransactionTimeoutMs?: number;
 }
 
+/** SQLSTATE 21000: `ON CONFLICT DO UPDATE` met one key twice among the rows it was given. */
+const CARDINALITY_VIOLATION = '21000';
+
+/**
+ * Who says which records of a batch share a key: the sink, comparing them as JSON (one proposed row per key), or
+ * PostgreSQL by the key columns' types (`UpsertStatements.lastOfEachKey`, after a `21000`).
+ */
+type UpsertKeys = 'json' | 'postgres';
+
 /** A SQL string literal (a DO block takes no parameters). */
 const literal = (value: string) => `'${value.replaceAll("'", "''")}'`;
 
 /**
  * Why `record` cannot be written to `table`, or null: a field that is no column of the table. The statement maps
- * fields to columns by name (`json_populate_recordset`) and would silently drop it. A missing column is fine: a
- * record is the whole row, so its absent columns are NULL.
+ * fields to columns by name (`json_populate_record`) and would silently drop it. A missing column is fine: a
+ * record is the whole row, so its absent columns take their defaults (NULL when none).
  */
 function unknownFieldsProblem(record: Row, columns: ReadonlySet<string>, table: string): string | null {
   let unknown: string[] | null = null;
@@ -113,7 +124,8 @@ async function applyEach(
  * the sessions' `idle_in_transaction_session_timeout` ends a frozen owner's open transaction (bounding how long
  * it can block the new owner, and refusing its late COMMIT).
  *
- * A record is the whole row (columns it lacks are NULL); a record with a field that is no column, or with a value
+ * A record is the whole row as an `INSERT` of its fields makes it (columns it lacks take their defaults, NULL when
+ * none; generated columns their expression: `postgres-upsert.ts`); a record with a field that is no column, or with a value
  * the table refuses (its column's type, NOT NULL, CHECK, a foreign key), is refused as a bad record: the batch is
  * written again one record at a time under savepoints, so only the refused records are left out. The key is checked
  * when the sink opens (its columns exist, a unique index on exactly them is the upsert's arbiter). A lost
@@ -127,8 +139,14 @@ async function applyEach(
 export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
   let client: pg.Client | null = null;
   let key: string[] = options.key ?? [];
-  let columns: string[] = [];
-  /** The same columns, to check every record's fields against (read once per connection). */
+  let columns: SinkColumns = {
+    names: [],
+    inserted: [],
+    updatable: [],
+    overridesIdentity: false,
+    numbering: new Set(),
+  };
+  /** The table's column names, to check every record's fields against (read once per connection). */
   let columnSet: ReadonlySet<string> = new Set();
   /** Columns whose values PostgreSQL takes only in another spelling than the pipeline's (point, circle). */
   let writers: Array<[string, ColumnValueWriter]> = [];
@@ -177,17 +195,12 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
         'writer text PRIMARY KEY, checkpoint jsonb NOT NULL, committed_at timestamptz NOT NULL DEFAULT now()',
       );
       await createTableIfAbsent(client, SINK_FENCE_TABLE, SINK_FENCE_COLUMNS);
-      const cols = await client.query<{ column_name: string; type_oid: number }>(
-        `SELECT a.attname AS column_name, a.atttypid::int AS type_oid FROM pg_attribute a
-          WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`,
-        [table],
-      );
-      columns = cols.rows.map((r) => r.column_name);
-      writers = cols.rows.flatMap((r) => {
-        const writer = columnValueWriter(r.type_oid);
-        return writer === null ? [] : [[r.column_name, writer] as [string, ColumnValueWriter]];
+      columns = await readSinkColumns(client, table);
+      writers = columns.inserted.flatMap((c) => {
+        const writer = columnValueWriter(c.typeOid);
+        return writer === null ? [] : [[c.name, writer] as [string, ColumnValueWriter]];
       });
-      columnSet = new Set(columns);
+      columnSet = new Set(columns.names);
       if (key.length === 0) key = await primaryKeyOf(client, options.table);
       problem =
         key.length === 0
@@ -293,11 +306,7 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
     },
     async write(ops: RecordOp[]) {
       const c = await begin();
-      const cols = columns.map(quoteIdent).join(', ');
       const keyList = key.map(quoteIdent).join(', ');
-      const updates = columns
-        .filter((col) => !key.includes(col))
-        .map((col) => `${quoteIdent(col)} = EXCLUDED.${quoteIdent(col)}`);
       /** `row` with its point and circle values in PostgreSQL's text (a copy; the op keeps what was read). */
       const spelled = (row: Row): Row => {
         if (writers.length === 0) return row;
@@ -306,15 +315,34 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
           if (Object.hasOwn(out, column)) setOwnField(out, column, write(ownField(out, column)));
         return out;
       };
-      const upsert = async (rows: Row[]) => {
-        // Later ops for the same key win: keep the last one only (ON CONFLICT cannot touch a row twice).
+      /**
+       * Upserts a run of records (no delete among them), each key's last record winning (ON CONFLICT cannot touch a
+       * row twice): one statement per set of given columns ({@link columnSignature}), so records lacking an optional
+       * field do not split the run into a statement each. `keys: 'postgres'` lets PostgreSQL tell which records share
+       * a key (1 and "1" are one `int`), for a batch whose JSON-distinct keys it found equal (`21000`).
+       */
+      const upsert = async (rows: Row[], keys: UpsertKeys) => {
         const byKey = new Map<string, Row>();
-        for (const row of rows) byKey.set(JSON.stringify(key.map((k) => ownField(row, k))), spelled(row));
-        await c.query(
-          `INSERT INTO ${table} (${cols}) SELECT ${cols} FROM json_populate_recordset(NULL::${table}, $1::json)
-           ON CONFLICT (${keyList}) DO ${updates.length > 0 ? `UPDATE SET ${updates.join(', ')}` : 'NOTHING'}`,
-          [JSON.stringify([...byKey.values()])],
-        );
+        for (const row of rows) {
+          const id = JSON.stringify(key.map((k) => ownField(row, k)));
+          // Deleted first: a key's last record takes its place at the end of the order.
+          byKey.delete(id);
+          byKey.set(id, row);
+        }
+        const latest = keys === 'json' ? [...byKey.values()] : rows;
+        const groups = new Map<string, Row[]>();
+        for (const row of latest) {
+          const signature = columnSignature(row, columns, key);
+          const group = groups.get(signature);
+          if (group === undefined) groups.set(signature, [row]);
+          else group.push(row);
+        }
+        for (const [signature, group] of groups) {
+          const statements = upsertStatements(table, columns, key, signature);
+          await c.query(keys === 'json' ? statements.distinct : statements.lastOfEachKey, [
+            JSON.stringify(group.map(spelled)),
+          ]);
+        }
       };
       const remove = async (rows: Row[]) => {
         await c.query(
@@ -323,13 +351,13 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
         );
       };
       /** Writes `batch` in order: consecutive runs of upserts or deletes, so a delete after an upsert of a key wins. */
-      const apply = async (batch: RecordOp[]) => {
+      const apply = async (batch: RecordOp[], keys: UpsertKeys) => {
         let run: Row[] = [];
         let deleting = false;
         for (const op of batch) {
           const isDelete = op.op === 'delete';
           if (isDelete !== deleting && run.length > 0) {
-            await (deleting ? remove(run) : upsert(run));
+            await (deleting ? remove(run) : upsert(run, keys));
             run = [];
           }
           deleting = isDelete;
@@ -341,7 +369,7 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
             run.push(row);
           } else run.push(op.record);
         }
-        if (run.length > 0) await (deleting ? remove(run) : upsert(run));
+        if (run.length > 0) await (deleting ? remove(run) : upsert(run, keys));
       };
       // Refused ops are bad records (the transfer's `onBadRecord` decides), never written with a field dropped.
       const { accepted, refused } = refuseUnknownFields(ops, columnSet, options.table);
@@ -350,12 +378,24 @@ export function createPostgresSink(options: PostgresSinkOptions): PipelineSink {
         // not the epoch's transaction with the batches before it that are not committed yet.
         if (accepted.length > 0) {
           await c.query('SAVEPOINT sluice_batch');
-          try {
-            await apply(accepted);
-          } catch (err) {
-            if (!isRecordRefusal(err)) throw err;
-            await c.query('ROLLBACK TO SAVEPOINT sluice_batch');
-            refused.push(...(await applyEach(c, accepted, apply)));
+          let keys: UpsertKeys = 'json';
+          for (;;) {
+            try {
+              await apply(accepted, keys);
+            } catch (err) {
+              // Keys distinct as JSON that are one key to PostgreSQL (1 and "1"): the batch again, PostgreSQL
+              // picking each key's last record — a sort of the batch, so only when it is needed.
+              const again = keys === 'json' && (err as { code?: unknown }).code === CARDINALITY_VIOLATION;
+              if (!again && !isRecordRefusal(err)) throw err;
+              await c.query('ROLLBACK TO SAVEPOINT sluice_batch');
+              if (again) {
+                keys = 'postgres';
+                continue;
+              }
+              const each = keys;
+              refused.push(...(await applyEach(c, accepted, (batch) => apply(batch, each))));
+            }
+            break;
           }
           await c.query('RELEASE SAVEPOINT sluice_batch');
         }

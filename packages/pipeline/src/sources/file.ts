@@ -5,6 +5,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { type FieldType, SourceError } from '@sluice/core';
 import { z } from 'zod';
 import type { BadRecordReport } from '../bad-records.js';
+import { repeatedKey } from '../json-keys.js';
 import { inexactNumber } from '../json-numbers.js';
 import type { RecordOp, Row } from '../ops.js';
 import { ownField, setOwnField } from '../own.js';
@@ -91,6 +92,10 @@ async function openRegularFile(path: string): Promise<FileHandle> {
     throw new SourceError(`Cannot read file ${path}: ${(err as Error).message}`, { cause: err });
   }
 }
+
+/** Why a line (or a CSV record) whose bytes are not UTF-8 is bad. */
+const NOT_UTF8 =
+  'the line is not valid UTF-8 (bytes no character is encoded as: a file in another encoding, such as Latin-1, must be converted to UTF-8 first)';
 
 /** Why a CSV record open from `first` to the end of the file (`last`) is bad. */
 function unclosedQuote(first: Line, last: Line): string {
@@ -282,7 +287,8 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
   ): AsyncGenerator<SourceItem> {
     let position = { ...start };
     let header = position.header;
-    let continued = null as { text: string; first: Line } | null; // a CSV record spanning lines
+    /** A CSV record spanning lines: its text so far, its first line, and its last line read (for its line end). */
+    let continued = null as { text: string; first: Line; last: Line; invalidUtf8: boolean } | null;
     /** The line just before `continued` began, or null when it began where this read did. */
     let beforeContinued: Line | null = null;
     let ops: RecordOp[] = [];
@@ -353,6 +359,10 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
         }
         if (options.format === 'jsonl') {
           if (line.text.trim() === '') continue;
+          if (line.invalidUtf8) {
+            reject(line, NOT_UTF8);
+            continue;
+          }
           let value: unknown;
           try {
             value = JSON.parse(line.text);
@@ -369,11 +379,20 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
             reject(line, inexact);
             continue;
           }
+          const twice = repeatedKey(line.text, value);
+          if (twice !== null) {
+            reject(line, `an object names key ${JSON.stringify(twice)} twice (only one value could be kept)`);
+            continue;
+          }
           read++;
           ops.push({ op: 'upsert', record: value as Row, at: at(line) });
         } else {
-          const text: string = continued ? `${continued.text}\n${line.text}` : line.text;
+          // A line break inside a quoted cell is data: CRLF stays CRLF.
+          const text: string = continued
+            ? `${continued.text}${continued.last.crlf ? '\r\n' : '\n'}${line.text}`
+            : line.text;
           const first: Line = continued?.first ?? line;
+          const invalidUtf8 = (continued?.invalidUtf8 ?? false) || line.invalidUtf8;
           if (text.length > maxLineBytes) {
             continued = null;
             reject(first, `CSV record longer than ${maxLineBytes} bytes`);
@@ -382,10 +401,15 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
           const cells = parseCsvRecord(text);
           if (cells === null) {
             if (continued === null) beforeContinued = previous;
-            continued = { text, first };
+            continued = { text, first, last: line, invalidUtf8 };
             continue;
           }
           continued = null;
+          if (invalidUtf8) {
+            if (header === null) throw new SourceError(`File ${options.path}: the CSV header: ${NOT_UTF8}`);
+            reject(first, NOT_UTF8);
+            continue;
+          }
           if (header === null) {
             header = cells.map((c) => c.trim());
             const twice = repeatedColumn(header);

@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { createReadStream, read } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import { SourceError } from '@sluice/core';
@@ -12,6 +13,13 @@ export interface Line {
   end: number;
   /** The line was longer than the limit; `text` is empty. */
   oversized: boolean;
+  /**
+   * The line's bytes are not UTF-8 (a Latin-1 or Windows-1252 export, a binary file): `text` has U+FFFD in their
+   * place, so it is no faithful copy of the line and must not be read as a record.
+   */
+  invalidUtf8: boolean;
+  /** The line ended with CRLF (its CR is not in `text`); a CSV cell spanning lines keeps it. */
+  crlf: boolean;
 }
 
 /**
@@ -34,6 +42,8 @@ export async function* readLines(
      * The file's size when the read began, for a read that must reach it (a one-time read of the whole file). The
      * file ending before it was cut short (truncated in place) while being read: the lines past the cut are lost,
      * so the read fails rather than end as if the file were whole (and its cut line read as a last line).
+     * The read also stops there: what a writer appends meanwhile is not part of this read (its last line may be
+     * half-written when the read reaches it, and would be read as a whole last line).
      */
     expectedEnd?: number;
   },
@@ -41,6 +51,10 @@ export async function* readLines(
   const stream = createReadStream(path, {
     start: options.start,
     highWaterMark: options.highWaterMark ?? 256 * 1024,
+    // `end` is inclusive. (A read is never started at or past the end it must reach: there is nothing to read.)
+    ...(options.expectedEnd !== undefined && options.expectedEnd > options.start
+      ? { end: options.expectedEnd - 1 }
+      : {}),
     ...(options.file ? borrowed(options.file) : {}),
   });
   let pending: Buffer | null = null; // bytes of an unfinished line
@@ -58,23 +72,22 @@ export async function* readLines(
         if (nl < 0) break;
         const end = position + nl + 1;
         if (skipping) {
-          lines.push({ text: '', number: lineNumber++, start: pendingStart, end, oversized: true });
+          lines.push(oversizedLine(lineNumber++, pendingStart, end));
           skipping = false;
         } else {
-          let text: string;
+          let decoded: Decoded;
           const bytes = (pending?.length ?? 0) + (nl - from);
           if (pending !== null) {
             const whole = Buffer.concat([pending, chunk.subarray(from, nl)]);
-            text = decodeLine(whole, 0, whole.length);
+            decoded = decodeLine(whole, 0, whole.length);
             pending = null;
           } else {
             pendingStart = position + from;
-            text = decodeLine(chunk, from, nl);
+            decoded = decodeLine(chunk, from, nl);
           }
-          if (pendingStart === 0) text = withoutByteOrderMark(text);
-          if (bytes > options.maxLineBytes)
-            lines.push({ text: '', number: lineNumber++, start: pendingStart, end, oversized: true });
-          else lines.push({ text, number: lineNumber++, start: pendingStart, end, oversized: false });
+          if (pendingStart === 0) decoded.text = withoutByteOrderMark(decoded.text);
+          if (bytes > options.maxLineBytes) lines.push(oversizedLine(lineNumber++, pendingStart, end));
+          else lines.push({ ...decoded, number: lineNumber++, start: pendingStart, end, oversized: false });
         }
         from = nl + 1;
         pendingStart = end;
@@ -97,9 +110,12 @@ export async function* readLines(
         { details: { path, expectedBytes: options.expectedEnd, endedAt: position } },
       );
     if (options.includePartialLast && (pending !== null || skipping)) {
-      let text = pending === null ? '' : decodeLine(pending, 0, pending.length);
-      if (pendingStart === 0) text = withoutByteOrderMark(text);
-      yield [{ text, number: lineNumber, start: pendingStart, end: position, oversized: skipping }];
+      if (skipping || pending === null) yield [oversizedLine(lineNumber, pendingStart, position)];
+      else {
+        const decoded = decodeLine(pending, 0, pending.length);
+        if (pendingStart === 0) decoded.text = withoutByteOrderMark(decoded.text);
+        yield [{ ...decoded, number: lineNumber, start: pendingStart, end: position, oversized: false }];
+      }
     }
   } finally {
     stream.destroy();
@@ -128,8 +144,25 @@ function withoutByteOrderMark(text: string): string {
   return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
 }
 
-function decodeLine(buffer: Buffer, from: number, to: number): string {
-  // Tolerate CRLF files.
-  const end = to > from && buffer[to - 1] === 13 ? to - 1 : to;
-  return buffer.toString('utf8', from, end);
+const oversizedLine = (number: number, start: number, end: number): Line => ({
+  text: '',
+  number,
+  start,
+  end,
+  oversized: true,
+  invalidUtf8: false,
+  crlf: false,
+});
+
+type Decoded = Pick<Line, 'text' | 'invalidUtf8' | 'crlf'>;
+
+/**
+ * A line's text, without the CR of a CRLF line end (which it notes). Bytes that are not UTF-8 are noted too:
+ * `toString` would put U+FFFD in their place without a word, and the copy would hold other characters.
+ */
+function decodeLine(buffer: Buffer, from: number, to: number): Decoded {
+  const crlf = to > from && buffer[to - 1] === 13;
+  const end = crlf ? to - 1 : to;
+  const bytes = buffer.subarray(from, end);
+  return { text: bytes.toString('utf8'), invalidUtf8: !isUtf8(bytes), crlf };
 }

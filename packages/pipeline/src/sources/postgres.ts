@@ -3,7 +3,7 @@ import { type FieldType, SourceError } from '@sluice/core';
 import type pg from 'pg';
 import { z } from 'zod';
 import type { RecordOp, Row } from '../ops.js';
-import { setOwnField } from '../own.js';
+import { ownField, setOwnField } from '../own.js';
 import {
   connectPostgres,
   fieldTypeOfPg,
@@ -13,6 +13,7 @@ import {
   quoteTableName,
 } from '../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../types.js';
+import { recordFields } from './postgres-columns.js';
 import { keysetError, keysetProblem } from './postgres-key-check.js';
 
 export const PostgresPositionSchema = z.object({
@@ -49,6 +50,22 @@ export interface PostgresSourceOptions {
    * through this source): stored generated columns, which `pgoutput` does not send, are no fields.
    */
   published?: boolean;
+}
+
+/**
+ * A source `query` as the relation the source's statements select from: `(query) AS sluice_q`. As written the query
+ * may end with `;` (which a subselect cannot hold) or with a `--` comment (which ran on over the `) AS sluice_q` and
+ * everything after it on that line): both were syntax errors of a query that is valid on its own. The trailing `;`s
+ * go, and the closing parenthesis starts a line of its own. A second statement after a `;` stays refused.
+ *
+ * @example
+ * ```ts
+ * querySubselect('SELECT id FROM t; -- all'); // '(SELECT id FROM t; -- all\n) AS sluice_q' (refused: ; mid-query)
+ * querySubselect('SELECT id FROM t -- all;'); // '(SELECT id FROM t -- all\n) AS sluice_q'
+ * ```
+ */
+export function querySubselect(query: string): string {
+  return `(${query.replace(/[\s;]+$/, '')}\n) AS sluice_q`;
 }
 
 /** `details.retryable` for an error that means the connection was lost (a retry resumes from the checkpoint). */
@@ -90,7 +107,7 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
   const pollMs = options.pollMs ?? 1_000;
   const settleMs = options.settleMs ?? 10_000;
   const relation =
-    options.table !== undefined ? quoteTableName(options.table) : `(${options.query}) AS sluice_q`;
+    options.table !== undefined ? quoteTableName(options.table) : querySubselect(options.query ?? '');
   let client: pg.Client | null = null;
   let key: string[] | null = options.key && options.key.length > 0 ? options.key : null;
 
@@ -201,12 +218,13 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
       '__sluice_cursor' in row
         ? `c:${JSON.stringify([String(row.__sluice_cursor), ...keyOfRow(row)])}`
         : `s:${JSON.stringify([position.cursor, ...keyOfRow(row)])}`;
-    const toOps = (rows: Row[]) => {
+    /** The page's rows as upserts of their relation's columns (`appended`: the statement's own columns after `*`). */
+    const toOps = (result: pg.QueryResult<Row>, appended: number) => {
+      const fields = recordFields(options.handle, result.fields, appended);
       const ops: RecordOp[] = [];
-      for (const row of rows) {
+      for (const row of result.rows) {
         const record: Row = {};
-        for (const name of Object.keys(row))
-          if (!name.startsWith('__sluice_')) setOwnField(record, name, row[name]);
+        for (const name of fields) setOwnField(record, name, ownField(row, name));
         ops.push({ op: 'upsert', record, at: { source: options.handle, position: positionOf(row) } });
       }
       return ops;
@@ -231,7 +249,7 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
           lastKey: keyOfRow(rows[rows.length - 1]!),
           read: position.read + rows.length,
         };
-        yield { kind: 'records', ops: toOps(rows), read: rows.length, bad: [], position };
+        yield { kind: 'records', ops: toOps(result, keys.length), read: rows.length, bad: [], position };
       }
       if (rows.length < limit) {
         position = cursorCol
@@ -289,7 +307,13 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
           high = from;
           // The checkpoint is the settled position: a resume re-reads the window, never skips it.
           position = { ...position, ...settled, read: position.read + rows.length };
-          yield { kind: 'records', ops: toOps(rows), read: rows.length, bad: [], position };
+          yield {
+            kind: 'records',
+            ops: toOps(result, keys.length + 1),
+            read: rows.length,
+            bad: [],
+            position,
+          };
         }
         if (rows.length < limit) break;
       }
@@ -328,6 +352,7 @@ export function createPostgresSource(options: PostgresSourceOptions): PipelineSo
             )
           : new Set<string>();
       const fields: Record<string, FieldType> = {};
+      recordFields(options.handle, result.fields, 0);
       for (const field of result.fields)
         if (!generated.has(field.name)) setOwnField(fields, field.name, fieldTypeOfPg(field.dataTypeID));
       return fields;
