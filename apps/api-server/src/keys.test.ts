@@ -41,6 +41,40 @@ describe('key segments', () => {
     );
   });
 
+  it('takes a numeric key in its canonical spelling only (String(value), what the client sends), naming it', () => {
+    for (const [text, type, canonical] of [
+      ['01', 'integer', '1'],
+      ['-0', 'integer', '0'],
+      ['+5', 'integer', '5'],
+      ['-007', 'integer', '-7'],
+      ['2.50', 'number', '2.5'],
+      ['2.5e0', 'number', '2.5'],
+      ['%202.5', 'number', '2.5'],
+      ['0x10', 'number', '16'],
+      ['-0', 'number', '0'],
+      ['1e21', 'number', '1e+21'],
+      ['.5', 'number', '0.5'],
+    ] as const)
+      expect(
+        failure(() => parseKeySegment(text, single(type))),
+        `${type} ${text}`,
+      ).toEqual({
+        code: 'VALIDATION_FAILED',
+        errors: [
+          {
+            path: 'key',
+            message: `"${decodeURIComponent(text)}" is not the canonical spelling of the key: write it as "${canonical}"`,
+          },
+        ],
+      });
+    expect(parseKeySegment('0', single('integer'))).toEqual([0]);
+    expect(parseKeySegment('-0.5', single('number'))).toEqual([-0.5]);
+    expect(parseKeySegment('1e%2B21', single('number'))).toEqual([1e21]);
+    expect(failure(() => parseKeySegment('eu,01,true', composite)).errors).toEqual([
+      { path: 'key.id', message: '"01" is not the canonical spelling of the key: write it as "1"' },
+    ]);
+  });
+
   it('rejects values that cannot have the key type with a typed error naming the path', () => {
     expect(failure(() => parseKeySegment('abc', single('integer')))).toEqual({
       code: 'VALIDATION_FAILED',

@@ -15,19 +15,37 @@ function decode(raw: string, path: string): string {
   }
 }
 
-/** Converts one decoded key component to the primary key field's declared type. */
+/**
+ * `value` when `text` is its canonical spelling (`String(value)`, what `@sluice/client`'s `keySegment` sends);
+ * otherwise a refusal naming the spelling to use. One record, one URL: `01`, `+1`, `1.0` or `-0` answered as record 1
+ * (or 0) would let an HTTP cache hold one record under several URLs, each going stale on its own.
+ */
+function canonicalNumber(text: string, value: number, path: string): number {
+  const canonical = String(value);
+  if (text !== canonical)
+    throw bad(
+      `"${text.slice(0, 64)}" is not the canonical spelling of the key: write it as "${canonical}"`,
+      path,
+    );
+  return value;
+}
+
+/**
+ * Converts one decoded key component to the primary key field's declared type. Numbers are taken in their
+ * canonical spelling only (see `canonicalNumber`); a timestamp in any ISO 8601 spelling or as epoch milliseconds.
+ */
 export function convertKeyComponent(text: string, type: string | undefined, path = 'key'): unknown {
   switch (type) {
     case 'integer': {
-      if (!/^-?\d{1,16}$/.test(text)) throw bad(`"${text.slice(0, 64)}" is not an integer`, path);
+      if (!/^[-+]?\d{1,16}$/.test(text)) throw bad(`"${text.slice(0, 64)}" is not an integer`, path);
       const value = Number(text);
       if (!Number.isSafeInteger(value)) throw bad(`"${text.slice(0, 64)}" is out of range`, path);
-      return value;
+      return canonicalNumber(text, value, path);
     }
     case 'number': {
       const value = text.trim() === '' ? Number.NaN : Number(text);
       if (!Number.isFinite(value)) throw bad(`"${text.slice(0, 64)}" is not a number`, path);
-      return value;
+      return canonicalNumber(text, value, path);
     }
     case 'boolean':
       if (text === 'true') return true;

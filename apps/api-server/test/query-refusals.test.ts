@@ -81,4 +81,31 @@ describe('query refusals', () => {
     expect(expired.status).toBe(410);
     expect(expired.json.code).toBe('CURSOR_EXPIRED');
   });
+
+  it('defect: "$limit": 0 answered {"records":[],"next":null} although records match — now 400 INVALID_QUERY at $limit', async () => {
+    // An empty page with no cursor reads as "no such records"; a cursor after no records would page forever.
+    for (const text of [
+      '{"$limit":0}',
+      '{"$limit":0,"$filter":{"id":{"$gte":1}}}',
+      '{"$limit":0,"$order_by":{"value":"asc"}}',
+    ]) {
+      const answer = await post('query', text);
+      expect(answer.status, text).toBe(400);
+      expect(answer.json.code).toBe('INVALID_QUERY');
+      expect(pathsOf(answer.json)).toEqual(['$limit']);
+      expect(answer.json.detail).toContain('at least 1');
+    }
+    // The records are there: one per page is the smallest page.
+    const one = await post('query', '{"$limit":1,"$order_by":{"id":"asc"}}');
+    expect(one.status).toBe(200);
+    expect((one.json.records as Array<{ id: number }>).map((r) => r.id)).toEqual([1]);
+    expect(typeof one.json.next).toBe('string');
+    // The OpenAPI document says so too, so a generated client knows the bound.
+    const doc = (await (await fetch(`${server.url}/docs/json`)).json()) as {
+      paths: Record<string, { post: { requestBody: { content: Record<string, { schema: unknown }> } } }>;
+    };
+    const body = doc.paths['/v1/endpoints/{name}/query']!.post.requestBody.content['application/json']!
+      .schema as { properties: Record<string, { minimum?: number; maximum?: number }> };
+    expect(body.properties.$limit).toMatchObject({ minimum: 1, maximum: 1000 });
+  });
 });

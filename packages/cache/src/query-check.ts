@@ -193,8 +193,9 @@ export function checkQuery(
     seen.add(field);
   }
   const limit = input.limit ?? limits.defaultLimit;
-  if (!Number.isInteger(limit) || limit < 0 || limit > limits.maxLimit)
-    issues.push({ path: '$limit', message: `must be an integer from 0 to ${limits.maxLimit}` });
+  // From 1, as the wire schema says: an empty page with `next: null` would read as "no such records".
+  if (!Number.isInteger(limit) || limit < 1 || limit > limits.maxLimit)
+    issues.push({ path: '$limit', message: `must be an integer from 1 to ${limits.maxLimit}` });
   const skip = input.skip ?? 0;
   if (!Number.isInteger(skip) || skip < 0 || skip > DEFAULT_QUERY_LIMITS.maxSkip)
     issues.push({ path: '$skip', message: `must be an integer from 0 to ${DEFAULT_QUERY_LIMITS.maxSkip}` });

@@ -1,6 +1,7 @@
 import type { CacheSchema, PipelineCheckpoint } from '@sluice/core';
 import { ControlClient } from './control.js';
 import { EndpointClient } from './endpoint.js';
+import { ClientErrorCode, SluiceClientError } from './errors.js';
 import { DEFAULT_TIMEOUT_MS, type HttpTarget, requestJson, type TokenSource } from './http.js';
 import { TransfersClient } from './transfers.js';
 
@@ -12,7 +13,8 @@ export interface ClientOptions {
   /**
    * Bearer token for both APIs (`controlToken` / `queryToken` override it per API): a string, or a function asked
    * before each request and each stream connection (tokens that expire: a change feed continues with the renewed
-   * one, resuming from its last event).
+   * one, resuming from its last event). An empty string is refused (`INVALID_TOKEN`): leave the option out (or
+   * return `undefined`) to send no token.
    */
   token?: TokenSource | undefined;
   controlToken?: TokenSource | undefined;
@@ -94,6 +96,18 @@ function target(
 }
 
 /**
+ * Refuses a token option given as `''`: `??` would keep it over `token`, and it would send requests with no
+ * credentials — silently unauthenticated against a server without auth. Leaving the option out is how to say "none".
+ */
+function refuseEmptyToken(options: ClientOptions, option: 'token' | 'queryToken' | 'controlToken'): void {
+  if (options[option] === '')
+    throw new SluiceClientError(
+      ClientErrorCode.INVALID_TOKEN,
+      `createClient: ${option} is an empty string, which would send requests with no token; give the token, or leave ${option} out`,
+    );
+}
+
+/**
  * Creates a client. Runs in Node 20+ and browsers (fetch and web streams only). `E` (optional) maps endpoint names
  * to their record types — generate it from the serving schemas with `sluice-client types` — so
  * `client.endpoint('items')` is typed without naming the type at each call.
@@ -117,6 +131,7 @@ export function createClient<E extends EndpointTypes = NoEndpointTypes>(
     throw new RangeError(
       `createClient: timeoutMs must be a number of ms ≥ 0 (0 = no limit), got ${timeoutMs}`,
     );
+  for (const option of ['token', 'queryToken', 'controlToken'] as const) refuseEmptyToken(options, option);
   const query = target(options.queryUrl, 'queryUrl', options.queryToken ?? options.token, f, timeoutMs);
   const control = target(
     options.controlUrl,

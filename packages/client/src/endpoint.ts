@@ -164,7 +164,16 @@ export class EndpointClient<Row extends object = Record<string, unknown>> {
     }
   }
 
-  /** One page of a query (with `minPosition`, as of at least that position). */
+  /**
+   * One page of a query (with `minPosition`, as of at least that position). `$limit` is 1 to the server's
+   * `query.maxLimit`; `0` is refused (`INVALID_QUERY` at `$limit`): use {@link EndpointClient.count} to count.
+   *
+   * @example
+   * ```ts
+   * const page = await cities.query({ $filter: { country: 'NO' }, $order_by: { name: 'asc' }, $limit: 50 });
+   * if (page.next !== null) await cities.query({ $filter: { country: 'NO' }, $order_by: { name: 'asc' }, $after: page.next });
+   * ```
+   */
   async query(query: WireQuery = {}, options: ReadOptions = {}): Promise<Page<Row>> {
     return readFresh(options, async (extra) => {
       const { body, headers } = await requestJson<{ records: Row[]; next: string | null }>(

@@ -8,6 +8,11 @@ export const ClientErrorCode = {
   TIMEOUT: 'TIMEOUT',
   /** The server answered something that is not what the API promises. */
   BAD_RESPONSE: 'BAD_RESPONSE',
+  /**
+   * A token option, or what a token function returned, is an empty string: sent, the request would carry no
+   * credentials at all (`undefined` is how to say "no token").
+   */
+  INVALID_TOKEN: 'INVALID_TOKEN',
 } as const;
 export type ClientErrorCode = (typeof ClientErrorCode)[keyof typeof ClientErrorCode];
 
@@ -24,7 +29,7 @@ export interface ProblemBody {
 
 /**
  * Every failure of the client: the server's stable `code` (from its problem-details body) and HTTP `status`, or
- * a client code (`NETWORK_ERROR`, `TIMEOUT`, `BAD_RESPONSE`) with status 0.
+ * a client code (`NETWORK_ERROR`, `TIMEOUT`, `BAD_RESPONSE`, `INVALID_TOKEN`) with status 0.
  *
  * @example
  * ```ts

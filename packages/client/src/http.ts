@@ -3,7 +3,7 @@ import { ClientErrorCode, type ProblemBody, SluiceClientError } from './errors.j
 /**
  * A bearer token: the token itself, or a function asked for it before each request and each (re)connection of a
  * stream — so a client whose tokens expire (a change feed is ended when its token does) goes on with renewed ones.
- * `undefined` sends no `authorization` header.
+ * `undefined` sends no `authorization` header; an empty string is refused (`INVALID_TOKEN`), never sent as none.
  *
  * @example
  * ```ts
@@ -43,7 +43,13 @@ export async function headersFor(
   extra: Record<string, string> = {},
 ): Promise<Record<string, string>> {
   const token = typeof target.token === 'function' ? await target.token() : target.token;
-  return { ...(token ? { authorization: `Bearer ${token}` } : {}), ...extra };
+  // createClient refuses an empty string given as the token; one a function returns is refused here, per request.
+  if (token === '')
+    throw new SluiceClientError(
+      ClientErrorCode.INVALID_TOKEN,
+      'The token function returned an empty string, which would send the request with no token; return the token, or undefined to send none',
+    );
+  return { ...(token === undefined ? {} : { authorization: `Bearer ${token}` }), ...extra };
 }
 
 /** Turns a non-2xx answer into a typed error with the server's `code`. */

@@ -132,6 +132,27 @@ describe('@sluice/client against real servers (Node)', () => {
     expect(down).toMatchObject({ code: 'NETWORK_ERROR', status: 0 });
   });
 
+  it('defect: scan({ $limit: 0 }) ended at once with no records although every record matched — now INVALID_QUERY at $limit', async () => {
+    await using dir = await tempDir();
+    await using writer = await startWriter(
+      join(dir.path, 'data'),
+      range(1, 3).map((id) => item(id)),
+    );
+    await using api = await startApi(dir.path, writer.root);
+    const items = createClient({ queryUrl: api.url }).endpoint<Item>('items');
+    const scanned: number[] = [];
+    const walked = await (async () => {
+      for await (const row of items.scan({ $limit: 0 })) scanned.push(row.id);
+    })().catch((e: unknown) => e);
+    expect(scanned).toEqual([]);
+    expect(walked).toBeInstanceOf(SluiceClientError);
+    expect(walked).toMatchObject({ code: 'INVALID_QUERY', status: 400 });
+    expect((walked as SluiceClientError).errors.map((e) => e.path)).toEqual(['$limit']);
+    const page = await items.query({ $limit: 0 }).catch((e: unknown) => e);
+    expect(page).toMatchObject({ code: 'INVALID_QUERY', status: 400 });
+    expect(await items.count()).toBe(3);
+  });
+
   it('defect: a server that cannot be reached was "NETWORK_ERROR: POST /v1/endpoints/items/count: fetch failed", naming neither the server nor why', async () => {
     const url = `http://127.0.0.1:${await freePort()}`;
     const down = await createClient({ queryUrl: url })

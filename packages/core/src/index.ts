@@ -303,6 +303,7 @@ export {
   type Filter,
   filterSchema,
   isQueryableFieldName,
+  LIMIT_AT_LEAST_ONE,
   parseCountQuery,
   parseFilter,
   parseQuery,

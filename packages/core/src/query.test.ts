@@ -10,6 +10,7 @@ import {
   DEFAULT_QUERY_LIMITS,
   type Filter,
   filterSchema,
+  LIMIT_AT_LEAST_ONE,
   parseCountQuery,
   parseFilter,
   parseQuery,
@@ -82,12 +83,14 @@ describe('parseQuery: valid queries', () => {
   });
 
   it('takes a cursor, limits at their bounds, and every comparison operator', () => {
-    expect(parseQuery({ $after: 'opaque-cursor', $limit: 0 })).toMatchObject({
+    expect(parseQuery({ $after: 'opaque-cursor', $limit: 1 })).toMatchObject({
       after: 'opaque-cursor',
-      limit: 0,
+      limit: 1,
       skip: 0,
     });
     expect(parseQuery({ $limit: 1000, $skip: 100_000 })).toMatchObject({ limit: 1000, skip: 100_000 });
+    // An empty page could not say whether records follow: 0 is refused, naming the count route.
+    expect(queryIssues({ $limit: 0 })).toEqual([{ path: '$limit', message: LIMIT_AT_LEAST_ONE }]);
     const filter = Object.fromEntries(
       COMPARISON_OPERATORS.map((op, i) => [`f${i}`, { [op]: op === '$in' ? [1, 'a', true, null] : 1 }]),
     );

@@ -184,6 +184,9 @@ export function filterSchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS): z.ZodT
   return build(0);
 }
 
+/** Why `$limit: 0` is refused: the smallest page is one record, and a count is what counts. */
+export const LIMIT_AT_LEAST_ONE = 'must be at least 1 (count the matching records with POST /count)';
+
 /** The zod schema of a wire query (`$filter`, `$order_by`, `$limit`, `$skip` | `$after`). */
 export function querySchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS) {
   return z
@@ -195,7 +198,14 @@ export function querySchema(limits: QueryLimits = DEFAULT_QUERY_LIMITS) {
           .refine((o) => Object.keys(o).length <= 8, { message: 'at most 8 sort fields' }),
         'reserved field name',
       ).optional(),
-      $limit: z.number().int().min(0).max(limits.maxLimit, `must be at most ${limits.maxLimit}`).optional(),
+      // At least 1: an empty page answers nothing a count does not, and it cannot both say "more records
+      // follow" (a cursor after no records pages forever) and be true when it says "none" (`next: null`).
+      $limit: z
+        .number()
+        .int()
+        .min(1, LIMIT_AT_LEAST_ONE)
+        .max(limits.maxLimit, `must be at most ${limits.maxLimit}`)
+        .optional(),
       $skip: z.number().int().min(0).max(limits.maxSkip, `must be at most ${limits.maxSkip}`).optional(),
       $after: z.string().min(1).max(4096).optional(),
     })

@@ -13,7 +13,7 @@ function nested(levels: number): Filter {
 /** Well-formed queries: the fast path must take them, with the schema's result. */
 const VALID: unknown[] = [
   {},
-  { $limit: 0 },
+  { $limit: 1 },
   { $limit: 100, $skip: 10 },
   { $after: 'c' },
   { $filter: {} },
@@ -32,6 +32,7 @@ const REFUSED: unknown[] = [
   [],
   'query',
   { $limit: 101 },
+  { $limit: 0 },
   { $limit: -1 },
   { $limit: 1.5 },
   { $skip: 11 },

@@ -153,7 +153,7 @@ export function shapedWireQuery(input: unknown, limits: QueryLimits): ShapedWire
       if (direction !== 'asc' && direction !== 'desc') return null;
     }
   }
-  if ($limit !== undefined && !isBoundedInteger($limit, limits.maxLimit)) return null;
+  if ($limit !== undefined && (!isBoundedInteger($limit, limits.maxLimit) || $limit === 0)) return null;
   if ($skip !== undefined && !isBoundedInteger($skip, limits.maxSkip)) return null;
   if ($after !== undefined && (typeof $after !== 'string' || $after.length < 1 || $after.length > MAX_CURSOR))
     return null;

@@ -26,10 +26,23 @@ describe('parseBearer', () => {
       'Bearertoken',
       'Bearer two tokens',
       'Bearer tök',
-      `Bearer ${'a'.repeat(MAX_BEARER_LENGTH + 1)}`,
     ])
       expect(refusal(header), header).toBe(malformed);
     expect(refusal(['Bearer a', 'Bearer b'])).toBe(malformed);
+  });
+
+  it('defect: a token over MAX_BEARER_LENGTH was refused as malformed ("must be "Bearer <token>"") — now said to be too long, with the limit', () => {
+    const length = MAX_BEARER_LENGTH + 1;
+    for (const header of [`Bearer ${'a'.repeat(length)}`, `  bearer \t${'a'.repeat(length)}  `]) {
+      const err = expectSluiceError(() => parseBearer(header), 'UNAUTHORIZED', 'over-long token');
+      expect(err.message).toBe(
+        `The bearer token is too long: ${length} characters, at most ${MAX_BEARER_LENGTH} are accepted`,
+      );
+      expect(err.details).toEqual({ reason: 'too-long', maxLength: MAX_BEARER_LENGTH, length });
+    }
+    // Length is judged only for a header of the right form: another scheme is still "must be Bearer".
+    expect(refusal(`Basic ${'a'.repeat(length)}`)).toBe('The Authorization header must be "Bearer <token>"');
+    expect(refusal(`Bearer ${'ö'.repeat(length)}`)).toBe('The Authorization header must be "Bearer <token>"');
   });
 });
 

@@ -5,18 +5,20 @@ import { ErrorCode, SluiceError, UnauthorizedError } from '@sluice/core';
  *
  * @example
  * ```ts
- * parseBearer(`Bearer ${'a'.repeat(MAX_BEARER_LENGTH + 1)}`); // throws UNAUTHORIZED
+ * parseBearer(`Bearer ${'a'.repeat(MAX_BEARER_LENGTH + 1)}`); // throws UNAUTHORIZED "The bearer token is too long: …"
  * ```
  */
 export const MAX_BEARER_LENGTH = 8192;
 
 // Visible ASCII only: a header is read as latin-1, so no other character could match a configured token anyway.
-const BEARER = new RegExp(`^Bearer[ \\t]+([\\x21-\\x7E]{1,${MAX_BEARER_LENGTH}})$`, 'i');
+// The length is checked after the form, so an over-long token is refused as too long, not as malformed.
+const BEARER = /^Bearer[ \t]+([\x21-\x7E]+)$/i;
 
 /**
  * Reads the token of an `Authorization: Bearer <token>` header (RFC 6750). A missing header is `UNAUTHORIZED`
- * ("A valid bearer token is required"); any other scheme, a repeated header, an empty, over-long or non-ASCII
- * token is `UNAUTHORIZED` saying the expected form. Surrounding whitespace is ignored; checking the token is the
+ * ("A valid bearer token is required"); any other scheme, a repeated header, an empty or non-ASCII token is
+ * `UNAUTHORIZED` saying the expected form; a token over {@link MAX_BEARER_LENGTH} characters is `UNAUTHORIZED` saying
+ * it is too long, with the limit (`details: { reason: 'too-long', maxLength, length }`). Surrounding whitespace is ignored; checking the token is the
  * caller's job.
  *
  * @example
@@ -28,7 +30,18 @@ export function parseBearer(header: string | string[] | undefined): string {
   if (header === undefined || header === '') throw new UnauthorizedError();
   const match = typeof header === 'string' ? BEARER.exec(header.trim()) : null;
   if (!match) throw new UnauthorizedError('The Authorization header must be "Bearer <token>"');
-  return match[1]!;
+  const token = match[1]!;
+  if (token.length > MAX_BEARER_LENGTH) throw tooLongTokenError(token.length);
+  return token;
+}
+
+/** The 401 of a token over {@link MAX_BEARER_LENGTH}: it names the limit, so the caller knows what to change. */
+function tooLongTokenError(length: number): SluiceError {
+  return new SluiceError({
+    code: ErrorCode.UNAUTHORIZED,
+    message: `The bearer token is too long: ${length} characters, at most ${MAX_BEARER_LENGTH} are accepted`,
+    details: { reason: 'too-long', maxLength: MAX_BEARER_LENGTH, length },
+  });
 }
 
 /**
