@@ -22,12 +22,6 @@ const endpointOf = (name: string, table: string): EndpointConfig =>
     indexes: [],
   }) as EndpointConfig;
 
-/** The slot names of this database's slots, sorted. */
-const slotNames = async (url: string): Promise<string[]> =>
-  (await sql<{ slot_name: string }>(url, 'SELECT slot_name FROM pg_replication_slots ORDER BY 1')).map(
-    (r) => r.slot_name,
-  );
-
 describe('replication: table names', () => {
   it('mirrors tables whose names need quoting: a schema, mixed case, a reserved word, 63 characters', {
     timeout: 120_000,
