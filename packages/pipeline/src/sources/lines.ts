@@ -67,6 +67,11 @@ export async function* readLines(
       if (options.signal.aborted) return;
       const lines: Line[] = [];
       let from = 0;
+      // The lines wholly inside this chunk (from its first newline to its last) are UTF-8 when that whole range is:
+      // one check per chunk, not one per line (a newline byte is never inside a multi-byte character). Only when it
+      // is not is each line checked on its own.
+      const firstNl = chunk.indexOf(10);
+      const inChunkUtf8 = firstNl >= 0 && isUtf8(chunk.subarray(firstNl + 1, chunk.lastIndexOf(10)));
       for (;;) {
         const nl = chunk.indexOf(10, from);
         if (nl < 0) break;
@@ -79,15 +84,24 @@ export async function* readLines(
           const bytes = (pending?.length ?? 0) + (nl - from);
           if (pending !== null) {
             const whole = Buffer.concat([pending, chunk.subarray(from, nl)]);
-            decoded = decodeLine(whole, 0, whole.length);
+            decoded = decodeLine(whole, 0, whole.length, false);
             pending = null;
           } else {
             pendingStart = position + from;
-            decoded = decodeLine(chunk, from, nl);
+            decoded = decodeLine(chunk, from, nl, inChunkUtf8 && from > firstNl);
           }
           if (pendingStart === 0) decoded.text = withoutByteOrderMark(decoded.text);
           if (bytes > options.maxLineBytes) lines.push(oversizedLine(lineNumber++, pendingStart, end));
-          else lines.push({ ...decoded, number: lineNumber++, start: pendingStart, end, oversized: false });
+          else
+            lines.push({
+              text: decoded.text,
+              number: lineNumber++,
+              start: pendingStart,
+              end,
+              oversized: false,
+              invalidUtf8: decoded.invalidUtf8,
+              crlf: decoded.crlf,
+            });
         }
         from = nl + 1;
         pendingStart = end;
@@ -112,7 +126,7 @@ export async function* readLines(
     if (options.includePartialLast && (pending !== null || skipping)) {
       if (skipping || pending === null) yield [oversizedLine(lineNumber, pendingStart, position)];
       else {
-        const decoded = decodeLine(pending, 0, pending.length);
+        const decoded = decodeLine(pending, 0, pending.length, false);
         if (pendingStart === 0) decoded.text = withoutByteOrderMark(decoded.text);
         yield [{ ...decoded, number: lineNumber, start: pendingStart, end: position, oversized: false }];
       }
@@ -158,11 +172,15 @@ type Decoded = Pick<Line, 'text' | 'invalidUtf8' | 'crlf'>;
 
 /**
  * A line's text, without the CR of a CRLF line end (which it notes). Bytes that are not UTF-8 are noted too:
- * `toString` would put U+FFFD in their place without a word, and the copy would hold other characters.
+ * `toString` would put U+FFFD in their place without a word, and the copy would hold other characters. `utf8`: the
+ * caller already knows the bytes are UTF-8 (its chunk was checked whole).
  */
-function decodeLine(buffer: Buffer, from: number, to: number): Decoded {
+function decodeLine(buffer: Buffer, from: number, to: number, utf8: boolean): Decoded {
   const crlf = to > from && buffer[to - 1] === 13;
   const end = crlf ? to - 1 : to;
-  const bytes = buffer.subarray(from, end);
-  return { text: bytes.toString('utf8'), invalidUtf8: !isUtf8(bytes), crlf };
+  return {
+    text: buffer.toString('utf8', from, end),
+    invalidUtf8: !utf8 && !isUtf8(buffer.subarray(from, end)),
+    crlf,
+  };
 }
