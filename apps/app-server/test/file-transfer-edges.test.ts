@@ -43,6 +43,27 @@ async function finalRecord(node: NodeProcess, id: string) {
   );
 }
 
+/**
+ * Copies `source` to JSON Lines in `dir` twice: skipping bad records (`<id>`, into `out.jsonl`) and failing at the
+ * first (`<id>-fail`, into `out-fail.jsonl`). Both final records.
+ */
+async function copySkippingThenFailing(
+  node: NodeProcess,
+  dir: string,
+  id: string,
+  source: { path: string; format: Format },
+) {
+  const done = await transfer(node, id, source, { path: join(dir, 'out.jsonl'), format: 'jsonl' });
+  const failed = await transfer(
+    node,
+    `${id}-fail`,
+    source,
+    { path: join(dir, 'out-fail.jsonl'), format: 'jsonl' },
+    { onBadRecord: 'fail' },
+  );
+  return { done, failed };
+}
+
 const outcome = (record: {
   state: string;
   result: { recordsRead: number; recordsWritten: number; badRecords: number } | null;
@@ -88,22 +109,13 @@ describe('file transfers at the edges of what a file may hold', { timeout: 180_0
       Buffer.concat([Buffer.from('{"id":1,"name":"caf'), Buffer.from([0xe9]), Buffer.from('"}\n{"id":2}\n')]),
     );
 
-    const skipped = await transfer(
-      node,
-      'utf8-skip',
-      { path: source, format: 'jsonl' },
-      { path: join(dir.path, 'out.jsonl'), format: 'jsonl' },
-    );
+    const { done: skipped, failed } = await copySkippingThenFailing(node, dir.path, 'utf8-skip', {
+      path: source,
+      format: 'jsonl',
+    });
     expect(outcome(skipped)).toEqual({ state: 'COMPLETED', read: 2, written: 1, bad: 1, error: undefined });
     expect(await readFile(join(dir.path, 'out.jsonl'), 'utf8')).toBe('{"id":2}\n');
 
-    const failed = await transfer(
-      node,
-      'utf8-fail',
-      { path: source, format: 'jsonl' },
-      { path: join(dir.path, 'out-fail.jsonl'), format: 'jsonl' },
-      { onBadRecord: 'fail' },
-    );
     expect(outcome(failed)).toMatchObject({ state: 'FAILED', error: 'BAD_RECORD' });
     expect(failed.error.message).toMatch(/at line 1, offset 0: .*not valid UTF-8/);
   });
@@ -121,24 +133,15 @@ describe('file transfers at the edges of what a file may hold', { timeout: 180_0
       ]),
     );
 
-    const done = await transfer(
-      node,
-      'utf8-csv',
-      { path: source, format: 'csv' },
-      { path: join(dir.path, 'out.jsonl'), format: 'jsonl' },
-    );
+    const { done, failed } = await copySkippingThenFailing(node, dir.path, 'utf8-csv', {
+      path: source,
+      format: 'csv',
+    });
     expect(outcome(done)).toEqual({ state: 'COMPLETED', read: 3, written: 2, bad: 1, error: undefined });
     expect(await readFile(join(dir.path, 'out.jsonl'), 'utf8')).toBe(
       '{"id":"1","name":"ok"}\n{"id":"3","name":"fine"}\n',
     );
     // The bad record is reported at the line its record starts on (line 3, after the header and row 1).
-    const failed = await transfer(
-      node,
-      'utf8-csv-fail',
-      { path: source, format: 'csv' },
-      { path: join(dir.path, 'out-fail.jsonl'), format: 'jsonl' },
-      { onBadRecord: 'fail' },
-    );
     expect(failed.error.message).toMatch(/at line 3, offset 15: .*not valid UTF-8/);
   });
 
@@ -182,25 +185,16 @@ describe('file transfers at the edges of what a file may hold', { timeout: 180_0
       ].join('\n'),
     );
 
-    const done = await transfer(
-      node,
-      'dup-keys',
-      { path: source, format: 'jsonl' },
-      { path: join(dir.path, 'out.jsonl'), format: 'jsonl' },
-    );
+    const { done, failed } = await copySkippingThenFailing(node, dir.path, 'dup-keys', {
+      path: source,
+      format: 'jsonl',
+    });
     expect(outcome(done)).toEqual({ state: 'COMPLETED', read: 4, written: 2, bad: 2, error: undefined });
     expect(await readFile(join(dir.path, 'out.jsonl'), 'utf8')).toBe(
       '{"id":3,"a":{"a":{"a":"x:y"}},"list":[{"k":1},{"k":2}],"ab":1,"ab2":"\\":"}\n' +
         '{"id":4,"__proto__":{"x":1},"constructor":2}\n',
     );
 
-    const failed = await transfer(
-      node,
-      'dup-keys-fail',
-      { path: source, format: 'jsonl' },
-      { path: join(dir.path, 'out-fail.jsonl'), format: 'jsonl' },
-      { onBadRecord: 'fail' },
-    );
     expect(failed.error.message).toMatch(/at line 1, offset 0: .*key "a" twice/);
   });
 
@@ -221,22 +215,13 @@ describe('file transfers at the edges of what a file may hold', { timeout: 180_0
       ].join('\n'),
     );
 
-    const done = await transfer(
-      node,
-      'numbers',
-      { path: source, format: 'jsonl' },
-      { path: join(dir.path, 'out.jsonl'), format: 'jsonl' },
-    );
+    const { done, failed } = await copySkippingThenFailing(node, dir.path, 'numbers', {
+      path: source,
+      format: 'jsonl',
+    });
     expect(outcome(done)).toEqual({ state: 'COMPLETED', read: 4, written: 2, bad: 2, error: undefined });
     expect(await readFile(join(dir.path, 'out.jsonl'), 'utf8')).toBe(
       '{"id":3,"v":0.3,"w":0.1}\n{"id":4,"v":0.1,"w":1,"x":100,"y":0.30000000000000004,"z":123456789012345.6,"big":9007199254740992}\n',
-    );
-    const failed = await transfer(
-      node,
-      'numbers-fail',
-      { path: source, format: 'jsonl' },
-      { path: join(dir.path, 'out-fail.jsonl'), format: 'jsonl' },
-      { onBadRecord: 'fail' },
     );
     expect(failed.error.message).toMatch(
       /at line 1, offset 0: number 12345678901234567\.5 cannot be held exactly/,

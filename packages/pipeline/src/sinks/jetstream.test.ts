@@ -2,7 +2,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import type { SluiceError, TransferRequest } from '@sluice/core';
+import type { CheckpointPort, SluiceError, TransferRequest } from '@sluice/core';
 import { type NatsServerHandle, startNatsServer, tempDir, waitFor } from '@sluice/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { memoryCheckpointPort } from '../../test/helpers.js';
@@ -20,12 +20,13 @@ describe('JetStream sink dedupe ids name the source position, not the key', () =
     await nats?.[Symbol.asyncDispose]();
   });
 
-  /** Runs a JSONL → JetStream transfer of `lines` that must fail; its error. */
+  /** Runs a JSONL → JetStream transfer of `lines` that must fail (through `checkpoint`, when given); its error. */
   async function failedJetStreamTransfer(
     dir: string,
     id: string,
     lines: string[],
     destination: { stream: string; subject: string },
+    checkpoint: CheckpointPort = memoryCheckpointPort(),
   ): Promise<SluiceError | null> {
     const src = join(dir, `${id}.jsonl`);
     await writeFile(src, `${lines.join('\n')}\n`);
@@ -38,7 +39,7 @@ describe('JetStream sink dedupe ids name the source position, not the key', () =
       options: { onBadRecord: 'fail' },
     };
     return runTransfer(request, {
-      checkpoint: memoryCheckpointPort(),
+      checkpoint,
       connections: {},
       nats: nats.url,
       signal: new AbortController().signal,
@@ -114,27 +115,15 @@ describe('JetStream sink dedupe ids name the source position, not the key', () =
     const jsm = await jetstreamManager(nc);
     await jsm.streams.add({ name: 'FENCED', subjects: ['fenced.>'], duplicate_window: 120_000_000_000 });
     await using dir = await tempDir();
-    const src = join(dir.path, 'in.jsonl');
-    await writeFile(src, Array.from({ length: 100 }, (_, id) => `${JSON.stringify({ id })}\n`).join(''));
-    const request: TransferRequest = {
-      id: 'js-fenced',
-      mode: 'idempotent',
-      source: { type: 'file', path: src, format: 'jsonl' },
-      destination: { type: 'jetstream', stream: 'FENCED', subject: 'fenced.items' },
-      properties: {},
-      options: { onBadRecord: 'skip' },
-    };
     // One batch of 100 records (one commit at the end); the owner may write 30 of them, then its lease is gone.
     let asked = 0;
     const checkpoint = Object.assign(memoryCheckpointPort({ epoch: 3 }), { mayWrite: () => ++asked <= 30 });
-    const failed = await runTransfer(request, {
+    const failed = await failedJetStreamTransfer(
+      dir.path,
+      'js-fenced',
+      Array.from({ length: 100 }, (_, id) => JSON.stringify({ id })),
+      { stream: 'FENCED', subject: 'fenced.items' },
       checkpoint,
-      connections: {},
-      nats: nats.url,
-      signal: new AbortController().signal,
-    }).then(
-      () => null,
-      (e: unknown) => e as SluiceError,
     );
     expect(failed?.code).toBe('STALE_EPOCH');
     expect(failed?.details).toMatchObject({ expectedEpoch: 3, sink: 'js-fenced.sink' });
