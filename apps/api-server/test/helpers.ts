@@ -52,11 +52,17 @@ export async function writeConfig(
 /**
  * Writes the sluice.yaml of the e2e tests' app-server into `dir`: node `h1` on `appPort`, a SQLite store, NATS at
  * `natsUrl`, and the one endpoint `items` materialized from the JSONL file `source`; `extra` sections are added or
- * replace the defaults (e.g. `cache`, `api`). Returns its path.
+ * replace the defaults (e.g. `cache`, `api`), `endpoint` keys are added to `items` (e.g. `switch`). Returns its path.
  */
 export function writeItemsConfig(
   dir: string,
-  options: { appPort: number; natsUrl: string; source: string; extra?: Record<string, unknown> },
+  options: {
+    appPort: number;
+    natsUrl: string;
+    source: string;
+    extra?: Record<string, unknown>;
+    endpoint?: Record<string, unknown>;
+  },
 ): Promise<string> {
   const { appPort, natsUrl, source } = options;
   return writeConfig(dir, {
@@ -76,6 +82,7 @@ export function writeItemsConfig(
         primaryKey: ['id'],
         fields: { id: 'integer', gen: 'integer', value: 'number', category: 'string' },
         indexes: [['value'], ['category', 'value']],
+        ...options.endpoint,
       },
     ],
   });
@@ -477,7 +484,8 @@ export interface ItemsHost extends AsyncDisposable {
 
 /**
  * Starts an {@link ItemsHost}: `countByGen` sizes the source per generation (default {@link ITEMS_COUNT_BY_GEN}),
- * `extra` adds sections to the configuration (e.g. `cache`, or `api` to override the reconcile period).
+ * `extra` adds sections to the configuration (e.g. `cache`, or `api` to override the reconcile period), `endpoint`
+ * keys to the `items` endpoint (e.g. `switch`).
  *
  * @example
  * ```ts
@@ -487,7 +495,11 @@ export interface ItemsHost extends AsyncDisposable {
  */
 export async function startItemsHost(
   prefix: string,
-  options: { countByGen?: Readonly<Record<number, number>>; extra?: Record<string, unknown> } = {},
+  options: {
+    countByGen?: Readonly<Record<number, number>>;
+    extra?: Record<string, unknown>;
+    endpoint?: Record<string, unknown>;
+  } = {},
 ): Promise<ItemsHost> {
   const countByGen = options.countByGen ?? ITEMS_COUNT_BY_GEN;
   const nats = await startNatsServer();
@@ -509,6 +521,7 @@ export async function startItemsHost(
       natsUrl: nats.url,
       source,
       ...(options.extra ? { extra: options.extra } : {}),
+      ...(options.endpoint ? { endpoint: options.endpoint } : {}),
     });
     app = await spawnAppServer(config, dir.path);
     const appUrl = `http://127.0.0.1:${appPort}`;

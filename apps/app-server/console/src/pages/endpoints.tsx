@@ -470,13 +470,15 @@ function FollowerFact(props: { follower: ServingFollowerStatus; fed: string | nu
 
 /**
  * Roll back is offered where the API would do it: the latest switch came from a generation that is still
- * retained (not garbage-collected) and was not itself a rollback (a repeated rollback changes nothing). A
- * logical-replication generation keeps its slot until it is collected (docs/generations.md), so it can be
- * continued too; where its source cannot resume it the API answers 409 `CANNOT_RESUME` and nothing changes.
+ * retained (not garbage-collected). That includes a rollback: the page sends the generation it names (`to`), so
+ * this is no repeat of it but the way back to the generation rolled back from — an operator who rolled back by
+ * mistake has nothing held to promote. A logical-replication generation keeps its slot until it is collected
+ * (docs/generations.md), so it can be continued too; where its source cannot resume it the API answers 409
+ * `CANNOT_RESUME` and nothing changes.
  */
 function rollbackTargetOf(endpoint: EndpointWatchView): string | null {
   const latest = endpoint.history[0];
-  if (!latest || latest.from === null || latest.cause === 'rollback') return null;
+  if (!latest || latest.from === null) return null;
   const previous = endpoint.generations.find((g) => g.name === latest.from);
   return previous && previous.state !== 'serving' ? previous.name : null;
 }
