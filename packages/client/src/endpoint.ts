@@ -141,7 +141,7 @@ export class EndpointClient<Row extends object = Record<string, unknown>> {
    *
    * @example
    * ```ts
-   * // after the application's INSERT … COMMIT, and SELECT pg_current_wal_lsn() → lsn:
+   * // after the application's INSERT … COMMIT, and SELECT pg_current_wal_insert_lsn() → lsn:
    * const row = await items.get(42, { minPosition: lsn }); // never older than that write
    * ```
    */

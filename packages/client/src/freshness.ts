@@ -9,7 +9,8 @@ import { delay } from './http.js';
 
 /**
  * A position a read must see: a bare PostgreSQL LSN (`'0/16B3748'`, for an endpoint with one source) or source
- * handle → LSN (`{ 'items.source': '0/16B3748' }`). After a write's `COMMIT`, `SELECT pg_current_wal_lsn()` gives it.
+ * handle → LSN (`{ 'items.source': '0/16B3748' }`). After a write's `COMMIT`, `SELECT pg_current_wal_insert_lsn()` on the
+ * same connection gives it (`pg_current_wal_lsn()` can be before a commit made with `synchronous_commit = off`).
  */
 export type MinPosition = string | Readonly<Record<string, string>>;
 

@@ -27,6 +27,7 @@ import {
 import type { SlotWait } from './status.js';
 import { IDLE, ReplicationStream } from './stream.js';
 import { TransactionAssembler } from './transaction-assembler.js';
+import { pastPageHeader, walLayout } from './wal-pages.js';
 
 /** What the stream reads and how (the source's options, defaults applied). */
 export interface StreamSource {
@@ -86,6 +87,7 @@ export async function* readStream(
   let positionFlushedAt = 0;
   let positionPending = false;
   const baseTypes = await connections.withClient(domainBaseTypes);
+  const layout = await connections.withClient(walLayout);
   const current = new ReplicationStream({
     url: source.url,
     slot,
@@ -191,8 +193,11 @@ export async function* readStream(
           if (lastChange === null || (applied !== null && compareLsn(lastChange, applied) <= 0))
             live.lag.readPast(item.lsn);
         }
-        if (!txn.open && compareLsn(item.lsn, position.lsn) > 0 && current.buffered() === 0) {
-          position = { ...position, lsn: normalizeLsn(item.lsn) };
+        // A keepalive on a page boundary has passed that page's header too: a reader asking for the insert
+        // location of a record that ended there (wal-pages.ts) is answered now, not after the next record.
+        const reached = pastPageHeader(item.lsn, layout);
+        if (!txn.open && compareLsn(reached, position.lsn) > 0 && current.buffered() === 0) {
+          position = { ...position, lsn: reached };
           if (passedCatchUp()) {
             yield { kind: 'snapshot-done', position };
             if (untilCaughtUp) return;
