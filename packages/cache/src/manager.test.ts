@@ -242,6 +242,64 @@ describe('CacheManager', () => {
     expect((await caches.info(green.name))!.state).toBe('serving');
   });
 
+  it('retires the generations a redirect abandons in its own transaction, never its target or another alias target', async () => {
+    await using dir = await tempDir();
+    const names: Record<'blue' | 'green' | 'held' | 'orders', string> = {
+      blue: '',
+      green: '',
+      held: '',
+      orders: '',
+    };
+    {
+      await using caches = await openCacheManager(dir.path);
+      for (const key of ['blue', 'green', 'held'] as const) {
+        const cache = await caches.create({ endpoint: 'items', schema });
+        names[key] = cache.name;
+        await cache.close();
+      }
+      const orders = await caches.create({ endpoint: 'orders', schema });
+      names.orders = orders.name;
+      await orders.close();
+      await caches.redirect('orders', names.orders);
+      await caches.redirect('items', names.blue, { cause: 'restart' });
+      await caches.redirect('items', names.green, { cause: 'rebuild' });
+      const hold = { reason: 'manual switch mode', at: new Date().toISOString() };
+      await caches.annotate(names.held, { held: hold });
+
+      // A move that fails (unknown target) retires nothing: the retires are part of it.
+      await expect(
+        caches.redirect('items', 'items-missing', { cause: 'rollback', retire: [names.held] }),
+      ).rejects.toMatchObject({ code: 'CACHE_NOT_FOUND' });
+      expect((await caches.info(names.held))!).toMatchObject({ state: 'building', notes: { held: hold } });
+
+      const version = caches.aliasTableVersion();
+      await caches.redirect('items', names.blue, {
+        cause: 'rollback',
+        retire: [names.held, names.blue, names.orders, 'items-unknown'],
+      });
+      expect(caches.aliasTableVersion()).toBe(version + 1);
+    }
+    // What a restart finds: the move and the retire, written together.
+    await using reopened = await openCacheManager(dir.path);
+    const [rollback] = reopened.history('items');
+    expect(rollback).toMatchObject({ from: names.green, to: names.blue, cause: 'rollback' });
+    const state = async (name: string) => {
+      const info = (await reopened.info(name))!;
+      return { state: info.state, retiredAt: info.retiredAt, held: info.notes.held ?? null };
+    };
+    expect({
+      held: await state(names.held),
+      blue: await state(names.blue),
+      green: (await state(names.green)).state,
+      orders: await state(names.orders),
+    }).toEqual({
+      held: { state: 'retired', retiredAt: rollback!.at, held: null },
+      blue: { state: 'serving', retiredAt: null, held: null },
+      green: 'retired',
+      orders: { state: 'serving', retiredAt: null, held: null },
+    });
+  });
+
   it('refuses writes through a read-only manager with CACHE_READ_ONLY (not the auth code FORBIDDEN)', async () => {
     await using dir = await tempDir();
     {

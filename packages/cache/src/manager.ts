@@ -14,8 +14,8 @@ import {
   type Logger,
   NameSchema,
   parseOrThrow,
+  type RedirectOptions,
   SchemaMismatchError,
-  type SwitchCause,
   silentLogger,
   type WritableCacheCatalog,
 } from '@sluice/core';
@@ -193,12 +193,20 @@ export class CacheManager implements WritableCacheCatalog {
    * Points `alias` at cache `to` atomically and returns the previous target and the alias's new version.
    * `to` becomes `serving`; the previous target becomes `retired` (unless another alias still points to it),
    * and `gc` deletes it after the grace period. The switch is recorded in the alias's history with its `cause`
-   * (default `rebuild`) in the same transaction, and a hold on `to` is lifted.
+   * (default `rebuild`) in the same transaction, and a hold on `to` is lifted. The generations named in
+   * `options.retire` — others the move abandons — are retired in that same transaction too, so no crash can leave
+   * the alias moved and one of them still `building` for a restart to resume and switch to.
+   *
+   * @example
+   * ```ts
+   * // Roll back to blue, abandoning the green that was being built (or held) beside it: one write.
+   * await caches.redirect('items', blue, { cause: 'rollback', retire: [green] });
+   * ```
    */
   async redirect(
     alias: string,
     to: string,
-    options: { cause?: SwitchCause } = {},
+    options: RedirectOptions = {},
   ): Promise<{ from: string | null; version: number }> {
     this.assertWritable('redirect an alias');
     const name = parseOrThrow(NameSchema, alias, 'Invalid alias');
@@ -226,6 +234,7 @@ export class CacheManager implements WritableCacheCatalog {
           if (old && !stillTarget)
             this.table.putCache({ ...old, state: 'retired', retiredAt: new Date().toISOString() });
         }
+        for (const abandoned of options.retire ?? []) if (abandoned !== to) this.retireInTable(abandoned, at);
         this.table.bumpVersion();
         return { from, version };
       });
@@ -294,23 +303,27 @@ export class CacheManager implements WritableCacheCatalog {
     }
   }
 
-  /** Marks a generation retired now (a held or building one an operator's rollback abandoned); gc removes it later. */
+  /**
+   * Marks a generation retired now (a building one a newer run superseded); gc removes it later. A generation an
+   * alias move abandons is retired by that move instead (`redirect`'s `retire`), in the same transaction.
+   */
   async retire(name: string): Promise<void> {
     this.assertWritable('retire a cache');
     try {
-      this.table.write(() => {
-        const meta = this.table.cache(name);
-        if (!meta || meta.deleting || this.table.aliasList().some((a) => a.cache === name)) return;
-        this.table.putCache({
-          ...meta,
-          state: 'retired',
-          retiredAt: new Date().toISOString(),
-          notes: { ...meta.notes, held: null },
-        });
-      });
+      this.table.write(() => this.retireInTable(name, new Date().toISOString()));
     } catch (err) {
       throw translateWriteError(err, `Retiring "${name}" failed`);
     }
+  }
+
+  /**
+   * Inside an alias-table write: retires generation `name` (its hold lifted) unless it is unknown, being deleted or
+   * an alias target.
+   */
+  private retireInTable(name: string, at: string): void {
+    const meta = this.table.cache(name);
+    if (!meta || meta.deleting || this.table.aliasList().some((a) => a.cache === name)) return;
+    this.table.putCache({ ...meta, state: 'retired', retiredAt: at, notes: { ...meta.notes, held: null } });
   }
 
   /** Every cache generation with its size, record count and commit checkpoint. */

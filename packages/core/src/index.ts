@@ -249,6 +249,7 @@ export {
   type ReadableCache,
   type ReadScope,
   type RecordOp,
+  type RedirectOptions,
   type WritableCache,
   type WritableCacheCatalog,
 } from './ports/cache.js';

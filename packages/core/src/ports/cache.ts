@@ -367,6 +367,27 @@ export interface AliasSwitch {
   version: number;
 }
 
+/**
+ * How {@link WritableCacheCatalog.redirect} moves an alias.
+ *
+ * @example
+ * ```ts
+ * // A rollback: back to blue, and the green it abandons retired with the move — no crash can split the two.
+ * await caches.redirect('items', blue, { cause: 'rollback', retire: [green] });
+ * ```
+ */
+export interface RedirectOptions {
+  /** Why the alias moves, kept in its history (default `rebuild`). */
+  cause?: SwitchCause;
+  /**
+   * Other generations the move abandons (a green building or held beside the generation the alias leaves), retired
+   * in the redirect's own transaction: a process that dies right after the move cannot leave one of them `building`
+   * for a restart to pick up and switch to. Names that are `to`, still another alias's target, unknown or being
+   * deleted are left alone, as {@link WritableCacheCatalog.retire} would.
+   */
+  retire?: readonly string[];
+}
+
 /** An alias and the generation it points at. */
 export interface AliasEntry {
   alias: string;
@@ -455,11 +476,14 @@ export interface WritableCacheCatalog extends CacheCatalog {
   create(input: { endpoint: string; schema: CacheSchema }): Promise<WritableCache>;
   /** Opens a generation for writing; `CACHE_SCHEMA_MISMATCH` when `expectedSchema` differs from its own. */
   openRw(name: string, expectedSchema?: CacheSchema): Promise<WritableCache>;
-  /** Points `alias` at `to` atomically (recorded in its history with `cause`); returns the previous target. */
+  /**
+   * Points `alias` at `to` atomically (recorded in its history with `cause`); returns the previous target. The
+   * generations named in `retire` are retired in the same transaction (see {@link RedirectOptions.retire}).
+   */
   redirect(
     alias: string,
     to: string,
-    options?: { cause?: SwitchCause },
+    options?: RedirectOptions,
   ): Promise<{ from: string | null; version: number }>;
   /** Merges `notes` into what the alias table says about generation `name`. */
   annotate(name: string, notes: GenerationNotes): Promise<void>;

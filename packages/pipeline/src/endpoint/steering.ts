@@ -151,10 +151,16 @@ export function endpointSteering(
       halted = true;
       await supervisor.halt();
       assertServing(from);
-      const { from: previous, version } = await caches.redirect(name, targetName, { cause: 'rollback' });
-      for (const generation of await caches.list())
-        if (generation.endpoint === name && generation.state === 'building' && generation.name !== targetName)
-          await caches.retire(generation.name);
+      // The greens the rollback abandons (building or held: nothing will feed them) are retired by the move itself, in
+      // its transaction: a process dying right after the alias moved would otherwise restart, find the newest of them
+      // an interrupted rebuild, resume it and switch to it — undoing the rollback without a word.
+      const abandoned = (await caches.list())
+        .filter((g) => g.endpoint === name && g.state === 'building' && g.name !== targetName)
+        .map((g) => g.name);
+      const { from: previous, version } = await caches.redirect(name, targetName, {
+        cause: 'rollback',
+        retire: abandoned,
+      });
       // Not awaited: the supervisor is halted until the rolled-back generation runs again, and a hung NATS must not
       // keep it from following its source (the backplane keeps the redirect; api-servers also follow the alias table).
       sends.start(
