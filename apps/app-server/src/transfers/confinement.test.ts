@@ -12,6 +12,17 @@ function request(source: unknown, destination: unknown): TransferRequest {
 const file = (path: string) => ({ type: 'file', path, format: 'jsonl' });
 
 describe('RequestPolicy', () => {
+  it('anchors relative file paths to its working directory, leaving absolute paths and other addresses as sent', () => {
+    const policy = new RequestPolicy({ roots: [], connections: {}, endpoints: [], cwd: '/srv/node-a' });
+    const sent = request(file('data/in.jsonl'), file('/out/x.jsonl'));
+    expect(policy.anchor(sent)).toEqual({
+      ...sent,
+      source: { ...sent.source, path: '/srv/node-a/data/in.jsonl' },
+    });
+    const table = request(file('../in.jsonl'), { type: 'postgres', connection: 'wh', table: 't', key: 'id' });
+    expect(policy.anchor(table)).toEqual({ ...table, source: { ...table.source, path: '/srv/in.jsonl' } });
+  });
+
   it('allows paths inside the roots and returns their real paths', async () => {
     await using dir = await tempDir();
     await mkdir(join(dir.path, 'data'));

@@ -154,6 +154,33 @@ export class RequestPolicy {
   }
 
   /**
+   * The request as a record keeps it: each relative file path made absolute against this node's working
+   * directory (resolved as {@link confine} resolves it), every other field as it was. A relative path means a
+   * file of the node that accepted the request; another node (a takeover, a sweeper, a terminate's clean-up)
+   * has another working directory, and resolving the stored relative path there resumed and published the
+   * transfer into another file (test/exactly-once-control.test.ts). Nothing is checked here: {@link confine}
+   * refuses what is not allowed.
+   *
+   * @example
+   * ```ts
+   * policy.anchor({ ...request, destination: { type: 'file', path: 'out.jsonl', format: 'jsonl' } });
+   * // → destination.path `${cwd}/out.jsonl`
+   * ```
+   */
+  anchor(request: TransferRequest): TransferRequest {
+    return {
+      ...request,
+      source: this.#anchored(request.source) as TransferRequest['source'],
+      destination: this.#anchored(request.destination) as TransferRequest['destination'],
+    };
+  }
+
+  #anchored(address: DataAddress): DataAddress {
+    if (address.type !== 'file' || isAbsolute(address.path)) return address;
+    return { ...address, path: resolve(this.#cwd, address.path) };
+  }
+
+  /**
    * Returns the request with file paths replaced by their confined real paths; throws on a violation. With
    * `access` (the default) a path this process may not read (source) or write (destination) is refused too
    * (`PATH_NOT_ACCESSIBLE`); cleaning up after a transfer passes `access: false`, since what it removes (the

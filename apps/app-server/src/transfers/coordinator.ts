@@ -138,9 +138,12 @@ export class TransferCoordinator {
     await this.#checkRunnable(request, runnable);
     if (request.mode === 'fire-and-forget')
       return this.#fireAndForget.submit(runnable, this.#state.o.identity);
+    // The fingerprint is the request's as sent (a resend of the same text matches on any node); the record keeps
+    // its file paths anchored to this node's working directory, so every node that resumes it means the same files.
     const hash = requestHash(request);
+    const recorded = this.#state.o.policy.anchor(request);
     for (let pass = 0; pass < SUBMIT_PASSES; pass++) {
-      const submission = await this.#submitOnce(request, hash, runnable);
+      const submission = await this.#submitOnce(recorded, hash, runnable);
       if (submission) return submission;
     }
     // Every pass found the world changed under it: answer by the record as it is now — a finished one with its
@@ -197,7 +200,10 @@ export class TransferCoordinator {
     }
   }
 
-  /** One pass of the protocol; null means "the world changed under us, look again". */
+  /**
+   * One pass of the protocol; null means "the world changed under us, look again". `request` is the one a new
+   * record keeps (its file paths anchored: {@link RequestPolicy.anchor}), `hash` the fingerprint of the one sent.
+   */
   async #submitOnce(
     request: TransferRequest,
     hash: string,
@@ -246,8 +252,9 @@ export class TransferCoordinator {
         record,
         cause: 'resubmit',
         requireExpiredLease: change === 'after-lease',
-        // Same fingerprint: the stored request means the one just confined (perhaps spelled otherwise).
-        runnable,
+        // No `runnable`: the run resumes the record's request, confined here. The resend's own confined paths
+        // have the same fingerprint, yet a relative path in it names a file of *this* node's working directory,
+        // not the one the record was accepted for (test/exactly-once-control.test.ts).
       },
       await this.#reserve(),
     );
