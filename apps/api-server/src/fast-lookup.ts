@@ -58,7 +58,7 @@ export function fastLookupRoute(options: FastLookupOptions): FastRoute {
     const name = match[1]!;
     let lease: Lease | undefined;
     let raw: string[];
-    let body: Buffer;
+    let body: Uint8Array;
     try {
       const rowFilter = access.rowFilterFor(headers.authorization, name);
       lease = registry.acquire(name);

@@ -117,7 +117,7 @@ export function fastQueryRoute(options: FastQueryOptions): FastRoute {
   ) => {
     let lease: Lease | undefined;
     let raw: string[];
-    let json: Buffer;
+    let json: Uint8Array;
     try {
       // Bytes that are not UTF-8 throw here too: fastify's parser then answers them MALFORMED_JSON.
       const parsed: unknown = JSON.parse(jsonBodyText(body));

@@ -20,11 +20,14 @@ export interface RecordRead {
   /** The commit state of the snapshot the record was read in (read first, so the data ⊇ this checkpoint). */
   readonly state: Readonly<CommitState>;
   /** The record's stored JSON text, or undefined: no such key, or outside the token's row filter. */
-  readonly bytes: Buffer | undefined;
+  readonly bytes: Uint8Array | undefined;
 }
 
 /** Reads the record named by a raw (undecoded) key segment; throws VALIDATION_FAILED for a malformed key. */
 export type RecordReader = (lease: Lease, rawKey: string, rowFilter: Filter | undefined) => RecordRead;
+
+/** A cache's bytes are a `Uint8Array` to core's port (it names no Node type): decoded here for a row filter. */
+const utf8 = new TextDecoder();
 
 /**
  * The record reader of one application (it keeps the compiled row-filter predicates of the tokens it has seen).
@@ -82,7 +85,7 @@ export function recordReader(limits: QueryLimits): RecordReader {
     if (
       bytes !== undefined &&
       rowFilter &&
-      !predicateOf(rowFilter, lease.cache.schema)(JSON.parse(bytes.toString('utf8')))
+      !predicateOf(rowFilter, lease.cache.schema)(JSON.parse(utf8.decode(bytes)))
     )
       return { state, bytes: undefined };
     return { state, bytes };

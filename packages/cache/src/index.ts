@@ -10,7 +10,7 @@ export { isCacheNameOf } from './names.js';
 export type { PatchUpsert } from './patch.js';
 export { checkFilter, checkRowFilter } from './query-check.js';
 export { decodeRecord, RECORD_FORMAT, recordSerializer } from './record-json.js';
-export { RoCache } from './ro-cache.js';
+export { type BufferJsonPage, RoCache } from './ro-cache.js';
 export { RwCache } from './rw-cache.js';
 export { CacheSchemaSchema, parseCacheSchema, schemaHash } from './schema.js';
 export { type CacheManagerOptions, STAGED_IN_MEMORY } from './types.js';

@@ -26,6 +26,9 @@ import { keyProblem, storedKey, withAddedFields } from './schema.js';
 import { slabCopy } from './slab.js';
 import { storedCommit } from './spilled-commit.js';
 
+/** core's {@link JsonPage} with its bytes as what they are here, a Node `Buffer` (the port names a `Uint8Array`). */
+export type BufferJsonPage = JsonPage & { json: Buffer };
+
 /** True when an encoded key has a truncated (prefix + hash) component. */
 function isTruncatedKey(key: Buffer, components: number): boolean {
   return truncatedComponentEnd(key, components) >= 0;
@@ -218,7 +221,7 @@ export class RoCache implements ReadableCache {
    * }); // page.json: the body, '{"records":[…],"next":…}'
    * ```
    */
-  queryJson(query: Query | Partial<Query>, frame?: JsonPageFrame, scope?: ReadScope): JsonPage {
+  queryJson(query: Query | Partial<Query>, frame?: JsonPageFrame, scope?: ReadScope): BufferJsonPage {
     this.assertOpen();
     return this.read((ctx, schema) => {
       const checked = checkQuery(query, schema, this.settings, scope);

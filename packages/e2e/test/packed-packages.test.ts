@@ -104,6 +104,15 @@ function bareImports(code: string): Set<string> {
   return found;
 }
 
+/** `tsc -p dir` in the consumer project: its diagnostics, one line each, paths relative to the project. */
+async function tscDiagnostics(dir: string): Promise<string[]> {
+  const result = await runScript(process.execPath, [TSC, '-p', dir], { cwd: consumer, timeoutMs: 120_000 });
+  return `${result.stdout}\n${result.stderr}`
+    .split('\n')
+    .filter((line) => /error TS\d+/.test(line))
+    .map((line) => line.replace(`${consumer}/`, ''));
+}
+
 type Resolution = 'node16' | 'bundler';
 const typechecks = new Map<Resolution, Promise<string[]>>();
 
@@ -138,14 +147,7 @@ function typecheck(resolution: Resolution): Promise<string[]> {
           files,
         }),
       );
-      const result = await runScript(process.execPath, [TSC, '-p', dir], {
-        cwd: consumer,
-        timeoutMs: 120_000,
-      });
-      return `${result.stdout}\n${result.stderr}`
-        .split('\n')
-        .filter((line) => /error TS\d+/.test(line))
-        .map((line) => line.replace(`${consumer}/`, ''));
+      return tscDiagnostics(dir);
     })();
     typechecks.set(resolution, pending);
   }
@@ -273,6 +275,49 @@ describe('the published packages, packed and installed from npm as a user instal
     async () => {
       expect(await diagnosticsIn('@sluice/backplane', 'node16')).toEqual([]);
       expect(await diagnosticsIn('@sluice/backplane', 'bundler')).toEqual([]);
+    },
+    TSC_MS,
+  );
+
+  // @sluice/client runs in browsers (its README), where a project has the DOM's types and not Node's: its
+  // declarations, and the @sluice/core ones they import, must type-check without @types/node.
+  it(
+    'defect: @sluice/client type-checks in a browser project, which has no Node types',
+    async () => {
+      const dir = join(consumer, 'tsc-browser');
+      await mkdir(dir, { recursive: true });
+      await writeFile(
+        join(dir, 'page.ts'),
+        `import { createClient, SluiceClientError } from '@sluice/client';
+type City = { id: number; name: string };
+const cities = createClient({ queryUrl: 'https://api.example' }).endpoint<City>('cities');
+export async function cityName(id: number): Promise<string | undefined> {
+  try {
+    return (await cities.get(id))?.name;
+  } catch (err) {
+    if (err instanceof SluiceClientError) return err.code;
+    throw err;
+  }
+}
+`,
+      );
+      await writeFile(
+        join(dir, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            strict: true,
+            noEmit: true,
+            target: 'es2022',
+            module: 'esnext',
+            moduleResolution: 'bundler',
+            skipLibCheck: false,
+            types: [], // the consumer project has @types/node installed: a browser project's types stop at the DOM
+            lib: ['es2022', 'dom', 'dom.iterable', 'esnext.disposable'],
+          },
+          files: ['page.ts'],
+        }),
+      );
+      expect(await tscDiagnostics(dir)).toEqual([]);
     },
     TSC_MS,
   );

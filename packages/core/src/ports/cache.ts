@@ -173,9 +173,11 @@ export interface ReadScope {
 export interface JsonPage {
   /**
    * The page's records as one JSON array, `[…]`: each record's stored text (UTF-8), in order — between the
-   * frame's head and tail when one was given. Never written again by the cache (the caller may keep it).
+   * frame's head and tail when one was given. Never written again by the cache (the caller may keep it). A
+   * `Uint8Array` (in Node a `Buffer`): the contract names no Node type, so that its declarations type-check where
+   * there is none — a browser project importing `@sluice/client`.
    */
-  json: Buffer;
+  json: Uint8Array;
   /** How many records `json` holds. */
   count: number;
   /** Opaque `$after` cursor for the next page, bound to this cache; null when there is nothing more. */
@@ -229,9 +231,10 @@ export interface PinnedGeneration {
   read(after: number, limit: number): ChangeEntry[];
   /**
    * Records in encoded primary-key order, from after `afterKey` (exclusive), each with its data key (byte
-   * order = key order, so two generations with the same key types merge by comparing these).
+   * order = key order, so two generations with the same key types merge by comparing these). Bytes as
+   * `Uint8Array` (see {@link JsonPage.json}).
    */
-  records(afterKey?: Buffer): Iterable<{ dataKey: Buffer; record: Record<string, unknown> }>;
+  records(afterKey?: Uint8Array): Iterable<{ dataKey: Uint8Array; record: Record<string, unknown> }>;
   close(): void;
 }
 
@@ -274,8 +277,8 @@ export interface ReadableCache extends AsyncDisposable {
   readonly schema: CacheSchema;
   /** The record with these primary-key values (in key order), or undefined. */
   get(key: unknown[]): Record<string, unknown> | undefined;
-  /** The record's stored JSON text, to send as it is. */
-  getJson(key: unknown[]): Buffer | undefined;
+  /** The record's stored JSON text (UTF-8), to send as it is; a `Uint8Array` as {@link JsonPage.json}. */
+  getJson(key: unknown[]): Uint8Array | undefined;
   /** A page of records matching `query` (and `scope`'s row filter). */
   query(query: Query | Partial<Query>, scope?: ReadScope): QueryResult;
   /**
