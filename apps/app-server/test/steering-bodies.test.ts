@@ -2,42 +2,18 @@
  * Bodies sent to the control routes that steer generations, through a real app-server process: a route takes only
  * the body it documents, and a request carrying what it does not take changes nothing.
  */
-import { appendFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { tempDir, waitFor } from '@sluice/testkit';
+import { tempDir } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, localNode, startNodeProcess } from './helpers.js';
-
-const rows = (n: number, from = 1) =>
-  Array.from({ length: n }, (_, i) => `${JSON.stringify({ id: from + i, value: from + i })}\n`).join('');
+import { heldGreenNode, holdARebuild, itemsEndpoint, servingBlue } from './held-green.js';
+import { call, startNodeProcess } from './helpers.js';
 
 describe('bodies of the steering routes', () => {
   it('defect: promote {"to": <generation>} promoted the held generation whatever "to" named, and rebuild took any body', async () => {
     await using dir = await tempDir('sluice-steering-bodies-');
-    const source = join(dir.path, 'items.jsonl');
-    await writeFile(source, rows(20));
-    await using node = await startNodeProcess({
-      ...localNode('h1', dir.path),
-      extraYaml: [
-        'cache: { gcGraceMs: 3600000 }',
-        'endpoints:',
-        '  - name: items',
-        `    source: { type: file, path: "${source}", format: jsonl, follow: true }`,
-        '    primaryKey: [id]',
-        '    fields: { id: integer, value: number }',
-        '    switch: { mode: auto, maxBadRecords: 0 }',
-      ].join('\n'),
-    });
-    const items = async () =>
-      (await call(`${node.url}/v1/endpoints`)).body.endpoints.find(
-        (e: { name: string }) => e.name === 'items',
-      );
-    const blue = (
-      await waitFor(async () => ((await items())?.records === 20 ? await items() : null), {
-        timeoutMs: 30_000,
-        what: 'the first generation to serve',
-      })
-    ).servingCache as string;
+    const { spec, source } = await heldGreenNode(dir.path);
+    await using node = await startNodeProcess(spec);
+    const items = () => itemsEndpoint(node.url);
+    const blue = await servingBlue(node.url);
     const generations = async () =>
       (await call(`${node.url}/v1/endpoints/items/generations`)).body.generations.map(
         (g: { name: string; state: string }) => [g.name, g.state],
@@ -52,14 +28,7 @@ describe('bodies of the steering routes', () => {
     expect(await generations()).toEqual([[blue, 'serving']]);
 
     // A bad record holds the next rebuild.
-    await appendFile(source, `{"id": "not a number"}\n${rows(2, 21)}`);
-    expect((await call(`${node.url}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
-    const green = (
-      await waitFor(async () => ((await items())?.phase === 'held' ? await items() : null), {
-        timeoutMs: 30_000,
-        what: 'the rebuild to be held',
-      })
-    ).held.cache as string;
+    const green = (await holdARebuild(node.url, source)).held.cache as string;
 
     // Promote takes no `to` (rollback's key): naming one (here the serving one) is refused, and nothing moves.
     const named = await call(`${node.url}/v1/endpoints/items/promote`, {

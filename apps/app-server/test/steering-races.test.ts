@@ -3,56 +3,26 @@
  * sent twice at once (two tabs, two curls) moves the alias once and records one switch; an app-server stopped
  * (SIGTERM, SIGKILL) while a green waits for promotion still holds it after the restart, and it can be promoted then.
  */
-import { appendFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { appendFile } from 'node:fs/promises';
 import { tempDir, waitFor } from '@sluice/testkit';
 import { describe, expect, it } from 'vitest';
-import { call, localNode, type NodeSpec, startNodeProcess } from './helpers.js';
-
-const rows = (n: number, from = 1) =>
-  Array.from({ length: n }, (_, i) => `${JSON.stringify({ id: from + i, value: from + i })}\n`).join('');
+import { heldGreenNode, holdARebuild, itemRows, itemsEndpoint, servingBlue } from './held-green.js';
+import { call, startNodeProcess } from './helpers.js';
 
 describe('steering races', () => {
   it('two promotes and two rollbacks sent at once each move the alias once and record one switch', async () => {
     await using dir = await tempDir('sluice-steering-races-');
-    const source = join(dir.path, 'items.jsonl');
-    await writeFile(source, rows(20));
-    await using node = await startNodeProcess({
-      ...localNode('h1', dir.path),
-      extraYaml: [
-        'cache: { gcGraceMs: 3600000 }',
-        'endpoints:',
-        '  - name: items',
-        `    source: { type: file, path: "${source}", format: jsonl, follow: true }`,
-        '    primaryKey: [id]',
-        '    fields: { id: integer, value: number }',
-        '    switch: { mode: auto, maxBadRecords: 0 }',
-      ].join('\n'),
-    });
-    const items = async () =>
-      (await call(`${node.url}/v1/endpoints`)).body.endpoints.find(
-        (e: { name: string }) => e.name === 'items',
-      );
+    const { spec, source } = await heldGreenNode(dir.path);
+    await using node = await startNodeProcess(spec);
+    const items = () => itemsEndpoint(node.url);
     const history = async () =>
       (await call(`${node.url}/v1/endpoints/items/generations`)).body.history.map(
         (h: { from: string | null; to: string; cause: string }) => [h.from, h.to, h.cause],
       );
-    const blue = (
-      await waitFor(async () => ((await items())?.records === 20 ? await items() : null), {
-        timeoutMs: 30_000,
-        what: 'the first generation to serve',
-      })
-    ).servingCache as string;
+    const blue = await servingBlue(node.url);
 
     // A bad record holds the rebuild.
-    await appendFile(source, `{"id": "not a number"}\n${rows(2, 21)}`);
-    expect((await call(`${node.url}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
-    const green = (
-      await waitFor(async () => ((await items())?.phase === 'held' ? await items() : null), {
-        timeoutMs: 30_000,
-        what: 'the rebuild to be held',
-      })
-    ).held.cache as string;
+    const green = (await holdARebuild(node.url, source)).held.cache as string;
 
     // Promote from two tabs at once: one switch.
     const promotes = await Promise.all(
@@ -82,7 +52,7 @@ describe('steering races', () => {
       [null, blue, 'restart'],
     ]);
     expect(rollbacks.filter((r) => r.body.changed === true)).toHaveLength(1);
-    await appendFile(source, rows(3, 23));
+    await appendFile(source, itemRows(3, 23));
     const after = await waitFor(
       async () => {
         const e = await items();
@@ -96,26 +66,10 @@ describe('steering races', () => {
   for (const signal of ['SIGTERM', 'SIGKILL'] as const) {
     it(`a green held when the app-server got ${signal} is still held after the restart, and can be promoted then`, async () => {
       await using dir = await tempDir('sluice-steering-restart-');
-      const source = join(dir.path, 'items.jsonl');
-      await writeFile(source, rows(20));
-      const spec: NodeSpec = {
-        ...localNode('h1', dir.path),
-        extraYaml: [
-          'cache: { gcGraceMs: 3600000 }',
-          'endpoints:',
-          '  - name: items',
-          `    source: { type: file, path: "${source}", format: jsonl, follow: true }`,
-          '    primaryKey: [id]',
-          '    fields: { id: integer, value: number }',
-          '    switch: { mode: auto, maxBadRecords: 0 }',
-        ].join('\n'),
-      };
+      const { spec, source } = await heldGreenNode(dir.path);
       let node = await startNodeProcess(spec);
       try {
-        const items = async () =>
-          (await call(`${node.url}/v1/endpoints`)).body.endpoints.find(
-            (e: { name: string }) => e.name === 'items',
-          );
+        const items = () => itemsEndpoint(node.url);
         const generations = async () => {
           const body = (await call(`${node.url}/v1/endpoints/items/generations`)).body;
           return {
@@ -127,18 +81,8 @@ describe('steering races', () => {
             ]),
           };
         };
-        const blue = (
-          await waitFor(async () => ((await items())?.records === 20 ? await items() : null), {
-            timeoutMs: 30_000,
-            what: 'the first generation to serve',
-          })
-        ).servingCache as string;
-        await appendFile(source, `{"id": "not a number"}\n${rows(2, 21)}`);
-        expect((await call(`${node.url}/v1/endpoints/items/rebuild`, { method: 'POST' })).status).toBe(202);
-        const held = await waitFor(async () => ((await items())?.phase === 'held' ? await items() : null), {
-          timeoutMs: 30_000,
-          what: 'the rebuild to be held',
-        });
+        const blue = await servingBlue(node.url);
+        const held = await holdARebuild(node.url, source);
         const green = held.held.cache as string;
         const before = await generations();
         expect(before.states).toEqual([
@@ -163,7 +107,7 @@ describe('steering races', () => {
         });
         expect(await generations()).toEqual(before);
         // It keeps following its source, and a promote switches to it.
-        await appendFile(source, rows(3, 23));
+        await appendFile(source, itemRows(3, 23));
         await waitFor(
           async () =>
             (await call(`${node.url}/v1/endpoints/items/generations`)).body.generations[0].records === 25,
