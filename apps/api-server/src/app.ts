@@ -88,8 +88,13 @@ export interface BuildAppOptions {
   metrics: ApiMetrics;
   limits: QueryLimits;
   logger: PinoLogger;
-  /** Readiness is withdrawn (503) once this returns true (graceful shutdown). */
+  /** Readiness is withdrawn (503) once this returns true (graceful shutdown); the fast routes take nothing new then. */
   isStopping: () => boolean;
+  /**
+   * Readiness is withdrawn (503 `stopping`) while this returns true, every request still served: the drain SIGTERM
+   * begins with (`@sluice/http`'s `ShutdownDrain`), for a load balancer to take the server out first.
+   */
+  isDraining?: () => boolean;
   /** Counts the requests the fast routes took, for a shutdown to wait for (default: a counter of its own). */
   inFlight?: InFlight;
 }
@@ -273,7 +278,7 @@ export async function buildApp(options: BuildAppOptions) {
     '/readyz',
     { schema: { hide: true, response: { 200: ReadySchema, 503: ReadySchema } } as never },
     async (_request, reply) => {
-      const stopping = options.isStopping();
+      const stopping = options.isStopping() || options.isDraining?.() === true;
       const ready = registry.ready && !stopping;
       return reply.code(ready ? 200 : 503).send(<never>{
         status: stopping ? 'stopping' : ready ? 'ready' : 'starting',

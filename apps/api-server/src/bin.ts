@@ -30,6 +30,13 @@ void runCli<ReturnType<typeof loadConfig>, CliFlags & { port?: number; host?: st
       port: flags.port,
     });
     return {
+      drain: () => {
+        logger.info(
+          { drainDelayMs: loaded.config.http.drainDelayMs },
+          'draining: readiness 503, still serving, then shutting down',
+        );
+        server.drain();
+      },
       close: (signal) => {
         logger.info({ signal }, 'shutting down');
         return server.close();
@@ -37,5 +44,6 @@ void runCli<ReturnType<typeof loadConfig>, CliFlags & { port?: number; host?: st
     };
   },
   graceMs: ({ config }) => config.transfers.shutdownGraceMs,
+  drainMs: ({ config }) => config.http.drainDelayMs,
   portHint: 'api.port (SLUICE_API_PORT, --port)',
 });

@@ -9,7 +9,7 @@ import {
   queryLimitsOf,
   type SluiceConfig,
 } from '@sluice/core';
-import { createLogger, DataDirAccess, listenError, prepareDataDir } from '@sluice/http';
+import { createLogger, DataDirAccess, listenError, prepareDataDir, ShutdownDrain } from '@sluice/http';
 import type { Logger as PinoLogger } from 'pino';
 import { type ApiApp, buildApp } from './app.js';
 import { InFlight } from './in-flight.js';
@@ -39,6 +39,11 @@ export interface ApiServer extends AsyncDisposable {
   readonly app: ApiApp;
   readonly registry: EndpointRegistry;
   readonly metrics: ApiMetrics;
+  /**
+   * Begins the drain before a close (SIGTERM, `http.drainDelayMs`): `/readyz` answers 503 `stopping` while every
+   * request is still served, each answer with `Connection: close` (`ShutdownDrain`).
+   */
+  drain(): void;
   /** Graceful: stops accepting, finishes requests in flight, closes every cache and the backplane. */
   close(): Promise<void>;
 }
@@ -175,8 +180,10 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
       limits,
       logger,
       isStopping: () => stopping,
+      isDraining: () => drain.draining,
       inFlight,
     });
+    const drain = new ShutdownDrain(app.server);
     disposers.unshift(() => app.close());
     const host = options.host ?? config.api.host;
     await app.listen({ host, port: options.port ?? config.api.port }).catch((err: unknown) => {
@@ -213,7 +220,16 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
       })();
       return closing;
     };
-    return { url, port, app, registry, metrics, close, [Symbol.asyncDispose]: close };
+    return {
+      url,
+      port,
+      app,
+      registry,
+      metrics,
+      drain: () => drain.begin(),
+      close,
+      [Symbol.asyncDispose]: close,
+    };
   } catch (err) {
     for (const dispose of disposers) await dispose().catch(() => undefined);
     throw err;

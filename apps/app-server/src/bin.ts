@@ -51,6 +51,7 @@ void runCli({
     return startNode(config, { configWarnings: warnings, stopping });
   },
   graceMs: ({ config }) => config.transfers.shutdownGraceMs,
+  drainMs: ({ config }) => config.http.drainDelayMs,
   portHint: 'node.port (SLUICE_PORT)',
   survive: (err) => {
     if (!isDatabaseConnectionLoss(err)) return false;

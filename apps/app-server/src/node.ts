@@ -16,7 +16,7 @@ import {
   SluiceError,
   systemClock,
 } from '@sluice/core';
-import { createLogger, listenError } from '@sluice/http';
+import { createLogger, listenError, ShutdownDrain } from '@sluice/http';
 import { discardTransferLeftovers, holdTransferFence, runTransfer } from '@sluice/pipeline';
 import { openStore } from '@sluice/store';
 import type { FastifyInstance } from 'fastify';
@@ -40,6 +40,11 @@ export interface SluiceNode extends AsyncDisposable {
   readonly url: string;
   readonly server: FastifyInstance;
   readonly coordinator: TransferCoordinator;
+  /**
+   * Begins the drain before a close (SIGTERM, `http.drainDelayMs`): `/readyz` answers 503 (`node: "stopping"`) while
+   * every request is still served, each answer with `Connection: close` (`ShutdownDrain`); transfers run on.
+   */
+  drain(): void;
   /** Graceful stop: stop accepting, hand transfers back, stop pipelines, close everything. */
   close(): Promise<void>;
 }
@@ -257,6 +262,8 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
           alive: node.silentMs <= config.transfers.leaseMs,
         })),
       readiness: async () => {
+        // Draining before the close: not ready whatever the store and backplane say, so a balancer takes it out.
+        if (drain.draining) return { ready: false, checks: { node: 'stopping' } };
         const checks: Record<string, string> = {};
         let ready = true;
         try {
@@ -277,6 +284,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
         return { ready, checks };
       },
     });
+    const drain = new ShutdownDrain(server.server);
     const closeServer = () => server.close();
     cleanups.push(closeServer);
 
@@ -337,6 +345,13 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
       },
       server,
       coordinator: activeCoordinator,
+      drain: () => {
+        logger.info(
+          { drainDelayMs: config.http.drainDelayMs },
+          'draining: readiness 503, still serving, then shutting down',
+        );
+        drain.begin();
+      },
       close,
       [Symbol.asyncDispose]: close,
     };

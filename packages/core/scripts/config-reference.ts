@@ -79,6 +79,8 @@ const NOTES: Record<string, string> = {
     'default 100, or `api.changes.maxSubscribers` when that is lower; at most `api.changes.maxSubscribers` (a bound above it could never refuse)',
   'control.maxStreamsPerClient':
     'default 16, or `control.maxStreams` when that is lower; at most `control.maxStreams` (a bound above it could never refuse)',
+  'http.drainDelayMs':
+    "SIGTERM only (SIGINT and SIGHUP stop at once): `/readyz` answers 503 while every request is still served, each answer with `Connection: close`; then the graceful close. Set it to at least the load balancer's check interval times the failures it waits for; 0 for no drain",
   'backplane.strategy':
     '`auto`: `nats` when `nats` is set, else `single` on a SQLite store, else `direct`; the api-servers follow alias events on NATS only when the strategy is (or `auto` picks) `nats`, else they watch the alias table',
 };

@@ -69,7 +69,7 @@ describe('resolveConfig: defaults', () => {
       sweepIntervalMs: 5_000,
       shutdownGraceMs: 10_000,
     },
-    http: { bodyBytes: 1_048_576, pageSizeMax: 500 },
+    http: { bodyBytes: 1_048_576, pageSizeMax: 500, drainDelayMs: 1_000 },
     query: { maxLimit: 1000, defaultLimit: 50, maxIn: 1000, maxDepth: 8 },
     retention: { transferDays: 30 },
     cache: {

@@ -27,6 +27,11 @@ export const FORCED_EXIT_MARGIN_MS = 10_000;
 
 /** A started program: what a signal stops. */
 export interface Running {
+  /**
+   * Begins the drain SIGTERM starts with ({@link ShutdownDrain}): readiness 503, requests still served, each answer
+   * with `Connection: close`; `close` follows after the program's `drainMs`.
+   */
+  drain?(): void;
   /** Graceful stop; `signal` is the one that asked for it. */
   close(signal?: NodeJS.Signals): Promise<void>;
 }
@@ -63,6 +68,12 @@ export interface RunCliOptions<Loaded extends { config: unknown }, Flags extends
   start: (loaded: Loaded, flags: Flags, stopping: AbortSignal) => Promise<Running>;
   /** The program's own shutdown grace (ms); it is forced out {@link FORCED_EXIT_MARGIN_MS} after that. */
   graceMs: number | ((loaded: Loaded) => number);
+  /**
+   * How long SIGTERM drains before the graceful close (`http.drainDelayMs`; default 0): `Running.drain` runs at
+   * once, `close` after this long, so a load balancer polling readiness takes the program out before it stops
+   * answering. SIGINT and SIGHUP (an operator at a terminal) close at once.
+   */
+  drainMs?: number | ((loaded: Loaded) => number);
   /** What to change when the listen port is taken, e.g. `api.port (SLUICE_API_PORT, --port)`. */
   portHint?: string;
   /** Uncaught exceptions the program survives (it has handled them, e.g. logged a lost pooled connection). */
@@ -117,7 +128,8 @@ export function formatCliError(name: string, err: unknown, portHint = 'another p
  *    moved, `<name>: warning: …` on stderr);
  * 3. or runs a subcommand the program added (`commands`), with the configuration `load` gives;
  * 4. `start`s the program; on SIGINT, SIGTERM or SIGHUP closes it once (a repeated signal is ignored) and exits 0, or 1
- *    when closing fails or takes longer than `graceMs` + {@link FORCED_EXIT_MARGIN_MS} (one forced-exit timer);
+ *    when closing fails or takes longer than `drainMs` + `graceMs` + {@link FORCED_EXIT_MARGIN_MS} (one forced-exit
+ *    timer); SIGTERM first drains for `drainMs` (`Running.drain`: readiness 503, requests still served);
  * 5. a failure to load or start is printed to stderr by {@link formatCliError} and exits 1 (see {@link ExitCode}).
  *
  * @example
@@ -128,6 +140,7 @@ export function formatCliError(name: string, err: unknown, portHint = 'another p
  *   load: ({ configPath, env, cwd }) => loadConfig({ configPath, env, cwd }),
  *   start: ({ config, dataDir }) => startApiServer({ config, dataDir }),
  *   graceMs: ({ config }) => config.transfers.shutdownGraceMs,
+ *   drainMs: ({ config }) => config.http.drainDelayMs,
  *   portHint: 'api.port (SLUICE_API_PORT, --port)',
  * });
  * ```
@@ -202,21 +215,32 @@ async function serve<Loaded extends { config: unknown }, Flags extends CliFlags>
 ): Promise<void> {
   const { name } = options;
   const graceMs = typeof options.graceMs === 'function' ? options.graceMs(loaded) : options.graceMs;
+  const drainMs = typeof options.drainMs === 'function' ? options.drainMs(loaded) : (options.drainMs ?? 0);
   let running: Running | undefined;
   let stopSignal: NodeJS.Signals | undefined;
   const starting = new AbortController();
+  // SIGTERM is how an orchestrator stops a backend behind a load balancer: keep serving, not ready, until the
+  // balancer's health check has seen that. An operator's Ctrl-C (SIGINT) or a lost terminal (SIGHUP) has no
+  // balancer to wait for.
+  const drained = async (target: Running, signal: NodeJS.Signals): Promise<void> => {
+    if (signal !== 'SIGTERM' || drainMs <= 0 || target.drain === undefined) return;
+    target.drain();
+    await new Promise((resolve) => setTimeout(resolve, drainMs));
+  };
   const close = (target: Running, signal: NodeJS.Signals) =>
-    target.close(signal).then(
-      () => process.exit(ExitCode.OK),
-      (err: unknown) => {
-        process.stderr.write(`${name}: shutdown failed: ${(err as Error)?.message ?? String(err)}\n`);
-        process.exit(ExitCode.FAILED);
-      },
-    );
+    drained(target, signal)
+      .then(() => target.close(signal))
+      .then(
+        () => process.exit(ExitCode.OK),
+        (err: unknown) => {
+          process.stderr.write(`${name}: shutdown failed: ${(err as Error)?.message ?? String(err)}\n`);
+          process.exit(ExitCode.FAILED);
+        },
+      );
   const stop = (signal: NodeJS.Signals) => {
     if (stopSignal !== undefined) return;
     stopSignal = signal;
-    const limitMs = graceMs + FORCED_EXIT_MARGIN_MS;
+    const limitMs = (signal === 'SIGTERM' ? drainMs : 0) + graceMs + FORCED_EXIT_MARGIN_MS;
     // Not unref'd: a close that hangs with nothing else pending must still end as a forced exit (1), not as 0.
     setTimeout(() => {
       process.stderr.write(`${name}: shutdown took longer than ${limitMs} ms after ${signal}, exiting\n`);

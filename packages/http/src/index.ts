@@ -26,6 +26,8 @@ export {
 } from './client-slots.js';
 export { type LoadConfigOptions, type LoadedConfig, loadConfig } from './config.js';
 export { DataDirAccess, prepareDataDir } from './data-dir.js';
+export { ShutdownDrain } from './drain.js';
+export { EVENT_STREAM_HEADERS, startEventStream } from './event-stream.js';
 export { atExpiry } from './expiry.js';
 export {
   headerLinesProblem,

@@ -1,6 +1,8 @@
+export { type Balancer, startBalancer } from './balancer.js';
 export { CHROMIUM_PATH, chromiumLaunchOptions } from './browser.js';
 export { MANUAL_CLOCK_START, ManualClock } from './clock.js';
 export { expectSluiceError } from './errors.js';
+export { firstNotReady, type HttpAnswer, httpCall, httpGet } from './http-answer.js';
 export {
   answerViolations,
   BodyFraming,

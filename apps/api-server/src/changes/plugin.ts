@@ -1,4 +1,5 @@
 import { type Filter, InvalidQueryError, MalformedJsonError, type QueryLimits } from '@sluice/core';
+import { startEventStream } from '@sluice/http';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Registry } from 'prom-client';
@@ -180,12 +181,7 @@ export async function changeFeedPlugin(
       const headers: Record<string, string | number | string[]> = {};
       for (const [key, value] of Object.entries(reply.getHeaders()))
         if (value !== undefined) headers[key] = value as string | number | string[];
-      res.writeHead(200, {
-        ...headers,
-        'content-type': 'text/event-stream; charset=utf-8',
-        'cache-control': 'no-cache, no-transform',
-        'x-accel-buffering': 'no',
-      });
+      startEventStream(res, headers);
       if (request.method === 'HEAD') {
         // A GET's headers and no body (RFC 9110). Not a feed: a HEAD response never writes the bytes that would
         // send its headers (node sends them at the end), so an opened feed held a subscription and never answered.

@@ -7,7 +7,7 @@ import type {
   GenerationsView,
   QueueFullError,
 } from '@sluice/core';
-import { addressClient, atExpiry, StreamAdmission, StreamBound } from '@sluice/http';
+import { addressClient, atExpiry, StreamAdmission, StreamBound, startEventStream } from '@sluice/http';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { Counter, Gauge, type Registry } from 'prom-client';
@@ -336,11 +336,7 @@ export async function endpointStreamRoutes(
       if (refused) throw refused;
       reply.hijack();
       const res = reply.raw;
-      res.writeHead(200, {
-        'content-type': 'text/event-stream; charset=utf-8',
-        'cache-control': 'no-cache, no-transform',
-        'x-accel-buffering': 'no',
-      });
+      startEventStream(res);
       if (request.method === 'HEAD') {
         // A GET's headers and no body (RFC 9110). Not a stream: a HEAD response never writes the bytes that would
         // send its headers (node sends them at the end), so a watched one held a watcher and never answered.
