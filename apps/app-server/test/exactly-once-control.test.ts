@@ -530,7 +530,13 @@ describe('exactly once through the control API (3 nodes, PostgreSQL + NATS)', { 
     for (let id = 451; id <= 500; id++) await appendFile(input, line(id));
     await sleep(FAST_TRANSFERS.leaseMs * 2);
     expect(await followPaused.writes.counts(), owner.child.output().slice(-4000)).toEqual(atTerminate);
-    expect(atTerminate).toEqual({ n: 400, d: 400 });
+    // Who gets the paused owner's expired lease first is a race the contract leaves open: the terminate (TERMINATED
+    // at once, the snapshot's 400 rows) or a sweeper (it takes the transfer over, copies the lines appended during
+    // the pause, and is then stopped by the terminate). Either way each row once, none of the lines appended after
+    // TERMINATED, and nothing from the woken owner (above).
+    expect(atTerminate.n).toBe(atTerminate.d);
+    expect(atTerminate.d).toBeGreaterThanOrEqual(400);
+    expect(atTerminate.d).toBeLessThanOrEqual(450);
     expect((await call(`${node('n1').url}/v1/transfers/follow-paused-1`)).body.state).toBe('TERMINATED');
   });
 
