@@ -402,17 +402,7 @@ describe('exactly once through the control API (3 nodes, PostgreSQL + NATS)', { 
   it('a terminate sent to a non-owner while the owner records COMPLETED: 409, the record COMPLETED, each row once', async () => {
     // The raced database holds an earlier test's table: this transfer's rows and writes get tables of their own.
     const url = raced.db.url;
-    await sql(url, 'CREATE TABLE late (id integer PRIMARY KEY, value double precision, category text)');
-    await sql(url, 'CREATE TABLE late_writes (id integer NOT NULL)');
-    await sql(
-      url,
-      `CREATE FUNCTION count_late_write() RETURNS trigger LANGUAGE plpgsql AS
-        $$ BEGIN INSERT INTO late_writes VALUES (NEW.id); RETURN NEW; END $$`,
-    );
-    await sql(
-      url,
-      'CREATE TRIGGER late_counted AFTER INSERT OR UPDATE ON late FOR EACH ROW EXECUTE FUNCTION count_late_write()',
-    );
+    const lateWrites = await createCountedDestination(url, 'late');
     const input = await writeRecords(files('late-in.jsonl'), 500);
     const body = {
       ...fileTransfer('late-term-1', input, files('unused.jsonl')),
@@ -443,11 +433,7 @@ describe('exactly once through the control API (3 nodes, PostgreSQL + NATS)', { 
     expect([200, 202], JSON.stringify(resend.body)).toContain(resend.status);
     expect(record).toMatchObject({ epoch: 1, attempts: 1 });
     await sleep(FAST_TRANSFERS.leaseMs);
-    const [rows] = await sql<{ n: number; d: number }>(
-      url,
-      'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM late_writes',
-    );
-    expect(rows).toEqual({ n: 500, d: 500 });
+    expect(await lateWrites.counts()).toEqual({ n: 500, d: 500 });
   });
 
   it('the store connection cut at the commit of a file transfer’s last store write: one COMPLETED, the file once, no temp left', async () => {

@@ -349,8 +349,9 @@ export function moved(cause: SwitchOutcome['cause'], from: string, to: string): 
 }
 
 /**
- * Creates the `dst` table (id, value, category) of `url` with every committed physical write into it counted in
- * `dst_writes` (a trigger), so a replayed or duplicated write shows; returns how to read the counts.
+ * Creates the `dst` table (id, value, category) of `url` — or `table` — with every committed physical write into it
+ * counted in `<table>_writes` (a trigger), so a replayed or duplicated write shows; returns how to read the counts.
+ * A second table in one database keeps its writes apart from the first's.
  *
  * @example
  * ```ts
@@ -360,24 +361,26 @@ export function moved(cause: SwitchOutcome['cause'], from: string, to: string): 
  */
 export async function createCountedDestination(
   url: string,
+  table = 'dst',
 ): Promise<{ counts(): Promise<{ n: number; d: number }> }> {
-  await sql(url, 'CREATE TABLE dst (id integer PRIMARY KEY, value double precision, category text)');
-  await sql(url, 'CREATE TABLE dst_writes (id integer NOT NULL)');
+  if (!/^[a-z_][a-z0-9_]*$/.test(table)) throw new Error(`not a plain table name: ${table}`);
+  await sql(url, `CREATE TABLE ${table} (id integer PRIMARY KEY, value double precision, category text)`);
+  await sql(url, `CREATE TABLE ${table}_writes (id integer NOT NULL)`);
   await sql(
     url,
-    `CREATE FUNCTION count_write() RETURNS trigger LANGUAGE plpgsql AS
-      $$ BEGIN INSERT INTO dst_writes VALUES (NEW.id); RETURN NEW; END $$`,
+    `CREATE FUNCTION count_${table}_write() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN INSERT INTO ${table}_writes VALUES (NEW.id); RETURN NEW; END $$`,
   );
   await sql(
     url,
-    'CREATE TRIGGER dst_counted AFTER INSERT OR UPDATE ON dst FOR EACH ROW EXECUTE FUNCTION count_write()',
+    `CREATE TRIGGER ${table}_counted AFTER INSERT OR UPDATE ON ${table} FOR EACH ROW EXECUTE FUNCTION count_${table}_write()`,
   );
   return {
     counts: async () =>
       (
         await sql<{ n: number; d: number }>(
           url,
-          'SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM dst_writes',
+          `SELECT count(*)::int AS n, count(DISTINCT id)::int AS d FROM ${table}_writes`,
         )
       )[0]!,
   };
