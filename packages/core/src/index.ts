@@ -262,6 +262,7 @@ export {
   type DataPlaneStore,
   type EventPublisher,
   type EventSubscriber,
+  type HeartbeatOutcome,
   type ListTransfersInput,
   type Logger,
   type NodeInfo,

@@ -26,6 +26,14 @@ export interface OwnerIdentity {
   instanceId: string;
 }
 
+/** What one {@link DataPlaneStore.heartbeat} did to the leases of its owner's transfers (ids sorted). */
+export interface HeartbeatOutcome {
+  /** Transfers whose lease it extended: the owner still owns them. */
+  extended: string[];
+  /** Transfers the owner owned as the statement began whose rows another session held locked: not extended. */
+  held: string[];
+}
+
 export interface SubmitInput {
   request: TransferRequest;
   requestHash: string;
@@ -167,10 +175,19 @@ export interface DataPlaneStore extends AsyncDisposable {
    */
   recordRetry(id: string, epoch: number): Promise<TransferRecord>;
   /**
-   * Extends the leases of every non-terminal transfer owned by this owner instance, in one statement.
-   * Returns the ids extended (the caller stops work on anything it runs that is missing: it was fenced).
+   * Extends the leases of every non-terminal transfer owned by this owner instance, in one statement that waits
+   * for no row: a row another session holds locked (a takeover or terminate in flight, an operator's open
+   * transaction) is skipped and named in `held` — neither extended nor lost, judged by a later heartbeat — so one
+   * held row cannot cost the owner the leases of all its other transfers. The caller stops work on anything it
+   * runs that is in neither list: it was fenced.
+   *
+   * @example
+   * ```ts
+   * const { extended, held } = await store.heartbeat(me, 30_000);
+   * for (const run of runs) if (!extended.includes(run.id) && !held.includes(run.id)) run.stop('fenced');
+   * ```
    */
-  heartbeat(owner: OwnerIdentity, leaseMs: number): Promise<string[]>;
+  heartbeat(owner: OwnerIdentity, leaseMs: number): Promise<HeartbeatOutcome>;
   /** Expires the lease of a transfer this owner holds, so another node can take it at once (graceful handback). */
   release(id: string, epoch: number): Promise<void>;
   /**

@@ -30,11 +30,11 @@ describe.each(DIALECTS)('fencing by epoch on %s', (dialect) => {
     await expectSluiceError(nodeA.release(record.id, 1), 'STALE_EPOCH');
     await expectSluiceError(nodeA.recordRetry(record.id, 1), 'STALE_EPOCH');
     await expectSluiceError(nodeA.takeOver(record.id, 1, a, LEASE_MS), 'STALE_EPOCH');
-    expect(await nodeA.heartbeat(a, LEASE_MS)).toEqual([]);
+    expect(await nodeA.heartbeat(a, LEASE_MS)).toEqual({ extended: [], held: [] });
     expect(await nodeA.get(record.id)).toEqual(takenNow);
 
     // The new owner goes on normally.
-    expect(await nodeB.heartbeat(b, LEASE_MS)).toEqual([record.id]);
+    expect(await nodeB.heartbeat(b, LEASE_MS)).toEqual({ extended: [record.id], held: [] });
     await nodeB.saveCheckpoint(record.id, 2, { offset: 20 });
     const done = await nodeB.transition(record.id, 2, { to: 'COMPLETED' });
     expect(done).toMatchObject({
@@ -51,10 +51,10 @@ describe.each(DIALECTS)('fencing by epoch on %s', (dialect) => {
     const firstLife = owner('node-a', 'a-life-1');
     const { record } = await store.submit(submitInput(makeRequest(), firstLife));
     await fx.advance(LEASE_MS + 1);
-    expect(await store.heartbeat(owner('node-a', 'a-life-2'), LEASE_MS)).toEqual([]);
+    expect(await store.heartbeat(owner('node-a', 'a-life-2'), LEASE_MS)).toEqual({ extended: [], held: [] });
     const recovered = await store.recoverExpired(owner('node-a', 'a-life-2'), LEASE_MS, 10);
     expect(recovered.map((r) => [r.id, r.epoch])).toEqual([[record.id, 2]]);
-    expect(await store.heartbeat(firstLife, LEASE_MS)).toEqual([]);
+    expect(await store.heartbeat(firstLife, LEASE_MS)).toEqual({ extended: [], held: [] });
   });
 
   it('a stale epoch is reported even when the transfer has since reached a final state', async () => {

@@ -43,21 +43,34 @@ async function terminateBlockedBackend(fx: StoreFixture, admin: pg.Client): Prom
 }
 
 /**
- * Holds the database's write lock from another connection (on PostgreSQL: a lock on `lockId`'s row; on
- * SQLite: an immediate transaction), runs `op` into it, and makes the database go away under it: the
- * PostgreSQL backend is terminated mid-statement, the SQLite write waits out its busy timeout.
+ * Holds the database's write lock from another connection (on PostgreSQL: a lock on `lockId`'s row — or, for a
+ * statement that skips locked rows, an advisory lock a trigger takes when the statement updates that row, so it
+ * stops midway with the rows before it written; on SQLite: an immediate transaction), runs `op` into it, and makes
+ * the database go away under it: the PostgreSQL backend is terminated mid-statement, the SQLite write waits out
+ * its busy timeout.
  */
 async function interruptMidOperation<T>(
   fx: StoreFixture,
   lockId: string,
   op: () => Promise<T>,
+  hold: 'row' | 'mid-update' = 'row',
 ): Promise<unknown> {
   if (fx.dialect === 'postgres') {
     const locker = await adminClient(fx.url);
     const killer = await adminClient(fx.url);
     try {
+      if (hold === 'mid-update') {
+        await locker.query(
+          `create or replace function hold_mid_update() returns trigger language plpgsql as
+            $$ begin if new.id = '${lockId}' then perform pg_advisory_xact_lock(7707); end if; return new; end $$`,
+        );
+        await locker.query(
+          'create trigger hold_mid_update before update on transfers for each row execute function hold_mid_update()',
+        );
+      }
       await locker.query('begin');
-      await locker.query('select id from transfers where id = $1 for update', [lockId]);
+      if (hold === 'mid-update') await locker.query('select pg_advisory_xact_lock(7707)');
+      else await locker.query('select id from transfers where id = $1 for update', [lockId]);
       const pending = op().then(
         () => null,
         (err: unknown) => err,
@@ -67,6 +80,8 @@ async function interruptMidOperation<T>(
       await locker.query('rollback');
       return err;
     } finally {
+      // The fixture's database is reused by the next test.
+      if (hold === 'mid-update') await killer.query('drop trigger if exists hold_mid_update on transfers');
       await locker.end();
       await killer.end();
     }
@@ -95,11 +110,11 @@ describe.each(DIALECTS)('the database going away on %s', (dialect) => {
     for (let i = 0; i < 10; i++) ids.push((await store.submit(submitInput(makeRequest(), me))).record.id);
     await fx.advance(5_000);
     const before = await allRecords(store);
-    const err = await interruptMidOperation(fx, ids[6]!, () => store.heartbeat(me, LEASE_MS));
+    const err = await interruptMidOperation(fx, ids[6]!, () => store.heartbeat(me, LEASE_MS), 'mid-update');
     expect(SluiceError.hasCode(err, 'STORE_UNAVAILABLE')).toBe(true);
     expect(await allRecords(store)).toEqual(before);
     // The store recovers by itself once the database is back.
-    expect(await store.heartbeat(me, LEASE_MS)).toEqual([...ids].sort());
+    expect(await store.heartbeat(me, LEASE_MS)).toEqual({ extended: [...ids].sort(), held: [] });
   });
 
   it('mid-takeover and mid-transition: a typed error, the record unchanged, then the retry works', async () => {

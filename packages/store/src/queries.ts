@@ -208,15 +208,52 @@ export function prepareQueries(db: Kysely<StoreDatabase>, dialect: StoreDialect)
       .where('state', 'in', ACTIVE)
       .returningAll(),
   );
-  const heartbeat = prepareQuery<'nodeId' | 'instance' | 'leaseMs' | 'now', { id: string }>(
+  type HeartbeatNames = 'nodeId' | 'instance' | 'leaseMs' | 'now';
+  /** The active rows of one owner instance. */
+  const ownedBy = () =>
     db
-      .updateTable('transfers')
-      .set({ lease_expires_at: clock.leaseUntil })
+      .selectFrom('transfers')
+      .select('id')
       .where('owner_instance', '=', param<string>('instance'))
       .where('owner_node_id', '=', param<string>('nodeId'))
-      .where('state', 'in', ACTIVE)
-      .returning('id'),
-  );
+      .where('state', 'in', ACTIVE);
+  const heartbeat =
+    dialect === 'postgres'
+      ? // Extend what it can lock at once, skipping rows another session holds: one held row (a takeover or a
+        // terminate in flight, an operator's open transaction) would otherwise stall the statement — and the
+        // leases of every other transfer of the owner with it. The rows it owned as the statement began but
+        // could not lock come back with `extended` false: held, not lost. A row whose holder committed a change
+        // of owner is re-checked when locked (FOR UPDATE) and so is not extended.
+        prepareQuery<HeartbeatNames, { id: string; extended: boolean }>(
+          db
+            .with('renewed', (qc) =>
+              qc
+                .updateTable('transfers as t')
+                .set({ lease_expires_at: clock.leaseUntil })
+                .from(ownedBy().forUpdate().skipLocked().as('c'))
+                .whereRef('t.id', '=', 'c.id')
+                .returning('t.id'),
+            )
+            .with('owned', () => ownedBy())
+            .selectFrom('renewed')
+            .select(['renewed.id', sql<boolean>`true`.as('extended')])
+            .unionAll((eb) =>
+              eb
+                .selectFrom('owned')
+                .select(['owned.id', sql<boolean>`false`.as('extended')])
+                .where('owned.id', 'not in', eb.selectFrom('renewed').select('renewed.id')),
+            ),
+        )
+      : // SQLite: one writer at a time, no row locks — the statement waits for the database's write lock.
+        prepareQuery<HeartbeatNames, { id: string; extended: boolean }>(
+          db
+            .updateTable('transfers')
+            .set({ lease_expires_at: clock.leaseUntil })
+            .where('owner_instance', '=', param<string>('instance'))
+            .where('owner_node_id', '=', param<string>('nodeId'))
+            .where('state', 'in', ACTIVE)
+            .returning(['id', sql<boolean>`1`.as('extended')]),
+        );
   const release = prepareQuery<'id' | 'epoch' | 'now', never>(
     db
       .updateTable('transfers')

@@ -62,7 +62,7 @@ describe.each(DIALECTS)('the state machine through the store on %s', (dialect) =
     const finals: TransferRecord[] = [];
     for (const state of ALL_STATES.filter(isTerminal)) finals.push(await recordIn(store, state));
     await fx.advance(10 * LEASE_MS);
-    expect(await store.heartbeat(me, LEASE_MS)).toEqual([]);
+    expect(await store.heartbeat(me, LEASE_MS)).toEqual({ extended: [], held: [] });
     expect(await store.recoverExpired(owner('node-b'), LEASE_MS, 100)).toEqual([]);
     for (const record of finals) {
       await expectSluiceError(

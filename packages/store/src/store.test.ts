@@ -100,7 +100,7 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     const local = { nodeId: 'local', address: '', instanceId: 'local-1' };
     const { record } = await store.submit(submitInput(makeRequest(), local));
     expect(record.ownerAddress).toBe('');
-    expect(await store.heartbeat(local, LEASE_MS)).toEqual([record.id]);
+    expect(await store.heartbeat(local, LEASE_MS)).toEqual({ extended: [record.id], held: [] });
     await store.registerNode(local);
     expect((await store.listNodes())[0]?.address).toBe('');
   });
@@ -227,15 +227,14 @@ describe.each(DIALECTS)('SqlDataPlaneStore on %s', (dialect) => {
     await store.transition(finished.id, 1, { to: 'TERMINATED' });
     await fx.advance(20_000);
     const [oldLifeNow, otherNow] = [await store.get(oldLife.id), await store.get(other.id)];
-    const extended = await store.heartbeat(mine, 45_000);
-    expect(extended).toEqual([...ids].sort());
+    expect(await store.heartbeat(mine, 45_000)).toEqual({ extended: [...ids].sort(), held: [] });
     for (const id of ids) {
       await fx.expectLeaseLeft(await store.get(id), 45_000);
     }
     expect((await store.get(oldLife.id))?.leaseExpiresAt).toEqual(oldLifeNow?.leaseExpiresAt);
     expect((await store.get(other.id))?.leaseExpiresAt).toEqual(otherNow?.leaseExpiresAt);
     expect((await store.get(finished.id))?.leaseExpiresAt).toBeNull();
-    expect(await store.heartbeat(owner('node-c'), 45_000)).toEqual([]);
+    expect(await store.heartbeat(owner('node-c'), 45_000)).toEqual({ extended: [], held: [] });
   });
 
   it('release expires the lease at once so a sweeper can recover it; releasing a final record is a no-op', async () => {

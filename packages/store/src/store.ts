@@ -1,6 +1,7 @@
 import {
   type Clock,
   type DataPlaneStore,
+  type HeartbeatOutcome,
   IdempotencyConflictError,
   IllegalTransitionError,
   InternalError,
@@ -276,7 +277,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     });
   }
 
-  async heartbeat(owner: OwnerIdentity, leaseMs: number): Promise<string[]> {
+  async heartbeat(owner: OwnerIdentity, leaseMs: number): Promise<HeartbeatOutcome> {
     return this.#run('heartbeat', async () => {
       const o = validOwner(owner);
       const { rows } = await this.#exec(
@@ -287,7 +288,11 @@ export class SqlDataPlaneStore implements DataPlaneStore {
           now: this.#now(),
         }),
       );
-      return rows.map((row) => row.id).sort();
+      const extended: string[] = [];
+      const held: string[] = [];
+      // PostgreSQL answers a boolean, SQLite 1.
+      for (const row of rows) (row.extended ? extended : held).push(row.id);
+      return { extended: extended.sort(), held: held.sort() };
     });
   }
 

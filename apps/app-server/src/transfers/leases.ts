@@ -9,8 +9,8 @@ import { type LocalRun, RunPhase, StopReason } from './local-run.js';
 const CONFIRM_ATTEMPTS = 3;
 
 /**
- * Leases of the runs this node owns: one heartbeat statement extends them all and names what the store no
- * longer lets this instance own (those runs are fenced); a frequent watchdog stops any running run whose lease
+ * Leases of the runs this node owns: one heartbeat statement extends them all — skipping, not waiting for, a
+ * row another session holds — and names what the store no longer lets this instance own (those runs are fenced); a frequent watchdog stops any running run whose lease
  * ran out by this process's monotonic clock (the store unreachable, or the process frozen), before it writes
  * again. A queued run has nothing to stop: it is confirmed by a heartbeat when it starts ({@link confirm}).
  */
@@ -40,13 +40,17 @@ export class LeaseKeeper {
     const startedMono = performance.now();
     try {
       const { store, identity, limits } = state.o;
-      const extended = new Set(await store.heartbeat(identity, limits.leaseMs));
+      const outcome = await store.heartbeat(identity, limits.leaseMs);
+      const extended = new Set(outcome.extended);
+      const held = new Set(outcome.held);
       for (const run of state.runs.values()) {
         if (!run.active || run.claimedInHeartbeat >= generation) continue;
         if (extended.has(run.id)) run.leaseDeadline = startedMono + limits.leaseMs;
-        else stopRun(state, run, StopReason.fenced);
+        // Held by another session: still ours as the statement began, but not extended — the run keeps its
+        // deadline (the watchdog stops it if the lease runs out) and the next heartbeat judges it again.
+        else if (!held.has(run.id)) stopRun(state, run, StopReason.fenced);
       }
-      const orphans = [...extended].filter((id) => !state.runs.has(id) && !state.claiming.has(id));
+      const orphans = outcome.extended.filter((id) => !state.runs.has(id) && !state.claiming.has(id));
       if (orphans.length > 0) await this.#resumeOrphans(orphans);
       await store.touchNode(identity.nodeId);
     } catch (err) {
