@@ -44,6 +44,11 @@ export interface NatsEventFanoutOptions {
   connected: () => boolean;
   /** Waits until the server has processed everything sent so far (false when it could not tell in time). */
   flush: () => Promise<boolean>;
+  /**
+   * The longest a subscription's close waits for the server to confirm its drain (the operation timeout): a hung
+   * server never confirms, and the subscriber is going away.
+   */
+  timeoutMs: number;
 }
 
 /** The subscribers of one NATS backplane. */
@@ -56,6 +61,7 @@ export class NatsEventFanout {
   readonly #aliasHost: string | undefined;
   readonly #connected: () => boolean;
   readonly #flush: () => Promise<boolean>;
+  readonly #timeoutMs: number;
   readonly #subs = new Set<EventSubscription>();
   /** The armed retry of a failed replay (see replayAliasState), and the delay of the one after it. */
   #replayTimer: NodeJS.Timeout | null = null;
@@ -70,6 +76,7 @@ export class NatsEventFanout {
     this.#aliasHost = options.aliasHost;
     this.#connected = options.connected;
     this.#flush = options.flush;
+    this.#timeoutMs = options.timeoutMs;
   }
 
   /**
@@ -118,12 +125,11 @@ export class NatsEventFanout {
       if (closed) return;
       closed = true;
       this.#subs.delete(state);
-      try {
-        if (this.#connected()) await Promise.all(state.subs.map((sub) => sub.drain()));
-        else for (const sub of state.subs) sub.unsubscribe();
-      } catch {
-        // The connection is already gone.
-      }
+      // Drained while connected, so events already on their way are still handed over. A hung server (a partition
+      // without resets) never confirms the drain, and the subscriber is going away (a process stopping): after the
+      // operation timeout the subscriptions are dropped here without the server's word.
+      const drained = this.#connected() && (await drainWithin(state.subs, this.#timeoutMs));
+      if (!drained) for (const sub of state.subs) unsubscribeQuietly(sub);
       await delivery.idle();
     };
     return { close, [Symbol.asyncDispose]: close };
@@ -216,5 +222,34 @@ export class NatsEventFanout {
   clear(): void {
     this.#cancelReplayRetry();
     this.#subs.clear();
+  }
+}
+
+/**
+ * Drains `subs` (the server confirms it has sent them everything), true once done; false when that did not happen
+ * within `timeoutMs` (a hung server) or failed (the connection went away).
+ */
+async function drainWithin(subs: readonly Subscription[], timeoutMs: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const gaveUp = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), timeoutMs);
+  });
+  const draining = Promise.all(subs.map((sub) => sub.drain())).then(
+    () => true,
+    () => false,
+  );
+  try {
+    return await Promise.race([draining, gaveUp]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Ends `sub` on this side at once (no more deliveries); a closed connection or subscription is fine. */
+function unsubscribeQuietly(sub: Subscription): void {
+  try {
+    if (!sub.isClosed()) sub.unsubscribe();
+  } catch {
+    // Already gone with the connection.
   }
 }

@@ -134,6 +134,7 @@ export class NatsBackplane implements Backplane {
       aliasHost: this.#aliasHost,
       connected: () => this.#health.connected(),
       flush: () => this.#health.flush(),
+      timeoutMs: this.#timeoutMs,
     });
     this.#outbox = new AliasOutbox({
       send: (event) => this.#sendRedirect(event),
