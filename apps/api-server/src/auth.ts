@@ -115,6 +115,9 @@ export class TokenAuthenticator {
     } catch (err) {
       // Expired says so where a client reads it (`reason`), as the control API does; the rest only in the text.
       if (isExpiredJwt(err)) throw expiredTokenError();
+      // The verifier refuses a time claim it cannot read (a string `exp`, or a `nbf` of 1e309: a RangeError with no
+      // code) without naming it; the token's own claims say which one — read unverified, only to name it.
+      if (refusedClaim(err)) jwtExpiry(unverifiedClaims(token));
       throw new UnauthorizedError(`The bearer token is not valid: ${tokenProblem(err)}`);
     }
     const claims = TokenClaimsSchema.safeParse(payload);
@@ -184,8 +187,27 @@ function claimsProblem(payload: unknown, error: z.ZodError): string {
   return 'The bearer token does not carry Sluice claims: claim "endpoints" must be "*" or a list of endpoint names';
 }
 
+/** Whether the verifier refused a claim's value or type — or failed reading one (no code of its own). */
+function refusedClaim(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return (
+    code === undefined || code === 'FAST_JWT_INVALID_CLAIM_TYPE' || code === 'FAST_JWT_INVALID_CLAIM_VALUE'
+  );
+}
+
+/** The payload of a compact JWT as sent, not verified; `{}` when it is not a JSON object. */
+function unverifiedClaims(token: string): unknown {
+  try {
+    return JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString('utf8'));
+  } catch {
+    return {};
+  }
+}
+
 function tokenProblem(err: unknown): string {
   const code = (err as { code?: unknown }).code;
+  // fast-jwt's own words name the claim ("The exp claim must be a number.").
+  if (code === 'FAST_JWT_INVALID_CLAIM_TYPE') return String((err as Error).message);
   if (code === 'FAST_JWT_EXPIRED') return 'expired';
   if (code === 'FAST_JWT_INVALID_SIGNATURE') return 'bad signature';
   if (code === 'FAST_JWT_INVALID_ALGORITHM') return 'algorithm not allowed';

@@ -115,4 +115,27 @@ describe('change feeds and token expiry', () => {
         expect(answer.status, `${kind} ${payload}: ${answer.body}`).toBe(200);
     }
   });
+  it('defect: a token whose exp or nbf the verifier could not read was refused as "malformed", naming no claim', async () => {
+    await using dir = await tempDir();
+    await using writer = await startFeedWriter(dir);
+    await using api = await startFeedApi(writer.root, { api: { auth: { jwtSecret: SECRET } } });
+    await writer.run({ op: 'commit', ops: [upsert(item(1, 2))] });
+    const soon = Math.floor(Date.now() / 1000) + 600;
+    for (const [payload, claim] of [
+      ['{"endpoints":"*","exp":-1e300}', 'exp'],
+      ['{"endpoints":"*","exp":"99999999999"}', 'exp'],
+      [`{"endpoints":"*","exp":${soon},"nbf":1e309}`, 'nbf'],
+    ] as const) {
+      const answer = await fetch(`${api.url}/v1/endpoints/items/records/1`, {
+        headers: { authorization: `Bearer ${signJwtPayload(SECRET, payload)}` },
+      });
+      const body = (await answer.json()) as { code: string; detail: string };
+      expect({ status: answer.status, code: body.code }, payload).toEqual({
+        status: 401,
+        code: 'UNAUTHORIZED',
+      });
+      expect(body.detail, payload).toContain(`claim "${claim}" is invalid`);
+      expect(body.detail, payload).not.toContain('malformed');
+    }
+  });
 });
