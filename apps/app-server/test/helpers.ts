@@ -6,9 +6,11 @@ import type { SluiceEvent, SwitchOutcome } from '@sluice/core';
 import {
   type ChildHandle,
   freePort,
+  spawnProcess,
   spawnTs,
   spawnTsWithoutFileCapabilities,
   sql,
+  tsxLoaderPath,
   waitFor,
 } from '@sluice/testkit';
 
@@ -109,6 +111,11 @@ export interface NodeSpec {
    * (root owns it, whatever directory it was cloned into).
    */
   withoutFileCapabilities?: boolean;
+  /**
+   * Run the process under this file-size limit (`RLIMIT_FSIZE`, set by util-linux `prlimit`): a write that would
+   * grow a file past it fails as on a full disk (LMDB sees a short write), while files already larger stay readable.
+   */
+  fileSizeLimitBytes?: number;
 }
 
 /**
@@ -182,17 +189,34 @@ export async function startNodeProcess(spec: NodeSpec): Promise<NodeProcess> {
   ];
   await writeFile(configFile, lines.filter((l) => l !== '').join('\n'));
   const child =
-    spec.withoutFileCapabilities !== true
-      ? spawnTs(BIN, ['--config', configFile], {
-          cwd: spec.dir,
-          env: spec.env ?? {},
-          nodeArgs: spec.nodeArgs ?? [],
-        })
-      : spawnTsWithoutFileCapabilities(BIN, ['--config', configFile], {
-          cwd: spec.dir,
-          env: spec.env ?? {},
-          nodeArgs: spec.nodeArgs ?? [],
-        });
+    spec.fileSizeLimitBytes !== undefined
+      ? spawnProcess(
+          'prlimit',
+          [
+            `--fsize=${spec.fileSizeLimitBytes}`,
+            '--',
+            process.execPath,
+            ...(spec.nodeArgs ?? []),
+            '--conditions=@sluice/source',
+            '--import',
+            tsxLoaderPath(),
+            BIN,
+            '--config',
+            configFile,
+          ],
+          { cwd: spec.dir, env: spec.env ?? {} },
+        )
+      : spec.withoutFileCapabilities !== true
+        ? spawnTs(BIN, ['--config', configFile], {
+            cwd: spec.dir,
+            env: spec.env ?? {},
+            nodeArgs: spec.nodeArgs ?? [],
+          })
+        : spawnTsWithoutFileCapabilities(BIN, ['--config', configFile], {
+            cwd: spec.dir,
+            env: spec.env ?? {},
+            nodeArgs: spec.nodeArgs ?? [],
+          });
   try {
     if ((spec.logLevel ?? 'info') === 'info') await child.waitForLine(/app-server ready/, 60_000);
     else

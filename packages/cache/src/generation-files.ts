@@ -5,7 +5,13 @@
  */
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { type CacheInfo, CacheNotFoundError, type CacheSchema, type CommitState } from '@sluice/core';
+import {
+  type CacheInfo,
+  CacheNotFoundError,
+  type CacheSchema,
+  type CommitState,
+  SluiceError,
+} from '@sluice/core';
 import type { CacheMeta } from './alias-table.js';
 import { cacheDbs, EMPTY_COMMIT, type StoredSchema } from './cache-dbs.js';
 import { RecordFormatError } from './errors.js';
@@ -81,13 +87,15 @@ export async function describeGeneration(
   let sizeBytes = 0;
   if (existsSync(join(path, 'data.mdb'))) {
     sizeBytes = statSync(join(path, 'data.mdb')).size;
-    const env = await acquireEnv(path, readOnly);
-    try {
-      env.root.resetReadTxn();
-      commit = (env.db<CommitState, string>('meta').get('commit') as CommitState | undefined) ?? EMPTY_COMMIT;
-    } finally {
-      await releaseEnv(path);
-    }
+    const env = await acquireEnvUnlessDamaged(path, readOnly);
+    if (env !== null)
+      try {
+        env.root.resetReadTxn();
+        commit =
+          (env.db<CommitState, string>('meta').get('commit') as CommitState | undefined) ?? EMPTY_COMMIT;
+      } finally {
+        await releaseEnv(path);
+      }
   }
   return {
     name: meta.name,
@@ -109,10 +117,25 @@ export async function describeGeneration(
 /** True when another live process holds a reader slot in the environment at `path`. */
 export async function openElsewhere(path: string): Promise<boolean> {
   if (!existsSync(join(path, 'data.mdb'))) return false;
-  const env = await acquireEnv(path, false);
+  // Nobody reads a damaged environment (no process can open it), so it can go.
+  const env = await acquireEnvUnlessDamaged(path, false);
+  if (env === null) return false;
   try {
     return otherReaderPids(env).length > 0;
   } finally {
     await releaseEnv(path);
+  }
+}
+
+/**
+ * The environment at `path`, or null when its files are damaged (`CACHE_DAMAGED`): listing a damaged generation, or
+ * collecting it, must not fail — it is described with no commit, and the app-server rebuilds it.
+ */
+async function acquireEnvUnlessDamaged(path: string, readOnly: boolean) {
+  try {
+    return await acquireEnv(path, readOnly);
+  } catch (err) {
+    if (SluiceError.hasCode(err, 'CACHE_DAMAGED')) return null;
+    throw err;
   }
 }

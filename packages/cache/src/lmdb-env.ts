@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { type Database, type DatabaseOptions, open, type RootDatabase } from 'lmdb';
 import { type EnvOpenLock, lockEnvOpen, lockEnvOpenSync } from './env-open-lock.js';
+import { assertLmdbFile } from './lmdb-file-check.js';
 
 type AnyKey = import('lmdb').Key;
 
@@ -23,6 +24,7 @@ export class SharedEnv {
   }
 
   private static openRoot(path: string, readOnly: boolean): RootDatabase {
+    assertLmdbFile(join(path, 'data.mdb'));
     return open({ path, maxDbs: 64, noSubdir: false, readOnly, maxReaders: 1022 }) as RootDatabase;
   }
 

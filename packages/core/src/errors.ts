@@ -42,6 +42,7 @@ export const ErrorCode = {
   CACHE_CLOSED: 'CACHE_CLOSED',
   CACHE_READ_ONLY: 'CACHE_READ_ONLY',
   CACHE_BUSY: 'CACHE_BUSY',
+  CACHE_DAMAGED: 'CACHE_DAMAGED',
   BAD_RECORD: 'BAD_RECORD',
   SOURCE_FAILED: 'SOURCE_FAILED',
   SINK_FAILED: 'SINK_FAILED',
@@ -125,6 +126,7 @@ export const STATUS_BY_CODE = {
   NODE_SHUTTING_DOWN: 503,
   CACHE_CLOSED: 503,
   CACHE_BUSY: 503,
+  CACHE_DAMAGED: 503,
   POSITION_NOT_REACHED: 503,
   ENDPOINT_STOPPED: 503,
   ENDPOINT_NOT_READY: 503,
@@ -798,6 +800,17 @@ export class CacheReadOnlyError extends SluiceError {
 export class CacheBusyError extends SluiceError {
   constructor(message: string, details: Record<string, unknown>) {
     super({ code: ErrorCode.CACHE_BUSY, message, details });
+  }
+}
+
+/**
+ * A cache environment's files are not LMDB files (overwritten, truncated, a bad restore): they are never opened
+ * (LMDB would read them as pages and may crash the process). An endpoint's generation in that state is rebuilt from
+ * its source by the app-server; `details.path` names the file.
+ */
+export class CacheDamagedError extends SluiceError {
+  constructor(message: string, details: { path: string }) {
+    super({ code: ErrorCode.CACHE_DAMAGED, message, details });
   }
 }
 

@@ -130,6 +130,7 @@ export {
   CacheBusyError,
   CacheClosedError,
   CacheConflictError,
+  CacheDamagedError,
   CacheNotFoundError,
   CacheReadOnlyError,
   CannotResumeError,

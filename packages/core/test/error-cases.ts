@@ -211,6 +211,12 @@ export const ERROR_CASES: ReadonlyArray<{
     status: 503,
   },
   {
+    error: new errors.CacheDamagedError('not an LMDB file', { path: '/data/caches/items-01/data.mdb' }),
+    cls: errors.CacheDamagedError,
+    code: 'CACHE_DAMAGED',
+    status: 503,
+  },
+  {
     error: new errors.BadRecordError('line 3 is not JSON', { line: 3, source: 'in.jsonl' }),
     cls: errors.BadRecordError,
     code: 'BAD_RECORD',

@@ -153,6 +153,11 @@ export async function assessGeneration(
         assessment: { verdict: 'schema-changed', message: (err as Error).message },
         plan: null,
       };
+    // Files removed or overwritten under the alias table: a generation to replace, never a reason to stop the
+    // endpoint for good.
+    const unusable = unusableFilesReason(err, name);
+    if (unusable !== null)
+      return { cache: null, assessment: { verdict: 'unusable', reason: unusable }, plan: null };
     throw err;
   }
   try {
@@ -176,6 +181,18 @@ export async function assessGeneration(
     await cache.close().catch(() => {});
     throw err;
   }
+}
+
+/**
+ * Why generation `name`, which the alias table lists, cannot be opened when `err` says its files are gone
+ * (`CACHE_NOT_FOUND`) or damaged (`CACHE_DAMAGED`); null for any other failure (that one stops the launch).
+ */
+function unusableFilesReason(err: unknown, name: string): string | null {
+  if (SluiceError.hasCode(err, 'CACHE_NOT_FOUND'))
+    return `the files of ${name} are gone from the data directory; rebuilding from the source`;
+  if (SluiceError.hasCode(err, 'CACHE_DAMAGED'))
+    return `the files of ${name} are damaged (${(err as Error).message}); rebuilding from the source`;
+  return null;
 }
 
 async function loadPipelineCheckpoint(port: CheckpointPort): Promise<PipelineCheckpoint | null> {

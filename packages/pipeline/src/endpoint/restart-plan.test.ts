@@ -27,6 +27,10 @@ const notResumable = {
   reason: 'source "items.source" cannot resume: the file changed',
 } as const;
 const schemaChanged = { verdict: 'schema-changed', message: 'field "price" is now number' } as const;
+const unusable = {
+  verdict: 'unusable',
+  reason: 'the files of items-0x are gone from the data directory',
+} as const;
 
 const facts = (overrides: Partial<RestartFacts>): RestartFacts => ({
   force: false,
@@ -192,6 +196,19 @@ describe('planRestart', () => {
       case: RestartCase.rebuildNew,
       reason: 'rebuild requested',
       cause: 'rebuild',
+    });
+  });
+
+  it('case 4: a target or an interrupted green whose files are gone gets a new generation, never a rebuild in place', () => {
+    expect(planRestart(facts({ assessment: unusable }))).toEqual({
+      case: RestartCase.rebuildNew,
+      reason: unusable.reason,
+      cause: 'restart',
+    });
+    expect(planRestart(facts({ generations: [blue, green], assessment: unusable }))).toEqual({
+      case: RestartCase.rebuildNew,
+      reason: `a rebuild into items-02 was interrupted and cannot be continued (${unusable.reason})`,
+      cause: 'schema-change',
     });
   });
 });

@@ -40,7 +40,13 @@ export type GenerationAssessment =
   /** Its checkpoints agree, come from this DAG, and every source can resume from its position. */
   | { verdict: 'resumable'; checkpoint: PipelineCheckpoint; reason: string }
   /** It opened, but cannot be continued (no or inconsistent checkpoint, a source that cannot resume). */
-  | { verdict: 'not-resumable'; reason: string };
+  | { verdict: 'not-resumable'; reason: string }
+  /**
+   * Its files are gone or damaged (its directory removed by an operator or a clean-up, its `data.mdb` overwritten):
+   * nothing can be continued or rebuilt in place, so a new generation is built from the source while the alias keeps
+   * pointing where it did.
+   */
+  | { verdict: 'unusable'; reason: string };
 
 /** The facts of one restart decision. */
 export interface RestartFacts {
@@ -151,6 +157,12 @@ export function planRestart(facts: RestartFacts): EndpointRestartPlan {
         cache: candidate.name,
         checkpoint: assessment.checkpoint,
         reason: `continuing the rebuild in ${candidate.name}: ${assessment.reason}`,
+        cause,
+      };
+    case 'unusable':
+      return {
+        case: RestartCase.rebuildNew,
+        reason: `${why} and cannot be continued (${assessment.reason})`,
         cause,
       };
     case 'not-resumable':
