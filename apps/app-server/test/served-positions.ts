@@ -31,6 +31,8 @@ export function stepsBack<T extends { lsn: string }>(sequence: readonly T[]): Ar
 /** A client reading `items` over and over; its answers so far, in order. */
 export interface ContinuousReader extends AsyncDisposable {
   readonly answers: Answer[];
+  /** Every answer that was not a 200 with a generation and a position: its status and problem `code`, in order. */
+  readonly failed: Array<{ status: number; code: string | null }>;
   /** Stops after the request in flight; resolves with every answer. */
   stop(): Promise<Answer[]>;
 }
@@ -48,6 +50,7 @@ export interface ContinuousReader extends AsyncDisposable {
  */
 export function readContinuously(api: string): ContinuousReader {
   const answers: Answer[] = [];
+  const failed: Array<{ status: number; code: string | null }> = [];
   let reading = true;
   const loop = (async () => {
     while (reading) {
@@ -55,6 +58,8 @@ export function readContinuously(api: string): ContinuousReader {
       const lsn = lsnIn(reply.headers.get('sluice-position'));
       const cache = reply.headers.get('sluice-cache');
       if (reply.status === 200 && lsn !== null && cache !== null) answers.push({ cache, lsn });
+      else
+        failed.push({ status: reply.status, code: (reply.body as { code?: string } | null)?.code ?? null });
     }
   })();
   const stop = async () => {
@@ -64,6 +69,7 @@ export function readContinuously(api: string): ContinuousReader {
   };
   return {
     answers,
+    failed,
     stop,
     async [Symbol.asyncDispose]() {
       await stop().catch(() => {});

@@ -52,6 +52,12 @@ export const ReplicationPositionSchema = z.object({
    * to stream) needs a new generation. Absent for a table that is not partitioned.
    */
   partitions: z.array(z.number().int()).optional(),
+  /**
+   * The table's membership in the publication as the generation's slot was created (publication-membership.ts): the
+   * publication made again, or the table taken out of it and put back, since then is a gap in what the slot
+   * delivers (a new generation). Absent in checkpoints written before it was recorded.
+   */
+  membership: z.string().optional(),
   read: z.number().int().nonnegative(),
 });
 export type ReplicationPosition = z.output<typeof ReplicationPositionSchema>;

@@ -17,6 +17,7 @@ import { compareLsn, maxLsn, normalizeLsn } from './lsn.js';
 import { markPublication, parseOwnerComment, publicationComment, type SlotOwner } from './ownership.js';
 import { leafPartitionsOf, partitionsChange } from './partitions.js';
 import { type ReplicationPosition, ReplicationPositionSchema } from './position.js';
+import { membershipChange, publicationMembership } from './publication-membership.js';
 import {
   BusySlot,
   catalogColumns,
@@ -162,6 +163,16 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         );
         if (replaced !== null) return { ok: false, reason: replaced, sourceChanged: true };
       }
+      // Checked after the start-up's preflight repaired the publication: the OIDs still tell the gap it leaves.
+      // After the table's own identity: a table dropped and made again also left (and re-entered) the publication,
+      // and is the source changing, not a gap in it.
+      const gap = membershipChange(
+        publication,
+        table,
+        position.membership,
+        await publicationMembership(client, publication, table),
+      );
+      if (gap !== null) return { ok: false, reason: gap };
       const problem = await columnsChange(client, table, position.columns, position.storage, position.labels);
       if (problem !== null) return { ok: false, reason: `table ${table}: ${problem}`, sourceChanged: true };
       const leaves = await leafPartitionsOf(client, table);
@@ -226,6 +237,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         await created.connection.end().catch(() => {});
       }
       const partitions = await leafPartitionsOf(snapshot, table);
+      const membership = await withClient((client) => publicationMembership(client, publication, table));
       // As the snapshot sees them: the columns its rows hold, and the storage they are read from.
       const catalog = await catalogColumns(snapshot, table);
       position = {
@@ -241,6 +253,7 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
         labels: catalog.labels,
         relation: await relationOidOf(snapshot, table),
         ...(partitions === null ? {} : { partitions }),
+        ...(membership === null ? {} : { membership }),
         read: 0,
       };
     } else {
