@@ -278,6 +278,9 @@ describe('replication source restarts (issue 16)', () => {
     const green = await servedGeneration(second);
     expect(green).not.toBe(blue);
     const after = await waitMirrored(root, url, 'the new generation');
+    // The loop reads every 5 ms, but under load its next read can come after this line: the reads go on until one
+    // of them has seen the new generation (or the wait fails the test).
+    await waitFor(() => counts.has(1_500), { timeoutMs: 30_000, what: 'a read of the new generation' });
     reading = false;
     await readLoop;
     expect(after.name).toBe(green);
