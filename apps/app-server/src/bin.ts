@@ -2,13 +2,15 @@
 import { runCli } from '@sluice/http';
 import { loadConfig } from './config.js';
 import { isDatabaseConnectionLoss } from './crash-guard.js';
+import { checkFileRoots } from './file-roots.js';
 
 let nodeId: string | undefined;
 
 void runCli({
   name: 'sluice-app-server',
   description: 'A Sluice data-plane node: control API, idempotent transfers, endpoint pipelines.',
-  load: ({ configPath, env, cwd }) => loadConfig({ configPath, env, cwd }),
+  load: ({ configPath, env, cwd }) =>
+    loadConfig({ configPath, env, cwd, validate: (config) => checkFileRoots(config.files.roots, cwd) }),
   commands: (program, configured) => {
     const slots = program
       .command('slots')

@@ -53,6 +53,24 @@ describe('configuration mistakes of a first sluice.yaml', () => {
     expect(wrong.output).toContain('endpoints[0].primaryKey: Invalid input: expected array, received string');
   }, 60_000);
 
+  it('defect: a files.roots entry that is a file (or below one) was accepted, and every transfer under it refused later', async () => {
+    for (const root of ['./afile', './afile/out']) {
+      for (const args of [['--check'], []]) {
+        const { code, output, dir } = await run(
+          `node: { id: r1, port: 0 }\napi: { port: 0 }\nfiles: { roots: [./not-yet, "${root}"] }\nlogLevel: silent\n`,
+          args,
+        );
+        expect(code).toBe(1);
+        expect(output).toBe(
+          `sluice-app-server: CONFIG_INVALID: files.roots[1]: ${join(dir, root.slice(2))} cannot be a file root: ${join(dir, 'afile')} is a file, not a directory; point files.roots (SLUICE_FILE_ROOTS) at directories`,
+        );
+      }
+    }
+    // A root that does not exist yet is fine: a transfer writing into it creates it.
+    const later = await run('files: { roots: [./not-yet] }\n', ['--check']);
+    expect(later.code).toBe(0);
+  }, 60_000);
+
   it('defect: a SQLite store below a file failed with STORE_UNAVAILABLE and an EEXIST from mkdir', async () => {
     const { code, output, dir } = await run(
       'node: { id: s1, port: 0 }\napi: { port: 0 }\nstore: "sqlite:./afile/store.db"\nlogLevel: silent\n',

@@ -72,7 +72,8 @@ const NOTES: Record<string, string> = {
   'control.auth': '`tokens` (at least one) or `jwtSecret`, or both',
   'control.auth.jwtSecret':
     "not `api.auth.jwtSecret`: the control API grants any JWT it verifies, so a shared secret would make every query-API token (a reader's, row filters and all) a control token",
-  'files.roots': 'empty: the working directory; relative roots resolve against it',
+  'files.roots':
+    'empty: the working directory; relative roots resolve against it; a root may not exist yet (a transfer writing into it creates it), but one that is a file or below a file stops the app-server at start (`CONFIG_INVALID` naming `files.roots[i]`)',
   'cache.stagedInMemory':
     "changes of one source transaction a cache writer holds in memory; the rest wait in the generation's staging area on disk until the commit (memory stays about this size whatever the transaction's)",
   'api.changes.maxPerClient':

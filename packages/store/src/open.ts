@@ -4,7 +4,7 @@ import { toStoreError } from './errors.js';
 import { checkSchema, migrateToLatest } from './migrations.js';
 import { openPostgres, type StatementNames } from './postgres.js';
 import type { StoreDatabase } from './schema.js';
-import { openSqlite } from './sqlite.js';
+import { openSqlite, openSqliteReader } from './sqlite.js';
 import { lockSqliteStore, type SqliteStoreLock } from './sqlite-lock.js';
 import { SqlDataPlaneStore } from './store.js';
 import { parseStoreUrl, redactUrl } from './url.js';
@@ -54,6 +54,7 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
   const logger = options.logger ?? silentLogger;
   const clock = options.clock ?? systemClock;
   let db: Kysely<StoreDatabase> | undefined;
+  let reader: Kysely<StoreDatabase> | undefined;
   let statements: StatementNames | undefined;
   let lock: SqliteStoreLock | undefined;
   try {
@@ -81,8 +82,15 @@ export async function openStore(url: string, options: OpenStoreOptions = {}): Pr
     if (applied.length > 0) logger.info({ store: redactUrl(url), applied }, 'store: schema migrated');
     // Migrations recorded but tables gone (dropped by hand): refuse to start rather than run on nothing.
     await checkSchema(db as Kysely<unknown>);
-    return new SqlDataPlaneStore(db, location.dialect, clock, logger, statements, lock?.release);
+    // SQLite: plain reads on a connection of their own, so they never queue behind writes waiting for a lock
+    // another process holds (sqlite.ts). In memory, a second connection would be another database.
+    if (location.dialect === 'sqlite' && location.path !== ':memory:')
+      reader = openSqliteReader(location.path, {
+        busyTimeoutMs: positiveInt(options.busyTimeoutMs, 5_000, 'busyTimeoutMs', 600_000),
+      });
+    return new SqlDataPlaneStore(db, location.dialect, clock, logger, statements, lock?.release, reader);
   } catch (err) {
+    await reader?.destroy().catch(() => undefined);
     await db?.destroy().catch(() => undefined);
     lock?.release();
     throw toStoreError(err, 'open');

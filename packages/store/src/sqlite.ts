@@ -1,7 +1,8 @@
 import { SluiceError, StoreUnavailableError } from '@sluice/core';
 import type Database from 'better-sqlite3';
-import { Kysely, type SqliteDatabase, SqliteDialect, type SqliteStatement } from 'kysely';
+import { Kysely, type SqliteDatabase, type SqliteStatement } from 'kysely';
 import type { StoreDatabase } from './schema.js';
+import { BusyWaitingSqliteDialect } from './sqlite-busy-wait.js';
 import { makeStoreDirectory } from './sqlite-directory.js';
 import { openSqliteDatabase } from './sqlite-driver.js';
 
@@ -55,7 +56,8 @@ export function openSqlite(path: string, options: SqliteOptions): Kysely<StoreDa
   let raw: Database.Database;
   try {
     if (path !== ':memory:') makeStoreDirectory(path);
-    raw = openSqliteDatabase(path, { timeout: options.busyTimeoutMs });
+    // timeout 0: better-sqlite3's own busy wait would sleep on the main thread; the dialect waits instead.
+    raw = openSqliteDatabase(path, { timeout: 0 });
   } catch (err) {
     // A missing native addon (CONFIG_INVALID) is an install to fix, not an outage.
     if (SluiceError.isInstance(err)) throw err;
@@ -65,14 +67,50 @@ export function openSqlite(path: string, options: SqliteOptions): Kysely<StoreDa
   }
   try {
     // WAL: readers never block the writer and a commit is one append (no fsync per commit with NORMAL).
+    // Opening waits synchronously (once, before the node serves anything) for a lock another process holds.
+    raw.pragma(`busy_timeout = ${options.busyTimeoutMs}`);
     raw.pragma('journal_mode = WAL');
     raw.pragma('synchronous = NORMAL');
     raw.pragma('foreign_keys = ON');
+    raw.pragma('busy_timeout = 0');
   } catch (err) {
     raw.close();
     throw err;
   }
   return new Kysely<StoreDatabase>({
-    dialect: new SqliteDialect({ database: new StatementCachingDatabase(raw) }),
+    dialect: new BusyWaitingSqliteDialect(
+      { database: new StatementCachingDatabase(raw) },
+      options.busyTimeoutMs,
+    ),
+  });
+}
+
+/**
+ * A second, read-only connection to the store file at `path` (opened by {@link openSqlite} first: WAL is set
+ * there). In WAL mode a reader never waits for the writer, but kysely serializes the statements of one connection:
+ * on the writer's connection a read queued behind statements waiting for another process's write lock (up to
+ * `busyTimeoutMs` each), so a client reading a stored outcome waited as long as the lock was held. The store sends
+ * its plain reads here.
+ *
+ * @example
+ * ```ts
+ * const reader = openSqliteReader('/var/lib/sluice/store.db', { busyTimeoutMs: 5000 });
+ * ```
+ */
+export function openSqliteReader(path: string, options: SqliteOptions): Kysely<StoreDatabase> {
+  let raw: Database.Database;
+  try {
+    raw = openSqliteDatabase(path, { timeout: 0, readonly: true });
+  } catch (err) {
+    if (SluiceError.isInstance(err)) throw err;
+    throw new StoreUnavailableError(`Cannot open the SQLite store at ${path}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+  return new Kysely<StoreDatabase>({
+    dialect: new BusyWaitingSqliteDialect(
+      { database: new StatementCachingDatabase(raw) },
+      options.busyTimeoutMs,
+    ),
   });
 }

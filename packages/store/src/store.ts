@@ -68,6 +68,8 @@ const SUBMIT_ATTEMPTS = 3;
 export class SqlDataPlaneStore implements DataPlaneStore {
   readonly dialect: StoreDialect;
   readonly #db: Kysely<StoreDatabase>;
+  /** Where plain reads go: SQLite's read-only connection (sqlite.ts `openSqliteReader`), else `#db`. */
+  readonly #reader: Kysely<StoreDatabase>;
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #q: Queries;
@@ -87,8 +89,11 @@ export class SqlDataPlaneStore implements DataPlaneStore {
     statements?: { register(sql: string): void },
     /** Releases the claim on the store's file (`openStore`'s `exclusive`), after the database is closed. */
     releaseLock?: () => void,
+    /** A connection for plain reads that must not queue behind writes (SQLite); default `db`. */
+    reader?: Kysely<StoreDatabase>,
   ) {
     this.#db = db;
+    this.#reader = reader ?? db;
     this.#releaseLock = releaseLock;
     this.dialect = dialect;
     this.#clock = clock;
@@ -334,7 +339,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
       const valid = validId(id);
       const row = this.#coalesced
         ? await this.#coalesced.get(valid)
-        : await this.#one(this.#q.getById.bind({ id: valid }));
+        : (await this.#reader.executeQuery(this.#q.getById.bind({ id: valid }))).rows[0];
       return row ? rowToRecord(row) : null;
     });
   }
@@ -342,7 +347,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
   async list(input?: ListTransfersInput): Promise<TransferPage> {
     return this.#run('list', async () => {
       const { state, ownerNodeId, after, limit, leaseExpired } = validListInput(input);
-      let query = this.#db
+      let query = this.#reader
         .selectFrom('transfers')
         .selectAll()
         .orderBy('id')
@@ -399,7 +404,7 @@ export class SqlDataPlaneStore implements DataPlaneStore {
    * replaced by an empty database is `STORE_UNAVAILABLE` with `details.reason: "schema-missing"`).
    */
   async ping(): Promise<void> {
-    return this.#run('ping', () => checkSchema(this.#db as Kysely<unknown>));
+    return this.#run('ping', () => checkSchema(this.#reader as Kysely<unknown>));
   }
 
   /**
@@ -408,8 +413,13 @@ export class SqlDataPlaneStore implements DataPlaneStore {
    */
   async close(): Promise<void> {
     await this.#guard.close(() =>
-      this.#db
-        .destroy()
+      (this.#reader === this.#db
+        ? Promise.resolve()
+        : this.#reader.destroy().catch((err: unknown) => {
+            this.#logger.warn({ err: (err as Error).message }, 'store: closing the read connection failed');
+          })
+      )
+        .then(() => this.#db.destroy())
         .catch((err: unknown) => {
           this.#logger.warn({ err: (err as Error).message }, 'store: closing the database failed');
         })
