@@ -108,9 +108,16 @@ export async function writeItemsSource(
   await rename(`${path}.tmp`, path);
 }
 
-/** Runs `sluice-app-server --config <path>` (working directory `cwd`) as a real child process until it is ready. */
-export async function spawnAppServer(configPath: string, cwd: string): Promise<ChildHandle> {
-  const child = spawnTs(APP_SERVER_BIN, ['--config', configPath], { cwd });
+/**
+ * Runs `sluice-app-server --config <path>` (working directory `cwd`, environment plus `env`) as a real child
+ * process until it is ready.
+ */
+export async function spawnAppServer(
+  configPath: string,
+  cwd: string,
+  env: Record<string, string> = {},
+): Promise<ChildHandle> {
+  const child = spawnTs(APP_SERVER_BIN, ['--config', configPath], { cwd, env });
   try {
     await child.waitForLine(/app-server ready/, 60_000);
   } catch (err) {
@@ -474,6 +481,8 @@ export interface ItemsHost extends AsyncDisposable {
   /** The host's sluice.yaml (app-server and api-servers). */
   readonly config: string;
   readonly appUrl: string;
+  /** The app-server's process (its pid, to read what it holds under /proc; its output). */
+  readonly app: ChildHandle;
   /** Writes generation `gen` of the source file (the host's record counts per generation). */
   writeSource(gen: number): Promise<void>;
   /** The app-server's view of `items`. */
@@ -499,6 +508,8 @@ export async function startItemsHost(
     countByGen?: Readonly<Record<number, number>>;
     extra?: Record<string, unknown>;
     endpoint?: Record<string, unknown>;
+    /** Environment variables added for the app-server and every api-server (e.g. `NODE_OPTIONS`). */
+    env?: Record<string, string>;
   } = {},
 ): Promise<ItemsHost> {
   const countByGen = options.countByGen ?? ITEMS_COUNT_BY_GEN;
@@ -523,21 +534,25 @@ export async function startItemsHost(
       ...(options.extra ? { extra: options.extra } : {}),
       ...(options.endpoint ? { endpoint: options.endpoint } : {}),
     });
-    app = await spawnAppServer(config, dir.path);
+    app = await spawnAppServer(config, dir.path, options.env);
     const appUrl = `http://127.0.0.1:${appPort}`;
+    const appChild = app;
     return {
       nats,
       dir: dir.path,
       source,
       config,
       appUrl,
+      app: appChild,
       writeSource: (gen) => writeItemsSource(source, gen, countByGen),
       status: async () =>
         (await fetchJson(`${appUrl}/v1/endpoints`)).body.endpoints.find(
           (e: { name: string }) => e.name === 'items',
         ) as ItemsStatus,
       startApiServers: async (count) => {
-        const started = await Promise.all(Array.from({ length: count }, () => spawnApiServer(config)));
+        const started = await Promise.all(
+          Array.from({ length: count }, () => spawnApiServer(config, options.env)),
+        );
         servers.push(...started);
         return started;
       },

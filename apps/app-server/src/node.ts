@@ -15,6 +15,7 @@ import {
   type SluiceConfig,
   SluiceError,
   systemClock,
+  transferRetentionMs,
 } from '@sluice/core';
 import { createLogger, listenError, ShutdownDrain } from '@sluice/http';
 import { discardTransferLeftovers, holdTransferFence, runTransfer } from '@sluice/pipeline';
@@ -300,7 +301,7 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     await store.registerNode({ nodeId, address: identity.address, instanceId });
     activeCoordinator.start();
     // Finished records are kept `retention.transferDays` (0 = forever), then purged by whichever node gets there.
-    const retentionMs = config.retention.transferDays * 86_400_000;
+    const retentionMs = transferRetentionMs(config.retention);
     const purge = () => {
       if (retentionMs <= 0) return;
       store.purge(retentionMs).then(

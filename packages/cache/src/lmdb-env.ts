@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { type Database, type DatabaseOptions, open, type RootDatabase } from 'lmdb';
 import { type EnvOpenLock, lockEnvOpen, lockEnvOpenSync } from './env-open-lock.js';
 import { assertLmdbFile } from './lmdb-file-check.js';
+import { forgetClosedEnv } from './lmdb-registry.js';
 
 type AnyKey = import('lmdb').Key;
 
@@ -63,6 +64,7 @@ export class SharedEnv {
     const old = this.currentRoot;
     this.dbs.clear();
     await old.close();
+    forgetClosedEnv(old);
     this.currentRoot = SharedEnv.openRoot(this.path, false);
     this.writable = true;
     for (const [handle, { name, options }] of this.dbOptions) this.db(name, options, handle);
@@ -196,6 +198,7 @@ export async function releaseEnv(path: string): Promise<void> {
     const lock = await lockEnvOpen(path, { create: false });
     try {
       await env.root.close();
+      forgetClosedEnv(env.root);
     } finally {
       lock.release();
     }

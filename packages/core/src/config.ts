@@ -33,7 +33,11 @@ export { type ClusterConfig, ClusterConfigSchema, type NodeConfig, NodeConfigSch
 export { PIPELINE_DEFAULTS, type PipelineConfig, PipelineConfigSchema } from './config/pipeline.js';
 export { type QueryConfig, QueryConfigSchema, queryLimitsOf } from './config/query.js';
 export { ENV_OVERRIDES, type ParsedConfig, parseConfig, resolveConfig } from './config/resolve.js';
-export { type RetentionConfig, RetentionConfigSchema } from './config/retention.js';
+export {
+  type RetentionConfig,
+  RetentionConfigSchema,
+  transferRetentionMs,
+} from './config/retention.js';
 export { checkKeyAndIndexes } from './config/rules.js';
 export { type SluiceConfig, type SluiceConfigInput, SluiceConfigSchema } from './config/schema.js';
 export { isSqliteStore, StoreConfigSchema } from './config/store.js';

@@ -90,6 +90,7 @@ export {
   SwitchMode,
   type TransfersConfig,
   TransfersConfigSchema,
+  transferRetentionMs,
 } from './config.js';
 export {
   DEFAULT_CONFIG_FILE,

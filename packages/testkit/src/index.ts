@@ -59,6 +59,12 @@ export {
   spawnWithoutFileCapabilities,
   tsxLoaderPath,
 } from './process.js';
+export {
+  heapObjectCounts,
+  heapSnapshotNodeOptions,
+  type ProcessResources,
+  processResources,
+} from './process-resources.js';
 export { type SeededRandom, seededRandom } from './random.js';
 export { openStalledUpload, rawHttpExchange, type StalledUpload } from './raw-http.js';
 export { type TakenSlot, takeReplicationSlot } from './slot-taker.js';
