@@ -116,7 +116,7 @@ start() {
   done
   for name in "${apis[@]}"; do
     launch "$name" apps/api-server/dist/bin.js SLUICE_API_PORT="$(port_of "$name")" \
-      SLUICE_DATA_DIR="$state/$(host_of "$name")"
+      SLUICE_NODE_ID="$(host_of "$name")" SLUICE_DATA_DIR="$state/$(host_of "$name")"
   done
   for name in "${apis[@]}"; do
     wait_until "$name to serve $endpoint" 120 serving "$name"

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { createNatsBackplane } from '@sluice/backplane';
-import { openCacheManager } from '@sluice/cache';
+import { openCacheManager, readDataDirHost } from '@sluice/cache';
 import {
   backplaneKind,
   type CacheCatalog,
@@ -85,6 +85,15 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
       maxDepth: limits.maxDepth,
     })) satisfies CacheCatalog;
     disposers.unshift(() => caches.close());
+    // Whose alias events move these caches: the host recorded in dataDir by the app-server writing it. A node id of
+    // its own that differs (the shared sluice.yaml of a cluster often gives api-servers none) would subscribe to
+    // another host's events and leave every switch to the table watch.
+    const aliasHost = readDataDirHost(dataDir) ?? config.node.id;
+    if (aliasHost !== config.node.id)
+      logger.warn(
+        { nodeId: config.node.id, host: aliasHost, dataDir },
+        "node.id differs from the host whose app-server writes dataDir; following that host's alias events",
+      );
 
     // The backplane is optional for correctness (the alias table is the truth): when NATS cannot be reached at
     // start, serve from the table, watch its version, and keep trying to connect in the background.
@@ -100,7 +109,7 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
           clusterName: config.cluster.name,
           nodeId: `${config.node.id}-api-${process.pid}-${randomBytes(3).toString('hex')}`,
           // This host's caches are the app-server's of the same sluice.yaml: only its alias events matter here.
-          aliasHost: config.node.id,
+          aliasHost,
           logger: coreLogger,
         });
         metrics.backplaneConnected.set(backplane.status() === 'connected' ? 1 : 0);
@@ -153,7 +162,7 @@ export async function startApiServer(options: StartApiServerOptions): Promise<Ap
 
     const registry = await EndpointRegistry.start({
       caches,
-      host: config.node.id,
+      host: aliasHost,
       events,
       configured: config.endpoints.map((endpoint) => endpoint.name),
       logger: coreLogger,

@@ -11,6 +11,8 @@ import {
   type Logger,
   type ReplicationStatus,
   type SwitchOutcome,
+  sourceNotReadyOf,
+  sourceSettingOf,
   UnknownEndpointError,
 } from '@sluice/core';
 import {
@@ -118,9 +120,10 @@ export class EndpointManager {
       for (let start = this.#start(name); start.phase === StartPhase.retrying; start = this.#start(name)) {
         if (this.#stopped) return;
         this.#move(name, { ...start, nextAttemptAt: Date.now() + waitMs });
-        this.#logger.warn(
+        // Each attempt at debug only: the warning went out when the endpoint began to wait, or its reason changed.
+        this.#logger.debug(
           { endpoint: name, error: shown(start.failure), attempts: start.attempts, retryInMs: waitMs },
-          'endpoint pipeline could not start for now; retrying',
+          'endpoint pipeline start attempt failed; retrying',
         );
         try {
           await delay(waitMs, undefined, { signal: this.#stopping.signal });
@@ -163,14 +166,20 @@ export class EndpointManager {
       this.#logger.info({ endpoint: name, decision: pipeline.decision }, 'endpoint pipeline started');
     } catch (err) {
       if (this.#stopped) return;
-      const error = err as { code?: string; message?: string; details?: { retryable?: unknown } };
-      const failure: StartFailure = {
-        code: error.code ?? 'INTERNAL',
-        message: error.message ?? String(err),
-        retryable: error.details?.retryable === true,
-      };
-      this.#move(name, afterFailedAttempt(this.#start(name), failure));
-      this.#logger.error({ endpoint: name, err }, 'endpoint pipeline failed to start');
+      const failure = startFailureOf(err, this.#configs.indexOf(endpoint));
+      const before = this.#start(name);
+      this.#move(name, afterFailedAttempt(before, failure));
+      if (!failure.retryable) {
+        this.#logger.error({ endpoint: name, err }, 'endpoint pipeline failed to start');
+        return;
+      }
+      // Once per change of state or reason, without a stack: an outage or a file not written yet is retried for as
+      // long as it lasts, and a log line per attempt would bury everything else.
+      if (before.phase !== StartPhase.retrying || !sameFailure(before.failure, failure))
+        this.#logger.warn(
+          { endpoint: name, error: shown(failure) },
+          'endpoint pipeline could not start for now; retrying',
+        );
     }
   }
 
@@ -350,6 +359,32 @@ export class EndpointManager {
     await Promise.allSettled(pipelines.map((pipeline) => pipeline.stop()));
   }
 }
+
+/**
+ * The start failure `err` stands for, of the endpoint at `index` of the configuration's `endpoints`. A source that is
+ * not ready yet (core's `SourceNotReady`: its file not written, its table not created) is waited for like an
+ * unreachable one (`details.retryable`); its message names the setting — `endpoints[i].source.path`, say — and says
+ * the endpoint starts by itself. Another failure about a source setting (a file it may not read) names the setting to
+ * fix, then Rebuild.
+ */
+export function startFailureOf(err: unknown, index: number): StartFailure {
+  const error = err as { code?: string; message?: string; details?: { retryable?: unknown } };
+  const code = error.code ?? 'INTERNAL';
+  const message = error.message ?? String(err);
+  const retryable = error.details?.retryable === true;
+  const setting = sourceSettingOf(err);
+  if (setting === null) return { code, message, retryable };
+  const key = `endpoints[${index}].source.${setting}`;
+  if (sourceNotReadyOf(err) !== null)
+    return {
+      code,
+      message: `${message}: waiting for it (${key}); the endpoint starts by itself once it is there`,
+      retryable: true,
+    };
+  return { code, message: `${message} (${key})`, retryable };
+}
+
+const sameFailure = (a: StartFailure, b: StartFailure) => a.code === b.code && a.message === b.message;
 
 /**
  * How old an endpoint's replication figures are (seconds): 0 while live (a run streams), the time since `observedAt`

@@ -6,6 +6,7 @@ import {
   createSingleNodeBackplane,
   type DirectRoutesTarget,
 } from '@sluice/backplane';
+import { writeDataDirHost } from '@sluice/cache';
 import {
   type Backplane,
   type Clock,
@@ -127,6 +128,9 @@ export async function startNode(config: SluiceConfig, options: StartNodeOptions 
     const dataDir = resolve(cwd, config.dataDir);
     const dataDirLock = lockDataDir(dataDir);
     cleanups.push(async () => dataDirLock.release());
+    // The host its alias events name: the api-servers reading this directory follow these events, whatever node id
+    // their own configuration resolves to (a cluster's shared sluice.yaml often gives them none).
+    writeDataDirHost(dataDir, nodeId);
 
     // The embedded store is single-node: a second app-server on the same SQLite file is refused here.
     const store = await openStore(config.store, { clock, logger: log, exclusive: true });

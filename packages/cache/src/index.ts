@@ -4,6 +4,7 @@ export {
   DEFAULT_RETENTION,
   PinnedSnapshot,
 } from './change-log.js';
+export { DATA_DIR_HOST_FILE, readDataDirHost, writeDataDirHost } from './data-dir-host.js';
 export { RecordFormatError } from './errors.js';
 export { CacheManager, openCacheManager } from './manager.js';
 export { isCacheNameOf } from './names.js';

@@ -65,6 +65,7 @@ export const ErrorCode = {
   UNKNOWN_SLOT: 'UNKNOWN_SLOT',
   SLOT_ACTIVE: 'SLOT_ACTIVE',
   SLOT_NOT_OWNED: 'SLOT_NOT_OWNED',
+  SLOT_OF_ANOTHER_NODE: 'SLOT_OF_ANOTHER_NODE',
 } as const;
 export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
 
@@ -104,6 +105,7 @@ export const STATUS_BY_CODE = {
   SOURCE_SCHEMA_CHANGED: 409,
   SLOT_ACTIVE: 409,
   SLOT_NOT_OWNED: 409,
+  SLOT_OF_ANOTHER_NODE: 409,
   REQUEST_TIMEOUT: 408,
   CURSOR_EXPIRED: 410,
   PAYLOAD_TOO_LARGE: 413,
@@ -827,6 +829,46 @@ export class SourceError extends SluiceError {
   }
 }
 
+/**
+ * What a source's address names is not usable yet, though the configuration may well be right: a file another job has
+ * not written yet (or not made readable), a table a migration has not created yet. Carried as `details.notReady` of a
+ * `SOURCE_FAILED` ({@link SourceError}). An endpoint waits for it — it retries its start with back-off and serves once
+ * the thing appears, since its configuration is an operator's and its source may come later; a transfer, a one-time
+ * copy of what is there now, fails.
+ */
+export interface SourceNotReady {
+  /** The source setting that names what is missing (`path`, `table`): the endpoint's `source.<setting>`. */
+  setting: string;
+  /** What is wrong with it, for a message (`does not exist yet`, `is not readable by the app-server's user`). */
+  reason: string;
+}
+
+/**
+ * The source setting a `SOURCE_FAILED` is about (`details.setting`, or its {@link SourceNotReady}'s), such as `path`
+ * for a file that cannot be read — the endpoint's `source.<setting>` to look at — or null.
+ */
+export function sourceSettingOf(err: unknown): string | null {
+  if (!SluiceError.isInstance(err)) return null;
+  const setting = err.details?.setting;
+  return typeof setting === 'string' ? setting : (sourceNotReadyOf(err)?.setting ?? null);
+}
+
+/**
+ * The {@link SourceNotReady} an error carries (`details.notReady`), or null for any other error.
+ *
+ * @example
+ * ```ts
+ * if (sourceNotReadyOf(err) !== null) retryLater();
+ * ```
+ */
+export function sourceNotReadyOf(err: unknown): SourceNotReady | null {
+  if (!SluiceError.isInstance(err)) return null;
+  const notReady = err.details?.notReady as Partial<SourceNotReady> | undefined;
+  return typeof notReady?.setting === 'string' && typeof notReady.reason === 'string'
+    ? { setting: notReady.setting, reason: notReady.reason }
+    : null;
+}
+
 export class SinkError extends SluiceError {
   constructor(message: string, options: SluiceErrorOptions = {}) {
     super({ code: ErrorCode.SINK_FAILED, message, ...options });
@@ -898,6 +940,22 @@ export class SlotNotOwnedError extends SluiceError {
       code: ErrorCode.SLOT_NOT_OWNED,
       message: `Replication slot ${q(slot)} was not created by Sluice (no Sluice publication names it); drop it with SQL if it is really unused`,
       details: { slot },
+    });
+  }
+}
+
+/**
+ * An endpoint's replication slot that another node's endpoint created: two node ids that differ only in case or
+ * punctuation (`host-a`, `host_a`) — or one `slot` configured on two hosts — name one slot, and reading it would
+ * take it from that node (each host would rebuild the other's generations in turn). Not retried: give one host
+ * another `node.id` (or the source another `slot` and `publication`).
+ */
+export class SlotOfAnotherNodeError extends SluiceError {
+  constructor(slot: string, node: string, owner: string) {
+    super({
+      code: ErrorCode.SLOT_OF_ANOTHER_NODE,
+      message: `Replication slot ${q(slot)} belongs to node ${q(owner)}'s endpoint; this node (${q(node)}) would take it from that node: node ids that differ only in case, "-", "." or "_" name the same slots, so give this host another node.id (or the source a slot and publication of its own)`,
+      details: { slot, node, owner },
     });
   }
 }

@@ -346,4 +346,10 @@ export const ERROR_CASES: ReadonlyArray<{
     code: 'SLOT_NOT_OWNED',
     status: 409,
   },
+  {
+    error: new errors.SlotOfAnotherNodeError('sluice_host_a_items_source', 'host_a', 'host-a'),
+    cls: errors.SlotOfAnotherNodeError,
+    code: 'SLOT_OF_ANOTHER_NODE',
+    status: 409,
+  },
 ];

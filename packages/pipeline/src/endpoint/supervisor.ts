@@ -101,6 +101,11 @@ export class EndpointSupervisor {
    */
   #backoff: RetryBackoff;
   #loop: Promise<void> | null = null;
+  /**
+   * The failure last logged with its stack: while the outage lasts (no run recovered since), a run or re-plan that
+   * fails again for the same reason (a source file gone for an hour) is logged at debug, not once per attempt.
+   */
+  #logged: { code: string; message: string } | null = null;
   /** Ends the back-off wait early (halt, stop). */
   #wake = new AbortController();
 
@@ -297,6 +302,24 @@ export class EndpointSupervisor {
     this.#retry = { attempts: this.#backoff.failed(), nextAttemptAt: null };
   }
 
+  /**
+   * Logs a counted failure (after {@link failed}): with its stack when it starts an outage or its reason changed,
+   * else — the same failure again, no run recovered in between — at debug, without one.
+   */
+  #logFailure(err: unknown, msg: string): void {
+    const { logger, endpoint } = this.options;
+    const failure = failureOf(err);
+    const attempts = this.#retry?.attempts ?? 1;
+    const repeated =
+      attempts > 1 && this.#logged?.code === failure.code && this.#logged.message === failure.message;
+    if (repeated) {
+      logger.debug({ endpoint, error: failure, attempts }, msg);
+      return;
+    }
+    this.#logged = failure;
+    logger.error({ endpoint, err, attempts }, msg);
+  }
+
   /** Starts the supervision loop unless it runs (or there is nothing to supervise). */
   #supervise(): void {
     if (this.#loop !== null) return;
@@ -332,7 +355,7 @@ export class EndpointSupervisor {
               this.#retryAfter(relaunch);
             }
           } else {
-            logger.error({ endpoint, err }, 'endpoint pipeline failed; retrying');
+            this.#logFailure(err, 'endpoint pipeline failed; retrying');
             this.#to(SupervisorPhase.retrying);
           }
         }
@@ -352,7 +375,7 @@ export class EndpointSupervisor {
       } catch (err) {
         if (!this.#in(SupervisorPhase.launching)) return;
         this.#retryAfter(err);
-        logger.error({ endpoint, err }, 'endpoint pipeline could not restart; retrying');
+        this.#logFailure(err, 'endpoint pipeline could not restart; retrying');
       }
     }
   }

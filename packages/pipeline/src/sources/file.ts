@@ -89,8 +89,41 @@ async function openRegularFile(path: string): Promise<FileHandle> {
     return file;
   } catch (err) {
     await file?.close().catch(() => {});
-    throw new SourceError(`Cannot read file ${path}: ${(err as Error).message}`, { cause: err });
+    throw cannotRead(path, err);
   }
+}
+
+/**
+ * `errno` codes that say the file is not there yet: another job may still write it (ENOENT also when a directory on
+ * its path is missing). ENOTDIR — a file where the path needs a directory — is a path to fix.
+ */
+const NOT_YET_ERRNO: Record<string, string> = {
+  ENOENT: 'does not exist yet',
+};
+
+/** `errno` codes of a file that is there but that the app-server's user may not read: a setting to fix. */
+const DENIED_ERRNO = new Set(['EACCES', 'EPERM']);
+
+/**
+ * Why `path` cannot be read, as a `SOURCE_FAILED` about the source's `path` setting (`details.setting`): a file not
+ * written yet carries `details.notReady` (core's `SourceNotReady`), so that an endpoint waits for it; another
+ * reason (a denied permission, a directory or a FIFO at the path) is a configuration to fix.
+ */
+function cannotRead(path: string, err: unknown): SourceError {
+  const errno = String((err as { code?: unknown }).code);
+  const notYet = NOT_YET_ERRNO[errno];
+  if (notYet !== undefined)
+    return new SourceError(`Cannot read file ${path}: it ${notYet} (${errno})`, {
+      cause: err,
+      details: { path, setting: 'path', notReady: { setting: 'path', reason: notYet } },
+    });
+  const reason = DENIED_ERRNO.has(errno)
+    ? `the app-server's user may not read it (${errno}): fix its permissions or the path`
+    : (err as Error).message;
+  return new SourceError(`Cannot read file ${path}: ${reason}`, {
+    cause: err,
+    details: { path, setting: 'path' },
+  });
 }
 
 /** Why a line (or a CSV record) whose bytes are not UTF-8 is bad. */
@@ -231,7 +264,7 @@ export function createFileSource(options: FileSourceOptions): PipelineSource {
       const stamp = await stat(options.path).catch((err: Error) => err);
       if (stamp instanceof Error)
         throw seen === null
-          ? new SourceError(`Cannot read file ${options.path}: ${stamp.message}`, { cause: stamp })
+          ? cannotRead(options.path, stamp)
           : new SourceError(`File ${options.path} disappeared`, { cause: stamp });
       if (!sameStamp(seen, stamp)) {
         const file = await openRegularFile(options.path);

@@ -78,14 +78,17 @@ const isRetryable = (err: unknown) =>
 /**
  * A failed statement as a `SOURCE_FAILED`: a lost connection (PostgreSQL restarting, a terminated backend, a
  * network cut) is retryable, so the transfer resumes from its checkpoint; a missing table is named (`42P01`,
- * undefined_table), and not retryable.
+ * undefined_table), and not retryable — but not ready yet (`details.notReady`, core's `SourceNotReady`): a transfer
+ * fails, an endpoint waits for a migration to create it.
  */
 function sourceError(options: Pick<PostgresSourceOptions, 'handle' | 'table'>, err: unknown): SourceError {
   const missing = options.table !== undefined && (err as { code?: unknown }).code === '42P01';
   const reason = missing ? `table ${options.table} does not exist` : (err as Error).message;
   return new SourceError(`PostgreSQL source ${options.handle}: ${reason}`, {
     cause: err,
-    ...(missing ? { details: { table: options.table } } : retryableIfLost(err)),
+    ...(missing
+      ? { details: { table: options.table, notReady: { setting: 'table', reason: 'does not exist yet' } } }
+      : retryableIfLost(err)),
   });
 }
 

@@ -3,7 +3,7 @@
  * question (can the slot resume this checkpoint?), and one read — snapshot (snapshot.ts), then stream
  * (stream-read.ts) — with the slot confirmed only after the sink committed.
  */
-import { SourceError } from '@sluice/core';
+import { SlotOfAnotherNodeError, SourceError } from '@sluice/core';
 import type pg from 'pg';
 import { quoteIdent } from '../../pg.js';
 import type { PipelineSource, ReadOptions, ResumeCheck, SourceItem } from '../../types.js';
@@ -14,7 +14,13 @@ import { createHeartbeatTable, DEFAULT_HEARTBEAT_TABLE } from './heartbeat.js';
 import { relationChange, relationOidOf, tableRelation } from './identity.js';
 import { LagTracker, type ReplicationLag } from './lag.js';
 import { compareLsn, maxLsn, normalizeLsn } from './lsn.js';
-import { markPublication, parseOwnerComment, publicationComment, type SlotOwner } from './ownership.js';
+import {
+  markPublication,
+  type OwnedSlotMark,
+  parseOwnerComment,
+  publicationComment,
+  type SlotOwner,
+} from './ownership.js';
 import { leafPartitionsOf, partitionsChange } from './partitions.js';
 import { type ReplicationPosition, ReplicationPositionSchema } from './position.js';
 import { membershipChange, publicationMembership } from './publication-membership.js';
@@ -201,14 +207,17 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       }
       const owner = options.owner;
       if (owner !== undefined) {
+        const comment = created ? null : await publicationComment(client, publication);
         const ours =
           created ||
           (publication ===
             (owner.role === 'transfer'
               ? transferReplicationName(owner.handle)
               : defaultReplicationName(owner.node, owner.handle)) &&
-            (await publicationComment(client, publication)) === null);
+            comment === null);
         if (ours) await markPublication(client, publication, owner, slot);
+        else if (owner.role === 'endpoint')
+          refuseAnotherNodesSlot(parseOwnerComment(publication, comment), owner);
       }
       return facts;
     });
@@ -362,4 +371,14 @@ export function createReplicationSource(options: ReplicationSourceOptions): Repl
       await connections.closeAll();
     },
   };
+}
+
+/**
+ * Refuses a publication (and so its slot) that another node's endpoint created: names derived from node ids that
+ * differ only in case or punctuation coincide, and streaming (or dropping, for a fresh generation) that node's slot
+ * would make each host rebuild the other's generations in turn.
+ */
+function refuseAnotherNodesSlot(mark: OwnedSlotMark | null, owner: SlotOwner): void {
+  if (mark !== null && mark.role === 'endpoint' && mark.node !== owner.node)
+    throw new SlotOfAnotherNodeError(mark.slot, owner.node, mark.node);
 }
