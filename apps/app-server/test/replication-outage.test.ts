@@ -27,7 +27,9 @@ const postgres = logicalPostgresPerFile();
  * Writes to `items` until stopped or disposed: one transaction a row (an insert from id 1000 up, then an update of an
  * older row), its failures (PostgreSQL down, restarting) ignored — what was committed is what the table holds.
  */
-function startWriter(url: string): AsyncDisposable & { stop: () => Promise<number> } {
+function startWriter(
+  url: string,
+): AsyncDisposable & { stop: () => Promise<number>; committed: () => number } {
   let running = true;
   let committed = 0;
   const loop = (async () => {
@@ -49,11 +51,19 @@ function startWriter(url: string): AsyncDisposable & { stop: () => Promise<numbe
   };
   return {
     stop,
+    committed: () => committed,
     async [Symbol.asyncDispose]() {
       await stop();
     },
   };
 }
+
+/**
+ * Waits until `writer` has committed more than `than` writes: each opens a connection of its own, so how many fit
+ * in a given time depends on the machine's load — the outages below wait for writes, not for time.
+ */
+const committedMoreThan = (writer: { committed: () => number }, than: number, what: string) =>
+  waitFor(() => writer.committed() > than, { timeoutMs: 60_000, what });
 
 /** Ends the walsender reading `slot`; resolves with how many it ended. */
 const terminateWalsender = async (url: string, slot: string) =>
@@ -107,6 +117,7 @@ async function whileDown(
  */
 async function walsenderEndedUnderWrites(url: string, slot: string): Promise<number> {
   await using writer = startWriter(url);
+  await committedMoreThan(writer, 0, 'a write before the walsender is ended');
   await waitFor(async () => (await terminateWalsender(url, slot)) === 1, {
     timeoutMs: 30_000,
     what: `the walsender of ${slot} to be ended`,
@@ -121,14 +132,14 @@ async function walsenderEndedUnderWrites(url: string, slot: string): Promise<num
  */
 async function restartedUnderWrites(url: string, meanwhile: () => Promise<void>): Promise<number> {
   await using writer = startWriter(url);
-  await delay(200);
+  await committedMoreThan(writer, 0, 'a write before PostgreSQL stops');
   await postgres().stop('fast');
   try {
     await meanwhile();
   } finally {
     await postgres().start();
   }
-  await delay(500);
+  await committedMoreThan(writer, writer.committed(), 'a write after PostgreSQL restarted');
   return writer.stop();
 }
 
