@@ -53,18 +53,7 @@ class StatementCachingDatabase implements SqliteDatabase {
  * ```
  */
 export function openSqlite(path: string, options: SqliteOptions): Kysely<StoreDatabase> {
-  let raw: Database.Database;
-  try {
-    if (path !== ':memory:') makeStoreDirectory(path);
-    // timeout 0: better-sqlite3's own busy wait would sleep on the main thread; the dialect waits instead.
-    raw = openSqliteDatabase(path, { timeout: 0 });
-  } catch (err) {
-    // A missing native addon (CONFIG_INVALID) is an install to fix, not an outage.
-    if (SluiceError.isInstance(err)) throw err;
-    throw new StoreUnavailableError(`Cannot open the SQLite store at ${path}: ${(err as Error).message}`, {
-      cause: err,
-    });
-  }
+  const raw = openRaw(path, false);
   try {
     // WAL: readers never block the writer and a commit is one append (no fsync per commit with NORMAL).
     // Opening waits synchronously (once, before the node serves anything) for a lock another process holds.
@@ -77,6 +66,28 @@ export function openSqlite(path: string, options: SqliteOptions): Kysely<StoreDa
     raw.close();
     throw err;
   }
+  return kyselyOver(raw, options);
+}
+
+/**
+ * Opens the database file at `path` with no busy timeout of its own — better-sqlite3's would sleep on the main
+ * thread; the dialect waits instead (sqlite-busy-wait.ts).
+ */
+function openRaw(path: string, readonly: boolean): Database.Database {
+  try {
+    if (!readonly && path !== ':memory:') makeStoreDirectory(path);
+    return openSqliteDatabase(path, { timeout: 0, readonly });
+  } catch (err) {
+    // A missing native addon (CONFIG_INVALID) is an install to fix, not an outage.
+    if (SluiceError.isInstance(err)) throw err;
+    throw new StoreUnavailableError(`Cannot open the SQLite store at ${path}: ${(err as Error).message}`, {
+      cause: err,
+    });
+  }
+}
+
+/** Kysely over `raw`: statements cached, a held write lock waited for asynchronously. */
+function kyselyOver(raw: Database.Database, options: SqliteOptions): Kysely<StoreDatabase> {
   return new Kysely<StoreDatabase>({
     dialect: new BusyWaitingSqliteDialect(
       { database: new StatementCachingDatabase(raw) },
@@ -98,19 +109,5 @@ export function openSqlite(path: string, options: SqliteOptions): Kysely<StoreDa
  * ```
  */
 export function openSqliteReader(path: string, options: SqliteOptions): Kysely<StoreDatabase> {
-  let raw: Database.Database;
-  try {
-    raw = openSqliteDatabase(path, { timeout: 0, readonly: true });
-  } catch (err) {
-    if (SluiceError.isInstance(err)) throw err;
-    throw new StoreUnavailableError(`Cannot open the SQLite store at ${path}: ${(err as Error).message}`, {
-      cause: err,
-    });
-  }
-  return new Kysely<StoreDatabase>({
-    dialect: new BusyWaitingSqliteDialect(
-      { database: new StatementCachingDatabase(raw) },
-      options.busyTimeoutMs,
-    ),
-  });
+  return kyselyOver(openRaw(path, true), options);
 }

@@ -6,6 +6,7 @@
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { BackplaneStatus, Logger } from '@sluice/core';
 import { StatusTracker } from '../shared/status.js';
+import { TIMED_OUT, within } from '../shared/within.js';
 import type { Backoff } from './connection-options.js';
 
 /** What {@link ConnectionHealth} needs besides the connection. */
@@ -188,18 +189,10 @@ export class ConnectionHealth {
 
   async #ping(timeoutMs: number): Promise<boolean> {
     if (!this.connected()) return false;
-    let timer: NodeJS.Timeout | undefined;
     try {
-      return await Promise.race([
-        this.#nc.flush().then(() => true),
-        new Promise<boolean>((resolve) => {
-          timer = setTimeout(() => resolve(false), timeoutMs);
-        }),
-      ]);
+      return (await within(this.#nc.flush(), timeoutMs)) !== TIMED_OUT;
     } catch {
       return false;
-    } finally {
-      clearTimeout(timer);
     }
   }
 }

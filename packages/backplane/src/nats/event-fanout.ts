@@ -17,6 +17,7 @@ import { aliasEventKey, aliasSlot, isOlderAliasEvent } from '../shared/alias-lat
 import { OrderedDelivery } from '../shared/delivery.js';
 import { checkSubscribeTypes } from '../shared/local-events.js';
 import { decodeJson, logDropped } from '../shared/wire.js';
+import { within } from '../shared/within.js';
 import type { AliasStore } from './alias-store.js';
 import type { Subjects } from './subjects.js';
 
@@ -230,19 +231,11 @@ export class NatsEventFanout {
  * within `timeoutMs` (a hung server) or failed (the connection went away).
  */
 async function drainWithin(subs: readonly Subscription[], timeoutMs: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const gaveUp = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), timeoutMs);
-  });
   const draining = Promise.all(subs.map((sub) => sub.drain())).then(
     () => true,
     () => false,
   );
-  try {
-    return await Promise.race([draining, gaveUp]);
-  } finally {
-    clearTimeout(timer);
-  }
+  return (await within(draining, timeoutMs)) === true;
 }
 
 /** Ends `sub` on this side at once (no more deliveries); a closed connection or subscription is fine. */

@@ -30,6 +30,7 @@ import {
   OwnerReplySchema,
   TerminateReplySchema,
 } from '../shared/wire.js';
+import { within } from '../shared/within.js';
 import { AliasOutbox } from './alias-outbox.js';
 import { AliasStore } from './alias-store.js';
 import { checkNatsBackplaneOptions, type NatsBackplaneOptions } from './backplane-options.js';
@@ -445,15 +446,7 @@ export class NatsBackplane implements Backplane {
     // Responders stay registered while draining, so queries already routed here are still answered.
     if (!this.#nc.isClosed()) {
       try {
-        if (this.#health.status() === 'connected') {
-          let timer: NodeJS.Timeout | undefined;
-          await Promise.race([
-            this.#nc.drain(),
-            new Promise((resolve) => {
-              timer = setTimeout(resolve, this.#timeoutMs);
-            }),
-          ]).finally(() => clearTimeout(timer));
-        }
+        if (this.#health.status() === 'connected') await within(this.#nc.drain(), this.#timeoutMs);
       } catch (err) {
         this.#logger.debug({ err }, 'drain failed; closing');
       }
@@ -470,15 +463,8 @@ export class NatsBackplane implements Backplane {
    * lost with this process and said so (api-servers still reconcile from the alias table).
    */
   async #flushKeptRedirects(): Promise<void> {
-    if (this.#outbox.size > 0 && this.#health.connected()) {
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        this.#outbox.flush(),
-        new Promise((resolve) => {
-          timer = setTimeout(resolve, this.#timeoutMs);
-        }),
-      ]).finally(() => clearTimeout(timer));
-    }
+    if (this.#outbox.size > 0 && this.#health.connected())
+      await within(this.#outbox.flush(), this.#timeoutMs);
     const dropped = this.#outbox.close();
     if (dropped.length > 0)
       this.#logger.warn(

@@ -93,14 +93,6 @@ async function openRegularFile(path: string): Promise<FileHandle> {
   }
 }
 
-/**
- * `errno` codes that say the file is not there yet: another job may still write it (ENOENT also when a directory on
- * its path is missing). ENOTDIR — a file where the path needs a directory — is a path to fix.
- */
-const NOT_YET_ERRNO: Record<string, string> = {
-  ENOENT: 'does not exist yet',
-};
-
 /** `errno` codes of a file that is there but that the app-server's user may not read: a setting to fix. */
 const DENIED_ERRNO = new Set(['EACCES', 'EPERM']);
 
@@ -111,11 +103,12 @@ const DENIED_ERRNO = new Set(['EACCES', 'EPERM']);
  */
 function cannotRead(path: string, err: unknown): SourceError {
   const errno = String((err as { code?: unknown }).code);
-  const notYet = NOT_YET_ERRNO[errno];
-  if (notYet !== undefined)
-    return new SourceError(`Cannot read file ${path}: it ${notYet} (${errno})`, {
+  // Not there yet: another job may still write it (ENOENT also when a directory on its path is missing). ENOTDIR —
+  // a file where the path needs a directory — is a path to fix.
+  if (errno === 'ENOENT')
+    return new SourceError(`Cannot read file ${path}: it does not exist yet (${errno})`, {
       cause: err,
-      details: { path, setting: 'path', notReady: { setting: 'path', reason: notYet } },
+      details: { path, setting: 'path', notReady: { setting: 'path', reason: 'does not exist yet' } },
     });
   const reason = DENIED_ERRNO.has(errno)
     ? `the app-server's user may not read it (${errno}): fix its permissions or the path`
